@@ -1,0 +1,24 @@
+# Two entry points (see README): `make demo` runs the main job locally, `make test` runs the suite.
+# Each installs what it needs: the virtualenv in .venv/ and the pinned CDK CLI in node_modules/.
+PYTHON ?= python3
+
+.venv/.installed: pyproject.toml
+	$(PYTHON) -m venv .venv
+	.venv/bin/pip install --quiet --upgrade pip
+	.venv/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+setup: .venv/.installed node_modules/.installed
+
+demo: setup
+	.venv/bin/sagellm bench --profile max-throughput --model meta-llama/Llama-2-7b-hf \
+		--instance ml.g5.2xlarge --out sagellm-results/demo
+
+test: setup
+	.venv/bin/python -m pytest
+
+.PHONY: setup demo test

@@ -1,0 +1,149 @@
+"""Facts about models and instance types, shipped as CSV package data."""
+
+from __future__ import annotations
+
+import csv
+import difflib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from sagellm.errors import InputError
+
+# Bytes per weight/KV element by quantization (method.md §4); 4-bit keeps ~0.5 B plus scales.
+BYTES_PER_PARAM = {"none": 2.0, "fp8": 1.0, "eetq": 1.0, "bitsandbytes": 1.0, "gptq": 0.5, "awq": 0.5}
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model architecture, from its Hugging Face config."""
+
+    hf_id: str
+    params_b: float
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    max_context: int
+    active_params_b: float | None = None
+    n_experts: int = 1
+    experts_per_token: int = 1
+    alias: str | None = None
+
+    @property
+    def active_b(self) -> float:
+        """Parameters touched per token (MoE reads only its active experts)."""
+        return self.active_params_b or self.params_b
+
+    def kv_bytes_per_token(self, bytes_per_elem: float = 2.0) -> float:
+        """KV cache bytes per token: 2 (K and V) × layers × KV heads × head dim × bytes."""
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * bytes_per_elem
+
+    def weight_bytes(self, quantization: str = "none") -> float:
+        """Bytes of weights at a quantization."""
+        return self.params_b * 1e9 * BYTES_PER_PARAM[quantization]
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A SageMaker accelerator instance type."""
+
+    instance_type: str
+    n_accelerators: int
+    accelerator: str
+    mem_per_accel_gb: float
+    bw_per_accel_gbps: float
+    tflops_per_accel: float
+    interconnect: str  # single | pcie | nvlink | neuronlink
+    vcpus: int
+    host_mem_gib: float
+    usd_per_h: dict[str, float]
+
+    @property
+    def is_neuron(self) -> bool:
+        """Whether the accelerator is AWS Inferentia (Neuron SDK containers)."""
+        return self.accelerator.startswith("Inferentia")
+
+    def price_per_h(self, region: str) -> float | None:
+        """On-demand $/h in a region; falls back to us-east-1 where the region is unknown."""
+        return self.usd_per_h.get(region, self.usd_per_h.get("us-east-1"))
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    text = resources.files("sagellm.catalog").joinpath("data", name).read_text()
+    return list(csv.DictReader(text.splitlines()))
+
+
+@cache
+def models() -> dict[str, Model]:
+    """All catalog models by Hugging Face id."""
+    out = {}
+    for r in _rows("models.csv"):
+        out[r["hf_id"]] = Model(
+            hf_id=r["hf_id"],
+            alias=r["alias"],
+            params_b=float(r["params_b"]),
+            active_params_b=float(r["active_params_b"]),
+            n_layers=int(r["n_layers"]),
+            hidden_size=int(r["hidden_size"]),
+            n_heads=int(r["n_heads"]),
+            n_kv_heads=int(r["n_kv_heads"]),
+            head_dim=int(r["head_dim"]),
+            max_context=int(r["max_context"]),
+            n_experts=int(r["n_experts"]),
+            experts_per_token=int(r["experts_per_token"]),
+        )
+    return out
+
+
+@cache
+def instances() -> dict[str, Instance]:
+    """All catalog instance types by name (ml.g5.2xlarge)."""
+    out = {}
+    for r in _rows("instances.csv"):
+        prices = {
+            region: float(r[col])
+            for region, col in (("us-east-1", "usd_per_h_us_east_1"), ("us-west-2", "usd_per_h_us_west_2"))
+            if r[col]
+        }
+        out[r["instance_type"]] = Instance(
+            instance_type=r["instance_type"],
+            n_accelerators=int(r["n_accelerators"]),
+            accelerator=r["accelerator"],
+            mem_per_accel_gb=float(r["mem_per_accel_gb"]),
+            bw_per_accel_gbps=float(r["bw_per_accel_gbps"]),
+            tflops_per_accel=float(r["tflops_per_accel"]),
+            interconnect=r["interconnect"],
+            vcpus=int(r["vcpus"]),
+            host_mem_gib=float(r["host_mem_gib"]),
+            usd_per_h=prices,
+        )
+    return out
+
+
+def _suggest(value: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(value, choices, n=3, cutoff=0.5)
+    return f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(sorted(choices))}"
+
+
+def find_model(name: str, where: str = "model") -> Model:
+    """Look a model up by Hugging Face id or alias (case-insensitive)."""
+    by_key = {m.hf_id.lower(): m for m in models().values()}
+    by_key.update({m.alias.lower(): m for m in models().values() if m.alias})
+    hit = by_key.get(name.lower())
+    if hit is None:
+        raise InputError(
+            f"{where}: unknown model {name!r}: {_suggest(name, list(models()))} "
+            "(or give its architecture under 'architecture:' in the profile)"
+        )
+    return hit
+
+
+def find_instance(name: str, where: str = "instance_type") -> Instance:
+    """Look an instance type up by name; 'g5.2xlarge' without the 'ml.' prefix is accepted."""
+    key = name if name.startswith("ml.") else f"ml.{name}"
+    hit = instances().get(key)
+    if hit is None:
+        raise InputError(f"{where}: unknown instance type {name!r}: {_suggest(key, list(instances()))}")
+    return hit

@@ -1,0 +1,18 @@
+"""Performance model: capacity, step times, the predicted curve, its knee, the timeout limit, cost."""
+
+from sagellm.planner.curve import (
+    DEFAULT_CONCURRENCY,
+    Curve,
+    Point,
+    knee_of,
+    max_concurrency_in_timeout,
+    predict,
+    predict_point,
+)
+from sagellm.planner.shape import Payload, Shape
+from sagellm.planner.steps import StepModel
+
+__all__ = [
+    "DEFAULT_CONCURRENCY", "Curve", "Payload", "Point", "Shape", "StepModel",
+    "knee_of", "max_concurrency_in_timeout", "predict", "predict_point",
+]

@@ -1,0 +1,85 @@
+"""What the planner reasons about: a serving shape and a payload (it knows nothing of profiles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sagellm.catalog import BYTES_PER_PARAM, Instance, Model
+from sagellm.planner import constants as k
+
+
+@dataclass(frozen=True)
+class Payload:
+    """The expected request: prompt tokens in, generated tokens out."""
+
+    input_tokens: int = 256
+    output_tokens: int = 256
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens one sequence holds in the KV cache at its end."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One serving shape: a model on an instance, split into copies of `tp_degree` accelerators."""
+
+    model: Model
+    instance: Instance
+    tp_degree: int
+    copies: int = 1
+    instance_count: int = 1
+    quantization: str = "none"
+    max_concurrent_requests: int | None = None  # per copy; None = no admission limit
+    max_batch_total_tokens: int | None = None  # per copy; None = what memory allows
+
+    @property
+    def total_copies(self) -> int:
+        """Model copies behind the endpoint (per instance × instances)."""
+        return self.copies * self.instance_count
+
+    @property
+    def weight_gb_per_gpu(self) -> float:
+        """Weights each accelerator of a copy holds."""
+        return self.model.weight_bytes(self.quantization) / self.tp_degree / 1e9
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV cache bytes per token (KV stays in 16-bit under weight-only quantization)."""
+        return self.model.kv_bytes_per_token(2.0)
+
+    @property
+    def usable_gb_per_gpu(self) -> float:
+        """Accelerator memory the server may fill, after its own reserve."""
+        return self.instance.mem_per_accel_gb * k.MEMORY_UTILIZATION - k.RESERVED_GB_PER_GPU
+
+    @property
+    def memory_shortfall_gb(self) -> float:
+        """GB per accelerator missing for the weights alone (0 when they fit)."""
+        return max(0.0, self.weight_gb_per_gpu - self.usable_gb_per_gpu)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """KV tokens one copy can hold: free memory over all its GPUs ÷ bytes per token (method.md §4)."""
+        free_gb = (self.usable_gb_per_gpu - self.weight_gb_per_gpu) * self.tp_degree
+        return max(0, int(free_gb * 1e9 / self.kv_bytes_per_token))
+
+    @property
+    def batch_token_budget(self) -> int:
+        """Token budget of the running batch: the configured one, never above what memory allows."""
+        if self.max_batch_total_tokens is None:
+            return self.kv_capacity_tokens
+        return min(self.max_batch_total_tokens, self.kv_capacity_tokens)
+
+    def max_sequences(self, payload: Payload) -> int:
+        """Concurrent sequences one copy can run: budget ÷ tokens reserved per sequence, capped by admission."""
+        seqs = self.batch_token_budget // max(1, payload.total_tokens)
+        if self.max_concurrent_requests is not None:
+            seqs = min(seqs, self.max_concurrent_requests)
+        return seqs
+
+
+def bytes_per_param(quantization: str) -> float:
+    """Bytes per weight at a quantization (re-exported for error messages)."""
+    return BYTES_PER_PARAM[quantization]
