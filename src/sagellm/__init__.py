@@ -1,1 +1,3 @@
-from importlib.metadata import version; __version__="0.1.0"
+"""sagellm: deploy, bench and predict LLM endpoints on Amazon SageMaker from named profiles."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,210 @@
+"""The `sagellm` command: thin commands that parse, call the library, render. Heavy imports stay lazy."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from sagellm.errors import ExitStatus, InputError, SagellmError
+
+app = typer.Typer(
+    help="Deploy, bench and predict LLM endpoints on Amazon SageMaker from named profiles.\n\n"
+    "Exit codes: 0 ok · 1 gate failed · 2 bad input · 3 target/infrastructure failure · 130 interrupted.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+profiles_app = typer.Typer(help="List, show, validate profiles and print their JSON Schema.", no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
+
+ProfilesDir = Annotated[Optional[Path], typer.Option("--profiles-dir", help="folder with your own profile YAML "
+                                                     "(default: ./profiles when it exists)")]
+Region = Annotated[str, typer.Option("--region", help="AWS region (prices, image URIs)")]
+Instance = Annotated[Optional[str], typer.Option("--instance", help="instance type, e.g. ml.g5.12xlarge "
+                                                 "(default: the profile's)")]
+Model = Annotated[str, typer.Option("--model", help="Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf")]
+InputTokens = Annotated[Optional[int], typer.Option("--input-tokens", help="prompt tokens per request "
+                                                    "(default: the profile's payload, 256)")]
+OutputTokens = Annotated[Optional[int], typer.Option("--output-tokens", help="generated tokens per request "
+                                                     "(default: the profile's payload, 256)")]
+Json = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+
+
+def _payload(input_tokens: int | None, output_tokens: int | None):
+    from sagellm.planner import Payload
+
+    if input_tokens is None and output_tokens is None:
+        return None
+    if (input_tokens is not None and input_tokens < 1) or (output_tokens is not None and output_tokens < 1):
+        raise InputError("--input-tokens/--output-tokens: must be at least 1")
+    return Payload(input_tokens or 256, output_tokens or 256)
+
+
+def _concurrency(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"--concurrency: {text!r} is not a comma-separated list of integers (e.g. 1,2,4,8)") from None
+    if not values or min(values) < 1:
+        raise InputError(f"--concurrency: {text!r}: give at least one level, each ≥ 1")
+    return values
+
+
+# ---------------------------------------------------------------- profiles
+
+@profiles_app.command("list")
+def profiles_list(profiles_dir: ProfilesDir = None, json_out: Json = False) -> None:
+    """List the standard profiles and your own (./profiles or --profiles-dir)."""
+    from sagellm.profiles.loader import all_sources
+
+    sources = all_sources(profiles_dir)
+    rows = [{"name": n, "file": s.path, "extends": s.data.get("extends"), "description": s.data.get("description", "")}
+            for n, s in sources.items()]
+    if json_out:
+        print(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        ext = f" (extends {r['extends']})" if r["extends"] else ""
+        print(f"{r['name']:<20} {r['description']}{ext}\n{'':<20} {r['file']}")
+
+
+@profiles_app.command("show")
+def profiles_show(
+    profile: Annotated[str, typer.Argument(help="profile name, e.g. max-throughput")],
+    model: Model,
+    instance: Instance = None,
+    input_tokens: InputTokens = None,
+    output_tokens: OutputTokens = None,
+    region: Region = "us-east-1",
+    profiles_dir: ProfilesDir = None,
+    json_out: Json = False,
+) -> None:
+    """Print the resolved DeploymentPlan: environment, instance, count, kind, copies, scaling."""
+    from sagellm.profiles import resolve
+
+    plan = resolve(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
+                   profiles_dir=profiles_dir)
+    if json_out:
+        print(plan.model_dump_json(indent=2))
+        return
+    from sagellm.render import print_plan
+
+    print_plan(plan)
+
+
+@profiles_app.command("validate")
+def profiles_validate(
+    files: Annotated[Optional[list[Path]], typer.Argument(help="profile YAML files (default: every profile)")] = None,
+    profiles_dir: ProfilesDir = None,
+) -> None:
+    """Check profile files: schema, unknown keys (with line), extends chains, secrets."""
+    from sagellm.profiles.loader import all_sources, load_profile, read_source
+
+    sources = all_sources(profiles_dir)
+    names = list(sources)
+    if files:
+        names = []
+        for f in files:
+            if not f.is_file():
+                raise InputError(f"{f}: no such file")
+            src = read_source(str(f), f.read_text())
+            name = str(src.data.get("name", f.stem))
+            sources[name] = src
+            names.append(name)
+    errors: list[str] = []
+    for name in names:
+        try:
+            load_profile(name, sources)
+        except InputError as exc:
+            errors.extend(exc.messages)
+    if errors:
+        raise InputError(errors)
+    print(f"{len(names)} profile(s) valid: {', '.join(names)}")
+
+
+@profiles_app.command("schema")
+def profiles_schema() -> None:
+    """Print the profile JSON Schema (point your editor's YAML plugin at it)."""
+    from sagellm.profiles.schema import Profile
+
+    print(json.dumps(Profile.model_json_schema(), indent=2))
+
+
+# ---------------------------------------------------------------- plan
+
+@app.command()
+def plan(
+    profile: Annotated[str, typer.Option("--profile", help="profile name")],
+    model: Model,
+    instance: Instance = None,
+    tensor_parallel: Annotated[Optional[int], typer.Option("--tensor-parallel", help="GPUs per copy (overrides "
+                                                           "the profile)")] = None,
+    replicas: Annotated[Optional[int], typer.Option("--replicas", help="copies per instance (inference "
+                                                    "components)")] = None,
+    instance_count: Annotated[Optional[int], typer.Option("--instance-count", help="instances behind the "
+                                                          "endpoint")] = None,
+    input_tokens: InputTokens = None,
+    output_tokens: OutputTokens = None,
+    concurrency: Annotated[str, typer.Option("--concurrency", help="endpoint-wide levels")] =
+    "1,2,4,8,16,32,64,128,256,512",
+    region: Region = "us-east-1",
+    profiles_dir: ProfilesDir = None,
+    json_out: Json = False,
+) -> None:
+    """Predict the latency–throughput curve of a profile before paying for a GPU hour.
+
+    Per concurrency: ms/token (e2e ÷ output tokens, the published definition), TTFT, ITL, e2e, tokens/s,
+    and whether requests would exceed the 60 s invocation timeout; plus KV capacity, the knee
+    (max throughput ÷ latency), the max-throughput point inside the timeout and $/1M tokens.
+
+    --json prints {"shape": {...}, "environment": {...}, "curve": {"points": [...], "knee", "max_throughput",
+    "kv_capacity_tokens_per_copy", "max_sequences_per_copy", "usd_per_h", "usd_per_1m_tokens_at_max_throughput"}}.
+    """
+    from sagellm.planner import predict
+    from sagellm.profiles.resolve import design_for, environment
+
+    levels = _concurrency(concurrency)
+    d = design_for(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
+                   profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
+                   instance_count=instance_count)
+    curve = predict(d.shape(), d.payload, levels, region)
+    main = d.copies[0]
+    shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
+             "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,
+             "quantization": main.quantization}
+    env = environment(main, d.profile.container, d.profile, d.instance.is_neuron)
+    if json_out:
+        print(json.dumps({"shape": shape, "environment": env, "curve": curve.to_dict()}, indent=2))
+        return
+    from sagellm.render import print_curve
+
+    print_curve(shape, env, curve)
+
+
+def main() -> None:
+    """Entry point: expected errors become one line on stderr and an exit code; --debug shows tracebacks."""
+    import click
+
+    debug = "--debug" in sys.argv
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        result = app(standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(ExitStatus.BAD_INPUT)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        sys.exit(ExitStatus.INTERRUPTED)
+    except SagellmError as exc:
+        if debug:
+            raise
+        for line in str(exc).splitlines():
+            print(f"sagellm: error: {line}", file=sys.stderr)
+        sys.exit(exc.exit_status)
+    sys.exit(result if isinstance(result, int) else ExitStatus.OK)

@@ -1,0 +1,110 @@
+"""Profile schema: frozen pydantic models with extra="forbid" (published as JSON Schema)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Auto = Literal["auto"]
+Quantization = Literal["none", "gptq", "awq", "bitsandbytes", "eetq", "fp8"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Serving(_Strict):
+    """Server settings; `auto` values come from the planner for the model × instance × payload."""
+
+    tensor_parallel: int | Auto = Field("auto", description="GPUs per model copy (SM_NUM_GPUS); auto = all for "
+                                        "instance endpoints, the planner's best for inference components")
+    quantization: Quantization = "none"
+    max_input_tokens: int | Auto = Field("auto", description="MAX_INPUT_TOKENS; auto = payload input tokens")
+    max_total_tokens: int | Auto = Field("auto", description="MAX_TOTAL_TOKENS; auto = input + output tokens")
+    max_batch_prefill_tokens: int | Auto = Field("auto", description="MAX_BATCH_PREFILL_TOKENS; auto = "
+                                                 "max(max_input_tokens, 4096) within the batch budget")
+    max_batch_total_tokens: int | Auto = Field("auto", description="MAX_BATCH_TOTAL_TOKENS; auto = KV-cache "
+                                               "budget from free accelerator memory")
+    max_concurrent_requests: int | Auto = Field("auto", description="MAX_CONCURRENT_REQUESTS per copy; auto = "
+                                                "largest power of two whose requests finish inside 60 s")
+    environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment "
+                                        "(never tokens: use hf_token_secret)")
+
+
+class ExtraModel(_Strict):
+    """Another model sharing an inference-component endpoint."""
+
+    model: str
+    copies: int = 1
+    tensor_parallel: int = 1
+    quantization: Quantization = "none"
+
+
+class Components(_Strict):
+    """Inference-component sizing (endpoint_kind: inference-component)."""
+
+    copies: int | Auto = Field("auto", description="copies of the main model; auto = GPUs left ÷ TP per copy")
+    cpu_cores_per_copy: float | Auto = "auto"
+    memory_mib_per_copy: int | Auto = "auto"
+    extra_models: tuple[ExtraModel, ...] = ()
+
+
+class Autoscaling(_Strict):
+    """Application Auto Scaling with target tracking."""
+
+    min_capacity: int = 1
+    max_capacity: int = 4
+    target_value: float | Auto = Field("auto", description="invocations per instance per minute (instance "
+                                       "endpoints) or concurrent requests per copy (inference components); "
+                                       "auto = the planner's knee")
+    scale_in_cooldown_s: int = 300
+    scale_out_cooldown_s: int = 60
+
+
+class PayloadSpec(_Strict):
+    """The expected (largest) request the profile is sized for."""
+
+    input_tokens: int = Field(256, gt=0)
+    output_tokens: int = Field(256, gt=0)
+
+
+class Architecture(_Strict):
+    """Facts for a model the catalog does not know (from its config.json)."""
+
+    params_b: float
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    max_context: int
+    active_params_b: float | None = None
+    n_experts: int = 1
+    experts_per_token: int = 1
+
+
+class Profile(_Strict):
+    """A named deployment profile."""
+
+    name: str
+    description: str = ""
+    extends: str | None = None
+    container: Literal["tgi", "lmi"] = "tgi"
+    container_version: str | None = Field(None, description="image version; default: newest in the SDK tables")
+    instance_type: str | Auto = "auto"
+    instance_selection: Literal["cheapest-per-hour", "cheapest-per-token"] = Field(
+        "cheapest-per-hour", description="how instance_type: auto picks among types where the model fits")
+    initial_instance_count: int = Field(1, ge=1)
+    endpoint_kind: Literal["instance", "inference-component"] = "instance"
+    serving: Serving = Serving()
+    components: Components = Components()
+    autoscaling: Autoscaling | None = None
+    startup_health_check_timeout_s: int | Auto = "auto"
+    model_data_download_timeout_s: int | Auto = "auto"
+    volume_size_gb: int | Auto = "auto"
+    payload: PayloadSpec = PayloadSpec()
+    hf_token_secret: str | None = Field(None, description="Secrets Manager name or ARN holding the Hugging Face "
+                                        "token (the token itself never goes in a profile)")
+    architecture: Architecture | None = None
+    tags: dict[str, str] = Field(default_factory=dict)

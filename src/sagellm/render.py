@@ -1,0 +1,77 @@
+"""Terminal rendering of plans and predicted curves (rich tables)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from sagellm.planner import Curve
+from sagellm.profiles.plan import DeploymentPlan
+
+
+def _console() -> Console:
+    return Console(highlight=False, width=120)
+
+
+def print_plan(plan: DeploymentPlan) -> None:
+    """The resolved plan as a person reads it."""
+    c = _console()
+    c.print(f"[bold]{plan.profile}[/] · {plan.instance_type} × {plan.initial_instance_count} · "
+            f"{plan.endpoint_kind} endpoint · {plan.container} · {plan.region}")
+    c.print(f"payload {plan.input_tokens} in / {plan.output_tokens} out · start-up timeout "
+            f"{plan.startup_health_check_timeout_s} s · download timeout {plan.model_data_download_timeout_s} s"
+            + (f" · volume {plan.volume_size_gb} GB" if plan.volume_size_gb else ""))
+    for m in plan.models:
+        c.print(f"\n[bold]{m.name}[/]  {m.model_id}  TP {m.tp_degree}"
+                + (f" · {m.copy_count} copies × ({m.compute.accelerators} accelerators, {m.compute.cpu_cores:g} "
+                   f"CPUs, {m.compute.min_memory_mib} MiB)" if m.compute else ""))
+        c.print(f"  image {m.image_uri}")
+        for key, value in m.environment.items():
+            c.print(f"  {key}={value}")
+    if plan.scaling:
+        s = plan.scaling
+        unit = "concurrent requests per copy" if plan.endpoint_kind == "inference-component" else \
+            "invocations per instance per minute"
+        c.print(f"\nautoscaling {s.min_capacity}..{s.max_capacity}, target {s.target_value:g} {unit}, "
+                f"cooldowns in {s.scale_in_cooldown_s} s / out {s.scale_out_cooldown_s} s")
+    if plan.hf_token_secret:
+        c.print(f"HF token from Secrets Manager: {plan.hf_token_secret}")
+    c.print("tags " + ", ".join(f"{k}={v}" for k, v in plan.tags.items()))
+
+
+def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
+    """The predicted sweep, its knee, max-throughput point and cost."""
+    c = _console()
+    c.print(f"[bold]{shape['profile']}[/] · {shape['model']} on {shape['instance_type']} × {shape['instance_count']}"
+            f" · TP {shape['tensor_parallel']} × {shape['copies_per_instance']} copies · {shape['quantization']} · "
+            f"{curve.payload.input_tokens} in / {curve.payload.output_tokens} out (predicted)")
+    t = Table(box=None, pad_edge=False)
+    for col in ("concurrency", "ms/token", "TTFT ms", "ITL ms", "e2e s", "tokens/s", "req/s", "$/1M tok", "note"):
+        t.add_column(col, justify="right" if col != "note" else "left")
+    for p in curve.points:
+        note = []
+        if p.rejected:
+            note.append("429: over admission")
+        elif not p.within_timeout:
+            note.append("over 60 s")
+        if p.queued_per_copy > 0 and not p.rejected:
+            note.append(f"queue {p.queued_per_copy:.0f}")
+        if curve.knee is p:
+            note.append("knee")
+        if curve.max_throughput is p:
+            note.append("max")
+        cost = curve.usd_per_1m_tokens(p)
+        t.add_row(str(p.concurrency), f"{p.ms_per_token:.1f}", f"{p.ttft_ms:.0f}", f"{p.itl_ms:.1f}",
+                  f"{p.e2e_s:.1f}", f"{p.throughput_tokens_per_s:.0f}", f"{p.requests_per_s:.2f}",
+                  f"{cost:.2f}" if cost is not None else "–", ", ".join(note))
+    c.print(t)
+    c.print("ms/token = e2e ÷ output tokens · knee = max tokens/s ÷ ms/token · max = highest concurrency inside "
+            "the timeout, admitted")
+    c.print(f"KV capacity {curve.kv_capacity_tokens} tokens per copy = {curve.max_sequences_per_copy} sequences at "
+            f"{curve.payload.total_tokens} tokens · admission MAX_CONCURRENT_REQUESTS="
+            f"{env.get('MAX_CONCURRENT_REQUESTS', env.get('OPTION_MAX_ROLLING_BATCH_SIZE', '–'))}")
+    if curve.usd_per_h is not None:
+        best = curve.usd_per_1m_tokens(curve.max_throughput)
+        c.print(f"${curve.usd_per_h:.2f}/h" + (f" · ${best:.2f} per 1M tokens at max throughput" if best else ""))
+    for note in curve.notes:
+        c.print(f"note: {note}")
