@@ -4,15 +4,17 @@ from sagellm.planner.curve import (
     DEFAULT_CONCURRENCY,
     Curve,
     Point,
+    knee_index,
     knee_of,
     max_concurrency_in_timeout,
     predict,
     predict_point,
+    usd_per_1m_tokens,
 )
 from sagellm.planner.shape import Payload, Shape
 from sagellm.planner.steps import StepModel
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "Curve", "Payload", "Point", "Shape", "StepModel",
-    "knee_of", "max_concurrency_in_timeout", "predict", "predict_point",
+    "knee_index", "knee_of", "max_concurrency_in_timeout", "predict", "predict_point", "usd_per_1m_tokens",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from sagellm.planner import constants as k
@@ -26,6 +28,8 @@ class Point:
     queued_per_copy: float
     rejected: bool  # above the admission limit: TGI answers 429 at once
     within_timeout: bool
+    queue_wait_s: float = 0.0  # in the server's queue before the prefill (batching + no free slot)
+    own_prefill_s: float = 0.0  # the request's own prefill pass alone
 
 
 @dataclass(frozen=True)
@@ -43,9 +47,7 @@ class Curve:
 
     def usd_per_1m_tokens(self, point: Point | None) -> float | None:
         """$ per 1M output tokens at a point: 10^6 ÷ throughput ÷ 3600 × $/h (method.md §1)."""
-        if point is None or self.usd_per_h is None or point.throughput_tokens_per_s <= 0:
-            return None
-        return 1e6 / point.throughput_tokens_per_s / 3600 * self.usd_per_h
+        return usd_per_1m_tokens(point.throughput_tokens_per_s if point else None, self.usd_per_h)
 
     def to_dict(self) -> dict:
         """JSON-ready form (the `sagellm plan --json` format)."""
@@ -62,6 +64,20 @@ class Curve:
         }
 
 
+def _prefill_passes(running: float, output_tokens: int) -> tuple[float, float]:
+    """TGI's router batches waiting prompts: (prefill passes per request lifetime, decode steps between them).
+
+    A prompt waits until floor(WAITING_SERVED_RATIO × running) prompts are waiting, or at most
+    MAX_WAITING_TOKENS decode steps; below 4 running that minimum is 0 and every prompt goes at once.
+    """
+    if k.WAITING_SERVED_RATIO * running < 1:
+        return max(1.0, running), 1.0
+    finishing_per_step = running / output_tokens
+    interval = min(k.MAX_WAITING_TOKENS, math.floor(k.WAITING_SERVED_RATIO * running) / finishing_per_step)
+    interval = max(1.0, interval)
+    return min(running, max(1.0, output_tokens / interval)), interval
+
+
 def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     """Closed-loop steady state: `concurrency` clients spread evenly over all copies."""
     steps = StepModel(shape)
@@ -70,23 +86,27 @@ def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     rejected = admit is not None and per_copy > admit
     in_server = min(per_copy, admit) if admit is not None else per_copy
     capacity = max(1, shape.max_sequences(Payload(payload.input_tokens, payload.output_tokens)))
-    running = min(in_server, capacity)
-    queued = in_server - running
-
+    running = max(min(in_server, capacity), 1e-9)
     out = max(1, payload.output_tokens)
+
     batch = max(1, round(running))
     context = batch * (payload.input_tokens + out / 2)  # mean KV held while decoding
     step = steps.decode_step_s(batch, int(context))
-    prefill = steps.prefill_s(payload.input_tokens)
-    # Each running slot restarts once per request lifetime, so a request lives through the
-    # prefills of every slot (its own included): continuous batching pauses decode for them.
-    service = out * step + running * prefill
-    # Closed loop beyond capacity: requests wait for a slot; latency grows with the queue (Little).
-    e2e = service * in_server / running
+    passes, interval = _prefill_passes(running, out)
+    group = running / passes
+    pass_s = steps.prefill_s(round(group * payload.input_tokens), max(1, round(group)))
+    own_prefill = steps.prefill_s(payload.input_tokens)
+    # Continuous batching pauses decode for every prefill pass during a request's life (its own too).
+    service = out * step + passes * pass_s
+    # Prompts wait for the router to group them (half an interval on average) ...
+    batching_wait = (interval - 1) / 2 * step
+    cycle = service + batching_wait
+    # ... and, beyond the KV capacity, for a free slot (closed loop, Little's law).
+    e2e = cycle * in_server / running
     wait = e2e - service
-    ttft = wait + prefill + step
-    itl = (service - prefill) / max(1, out - 1) if out > 1 else 0.0
-    throughput = shape.total_copies * running * out / service
+    ttft = wait + pass_s + step
+    itl = (service - pass_s) / max(1, out - 1) if out > 1 else 0.0
+    throughput = shape.total_copies * running * out / cycle
     return Point(
         concurrency=concurrency,
         ms_per_token=e2e / out * 1000,
@@ -96,16 +116,42 @@ def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
         throughput_tokens_per_s=throughput,
         requests_per_s=throughput / out,
         running_per_copy=running,
-        queued_per_copy=queued,
+        queued_per_copy=in_server - running,
         rejected=rejected,
         within_timeout=e2e <= k.INVOCATION_TIMEOUT_S,
+        queue_wait_s=wait,
+        own_prefill_s=own_prefill,
     )
 
 
-def knee_of(points: tuple[Point, ...] | list[Point]) -> Point | None:
-    """The knee: the level with the highest throughput ÷ latency ("power"), among usable levels."""
-    usable = [p for p in points if p.within_timeout and not p.rejected]
-    return max(usable, key=lambda p: p.throughput_tokens_per_s / p.ms_per_token, default=None)
+def knee_index(throughputs: Sequence[float], latencies: Sequence[float],
+               usable: Sequence[bool] | None = None) -> int | None:
+    """Index of the knee: the highest throughput ÷ latency ("power") among usable points; first on ties.
+
+    One definition for predicted and measured curves (the bench's summary calls this too).
+    """
+    best: int | None = None
+    best_power = -math.inf
+    for i, (tput, lat) in enumerate(zip(throughputs, latencies, strict=True)):
+        if (usable is not None and not usable[i]) or lat <= 0 or tput <= 0:
+            continue
+        if tput / lat > best_power:
+            best, best_power = i, tput / lat
+    return best
+
+
+def knee_of(points: Sequence[Point]) -> Point | None:
+    """The predicted knee: max throughput ÷ ms/token among levels inside the timeout and admitted."""
+    i = knee_index([p.throughput_tokens_per_s for p in points], [p.ms_per_token for p in points],
+                   [p.within_timeout and not p.rejected for p in points])
+    return None if i is None else points[i]
+
+
+def usd_per_1m_tokens(throughput_tokens_per_s: float | None, usd_per_h: float | None) -> float | None:
+    """$ per 1M output tokens: 10^6 ÷ throughput ÷ 3600 × $/h (method.md §1); None without price or tokens."""
+    if usd_per_h is None or not throughput_tokens_per_s or throughput_tokens_per_s <= 0:
+        return None
+    return 1e6 / throughput_tokens_per_s / 3600 * usd_per_h
 
 
 def predict(shape: Shape, payload: Payload, concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY,

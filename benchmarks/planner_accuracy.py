@@ -1,0 +1,258 @@
+"""Replay the published SageMaker measurements through the planner and print how far off it is.
+
+    python benchmarks/planner_accuracy.py                 # the error report
+    python benchmarks/planner_accuracy.py --json out.json # ... and the figures as JSON
+    python benchmarks/planner_accuracy.py --fit           # re-fit the constants, print them to paste
+    python benchmarks/planner_accuracy.py --logo          # leave-one-group-out: fit on the rest, score the group
+
+Each calibration row is one concurrency level of one (model, quantization, instance, TP, payload). The two
+sources define their figures differently, and each is compared on its own definition:
+  * AWS JumpStart: ms/token = client end-to-end latency ÷ output tokens (median), queueing included;
+    throughput = output tokens ÷ wall time.
+  * Hugging Face (philschmid, TGI 1.0.3): ms/token = server-side time_per_token (inference time incl.
+    prefill, EXCLUDING queue wait) → compared with the predicted e2e minus predicted queue wait;
+    throughput = VUs × 50 × 1000 ÷ mean request ms → Little's law on the predicted e2e.
+No admission limit is applied; the KV budget is what the planner infers from memory, as TGI does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sagellm.catalog import find_instance, find_model
+from sagellm.planner import Payload, Shape, predict_point
+from sagellm.planner import constants as k
+
+DEFAULT_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "calibration.csv"
+
+# Constants the fit may move: physical bounds (lower, upper) and the prior each starts from and is
+# weakly pulled toward. Priors come from method.md §4 and first principles, never from a previous fit,
+# so the leave-one-group-out check does not leak the held-out rows through them.
+FIT: dict[str, tuple[float, float, float]] = {
+    "BANDWIDTH_EFFICIENCY": (0.5, 0.95, 0.84),  # method.md §4
+    "STEP_OVERHEAD_S": (0.0, 0.02, 0.005),  # method.md §4
+    "SEQ_OVERHEAD_S": (0.0, 0.003, 0.0003),
+    "KV_BANDWIDTH_EFFICIENCY": (0.05, 1.0, 0.5),
+    "KV_HALF_BATCH": (0.0, 16.0, 1.0),
+    "PCIE_ALLREDUCE_LATENCY_S": (0.0, 0.0005, 0.00007),  # 4.4 ms per doubling ÷ 64 all-reduces (method.md §4)
+    "PCIE_HOST_BW_GBPS": (2.0, 100.0, 20.0),  # host memory bus shared by the ring
+    "NVLINK_ALLREDUCE_LATENCY_S": (0.0, 0.0005, 0.00007),
+    "QUANT_BANDWIDTH_EFFICIENCY": (0.2, 1.0, 0.6),
+    "QUANT_SHARDED_LAYER_OVERHEAD_S": (0.0, 0.002, 0.0003),
+    "QUANT_PREFILL_SLOWDOWN": (1.0, 5.0, 2.0),
+    "PREFILL_MFU": (0.1, 0.9, 0.5),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published measurement."""
+
+    source: str  # "jumpstart" | "huggingface"
+    model: str
+    quantization: str
+    instance_type: str
+    tp: int
+    replicas: int
+    input_tokens: int
+    output_tokens: int
+    concurrency: int
+    ms_per_token: float | None
+    throughput: float | None
+
+    @property
+    def label(self) -> str:
+        q = "" if self.quantization == "none" else f" {self.quantization}"
+        return (f"{self.source[:2]} {self.model}{q} {self.instance_type} tp{self.tp} "
+                f"{self.input_tokens}/{self.output_tokens} c={self.concurrency}")
+
+
+def _model_id(name: str) -> str:
+    size = re.search(r"(\d+)[bB]", name)
+    if "llama-2" not in name.lower() or size is None:
+        raise SystemExit(f"calibration.csv: model {name!r}: no catalog mapping; add one in _model_id")
+    return f"llama2-{size.group(1)}b"
+
+
+def load_rows(path: Path) -> list[Row]:
+    """Read the calibration CSV into rows."""
+    rows = []
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            src = "huggingface" if r["source"].lower().startswith("hugging") else "jumpstart"
+            quant = "gptq" if r["quantization"].lower().startswith("gptq") else "none"
+            rows.append(Row(
+                source=src, model=_model_id(r["model"]), quantization=quant, instance_type=r["instance_type"],
+                tp=int(r["tp_degree"]), replicas=int(r["replicas"] or 1),
+                input_tokens=int(r["input_tokens"]), output_tokens=int(r["output_tokens"]),
+                concurrency=int(r["concurrency"]),
+                ms_per_token=float(r["latency_ms_per_token"]) if r["latency_ms_per_token"] else None,
+                throughput=float(r["throughput_tokens_per_s"]) if r["throughput_tokens_per_s"] else None,
+            ))
+    return rows
+
+
+def predict_row(row: Row) -> tuple[float, float, bool]:
+    """(ms/token, tokens/s, within timeout) on the row source's own definitions."""
+    shape = Shape(find_model(row.model), find_instance(row.instance_type), row.tp, copies=row.replicas,
+                  quantization=row.quantization)
+    p = predict_point(shape, Payload(row.input_tokens, row.output_tokens), row.concurrency)
+    if row.source == "huggingface":
+        ms = (p.e2e_s - p.queue_wait_s) / row.output_tokens * 1000  # server-side, queue excluded
+    else:
+        ms = p.ms_per_token
+    return ms, p.throughput_tokens_per_s, p.within_timeout
+
+
+def _ape(pred: float, meas: float | None) -> float | None:
+    return None if meas is None else abs(pred - meas) / meas * 100
+
+
+def _mape(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def score(rows: list[Row]) -> dict:
+    """Per-row predictions and the MAPE tables."""
+    scored = []
+    for r in rows:
+        ms, thr, ok = predict_row(r)
+        scored.append({"row": r.label, "source": r.source, "instance_type": r.instance_type,
+                       "concurrency": r.concurrency, "ms_per_token": r.ms_per_token, "pred_ms_per_token": ms,
+                       "throughput": r.throughput, "pred_throughput": thr, "pred_within_timeout": ok,
+                       "ape_ms": _ape(ms, r.ms_per_token), "ape_thr": _ape(thr, r.throughput)})
+
+    def table(sel: list[dict]) -> dict:
+        c1 = [s for s in sel if s["concurrency"] == 1]
+        return {"n": len(sel),
+                "ms_c1": _mape([s["ape_ms"] for s in c1]), "thr_c1": _mape([s["ape_thr"] for s in c1]),
+                "ms_all": _mape([s["ape_ms"] for s in sel]), "thr_all": _mape([s["ape_thr"] for s in sel])}
+
+    groups: dict[str, dict] = {"overall": table(scored)}
+    for key in ("source", "instance_type"):
+        for v in sorted({s[key] for s in scored}):
+            groups[f"{key}={v}"] = table([s for s in scored if s[key] == v])
+    worst = sorted(scored, key=lambda s: -max(s["ape_ms"] or 0, s["ape_thr"] or 0))[:10]
+    return {"groups": groups, "worst": worst, "rows": scored}
+
+
+def render(result: dict, out=sys.stdout) -> None:
+    """Print the MAPE tables and the worst rows."""
+    def f(v: float | None) -> str:
+        return "   -  " if v is None else f"{v:5.1f}%"
+
+    print("Planner accuracy vs published SageMaker measurements (all rows are inside the 60 s timeout).", file=out)
+    print("JumpStart: client e2e ÷ output tokens (median, queueing incl.), output tokens/s.", file=out)
+    print("Hugging Face: server-side time_per_token EXCLUDING queue wait (compared with predicted e2e minus\n"
+          "predicted queue wait); throughput = VUs × 50 ÷ mean request time (Little's law on predicted e2e).\n",
+          file=out)
+    print(f"{'group':34} {'n':>4}  {'ms c=1':>7} {'thr c=1':>7}  {'ms all':>7} {'thr all':>7}", file=out)
+    for name, g in result["groups"].items():
+        print(f"{name:34} {g['n']:4d}  {f(g['ms_c1']):>7} {f(g['thr_c1']):>7}  {f(g['ms_all']):>7} "
+              f"{f(g['thr_all']):>7}", file=out)
+    print("\n10 worst rows (measured → predicted):", file=out)
+    for s in result["worst"]:
+        ms = "-" if s["ms_per_token"] is None else f"{s['ms_per_token']:.1f}→{s['pred_ms_per_token']:.1f} ms"
+        thr = "-" if s["throughput"] is None else f"{s['throughput']:.0f}→{s['pred_throughput']:.0f} tok/s"
+        print(f"  {s['row']:60} {ms:22} {thr}", file=out)
+
+
+# --- fitting -----------------------------------------------------------------------------------
+
+def _set(names: list[str], values) -> None:
+    for n, v in zip(names, values):
+        setattr(k, n, float(v))
+
+
+def _residuals(rows: list[Row]) -> list[float]:
+    res = []
+    for r in rows:
+        ms, thr, _ = predict_row(r)
+        if r.ms_per_token is not None:
+            res.append(math.log(ms / r.ms_per_token))
+        if r.throughput is not None:
+            res.append(math.log(thr / r.throughput))
+    return res
+
+
+def fit(rows: list[Row], prior_weight: float = 0.05) -> dict[str, float]:
+    """Least squares on log errors of ms/token and throughput; a weak pull toward the priors (scaled by
+    each bound's width) keeps constants the data cannot see where physics put them."""
+    from scipy.optimize import least_squares
+
+    names = list(FIT)
+    saved = [getattr(k, n) for n in names]
+    lo, hi, x0 = ([FIT[n][i] for n in names] for i in range(3))
+    width = [b - a for a, b in zip(lo, hi)]
+
+    def fun(x):
+        _set(names, x)
+        prior = [prior_weight * (xi - si) / w for xi, si, w in zip(x, x0, width)]
+        return _residuals(rows) + prior
+
+    try:
+        sol = least_squares(fun, x0, bounds=(lo, hi), x_scale=width, diff_step=1e-3)
+    finally:
+        _set(names, saved)
+    return dict(zip(names, sol.x))
+
+
+def logo(rows: list[Row]) -> dict[str, dict]:
+    """Hold out one instance type or one source at a time, fit on the rest, score the held-out rows."""
+    out = {}
+    groups = [("instance_type", v) for v in sorted({r.instance_type for r in rows})]
+    groups += [("source", v) for v in sorted({r.source for r in rows})]
+    saved = {n: getattr(k, n) for n in FIT}
+    for key, value in groups:
+        fitted = fit([r for r in rows if getattr(r, key) != value])
+        try:
+            _set(list(fitted), fitted.values())
+            out[f"{key}={value}"] = score([r for r in rows if getattr(r, key) == value])["groups"]["overall"]
+        finally:
+            _set(list(saved), saved.values())
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="calibration CSV (default: %(default)s)")
+    ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    ap.add_argument("--fit", action="store_true", help="re-fit the constants and print them")
+    ap.add_argument("--logo", action="store_true", help="leave-one-group-out check (slow: one fit per group)")
+    args = ap.parse_args()
+    rows = load_rows(args.csv.resolve())
+
+    report = {"current": score(rows)}
+    render(report["current"])
+    if args.fit:
+        fitted = fit(rows)
+        print("\nFitted constants (paste into src/sagellm/planner/constants.py):")
+        for n, v in fitted.items():
+            print(f"{n} = {v:.4g}")
+        _set(list(fitted), fitted.values())
+        report["fitted"] = {"constants": fitted, **score(rows)}
+        print("\nWith the fitted constants:")
+        render(report["fitted"])
+        _set(list(fitted), [getattr(k, n) for n in fitted])
+    if args.logo:
+        report["leave_one_group_out"] = logo(rows)
+        print("\nLeave-one-group-out (fit on the rest, MAPE on the held-out group):")
+        print(f"{'held out':34} {'n':>4}  {'ms c=1':>7} {'thr c=1':>7}  {'ms all':>7} {'thr all':>7}")
+        for name, g in report["leave_one_group_out"].items():
+            cells = ["   -  " if g[c] is None else f"{g[c]:5.1f}%" for c in ("ms_c1", "thr_c1", "ms_all", "thr_all")]
+            print(f"{name:34} {g['n']:4d}  {cells[0]:>7} {cells[1]:>7}  {cells[2]:>7} {cells[3]:>7}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
