@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -21,15 +21,15 @@ app = typer.Typer(
 profiles_app = typer.Typer(help="List, show, validate profiles and print their JSON Schema.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 
-ProfilesDir = Annotated[Optional[Path], typer.Option("--profiles-dir", help="folder with your own profile YAML "
+ProfilesDir = Annotated[Path | None, typer.Option("--profiles-dir", help="folder with your own profile YAML "
                                                      "(default: ./profiles when it exists)")]
 Region = Annotated[str, typer.Option("--region", help="AWS region (prices, image URIs)")]
-Instance = Annotated[Optional[str], typer.Option("--instance", help="instance type, e.g. ml.g5.12xlarge "
+Instance = Annotated[str | None, typer.Option("--instance", help="instance type, e.g. ml.g5.12xlarge "
                                                  "(default: the profile's)")]
 Model = Annotated[str, typer.Option("--model", help="Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf")]
-InputTokens = Annotated[Optional[int], typer.Option("--input-tokens", help="prompt tokens per request "
+InputTokens = Annotated[int | None, typer.Option("--input-tokens", help="prompt tokens per request "
                                                     "(default: the profile's payload, 256)")]
-OutputTokens = Annotated[Optional[int], typer.Option("--output-tokens", help="generated tokens per request "
+OutputTokens = Annotated[int | None, typer.Option("--output-tokens", help="generated tokens per request "
                                                      "(default: the profile's payload, 256)")]
 Json = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
 
@@ -98,11 +98,12 @@ def profiles_show(
 
 @profiles_app.command("validate")
 def profiles_validate(
-    files: Annotated[Optional[list[Path]], typer.Argument(help="profile YAML files (default: every profile)")] = None,
+    files: Annotated[list[Path] | None, typer.Argument(help="profile YAML files (default: every profile)")] = None,
     profiles_dir: ProfilesDir = None,
 ) -> None:
     """Check profile files: schema, unknown keys (with line), extends chains, secrets."""
     from sagellm.profiles.loader import all_sources, load_profile, read_source
+    from sagellm.profiles.resolve import static_errors
 
     sources = all_sources(profiles_dir)
     names = list(sources)
@@ -118,7 +119,7 @@ def profiles_validate(
     errors: list[str] = []
     for name in names:
         try:
-            load_profile(name, sources)
+            errors.extend(static_errors(load_profile(name, sources), sources))
         except InputError as exc:
             errors.extend(exc.messages)
     if errors:
@@ -141,12 +142,12 @@ def plan(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
     model: Model,
     instance: Instance = None,
-    tensor_parallel: Annotated[Optional[int], typer.Option("--tensor-parallel", help="GPUs per copy (overrides "
-                                                           "the profile)")] = None,
-    replicas: Annotated[Optional[int], typer.Option("--replicas", help="copies per instance (inference "
-                                                    "components)")] = None,
-    instance_count: Annotated[Optional[int], typer.Option("--instance-count", help="instances behind the "
-                                                          "endpoint")] = None,
+    tensor_parallel: Annotated[int | None, typer.Option("--tensor-parallel", min=1,
+                                                           help="GPUs per copy (overrides the profile)")] = None,
+    replicas: Annotated[int | None, typer.Option("--replicas", min=1, help="copies per instance "
+                                                    "(inference components)")] = None,
+    instance_count: Annotated[int | None, typer.Option("--instance-count", min=1,
+                                                          help="instances behind the endpoint")] = None,
     input_tokens: InputTokens = None,
     output_tokens: OutputTokens = None,
     concurrency: Annotated[str, typer.Option("--concurrency", help="endpoint-wide levels")] =
@@ -187,20 +188,20 @@ def plan(
 
 def main() -> None:
     """Entry point: expected errors become one line on stderr and an exit code; --debug shows tracebacks."""
-    import click
-
     debug = "--debug" in sys.argv
     if debug:
         sys.argv.remove("--debug")
     try:
         result = app(standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(ExitStatus.BAD_INPUT)
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (typer.Abort, KeyboardInterrupt):
         sys.exit(ExitStatus.INTERRUPTED)
+    except typer.TyperException as exc:  # usage errors (typer ships its own click)
+        show = getattr(exc, "show", None)
+        if show:
+            show()
+        sys.exit(ExitStatus.BAD_INPUT)
     except SagellmError as exc:
         if debug:
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -74,6 +75,8 @@ def team_sources(profiles_dir: Path | None) -> dict[str, Source]:
         return {}
     out = {}
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        if path.stem == "models":
+            continue  # the folder's model catalog (architectures), not a profile
         src = read_source(str(path), path.read_text())
         name = src.data.get("name", path.stem)
         out[str(name)] = src
@@ -117,21 +120,62 @@ def _check_secrets(src: Source) -> list[str]:
     return errors
 
 
-def load_profile(name: str, sources: dict[str, Source]) -> Profile:
-    """Build one profile, following `extends:` chains; every error of the profile is reported together."""
+def _chain(name: str, sources: dict[str, Source]) -> list[Source]:
+    """The profile and its ancestors, child first; a team file may extend the standard profile it redefines."""
     chain: list[Source] = []
     current: str | None = name
     while current is not None:
-        if current not in sources:
-            known = ", ".join(sorted(sources))
-            where = f"{chain[-1].path}: extends" if chain else "profile"
-            raise InputError(f"{where}: unknown profile {current!r} (known: {known})")
-        src = sources[current]
+        src = sources.get(current)
+        if chain and chain[-1].data.get("name", current) == current and chain[-1].data.get("extends") == current:
+            # `name: max-throughput` + `extends: max-throughput`: a team's variant of a standard profile.
+            src = standard_sources().get(current, src)
+        if src is None:
+            close = difflib.get_close_matches(current, list(sources), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(sorted(sources))}"
+            where = f"{_line(chain[-1], ('extends',))}: extends" if chain else "profile"
+            raise InputError(f"{where}: unknown profile {current!r}: {hint}")
         if src in chain:
-            raise InputError(f"{src.path}: extends: cycle through {current!r}")
+            names = [str(s.data.get("name", "?")) for s in chain] + [current]
+            raise InputError(f"{_line(chain[-1], ('extends',))}: extends: cycle {' → '.join(names)}; "
+                             "make one of them extend a standard profile")
         chain.append(src)
         parent = src.data.get("extends")
         current = str(parent) if parent is not None else None
+    return chain
+
+
+def _schema_errors(exc: ValidationError, chain: list[Source]) -> list[str]:
+    """One line per bad field: file:line, dotted path, the value, what is wrong."""
+    grouped: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for err in exc.errors():
+        loc = tuple(str(p) for p in err["loc"])
+        # pydantic appends union branch tags (`int`, `literal['auto']`) that are not keys of the file.
+        while err["type"] != "missing" and len(loc) > 1 and not any(_has_path(s.data, loc) for s in chain):
+            loc = loc[:-1]
+        grouped.setdefault(loc, []).append(err)
+    lines = []
+    for loc, errs in grouped.items():
+        owner = next((s for s in chain if _has_path(s.data, loc)), chain[0])
+        err = errs[0]
+        dotted = ".".join(loc)
+        if err["type"] == "extra_forbidden":
+            lines.append(f"{_line(owner, loc)}: {dotted}: unknown key (remove it or check its spelling)")
+            continue
+        if err["type"] == "missing":
+            lines.append(f"{_line(owner, loc)}: {dotted}: required (add it)")
+            continue
+        value = "" if isinstance(err["input"], dict) else f" {err['input']!r}:"
+        if any(e["type"] == "literal_error" and "'auto'" in e["msg"] for e in errs) and len(errs) > 1:
+            msg = "expected a number ≥ 1 or 'auto'"
+        else:
+            msg = "; ".join(dict.fromkeys(e["msg"] for e in errs))
+        lines.append(f"{_line(owner, loc)}: {dotted}:{value} {msg}")
+    return lines
+
+
+def load_profile(name: str, sources: dict[str, Source]) -> Profile:
+    """Build one profile, following `extends:` chains; every error of the profile is reported together."""
+    chain = _chain(name, sources)
     errors = [e for src in chain for e in _check_secrets(src)]
     merged: dict[str, Any] = {}
     for src in reversed(chain):
@@ -141,13 +185,7 @@ def load_profile(name: str, sources: dict[str, Source]) -> Profile:
     try:
         profile = Profile.model_validate(merged)
     except ValidationError as exc:
-        for err in exc.errors():
-            loc = tuple(err["loc"])
-            owner = next((s for s in chain if _has_path(s.data, loc)), chain[0])
-            dotted = ".".join(str(p) for p in loc)
-            msg = "unknown key (remove it or check its spelling)" if err["type"] == "extra_forbidden" else err["msg"]
-            value = f": {err['input']!r}" if err["type"] != "extra_forbidden" and not isinstance(err["input"], dict) else ""
-            errors.append(f"{_line(owner, loc)}: {dotted}{value}: {msg}")
+        errors.extend(_schema_errors(exc, chain))
     if errors:
         raise InputError(errors)
     return profile

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from sagellm import __version__
 from sagellm.catalog import Instance, Model, find_instance, find_model, instances
@@ -101,7 +104,7 @@ def _local_models(profiles_dir: Path | None) -> dict[str, Architecture]:
     data = yaml.safe_load(path.read_text()) or {}
     try:
         return {str(k): Architecture.model_validate(v) for k, v in data.items()}
-    except Exception as exc:  # pydantic ValidationError or a non-mapping entry
+    except (ValidationError, AttributeError, TypeError) as exc:  # a bad entry, or not a mapping
         raise InputError(f"{path}: not a valid model catalog ({str(exc).splitlines()[0]})") from None
 
 
@@ -178,8 +181,9 @@ def design(
     profiles_dir: Path | None = None,
 ) -> Design:
     """Fill every `auto` value and validate; all errors of the profile are raised together."""
-    flags = {"instance_type": "--instance", "serving.tensor_parallel": "--tensor-parallel",
-             "components.copies": "--replicas", "initial_instance_count": "--instance-count"}
+    # Values given on the command line (or as CDK context) are named by their option, not a profile line.
+    flags = {"instance_type": "instance", "serving.tensor_parallel": "tensor_parallel",
+             "components.copies": "replicas", "initial_instance_count": "instance_count"}
     where = _Where(profile.name, sources, {k: v for k, v in flags.items() if _given(k, instance, tensor_parallel,
                                                                                      copies, instance_count)})
     errors: list[str] = []
@@ -189,13 +193,13 @@ def design(
     s = profile.serving
     quant = s.quantization
 
-    inst_name = instance or (None if profile.instance_type == "auto" else profile.instance_type)
+    inst_name = instance if instance is not None else _pinned(profile.instance_type)
     if inst_name is None:
         inst = _choose_instance(profile, model, payload, region)
     else:
         inst = find_instance(inst_name, where("instance_type"))
     gpus = inst.n_accelerators
-    count = instance_count or profile.initial_instance_count
+    count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"
 
     # Extra models on an inference-component endpoint take their GPUs first.
@@ -211,7 +215,7 @@ def design(
         errors.append(f"{where('components.extra_models')}: extra models need endpoint_kind: inference-component")
 
     # TP degree: pinned, or the planner's choice.
-    tp_pin = tensor_parallel or (None if s.tensor_parallel == "auto" else s.tensor_parallel)
+    tp_pin = tensor_parallel if tensor_parallel is not None else _pinned(s.tensor_parallel)
     valid = _valid_tp(model, gpus)
     if tp_pin is not None:
         tp = tp_pin
@@ -220,14 +224,14 @@ def design(
                           f"{inst.instance_type} (valid: {', '.join(map(str, valid)) or 'none'})")
         elif tp not in valid:
             errors.append(f"{where('serving.tensor_parallel')}: {tp} cannot shard {model.hf_id} "
-                          f"({model.n_heads} attention heads, {model.n_kv_heads} KV heads; valid: "
+                          f"(attention heads: {model.n_heads}, KV heads: {model.n_kv_heads}; valid: "
                           f"{', '.join(map(str, valid)) or 'none'})")
     elif ic:
         tp = _best_ic_tp(model, inst, quant, payload, gpus - used, valid) or (max(valid) if valid else 1)
     else:
         tp = max(valid) if valid else 1
 
-    copies_pin = copies or (None if profile.components.copies == "auto" else profile.components.copies)
+    copies_pin = copies if copies is not None else _pinned(profile.components.copies)
     n_copies = copies_pin or (max(1, (gpus - used) // tp) if ic else 1)
     if not ic and copies_pin not in (None, 1):
         errors.append(f"{where('components.copies')}: {copies_pin} copies need endpoint_kind: inference-component "
@@ -249,6 +253,33 @@ def design(
     if errors:
         raise InputError(errors)
     return Design(profile, inst, count, payload, copies_all, scaling, region)
+
+
+def _pinned(value: Any) -> Any:
+    """A profile value, or None where it is `auto`."""
+    return None if value == "auto" else value
+
+
+def cap_errors(max_input: int, max_total: int, prefill: int, where: Callable[[str], str]) -> list[str]:
+    """Token caps that contradict each other, whatever the model (resolve and `profiles validate`)."""
+    errors = []
+    if max_total <= max_input:
+        errors.append(f"{where('max_total_tokens')}: {max_total} must exceed max_input_tokens ({max_input}); "
+                      f"set it to at least {max_input + 1} (input + the longest generation)")
+    if prefill < max_input:
+        errors.append(f"{where('max_batch_prefill_tokens')}: {prefill} is below max_input_tokens ({max_input}); "
+                      f"a full prompt could never be prefilled — set it to at least {max_input}")
+    return errors
+
+
+def static_errors(profile: Profile, sources: dict[str, Source]) -> list[str]:
+    """What can be checked without a model: pinned token caps against each other."""
+    s = profile.serving
+    if "auto" in (s.max_input_tokens, s.max_total_tokens):
+        return []
+    prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else s.max_input_tokens
+    where = _Where(profile.name, sources, {})
+    return cap_errors(s.max_input_tokens, s.max_total_tokens, prefill, lambda f: where(f"serving.{f}"))
 
 
 def _given(path: str, instance, tp, copies, count) -> bool:
@@ -309,12 +340,7 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     concurrent = pinned("max_concurrent_requests", max(1, limit))
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
 
-    if max_total <= max_input:
-        errors.append(f"{w('max_total_tokens')}: {max_total} must exceed max_input_tokens ({max_input}); "
-                      f"set it to at least {max_input + 1} (input + the longest generation)")
-    if prefill < max_input:
-        errors.append(f"{w('max_batch_prefill_tokens')}: {prefill} is below max_input_tokens ({max_input}); "
-                      f"a full prompt could never be prefilled — set it to at least {max_input}")
+    errors.extend(cap_errors(max_input, max_total, prefill, w))
     if max_total > model.max_context:
         errors.append(f"{w('max_total_tokens')}: {max_total} exceeds the {model.max_context}-token context of "
                       f"{model.hf_id}; lower max_total_tokens or the payload")
@@ -328,8 +354,6 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
         errors.append(f"{w('max_concurrent_requests')}: auto: even one request of {sized.input_tokens}+"
                       f"{sized.output_tokens} tokens is predicted to exceed the 60 s invocation timeout; "
                       "shorten the payload or use a faster instance")
-    if concurrent < 1:
-        errors.append(f"{w('max_concurrent_requests')}: {concurrent} must be at least 1")
     return Copy(model, tp, n_copies, quant, max_input, max_total, prefill, batch_total, concurrent)
 
 
@@ -349,7 +373,7 @@ def _scaling(profile: Profile, main: Copy, inst: Instance, count: int, payload: 
         shape = Shape(main.model, inst, main.tp, copies=1 if ic else main.copies, instance_count=1,
                       quantization=main.quantization, max_concurrent_requests=main.max_concurrent_requests,
                       max_batch_total_tokens=main.max_batch_total_tokens)
-        sweep = tuple(2**i for i in range(0, 13) if 2**i <= max(1, main.max_concurrent_requests * shape.copies))
+        sweep = tuple(2**i for i in range(13) if 2**i <= max(1, main.max_concurrent_requests * shape.copies))
         knee = predict(shape, payload, sweep, region).knee
         if knee is None:
             target = 1.0
@@ -431,7 +455,7 @@ def to_plan(d: Design) -> DeploymentPlan:
     download = download if download != "auto" else startup
     volume = p.volume_size_gb
     if volume == "auto":
-        volume = None if inst.instance_type.startswith(NVME_FAMILIES) else int(math.ceil(weights * 1.5 + 30))
+        volume = None if inst.instance_type.startswith(NVME_FAMILIES) else math.ceil(weights * 1.5 + 30)
     tags = {"sagellm:profile": p.name, "sagellm:model": d.copies[0].model.hf_id, "sagellm:version": __version__}
     return DeploymentPlan(
         profile=p.name, region=d.region, container=p.container, instance_type=inst.instance_type,

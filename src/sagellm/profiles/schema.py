@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Auto = Literal["auto"]
+Count = Annotated[int, Field(ge=1)]  # GPUs, copies, tokens, requests: 0 is never meaningful
 Quantization = Literal["none", "gptq", "awq", "bitsandbytes", "eetq", "fp8"]
 
 
@@ -17,16 +18,16 @@ class _Strict(BaseModel):
 class Serving(_Strict):
     """Server settings; `auto` values come from the planner for the model × instance × payload."""
 
-    tensor_parallel: int | Auto = Field("auto", description="GPUs per model copy (SM_NUM_GPUS); auto = all for "
+    tensor_parallel: Count | Auto = Field("auto", description="GPUs per model copy (SM_NUM_GPUS); auto = all for "
                                         "instance endpoints, the planner's best for inference components")
     quantization: Quantization = "none"
-    max_input_tokens: int | Auto = Field("auto", description="MAX_INPUT_TOKENS; auto = payload input tokens")
-    max_total_tokens: int | Auto = Field("auto", description="MAX_TOTAL_TOKENS; auto = input + output tokens")
-    max_batch_prefill_tokens: int | Auto = Field("auto", description="MAX_BATCH_PREFILL_TOKENS; auto = "
+    max_input_tokens: Count | Auto = Field("auto", description="MAX_INPUT_TOKENS; auto = payload input tokens")
+    max_total_tokens: Count | Auto = Field("auto", description="MAX_TOTAL_TOKENS; auto = input + output tokens")
+    max_batch_prefill_tokens: Count | Auto = Field("auto", description="MAX_BATCH_PREFILL_TOKENS; auto = "
                                                  "max(max_input_tokens, 4096) within the batch budget")
-    max_batch_total_tokens: int | Auto = Field("auto", description="MAX_BATCH_TOTAL_TOKENS; auto = KV-cache "
+    max_batch_total_tokens: Count | Auto = Field("auto", description="MAX_BATCH_TOTAL_TOKENS; auto = KV-cache "
                                                "budget from free accelerator memory")
-    max_concurrent_requests: int | Auto = Field("auto", description="MAX_CONCURRENT_REQUESTS per copy; auto = "
+    max_concurrent_requests: Count | Auto = Field("auto", description="MAX_CONCURRENT_REQUESTS per copy; auto = "
                                                 "largest power of two whose requests finish inside 60 s")
     environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment "
                                         "(never tokens: use hf_token_secret)")
@@ -36,25 +37,25 @@ class ExtraModel(_Strict):
     """Another model sharing an inference-component endpoint."""
 
     model: str
-    copies: int = 1
-    tensor_parallel: int = 1
+    copies: Count = 1
+    tensor_parallel: Count = 1
     quantization: Quantization = "none"
 
 
 class Components(_Strict):
     """Inference-component sizing (endpoint_kind: inference-component)."""
 
-    copies: int | Auto = Field("auto", description="copies of the main model; auto = GPUs left ÷ TP per copy")
-    cpu_cores_per_copy: float | Auto = "auto"
-    memory_mib_per_copy: int | Auto = "auto"
+    copies: Count | Auto = Field("auto", description="copies of the main model; auto = GPUs left ÷ TP per copy")
+    cpu_cores_per_copy: Annotated[float, Field(gt=0)] | Auto = "auto"
+    memory_mib_per_copy: Count | Auto = "auto"
     extra_models: tuple[ExtraModel, ...] = ()
 
 
 class Autoscaling(_Strict):
     """Application Auto Scaling with target tracking."""
 
-    min_capacity: int = 1
-    max_capacity: int = 4
+    min_capacity: Count = 1
+    max_capacity: Count = 4
     target_value: float | Auto = Field("auto", description="invocations per instance per minute (instance "
                                        "endpoints) or concurrent requests per copy (inference components); "
                                        "auto = the planner's knee")
@@ -100,9 +101,9 @@ class Profile(_Strict):
     serving: Serving = Serving()
     components: Components = Components()
     autoscaling: Autoscaling | None = None
-    startup_health_check_timeout_s: int | Auto = "auto"
-    model_data_download_timeout_s: int | Auto = "auto"
-    volume_size_gb: int | Auto = "auto"
+    startup_health_check_timeout_s: Count | Auto = "auto"
+    model_data_download_timeout_s: Count | Auto = "auto"
+    volume_size_gb: Count | Auto = "auto"
     payload: PayloadSpec = PayloadSpec()
     hf_token_secret: str | None = Field(None, description="Secrets Manager name or ARN holding the Hugging Face "
                                         "token (the token itself never goes in a profile)")

@@ -1,0 +1,18 @@
+"""Shared constants and planner helpers for profile tests (imported by name: tests have no packages)."""
+
+from __future__ import annotations
+
+from sagellm.catalog import find_instance, find_model
+from sagellm.planner import Shape
+from sagellm.profiles import DeploymentPlan
+
+LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
+LLAMA2_13B = "meta-llama/Llama-2-13b-hf"
+LLAMA2_70B = "meta-llama/Llama-2-70b-hf"
+
+
+def shape_of(plan: DeploymentPlan) -> Shape:
+    """The planner shape of one copy of the plan's main model (no admission or batch limits)."""
+    m = plan.primary
+    return Shape(find_model(m.model_id), find_instance(plan.instance_type), m.tp_degree,
+                 quantization=m.quantization)

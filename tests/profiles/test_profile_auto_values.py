@@ -1,0 +1,306 @@
+"""`auto` values of the five standard profiles, checked against the planner (whose constants may be re-fitted)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+from profile_helpers import LLAMA2_7B, LLAMA2_13B, LLAMA2_70B, shape_of
+
+import sagellm
+from sagellm.catalog import find_instance, find_model, instances
+from sagellm.planner import Payload, Shape, max_concurrency_in_timeout, predict, predict_point
+from sagellm.profiles import DeploymentPlan, resolve
+
+INSTANCES = ("ml.g5.2xlarge", "ml.g5.12xlarge", "ml.p4d.24xlarge")
+INSTANCE_PROFILES = ("min-latency", "max-throughput", "min-cost", "autoscale")
+PAYLOAD = Payload(256, 256)
+TGI_KEYS = {"HF_MODEL_ID", "SM_NUM_GPUS", "MAX_INPUT_TOKENS", "MAX_TOTAL_TOKENS", "MAX_BATCH_PREFILL_TOKENS",
+            "MAX_BATCH_TOTAL_TOKENS", "MAX_CONCURRENT_REQUESTS"}
+TGI_IMAGE = re.compile(r"^\d{12}\.dkr\.ecr\.us-east-1\.amazonaws\.com/huggingface-pytorch-tgi-inference:\S+$")
+
+
+def env_int(plan: DeploymentPlan, key: str) -> int:
+    return int(plan.environment[key])
+
+
+def admission_limit(plan: DeploymentPlan) -> int:
+    """The planner's largest power-of-two per-copy concurrency inside the timeout, at the plan's KV budget."""
+    shape = replace(shape_of(plan), max_batch_total_tokens=env_int(plan, "MAX_BATCH_TOTAL_TOKENS"))
+    return max_concurrency_in_timeout(shape, PAYLOAD)
+
+
+CASES = [(p, i) for p in (*INSTANCE_PROFILES, "replicas") for i in INSTANCES] + [("replicas", "ml.p4d.24xlarge/13b")]
+
+
+def _resolve(profile: str, instance: str) -> DeploymentPlan:
+    inst, _, size = instance.partition("/")
+    return resolve(profile, LLAMA2_13B if size == "13b" else LLAMA2_7B, inst)
+
+
+@pytest.mark.parametrize(("profile", "instance"), CASES)
+def test_tgi_environment_is_complete_with_token_caps_from_the_payload(profile: str, instance: str) -> None:
+    plan = _resolve(profile, instance)
+    env = plan.environment
+    assert TGI_KEYS <= set(env)
+    assert "HF_MODEL_QUANTIZE" not in env  # no quantization asked for
+    assert env["HF_MODEL_ID"] == plan.primary.model_id
+    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("256", "512")
+    assert all(env[k].isdigit() for k in TGI_KEYS - {"HF_MODEL_ID"})
+    assert env_int(plan, "SM_NUM_GPUS") == plan.primary.tp_degree
+    assert (plan.input_tokens, plan.output_tokens) == (256, 256)
+
+
+@pytest.mark.parametrize(("profile", "instance"), CASES)
+def test_batch_total_tokens_is_the_planner_kv_capacity(profile: str, instance: str) -> None:
+    plan = _resolve(profile, instance)
+    assert env_int(plan, "MAX_BATCH_TOTAL_TOKENS") == shape_of(plan).kv_capacity_tokens
+
+
+@pytest.mark.parametrize(("profile", "instance"), CASES)
+def test_prefill_budget_is_tgi_default_4096_bounded_by_the_batch_budget(profile: str, instance: str) -> None:
+    plan = _resolve(profile, instance)
+    batch = env_int(plan, "MAX_BATCH_TOTAL_TOKENS")
+    assert env_int(plan, "MAX_BATCH_PREFILL_TOKENS") == min(4096, batch)
+    assert 256 <= env_int(plan, "MAX_BATCH_PREFILL_TOKENS") <= batch
+
+
+@pytest.mark.parametrize(("profile", "instance"), CASES)
+def test_plan_carries_image_tags_and_startup_guards(profile: str, instance: str) -> None:
+    plan = _resolve(profile, instance)
+    assert all(TGI_IMAGE.match(m.image_uri) for m in plan.models), plan.primary.image_uri
+    assert plan.region == "us-east-1" and plan.container == "tgi"
+    assert plan.tags == {"sagellm:profile": profile, "sagellm:model": plan.primary.model_id,
+                         "sagellm:version": sagellm.__version__}
+    assert plan.startup_health_check_timeout_s >= 600
+    assert plan.model_data_download_timeout_s >= 600
+    assert plan.volume_size_gb is None  # g5 and p4d have local NVMe: SageMaker refuses VolumeSizeInGB
+
+
+# ---------------------------------------------------------------- min-latency
+
+@pytest.mark.parametrize("instance", INSTANCES)
+def test_min_latency_admits_one_request_sharded_over_every_gpu(instance: str) -> None:
+    plan = resolve("min-latency", LLAMA2_7B, instance)
+    assert env_int(plan, "MAX_CONCURRENT_REQUESTS") == 1
+    assert env_int(plan, "SM_NUM_GPUS") == find_instance(instance).n_accelerators
+    assert (plan.endpoint_kind, plan.initial_instance_count, plan.scaling) == ("instance", 1, None)
+
+
+# ---------------------------------------------------------------- max-throughput
+
+@pytest.mark.parametrize("instance", INSTANCES)
+def test_max_throughput_admits_the_largest_power_of_two_inside_the_timeout(instance: str) -> None:
+    plan = resolve("max-throughput", LLAMA2_7B, instance)
+    limit = env_int(plan, "MAX_CONCURRENT_REQUESTS")
+    assert limit == admission_limit(plan)
+    assert limit >= 1 and limit & (limit - 1) == 0  # a power of two
+    shape = replace(shape_of(plan), max_batch_total_tokens=env_int(plan, "MAX_BATCH_TOTAL_TOKENS"))
+    assert predict_point(shape, PAYLOAD, limit).within_timeout
+    assert not predict_point(shape, PAYLOAD, 2 * limit).within_timeout
+
+
+@pytest.mark.parametrize("instance", INSTANCES)
+def test_max_throughput_shards_over_every_gpu_on_one_instance(instance: str) -> None:
+    plan = resolve("max-throughput", LLAMA2_7B, instance)
+    assert env_int(plan, "SM_NUM_GPUS") == find_instance(instance).n_accelerators
+    assert (plan.endpoint_kind, plan.initial_instance_count, plan.scaling) == ("instance", 1, None)
+
+
+def test_payload_sets_the_token_caps() -> None:
+    plan = resolve("max-throughput", LLAMA2_7B, "ml.g5.12xlarge", payload=Payload(1024, 128))
+    assert (plan.environment["MAX_INPUT_TOKENS"], plan.environment["MAX_TOTAL_TOKENS"]) == ("1024", "1152")
+    assert (plan.input_tokens, plan.output_tokens) == (1024, 128)
+
+
+# ---------------------------------------------------------------- min-cost
+
+def _cost_per_1m_tokens(model_id: str, instance_type: str) -> float | None:
+    """Brute force: $/1M output tokens at the largest power-of-two concurrency inside the timeout, TP = all GPUs."""
+    model, inst = find_model(model_id), instances()[instance_type]
+    shape = Shape(model, inst, inst.n_accelerators)
+    if shape.memory_shortfall_gb > 0 or shape.max_sequences(PAYLOAD) < 1:
+        return None
+    limit = max_concurrency_in_timeout(shape, PAYLOAD)
+    if limit == 0:
+        return None
+    curve = predict(replace(shape, max_concurrent_requests=limit), PAYLOAD, (limit,))
+    return curve.usd_per_1m_tokens(curve.points[0])
+
+
+@pytest.mark.parametrize("model_id", [LLAMA2_7B, LLAMA2_70B])
+def test_min_cost_picks_the_instance_with_the_lowest_predicted_cost_per_token(model_id: str) -> None:
+    # Candidates: priced GPU instance types (Inferentia needs compiled artefacts, so min-cost skips it).
+    # Llama 2 7B and 70B shard over every GPU count in the catalog, so TP = all GPUs is always valid.
+    costs = {name: c for name, i in instances().items()
+             if not i.is_neuron and i.price_per_h("us-east-1") is not None
+             and (c := _cost_per_1m_tokens(model_id, name)) is not None}
+    assert len(costs) >= 3
+    plan = resolve("min-cost", model_id)
+    assert plan.instance_type == min(costs, key=costs.__getitem__)
+    assert costs[plan.instance_type] == min(costs.values())
+    assert env_int(plan, "MAX_CONCURRENT_REQUESTS") == admission_limit(plan)
+
+
+@pytest.mark.parametrize("instance", INSTANCES)
+def test_min_cost_with_an_explicit_instance_keeps_it_and_sizes_admission_like_max_throughput(instance: str) -> None:
+    plan = resolve("min-cost", LLAMA2_7B, instance)
+    assert plan.instance_type == instance
+    assert plan.environment == resolve("max-throughput", LLAMA2_7B, instance).environment
+
+
+# ---------------------------------------------------------------- replicas
+
+REPLICA_CASES = [(LLAMA2_7B, i) for i in INSTANCES] + [(LLAMA2_13B, "ml.p4d.24xlarge")]
+
+
+@pytest.mark.parametrize(("model_id", "instance"), REPLICA_CASES)
+def test_replicas_fill_every_gpu_with_copies_of_tp_gpus_each(model_id: str, instance: str) -> None:
+    plan = resolve("replicas", model_id, instance)
+    inst = find_instance(instance)
+    [m] = plan.models
+    assert plan.endpoint_kind == "inference-component"
+    assert m.copy_count * m.tp_degree == inst.n_accelerators
+    assert env_int(plan, "SM_NUM_GPUS") == m.tp_degree
+    assert shape_of(plan).memory_shortfall_gb == 0
+    # Admission is per copy: the planner's limit for one copy.
+    assert env_int(plan, "MAX_CONCURRENT_REQUESTS") == admission_limit(plan)
+
+
+@pytest.mark.parametrize(("model_id", "instance"), REPLICA_CASES)
+def test_replicas_request_per_copy_compute_within_the_instance(model_id: str, instance: str) -> None:
+    plan = resolve("replicas", model_id, instance)
+    inst = find_instance(instance)
+    [m] = plan.models
+    assert m.compute is not None
+    assert m.compute.accelerators == m.tp_degree
+    assert m.compute.cpu_cores > 0 and m.compute.min_memory_mib > 0
+    assert m.copy_count * m.compute.cpu_cores <= inst.vcpus
+    assert m.copy_count * m.compute.min_memory_mib <= inst.host_mem_gib * 1024
+
+
+def test_replicas_of_llama2_13b_on_p4d_use_all_eight_a100s() -> None:
+    plan = resolve("replicas", LLAMA2_13B, "ml.p4d.24xlarge")
+    [m] = plan.models
+    assert m.copy_count * m.tp_degree == 8
+    assert m.compute is not None and m.compute.accelerators * m.copy_count == 8
+
+
+@pytest.mark.parametrize(("model_id", "instance"), REPLICA_CASES)
+def test_replicas_tp_is_within_two_percent_of_the_best_predicted_instance_throughput(model_id: str,
+                                                                                      instance: str) -> None:
+    model, inst = find_model(model_id), find_instance(instance)
+    n = inst.n_accelerators
+    throughput = {}
+    for tp in (t for t in range(1, n + 1) if n % t == 0):
+        shape = Shape(model, inst, tp, copies=n // tp)
+        single = Shape(model, inst, tp)
+        if single.memory_shortfall_gb > 0 or single.max_sequences(PAYLOAD) < 1:
+            continue
+        limit = max_concurrency_in_timeout(single, PAYLOAD)
+        if limit:
+            point = predict(replace(shape, max_concurrent_requests=limit), PAYLOAD, (limit * shape.copies,)).points[0]
+            throughput[tp] = point.throughput_tokens_per_s
+    chosen = resolve("replicas", model_id, instance).primary.tp_degree
+    assert chosen in throughput
+    assert throughput[chosen] * 1.02 >= max(throughput.values())
+
+
+def test_replicas_on_one_gpu_instance_is_one_copy() -> None:
+    [m] = resolve("replicas", LLAMA2_7B, "ml.g5.2xlarge").models
+    assert (m.copy_count, m.tp_degree) == (1, 1)
+
+
+# ---------------------------------------------------------------- autoscale
+
+@pytest.mark.parametrize("instance", INSTANCES)
+def test_autoscale_starts_two_instances_and_tracks_the_knee_between_two_and_four(instance: str) -> None:
+    plan = resolve("autoscale", LLAMA2_7B, instance)
+    s = plan.scaling
+    assert plan.initial_instance_count == 2
+    assert plan.endpoint_kind == "instance"
+    assert s is not None
+    assert (s.min_capacity, s.max_capacity) == (2, 4)
+    assert (s.scale_in_cooldown_s, s.scale_out_cooldown_s) == (300, 60)
+    assert s.target_value > 0
+    assert env_int(plan, "MAX_CONCURRENT_REQUESTS") == admission_limit(plan)
+    # Target: invocations per instance per minute at the planner's knee of one instance's curve.
+    limit = env_int(plan, "MAX_CONCURRENT_REQUESTS")
+    shape = replace(shape_of(plan), max_concurrent_requests=limit,
+                    max_batch_total_tokens=env_int(plan, "MAX_BATCH_TOTAL_TOKENS"))
+    knee = predict(shape, PAYLOAD, tuple(2**i for i in range(13) if 2**i <= limit)).knee
+    assert knee is not None
+    assert s.target_value == max(1, round(knee.requests_per_s * 60))
+
+
+# ---------------------------------------------------------------- containers and regions
+
+def test_region_changes_the_image_region() -> None:
+    plan = resolve("max-throughput", LLAMA2_7B, "ml.g5.12xlarge", region="eu-west-1")
+    assert plan.region == "eu-west-1"
+    assert re.match(r"^\d{12}\.dkr\.ecr\.eu-west-1\.amazonaws\.com/huggingface-pytorch-tgi-inference:",
+                    plan.primary.image_uri)
+    us = resolve("max-throughput", LLAMA2_7B, "ml.g5.12xlarge")
+    assert plan.primary.image_uri.split("/", 1)[1] == us.primary.image_uri.split("/", 1)[1]
+
+
+def test_unknown_region_is_an_input_error() -> None:
+    from sagellm.errors import InputError
+
+    with pytest.raises(InputError, match=r"^region: 'mars-north-1': .*\(use a SageMaker region such as us-east-1\)$"):
+        resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge", region="mars-north-1")
+
+
+def test_lmi_container_uses_djl_inference_image_and_option_names(write, team_dir) -> None:
+    write("lmi.yaml", """
+        name: lmi
+        extends: max-throughput
+        container: lmi
+        """)
+    plan = resolve("lmi", LLAMA2_7B, "ml.g5.12xlarge", profiles_dir=team_dir)
+    env = plan.environment
+    assert plan.container == "lmi"
+    assert re.match(r"^\d{12}\.dkr\.ecr\.us-east-1\.amazonaws\.com/djl-inference:\S+$", plan.primary.image_uri)
+    assert "MAX_INPUT_TOKENS" not in env and "SM_NUM_GPUS" not in env
+    tgi = resolve("max-throughput", LLAMA2_7B, "ml.g5.12xlarge").environment
+    assert env == {
+        "HF_MODEL_ID": LLAMA2_7B,
+        "OPTION_TENSOR_PARALLEL_DEGREE": tgi["SM_NUM_GPUS"],
+        "OPTION_MAX_MODEL_LEN": tgi["MAX_TOTAL_TOKENS"],
+        "OPTION_MAX_ROLLING_BATCH_SIZE": tgi["MAX_CONCURRENT_REQUESTS"],
+        "OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS": tgi["MAX_BATCH_PREFILL_TOKENS"],
+    }
+
+
+def test_quantization_is_passed_to_tgi(write, team_dir) -> None:
+    write("q.yaml", """
+        name: q
+        extends: max-throughput
+        serving:
+          quantization: gptq
+        """)
+    plan = resolve("q", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir)
+    assert plan.environment["HF_MODEL_QUANTIZE"] == "gptq"
+    assert plan.primary.quantization == "gptq"
+    assert env_int(plan, "MAX_BATCH_TOTAL_TOKENS") == shape_of(plan).kv_capacity_tokens
+
+
+def test_team_tags_are_added_to_the_sagellm_tags(write, team_dir) -> None:
+    write("tagged.yaml", """
+        name: tagged
+        extends: min-latency
+        tags:
+          cost-center: ml-platform
+        """)
+    tags = resolve("tagged", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir).tags
+    assert tags == {"sagellm:profile": "tagged", "sagellm:model": LLAMA2_7B, "sagellm:version": sagellm.__version__,
+                    "cost-center": "ml-platform"}
+
+
+def test_plan_is_frozen() -> None:
+    from pydantic import ValidationError
+
+    plan = resolve("min-latency", LLAMA2_7B, "ml.g5.2xlarge")
+    with pytest.raises(ValidationError):
+        plan.instance_type = "ml.p5.48xlarge"  # type: ignore[misc]

@@ -1,0 +1,282 @@
+"""The `sagellm` command as a pipeline sees it: stdout, one-line errors on stderr, exit codes, start-up cost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sagellm.planner import DEFAULT_CONCURRENCY
+from sagellm.profiles import resolve
+from sagellm.profiles.schema import Profile
+
+REPO = Path(__file__).resolve().parents[1]
+SAGELLM = Path(sys.executable).with_name("sagellm")
+STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")
+LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
+POINT_KEYS = {"concurrency", "ms_per_token", "ttft_ms", "itl_ms", "e2e_s", "throughput_tokens_per_s",
+              "requests_per_s", "within_timeout", "rejected"}
+CURVE_KEYS = {"points", "knee", "max_throughput", "kv_capacity_tokens_per_copy", "max_sequences_per_copy",
+              "usd_per_h", "usd_per_1m_tokens_at_max_throughput"}
+
+
+def sagellm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # cwd: a scratch folder, so the repository's ./profiles examples do not join the standard ones.
+    return subprocess.run([str(SAGELLM), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def assert_bad_input(result: subprocess.CompletedProcess[str], lines: int | None = None) -> list[str]:
+    """Exit 2, nothing on stdout, `sagellm: error:` lines on stderr and no traceback."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = result.stderr.splitlines()
+    assert errors and all(line.startswith("sagellm: error: ") for line in errors), result.stderr
+    if lines is not None:
+        assert len(errors) == lines, result.stderr
+    return errors
+
+
+# ---------------------------------------------------------------- profiles
+
+def test_profiles_list_shows_the_five_standard_profiles(tmp_path: Path) -> None:
+    result = sagellm("profiles", "list", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    names = [line.split()[0] for line in result.stdout.splitlines() if line and not line[0].isspace()]
+    assert names == list(STANDARD)
+
+
+def test_profiles_list_json_includes_team_profiles_and_what_they_extend(tmp_path: Path) -> None:
+    write(tmp_path, "team.yaml", "name: team\nextends: max-throughput\ndescription: ours\n")
+    result = sagellm("profiles", "list", "--profiles-dir", str(tmp_path), "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert set(rows) == {*STANDARD, "team"}
+    assert rows["team"] == {"name": "team", "file": str(tmp_path / "team.yaml"), "extends": "max-throughput",
+                            "description": "ours"}
+
+
+def test_profiles_show_json_is_the_resolved_plan(tmp_path: Path) -> None:
+    result = sagellm("profiles", "show", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.12xlarge",
+                     "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    expected = json.loads(resolve("max-throughput", LLAMA2_7B, "ml.g5.12xlarge").model_dump_json())
+    assert shown == expected
+    assert shown["models"][0]["environment"]["SM_NUM_GPUS"] == "4"
+
+
+def test_profiles_show_passes_payload_and_region(tmp_path: Path) -> None:
+    result = sagellm("profiles", "show", "min-latency", "--model", "llama2-7b", "--instance", "g5.2xlarge",
+                     "--input-tokens", "1024", "--output-tokens", "128", "--region", "eu-west-1", "--json",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    env = shown["models"][0]["environment"]
+    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("1024", "1152")
+    assert shown["region"] == "eu-west-1" and ".dkr.ecr.eu-west-1." in shown["models"][0]["image_uri"]
+    assert shown["instance_type"] == "ml.g5.2xlarge"
+
+
+def test_profiles_show_prints_the_environment_for_people(tmp_path: Path) -> None:
+    result = sagellm("profiles", "show", "replicas", "--model", LLAMA2_7B, "--instance", "ml.p4d.24xlarge",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for text in ("replicas", "ml.p4d.24xlarge", "inference-component", "SM_NUM_GPUS=", "MAX_CONCURRENT_REQUESTS=",
+                 "copies"):
+        assert text in result.stdout, text
+
+
+def test_profiles_show_of_a_model_that_does_not_fit_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = sagellm("profiles", "show", "max-throughput", "--model", "meta-llama/Llama-2-70b-hf", "--instance",
+                     "ml.g5.2xlarge", cwd=tmp_path)
+    [line] = assert_bad_input(result, lines=1)
+    assert line.startswith("sagellm: error: instance: meta-llama/Llama-2-70b-hf needs ")
+    assert "GB missing; would fit: " in line
+    assert result.stdout == ""
+
+
+def test_profiles_validate_bad_file_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad.yaml", """
+        name: bad
+        extends: min-latency
+        instance: ml.g5.2xlarge
+        serving:
+          quantization: int3
+          environment:
+            HF_TOKEN: hf_abc
+        """)
+    result = sagellm("profiles", "validate", str(path), cwd=tmp_path)
+    errors = assert_bad_input(result, lines=3)
+    assert sorted(errors) == sorted([
+        f"sagellm: error: {path}:3: instance: unknown key (remove it or check its spelling)",
+        (f"sagellm: error: {path}:5: serving.quantization: 'int3': Input should be 'none', 'gptq', 'awq', "
+         "'bitsandbytes', 'eetq' or 'fp8'"),
+        (f"sagellm: error: {path}:7: serving.environment.HF_TOKEN: a token must not be written in a profile; store "
+         "it in Secrets Manager and set hf_token_secret: <secret name or ARN>"),
+    ])
+
+
+def test_profiles_validate_reports_every_bad_file_together(tmp_path: Path) -> None:
+    a = write(tmp_path, "a.yaml", "name: a\nextends: nowhere\n")
+    b = write(tmp_path, "b.yaml", "name: b\ncolour: blue\n")
+    result = sagellm("profiles", "validate", str(a), str(b), cwd=tmp_path)
+    errors = assert_bad_input(result, lines=2)
+    assert errors[0].startswith(f"sagellm: error: {a}:2: extends: unknown profile 'nowhere': known: ")
+    assert errors[1] == f"sagellm: error: {b}:2: colour: unknown key (remove it or check its spelling)"
+
+
+def test_profiles_validate_good_file_exits_0(tmp_path: Path) -> None:
+    path = write(tmp_path, "good.yaml", "name: good\nextends: max-throughput\ninstance_type: ml.g5.12xlarge\n")
+    result = sagellm("profiles", "validate", str(path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1 profile(s) valid: good"
+
+
+def test_profiles_validate_missing_file_exits_2(tmp_path: Path) -> None:
+    result = sagellm("profiles", "validate", str(tmp_path / "nope.yaml"), cwd=tmp_path)
+    assert assert_bad_input(result, lines=1) == [f"sagellm: error: {tmp_path / 'nope.yaml'}: no such file"]
+
+
+def test_profiles_validate_accepts_the_standard_and_example_team_profiles(tmp_path: Path) -> None:
+    result = sagellm("profiles", "validate", "--profiles-dir", str(REPO / "profiles"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for name in STANDARD:
+        assert name in result.stdout
+
+
+def test_profiles_schema_prints_the_profile_json_schema(tmp_path: Path) -> None:
+    result = sagellm("profiles", "schema", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == Profile.model_json_schema()
+
+
+# ---------------------------------------------------------------- plan
+
+def test_plan_json_has_a_point_per_concurrency_with_the_documented_keys(tmp_path: Path) -> None:
+    result = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.2xlarge",
+                     "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert set(out) == {"shape", "environment", "curve"}
+    curve = out["curve"]
+    assert CURVE_KEYS <= set(curve)
+    assert [p["concurrency"] for p in curve["points"]] == list(DEFAULT_CONCURRENCY)
+    assert all(POINT_KEYS <= set(p) for p in curve["points"])
+    assert curve["knee"] is not None and curve["knee"]["concurrency"] in DEFAULT_CONCURRENCY
+    assert curve["max_throughput"] is not None and curve["max_throughput"]["within_timeout"]
+    assert curve["usd_per_h"] == pytest.approx(1.515)
+    assert curve["usd_per_1m_tokens_at_max_throughput"] > 0
+    assert out["shape"] == {"profile": "max-throughput", "model": LLAMA2_7B, "instance_type": "ml.g5.2xlarge",
+                            "tensor_parallel": 1, "copies_per_instance": 1, "instance_count": 1,
+                            "quantization": "none"}
+    plan = resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
+    assert out["environment"] == plan.environment
+    assert curve["kv_capacity_tokens_per_copy"] == int(plan.environment["MAX_BATCH_TOTAL_TOKENS"])
+
+
+def test_plan_takes_concurrency_levels_and_payload(tmp_path: Path) -> None:
+    result = sagellm("plan", "--profile", "min-latency", "--model", LLAMA2_7B, "--instance", "ml.g5.12xlarge",
+                     "--concurrency", "1,3,5", "--input-tokens", "512", "--output-tokens", "64", "--json",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    curve = json.loads(result.stdout)["curve"]
+    assert [p["concurrency"] for p in curve["points"]] == [1, 3, 5]
+    assert curve["payload"] == {"input_tokens": 512, "output_tokens": 64}
+    # min-latency admits one request per copy: the rest are turned away.
+    assert [p["rejected"] for p in curve["points"]] == [False, True, True]
+
+
+def test_plan_flags_override_tp_copies_and_instance_count(tmp_path: Path) -> None:
+    result = sagellm("plan", "--profile", "replicas", "--model", LLAMA2_7B, "--instance", "ml.p4d.24xlarge",
+                     "--tensor-parallel", "2", "--replicas", "4", "--instance-count", "2", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert (out["shape"]["tensor_parallel"], out["shape"]["copies_per_instance"], out["shape"]["instance_count"]) \
+        == (2, 4, 2)
+    assert out["environment"]["SM_NUM_GPUS"] == "2"
+    assert out["curve"]["usd_per_h"] == pytest.approx(2 * 37.688)
+
+
+def test_plan_prints_a_table_for_people(tmp_path: Path) -> None:
+    result = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.2xlarge",
+                     "--concurrency", "1,2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "knee" in result.stdout.lower()
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--concurrency", "1,x"], ("sagellm: error: --concurrency: '1,x' is not a comma-separated list of integers "
+                                "(e.g. 1,2,4,8)")),
+    (["--concurrency", "0,4"], "sagellm: error: --concurrency: '0,4': give at least one level, each ≥ 1"),
+    (["--input-tokens", "0"], "sagellm: error: --input-tokens/--output-tokens: must be at least 1"),
+    (["--tensor-parallel", "3", "--instance", "ml.g5.12xlarge"],
+     "sagellm: error: tensor_parallel: 3 must divide the 4 accelerators of ml.g5.12xlarge (valid: 1, 2, 4)"),
+    (["--instance", "ml.g5.2xlarg"], ("sagellm: error: instance: unknown instance type 'ml.g5.2xlarg': did you "
+                                      "mean ml.g5.2xlarge, ml.g5.24xlarge, ml.g5.12xlarge?")),
+])
+def test_plan_with_a_bad_flag_value_exits_2_with_one_line(tmp_path: Path, flags: list[str], message: str) -> None:
+    args = ["plan", "--profile", "max-throughput", "--model", LLAMA2_7B]
+    if "--instance" not in flags:
+        args += ["--instance", "ml.g5.2xlarge"]
+    result = sagellm(*args, *flags, cwd=tmp_path)
+    assert assert_bad_input(result, lines=1) == [message]
+
+
+@pytest.mark.parametrize("flags", [
+    ["--model", LLAMA2_7B, "--tensor-parallel", "abc"],
+    ["--model", LLAMA2_7B, "--no-such-flag"],
+    [],  # --model missing
+], ids=["not-an-integer", "unknown-flag", "missing-model"])
+def test_plan_usage_error_exits_2_without_traceback(tmp_path: Path, flags: list[str]) -> None:
+    result = sagellm("plan", "--profile", "max-throughput", *flags, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--tensor-parallel", "--instance-count", "--replicas"])
+def test_plan_rejects_zero_for_a_count_flag(tmp_path: Path, flag: str) -> None:
+    result = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.2xlarge",
+                     flag, "0", "--json", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout
+
+
+def test_input_errors_show_a_traceback_only_with_debug(tmp_path: Path) -> None:
+    result = sagellm("plan", "--profile", "nope", "--model", LLAMA2_7B, "--debug", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "InputError" in result.stderr
+
+
+_IMPORT_PROBE = """
+import contextlib, io, sys
+from sagellm.cli import app
+with contextlib.redirect_stdout(io.StringIO()):
+    app(["plan", "--profile", "max-throughput", "--model", "meta-llama/Llama-2-7b-hf",
+         "--instance", "ml.g5.2xlarge", "--json"], standalone_mode=False)
+heavy = {"aws_cdk", "sagemaker", "jsii", "constructs", "cdk_nag", "moto"}
+print(sorted({name.split(".")[0] for name in sys.modules} & heavy))
+"""
+
+
+def test_plan_never_imports_aws_cdk_or_the_sagemaker_sdk(tmp_path: Path) -> None:
+    # The start-up promise (`sagellm plan` under 1 s) rests on this; wall-clock is measured, not asserted.
+    result = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_lists_the_commands_and_exit_codes(tmp_path: Path) -> None:
+    result = sagellm("--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for text in ("plan", "profiles", "2 bad input"):
+        assert text in result.stdout
