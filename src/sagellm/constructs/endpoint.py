@@ -1,0 +1,56 @@
+"""AWS::SageMaker::EndpointConfig (one production variant) and AWS::SageMaker::Endpoint."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from sagellm.profiles.plan import DeploymentPlan
+
+VARIANT_NAME = "AllTraffic"
+
+
+def endpoint_config(
+    scope: Construct,
+    id: str,
+    *,
+    plan: DeploymentPlan,
+    model_name: str | None,
+    role: iam.IRole,
+    kms_key: kms.IKey | None,
+    vpc_config: sagemaker.CfnModel.VpcConfigProperty | None,
+    network_isolation: bool,
+) -> sagemaker.CfnEndpointConfig:
+    """An endpoint config: with `model_name` an instance-based variant, without it one for inference components."""
+    instance_based = model_name is not None
+    variant = sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+        variant_name=VARIANT_NAME,
+        model_name=model_name,
+        instance_type=plan.instance_type,
+        initial_instance_count=plan.initial_instance_count,
+        initial_variant_weight=1 if instance_based else None,
+        # Inference components carry their own start-up guards (StartupParameters).
+        container_startup_health_check_timeout_in_seconds=(
+            plan.startup_health_check_timeout_s if instance_based else None
+        ),
+        model_data_download_timeout_in_seconds=plan.model_data_download_timeout_s if instance_based else None,
+        volume_size_in_gb=plan.volume_size_gb,
+    )
+    config_vpc = None
+    if vpc_config is not None and not instance_based:
+        config_vpc = sagemaker.CfnEndpointConfig.VpcConfigProperty(
+            security_group_ids=vpc_config.security_group_ids, subnets=vpc_config.subnets
+        )
+    return sagemaker.CfnEndpointConfig(
+        scope,
+        id,
+        production_variants=[variant],
+        kms_key_id=kms_key.key_arn if kms_key is not None else None,
+        # An inference-component endpoint has no model in its variant: the role, VPC and isolation
+        # that a model would carry are set on the config instead.
+        execution_role_arn=None if instance_based else role.role_arn,
+        vpc_config=config_vpc,
+        enable_network_isolation=(network_isolation or None) if not instance_based else None,
+    )

@@ -1,0 +1,72 @@
+"""AWS::SageMaker::InferenceComponent: copies of one model with per-copy compute on a shared endpoint."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from aws_cdk import Stack, Token
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+
+MAX_NAME_LENGTH = 63
+
+
+def pascal(name: str) -> str:
+    """`llama2-13b` → `Llama213b` (CDK ids and output ids must stay alphanumeric)."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name))
+
+
+def component_name(scope: Construct, model_name: str) -> str:
+    """`<stack name>-<model name>`, shortened with a hash to SageMaker's 63 characters.
+
+    CfnInferenceComponent exposes only its ARN, so the name is set here to be known for outputs and
+    scaling; the stack name keeps it unique per account and region.
+    """
+    stack_name = Stack.of(scope).stack_name
+    if Token.is_unresolved(stack_name):
+        return f"{stack_name}-{model_name}"
+    name = f"{stack_name}-{model_name}"
+    if len(name) <= MAX_NAME_LENGTH:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: MAX_NAME_LENGTH - 9].rstrip('-')}-{digest}"
+
+
+def inference_component(
+    scope: Construct,
+    id: str,
+    *,
+    name: str,
+    plan: DeploymentPlan,
+    model: ModelDeployment,
+    model_name: str,
+    endpoint_name: str,
+    variant_name: str,
+) -> sagemaker.CfnInferenceComponent:
+    """`model.copy_count` copies of `model`, each reserving `model.compute` on the endpoint's instances."""
+    assert model.compute is not None  # checked by LlmEndpoint's validation
+    return sagemaker.CfnInferenceComponent(
+        scope,
+        id,
+        inference_component_name=name,
+        endpoint_name=endpoint_name,
+        variant_name=variant_name,
+        specification=sagemaker.CfnInferenceComponent.InferenceComponentSpecificationProperty(
+            model_name=model_name,
+            compute_resource_requirements=sagemaker.CfnInferenceComponent.InferenceComponentComputeResourceRequirementsProperty(
+                number_of_accelerator_devices_required=model.compute.accelerators,
+                number_of_cpu_cores_required=model.compute.cpu_cores,
+                min_memory_required_in_mb=model.compute.min_memory_mib,
+            ),
+            startup_parameters=sagemaker.CfnInferenceComponent.InferenceComponentStartupParametersProperty(
+                container_startup_health_check_timeout_in_seconds=plan.startup_health_check_timeout_s,
+                model_data_download_timeout_in_seconds=plan.model_data_download_timeout_s,
+            ),
+        ),
+        runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(
+            copy_count=model.copy_count
+        ),
+    )

@@ -1,0 +1,307 @@
+"""LlmEndpoint: a SageMaker LLM endpoint built from a DeploymentPlan."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from aws_cdk import Annotations, SecretValue, Tags, Token
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_secretsmanager as secretsmanager
+from constructs import Construct
+
+from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
+from sagellm.constructs.inference_component import component_name, inference_component, pascal
+from sagellm.constructs.model import container_model
+from sagellm.constructs.role import ecr_repository_arn, execution_role
+from sagellm.constructs.scaling import (
+    COMPONENT_COPIES,
+    CONCURRENT_REQUESTS_PER_COPY,
+    INVOCATIONS_PER_INSTANCE,
+    VARIANT_INSTANCES,
+    Scaling,
+)
+from sagellm.errors import InputError
+from sagellm.profiles.plan import DeploymentPlan
+
+# A Hugging Face access token: `hf_` then a long run of letters.
+HF_TOKEN_PATTERN = re.compile(r"hf_[A-Za-z]{20,}")
+TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+_COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+# SageMaker's accepted ranges for the start-up guards and the storage volume.
+TIMEOUT_RANGE_S = (60, 3600)
+VOLUME_RANGE_GB = (1, 512)
+INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
+
+
+class LlmEndpoint(Construct):
+    """A SageMaker endpoint serving the plan's model(s): instance-based or with inference components.
+
+    Children: `Role` (unless `role` is given), `Model` or `Model<Name>` + `Component<Name>` per model,
+    `Config`, `Endpoint`, `Scaling`/`Scaling<Name>` when the plan scales. No physical names except the
+    inference components' (see `component_name`). A given `role` is used as is: it must be able to pull
+    the images and, with `kms_key`, use the key. Several models share one endpoint when the plan is of
+    kind `inference-component` and lists several `models` (one component each).
+
+    The Hugging Face token comes from `hf_token_secret` (or the plan's `hf_token_secret` name/ARN) as a
+    CloudFormation dynamic reference; CloudFormation resolves it at deploy time into the container's
+    `HF_TOKEN`, so the execution role needs no Secrets Manager access. `network_isolation` blocks the
+    container's network: TGI then cannot download weights from the Hub.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        plan: DeploymentPlan,
+        role: iam.IRole | None = None,
+        vpc: ec2.IVpc | None = None,
+        subnets: ec2.SubnetSelection | None = None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None = None,
+        kms_key: kms.IKey | None = None,
+        hf_token_secret: secretsmanager.ISecret | None = None,
+        network_isolation: bool = False,
+    ) -> None:
+        super().__init__(scope, id)
+        self.plan = plan
+        self._validate(
+            vpc=vpc, subnets=subnets, security_groups=security_groups, network_isolation=network_isolation
+        )
+        for key, value in plan.tags.items():
+            Tags.of(self).add(key, value)
+
+        own_role = role is None
+        self.role: iam.IRole = role or execution_role(
+            self, "Role", image_uris=[m.image_uri for m in plan.models], kms_key=kms_key
+        )
+        hf_token = _hf_token(hf_token_secret, plan.hf_token_secret)
+        vpc_config = self._vpc_config(vpc, subnets, security_groups)
+
+        def model(id: str, index: int) -> sagemaker.CfnModel:
+            cfn = container_model(
+                self,
+                id,
+                model=plan.models[index],
+                role=self.role,
+                hf_token=hf_token,
+                vpc_config=vpc_config,
+                network_isolation=network_isolation,
+            )
+            if own_role:
+                # SageMaker checks the role's permissions when it creates the model and pulls the image:
+                # wait for the policy, not only the role.
+                cfn.node.add_dependency(self.role)
+            return cfn
+
+        instance_based = plan.endpoint_kind == "instance"
+        primary = model("Model", 0) if instance_based else None
+        config = endpoint_config(
+            self,
+            "Config",
+            plan=plan,
+            model_name=primary.attr_model_name if primary is not None else None,
+            role=self.role,
+            kms_key=kms_key,
+            vpc_config=vpc_config,
+            network_isolation=network_isolation,
+        )
+        if own_role and not instance_based:
+            config.node.add_dependency(self.role)
+        endpoint = sagemaker.CfnEndpoint(
+            self, "Endpoint", endpoint_config_name=config.attr_endpoint_config_name
+        )
+        self.endpoint: sagemaker.CfnEndpoint = endpoint
+        self.endpoint_name: str = endpoint.attr_endpoint_name
+        # Ref of AWS::SageMaker::Endpoint is its ARN.
+        self.endpoint_arn: str = endpoint.ref
+        # Model name in the plan → inference component name (empty for instance-based endpoints).
+        self.inference_component_names: dict[str, str] = {}
+
+        if instance_based:
+            if plan.scaling is not None:
+                Scaling(
+                    self,
+                    "Scaling",
+                    resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}",
+                    dimension=VARIANT_INSTANCES,
+                    metric=INVOCATIONS_PER_INSTANCE,
+                    scaling=plan.scaling,
+                )
+            return
+
+        for index, deployment in enumerate(plan.models):
+            suffix = pascal(deployment.name)
+            name = component_name(self, deployment.name)
+            component = inference_component(
+                self,
+                f"Component{suffix}",
+                name=name,
+                plan=plan,
+                model=deployment,
+                model_name=model(f"Model{suffix}", index).attr_model_name,
+                endpoint_name=self.endpoint_name,
+                variant_name=VARIANT_NAME,
+            )
+            self.inference_component_names[deployment.name] = name
+            if plan.scaling is not None:
+                scaling = Scaling(
+                    self,
+                    f"Scaling{suffix}",
+                    resource_id=f"inference-component/{name}",
+                    dimension=COMPONENT_COPIES,
+                    metric=CONCURRENT_REQUESTS_PER_COPY,
+                    scaling=plan.scaling,
+                )
+                # The resource id is a plain name, not a reference: order it after the component.
+                scaling.node.add_dependency(component)
+
+    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Allow `grantee` to invoke this endpoint (plain and streaming), and nothing else."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee, actions=INVOKE_ACTIONS, resource_arns=[self.endpoint_arn]
+        )
+
+    def _vpc_config(
+        self,
+        vpc: ec2.IVpc | None,
+        subnets: ec2.SubnetSelection | None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None,
+    ) -> sagemaker.CfnModel.VpcConfigProperty | None:
+        if vpc is None:
+            return None
+        if not security_groups:
+            security_groups = [
+                ec2.SecurityGroup(
+                    self, "SecurityGroup", vpc=vpc, description="sagellm endpoint containers (egress only)"
+                )
+            ]
+        # jsii structs keep their fields in `_values`; select_subnets takes them as keywords (default:
+        # the VPC's private subnets).
+        selected = vpc.select_subnets(**(subnets._values if subnets is not None else {}))
+        return sagemaker.CfnModel.VpcConfigProperty(
+            subnets=selected.subnet_ids,
+            security_group_ids=[group.security_group_id for group in security_groups],
+        )
+
+    def _validate(
+        self,
+        *,
+        vpc: ec2.IVpc | None,
+        subnets: ec2.SubnetSelection | None,
+        security_groups: Sequence[ec2.ISecurityGroup] | None,
+        network_isolation: bool,
+    ) -> None:
+        """Raise InputError with every problem of the plan and arguments; warn through Annotations."""
+        plan = self.plan
+        errors: list[str] = []
+
+        def warn(warning_id: str, message: str) -> None:
+            Annotations.of(self).add_warning_v2(f"sagellm:{warning_id}", message)
+
+        instance_based = plan.endpoint_kind == "instance"
+
+        if instance_based and len(plan.models) != 1:
+            errors.append(
+                f"plan.models: an instance-based endpoint serves exactly one model, got {len(plan.models)}"
+            )
+        if not plan.models:
+            errors.append("plan.models: at least one model is required")
+        names = [m.name for m in plan.models]
+        for duplicate in sorted({n for n in names if names.count(n) > 1}):
+            errors.append(f"plan.models: name {duplicate!r} is used twice; model names must be unique")
+        for i, m in enumerate(plan.models):
+            where = f"plan.models[{i}]"
+            if not Token.is_unresolved(m.image_uri) and ecr_repository_arn(m.image_uri) is None:
+                errors.append(
+                    f"{where}.image_uri: {m.image_uri!r} is not an ECR image URI "
+                    "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)"
+                )
+            for key, value in m.environment.items():
+                if key in TOKEN_VARIABLES:
+                    errors.append(
+                        f"{where}.environment.{key}: a token never goes in the environment; "
+                        "name a Secrets Manager secret in hf_token_secret"
+                    )
+                elif not Token.is_unresolved(value) and HF_TOKEN_PATTERN.search(value):
+                    errors.append(
+                        f"{where}.environment.{key}: looks like a Hugging Face token; use hf_token_secret"
+                    )
+            if instance_based and (m.compute is not None or m.copy_count != 1):
+                warn(
+                    "IgnoredComponentSettings",
+                    f"{where}: compute and copy_count apply to inference components only; ignored",
+                )
+            if not instance_based:
+                if m.compute is None:
+                    errors.append(f"{where}.compute: required for an inference-component endpoint")
+                if m.copy_count < 1:
+                    errors.append(f"{where}.copy_count: {m.copy_count} must be at least 1")
+                if not _COMPONENT_NAME.match(m.name):
+                    errors.append(f"{where}.name: {m.name!r} must be letters, digits and single hyphens")
+
+        if plan.initial_instance_count < 1:
+            errors.append(f"plan.initial_instance_count: {plan.initial_instance_count} must be at least 1")
+        low, high = TIMEOUT_RANGE_S
+        for field in ("startup_health_check_timeout_s", "model_data_download_timeout_s"):
+            value = getattr(plan, field)
+            if not low <= value <= high:
+                errors.append(f"plan.{field}: {value} must be within {low}..{high} seconds")
+        if (
+            plan.volume_size_gb is not None
+            and not VOLUME_RANGE_GB[0] <= plan.volume_size_gb <= VOLUME_RANGE_GB[1]
+        ):
+            errors.append(
+                f"plan.volume_size_gb: {plan.volume_size_gb} must be within {VOLUME_RANGE_GB[0]}..{VOLUME_RANGE_GB[1]}"
+            )
+
+        scaling = plan.scaling
+        if scaling is not None:
+            lowest = 1 if instance_based else 0
+            if scaling.min_capacity < lowest:
+                errors.append(f"plan.scaling.min_capacity: {scaling.min_capacity} must be at least {lowest}")
+            if scaling.max_capacity < scaling.min_capacity:
+                errors.append(
+                    f"plan.scaling.max_capacity: {scaling.max_capacity} must not be below min_capacity ({scaling.min_capacity})"
+                )
+            if scaling.target_value <= 0:
+                errors.append(f"plan.scaling.target_value: {scaling.target_value} must be positive")
+            if (
+                instance_based
+                and not scaling.min_capacity <= plan.initial_instance_count <= scaling.max_capacity
+            ):
+                warn(
+                    "InitialCountOutsideScaling",
+                    f"plan.initial_instance_count {plan.initial_instance_count} is outside scaling "
+                    f"{scaling.min_capacity}..{scaling.max_capacity}; Auto Scaling will move it",
+                )
+            if not instance_based and scaling.min_capacity == 0:
+                warn(
+                    "ScaleFromZero",
+                    "plan.scaling.min_capacity 0: target tracking cannot scale a component out of zero copies; "
+                    "add a step-scaling policy on NoCapacityInvocationFailures",
+                )
+
+        if vpc is None and (subnets is not None or security_groups):
+            errors.append("subnets/security_groups: given without a vpc")
+        if network_isolation:
+            warn(
+                "NetworkIsolation",
+                "network_isolation: the container cannot reach the Hugging Face Hub; "
+                "the image must find the model data elsewhere (S3)",
+            )
+
+        if errors:
+            raise InputError([f"{self.node.path}: {message}" for message in errors])
+
+
+def _hf_token(secret: secretsmanager.ISecret | None, name_or_arn: str | None) -> SecretValue | None:
+    """The token as a dynamic reference: from the given secret, else the plan's secret name or ARN."""
+    if secret is not None:
+        return secret.secret_value
+    if name_or_arn:
+        return SecretValue.secrets_manager(name_or_arn)
+    return None

@@ -1,0 +1,37 @@
+"""EndpointStack: what app.py and the bench deploy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Environment, Stack, Tags
+from constructs import Construct
+
+from sagellm.constructs import LlmEndpoint
+from sagellm.constructs.inference_component import pascal
+from sagellm.profiles.plan import DeploymentPlan
+
+
+class EndpointStack(Stack):
+    """One LlmEndpoint (id `Llm`) with outputs `EndpointName` and `ComponentName<Name>` per inference component."""
+
+    def __init__(self, scope: Construct, id: str, *, plan: DeploymentPlan, **stack_kwargs: Any) -> None:
+        stack_kwargs.setdefault("env", Environment(region=plan.region))
+        stack_kwargs.setdefault(
+            "description", f"sagellm {plan.profile}: {plan.primary.model_id} on {plan.instance_type}"
+        )
+        super().__init__(scope, id, **stack_kwargs)
+        # Stack tags reach every resource CloudFormation tags, so `sagellm cleanup` finds leftovers.
+        for key, value in plan.tags.items():
+            Tags.of(self).add(key, value)
+        self.endpoint = LlmEndpoint(self, "Llm", plan=plan)
+        CfnOutput(
+            self, "EndpointName", value=self.endpoint.endpoint_name, description="SageMaker endpoint name"
+        )
+        for model_name, component_name in self.endpoint.inference_component_names.items():
+            CfnOutput(
+                self,
+                f"ComponentName{pascal(model_name)}",
+                value=component_name,
+                description=f"Inference component of model {model_name!r}",
+            )

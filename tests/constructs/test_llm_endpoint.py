@@ -1,0 +1,527 @@
+"""LlmEndpoint and EndpointStack: the template each plan produces."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk.assertions import Annotations, Match, Template
+from construct_plans import INSTANCE_PROFILES, instance_plan, scaled, synth, two_model_plan
+
+from sagellm.constructs import LlmEndpoint
+from sagellm.errors import InputError
+from sagellm.profiles import DeploymentPlan
+
+MODEL = "AWS::SageMaker::Model"
+CONFIG = "AWS::SageMaker::EndpointConfig"
+ENDPOINT = "AWS::SageMaker::Endpoint"
+COMPONENT = "AWS::SageMaker::InferenceComponent"
+TARGET = "AWS::ApplicationAutoScaling::ScalableTarget"
+POLICY = "AWS::ApplicationAutoScaling::ScalingPolicy"
+
+
+def endpoint_template(plan: DeploymentPlan, **kwargs: object) -> tuple[Template, LlmEndpoint, Stack]:
+    """A bare stack holding one LlmEndpoint built with `kwargs` (CDK objects need the stack first)."""
+    stack = Stack(App(), "Stack", stack_name="sagellm-test")
+    factories = {key: value(stack) if callable(value) else value for key, value in kwargs.items()}
+    endpoint = LlmEndpoint(stack, "Llm", plan=plan, **factories)
+    return Template.from_stack(stack), endpoint, stack
+
+
+# --- instance-based profiles -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", INSTANCE_PROFILES)
+def test_model_runs_plan_image_with_exact_plan_environment(profile, plans, templates):
+    plan = plans[profile]
+    templates[profile].resource_count_is(MODEL, 1)
+    templates[profile].has_resource_properties(
+        MODEL,
+        {
+            "PrimaryContainer": {
+                "Image": plan.primary.image_uri,
+                "Environment": Match.exact(dict(plan.environment)),
+            },
+            "ExecutionRoleArn": {"Fn::GetAtt": [Match.string_like_regexp("^LlmRole"), "Arn"]},
+        },
+    )
+
+
+@pytest.mark.parametrize("profile", INSTANCE_PROFILES)
+def test_variant_carries_instance_type_count_and_startup_guards(profile, plans, templates):
+    plan = plans[profile]
+    templates[profile].has_resource_properties(
+        CONFIG,
+        {
+            "ProductionVariants": [
+                Match.object_equals(
+                    {
+                        "VariantName": "AllTraffic",
+                        "ModelName": {"Fn::GetAtt": [Match.string_like_regexp("^LlmModel"), "ModelName"]},
+                        "InstanceType": plan.instance_type,
+                        "InitialInstanceCount": plan.initial_instance_count,
+                        "InitialVariantWeight": 1,
+                        "ContainerStartupHealthCheckTimeoutInSeconds": plan.startup_health_check_timeout_s,
+                        "ModelDataDownloadTimeoutInSeconds": plan.model_data_download_timeout_s,
+                    }
+                )
+            ],
+            "ExecutionRoleArn": Match.absent(),
+            "KmsKeyId": Match.absent(),
+        },
+    )
+    templates[profile].has_resource_properties(
+        ENDPOINT,
+        {
+            "EndpointConfigName": {
+                "Fn::GetAtt": [Match.string_like_regexp("^LlmConfig"), "EndpointConfigName"]
+            }
+        },
+    )
+
+
+def test_min_latency_admits_one_request_at_a_time_over_all_gpus(plans, templates):
+    env = (
+        templates["min-latency"]
+        .find_resources(MODEL)
+        .popitem()[1]["Properties"]["PrimaryContainer"]["Environment"]
+    )
+    assert env["MAX_CONCURRENT_REQUESTS"] == "1"
+    assert env["SM_NUM_GPUS"] == str(plans["min-latency"].primary.tp_degree)
+
+
+def test_volume_size_is_set_only_when_the_plan_asks():
+    template = synth(instance_plan(instance_type="ml.g4dn.12xlarge", volume_size_gb=120))
+    template.has_resource_properties(
+        CONFIG, {"ProductionVariants": [Match.object_like({"VolumeSizeInGB": 120})]}
+    )
+    template = synth(instance_plan())
+    template.has_resource_properties(
+        CONFIG, {"ProductionVariants": [Match.object_like({"VolumeSizeInGB": Match.absent()})]}
+    )
+
+
+@pytest.mark.parametrize("profile", ["min-latency", "max-throughput", "min-cost", "replicas"])
+def test_profiles_without_scaling_create_no_scaling_resources(profile, templates):
+    templates[profile].resource_count_is(TARGET, 0)
+    templates[profile].resource_count_is(POLICY, 0)
+
+
+def test_autoscale_starts_with_several_instances_and_tracks_invocations_per_instance(plans, templates):
+    plan, template = plans["autoscale"], templates["autoscale"]
+    assert plan.initial_instance_count > 1 and plan.scaling is not None
+    template.has_resource_properties(
+        CONFIG,
+        {"ProductionVariants": [Match.object_like({"InitialInstanceCount": plan.initial_instance_count})]},
+    )
+    template.has_resource_properties(
+        TARGET,
+        {
+            "ServiceNamespace": "sagemaker",
+            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+            "ResourceId": {
+                "Fn::Join": [
+                    "",
+                    [
+                        "endpoint/",
+                        {"Fn::GetAtt": [Match.string_like_regexp("^LlmEndpoint"), "EndpointName"]},
+                        "/variant/AllTraffic",
+                    ],
+                ]
+            },
+            "MinCapacity": plan.scaling.min_capacity,
+            "MaxCapacity": plan.scaling.max_capacity,
+            "RoleARN": Match.absent(),  # the service-linked role
+        },
+    )
+    template.has_resource_properties(
+        POLICY,
+        {
+            "PolicyType": "TargetTrackingScaling",
+            "ScalingTargetId": {"Ref": Match.string_like_regexp("^LlmScalingTarget")},
+            "TargetTrackingScalingPolicyConfiguration": {
+                "PredefinedMetricSpecification": {
+                    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+                },
+                "TargetValue": plan.scaling.target_value,
+                "ScaleInCooldown": plan.scaling.scale_in_cooldown_s,
+                "ScaleOutCooldown": plan.scaling.scale_out_cooldown_s,
+            },
+        },
+    )
+    template.resource_count_is("AWS::IAM::Role", 1)  # no extra role for Application Auto Scaling
+
+
+# --- inference components ----------------------------------------------------------------------
+
+
+def test_replicas_endpoint_config_has_execution_role_and_no_model(plans, templates):
+    plan = plans["replicas"]
+    templates["replicas"].has_resource_properties(
+        CONFIG,
+        {
+            "ExecutionRoleArn": {"Fn::GetAtt": [Match.string_like_regexp("^LlmRole"), "Arn"]},
+            "ProductionVariants": [
+                Match.object_equals(
+                    {
+                        "VariantName": "AllTraffic",
+                        "InstanceType": plan.instance_type,
+                        "InitialInstanceCount": plan.initial_instance_count,
+                    }
+                )
+            ],
+        },
+    )
+
+
+def test_replicas_component_reserves_plan_compute_per_copy(plans, templates):
+    plan = plans["replicas"]
+    model = plan.primary
+    assert model.compute is not None and plan.instance_type == "ml.p4d.24xlarge"
+    templates["replicas"].resource_count_is(COMPONENT, 1)
+    templates["replicas"].has_resource_properties(
+        COMPONENT,
+        {
+            "InferenceComponentName": f"sagellm-replicas-{model.name}",
+            "EndpointName": {"Fn::GetAtt": [Match.string_like_regexp("^LlmEndpoint"), "EndpointName"]},
+            "VariantName": "AllTraffic",
+            "RuntimeConfig": {"CopyCount": model.copy_count},
+            "Specification": {
+                "ModelName": {"Fn::GetAtt": [Match.string_like_regexp("^LlmModel"), "ModelName"]},
+                "ComputeResourceRequirements": {
+                    "NumberOfAcceleratorDevicesRequired": model.compute.accelerators,
+                    "NumberOfCpuCoresRequired": model.compute.cpu_cores,
+                    "MinMemoryRequiredInMb": model.compute.min_memory_mib,
+                },
+                "StartupParameters": {
+                    "ContainerStartupHealthCheckTimeoutInSeconds": plan.startup_health_check_timeout_s,
+                    "ModelDataDownloadTimeoutInSeconds": plan.model_data_download_timeout_s,
+                },
+            },
+        },
+    )
+    templates["replicas"].has_resource_properties(
+        MODEL,
+        {"PrimaryContainer": {"Image": model.image_uri, "Environment": Match.exact(dict(model.environment))}},
+    )
+    templates["replicas"].has_output(
+        f"ComponentName{'Llama213b'}", {"Value": f"sagellm-replicas-{model.name}"}
+    )
+
+
+def test_two_models_share_one_endpoint_as_separate_components():
+    plan = two_model_plan()
+    template, endpoint, _ = endpoint_template(plan)
+    template.resource_count_is(ENDPOINT, 1)
+    template.resource_count_is(MODEL, 2)
+    template.resource_count_is(COMPONENT, 2)
+    for model in plan.models:
+        template.has_resource_properties(
+            MODEL,
+            {
+                "PrimaryContainer": Match.object_like(
+                    {"Environment": Match.object_like({"HF_MODEL_ID": model.model_id})}
+                )
+            },
+        )
+        template.has_resource_properties(
+            COMPONENT,
+            {"InferenceComponentName": f"sagellm-test-{model.name}", "RuntimeConfig": {"CopyCount": 4}},
+        )
+    assert endpoint.inference_component_names == {m.name: f"sagellm-test-{m.name}" for m in plan.models}
+    stack_template = synth(plan)
+    stack_template.has_output("ComponentNameLlama213b", {"Value": "sagellm-test-llama2-13b"})
+    stack_template.has_output("ComponentNameMistral7b", {"Value": "sagellm-test-mistral-7b"})
+
+
+def test_component_scaling_tracks_concurrent_requests_per_copy():
+    plan = scaled(two_model_plan(), min_capacity=1, max_capacity=8, target_value=4)
+    template, _, _ = endpoint_template(plan)
+    template.resource_count_is(TARGET, 2)
+    for model in plan.models:
+        template.has_resource_properties(
+            TARGET,
+            {
+                "ResourceId": f"inference-component/sagellm-test-{model.name}",
+                "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount",
+                "MinCapacity": 1,
+                "MaxCapacity": 8,
+            },
+        )
+    template.has_resource_properties(
+        POLICY,
+        {
+            "TargetTrackingScalingPolicyConfiguration": Match.object_like(
+                {
+                    "PredefinedMetricSpecification": {
+                        "PredefinedMetricType": "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"
+                    },
+                    "TargetValue": 4,
+                }
+            )
+        },
+    )
+    # The resource id names the component instead of referencing it: the target must wait for it.
+    targets = template.find_resources(TARGET)
+    assert all(any(dep.startswith("LlmComponent") for dep in t["DependsOn"]) for t in targets.values())
+
+
+def test_component_names_stay_within_63_characters():
+    stack = Stack(App(), "Stack", stack_name="sagellm-a-very-long-team-stack-name-for-a-shared-p4d-endpoint")
+    endpoint = LlmEndpoint(stack, "Llm", plan=two_model_plan())
+    names = list(endpoint.inference_component_names.values())
+    assert all(len(n) <= 63 for n in names) and len(set(names)) == 2
+
+
+# --- security ----------------------------------------------------------------------------------
+
+
+def role_statements(template: Template) -> list[dict]:
+    policies = template.find_resources("AWS::IAM::Policy")
+    assert len(policies) == 1
+    return policies.popitem()[1]["Properties"]["PolicyDocument"]["Statement"]
+
+
+def test_execution_role_is_least_privilege(templates):
+    template = templates["max-throughput"]
+    template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": Match.object_like(
+                {"Statement": [Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}})]}
+            ),
+            "ManagedPolicyArns": Match.absent(),
+        },
+    )
+    by_sid = {s["Sid"]: s for s in role_statements(template)}
+    assert set(by_sid) == {"PullContainerImage", "RegistryLogin", "WriteEndpointLogs", "WriteEndpointMetrics"}
+    assert by_sid["PullContainerImage"]["Resource"] == (
+        "arn:aws:ecr:us-east-1:763104351884:repository/huggingface-pytorch-tgi-inference"
+    )
+    assert by_sid["RegistryLogin"]["Action"] == "ecr:GetAuthorizationToken"
+    assert (
+        by_sid["WriteEndpointLogs"]["Resource"]["Fn::Join"][1][-1] == ":log-group:/aws/sagemaker/Endpoints/*"
+    )
+    assert by_sid["WriteEndpointMetrics"]["Condition"] == {
+        "StringEquals": {
+            "cloudwatch:namespace": ["/aws/sagemaker/Endpoints", "/aws/sagemaker/InferenceComponents"]
+        }
+    }
+    actions = [
+        a for s in by_sid.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    ]
+    assert not any(
+        a.endswith("*") or a.startswith(("secretsmanager:", "kms:", "s3:", "iam:")) for a in actions
+    )
+
+
+def test_kms_key_encrypts_endpoint_storage_and_only_that_key_is_granted():
+    template, _, _ = endpoint_template(
+        instance_plan(), kms_key=lambda s: kms.Key(s, "Key", enable_key_rotation=True)
+    )
+    template.has_resource_properties(
+        CONFIG, {"KmsKeyId": {"Fn::GetAtt": [Match.string_like_regexp("^Key"), "Arn"]}}
+    )
+    (kms_statement,) = [s for s in role_statements(template) if "kms:Decrypt" in s["Action"]]
+    assert kms_statement["Action"] == [
+        "kms:CreateGrant",
+        "kms:Decrypt",
+        "kms:DescribeKey",
+        "kms:GenerateDataKeyWithoutPlaintext",
+    ]
+    assert kms_statement["Resource"]["Fn::GetAtt"][0].startswith("Key")
+
+
+def test_hf_token_reaches_the_container_only_as_a_secrets_manager_reference():
+    template = synth(instance_plan(hf_token_secret="team/hf-token"))
+    template.has_resource_properties(
+        MODEL,
+        {
+            "PrimaryContainer": Match.object_like(
+                {
+                    "Environment": Match.object_like(
+                        {"HF_TOKEN": "{{resolve:secretsmanager:team/hf-token:SecretString:::}}"}
+                    )
+                }
+            )
+        },
+    )
+
+
+def test_given_secret_is_referenced_and_overrides_the_plan_secret_name():
+    template, _, _ = endpoint_template(
+        instance_plan(hf_token_secret="ignored"),
+        hf_token_secret=lambda s: secretsmanager.Secret.from_secret_name_v2(s, "Token", "team/hf"),
+    )
+    env = template.find_resources(MODEL).popitem()[1]["Properties"]["PrimaryContainer"]["Environment"]
+    assert "{{resolve:secretsmanager:" in str(env["HF_TOKEN"]) and "team/hf" in str(env["HF_TOKEN"])
+    assert "ignored" not in str(env)
+
+
+def test_vpc_places_model_in_private_subnets_with_an_egress_only_security_group():
+    def vpc(stack: Stack) -> ec2.IVpc:
+        return ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
+
+    template, _, _ = endpoint_template(instance_plan(), vpc=vpc)
+    template.has_resource_properties(
+        MODEL,
+        {
+            "VpcConfig": {
+                "Subnets": [
+                    {"Ref": Match.string_like_regexp("PrivateSubnet1")},
+                    {"Ref": Match.string_like_regexp("PrivateSubnet2")},
+                ],
+                "SecurityGroupIds": [
+                    {"Fn::GetAtt": [Match.string_like_regexp("^LlmSecurityGroup"), "GroupId"]}
+                ],
+            },
+            "EnableNetworkIsolation": Match.absent(),
+        },
+    )
+    template.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {"GroupDescription": Match.string_like_regexp("sagellm"), "SecurityGroupIngress": Match.absent()},
+    )
+
+
+def test_network_isolation_is_opt_in_and_warns_that_the_hub_is_unreachable():
+    template, _, stack = endpoint_template(two_model_plan(), network_isolation=True)
+    template.has_resource_properties(MODEL, {"EnableNetworkIsolation": True})
+    template.has_resource_properties(CONFIG, {"EnableNetworkIsolation": True})
+    Annotations.from_stack(stack).has_warning("/Stack/Llm", Match.string_like_regexp("Hugging Face Hub"))
+
+
+def test_grant_invoke_allows_invoking_this_endpoint_only():
+    stack = Stack(App(), "Stack")
+    endpoint = LlmEndpoint(stack, "Llm", plan=instance_plan())
+    caller = iam.Role(stack, "Caller", assumed_by=iam.AccountRootPrincipal())
+    endpoint.grant_invoke(caller)
+    Template.from_stack(stack).has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": [{"Ref": Match.string_like_regexp("^Caller")}],
+            "PolicyDocument": {
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"],
+                        "Resource": {"Ref": Match.string_like_regexp("^LlmEndpoint")},
+                    }
+                ],
+                "Version": "2012-10-17",
+            },
+        },
+    )
+
+
+def test_given_role_is_used_and_no_role_is_created():
+    def role(stack: Stack) -> iam.IRole:
+        return iam.Role.from_role_arn(stack, "Given", "arn:aws:iam::123456789012:role/team-sagemaker")
+
+    template, _, _ = endpoint_template(instance_plan(), role=role)
+    template.resource_count_is("AWS::IAM::Role", 0)
+    template.has_resource_properties(
+        MODEL, {"ExecutionRoleArn": "arn:aws:iam::123456789012:role/team-sagemaker"}
+    )
+
+
+# --- shape of the construct and the stack ------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["max-throughput", "replicas", "autoscale"])
+def test_children_have_short_fixed_ids_and_resources_have_no_physical_names(profile, stacks, templates):
+    ids = {child.node.id for child in stacks[profile].endpoint.node.children}
+    expected = (
+        {"Role", "Config", "Endpoint"}
+        | ({"ModelLlama213b", "ComponentLlama213b"} if profile == "replicas" else {"Model"})
+        | ({"Scaling"} if profile == "autoscale" else set())
+    )
+    assert ids == expected
+    physical_names = {
+        MODEL: "ModelName",
+        CONFIG: "EndpointConfigName",
+        ENDPOINT: "EndpointName",
+        "AWS::IAM::Role": "RoleName",
+    }
+    for resource in templates[profile].to_json()["Resources"].values():
+        if resource["Type"] in physical_names:
+            assert physical_names[resource["Type"]] not in resource["Properties"], resource["Type"]
+
+
+@pytest.mark.parametrize("profile", ["min-latency", "replicas", "autoscale"])
+def test_plan_tags_are_on_every_taggable_resource(profile, plans, templates):
+    expected = [{"Key": k, "Value": v} for k, v in plans[profile].tags.items()]
+    resources = templates[profile].to_json()["Resources"].values()
+    tagged = [r for r in resources if r["Type"] not in ("AWS::IAM::Policy", POLICY)]
+    assert tagged
+    for resource in tagged:
+        assert all(tag in resource["Properties"]["Tags"] for tag in expected), resource["Type"]
+
+
+def test_stack_outputs_the_endpoint_name_and_runs_in_the_plan_region(stacks, templates):
+    templates["max-throughput"].has_output(
+        "EndpointName", {"Value": {"Fn::GetAtt": [Match.string_like_regexp("^LlmEndpoint"), "EndpointName"]}}
+    )
+    assert set(templates["max-throughput"].to_json()["Outputs"]) == {"EndpointName"}
+    assert stacks["max-throughput"].region == "us-east-1"
+
+
+def test_llm_endpoint_imports_from_the_package_root_without_loading_cdk_on_import():
+    code = "import sys, sagellm; assert 'aws_cdk' not in sys.modules; from sagellm import LlmEndpoint; print(LlmEndpoint.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "LlmEndpoint"
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def validation_errors(plan: DeploymentPlan, **kwargs: object) -> list[str]:
+    with pytest.raises(InputError) as caught:
+        endpoint_template(plan, **kwargs)
+    return caught.value.messages
+
+
+def test_rejects_a_token_in_the_environment_naming_the_variable():
+    model = instance_plan().primary
+    env = {**model.environment, "HF_TOKEN": "hf_" + "a" * 30}
+    (message,) = validation_errors(instance_plan(models=(model.model_copy(update={"environment": env}),)))
+    assert "plan.models[0].environment.HF_TOKEN" in message and "hf_token_secret" in message
+    assert "hf_aaaa" not in message  # the error never echoes the secret
+
+
+def test_reports_every_problem_of_a_plan_at_once():
+    plan = two_model_plan(endpoint_kind="instance", startup_health_check_timeout_s=5)
+    bad_model = plan.models[1].model_copy(update={"image_uri": "docker.io/library/tgi:latest"})
+    messages = validation_errors(plan.model_copy(update={"models": (plan.models[0], bad_model)}))
+    assert any("exactly one model, got 2" in m for m in messages)
+    assert any("plan.startup_health_check_timeout_s: 5" in m for m in messages)
+    assert any("plan.models[1].image_uri" in m and "not an ECR image URI" in m for m in messages)
+    assert all(m.startswith("Stack/Llm: ") for m in messages)
+
+
+def test_rejects_components_without_compute_and_inverted_scaling_bounds():
+    plan = scaled(two_model_plan(), min_capacity=4, max_capacity=2)
+    plan = plan.model_copy(
+        update={"models": (plan.models[0].model_copy(update={"compute": None}), plan.models[1])}
+    )
+    messages = validation_errors(plan)
+    assert any("plan.models[0].compute: required" in m for m in messages)
+    assert any("plan.scaling.max_capacity: 2 must not be below min_capacity (4)" in m for m in messages)
+
+
+def test_rejects_security_groups_without_a_vpc():
+    def groups(stack: Stack) -> list[ec2.ISecurityGroup]:
+        return [ec2.SecurityGroup.from_security_group_id(stack, "Sg", "sg-12345678")]
+
+    assert any("without a vpc" in m for m in validation_errors(instance_plan(), security_groups=groups))
+
+
+def test_warns_when_initial_count_lies_outside_the_scaling_bounds():
+    _, _, stack = endpoint_template(scaled(instance_plan(initial_instance_count=6), max_capacity=4))
+    Annotations.from_stack(stack).has_warning("/Stack/Llm", Match.string_like_regexp("outside scaling 1..4"))
