@@ -1,0 +1,21 @@
+"""A local endpoint that behaves like a DeploymentPlan: SageMaker runtime, TGI and OpenAI routes over
+continuous batching in simulated time (results from it are labelled emulated).
+
+Token rule: one token per whitespace-separated word of the prompt; `make_prompt(n)` builds n tokens.
+"""
+
+from sagellm.bench.emulator.formats import count_tokens, make_prompt
+from sagellm.bench.emulator.process import EmulatorProcess
+from sagellm.bench.emulator.server import (
+    SERVER_E2E_DETAIL,
+    SERVER_E2E_HEADER,
+    SERVER_TTFT_DETAIL,
+    SERVER_TTFT_HEADER,
+    Emulator,
+    run_emulator,
+)
+
+__all__ = [
+    "SERVER_E2E_DETAIL", "SERVER_E2E_HEADER", "SERVER_TTFT_DETAIL", "SERVER_TTFT_HEADER",
+    "Emulator", "EmulatorProcess", "count_tokens", "make_prompt", "run_emulator",
+]

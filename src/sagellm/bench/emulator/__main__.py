@@ -1,0 +1,44 @@
+"""Child-process entry of `EmulatorProcess`: `python -m sagellm.bench.emulator --plan plan.json …`.
+
+Prints `SAGELLM_EMULATOR_URL=<url>` on stdout once it listens; serves until SIGTERM/SIGINT or until the
+parent process is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from sagellm.bench.emulator.process import _READY_PREFIX
+from sagellm.bench.emulator.server import Emulator, serve_forever
+from sagellm.errors import SagellmError
+from sagellm.profiles.plan import DeploymentPlan
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the arguments, load the plan, serve."""
+    parser = argparse.ArgumentParser(prog="python -m sagellm.bench.emulator")
+    parser.add_argument("--plan", required=True, type=Path, help="DeploymentPlan JSON file")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--time-scale", type=float, default=1.0)
+    parser.add_argument("--endpoint-name")
+    parser.add_argument("--parent-pid", type=int)
+    args = parser.parse_args(argv)
+    plan = DeploymentPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
+    emulator = Emulator(plan, time_scale=args.time_scale, endpoint_name=args.endpoint_name)
+
+    def ready(url: str) -> None:
+        print(f"{_READY_PREFIX}{url}", flush=True)
+
+    asyncio.run(serve_forever(emulator, args.host, args.port, ready, parent_pid=args.parent_pid))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except SagellmError as exc:  # one line for EmulatorProcess to show, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(int(exc.exit_status))

@@ -1,0 +1,367 @@
+"""Continuous batching in simulated time: one engine loop per model copy, driven by the planner's step model.
+
+Each copy runs one asyncio task that alternates a prefill pass (for queued requests that fit the KV
+budget) with a decode step (one token for every running sequence), and sleeps for each pass's modelled
+duration × `time_scale`. Token waiters are woken at step ends, so there is one timer per step, not one per
+request. Sleeps are chained on deadlines (a late wake-up is made up on the next step) so the average pace
+stays exact despite ~1 ms timer granularity; a debt larger than `_MAX_DEBT_S` is dropped and reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from sagellm.catalog import find_instance, find_model
+from sagellm.errors import InputError
+from sagellm.planner import Shape, StepModel
+from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+
+_MAX_DEBT_S = 0.05  # real seconds an engine may run behind its schedule before it stops catching up
+
+QUEUED, RUNNING, DONE, TIMED_OUT, CANCELLED = "queued", "running", "done", "timed_out", "cancelled"
+
+
+class RequestError(Exception):
+    """A request the server refuses, as TGI answers it: HTTP status and `{"error", "error_type"}`."""
+
+    def __init__(self, status: int, error_type: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+class InvocationTimeout(Exception):
+    """The request outlived its deadline (SageMaker's 60 s invocation timeout)."""
+
+
+class Cancelled(Exception):
+    """The emulator stopped while the request was in flight."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A copy's serving limits, read from the container environment (TGI or LMI names)."""
+
+    max_input_tokens: int
+    max_total_tokens: int
+    max_batch_prefill_tokens: int
+    max_batch_total_tokens: int  # KV budget; each sequence reserves input + max_new_tokens
+    max_concurrent_requests: int | None  # TGI rejects above it (429); None: never rejects (LMI queues)
+    max_batch_size: int | None  # running sequences (LMI's rolling batch size); None: KV budget only
+
+    @classmethod
+    def from_environment(cls, container: str, env: dict[str, str], shape: Shape) -> Limits:
+        """TGI (method.md §2) or LMI limits, with the servers' defaults where a variable is unset."""
+        def num(name: str, default: int) -> int:
+            value = env.get(name)
+            if value is None:
+                return default
+            try:
+                return int(value)
+            except ValueError:
+                raise InputError(f"environment: {name}: {value!r} is not an integer") from None
+
+        context = shape.model.max_context
+        kv = shape.kv_capacity_tokens
+        if container == "lmi":
+            total = num("OPTION_MAX_MODEL_LEN", context)
+            return cls(max_input_tokens=total - 1, max_total_tokens=total,
+                       max_batch_prefill_tokens=num("OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS", total),
+                       max_batch_total_tokens=kv, max_concurrent_requests=None,
+                       max_batch_size=num("OPTION_MAX_ROLLING_BATCH_SIZE", 256))
+        total = num("MAX_TOTAL_TOKENS", context)
+        max_input = num("MAX_INPUT_TOKENS", num("MAX_INPUT_LENGTH", total - 1))
+        return cls(
+            max_input_tokens=max_input,
+            max_total_tokens=total,
+            max_batch_prefill_tokens=num("MAX_BATCH_PREFILL_TOKENS", max_input + 50),
+            # TGI infers the KV budget from free memory at warm-up when it is not given.
+            max_batch_total_tokens=num("MAX_BATCH_TOTAL_TOKENS", kv),
+            max_concurrent_requests=num("MAX_CONCURRENT_REQUESTS", 128),
+            max_batch_size=None,
+        )
+
+
+class Sequence:
+    """One admitted request inside a copy: how many tokens it has, and its waiter."""
+
+    __slots__ = (
+        "_waiter",
+        "arrived_s",
+        "deadline_s",
+        "first_token_s",
+        "generated",
+        "input_tokens",
+        "max_new_tokens",
+        "state",
+    )
+
+    def __init__(self, input_tokens: int, max_new_tokens: int, arrived_s: float, deadline_s: float | None):
+        self.input_tokens = input_tokens
+        self.max_new_tokens = max_new_tokens
+        self.generated = 0
+        self.state = QUEUED
+        self.arrived_s = arrived_s  # perf_counter() when the request arrived
+        self.first_token_s: float | None = None
+        self.deadline_s = deadline_s  # perf_counter() deadline, or None
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def reserved_tokens(self) -> int:
+        """KV tokens the sequence holds a claim on while it runs."""
+        return self.input_tokens + self.max_new_tokens
+
+    @property
+    def active(self) -> bool:
+        """Whether it is still queued or running."""
+        return self.state in (QUEUED, RUNNING)
+
+    async def progress(self) -> AsyncIterator[int]:
+        """Yield the number of tokens generated so far, each time it grows, until the sequence ends."""
+        seen = 0
+        while True:
+            if self.generated > seen:
+                seen = self.generated
+                yield seen
+                continue
+            if self.state == DONE:
+                return
+            if self.state == TIMED_OUT:
+                raise InvocationTimeout()
+            if self.state == CANCELLED:
+                raise Cancelled()
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class CopyEngine:
+    """One model copy: a queue, a running batch within the KV budget, and the loop that steps it."""
+
+    def __init__(self, steps: StepModel, limits: Limits, time_scale: float):
+        self.steps = steps
+        self.limits = limits
+        self.time_scale = time_scale
+        self.queue: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.kv_reserved = 0
+        self.completed = 0
+        self.timed_out = 0
+        self.cancelled = 0
+        self.max_behind_s = 0.0  # worst lateness of a step against the schedule, real seconds
+        self._clock = 0.0  # perf_counter() at which the current pass is due to end
+        self._work = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Requests queued or running (what TGI's admission limit counts)."""
+        return len(self.queue) + len(self.running)
+
+    def start(self) -> None:
+        """Start the engine loop on the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop the loop and end every sequence (their waiters raise `Cancelled`)."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for seq in list(self.queue) + list(self.running):
+            self._retire(seq, CANCELLED)
+
+    def submit(self, seq: Sequence) -> None:
+        """Queue an admitted request; the loop prefills it as soon as the KV budget allows."""
+        self.queue.append(seq)
+        self._work.set()
+
+    def cancel(self, seq: Sequence) -> None:
+        """The client went away (or the invocation timed out): free the sequence's slot and KV at once."""
+        if seq.active:
+            self._retire(seq, CANCELLED)
+
+    def _retire(self, seq: Sequence, state: str) -> None:
+        if seq.state == QUEUED:
+            self.queue.remove(seq)
+        elif seq.state == RUNNING:
+            self.running.remove(seq)
+            self.kv_reserved -= seq.reserved_tokens
+        seq.state = state
+        if state == DONE:
+            self.completed += 1
+        elif state == TIMED_OUT:
+            self.timed_out += 1
+        else:
+            self.cancelled += 1
+        seq._wake()
+
+    async def _run(self) -> None:
+        while True:
+            if not self.queue and not self.running:
+                self._work.clear()
+                await self._work.wait()
+                self._clock = time.perf_counter()
+            self._expire()
+            batch = self._admit()
+            if batch:
+                # A prefill pass for the newly admitted requests; decoding of the others pauses meanwhile.
+                await self._sleep(self.steps.prefill_s(sum(s.input_tokens for s in batch)))
+                self._emit([s for s in batch if s.state == RUNNING])
+            if self.running:
+                context = sum(s.input_tokens + s.generated for s in self.running)
+                await self._sleep(self.steps.decode_step_s(len(self.running), context))
+                self._emit(self.running)
+
+    def _admit(self) -> list[Sequence]:
+        """Move queued requests (in order) into the batch while the KV and prefill budgets allow."""
+        lim = self.limits
+        batch: list[Sequence] = []
+        prefill = 0
+        while self.queue:
+            seq = self.queue[0]
+            fits_kv = self.kv_reserved + seq.reserved_tokens <= lim.max_batch_total_tokens
+            fits_prefill = prefill + seq.input_tokens <= lim.max_batch_prefill_tokens
+            fits_batch = lim.max_batch_size is None or len(self.running) < lim.max_batch_size
+            # A request larger than an empty copy's budgets still runs alone rather than wait forever.
+            alone = not self.running and not batch
+            if not alone and not (fits_kv and fits_prefill and fits_batch):
+                break
+            self.queue.popleft()
+            seq.state = RUNNING
+            self.running.append(seq)
+            self.kv_reserved += seq.reserved_tokens
+            prefill += seq.input_tokens
+            batch.append(seq)
+        return batch
+
+    def _emit(self, seqs: list[Sequence]) -> None:
+        """One token for each of `seqs`; finished ones leave the batch and free their KV."""
+        now = time.perf_counter()
+        finished = []
+        for seq in seqs:
+            seq.generated += 1
+            if seq.first_token_s is None:
+                seq.first_token_s = now
+            if seq.generated >= seq.max_new_tokens:
+                finished.append(seq)
+            else:
+                seq._wake()
+        for seq in finished:
+            self._retire(seq, DONE)
+
+    def _expire(self) -> None:
+        now = time.perf_counter()
+        late = [s for s in (*self.queue, *self.running) if s.deadline_s is not None and now >= s.deadline_s]
+        for seq in late:
+            self._retire(seq, TIMED_OUT)
+
+    async def _sleep(self, simulated_s: float) -> None:
+        self._clock += simulated_s * self.time_scale
+        delay = self._clock - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+            return
+        self.max_behind_s = max(self.max_behind_s, -delay)
+        if -delay > _MAX_DEBT_S:
+            self._clock = time.perf_counter()
+        await asyncio.sleep(0)
+
+
+class ModelServer:
+    """One model of the endpoint (a variant's model or an inference component): its limits and copies."""
+
+    def __init__(self, plan: DeploymentPlan, deployment: ModelDeployment, time_scale: float):
+        self.deployment = deployment
+        shape = Shape(model=find_model(deployment.model_id, f"models.{deployment.name}.model_id"),
+                      instance=find_instance(plan.instance_type), tp_degree=deployment.tp_degree,
+                      quantization=deployment.quantization)
+        self.limits = Limits.from_environment(plan.container, deployment.environment, shape)
+        if self.limits.max_batch_total_tokens <= 0:
+            raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
+                             f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")
+        steps = StepModel(shape)
+        # Copies behind the endpoint: per instance (inference components) × instances.
+        n_copies = deployment.copy_count * plan.initial_instance_count
+        self.copies = [CopyEngine(steps, self.limits, time_scale) for _ in range(n_copies)]
+        self.rejected_overloaded = 0
+        self.rejected_validation = 0
+        self._next = 0
+
+    def start(self) -> None:
+        """Start every copy's engine loop."""
+        for copy in self.copies:
+            copy.start()
+
+    async def stop(self) -> None:
+        """Stop every copy."""
+        for copy in self.copies:
+            await copy.stop()
+
+    def submit(self, input_tokens: int, max_new_tokens: int | None, deadline_s: float | None,
+               arrived_s: float) -> tuple[CopyEngine, Sequence]:
+        """Admit a request to the least-loaded copy (ties in turn), as TGI would: 429 first, then 422."""
+        copy = self._pick()
+        lim = self.limits
+        if lim.max_concurrent_requests is not None and copy.in_flight >= lim.max_concurrent_requests:
+            self.rejected_overloaded += 1
+            raise RequestError(429, "overloaded", "Model is overloaded")
+        if max_new_tokens is None:  # TGI: generate up to the total-token cap
+            max_new_tokens = max(1, lim.max_total_tokens - input_tokens)
+        try:
+            self._validate(input_tokens, max_new_tokens)
+        except RequestError:
+            self.rejected_validation += 1
+            raise
+        seq = Sequence(input_tokens, max_new_tokens, arrived_s, deadline_s)
+        copy.submit(seq)
+        return copy, seq
+
+    def _pick(self) -> CopyEngine:
+        n = len(self.copies)
+        order = [self.copies[(self._next + i) % n] for i in range(n)]
+        self._next = (self._next + 1) % n
+        return min(order, key=lambda c: c.in_flight)
+
+    def _validate(self, input_tokens: int, max_new_tokens: int) -> None:
+        lim = self.limits
+        if input_tokens == 0:
+            raise RequestError(422, "validation", "Input validation error: `inputs` cannot be empty")
+        if max_new_tokens <= 0:
+            raise RequestError(422, "validation",
+                               "Input validation error: `max_new_tokens` must be strictly positive")
+        if input_tokens > lim.max_input_tokens:
+            raise RequestError(422, "validation", f"Input validation error: `inputs` tokens must be <= "
+                                                  f"{lim.max_input_tokens}. Given: {input_tokens}")
+        if input_tokens + max_new_tokens > lim.max_total_tokens:
+            raise RequestError(422, "validation",
+                               f"Input validation error: `inputs` tokens + `max_new_tokens` must be <= "
+                               f"{lim.max_total_tokens}. Given: {input_tokens} `inputs` tokens and "
+                               f"{max_new_tokens} `max_new_tokens`")
+
+    def stats(self) -> dict[str, object]:
+        """Counters for `/metrics`."""
+        return {
+            "copies": len(self.copies),
+            "running": sum(len(c.running) for c in self.copies),
+            "queued": sum(len(c.queue) for c in self.copies),
+            "completed": sum(c.completed for c in self.copies),
+            "timed_out": sum(c.timed_out for c in self.copies),
+            "cancelled": sum(c.cancelled for c in self.copies),
+            "rejected_overloaded": self.rejected_overloaded,
+            "rejected_validation": self.rejected_validation,
+            "engine_max_behind_s": max(c.max_behind_s for c in self.copies),
+        }

@@ -1,0 +1,174 @@
+"""What the emulator reads and writes: the token-count rule, request bodies, TGI and OpenAI replies.
+
+Token rule (no tokenizer): a prompt's token count is its number of whitespace-separated words
+(`len(text.split())`); an OpenAI prompt given as a list of token ids counts one token per id.
+`make_prompt(n)` builds a prompt of exactly n such tokens. Generated tokens are deterministic filler
+words, each with a leading space, so generated text counts back to the same number of tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sagellm.bench.emulator.engine import RequestError
+
+# A fixed sentence repeated to length, like the published benchmarks' prompts (method.md §5).
+_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "again")
+_TOKEN_ID_BASE = 1000
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in `text` by the emulator's rule: whitespace-separated words."""
+    return len(text.split())
+
+
+def make_prompt(n_tokens: int) -> str:
+    """A prompt the emulator counts as exactly `n_tokens` tokens."""
+    return " ".join(_WORDS[i % len(_WORDS)] for i in range(n_tokens))
+
+
+def token_text(index: int) -> str:
+    """Text of the generated token at `index` (0-based)."""
+    return " " + _WORDS[index % len(_WORDS)]
+
+
+def generated_text(n_tokens: int) -> str:
+    """The whole text of `n_tokens` generated tokens."""
+    return "".join(token_text(i) for i in range(n_tokens))
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A parsed generation request, whatever API it came through."""
+
+    input_tokens: int
+    max_new_tokens: int | None  # None: the server's default (TGI: up to MAX_TOTAL_TOKENS)
+    stream: bool
+    details: bool  # TGI: include `details` (token counts, and the emulator's own timings)
+
+
+def _invalid(message: str) -> RequestError:
+    return RequestError(422, "validation", f"Input validation error: {message}")
+
+
+def _positive_int(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(f"`{name}` must be an integer, got {value!r}")
+    return value
+
+
+def parse_tgi(raw: bytes) -> Ask:
+    """TGI's generate body: `{"inputs": str, "parameters": {"max_new_tokens", "details"}, "stream"}`."""
+    body = _json_object(raw)
+    inputs = body.get("inputs")
+    if not isinstance(inputs, str):
+        raise _invalid("`inputs` must be a string")
+    params = body.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise _invalid("`parameters` must be an object")
+    return Ask(
+        input_tokens=count_tokens(inputs),
+        max_new_tokens=_positive_int(params.get("max_new_tokens"), "max_new_tokens"),
+        stream=bool(body.get("stream", False)),
+        details=bool(params.get("details", False)),
+    )
+
+
+def parse_openai(raw: bytes) -> Ask:
+    """OpenAI's completions body: `{"prompt": str | [int], "max_tokens": int, "stream": bool}`."""
+    body = _json_object(raw)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        tokens = len(prompt)
+    elif isinstance(prompt, str):
+        tokens = count_tokens(prompt)
+    else:
+        raise _invalid("`prompt` must be a string or a list of token ids")
+    max_tokens = _positive_int(body.get("max_tokens"), "max_tokens")
+    # OpenAI's default for completions is 16 tokens.
+    return Ask(input_tokens=tokens, max_new_tokens=16 if max_tokens is None else max_tokens,
+               stream=bool(body.get("stream", False)), details=True)
+
+
+def _json_object(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise _invalid(f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _invalid("the body must be a JSON object")
+    return body
+
+
+def sse(data: dict[str, Any], *, space: bool = False) -> bytes:
+    """One server-sent event: TGI writes `data:{...}`, OpenAI servers `data: {...}`."""
+    prefix = "data: " if space else "data:"
+    return f"{prefix}{json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _tgi_token(index: int) -> dict[str, Any]:
+    return {"id": _TOKEN_ID_BASE + index % len(_WORDS), "text": token_text(index), "logprob": -0.1,
+            "special": False}
+
+
+def tgi_details(n_tokens: int, input_tokens: int, timings: dict[str, float]) -> dict[str, Any]:
+    """TGI's `details` plus the emulator's own timings (`sagellm_server_ttft_s`, `sagellm_server_e2e_s`)."""
+    return {"finish_reason": "length", "generated_tokens": n_tokens, "seed": None,
+            "input_length": input_tokens, **timings}
+
+
+def tgi_generate(n_tokens: int, details: dict[str, Any] | None) -> dict[str, Any]:
+    """TGI's `/generate` reply (`/invocations` wraps it in a list)."""
+    out: dict[str, Any] = {"generated_text": generated_text(n_tokens)}
+    if details is not None:
+        out["details"] = {**details, "prefill": [], "tokens": [_tgi_token(i) for i in range(n_tokens)]}
+    return out
+
+
+def tgi_stream_token(index: int) -> bytes:
+    """One `/generate_stream` event for a token that is not the last."""
+    # Rendered by hand: this runs once per token per stream, the emulator's hottest path.
+    return (f'data:{{"index":{index + 1},"token":{{"id":{_TOKEN_ID_BASE + index % len(_WORDS)},'
+            f'"text":"{token_text(index)}","logprob":-0.1,"special":false}},'
+            f'"generated_text":null,"details":null,"top_tokens":null}}\n\n').encode()
+
+
+def tgi_stream_last(index: int, details: dict[str, Any] | None) -> bytes:
+    """The last `/generate_stream` event: the last token, the whole text, and `details` if asked for."""
+    return sse({"index": index + 1, "token": _tgi_token(index), "generated_text": generated_text(index + 1),
+                "details": details, "top_tokens": None})
+
+
+def openai_completion(request_id: str, model: str, created: int, n_tokens: int, input_tokens: int,
+                      timings: dict[str, float]) -> dict[str, Any]:
+    """OpenAI's non-streamed completion."""
+    return {"id": request_id, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": 0, "text": generated_text(n_tokens), "finish_reason": "length",
+                         "logprobs": None}],
+            "usage": _usage(n_tokens, input_tokens), **timings}
+
+
+def openai_chunk(request_id: str, model: str, created: int, index: int, *, last: bool = False,
+                 input_tokens: int = 0, timings: dict[str, float] | None = None) -> bytes:
+    """One streamed completion chunk; the last carries `finish_reason`, `usage` and the emulator's timings."""
+    data: dict[str, Any] = {
+        "id": request_id, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": 0, "text": token_text(index), "finish_reason": "length" if last else None,
+                     "logprobs": None}],
+    }
+    if last:
+        data["usage"] = _usage(index + 1, input_tokens)
+        data.update(timings or {})
+    return sse(data, space=True)
+
+
+OPENAI_DONE = b"data: [DONE]\n\n"
+
+
+def _usage(n_tokens: int, input_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": input_tokens, "completion_tokens": n_tokens,
+            "total_tokens": input_tokens + n_tokens}

@@ -1,0 +1,330 @@
+"""The emulator in-process on loopback: TGI and OpenAI routes, the plan's limits, and simulated timing."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from botocore.eventstream import EventStreamBuffer
+
+from sagellm.bench.emulator import Emulator, count_tokens, make_prompt
+from sagellm.bench.emulator.engine import ModelServer
+from sagellm.bench.emulator.eventstream import exception_event, payload_part
+from sagellm.bench.emulator.formats import generated_text
+from sagellm.catalog import find_instance, find_model
+from sagellm.planner import Shape, StepModel
+from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+
+LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
+
+
+TOKEN_CAPS = {"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"}
+
+
+def model(name: str = "llama2-7b", env: dict[str, str] | None = None, *, model_id: str = LLAMA2_7B,
+          tp: int = 1, copies: int = 1) -> ModelDeployment:
+    """A model deployment: TGI token caps 2048/4096, plus `env`."""
+    return ModelDeployment(name=name, model_id=model_id, image_uri="tgi:emulated", tp_degree=tp,
+                           environment={**TOKEN_CAPS, **(env or {})}, copy_count=copies)
+
+
+def plan(*models: ModelDeployment, instance: str = "ml.g5.2xlarge", kind: str = "instance",
+         container: str = "tgi", instances: int = 1) -> DeploymentPlan:
+    """A hand-built plan (one 7B model on ml.g5.2xlarge unless told otherwise)."""
+    return DeploymentPlan.model_validate({
+        "profile": "test", "region": "us-east-1", "container": container, "instance_type": instance,
+        "initial_instance_count": instances, "endpoint_kind": kind, "models": models or (model(),),
+        "startup_health_check_timeout_s": 600, "model_data_download_timeout_s": 600,
+        "input_tokens": 256, "output_tokens": 256, "tags": {}})
+
+
+def steps_of(p: DeploymentPlan) -> StepModel:
+    """The step model the emulator uses for the plan's first model."""
+    m = p.models[0]
+    return StepModel(Shape(model=find_model(m.model_id), instance=find_instance(p.instance_type),
+                           tp_degree=m.tp_degree))
+
+
+Events = list[tuple[float, Any]]
+Scenario = Callable[[aiohttp.ClientSession, str, Emulator], Awaitable[Any]]
+
+
+def run(p: DeploymentPlan, scenario: Scenario, *, time_scale: float = 0.1) -> Any:
+    """Serve `p` on a free loopback port for the length of `scenario`, then stop everything."""
+    async def main() -> Any:
+        emulator = Emulator(p, time_scale=time_scale)
+        async with emulator.listening() as url, aiohttp.ClientSession() as session:
+            return await scenario(session, url, emulator)
+    return asyncio.run(main())
+
+
+def tgi_body(n_in: int, n_out: int, **extra: Any) -> dict[str, Any]:
+    return {"inputs": make_prompt(n_in), "parameters": {"max_new_tokens": n_out, "details": True}, **extra}
+
+
+async def sse_events(resp: aiohttp.ClientResponse) -> list[tuple[float, Any]]:
+    """Parse server-sent events by hand: (arrival time, JSON payload or the raw text) per `data:` line."""
+    out: list[tuple[float, Any]] = []
+    rest = b""
+    async for chunk in resp.content.iter_any():
+        now = time.perf_counter()
+        rest += chunk
+        *events, rest = rest.split(b"\n\n")
+        for event in events:
+            for line in event.split(b"\n"):
+                if line.startswith(b"data:"):
+                    data = line[5:].strip()
+                    out.append((now, data.decode() if data == b"[DONE]" else json.loads(data)))
+    assert rest == b""
+    return out
+
+
+def test_make_prompt_counts_back_to_exactly_n_tokens() -> None:
+    for n in (0, 1, 7, 256, 4000):
+        assert count_tokens(make_prompt(n)) == n
+    assert count_tokens(generated_text(33)) == 33
+
+
+def test_event_stream_messages_decode_with_botocore() -> None:
+    buffer = EventStreamBuffer()
+    buffer.add_data(payload_part(b'data:{"x":1}\n\n') + exception_event("ModelStreamError", "late", "Code"))
+    part, error = list(buffer)
+    assert part.headers == {":event-type": "PayloadPart", ":content-type": "application/octet-stream",
+                            ":message-type": "event"}
+    assert part.payload == b'data:{"x":1}\n\n'
+    assert error.headers[":message-type"] == "exception"
+    assert error.headers[":exception-type"] == "ModelStreamError"
+    assert json.loads(error.payload) == {"Message": "late", "ErrorCode": "Code"}
+
+
+def test_limits_follow_the_container_environment_or_the_servers_defaults() -> None:
+    bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="tgi", tp_degree=1, environment={})
+    tgi = ModelServer(plan(bare), bare, 1.0).limits
+    shape = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1)
+    assert (tgi.max_input_tokens, tgi.max_total_tokens, tgi.max_concurrent_requests) == (4095, 4096, 128)
+    assert (tgi.max_batch_prefill_tokens, tgi.max_batch_total_tokens) == (4145, shape.kv_capacity_tokens)
+
+    lmi_model = model(env={"OPTION_MAX_MODEL_LEN": "2048", "OPTION_MAX_ROLLING_BATCH_SIZE": "32"})
+    lmi = ModelServer(plan(lmi_model, container="lmi"), lmi_model, 1.0).limits
+    # LMI queues instead of rejecting: no 429 admission limit, a cap on running sequences instead.
+    assert (lmi.max_total_tokens, lmi.max_concurrent_requests, lmi.max_batch_size) == (2048, None, 32)
+
+    replicas = model(copies=4)
+    assert len(ModelServer(plan(replicas, instances=3), replicas, 1.0).copies) == 12
+
+
+def test_generate_returns_the_requested_tokens_with_details_and_server_timings() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> None:
+        async with s.post(f"{url}/generate", json=tgi_body(50, 12)) as r:
+            assert r.status == 200
+            body = await r.json()
+            assert r.headers["X-Sagellm-Emulated"] == "true"
+            assert r.headers["X-Sagellm-Time-Scale"] == "0.1"
+            ttft = float(r.headers["X-Sagellm-Server-Ttft-S"])
+            e2e = float(r.headers["X-Sagellm-Server-E2e-S"])
+        assert body["details"]["generated_tokens"] == 12
+        assert body["details"]["finish_reason"] == "length"
+        assert count_tokens(body["generated_text"]) == 12
+        assert 0 < ttft < e2e
+    run(plan(), scenario)
+
+
+def test_generate_stream_sends_a_token_event_per_token_then_text_and_details() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> list[tuple[float, Any]]:
+        async with s.post(f"{url}/generate_stream", json=tgi_body(20, 15)) as r:
+            assert r.status == 200 and r.content_type == "text/event-stream"
+            return await sse_events(r)
+    events = run(plan(), scenario)
+    assert len(events) == 15
+    assert [e["token"]["text"] for _, e in events] == [f" {w}" for w in generated_text(15).split()]
+    assert all(e["generated_text"] is None and e["details"] is None for _, e in events[:-1])
+    last = events[-1][1]
+    assert last["generated_text"] == generated_text(15)
+    assert last["details"]["generated_tokens"] == 15 and last["details"]["input_length"] == 20
+    assert 0 < last["details"]["sagellm_server_ttft_s"] < last["details"]["sagellm_server_e2e_s"]
+    # Tokens arrive as they are generated, not all at the end (14 decode steps of ~3 ms at this scale).
+    assert events[-1][0] - events[0][0] > 0.02
+
+
+def test_invocations_wraps_the_reply_in_a_list_and_streams_when_asked() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> tuple[Any, Events]:
+        async with s.post(f"{url}/invocations", json=tgi_body(10, 4)) as r:
+            plain = await r.json()
+        async with s.post(f"{url}/invocations", json=tgi_body(10, 4, stream=True)) as r:
+            assert r.content_type == "text/event-stream"
+            return plain, await sse_events(r)
+    plain, events = run(plan(), scenario)
+    assert isinstance(plain, list) and plain[0]["details"]["generated_tokens"] == 4
+    assert len(events) == 4 and events[-1][1]["details"]["generated_tokens"] == 4
+
+
+def test_completions_report_usage_plain_and_streamed() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> tuple[Any, Events]:
+        body = {"model": LLAMA2_7B, "prompt": make_prompt(30), "max_tokens": 6}
+        async with s.post(f"{url}/v1/completions", json=body) as r:
+            plain = await r.json()
+        async with s.post(f"{url}/v1/completions", json={**body, "stream": True}) as r:
+            return plain, await sse_events(r)
+    plain, events = run(plan(), scenario)
+    assert plain["usage"] == {"prompt_tokens": 30, "completion_tokens": 6, "total_tokens": 36}
+    assert plain["choices"][0]["text"] == generated_text(6)
+    assert events[-1][1] == "[DONE]"
+    chunks = [e for _, e in events[:-1]]
+    assert len(chunks) == 6 and "".join(c["choices"][0]["text"] for c in chunks) == generated_text(6)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["usage"]["completion_tokens"] == 6 and chunks[-1]["sagellm_server_e2e_s"] > 0
+
+
+def test_info_health_ping_and_metrics_label_the_server_emulated() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> tuple[Any, Any]:
+        for path in ("/health", "/ping"):
+            async with s.get(f"{url}{path}") as r:
+                assert r.status == 200
+        async with s.get(f"{url}/info") as r:
+            info = await r.json()
+        await asyncio.sleep(0.12)  # a couple of loop-lag samples
+        async with s.get(f"{url}/metrics") as r:
+            return info, await r.json()
+    info, metrics = run(plan(model(env={"MAX_CONCURRENT_REQUESTS": "7"})), scenario)
+    assert info["emulated"] is True and info["time_scale"] == 0.1
+    assert info["model_id"] == LLAMA2_7B
+    assert info["max_input_tokens"] == 2048 and info["max_total_tokens"] == 4096
+    assert info["max_concurrent_requests"] == 7
+    assert metrics["emulated"] is True
+    assert metrics["loop_lag_s"]["samples"] >= 1 and metrics["loop_lag_s"]["max"] >= 0
+    assert {"requests_served", "running", "queued"} <= metrics.keys()
+
+
+def test_rejects_requests_above_max_concurrent_requests_at_once_with_429() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> None:
+        long = [await s.post(f"{url}/generate_stream", json=tgi_body(10, 200)) for _ in range(2)]
+        t0 = time.perf_counter()
+        async with s.post(f"{url}/generate", json=tgi_body(10, 5)) as r:
+            assert r.status == 429
+            assert await r.json() == {"error": "Model is overloaded", "error_type": "overloaded"}
+        assert time.perf_counter() - t0 < 0.5
+        for resp in long:
+            resp.close()
+    run(plan(model(env={"MAX_CONCURRENT_REQUESTS": "2"})), scenario)
+
+
+@pytest.mark.parametrize(("n_in", "n_out", "words"), [(2049, 5, "must be <= 2048"), (2000, 2097, "4096")])
+def test_rejects_input_over_max_input_tokens_or_total_over_max_total_tokens_with_422(
+        n_in: int, n_out: int, words: str) -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> None:
+        async with s.post(f"{url}/generate", json=tgi_body(n_in, n_out)) as r:
+            assert r.status == 422
+            body = await r.json()
+        assert body["error_type"] == "validation" and words in body["error"]
+    run(plan(), scenario)
+
+
+def test_queues_a_request_while_the_kv_budget_is_full() -> None:
+    # Room for exactly two sequences of 100 + 40 tokens: the third waits for one of them to finish.
+    p = plan(model(env={"MAX_BATCH_TOTAL_TOKENS": "280"}))
+
+    async def one(s: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+        async with s.post(f"{url}/generate", json=tgi_body(100, 40)) as r:
+            return (await r.json())["details"]
+
+    async def scenario(s: aiohttp.ClientSession, url: str, emulator: Emulator) -> tuple[list[Any], Any]:
+        first = [asyncio.create_task(one(s, url)) for _ in range(2)]
+        await asyncio.sleep(0.03)
+        third = asyncio.create_task(one(s, url))
+        await asyncio.sleep(0.03)
+        stats = emulator.primary.stats()
+        return [*(await asyncio.gather(*first)), await third], stats
+    (a, b, c), stats = run(p, scenario)
+    assert stats["running"] == 2 and stats["queued"] == 1
+    # Its time to first token includes the wait for a whole generation of the first two.
+    assert c["sagellm_server_ttft_s"] > 0.8 * min(a["sagellm_server_e2e_s"], b["sagellm_server_e2e_s"]) - 0.06
+
+
+def test_single_stream_inter_token_latency_follows_the_step_model() -> None:
+    p = plan()
+    # Real time and a long prompt, so the ~0.23 s prefill dwarfs wake-up jitter on a busy box.
+    scale, n_in, n_out = 1.0, 1000, 20
+
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> list[tuple[float, Any]]:
+        async with s.post(f"{url}/generate_stream", json=tgi_body(n_in, n_out)) as r:
+            return await sse_events(r)
+    events = run(p, scenario, time_scale=scale)
+    steps = steps_of(p)
+    # After the prefill (first token), step k decodes with the prompt and k generated tokens in the cache.
+    expected = [steps.decode_step_s(1, n_in + k) * scale for k in range(1, n_out)]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(events)]
+    assert sum(gaps) / len(gaps) == pytest.approx(sum(expected) / len(expected), rel=0.1)
+    ttft = events[-1][1]["details"]["sagellm_server_ttft_s"]
+    # The time to first token is the prefill pass; wake-up jitter on a busy box can only add to it.
+    prefill = steps.prefill_s(n_in) * scale
+    assert prefill * 0.97 <= ttft <= prefill * 1.1 + 0.04
+
+
+def test_prefill_of_a_new_request_pauses_decoding_of_the_running_one() -> None:
+    p = plan()
+    scale = 0.3  # a ~0.14 s prefill between ~10 ms decode steps
+
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> list[float]:
+        async with s.post(f"{url}/generate_stream", json=tgi_body(10, 40)) as r:
+            times: list[float] = []
+            other = None
+            async for line in r.content:
+                if line.startswith(b"data:"):
+                    times.append(time.perf_counter())
+                    if len(times) == 5:
+                        other = asyncio.create_task(s.post(f"{url}/generate", json=tgi_body(2000, 2)))
+        assert other is not None
+        (await other).close()
+        return [b - a for a, b in itertools.pairwise(times)]
+    gaps = run(p, scenario, time_scale=scale)
+    prefill = steps_of(p).prefill_s(2000) * scale
+    assert max(gaps) > 0.8 * prefill
+    assert sorted(gaps)[len(gaps) // 2] < 0.3 * prefill
+
+
+def test_tgi_routes_have_no_invocation_timeout() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> Any:
+        async with s.post(f"{url}/generate", json=tgi_body(10, 2000)) as r:
+            assert r.status == 200
+            return await r.json()
+    # 2000 tokens at ~32 ms each is over 60 simulated seconds.
+    assert steps_of(plan()).decode_step_s(1, 10) * 2000 > 60
+    body = run(plan(), scenario, time_scale=0.004)
+    assert body["details"]["generated_tokens"] == 2000
+
+
+def test_copies_share_the_load_and_reject_only_when_every_copy_is_full() -> None:
+    p = plan(model(env={"MAX_CONCURRENT_REQUESTS": "1"}, copies=2), instance="ml.g5.12xlarge",
+             kind="inference-component")
+
+    async def scenario(s: aiohttp.ClientSession, url: str, emulator: Emulator) -> tuple[int, list[int]]:
+        long = [asyncio.create_task(s.post(f"{url}/generate", json=tgi_body(10, 100))) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        per_copy = [c.in_flight for c in emulator.primary.copies]
+        async with s.post(f"{url}/generate", json=tgi_body(10, 5)) as r:
+            status = r.status
+        for task in long:
+            assert (await task).status == 200
+        return status, per_copy
+    status, per_copy = run(p, scenario)
+    assert per_copy == [1, 1] and status == 429
+
+
+def test_a_client_that_disconnects_frees_its_slot() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, emulator: Emulator) -> int:
+        r = await s.post(f"{url}/generate_stream", json=tgi_body(10, 500))
+        await r.content.readline()
+        r.close()  # drops the connection mid-stream
+        for _ in range(50):
+            if emulator.primary.copies[0].in_flight == 0:
+                break
+            await asyncio.sleep(0.02)
+        async with s.post(f"{url}/generate", json=tgi_body(10, 3)) as again:
+            return again.status
+    assert run(plan(model(env={"MAX_CONCURRENT_REQUESTS": "1"})), scenario) == 200
