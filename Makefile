@@ -16,7 +16,7 @@ setup: .venv/.installed node_modules/.installed
 
 demo: setup
 	.venv/bin/sagellm bench --profile max-throughput --model meta-llama/Llama-2-7b-hf \
-		--instance ml.g5.2xlarge --out sagellm-results/demo
+		--instance ml.g5.2xlarge --time-scale 0.1 --out sagellm-results/demo
 
 test: setup
 	.venv/bin/python -m pytest

@@ -1,7 +1,8 @@
 """CDK app: `cdk deploy -c profile=<profile> -c model=<Hugging Face id> [-c instance=…] [-c region=…]`.
 
-Other context keys: `profiles_dir` (a team's profile folder), `stack_name` (default
-`sagellm-<profile>-<model>`), `bootstrapless=true` (no bootstrap stack needed, e.g. for a local AWS).
+Other context keys: `profiles_dir` (a team's profile folder), `input_tokens`/`output_tokens` (the payload
+the token caps are sized for; default: the profile's), `stack_name` (default `sagellm-<profile>-<model>`),
+`bootstrapless=true` (no bootstrap stack needed, e.g. for a local AWS).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from aws_cdk import App, BootstraplessSynthesizer, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from sagellm.errors import ExitStatus, InputError
+from sagellm.planner import Payload
 from sagellm.profiles import resolve
 from sagellm.stacks import EndpointStack
 
@@ -36,11 +38,28 @@ if missing:
             for key in missing
         ]
     )
+
+
+def payload() -> Payload | None:
+    """The payload from `-c input_tokens=… -c output_tokens=…`, or None for the profile's."""
+    raw = {key: context(key) for key in ("input_tokens", "output_tokens")}
+    if all(value is None for value in raw.values()):
+        return None
+    try:
+        tokens = {key: int(value) for key, value in raw.items() if value is not None}
+    except ValueError:
+        raise InputError(f"input_tokens/output_tokens: {raw} must be whole numbers of tokens") from None
+    if min(tokens.values()) < 1:
+        raise InputError(f"input_tokens/output_tokens: {raw} must be at least 1")
+    return Payload(tokens.get("input_tokens", 256), tokens.get("output_tokens", 256))
+
+
 try:
     plan = resolve(
         profile,
         model,
         context("instance"),
+        payload=payload(),
         region=context("region") or "us-east-1",
         profiles_dir=Path(context("profiles_dir")) if context("profiles_dir") else None,
     )

@@ -186,6 +186,181 @@ def plan(
     print_curve(shape, env, curve)
 
 
+# ---------------------------------------------------------------- bench, gate, report
+
+@app.command()
+def bench(
+    profile: Annotated[str, typer.Option("--profile", help="profile name")],
+    model: Model,
+    instance: Instance = None,
+    target: Annotated[str, typer.Option("--target", help="local: embedded AWS (moto) + emulator · sagemaker: "
+                                        "your AWS account (credentials from the environment) · http: an "
+                                        "existing TGI/OpenAI-compatible server at --url")] = "local",
+    url: Annotated[str | None, typer.Option("--url", help="server URL for --target http")] = None,
+    api: Annotated[str, typer.Option("--api", help="http target protocol: tgi, openai or auto "
+                                     "(openai when the URL has /v1)")] = "auto",
+    input_tokens: InputTokens = None,
+    output_tokens: OutputTokens = None,
+    concurrency: Annotated[str, typer.Option("--concurrency", help="levels, in order; escalation stops at "
+                                             ">5% errors or a timeout")] = "1,2,4,8,16,32,64,128,256,512",
+    requests_per_level: Annotated[int | None, typer.Option("--requests-per-level", min=1, help="measured "
+                                  "requests per level (default: 3 × concurrency, at least 8)")] = None,
+    duration_per_level: Annotated[float | None, typer.Option("--duration-per-level", help="seconds per "
+                                  "level instead of a request count")] = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="warm-up requests per worker per level, "
+                                        "excluded from the statistics")] = 1,
+    thresholds: Annotated[Path | None, typer.Option("--thresholds", help="YAML rules to gate on "
+                                                       "(see README)")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="results.json of an earlier run to "
+                                                     "compare against")] = None,
+    out: Annotated[Path, typer.Option("--out", help="folder for results.json, requests.jsonl, report.md, "
+                                      "curve.png, junit.xml")] = Path("sagellm-results"),
+    keep: Annotated[bool, typer.Option("--keep", help="do not destroy the stack (sagemaker target)")] = False,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="local emulator only: run simulated time "
+                                              "this much faster (0.1 = 10×); results are in simulated "
+                                              "time")] = 1.0,
+    slo: Annotated[float | None, typer.Option("--slo-ms-per-token", help="also report the highest "
+                                                 "throughput with p50 ms/token under this")] = None,
+    region: Region = "us-east-1",
+    profiles_dir: ProfilesDir = None,
+    json_out: Json = False,
+) -> int:
+    """Deploy a profile, sweep concurrency closed-loop, report, gate, and always tear down.
+
+    Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
+    3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM).
+    """
+    from sagellm.bench.runner import BenchOptions, run_bench
+    from sagellm.render import bench_progress, print_report
+
+    opts = BenchOptions(
+        profile=profile, model=model, instance=instance, target=target, url=url, api=api,
+        payload=_payload(input_tokens, output_tokens), concurrency=_concurrency(concurrency),
+        requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
+        thresholds=thresholds, baseline=baseline, out=out, keep=keep, region=region, profiles_dir=profiles_dir,
+        time_scale=time_scale, slo_ms_per_token=slo, command=" ".join(["sagellm", *sys.argv[1:]]),
+    )
+    with bench_progress() as (progress, say):
+        outcome = run_bench(opts, progress, say)
+    if json_out:
+        print(outcome.results.model_dump_json(indent=2))
+    else:
+        print_report(out)
+    if outcome.error:
+        print(f"sagellm: error: {outcome.error}", file=sys.stderr)
+    return int(outcome.exit_status)
+
+
+@app.command()
+def gate(
+    results: Annotated[Path, typer.Argument(help="results.json of a finished run")],
+    thresholds: Annotated[Path, typer.Option("--thresholds", help="YAML rules")],
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="results.json to compare against")] = None,
+    json_out: Json = False,
+) -> int:
+    """Evaluate thresholds on a finished run: exit 0 pass, 1 fail (every violation printed), 2 bad thresholds."""
+    from sagellm.bench.gate import gate as evaluate
+    from sagellm.bench.gate import load_thresholds
+    from sagellm.bench.report import write_report
+    from sagellm.bench.results import load_results, write_results
+
+    run = load_results(results)
+    rules = load_thresholds(thresholds)
+    base_path = baseline or (Path(rules.baseline.results) if rules.baseline else None)
+    verdict = evaluate(run, rules, load_results(base_path) if base_path else None)
+    updated = run.model_copy(update={"gate": verdict})
+    write_results(results, updated)
+    write_report(results.parent, updated)
+    if json_out:
+        print(verdict.model_dump_json(indent=2))
+    else:
+        for v in verdict.violations:
+            print(f"FAIL {v.rule}: {v.message}")
+        print(f"{'PASS' if verdict.passed else 'FAIL'}: {len(verdict.rules)} rule(s), "
+              f"{len(verdict.violations)} violation(s)")
+    return int(ExitStatus.OK if verdict.passed else ExitStatus.GATE_FAILED)
+
+
+@app.command()
+def report(
+    directory: Annotated[Path, typer.Argument(help="a bench --out folder holding results.json")],
+) -> None:
+    """Re-render report.md, curve.png and junit.xml from results.json, and print the report."""
+    from sagellm.bench.report import write_report
+    from sagellm.bench.results import load_results
+    from sagellm.render import print_report
+
+    write_report(directory, load_results(directory / "results.json"))
+    print_report(directory)
+
+
+@app.command()
+def emulate(
+    profile: Annotated[str, typer.Option("--profile", help="profile name")],
+    model: Model,
+    instance: Instance = None,
+    port: Annotated[int, typer.Option("--port", help="loopback port")] = 8080,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="run simulated time faster (0.1 = 10×)")] = 1.0,
+    input_tokens: InputTokens = None,
+    output_tokens: OutputTokens = None,
+    region: Region = "us-east-1",
+    profiles_dir: ProfilesDir = None,
+) -> None:
+    """Serve an emulated endpoint for a profile on 127.0.0.1 (foreground, Ctrl-C to stop).
+
+    Speaks the SageMaker runtime (/endpoints/NAME/invocations[-response-stream]), TGI (/generate,
+    /generate_stream, /info, /health) and OpenAI (/v1/completions), so any load tool can be pointed at it.
+    Prompt tokens are counted as whitespace-separated words. Results from it are emulated, not measured.
+    """
+    from sagellm.bench.emulator import run_emulator
+    from sagellm.profiles import resolve
+
+    if not 0 < time_scale <= 1:
+        raise InputError(f"--time-scale: {time_scale} must be in (0, 1]")
+    plan = resolve(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
+                   profiles_dir=profiles_dir)
+    print(f"emulating {plan.profile}: {plan.primary.model_id} on {plan.instance_type} at http://127.0.0.1:{port} "
+          f"(time scale {time_scale:g}); Ctrl-C to stop", file=sys.stderr)
+    run_emulator(plan, port=port, time_scale=time_scale)
+
+
+@app.command()
+def cleanup(
+    older_than: Annotated[str, typer.Option("--older-than", help="only stacks older than this: 30m, 2h, 1d")]
+    = "0m",
+    region: Region = "us-east-1",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list, do not delete")] = False,
+) -> None:
+    """Find what sagellm deployments left behind (by their sagellm:* tags) and delete it."""
+    import boto3
+
+    from sagellm.bench.cleanup import delete_leftovers, find_leftovers
+    from sagellm.errors import TargetError
+
+    seconds = _duration(older_than)
+    session = boto3.Session(region_name=region)
+    found = find_leftovers(session, seconds)
+    for leftover in found:
+        print(f"{'found' if dry_run else 'deleting'} {leftover}")
+    if not found:
+        print("nothing left behind")
+        return
+    if dry_run:
+        return
+    failures = delete_leftovers(session, found)
+    if failures:
+        raise TargetError(f"could not delete: {'; '.join(failures)}")
+    print(f"deleted {len(found)} resource(s)")
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return float(text[:-1]) * units[text[-1]]
+    except (KeyError, ValueError, IndexError):
+        raise InputError(f"--older-than: {text!r} must be a number with s, m, h or d (e.g. 2h)") from None
+
+
 def main() -> None:
     """Entry point: expected errors become one line on stderr and an exit code; --debug shows tracebacks."""
     debug = "--debug" in sys.argv

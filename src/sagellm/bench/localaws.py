@@ -1,0 +1,181 @@
+"""LocalAws: moto server on loopback, extended for sagellm, as the embedded AWS control plane."""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import TracebackType
+from typing import Any, Self
+
+import boto3
+import botocore.session
+
+# The bootstrap stack `cdk bootstrap` creates; it is infrastructure, not a leftover of a deployment.
+BOOTSTRAP_STACK = "CDKToolkit"
+
+_DUMMY_KEY = "testing"
+
+
+class LocalAws:
+    """moto server on a free loopback port with the sagellm extensions; a context manager.
+
+    The server runs in a thread of this process, not a subprocess: the extensions patch moto in the
+    interpreter that serves, and a thread cannot outlive the process (a killed bench leaves no server).
+    moto keeps its state in module globals, so one LocalAws runs per process at a time; it starts empty
+    and is emptied when it stops.
+    """
+
+    _running = False
+
+    def __init__(self, region: str = "us-east-1"):
+        self.region = region
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._clients: dict[str, Any] = {}
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Install the extensions, reset moto and serve on localhost:<free port>."""
+        from moto.moto_api._internal.models import moto_api_backend
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        from sagellm.bench import moto_ext
+
+        if LocalAws._running:
+            raise RuntimeError("a LocalAws is already running in this process (moto's state is per process)")
+
+        class QuietHandler(MotoRequestHandler):
+            def log_request(self, *args: Any, **kwargs: Any) -> None:
+                pass  # werkzeug logs every request to stderr, which would garble the bench's progress display
+
+        moto_ext.install()
+        moto_api_backend.reset()
+        app = DomainDispatcherApplication(create_backend_app)
+        # Port 0: the kernel picks a free port at bind time, so two benches never race for one.
+        self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
+        server = self._server
+        self._thread = threading.Thread(
+            target=lambda: server.serve_forever(poll_interval=0.05), name="sagellm-moto", daemon=True
+        )
+        self._thread.start()
+        LocalAws._running = True
+
+    def stop(self) -> None:
+        """Stop serving, close the listening socket, join the thread and empty moto."""
+        from moto.moto_api._internal.models import moto_api_backend
+
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server, self._thread = None, None
+        self._clients.clear()
+        moto_api_backend.reset()
+        LocalAws._running = False
+
+    def reset(self) -> None:
+        """Empty moto (every service), keeping the server up: between tests or bench runs."""
+        from moto.moto_api._internal.models import moto_api_backend
+
+        moto_api_backend.reset()
+
+    @property
+    def port(self) -> int:
+        """The loopback port the server listens on."""
+        if self._server is None:
+            raise RuntimeError("LocalAws is not running")
+        return int(self._server.server_address[1])
+
+    @property
+    def endpoint_url(self) -> str:
+        """Base URL of every service; `localhost`, because moto reads a `127…` host as an S3 bucket name."""
+        return f"http://localhost:{self.port}"
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """A complete environment for a child process (the CDK CLI): `base` (default: os.environ) with
+        every AWS setting replaced by ones that point at this server."""
+        base = dict(os.environ if base is None else base)
+        env = {k: v for k, v in base.items() if not k.startswith(("AWS_", "CDK_DEFAULT_"))}
+        env.update(
+            {
+                "AWS_ENDPOINT_URL": self.endpoint_url,
+                "AWS_ACCESS_KEY_ID": _DUMMY_KEY,
+                "AWS_SECRET_ACCESS_KEY": _DUMMY_KEY,
+                "AWS_REGION": self.region,
+                "AWS_DEFAULT_REGION": self.region,
+                # No profile, no instance metadata: nothing from the user's real AWS setup can leak in.
+                "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                "AWS_EC2_METADATA_DISABLED": "true",
+            }
+        )
+        return env
+
+    def session(self) -> boto3.session.Session:
+        """A boto3 session with dummy credentials in this server's region (pass `endpoint_url` to clients)."""
+        # Ignore the user's AWS_PROFILE and config files, as env() does for child processes.
+        core = botocore.session.Session()
+        store = core.get_component("config_store")
+        for name, value in (("profile", None), ("config_file", os.devnull), ("credentials_file", os.devnull)):
+            store.set_config_variable(name, value)
+        return boto3.session.Session(
+            aws_access_key_id=_DUMMY_KEY,
+            aws_secret_access_key=_DUMMY_KEY,
+            region_name=self.region,
+            botocore_session=core,
+        )
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for `service` pointed at this server (cached: creating one costs ~0.1 s)."""
+        if service not in self._clients:
+            self._clients[service] = self.session().client(  # type: ignore[call-overload]
+                service, endpoint_url=self.endpoint_url
+            )
+        return self._clients[service]
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """Everything a deployment could leave in this server (tagged or not), by kind; empty when clean."""
+        cfn, sm, aas = (
+            self.client("cloudformation"),
+            self.client("sagemaker"),
+            self.client("application-autoscaling"),
+        )
+        found = {
+            "stacks": [
+                s["StackName"]
+                for s in cfn.describe_stacks()["Stacks"]
+                if s["StackName"] != BOOTSTRAP_STACK and s["StackStatus"] != "DELETE_COMPLETE"
+            ],
+            "endpoints": [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]],
+            "endpoint_configs": [
+                c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]
+            ],
+            "models": [m["ModelName"] for m in sm.list_models()["Models"]],
+            "inference_components": [
+                c["InferenceComponentName"] for c in sm.list_inference_components()["InferenceComponents"]
+            ],
+            "scalable_targets": [
+                t["ResourceId"]
+                for t in aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+            ],
+            "scaling_policies": [
+                p["PolicyName"]
+                for p in aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+            ],
+        }
+        return {kind: names for kind, names in found.items() if names}

@@ -1,0 +1,278 @@
+"""`sagellm bench`: deploy → sweep → report → gate → teardown, with teardown on every way out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sagellm import __version__
+from sagellm.bench import summary
+from sagellm.bench.gate import Thresholds, gate, load_thresholds
+from sagellm.bench.load import LevelResult, StopRule, run_sweep
+from sagellm.bench.records import RecordLog, RequestRecord
+from sagellm.bench.report import write_report
+from sagellm.bench.results import (
+    Level,
+    Results,
+    Run,
+    Teardown,
+    load_results,
+    make_results,
+    predicted_from,
+    write_results,
+)
+from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
+from sagellm.errors import ExitStatus, InputError, SagellmError
+from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
+from sagellm.profiles.resolve import Design, design_for, to_plan
+
+# Published sweeps send a few × concurrency requests per level (method.md §5).
+REQUESTS_PER_WORKER = 3
+MIN_REQUESTS_PER_LEVEL = 8
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """Everything `sagellm bench` was asked to do."""
+
+    profile: str
+    model: str
+    instance: str | None = None
+    target: str = "local"  # local | sagemaker | http
+    url: str | None = None
+    api: str = "auto"  # http target: tgi | openai | auto
+    payload: Payload | None = None
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    requests_per_level: int | None = None  # None: REQUESTS_PER_WORKER × concurrency (unless a duration)
+    duration_per_level_s: float | None = None
+    warmup: int = 1
+    thresholds: Path | None = None
+    baseline: Path | None = None
+    out: Path = Path("sagellm-results")
+    keep: bool = False
+    region: str = "us-east-1"
+    profiles_dir: Path | None = None
+    time_scale: float = 1.0
+    slo_ms_per_token: float | None = None
+    command: str = ""
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    """The finished run and the exit status it earns."""
+
+    results: Results
+    exit_status: ExitStatus
+    error: str | None = None
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: stop measuring, tear down, exit 130."""
+
+
+def _check(opts: BenchOptions) -> None:
+    """Reject contradictory options before anything is deployed."""
+    errors = []
+    if opts.target not in ("local", "sagemaker", "http"):
+        errors.append(f"--target: {opts.target!r} must be local, sagemaker or http")
+    if opts.target == "http" and not opts.url:
+        errors.append("--url: required with --target http (e.g. http://localhost:8080 for TGI)")
+    if opts.url and opts.target != "http":
+        errors.append("--url: only used with --target http")
+    if opts.time_scale != 1.0 and opts.target != "local":
+        errors.append("--time-scale: only the local emulator can compress time")
+    if not 0 < opts.time_scale <= 1:
+        errors.append(f"--time-scale: {opts.time_scale} must be in (0, 1]")
+    if opts.keep and opts.target == "local":
+        errors.append("--keep: the local AWS lives only as long as the bench; use `sagellm emulate` for a "
+                      "lasting local endpoint")
+    if opts.requests_per_level is not None and opts.duration_per_level_s is not None:
+        errors.append("--requests-per-level/--duration-per-level: give one, not both")
+    if opts.requests_per_level is not None and opts.requests_per_level < 1:
+        errors.append("--requests-per-level: must be at least 1")
+    if opts.duration_per_level_s is not None and opts.duration_per_level_s <= 0:
+        errors.append("--duration-per-level: must be positive")
+    if opts.warmup < 0:
+        errors.append("--warmup: must be 0 or more")
+    if errors:
+        raise InputError(errors)
+
+
+def _target(opts: BenchOptions, design: Design, out: Path) -> Target:
+    plan = to_plan(design)
+    if opts.target == "http":
+        return HttpTarget(opts.url or "", opts.api, opts.model)
+    if opts.target == "sagemaker":
+        return SageMakerTarget(plan, opts.model, opts.profiles_dir, out)
+    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale)
+
+
+def _rescale(record: RequestRecord, factor: float) -> RequestRecord:
+    """Times measured against a compressed emulator, back in simulated seconds."""
+    if factor == 1.0:
+        return record
+
+    def scale(value: float | None) -> float | None:
+        return None if value is None else value * factor
+
+    return dataclasses.replace(
+        record, start_s=record.start_s * factor, e2e_s=record.e2e_s * factor, ttft_s=scale(record.ttft_s),
+        itl_s=[gap * factor for gap in record.itl_s], server_ttft_s=scale(record.server_ttft_s),
+        server_e2e_s=scale(record.server_e2e_s))
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C while measuring (pipelines cancel jobs with SIGTERM)."""
+    def on_term(signum: int, frame: Any) -> None:
+        raise Interrupted()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _shielded(say: Any) -> Iterator[None]:
+    """Teardown is not interruptible: a second Ctrl-C would leave a half-deleted stack behind."""
+    def hold(signum: int, frame: Any) -> None:
+        say("tearing down — please wait; interrupting now would leave resources behind")
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> BenchOutcome:
+    """Run one bench; results are written whatever happens (a crash loses nothing finished)."""
+    say = say or (lambda text: print(text, file=sys.stderr))
+    _check(opts)
+    # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
+    design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,
+                        profiles_dir=opts.profiles_dir)
+    thresholds = load_thresholds(opts.thresholds) if opts.thresholds else None
+    baseline_path = opts.baseline or (thresholds.baseline.results if thresholds and thresholds.baseline else None)
+    baseline = load_results(Path(baseline_path)) if baseline_path else None
+    out = opts.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "requests.jsonl").unlink(missing_ok=True)
+    target = _target(opts, design, out)
+    plan = to_plan(design)
+    (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
+
+    started = datetime.now(UTC)
+    levels: list[LevelResult] = []
+    log = RecordLog(out / "requests.jsonl")
+    error: str | None = None
+    status = ExitStatus.OK
+    teardown = Teardown(status="not-applicable")
+    factor = 1.0 / opts.time_scale
+
+    def on_record(record: RequestRecord) -> None:
+        log.append(_rescale(record, factor))
+
+    try:
+        with _signals():
+            try:
+                say(f"deploying {plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
+                    f"to the {target.kind} target…")
+                transport = target.deploy()
+                say(f"endpoint {target.endpoint} is in service; sweeping {list(opts.concurrency)}")
+                asyncio.run(run_sweep(
+                    transport, concurrency=list(opts.concurrency),
+                    requests_per_level=_budget(opts), duration_per_level_s=opts.duration_per_level_s,
+                    warmup=opts.warmup, input_tokens=design.payload.input_tokens,
+                    output_tokens=design.payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
+                    on_progress=progress, on_level=levels.append,
+                    stop_rule=StopRule(max_error_rate=summary.MAX_ERROR_RATE)))
+            except SagellmError as exc:
+                error, status = str(exc), exc.exit_status
+            except KeyboardInterrupt:
+                error, status = "interrupted: stopped measuring, tore down", ExitStatus.INTERRUPTED
+            finally:
+                with _shielded(say):
+                    if opts.keep and target.kind != "http":
+                        teardown = Teardown(status="kept", detail=f"--keep: endpoint {target.endpoint} is still "
+                                            "running and billing; `sagellm cleanup` deletes it")
+                    else:
+                        say("tearing down…")
+                        teardown = target.teardown()
+    finally:
+        log.close()
+
+    results = _results(opts, design, plan, target, levels, teardown, started, status, error, factor)
+    if thresholds is not None:
+        results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
+    write_results(out / "results.json", results)
+    write_report(out, results)
+
+    if teardown.status == "failed":
+        status = ExitStatus.TARGET_FAILED
+        error = f"TEARDOWN FAILED: {teardown.detail}"
+    elif status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
+        status = ExitStatus.GATE_FAILED
+    return BenchOutcome(results, status, error)
+
+
+def _budget(opts: BenchOptions) -> Any:
+    """Measured requests per level: as given, or a few per worker (a function of the level's concurrency)."""
+    if opts.duration_per_level_s is not None:
+        return None
+    if opts.requests_per_level is not None:
+        return opts.requests_per_level
+    return lambda c: max(MIN_REQUESTS_PER_LEVEL, REQUESTS_PER_WORKER * c)
+
+
+def _prompt(tokens: int) -> str:
+    from sagellm.bench.emulator import make_prompt
+
+    return make_prompt(tokens)
+
+
+def _results(opts: BenchOptions, design: Design, plan: Any, target: Target, levels: list[LevelResult],
+             teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
+             factor: float) -> Results:
+    shape = design.shape()
+    measured = []
+    for lv in levels:
+        records = [_rescale(r, factor) for r in lv.records]
+        if not any(not r.warmup for r in records):
+            continue
+        s = summary.summarize(records, window_start_s=lv.window_start_s * factor,
+                              window_end_s=lv.window_end_s * factor)
+        point = predict_point(shape, design.payload, lv.concurrency)
+        measured.append(Level(**s.model_dump(), predicted=predicted_from(point)))
+    stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
+    if status == ExitStatus.INTERRUPTED:
+        stopped = f"interrupted after {len(levels)} level(s)"
+    elif error:
+        stopped = error
+    run = Run(
+        profile=plan.profile, model=plan.primary.model_id, instance_type=plan.instance_type,
+        instance_count=plan.initial_instance_count, target=target.kind, emulated=target.emulated,  # type: ignore[arg-type]
+        time_scale=opts.time_scale, region=plan.region, endpoint=target.endpoint,
+        environment=plan.environment, input_tokens=design.payload.input_tokens,
+        output_tokens=design.payload.output_tokens, concurrency=list(opts.concurrency), tool_version=__version__,
+        started_at=started, ended_at=datetime.now(UTC), command=opts.command,
+    )
+    price = design.instance.price_per_h(plan.region)
+    return make_results(run, measured, usd_per_h=summary.usd_per_h(price, plan.initial_instance_count),
+                        teardown=teardown, slo_ms_per_token=opts.slo_ms_per_token, stopped_reason=stopped)
+
+
+def thresholds_or_none(path: Path | None) -> Thresholds | None:
+    """Load a thresholds file when given."""
+    return load_thresholds(path) if path else None

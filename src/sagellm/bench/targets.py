@@ -1,0 +1,183 @@
+"""Where the bench sends load: the embedded local AWS, a real SageMaker account, or an existing server.
+
+Local and SageMaker deploy and destroy the same EndpointStack through the same CDK CLI calls and invoke
+through the same SigV4 event-stream transport; only the environment they point at differs.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+import warnings
+from pathlib import Path
+from typing import Protocol
+
+from sagellm.bench import cdk_cli
+from sagellm.bench.results import Teardown
+from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport, Transport
+from sagellm.errors import InputError, TargetError
+from sagellm.profiles.plan import DeploymentPlan
+
+
+class Target(Protocol):
+    """A place to bench: deploy() gives a transport; teardown() always runs and says what it left."""
+
+    kind: str
+    emulated: bool
+    endpoint: str | None
+
+    def deploy(self) -> Transport: ...
+
+    def teardown(self) -> Teardown: ...
+
+
+def stack_name(plan: DeploymentPlan) -> str:
+    """A unique, recognisable stack name per bench run (the stack's tags carry profile and model)."""
+    return f"sagellm-bench-{plan.profile}-{uuid.uuid4().hex[:8]}"[:128]
+
+
+def cdk_context(plan: DeploymentPlan, model: str, profiles_dir: Path | None) -> dict[str, str | None]:
+    """CDK context that makes app.py resolve exactly this plan."""
+    return {
+        "profile": plan.profile,
+        "model": model,
+        "instance": plan.instance_type,
+        "region": plan.region,
+        "input_tokens": str(plan.input_tokens),
+        "output_tokens": str(plan.output_tokens),
+        "profiles_dir": str(profiles_dir.resolve()) if profiles_dir else None,
+    }
+
+
+def _component(plan: DeploymentPlan, outputs: dict[str, str]) -> str | None:
+    """The inference component to invoke (the plan's first model) from the stack outputs."""
+    if plan.endpoint_kind != "inference-component":
+        return None
+    pascal = "".join(part.capitalize() for part in plan.primary.name.replace("_", "-").split("-"))
+    name = outputs.get(f"ComponentName{pascal}")
+    if name is None:
+        raise TargetError(f"stack outputs carry no ComponentName{pascal} for model {plan.primary.name!r}: "
+                          f"{', '.join(outputs)}")
+    return name
+
+
+class _StackTarget:
+    """Deploys the plan's EndpointStack with the CDK CLI and destroys it again."""
+
+    emulated = False
+
+    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path):
+        self.plan, self.out = plan, out
+        self.stack = stack_name(plan)
+        self.context = cdk_context(plan, model, profiles_dir)
+        self.endpoint: str | None = None
+        self.deployed = False
+
+    def _env(self) -> dict[str, str] | None:
+        return None  # the caller's environment: its AWS credentials and region
+
+    def _deploy_stack(self) -> dict[str, str]:
+        self.deployed = True  # from here on teardown must run, even if deploy fails half-way
+        outputs = cdk_cli.deploy(self.stack, self.context, self._env(), self.out / "cdk")
+        self.endpoint = outputs.get("EndpointName")
+        if not self.endpoint:
+            raise TargetError(f"stack {self.stack} has no EndpointName output: {outputs}")
+        return outputs
+
+    def _destroy_stack(self) -> Teardown:
+        if not self.deployed:
+            return Teardown(status="not-applicable", detail="nothing was deployed")
+        try:
+            cdk_cli.destroy(self.stack, self.context, self._env(), outdir=self.out / "cdk")
+        except TargetError as exc:
+            return Teardown(status="failed", detail=str(exc), leftovers=[f"stack {self.stack}"])
+        return Teardown(status="destroyed", detail=f"stack {self.stack} destroyed")
+
+
+class SageMakerTarget(_StackTarget):
+    """A real AWS account: CloudFormation waits for InService; the runtime is SigV4 with response streaming."""
+
+    kind = "sagemaker"
+
+    def deploy(self) -> Transport:
+        outputs = self._deploy_stack()
+        return SageMakerTransport(self.endpoint or "", self.plan.region,
+                                  inference_component=_component(self.plan, outputs))
+
+    def teardown(self) -> Teardown:
+        return self._destroy_stack()
+
+
+class LocalTarget(_StackTarget):
+    """The embedded default: moto server on loopback as the control plane, the emulator as the endpoint."""
+
+    kind = "local"
+    emulated = True
+
+    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path,
+                 time_scale: float = 1.0):
+        super().__init__(plan, model, profiles_dir, out)
+        from sagellm.bench.localaws import LocalAws
+
+        self.time_scale = time_scale
+        self.aws = LocalAws(plan.region)
+        self.emulator = None
+
+    def _env(self) -> dict[str, str]:
+        return self.aws.env()
+
+    def deploy(self) -> Transport:
+        from sagellm.bench.emulator import EmulatorProcess
+
+        # moto reports resources it skips (the bootstrap stack's S3 policy) as logs and warnings.
+        logging.getLogger("moto").setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", message="Tried to parse", category=UserWarning)
+        self.aws.start()
+        # A fresh moto has no bootstrap stack; create it the way a new real account gets one.
+        cdk_cli.bootstrap(self._env(), log=self.out / "cdk" / "cdk-bootstrap.log")
+        outputs = self._deploy_stack()
+        self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale, endpoint_name=self.endpoint)
+        self.emulator.start()
+        return SageMakerTransport(self.endpoint or "", self.plan.region, inference_component=_component(
+            self.plan, outputs), endpoint_url=self.emulator.url, boto_session=self.aws.session())
+
+    def teardown(self) -> Teardown:
+        problems = []
+        if self.emulator is not None:
+            try:
+                self.emulator.stop()
+            except TargetError as exc:
+                problems.append(f"emulator: {exc}")
+        result = self._destroy_stack()
+        try:
+            left = [f"{kind[:-1]} {name}" for kind, names in self.aws.leftovers().items() for name in names]
+        except Exception as exc:  # noqa: BLE001 - the server may be gone already; say so, don't hide it
+            left = [f"unknown (could not list: {exc})"]
+        finally:
+            self.aws.stop()
+        if result.status != "destroyed" or not (left or problems):
+            return result
+        problems += [f"left in the local AWS: {', '.join(left)}"] if left else []
+        return Teardown(status="failed", detail="; ".join(problems), leftovers=left)
+
+
+class HttpTarget:
+    """An existing TGI or OpenAI-compatible (vLLM) server: no deploy, no teardown."""
+
+    kind = "http"
+    emulated = False
+
+    def __init__(self, url: str, api: str, model: str):
+        if not url.startswith(("http://", "https://")):
+            raise InputError(f"--url: {url!r} must be an http(s) URL of a TGI or OpenAI-compatible server")
+        self.endpoint = url
+        self.api = api if api != "auto" else ("openai" if "/v1" in url else "tgi")
+        self.model = model
+
+    def deploy(self) -> Transport:
+        if self.api == "openai":  # the transport appends /v1/completions itself
+            return OpenAiTransport(self.endpoint.rstrip("/").removesuffix("/v1"), self.model)
+        return TgiTransport(self.endpoint)
+
+    def teardown(self) -> Teardown:
+        return Teardown(status="not-applicable", detail="existing server: nothing deployed")
