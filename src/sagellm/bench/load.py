@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sagellm.bench.records import ERROR_KINDS, RequestRecord
+from sagellm.bench.summary import tokens_in_window
 from sagellm.bench.transports import Transport
 
 
@@ -85,34 +86,6 @@ class LevelResult:
     def throughput_tokens_per_s(self) -> float:
         """Output tokens generated in the window ÷ its length."""
         return self.window_output_tokens / self.window_s if self.window_s > 0 else 0.0
-
-
-def tokens_in_window(records: list[RequestRecord], start_s: float, end_s: float) -> float:
-    """Output tokens of ok requests generated in [start_s, end_s], spread evenly over each one's token events."""
-    total = 0.0
-    for r in records:
-        if not r.ok or r.output_tokens <= 0:
-            continue
-        if r.ttft_s is None:  # no token events (not streamed): all tokens at the end
-            total += r.output_tokens if start_s <= r.end_s <= end_s else 0
-            continue
-        first = r.start_s + r.ttft_s
-        if first > end_s or r.end_s < start_s:
-            continue
-        per_event = r.output_tokens / (1 + len(r.itl_s))
-        if start_s <= first and r.end_s <= end_s:
-            total += r.output_tokens
-            continue
-        t = first
-        inside = 1 if start_s <= t <= end_s else 0
-        for gap in r.itl_s:
-            t += gap
-            if t > end_s:
-                break
-            if t >= start_s:
-                inside += 1
-        total += inside * per_event
-    return total
 
 
 class _Level:
@@ -186,7 +159,7 @@ class _Level:
             concurrency=self.concurrency, records=self.records, started_s=self.started - z,
             ended_s=ended - z, window_start_s=start - z, window_end_s=end - z,  # type: ignore[operator]
             ramp_excluded=ramp_excluded, stopped_reason=self._stopped_reason(errors),
-            window_output_tokens=tokens_in_window(self.records, start - z, end - z),  # type: ignore[operator]
+            window_output_tokens=tokens_in_window([r for r in self.records if not r.warmup], start - z, end - z),  # type: ignore[operator]
             errors_by_kind=errors,
         )
 

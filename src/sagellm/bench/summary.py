@@ -9,7 +9,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from sagellm.bench.records import ERROR_KINDS, RequestRecord
-from sagellm.planner.curve import knee_index, usd_per_1m_tokens
+from sagellm.planner.curve import knee_index
 
 # A level is "usable" (may be the knee, the max-throughput point or the best under an SLO) when none of
 # its requests hit the invocation timeout and at most this fraction of them failed for any reason: the
@@ -47,7 +47,7 @@ class LevelSummary(BaseModel):
     error_rate: float
     retries: int
     window_s: float
-    output_tokens: int  # of ok requests completed in the window
+    output_tokens: float  # generated inside the window (token events counted where they fall)
     throughput_tokens_per_s: float
     requests_per_s: float
     latency_ms_per_token: Stats  # e2e ÷ output tokens per request (the published definition)
@@ -80,8 +80,41 @@ def stats(values: Sequence[float]) -> Stats:
     )
 
 
+def tokens_in_window(records: Sequence[RequestRecord], start_s: float, end_s: float) -> float:
+    """Output tokens of ok requests generated in [start_s, end_s], spread evenly over each one's token events."""
+    total = 0.0
+    for r in records:
+        if not r.ok or r.output_tokens <= 0:
+            continue
+        if r.ttft_s is None:  # no token events (not streamed): all tokens at the end
+            total += r.output_tokens if start_s <= r.end_s <= end_s else 0
+            continue
+        first = r.start_s + r.ttft_s
+        if first > end_s or r.end_s < start_s:
+            continue
+        per_event = r.output_tokens / (1 + len(r.itl_s))
+        if start_s <= first and r.end_s <= end_s:
+            total += r.output_tokens
+            continue
+        t = first
+        inside = 1 if start_s <= t <= end_s else 0
+        for gap in r.itl_s:
+            t += gap
+            if t > end_s:
+                break
+            if t >= start_s:
+                inside += 1
+        total += inside * per_event
+    return total
+
+
 def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window_end_s: float) -> LevelSummary:
-    """Summarize one level; throughput counts ok requests that completed inside the window."""
+    """Summarize one level; throughput counts the tokens generated inside the window.
+
+    Counting tokens where their events fall, not requests where they complete, matters: a batching
+    server keeps a closed loop's requests in phase, so they complete in waves that a window edge
+    would cut whole.
+    """
     levels = {r.concurrency for r in records}
     if len(levels) != 1:
         raise ValueError(f"records must belong to exactly one concurrency level, got {sorted(levels)}")
@@ -94,8 +127,8 @@ def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window
         if not r.ok:
             errors[r.error_kind or "other"] += 1
     window_s = window_end_s - window_start_s
-    in_window = [r for r in ok if window_start_s <= r.end_s <= window_end_s]
-    tokens = sum(r.output_tokens for r in in_window)
+    tokens = tokens_in_window(measured, window_start_s, window_end_s)
+    mean_tokens = sum(r.output_tokens for r in ok) / len(ok) if ok else 0
     overhead = [(r.e2e_s - r.server_e2e_s) * 1000 for r in ok if r.server_e2e_s is not None]
     return LevelSummary(
         concurrency=levels.pop(),
@@ -107,7 +140,7 @@ def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window
         window_s=window_s,
         output_tokens=tokens,
         throughput_tokens_per_s=tokens / window_s,
-        requests_per_s=len(in_window) / window_s,
+        requests_per_s=tokens / mean_tokens / window_s if mean_tokens else 0.0,
         latency_ms_per_token=stats([r.e2e_s / r.output_tokens * 1000 for r in ok if r.output_tokens > 0]),
         ttft_ms=stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
         itl_ms=stats([gap * 1000 for r in ok for gap in r.itl_s]),
