@@ -84,3 +84,11 @@ def test_invalid_local_models_file_names_the_file(write, team_dir: Path) -> None
 def test_local_models_file_is_not_taken_for_a_profile(write, team_dir: Path) -> None:
     write("models.yaml", "acme/custom-7b:" + ARCH)
     assert "models" not in all_sources(team_dir)
+
+
+def test_plan_carries_a_custom_architecture_so_the_emulator_can_simulate_it(write, team_dir: Path) -> None:
+    write("custom.yaml", "name: custom\nextends: max-throughput\narchitecture:" + ARCH)
+    plan = resolve("custom", "acme/custom-7b", "ml.g5.12xlarge", profiles_dir=team_dir)
+    assert plan.primary.model() == CUSTOM
+    # a catalog model needs no facts in the plan
+    assert resolve("max-throughput", "meta-llama/Llama-2-7b-hf", "ml.g5.12xlarge").primary.architecture is None

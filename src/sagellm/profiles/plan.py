@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from sagellm.catalog import Model, find_model
+from sagellm.profiles.schema import Architecture
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -30,6 +33,13 @@ class ModelDeployment(_Frozen):
     quantization: str = "none"
     compute: ComputeRequirements | None = None  # inference components only
     copy_count: int = 1  # inference components only
+    architecture: Architecture | None = None  # only for models the catalog does not know
+
+    def model(self) -> Model:
+        """The model's architecture facts: the catalog's, or the ones the profile supplied."""
+        if self.architecture is None:
+            return find_model(self.model_id, f"models.{self.name}.model_id")
+        return Model(hf_id=self.model_id, **self.architecture.model_dump())
 
 
 class ScalingPlan(_Frozen):

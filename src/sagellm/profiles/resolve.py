@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from sagellm import __version__
 from sagellm.catalog import Instance, Model, find_instance, find_model, instances
+from sagellm.catalog import models as catalog_models
 from sagellm.errors import InputError
 from sagellm.planner import Payload, Shape, max_concurrency_in_timeout, predict
 from sagellm.profiles.loader import Source, all_sources, load_profile
@@ -444,9 +445,12 @@ def to_plan(d: Design) -> DeploymentPlan:
                 min_memory_mib=mem if mem != "auto" else
                 max(1024, math.floor(inst.host_mem_gib * 1024 * IC_MEMORY_SHARE / total_copies / 1024) * 1024),
             )
+        custom = c.model.hf_id not in catalog_models()
+        arch = Architecture(**{f: getattr(c.model, f) for f in Architecture.model_fields}) if custom else None
         models.append(ModelDeployment(name=name, model_id=c.model.hf_id, image_uri=image,
                                       environment=environment(c, p.container, p, neuron), tp_degree=c.tp,
-                                      quantization=c.quantization, compute=compute, copy_count=c.copies))
+                                      quantization=c.quantization, compute=compute, copy_count=c.copies,
+                                      architecture=arch))
     weights = max(_weights_gb(c) for c in d.copies)
     # Start-up: download + load + warm-up grow with the weights; large models need 10+ minutes.
     startup = p.startup_health_check_timeout_s

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from sagellm.catalog import find_instance, find_model
+from sagellm.catalog import find_instance
 from sagellm.errors import InputError
 from sagellm.planner import Shape, StepModel
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
@@ -286,7 +286,7 @@ class ModelServer:
 
     def __init__(self, plan: DeploymentPlan, deployment: ModelDeployment, time_scale: float):
         self.deployment = deployment
-        shape = Shape(model=find_model(deployment.model_id, f"models.{deployment.name}.model_id"),
+        shape = Shape(model=deployment.model(),
                       instance=find_instance(plan.instance_type), tp_degree=deployment.tp_degree,
                       quantization=deployment.quantization)
         self.limits = Limits.from_environment(plan.container, deployment.environment, shape)
