@@ -137,7 +137,10 @@ def profiles_schema() -> None:
 
 # ---------------------------------------------------------------- plan
 
-@app.command()
+@app.command(epilog="Examples:\n\n"
+             "  sagellm plan --profile max-throughput --model meta-llama/Llama-2-7b-hf --instance ml.g5.2xlarge\n\n"
+             "  sagellm plan --profile replicas --model llama2-13b --instance ml.p4d.24xlarge --tensor-parallel 1\n\n"
+             "  sagellm plan --profile min-latency --model llama2-70b --instance ml.p4d.24xlarge --input-tokens 2048 --json")
 def plan(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
     model: Model,
@@ -188,7 +191,13 @@ def plan(
 
 # ---------------------------------------------------------------- bench, gate, report
 
-@app.command()
+@app.command(epilog="Examples:\n\n"
+             "  sagellm bench --profile max-throughput --model meta-llama/Llama-2-7b-hf --instance ml.g5.2xlarge "
+             "--time-scale 0.1   # local, emulated\n\n"
+             "  sagellm bench --profile replicas --model llama2-13b --instance ml.p4d.24xlarge --target sagemaker "
+             "--thresholds gates.yaml --out run-42   # real account, gated\n\n"
+             "  sagellm bench --profile max-throughput --model llama2-7b --target http --url http://localhost:8080 "
+             "# an existing TGI")
 def bench(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
     model: Model,
