@@ -19,6 +19,8 @@ demo: setup
 		--instance ml.g5.2xlarge --time-scale 0.1 --out sagellm-results/demo
 
 test: setup
+	.venv/bin/ruff check src tests app.py benchmarks
+	.venv/bin/mypy src
 	.venv/bin/python -m pytest
 
 .PHONY: setup demo test

@@ -275,7 +275,7 @@ def gate(
 
     run = load_results(results)
     rules = load_thresholds(thresholds)
-    base_path = baseline or (Path(rules.baseline.results) if rules.baseline else None)
+    base_path = baseline or (rules.baseline.results if rules.baseline else None)
     verdict = evaluate(run, rules, load_results(base_path) if base_path else None)
     updated = run.model_copy(update={"gate": verdict})
     write_results(results, updated)

@@ -54,7 +54,7 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
     for col in ("concurrency", "ms/token", "TTFT ms", "ITL ms", "e2e s", "tokens/s", "req/s", "$/1M tok", "note"):
         t.add_column(col, justify="right" if col != "note" else "left")
     for p in curve.points:
-        note = []
+        note: list[str] = []
         if p.rejected:
             note.append("429: over admission")
         elif not p.within_timeout:
@@ -78,8 +78,8 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
     if curve.usd_per_h is not None:
         best = curve.usd_per_1m_tokens(curve.max_throughput)
         c.print(f"${curve.usd_per_h:.2f}/h" + (f" · ${best:.2f} per 1M tokens at max throughput" if best else ""))
-    for note in curve.notes:
-        c.print(f"note: {note}")
+    for text in curve.notes:
+        c.print(f"note: {text}")
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import pytest
 from sagellm.bench import summary
 from sagellm.bench.records import ERROR_KINDS, RequestRecord
 from sagellm.bench.summary import LevelSummary, Stats, percentile, summarize
-from sagellm.planner.curve import Point, knee_of
+from sagellm.planner.curve import Point, knee_index, knee_of, usd_per_1m_tokens
 
 
 def rec(*, c: int = 4, start: float = 1.0, e2e: float = 1.0, tokens: int = 100, ok: bool = True,
@@ -133,7 +133,7 @@ def test_measured_knee_and_planner_knee_agree_on_the_same_numbers() -> None:
                     requests_per_s=0, running_per_copy=0, queued_per_copy=0, rejected=False,
                     within_timeout=True) for c, t, lat in numbers]
     assert summary.knee([lvl(*n) for n in numbers]).concurrency == knee_of(points).concurrency
-    assert summary.knee_index([t for _, t, _ in numbers], [lat for _, _, lat in numbers]) == 2
+    assert knee_index([t for _, t, _ in numbers], [lat for _, _, lat in numbers]) == 2
 
 
 def test_max_throughput_is_the_highest_throughput_level_without_timeouts_within_the_error_rate() -> None:
@@ -159,10 +159,10 @@ def test_cost_is_price_times_instances_and_per_1m_tokens_from_throughput() -> No
     per_h = summary.usd_per_h(1.515, 2)
     assert per_h == pytest.approx(3.03)
     # 10^6 tokens at 1000 tokens/s take 1000 s = 0.2778 h; at $3.03/h that is $0.8417.
-    assert summary.usd_per_1m_tokens(1000, per_h) == pytest.approx(0.841667, rel=1e-5)
+    assert usd_per_1m_tokens(1000, per_h) == pytest.approx(0.841667, rel=1e-5)
 
 
 def test_cost_is_unknown_without_a_price_or_without_throughput() -> None:
     assert summary.usd_per_h(None, 2) is None
-    assert summary.usd_per_1m_tokens(1000, None) is None
-    assert summary.usd_per_1m_tokens(0, 3.0) is None
+    assert usd_per_1m_tokens(1000, None) is None
+    assert usd_per_1m_tokens(0, 3.0) is None

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sagellm.bench import summary
 from sagellm.bench.summary import LevelSummary
 from sagellm.errors import InputError
-from sagellm.planner.curve import Point
+from sagellm.planner.curve import Point, usd_per_1m_tokens
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -166,7 +166,7 @@ def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, 
         max_throughput=_pick(best, summary.max_definition(max_error_rate)),
         slo=slo,
         cost=Cost(usd_per_h=usd_per_h,
-                  usd_per_1m_tokens=summary.usd_per_1m_tokens(best.throughput_tokens_per_s, usd_per_h)
+                  usd_per_1m_tokens=usd_per_1m_tokens(best.throughput_tokens_per_s, usd_per_h)
                   if best else None,
                   at_concurrency=best.concurrency if best else None),
         teardown=teardown,

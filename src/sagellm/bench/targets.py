@@ -10,13 +10,16 @@ import logging
 import uuid
 import warnings
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sagellm.bench import cdk_cli
 from sagellm.bench.results import Teardown
 from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport, Transport
 from sagellm.errors import InputError, TargetError
 from sagellm.profiles.plan import DeploymentPlan
+
+if TYPE_CHECKING:
+    from sagellm.bench.emulator import EmulatorProcess
 
 
 class Target(Protocol):
@@ -121,7 +124,7 @@ class LocalTarget(_StackTarget):
 
         self.time_scale = time_scale
         self.aws = LocalAws(plan.region)
-        self.emulator = None
+        self.emulator: EmulatorProcess | None = None
 
     def _env(self) -> dict[str, str]:
         return self.aws.env()
@@ -136,13 +139,14 @@ class LocalTarget(_StackTarget):
         # A fresh moto has no bootstrap stack; create it the way a new real account gets one.
         cdk_cli.bootstrap(self._env(), log=self.out / "cdk" / "cdk-bootstrap.log")
         outputs = self._deploy_stack()
-        self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale, endpoint_name=self.endpoint)
-        self.emulator.start()
+        emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
+                                                   endpoint_name=self.endpoint)
+        emulator.start()
         return SageMakerTransport(self.endpoint or "", self.plan.region, inference_component=_component(
-            self.plan, outputs), endpoint_url=self.emulator.url, boto_session=self.aws.session())
+            self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())
 
     def teardown(self) -> Teardown:
-        problems = []
+        problems: list[str] = []
         if self.emulator is not None:
             try:
                 self.emulator.stop()
@@ -170,14 +174,15 @@ class HttpTarget:
     def __init__(self, url: str, api: str, model: str):
         if not url.startswith(("http://", "https://")):
             raise InputError(f"--url: {url!r} must be an http(s) URL of a TGI or OpenAI-compatible server")
-        self.endpoint = url
+        self.endpoint: str | None = url
         self.api = api if api != "auto" else ("openai" if "/v1" in url else "tgi")
         self.model = model
 
     def deploy(self) -> Transport:
+        url = self.endpoint or ""
         if self.api == "openai":  # the transport appends /v1/completions itself
-            return OpenAiTransport(self.endpoint.rstrip("/").removesuffix("/v1"), self.model)
-        return TgiTransport(self.endpoint)
+            return OpenAiTransport(url.rstrip("/").removesuffix("/v1"), self.model)
+        return TgiTransport(url)
 
     def teardown(self) -> Teardown:
         return Teardown(status="not-applicable", detail="existing server: nothing deployed")

@@ -146,7 +146,7 @@ def _chain(name: str, sources: dict[str, Source]) -> list[Source]:
 
 def _schema_errors(exc: ValidationError, chain: list[Source]) -> list[str]:
     """One line per bad field: file:line, dotted path, the value, what is wrong."""
-    grouped: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    grouped: dict[tuple[str, ...], list[Any]] = {}
     for err in exc.errors():
         loc = tuple(str(p) for p in err["loc"])
         # pydantic appends union branch tags (`int`, `literal['auto']`) that are not keys of the file.

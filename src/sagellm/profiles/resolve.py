@@ -276,11 +276,12 @@ def cap_errors(max_input: int, max_total: int, prefill: int, where: Callable[[st
 def static_errors(profile: Profile, sources: dict[str, Source]) -> list[str]:
     """What can be checked without a model: pinned token caps against each other."""
     s = profile.serving
-    if "auto" in (s.max_input_tokens, s.max_total_tokens):
+    max_input, max_total = s.max_input_tokens, s.max_total_tokens
+    if max_input == "auto" or max_total == "auto":
         return []
-    prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else s.max_input_tokens
+    prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else max_input
     where = _Where(profile.name, sources, {})
-    return cap_errors(s.max_input_tokens, s.max_total_tokens, prefill, lambda f: where(f"serving.{f}"))
+    return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"))
 
 
 def _given(path: str, instance, tp, copies, count) -> bool:
@@ -329,7 +330,7 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
 
     def pinned(name: str, auto_value: int) -> int:
         value = getattr(s, name) if main else "auto"
-        return auto_value if value == "auto" else value
+        return auto_value if value == "auto" else int(value)
 
     max_input = pinned("max_input_tokens", payload.input_tokens)
     max_total = pinned("max_total_tokens", max_input + payload.output_tokens)
@@ -457,9 +458,13 @@ def to_plan(d: Design) -> DeploymentPlan:
     startup = startup if startup != "auto" else int(min(3600, max(600, 60 * math.ceil((600 + 6 * weights) / 60))))
     download = p.model_data_download_timeout_s
     download = download if download != "auto" else startup
-    volume = p.volume_size_gb
-    if volume == "auto":
-        volume = None if inst.instance_type.startswith(NVME_FAMILIES) else math.ceil(weights * 1.5 + 30)
+    volume: int | None
+    if p.volume_size_gb != "auto":
+        volume = p.volume_size_gb
+    elif inst.instance_type.startswith(NVME_FAMILIES):
+        volume = None
+    else:
+        volume = math.ceil(weights * 1.5 + 30)
     tags = {"sagellm:profile": p.name, "sagellm:model": d.copies[0].model.hf_id, "sagellm:version": __version__}
     return DeploymentPlan(
         profile=p.name, region=d.region, container=p.container, instance_type=inst.instance_type,
