@@ -97,6 +97,8 @@ def _level(level: Level) -> list[str]:
     ]
     if level.client_overhead_ms is not None:
         lines.append(_row("client overhead ms", level.client_overhead_ms, None, digits=2))
+    if level.server_loop_lag_ms is not None:
+        lines += ["", f"Emulator event-loop lag: max {level.server_loop_lag_ms:.1f} ms (its own distortion)"]
     return lines + [""]
 
 

@@ -70,6 +70,8 @@ class Level(LevelSummary):
     """A measured level with the planner's prediction beside it."""
 
     predicted: Predicted | None = None
+    # The emulator's worst event-loop lag during the level: its own distortion (local target only).
+    server_loop_lag_ms: float | None = None
 
 
 class Pick(_Strict):

@@ -184,6 +184,15 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     def on_record(record: RequestRecord) -> None:
         log.append(_rescale(record, factor))
 
+    lags: dict[int, float] = {}
+    loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
+
+    def on_level(level: LevelResult) -> None:
+        levels.append(level)
+        lag = loop_lag_ms()
+        if lag is not None:
+            lags[level.concurrency] = lag
+
     try:
         with _signals():
             try:
@@ -196,7 +205,7 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
                     requests_per_level=_budget(opts), duration_per_level_s=opts.duration_per_level_s,
                     warmup=opts.warmup, input_tokens=design.payload.input_tokens,
                     output_tokens=design.payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
-                    on_progress=progress, on_level=levels.append,
+                    on_progress=progress, on_level=on_level,
                     stop_rule=StopRule(max_error_rate=summary.MAX_ERROR_RATE)))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
@@ -213,7 +222,7 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     finally:
         log.close()
 
-    results = _results(opts, design, plan, target, levels, teardown, started, status, error, factor)
+    results = _results(opts, design, plan, target, levels, lags, teardown, started, status, error, factor)
     if thresholds is not None:
         results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
     write_results(out / "results.json", results)
@@ -243,7 +252,7 @@ def _prompt(tokens: int) -> str:
 
 
 def _results(opts: BenchOptions, design: Design, plan: Any, target: Target, levels: list[LevelResult],
-             teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
+             lags: dict[int, float], teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
              factor: float) -> Results:
     shape = design.shape()
     measured = []
@@ -254,7 +263,8 @@ def _results(opts: BenchOptions, design: Design, plan: Any, target: Target, leve
         s = summary.summarize(records, window_start_s=lv.window_start_s * factor,
                               window_end_s=lv.window_end_s * factor)
         point = predict_point(shape, design.payload, lv.concurrency)
-        measured.append(Level(**s.model_dump(), predicted=predicted_from(point)))
+        measured.append(Level(**s.model_dump(), predicted=predicted_from(point),
+                              server_loop_lag_ms=lags.get(lv.concurrency)))
     stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
     if status == ExitStatus.INTERRUPTED:
         stopped = f"interrupted after {len(levels)} level(s)"

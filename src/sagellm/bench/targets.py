@@ -6,7 +6,9 @@ through the same SigV4 event-stream transport; only the environment they point a
 
 from __future__ import annotations
 
+import json
 import logging
+import urllib.request
 import uuid
 import warnings
 from pathlib import Path
@@ -20,6 +22,10 @@ from sagellm.profiles.plan import DeploymentPlan
 
 if TYPE_CHECKING:
     from sagellm.bench.emulator import EmulatorProcess
+
+
+# Beyond the container's own start-up and download timeouts: instance provisioning and CloudFormation.
+DEPLOY_MARGIN_S = 15 * 60
 
 
 class Target(Protocol):
@@ -81,7 +87,9 @@ class _StackTarget:
 
     def _deploy_stack(self) -> dict[str, str]:
         self.deployed = True  # from here on teardown must run, even if deploy fails half-way
-        outputs = cdk_cli.deploy(self.stack, self.context, self._env(), self.out / "cdk")
+        # CloudFormation waits for InService; bound the wait by what the endpoint may take to start.
+        wait_s = self.plan.startup_health_check_timeout_s + self.plan.model_data_download_timeout_s + DEPLOY_MARGIN_S
+        outputs = cdk_cli.deploy(self.stack, self.context, self._env(), self.out / "cdk", timeout_s=wait_s)
         self.endpoint = outputs.get("EndpointName")
         if not self.endpoint:
             raise TargetError(f"stack {self.stack} has no EndpointName output: {outputs}")
@@ -144,6 +152,16 @@ class LocalTarget(_StackTarget):
         emulator.start()
         return SageMakerTransport(self.endpoint or "", self.plan.region, inference_component=_component(
             self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())
+
+    def loop_lag_ms(self) -> float | None:
+        """The emulator's worst event-loop lag since the last call (then reset), or None if unknown."""
+        if self.emulator is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"{self.emulator.url}/metrics?reset=1", timeout=5) as reply:
+                return float(json.load(reply)["loop_lag_s"]["max"]) * 1000
+        except (OSError, ValueError, KeyError):
+            return None
 
     def teardown(self) -> Teardown:
         problems: list[str] = []
