@@ -392,4 +392,10 @@ def main() -> None:
         for line in str(exc).splitlines():
             print(f"sagellm: error: {line}", file=sys.stderr)
         sys.exit(exc.exit_status)
+    except Exception as exc:  # a bug: one line (exit 3, never 1, which means "gate failed")
+        if debug:
+            raise
+        print(f"sagellm: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        sys.exit(ExitStatus.TARGET_FAILED)
     sys.exit(result if isinstance(result, int) else ExitStatus.OK)

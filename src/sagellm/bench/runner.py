@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import signal
 import sys
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ from typing import Any
 
 from sagellm import __version__
 from sagellm.bench import summary
-from sagellm.bench.gate import Thresholds, gate, load_thresholds
+from sagellm.bench.gate import gate, load_thresholds
 from sagellm.bench.load import LevelResult, StopRule, run_sweep
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.report import write_report
@@ -74,10 +75,6 @@ class BenchOutcome:
     error: str | None = None
 
 
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: stop measuring, tear down, exit 130."""
-
-
 def _check(opts: BenchOptions) -> None:
     """Reject contradictory options before anything is deployed."""
     errors = []
@@ -133,7 +130,9 @@ def _rescale(record: RequestRecord, factor: float) -> RequestRecord:
 def _signals() -> Iterator[None]:
     """SIGTERM behaves like Ctrl-C while measuring (pipelines cancel jobs with SIGTERM)."""
     def on_term(signum: int, frame: Any) -> None:
-        raise Interrupted()
+        # Re-raise as SIGINT: asyncio then cancels the sweep task cleanly (an exception raised here
+        # could land inside one of aiohttp's own tasks and surface as a stray traceback).
+        signal.raise_signal(signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
@@ -202,7 +201,7 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
                 say(f"endpoint {target.endpoint} is in service; sweeping {list(opts.concurrency)}")
                 asyncio.run(run_sweep(
                     transport, concurrency=list(opts.concurrency),
-                    requests_per_level=_budget(opts), duration_per_level_s=opts.duration_per_level_s,
+                    requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                     warmup=opts.warmup, input_tokens=design.payload.input_tokens,
                     output_tokens=design.payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
                     on_progress=progress, on_level=on_level,
@@ -211,6 +210,10 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
                 error, status = str(exc), exc.exit_status
             except KeyboardInterrupt:
                 error, status = "interrupted: stopped measuring, tore down", ExitStatus.INTERRUPTED
+            except Exception as exc:  # noqa: BLE001 - a bug or unforeseen failure: still tear down, keep results
+                (out / "error.log").write_text(traceback.format_exc())
+                error = f"unexpected {type(exc).__name__}: {exc} (traceback in {out / 'error.log'})"
+                status = ExitStatus.TARGET_FAILED
             finally:
                 with _shielded(say):
                     if opts.keep and target.kind != "http":
@@ -222,11 +225,17 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     finally:
         log.close()
 
-    results = _results(opts, design, plan, target, levels, lags, teardown, started, status, error, factor)
-    if thresholds is not None:
-        results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
-    write_results(out / "results.json", results)
-    write_report(out, results)
+    if status == ExitStatus.OK and levels and not any(r.ok for lv in levels for r in lv.records):
+        first = next((r for lv in levels for r in lv.records if not r.ok), None)
+        error = f"no request succeeded: {first.error_kind}: {first.error}" if first else "no request was sent"
+        status = ExitStatus.TARGET_FAILED
+    slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
+    with _shielded(say):  # a signal now would lose the results of a finished run
+        results = _results(opts, design, plan, target, levels, lags, teardown, started, status, error, factor, slo)
+        if thresholds is not None:
+            results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
+        write_results(out / "results.json", results)
+        write_report(out, results)
 
     if teardown.status == "failed":
         status = ExitStatus.TARGET_FAILED
@@ -245,6 +254,11 @@ def _budget(opts: BenchOptions) -> Any:
     return lambda c: max(MIN_REQUESTS_PER_LEVEL, REQUESTS_PER_WORKER * c)
 
 
+def _duration(opts: BenchOptions) -> float | None:
+    """Seconds of wall time per level: the asked simulated seconds, compressed like the emulator's clock."""
+    return None if opts.duration_per_level_s is None else opts.duration_per_level_s * opts.time_scale
+
+
 def _prompt(tokens: int) -> str:
     from sagellm.bench.emulator import make_prompt
 
@@ -253,7 +267,7 @@ def _prompt(tokens: int) -> str:
 
 def _results(opts: BenchOptions, design: Design, plan: Any, target: Target, levels: list[LevelResult],
              lags: dict[int, float], teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
-             factor: float) -> Results:
+             factor: float, slo: float | None) -> Results:
     shape = design.shape()
     measured = []
     for lv in levels:
@@ -280,9 +294,6 @@ def _results(opts: BenchOptions, design: Design, plan: Any, target: Target, leve
     )
     price = design.instance.price_per_h(plan.region)
     return make_results(run, measured, usd_per_h=summary.usd_per_h(price, plan.initial_instance_count),
-                        teardown=teardown, slo_ms_per_token=opts.slo_ms_per_token, stopped_reason=stopped)
+                        teardown=teardown, slo_ms_per_token=slo, stopped_reason=stopped)
 
 
-def thresholds_or_none(path: Path | None) -> Thresholds | None:
-    """Load a thresholds file when given."""
-    return load_thresholds(path) if path else None

@@ -1,0 +1,184 @@
+"""Shared pieces of the bench's end-to-end tests: the CLI as a subprocess, small fast sweeps, and probes
+that find what a run left behind (moto resources, emulator children, CDK CLI processes, ports)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sagellm.bench.emulator import EmulatorProcess
+from sagellm.bench.emulator.process import port_is_free
+from sagellm.bench.localaws import LocalAws
+
+REPO = Path(__file__).resolve().parents[2]
+# The venv's console script, so exit codes come from `main()` exactly as a pipeline sees them.
+SAGELLM = str(Path(sys.executable).parent / "sagellm")
+MODEL = "meta-llama/Llama-2-7b-hf"
+INSTANCE = "ml.g5.2xlarge"
+# Small and compressed: a local run is then dominated by the CDK deploy (~10 s), not by the sweep.
+FAST = ["--time-scale", "0.05", "--output-tokens", "32"]
+
+
+def bench_args(out: Path, *extra: str, profile: str = "max-throughput", concurrency: str = "1,4",
+               requests: str | None = "4", warmup: str = "0") -> list[str]:
+    """`sagellm bench …` arguments for a quick local sweep into `out`."""
+    args = ["bench", "--profile", profile, "--model", MODEL, "--instance", INSTANCE, *FAST,
+            "--concurrency", concurrency, "--warmup", warmup, "--out", str(out)]
+    if requests is not None:
+        args += ["--requests-per-level", requests]
+    return args + list(extra)
+
+
+@dataclass
+class Ran:
+    """A finished `sagellm` process."""
+
+    pid: int
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_s: float
+
+
+def spawn(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen[str]:
+    """Start the `sagellm` console script in the background (for signals)."""
+    return subprocess.Popen([SAGELLM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd or REPO, env=env, stdin=subprocess.DEVNULL)
+
+
+def finish(proc: subprocess.Popen[str], started: float, timeout: float = 120) -> Ran:
+    """Wait for a spawned `sagellm`; kill it (and fail) if it does not end in time."""
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"sagellm did not exit within {timeout:g} s; stderr:\n{stderr[-2000:]}")
+    return Ran(proc.pid, proc.returncode, stdout, stderr, time.monotonic() - started)
+
+
+def sagellm(*args: str, timeout: float = 120, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> Ran:
+    """Run the `sagellm` console script to completion."""
+    started = time.monotonic()
+    return finish(spawn(*args, env=env, cwd=cwd), started, timeout)
+
+
+def results_of(out: Path) -> dict[str, Any]:
+    """results.json of a bench --out folder, as plain JSON."""
+    return json.loads((out / "results.json").read_text())
+
+
+def request_lines(out: Path) -> list[dict[str, Any]]:
+    """requests.jsonl of a bench --out folder (every line must be JSON)."""
+    path = out / "requests.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.02) -> None:
+    """Poll until `condition()` holds; fail the test naming `what` otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(poll_s)
+    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _proc_text(pid: str, name: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # gone meanwhile, or not ours to read
+        return ""
+
+
+def processes_mentioning(*needles: str) -> list[str]:
+    """`pid cmdline` of every live process whose command line or environment contains any needle.
+
+    The bench's children are found by what is unique to one run (its --out folder, which the CDK CLI and
+    the app it synthesizes carry in their arguments or CDK_OUTDIR; its pid, which the emulator child
+    carries as --parent-pid), never by a broad name: other runs may share this machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        status = _proc_text(entry.name, "status")
+        if "State:\tZ" in status:  # a zombie holds nothing and waits only for its parent to reap it
+            continue
+        cmdline = _proc_text(entry.name, "cmdline")
+        haystack = cmdline + " " + _proc_text(entry.name, "environ")
+        if any(needle in haystack for needle in needles):
+            found.append(f"{entry.name} {cmdline.strip()}")
+    return found
+
+
+def emulator_children_of(pid: int) -> list[str]:
+    """Emulator processes a bench with process id `pid` started (they carry `--parent-pid PID`)."""
+    return [p for p in processes_mentioning(f"--parent-pid {pid} ") if "sagellm.bench.emulator" in p]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists and is not a zombie."""
+    status = _proc_text(str(pid), "status")
+    return bool(status) and "State:\tZ" not in status
+
+
+@dataclass
+class Probe:
+    """What an in-process bench left behind, captured at the moment its local AWS stopped."""
+
+    leftovers: list[dict[str, list[str]]] = field(default_factory=list)  # one entry per LocalAws.stop()
+    emulators: list[EmulatorProcess] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)  # of the emulator children that started
+
+    def assert_nothing_left(self) -> None:
+        """Nothing in moto when it stopped, and no emulator process or port afterwards."""
+        assert self.leftovers, "the local AWS was never stopped"
+        assert self.leftovers == [{}] * len(self.leftovers), f"left in moto: {self.leftovers}"
+        assert not LocalAws._running, "the local AWS still runs"
+        for emu in self.emulators:
+            assert emu.pid is None, "the emulator was never stopped"
+            assert emu.port, "the emulator never reported its port"
+            assert port_is_free(emu.host, emu.port, wait_s=0.5), f"port {emu.port} still accepts connections"
+        for pid in self.pids:
+            assert not pid_alive(pid), f"emulator process {pid} survived"
+
+
+def install_probe(monkeypatch: pytest.MonkeyPatch) -> Probe:
+    """Record moto's contents just before each LocalAws stops, and every emulator child started."""
+    probe = Probe()
+    stop, start = LocalAws.stop, EmulatorProcess.start
+
+    def recording_stop(self: LocalAws) -> None:
+        if self._server is not None:
+            probe.leftovers.append(self.leftovers())
+        stop(self)
+
+    def recording_start(self: EmulatorProcess) -> None:
+        probe.emulators.append(self)
+        start(self)  # a start that fails stops its own child
+        assert self.pid is not None
+        probe.pids.append(self.pid)
+
+    monkeypatch.setattr(LocalAws, "stop", recording_stop)
+    monkeypatch.setattr(EmulatorProcess, "start", recording_start)
+    return probe
