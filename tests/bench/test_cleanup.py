@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,12 +12,6 @@ from sagellm.bench.localaws import LocalAws
 TAGS = [{"Key": "sagellm:profile", "Value": "max-throughput"}, {"Key": "sagellm:version", "Value": "0.1.0"}]
 ROLE = "arn:aws:iam::123456789012:role/sagellm-test"
 VARIANT = [{"VariantName": "AllTraffic", "InstanceType": "ml.g5.2xlarge", "InitialInstanceCount": 1}]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalAws]:
-    with LocalAws() as local:
-        yield local
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +14,6 @@ from sagellm.bench.localaws import LocalAws
 
 TAGS = [{"Key": "sagellm:profile", "Value": "replicas"}]
 ROLE = "arn:aws:iam::123456789012:role/sagellm-test"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalAws]:
-    with LocalAws() as local:
-        yield local
 
 
 @pytest.fixture
