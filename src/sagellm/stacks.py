@@ -8,8 +8,7 @@ from aws_cdk import CfnOutput, Environment, Stack, Tags
 from constructs import Construct
 
 from sagellm.constructs import LlmEndpoint
-from sagellm.constructs.inference_component import pascal
-from sagellm.profiles.plan import DeploymentPlan
+from sagellm.profiles.plan import DeploymentPlan, component_output
 
 
 class EndpointStack(Stack):
@@ -31,7 +30,7 @@ class EndpointStack(Stack):
         for model_name, component_name in self.endpoint.inference_component_names.items():
             CfnOutput(
                 self,
-                f"ComponentName{pascal(model_name)}",
+                component_output(model_name),
                 value=component_name,
                 description=f"Inference component of model {model_name!r}",
             )

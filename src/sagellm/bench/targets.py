@@ -18,7 +18,7 @@ from sagellm.bench import cdk_cli
 from sagellm.bench.results import Teardown
 from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport, Transport
 from sagellm.errors import InputError, TargetError
-from sagellm.profiles.plan import DeploymentPlan
+from sagellm.profiles.plan import DeploymentPlan, component_output
 
 if TYPE_CHECKING:
     from sagellm.bench.emulator import EmulatorProcess
@@ -62,11 +62,10 @@ def _component(plan: DeploymentPlan, outputs: dict[str, str]) -> str | None:
     """The inference component to invoke (the plan's first model) from the stack outputs."""
     if plan.endpoint_kind != "inference-component":
         return None
-    pascal = "".join(part.capitalize() for part in plan.primary.name.replace("_", "-").split("-"))
-    name = outputs.get(f"ComponentName{pascal}")
+    key = component_output(plan.primary.name)
+    name = outputs.get(key)
     if name is None:
-        raise TargetError(f"stack outputs carry no ComponentName{pascal} for model {plan.primary.name!r}: "
-                          f"{', '.join(outputs)}")
+        raise TargetError(f"stack outputs carry no {key} for model {plan.primary.name!r}: {', '.join(outputs)}")
     return name
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 
 from aws_cdk import Stack, Token
 from aws_cdk import aws_sagemaker as sagemaker
@@ -12,11 +11,6 @@ from constructs import Construct
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
 MAX_NAME_LENGTH = 63
-
-
-def pascal(name: str) -> str:
-    """`llama2-13b` → `Llama213b` (CDK ids and output ids must stay alphanumeric)."""
-    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name))
 
 
 def component_name(scope: Construct, model_name: str) -> str:

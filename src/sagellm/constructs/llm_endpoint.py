@@ -14,7 +14,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
-from sagellm.constructs.inference_component import component_name, inference_component, pascal
+from sagellm.constructs.inference_component import component_name, inference_component
 from sagellm.constructs.model import container_model
 from sagellm.constructs.role import ecr_repository_arn, execution_role
 from sagellm.constructs.scaling import (
@@ -25,7 +25,7 @@ from sagellm.constructs.scaling import (
     Scaling,
 )
 from sagellm.errors import InputError
-from sagellm.profiles.plan import DeploymentPlan
+from sagellm.profiles.plan import DeploymentPlan, pascal
 
 # A Hugging Face access token: `hf_` then a long run of letters.
 HF_TOKEN_PATTERN = re.compile(r"hf_[A-Za-z]{20,}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -52,6 +53,16 @@ class ScalingPlan(_Frozen):
     target_value: float
     scale_in_cooldown_s: int = 300
     scale_out_cooldown_s: int = 60
+
+
+def pascal(name: str) -> str:
+    """`llama2-13b` → `Llama213b` (CDK ids and output ids must stay alphanumeric)."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name))
+
+
+def component_output(model_name: str) -> str:
+    """The EndpointStack output that carries a model's inference component name."""
+    return f"ComponentName{pascal(model_name)}"
 
 
 class DeploymentPlan(_Frozen):
