@@ -27,11 +27,49 @@ from moto.sagemaker.utils import arn_formatter
 _installed = False
 
 
+class _Declared:
+    """The declarative half of moto's CloudFormationModel, from class attributes.
+
+    A mixin, not a base class: moto finds resource models through CloudFormationModel.__subclasses__(),
+    so every model must subclass CloudFormationModel directly.
+    """
+
+    CFN_TYPE = ""
+    NAME_PROPERTY = ""  # the property that names the resource ("" when CloudFormation names it)
+    ATTRIBUTES: tuple[str, ...] = ()  # what Fn::GetAtt may ask for
+
+    def cfn_attributes(self) -> dict[str, str]:
+        """Fn::GetAtt values by attribute name."""
+        return {}
+
+    @classmethod
+    def cloudformation_type(cls) -> str:
+        return cls.CFN_TYPE
+
+    @classmethod
+    def cloudformation_name_type(cls) -> str:
+        return cls.NAME_PROPERTY
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        return attr in cls.ATTRIBUTES
+
+    def get_cfn_attribute(self, attribute_name: str) -> str:
+        return self.cfn_attributes()[attribute_name]
+
+    def is_created(self) -> bool:
+        return True  # moto's resources are ready at once
+
+
 # --- Inference components: moto has neither the SageMaker API nor the CloudFormation resource.
 
 
-class InferenceComponent(CloudFormationModel):
+class InferenceComponent(_Declared, CloudFormationModel):
     """A SageMaker inference component; InService as soon as it is created (as moto's endpoints are)."""
+
+    CFN_TYPE = "AWS::SageMaker::InferenceComponent"
+    NAME_PROPERTY = "InferenceComponentName"
+    ATTRIBUTES = ("InferenceComponentArn", "InferenceComponentName", "InferenceComponentStatus")
 
     def __init__(
         self,
@@ -81,24 +119,9 @@ class InferenceComponent(CloudFormationModel):
     def physical_resource_id(self) -> str:
         return self.arn  # Ref returns the ARN, as in CloudFormation
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "InferenceComponentName"
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::SageMaker::InferenceComponent"
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr in ("InferenceComponentArn", "InferenceComponentName", "InferenceComponentStatus")
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        return {
-            "InferenceComponentArn": self.arn,
-            "InferenceComponentName": self.name,
-            "InferenceComponentStatus": self.status,
-        }[attribute_name]
+    def cfn_attributes(self) -> dict[str, str]:
+        return {"InferenceComponentArn": self.arn, "InferenceComponentName": self.name,
+                "InferenceComponentStatus": self.status}
 
     @classmethod
     def create_from_cloudformation_json(
@@ -129,9 +152,6 @@ class InferenceComponent(CloudFormationModel):
         region_name: str,
     ) -> None:
         _components(sagemaker_backends[account_id][region_name]).pop(resource_name.split("/")[-1], None)
-
-    def is_created(self) -> bool:
-        return True
 
 
 def _components(backend: SageMakerModelBackend) -> dict[str, InferenceComponent]:
@@ -253,8 +273,11 @@ def _relax_endpoint_configs() -> None:
 # --- Application Auto Scaling: moto has the API but no CloudFormation resources, and no IC dimension.
 
 
-class ScalableTarget(CloudFormationModel):
+class ScalableTarget(_Declared, CloudFormationModel):
     """AWS::ApplicationAutoScaling::ScalableTarget, registered through moto's own backend."""
+
+    CFN_TYPE = "AWS::ApplicationAutoScaling::ScalableTarget"
+    ATTRIBUTES = ("Id",)
 
     def __init__(self, namespace: str, resource_id: str, dimension: str):
         self.namespace, self.resource_id, self.dimension = namespace, resource_id, dimension
@@ -263,20 +286,8 @@ class ScalableTarget(CloudFormationModel):
     def physical_resource_id(self) -> str:
         return f"{self.resource_id}|{self.dimension}|{self.namespace}"  # CloudFormation's Ref format
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::ApplicationAutoScaling::ScalableTarget"
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Id"
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        return self.physical_resource_id
+    def cfn_attributes(self) -> dict[str, str]:
+        return {"Id": self.physical_resource_id}
 
     @classmethod
     def create_from_cloudformation_json(
@@ -317,12 +328,13 @@ class ScalableTarget(CloudFormationModel):
         if backend._scalable_target_exists(resource_id, dimension):
             backend.deregister_scalable_target(namespace, resource_id, dimension)
 
-    def is_created(self) -> bool:
-        return True
 
-
-class ScalingPolicy(CloudFormationModel):
+class ScalingPolicy(_Declared, CloudFormationModel):
     """AWS::ApplicationAutoScaling::ScalingPolicy, put through moto's applicationautoscaling backend."""
+
+    CFN_TYPE = "AWS::ApplicationAutoScaling::ScalingPolicy"
+    NAME_PROPERTY = "PolicyName"
+    ATTRIBUTES = ("Arn",)
 
     def __init__(self, arn: str, key: tuple[str, str, str, str]):
         self.arn, self.key = arn, key
@@ -331,20 +343,8 @@ class ScalingPolicy(CloudFormationModel):
     def physical_resource_id(self) -> str:
         return self.arn
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return "PolicyName"
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::ApplicationAutoScaling::ScalingPolicy"
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return attr == "Arn"
-
-    def get_cfn_attribute(self, attribute_name: str) -> str:
-        return self.arn
+    def cfn_attributes(self) -> dict[str, str]:
+        return {"Arn": self.arn}
 
     @classmethod
     def create_from_cloudformation_json(
@@ -380,9 +380,6 @@ class ScalingPolicy(CloudFormationModel):
             backend.delete_scaling_policy(name, namespace, resource_id, dimension)
         except aas_models.AWSValidationException:
             pass  # already deleted along with its scalable target
-
-    def is_created(self) -> bool:
-        return True
 
 
 def _add_inference_component_dimension() -> None:
@@ -465,20 +462,10 @@ def _forget_resources(stack: Stack) -> None:
     stack.output_map._output_json_map = {}
 
 
-class CdkMetadata(CloudFormationModel):
+class CdkMetadata(_Declared, CloudFormationModel):
     """AWS::CDK::Metadata (in every CDK template): moto warns on it and lists it as an empty resource."""
 
-    @staticmethod
-    def cloudformation_name_type() -> str:
-        return ""
-
-    @staticmethod
-    def cloudformation_type() -> str:
-        return "AWS::CDK::Metadata"
-
-    @classmethod
-    def has_cfn_attr(cls, attr: str) -> bool:
-        return False
+    CFN_TYPE = "AWS::CDK::Metadata"
 
     @classmethod
     def create_from_cloudformation_json(
@@ -495,9 +482,6 @@ class CdkMetadata(CloudFormationModel):
 
     def delete(self, account_id: str, region_name: str) -> None:
         pass
-
-    def is_created(self) -> bool:
-        return True
 
 
 def install() -> None:
