@@ -481,6 +481,7 @@ def test_http_target_benches_an_existing_server_without_deploying(
     assert ran.returncode == 0, ran.stderr[-3000:]
     results = results_of(out)
     assert (results["run"]["target"], results["run"]["endpoint"]) == ("http", emulator.url + suffix)
+    assert results["run"]["emulated"] is True  # the server says so on /info: results are labelled emulated
     assert results["teardown"]["status"] == "not-applicable"
     assert [lv["concurrency"] for lv in results["levels"]] == [1, 4]
     records = request_lines(out)

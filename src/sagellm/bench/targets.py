@@ -182,6 +182,16 @@ class LocalTarget(_StackTarget):
         return Teardown(status="failed", detail="; ".join(problems), leftovers=left)
 
 
+def _says_emulated(url: str) -> bool:
+    """Whether the server is sagellm's emulator (its TGI `/info` says so), so results are labelled right."""
+    base = url.rstrip("/").removesuffix("/v1")
+    try:
+        with urllib.request.urlopen(f"{base}/info", timeout=5) as reply:
+            return json.load(reply).get("emulated") is True
+    except (OSError, ValueError, AttributeError):
+        return False  # a real server, or one without TGI's /info
+
+
 class HttpTarget:
     """An existing TGI or OpenAI-compatible (vLLM) server: no deploy, no teardown."""
 
@@ -197,6 +207,7 @@ class HttpTarget:
 
     def deploy(self) -> Transport:
         url = self.endpoint or ""
+        self.emulated = _says_emulated(url)
         if self.api == "openai":  # the transport appends /v1/completions itself
             return OpenAiTransport(url.rstrip("/").removesuffix("/v1"), self.model)
         return TgiTransport(url)
