@@ -210,13 +210,14 @@ def test_child_process_exits_when_its_parent_is_killed(tmp_path: Any) -> None:
         import time
         from sagellm.bench.emulator import EmulatorProcess
         emu = EmulatorProcess({str(plan_path)!r}).__enter__()
-        print(emu.pid, emu.port, flush=True)
+        print(emu.pid, emu.port, emu._tmp.name, flush=True)
         time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        pid, port = (int(x) for x in proc.stdout.readline().split())
+        pid_text, port_text, work_dir = proc.stdout.readline().split()
+        pid, port = int(pid_text), int(port_text)
     finally:
         proc.kill()
         proc.wait()
@@ -229,6 +230,7 @@ def test_child_process_exits_when_its_parent_is_killed(tmp_path: Any) -> None:
         os.kill(pid, 9)  # do not leave it behind even when the test fails
         pytest.fail("the emulator outlived its parent")
     assert port_is_free("127.0.0.1", port)
+    assert not os.path.exists(work_dir)  # the orphan removed its own log folder
 
 
 def test_run_emulator_serves_in_the_foreground_until_interrupted(tmp_path: Any) -> None:

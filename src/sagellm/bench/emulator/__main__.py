@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--endpoint-name")
     parser.add_argument("--parent-pid", type=int)
+    parser.add_argument("--work-dir", type=Path, help="removed on exit if the parent died (it cannot)")
     args = parser.parse_args(argv)
     plan = DeploymentPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
     emulator = Emulator(plan, time_scale=args.time_scale, endpoint_name=args.endpoint_name)
@@ -34,6 +37,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{_READY_PREFIX}{url}", flush=True)
 
     asyncio.run(serve_forever(emulator, args.host, args.port, ready, parent_pid=args.parent_pid))
+    if args.work_dir is not None and args.parent_pid is not None and os.getppid() != args.parent_pid:
+        shutil.rmtree(args.work_dir, ignore_errors=True)  # orphaned: nobody else will clean up
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ class EmulatorProcess:
         log_path = tmp / "emulator.log"
         cmd = [sys.executable, "-m", "sagellm.bench.emulator", "--plan", str(plan_path), "--host", self.host,
                "--port", str(self.port), "--time-scale", repr(self.time_scale),
-               "--parent-pid", str(os.getpid())]
+               "--parent-pid", str(os.getpid()), "--work-dir", str(tmp)]
         if self.endpoint_name:
             cmd += ["--endpoint-name", self.endpoint_name]
         env = dict(os.environ)
