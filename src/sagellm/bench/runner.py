@@ -33,6 +33,7 @@ from sagellm.bench.results import (
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
+from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
 
 # Published sweeps send a few × concurrency requests per level (method.md §5).
@@ -103,8 +104,7 @@ def _check(opts: BenchOptions) -> None:
         raise InputError(errors)
 
 
-def _target(opts: BenchOptions, design: Design, out: Path) -> Target:
-    plan = to_plan(design)
+def _target(opts: BenchOptions, plan: DeploymentPlan, out: Path) -> Target:
     if opts.target == "http":
         return HttpTarget(opts.url or "", opts.api, opts.model)
     if opts.target == "sagemaker":
@@ -168,8 +168,8 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)
-    target = _target(opts, design, out)
     plan = to_plan(design)
+    target = _target(opts, plan, out)
     (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 
     started = datetime.now(UTC)
@@ -265,7 +265,7 @@ def _prompt(tokens: int) -> str:
     return make_prompt(tokens)
 
 
-def _results(opts: BenchOptions, design: Design, plan: Any, target: Target, levels: list[LevelResult],
+def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: Target, levels: list[LevelResult],
              lags: dict[int, float], teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
              factor: float, slo: float | None) -> Results:
     shape = design.shape()

@@ -183,10 +183,9 @@ def design(
 ) -> Design:
     """Fill every `auto` value and validate; all errors of the profile are raised together."""
     # Values given on the command line (or as CDK context) are named by their option, not a profile line.
-    flags = {"instance_type": "instance", "serving.tensor_parallel": "tensor_parallel",
-             "components.copies": "replicas", "initial_instance_count": "instance_count"}
-    where = _Where(profile.name, sources, {k: v for k, v in flags.items() if _given(k, instance, tensor_parallel,
-                                                                                     copies, instance_count)})
+    given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
+             "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count)}
+    where = _Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
     errors: list[str] = []
     payload = payload or Payload(profile.payload.input_tokens, profile.payload.output_tokens)
     local = _local_models(profiles_dir)
@@ -282,11 +281,6 @@ def static_errors(profile: Profile, sources: dict[str, Source]) -> list[str]:
     prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else max_input
     where = _Where(profile.name, sources, {})
     return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"))
-
-
-def _given(path: str, instance, tp, copies, count) -> bool:
-    return {"instance_type": instance, "serving.tensor_parallel": tp, "components.copies": copies,
-            "initial_instance_count": count}[path] is not None
 
 
 def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus: int, valid: list[int]) -> int | None:
