@@ -49,11 +49,11 @@ from typing import Any
 
 import boto3
 
-from sagellm.bench.emulator import EmulatorProcess, make_prompt
 from sagellm.bench.load import LevelResult, run_level
 from sagellm.bench.records import RequestRecord
 from sagellm.bench.summary import percentile
 from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport, Transport
+from sagellm.emulator import EmulatorProcess, make_prompt
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
 MODEL_ID = "meta-llama/Llama-2-7b-hf"

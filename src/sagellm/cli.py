@@ -268,10 +268,10 @@ def gate(
     json_out: Json = False,
 ) -> int:
     """Evaluate thresholds on a finished run: exit 0 pass, 1 fail (every violation printed), 2 bad thresholds."""
-    from sagellm.bench.gate import gate as evaluate
-    from sagellm.bench.gate import load_thresholds
-    from sagellm.bench.report import write_report
-    from sagellm.bench.results import load_results, write_results
+    from sagellm.results.gate import gate as evaluate
+    from sagellm.results.gate import load_thresholds
+    from sagellm.results.report import write_report
+    from sagellm.results.schema import load_results, write_results
 
     run = load_results(results)
     rules = load_thresholds(thresholds)
@@ -295,9 +295,9 @@ def report(
     directory: Annotated[Path, typer.Argument(help="a bench --out folder holding results.json")],
 ) -> None:
     """Re-render report.md, curve.png and junit.xml from results.json, and print the report."""
-    from sagellm.bench.report import write_report
-    from sagellm.bench.results import load_results
     from sagellm.render import print_report
+    from sagellm.results.report import write_report
+    from sagellm.results.schema import load_results
 
     write_report(directory, load_results(directory / "results.json"))
     print_report(directory)
@@ -321,7 +321,7 @@ def emulate(
     /generate_stream, /info, /health) and OpenAI (/v1/completions), so any load tool can be pointed at it.
     Prompt tokens are counted as whitespace-separated words. Results from it are emulated, not measured.
     """
-    from sagellm.bench.emulator import run_emulator
+    from sagellm.emulator import run_emulator
     from sagellm.profiles import resolve
 
     if not 0 < time_scale <= 1:
@@ -343,7 +343,7 @@ def cleanup(
     """Find what sagellm deployments left behind (by their sagellm:* tags) and delete it."""
     import boto3
 
-    from sagellm.bench.cleanup import delete_leftovers, find_leftovers
+    from sagellm.aws.cleanup import delete_leftovers, find_leftovers
     from sagellm.errors import TargetError
 
     seconds = _duration(older_than)

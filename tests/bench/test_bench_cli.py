@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from bench_helpers import (
     INSTANCE,
     MODEL,
@@ -30,10 +31,9 @@ from bench_helpers import (
     spawn,
     wait_for,
 )
-
-from sagellm.bench.emulator import EmulatorProcess
-from sagellm.bench.emulator.process import port_is_free
-from sagellm.bench.localaws import LocalAws
+from sagellm.aws.local import LocalAws
+from sagellm.emulator import EmulatorProcess
+from sagellm.emulator.process import port_is_free
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
 

@@ -15,7 +15,8 @@ from aiohttp import web
 
 from sagellm.bench.load import LevelProgress, LevelResult, StopRule, run_level, run_sweep, tokens_in_window
 from sagellm.bench.records import RecordLog, RequestRecord, read_records
-from sagellm.bench.transports import Outcome, TgiTransport
+from sagellm.bench.responses import Outcome
+from sagellm.bench.transports import TgiTransport
 
 
 class FakeTransport:

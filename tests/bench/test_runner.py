@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench_helpers import INSTANCE, MODEL, Probe, install_probe, pid_alive, request_lines
 from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.models import SageMakerModelBackend
 
-from sagellm.bench import cdk_cli, runner
-from sagellm.bench.emulator import EmulatorProcess
-from sagellm.bench.localaws import LocalAws
+from bench_helpers import INSTANCE, MODEL, Probe, install_probe, pid_alive, request_lines
+from sagellm.aws import cdk_cli
+from sagellm.aws.local import LocalAws
+from sagellm.bench import runner
 from sagellm.bench.runner import BenchOptions, BenchOutcome, run_bench
 from sagellm.bench.transports import SageMakerTransport, TgiTransport
+from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus
 from sagellm.planner import Payload
 from sagellm.profiles import resolve

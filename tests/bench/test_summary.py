@@ -1,27 +1,17 @@
-"""summarize() on synthetic records; knee, max-throughput, SLO and cost picks on synthetic levels."""
+"""summarize() on synthetic records."""
 
 from __future__ import annotations
 
 import pytest
 
-from sagellm.bench import summary
-from sagellm.bench.records import ERROR_KINDS, RequestRecord
-from sagellm.bench.summary import LevelSummary, Stats, percentile, summarize
-from sagellm.planner.curve import Point, knee_index, knee_of, usd_per_1m_tokens
+from sagellm.bench.records import RequestRecord
+from sagellm.bench.summary import percentile, summarize
+from sagellm.results.schema import Stats
 
 
 def rec(*, c: int = 4, start: float = 1.0, e2e: float = 1.0, tokens: int = 100, ok: bool = True,
         **kw) -> RequestRecord:
     return RequestRecord(concurrency=c, worker=0, start_s=start, ok=ok, e2e_s=e2e, output_tokens=tokens, **kw)
-
-
-def lvl(c: int, tput: float, p50: float, *, error_rate: float = 0.0, timeouts: int = 0) -> LevelSummary:
-    errors = dict.fromkeys(ERROR_KINDS, 0) | {"timeout": timeouts}
-    return LevelSummary(
-        concurrency=c, requests=100, ok=100, errors=errors, error_rate=error_rate, retries=0, window_s=10,
-        output_tokens=int(tput * 10), throughput_tokens_per_s=tput, requests_per_s=tput / 100,
-        latency_ms_per_token=Stats(p50=p50, p90=p50, p99=p50, mean=p50), ttft_ms=Stats(), itl_ms=Stats(),
-        e2e_s=Stats())
 
 
 def test_percentiles_interpolate_linearly_between_ranks() -> None:
@@ -113,56 +103,3 @@ def test_rejects_records_of_several_levels_and_an_empty_window() -> None:
         summarize([rec(c=1), rec(c=2)], window_start_s=0, window_end_s=1)
     with pytest.raises(ValueError, match="empty window"):
         summarize([rec()], window_start_s=5, window_end_s=5)
-
-
-def test_knee_is_the_highest_throughput_over_latency_among_usable_levels() -> None:
-    levels = [lvl(1, 100, 10), lvl(2, 190, 10.5), lvl(4, 300, 14), lvl(8, 360, 25), lvl(16, 380, 50)]
-    # power: 10, 18.1, 21.4, 14.4, 7.6
-    assert summary.knee(levels).concurrency == 4
-
-
-def test_knee_skips_levels_with_timeouts_or_too_many_errors() -> None:
-    levels = [lvl(1, 100, 10), lvl(2, 400, 10, timeouts=1), lvl(4, 400, 10, error_rate=0.06)]
-    assert summary.knee(levels).concurrency == 1
-    assert summary.knee([lvl(1, 100, 10, timeouts=1)]) is None
-
-
-def test_measured_knee_and_planner_knee_agree_on_the_same_numbers() -> None:
-    numbers = [(1, 100, 10), (2, 190, 10.5), (4, 300, 14), (8, 360, 25)]
-    points = [Point(concurrency=c, ms_per_token=lat, ttft_ms=0, itl_ms=0, e2e_s=0, throughput_tokens_per_s=t,
-                    requests_per_s=0, running_per_copy=0, queued_per_copy=0, rejected=False,
-                    within_timeout=True) for c, t, lat in numbers]
-    assert summary.knee([lvl(*n) for n in numbers]).concurrency == knee_of(points).concurrency
-    assert knee_index([t for _, t, _ in numbers], [lat for _, _, lat in numbers]) == 2
-
-
-def test_max_throughput_is_the_highest_throughput_level_without_timeouts_within_the_error_rate() -> None:
-    levels = [lvl(8, 360, 25), lvl(16, 380, 50, error_rate=0.04), lvl(32, 420, 90, error_rate=0.2),
-              lvl(64, 500, 200, timeouts=1)]
-    assert summary.max_throughput(levels).concurrency == 16
-    assert summary.max_throughput(levels, max_error_rate=0.0).concurrency == 8
-    assert summary.max_throughput([lvl(64, 500, 200, timeouts=1)]) is None
-
-
-def test_max_throughput_ties_go_to_the_lower_concurrency() -> None:
-    assert summary.max_throughput([lvl(32, 400, 80), lvl(16, 400, 40)]).concurrency == 16
-
-
-def test_best_under_slo_is_the_highest_throughput_level_with_p50_within_the_slo() -> None:
-    levels = [lvl(1, 100, 10), lvl(4, 300, 14), lvl(8, 360, 25), lvl(16, 380, 50)]
-    assert summary.best_under_slo(levels, 25).concurrency == 8
-    assert summary.best_under_slo(levels, 24.9).concurrency == 4
-    assert summary.best_under_slo(levels, 5) is None
-
-
-def test_cost_is_price_times_instances_and_per_1m_tokens_from_throughput() -> None:
-    per_h = summary.usd_per_h(1.515, 2)
-    assert per_h == pytest.approx(3.03)
-    # 10^6 tokens at 1000 tokens/s take 1000 s = 0.2778 h; at $3.03/h that is $0.8417.
-    assert usd_per_1m_tokens(1000, per_h) == pytest.approx(0.841667, rel=1e-5)
-
-
-def test_cost_is_unknown_without_a_price_or_without_throughput() -> None:
-    assert summary.usd_per_h(None, 2) is None
-    assert usd_per_1m_tokens(1000, None) is None
-    assert usd_per_1m_tokens(0, 3.0) is None

@@ -18,17 +18,15 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from sagellm.bench.emulator import Emulator, make_prompt
-from sagellm.bench.transports import (
+from sagellm.bench.responses import (
     INFERENCE_COMPONENT_HEADER,
-    OpenAiTransport,
     Outcome,
-    SageMakerTransport,
     SseLines,
-    TgiTransport,
     classify_http_error,
     classify_sagemaker_error,
 )
+from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport
+from sagellm.emulator import Emulator, make_prompt
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
 CREDENTIALS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from sagellm.bench.records import ERROR_KINDS, RequestRecord
+from sagellm.bench.records import RequestRecord
 from sagellm.bench.summary import tokens_in_window
 from sagellm.bench.transports import Transport
+from sagellm.results.schema import ERROR_KINDS
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
-ErrorKind = Literal["overloaded", "validation", "timeout", "throttled", "other"]
-ERROR_KINDS: tuple[ErrorKind, ...] = ("overloaded", "validation", "timeout", "throttled", "other")
+from sagellm.results.schema import ErrorKind
 
 
 @dataclass

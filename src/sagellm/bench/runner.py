@@ -16,25 +16,26 @@ from typing import Any
 
 from sagellm import __version__
 from sagellm.bench import summary
-from sagellm.bench.gate import gate, load_thresholds
 from sagellm.bench.load import LevelResult, StopRule, run_sweep
 from sagellm.bench.records import RecordLog, RequestRecord
-from sagellm.bench.report import write_report
-from sagellm.bench.results import (
-    Level,
-    Results,
-    Run,
-    Teardown,
-    load_results,
-    make_results,
-    predicted_from,
-    write_results,
-)
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
+from sagellm.results import sweep
+from sagellm.results.gate import gate, load_thresholds
+from sagellm.results.report import write_report
+from sagellm.results.schema import (
+    Level,
+    Results,
+    Run,
+    Teardown,
+    load_results,
+    predicted_from,
+    write_results,
+)
+from sagellm.results.sweep import make_results
 
 # Published sweeps send a few × concurrency requests per level (method.md §5).
 REQUESTS_PER_WORKER = 3
@@ -205,7 +206,7 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
                     warmup=opts.warmup, input_tokens=design.payload.input_tokens,
                     output_tokens=design.payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
                     on_progress=progress, on_level=on_level,
-                    stop_rule=StopRule(max_error_rate=summary.MAX_ERROR_RATE)))
+                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE)))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
             except KeyboardInterrupt:
@@ -260,7 +261,7 @@ def _duration(opts: BenchOptions) -> float | None:
 
 
 def _prompt(tokens: int) -> str:
-    from sagellm.bench.emulator import make_prompt
+    from sagellm.emulator import make_prompt
 
     return make_prompt(tokens)
 
@@ -293,7 +294,7 @@ def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: T
         started_at=started, ended_at=datetime.now(UTC), command=opts.command,
     )
     price = design.instance.price_per_h(plan.region)
-    return make_results(run, measured, usd_per_h=summary.usd_per_h(price, plan.initial_instance_count),
+    return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, plan.initial_instance_count),
                         teardown=teardown, slo_ms_per_token=slo, stopped_reason=stopped)
 
 

@@ -1,60 +1,12 @@
-"""Per-level summary of request records, and what is read off a measured sweep: knee, max, SLO, cost."""
+"""Per-level summary of request records: percentiles, and tokens counted where their events fall."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
-from sagellm.bench.records import ERROR_KINDS, RequestRecord
-from sagellm.planner.curve import knee_index
-
-# A level is "usable" (may be the knee, the max-throughput point or the best under an SLO) when none of
-# its requests hit the invocation timeout and at most this fraction of them failed for any reason: the
-# same fraction that stops the sweep (load.StopRule), so the last level a sweep keeps going past is usable.
-MAX_ERROR_RATE = 0.05
-
-KNEE_DEFINITION = "maximum of throughput ÷ p50 ms/token among usable levels"
-
-
-def max_definition(max_error_rate: float = MAX_ERROR_RATE) -> str:
-    """How the max-throughput point was picked, for the report."""
-    return f"highest throughput among levels with no timeouts and error rate ≤ {max_error_rate:.0%}"
-
-
-class Stats(BaseModel):
-    """Distribution of one metric; None where there was no sample."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    p50: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    mean: float | None = None
-
-
-class LevelSummary(BaseModel):
-    """What one concurrency level measured (warm-up excluded)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    concurrency: int
-    requests: int
-    ok: int
-    errors: dict[str, int]  # every error kind, zero included
-    error_rate: float
-    retries: int
-    window_s: float
-    output_tokens: float  # generated inside the window (token events counted where they fall)
-    throughput_tokens_per_s: float
-    requests_per_s: float
-    latency_ms_per_token: Stats  # e2e ÷ output tokens per request (the published definition)
-    ttft_ms: Stats
-    itl_ms: Stats  # pooled inter-token gaps of all ok requests
-    e2e_s: Stats
-    client_overhead_ms: Stats | None = None  # client e2e − server e2e, where the server reported it
+from sagellm.bench.records import RequestRecord
+from sagellm.results.schema import ERROR_KINDS, LevelSummary, Stats
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -147,53 +99,3 @@ def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window
         e2e_s=stats([r.e2e_s for r in ok]),
         client_overhead_ms=stats(overhead) if overhead else None,
     )
-
-
-L = TypeVar("L", bound=LevelSummary)
-
-
-def is_usable(level: LevelSummary, max_error_rate: float = MAX_ERROR_RATE) -> bool:
-    """No timeouts, error rate within the limit, and something measured."""
-    return (
-        level.errors.get("timeout", 0) == 0
-        and level.error_rate <= max_error_rate
-        and level.throughput_tokens_per_s > 0
-        and level.latency_ms_per_token.p50 is not None
-    )
-
-
-def _usable_sorted(levels: Sequence[L], max_error_rate: float) -> list[L]:
-    return sorted((lv for lv in levels if is_usable(lv, max_error_rate)), key=lambda lv: lv.concurrency)
-
-
-def knee(levels: Sequence[L], *, max_error_rate: float = MAX_ERROR_RATE) -> L | None:
-    """The measured knee: maximum of throughput ÷ p50 ms/token among usable levels (as the planner's)."""
-    usable = _usable_sorted(levels, max_error_rate)
-    i = knee_index([lv.throughput_tokens_per_s for lv in usable],
-                   [lv.latency_ms_per_token.p50 or 0.0 for lv in usable])
-    return None if i is None else usable[i]
-
-
-def _best(levels: list[L], key: Callable[[L], float]) -> L | None:
-    # max() keeps the first of equal keys: the lowest concurrency, since the list is sorted.
-    return max(levels, key=key, default=None)
-
-
-def max_throughput(levels: Sequence[L], *, max_error_rate: float = MAX_ERROR_RATE) -> L | None:
-    """The highest-throughput usable level (no timeouts, error rate ≤ max_error_rate)."""
-    return _best(_usable_sorted(levels, max_error_rate), lambda lv: lv.throughput_tokens_per_s)
-
-
-def best_under_slo(levels: Sequence[L], slo_ms_per_token: float, *,
-                   max_error_rate: float = MAX_ERROR_RATE) -> L | None:
-    """The highest-throughput usable level whose p50 ms/token is within the SLO."""
-    within = [lv for lv in _usable_sorted(levels, max_error_rate)
-              if (lv.latency_ms_per_token.p50 or math.inf) <= slo_ms_per_token]
-    return _best(within, lambda lv: lv.throughput_tokens_per_s)
-
-
-def usd_per_h(price_per_instance_h: float | None, instance_count: int) -> float | None:
-    """Endpoint $/h = catalog on-demand price × instance count."""
-    return None if price_per_instance_h is None else price_per_instance_h * instance_count
-
-

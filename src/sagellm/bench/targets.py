@@ -14,14 +14,14 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from sagellm.bench import cdk_cli
-from sagellm.bench.results import Teardown
+from sagellm.aws import cdk_cli
 from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport, Transport
 from sagellm.errors import InputError, TargetError
 from sagellm.profiles.plan import DeploymentPlan, component_output
+from sagellm.results.schema import Teardown
 
 if TYPE_CHECKING:
-    from sagellm.bench.emulator import EmulatorProcess
+    from sagellm.emulator import EmulatorProcess
 
 
 # Beyond the container's own start-up and download timeouts: instance provisioning and CloudFormation.
@@ -127,7 +127,7 @@ class LocalTarget(_StackTarget):
     def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path,
                  time_scale: float = 1.0):
         super().__init__(plan, model, profiles_dir, out)
-        from sagellm.bench.localaws import LocalAws
+        from sagellm.aws.local import LocalAws
 
         self.time_scale = time_scale
         self.aws = LocalAws(plan.region)
@@ -137,7 +137,7 @@ class LocalTarget(_StackTarget):
         return self.aws.env()
 
     def deploy(self) -> Transport:
-        from sagellm.bench.emulator import EmulatorProcess
+        from sagellm.emulator import EmulatorProcess
 
         # moto reports resources it skips (the bootstrap stack's S3 policy) as logs and warnings.
         logging.getLogger("moto").setLevel(logging.ERROR)

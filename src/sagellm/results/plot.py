@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sagellm.bench.results import Results
+from sagellm.results.schema import Results
 
 
 def plot_curve(results: Results, path: Path) -> None:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sagellm.bench.emulator.engine import RequestError
+from sagellm.emulator.engine import RequestError
 
 # A fixed sentence repeated to length, like the published benchmarks' prompts (method.md §5).
 _WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "again")

@@ -35,8 +35,8 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from sagellm.bench.emulator import eventstream, formats
-from sagellm.bench.emulator.engine import (
+from sagellm.emulator import eventstream, formats
+from sagellm.emulator.engine import (
     Cancelled,
     CopyEngine,
     InvocationTimeout,
@@ -44,7 +44,7 @@ from sagellm.bench.emulator.engine import (
     RequestError,
     Sequence,
 )
-from sagellm.bench.emulator.formats import Ask
+from sagellm.emulator.formats import Ask
 from sagellm.errors import InputError, TargetError
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import DeploymentPlan

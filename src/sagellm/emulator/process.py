@@ -69,7 +69,7 @@ class EmulatorProcess:
         else:
             plan_path = Path(self.plan)
         log_path = tmp / "emulator.log"
-        cmd = [sys.executable, "-m", "sagellm.bench.emulator", "--plan", str(plan_path), "--host", self.host,
+        cmd = [sys.executable, "-m", "sagellm.emulator", "--plan", str(plan_path), "--host", self.host,
                "--port", str(self.port), "--time-scale", repr(self.time_scale),
                "--parent-pid", str(os.getpid()), "--work-dir", str(tmp)]
         if self.endpoint_name:

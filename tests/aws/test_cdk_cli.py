@@ -9,8 +9,8 @@ import pytest
 from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.models import SageMakerModelBackend
 
-from sagellm.bench import cdk_cli
-from sagellm.bench.localaws import LocalAws
+from sagellm.aws import cdk_cli
+from sagellm.aws.local import LocalAws
 from sagellm.errors import TargetError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 from botocore.eventstream import EventStreamBuffer
 
-from sagellm.bench.emulator import Emulator, count_tokens, make_prompt
-from sagellm.bench.emulator.engine import ModelServer
-from sagellm.bench.emulator.eventstream import exception_event, payload_part
-from sagellm.bench.emulator.formats import generated_text
 from sagellm.catalog import find_instance, find_model
+from sagellm.emulator import Emulator, count_tokens, make_prompt
+from sagellm.emulator.engine import ModelServer
+from sagellm.emulator.eventstream import exception_event, payload_part
+from sagellm.emulator.formats import generated_text
 from sagellm.planner import Shape, StepModel
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 

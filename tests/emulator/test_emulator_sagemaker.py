@@ -19,8 +19,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
 
-from sagellm.bench.emulator import EmulatorProcess, make_prompt
-from sagellm.bench.emulator.process import port_is_free
+from sagellm.emulator import EmulatorProcess, make_prompt
+from sagellm.emulator.process import port_is_free
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
@@ -208,7 +208,7 @@ def test_child_process_exits_when_its_parent_is_killed(tmp_path: Any) -> None:
     plan_path.write_text(INSTANCE_PLAN.model_dump_json())
     parent = textwrap.dedent(f"""
         import time
-        from sagellm.bench.emulator import EmulatorProcess
+        from sagellm.emulator import EmulatorProcess
         emu = EmulatorProcess({str(plan_path)!r}).__enter__()
         print(emu.pid, emu.port, emu._tmp.name, flush=True)
         time.sleep(60)
@@ -236,7 +236,7 @@ def test_child_process_exits_when_its_parent_is_killed(tmp_path: Any) -> None:
 def test_run_emulator_serves_in_the_foreground_until_interrupted(tmp_path: Any) -> None:
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(INSTANCE_PLAN.model_dump_json())
-    code = ("from sagellm.bench.emulator import run_emulator\n"
+    code = ("from sagellm.emulator import run_emulator\n"
             "from sagellm.profiles.plan import DeploymentPlan\n"
             f"run_emulator(DeploymentPlan.model_validate_json(open({str(plan_path)!r}).read()), port=0)")
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)

@@ -3,23 +3,56 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sagellm.bench import summary
-from sagellm.bench.summary import LevelSummary
 from sagellm.errors import InputError
-from sagellm.planner.curve import Point, usd_per_1m_tokens
+from sagellm.planner.curve import Point
 
 SCHEMA_VERSION: Literal[1] = 1
+
+ErrorKind = Literal["overloaded", "validation", "timeout", "throttled", "other"]
+ERROR_KINDS: tuple[ErrorKind, ...] = ("overloaded", "validation", "timeout", "throttled", "other")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stats(BaseModel):
+    """Distribution of one metric; None where there was no sample."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+
+
+class LevelSummary(BaseModel):
+    """What one concurrency level measured (warm-up excluded)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    concurrency: int
+    requests: int
+    ok: int
+    errors: dict[str, int]  # every error kind, zero included
+    error_rate: float
+    retries: int
+    window_s: float
+    output_tokens: float  # generated inside the window (token events counted where they fall)
+    throughput_tokens_per_s: float
+    requests_per_s: float
+    latency_ms_per_token: Stats  # e2e ÷ output tokens per request (the published definition)
+    ttft_ms: Stats
+    itl_ms: Stats  # pooled inter-token gaps of all ok requests
+    e2e_s: Stats
+    client_overhead_ms: Stats | None = None  # client e2e − server e2e, where the server reported it
 
 
 class Run(_Strict):
@@ -142,39 +175,6 @@ class Results(_Strict):
     def level(self, concurrency: int) -> Level | None:
         """The measured level at a concurrency, if it was reached."""
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
-
-
-def _pick(level: LevelSummary | None, definition: str) -> Pick | None:
-    if level is None:
-        return None
-    return Pick(concurrency=level.concurrency, throughput_tokens_per_s=level.throughput_tokens_per_s,
-                ms_per_token_p50=level.latency_ms_per_token.p50 or 0.0, definition=definition)
-
-
-def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, teardown: Teardown,
-                 slo_ms_per_token: float | None = None, stopped_reason: str | None = None,
-                 gate: Gate | None = None, max_error_rate: float = summary.MAX_ERROR_RATE) -> Results:
-    """Assemble results: knee, max-throughput point, SLO pick and cost derived from the levels."""
-    best = summary.max_throughput(levels, max_error_rate=max_error_rate)
-    slo = None
-    if slo_ms_per_token is not None:
-        slo = Slo(ms_per_token=slo_ms_per_token, best=_pick(
-            summary.best_under_slo(levels, slo_ms_per_token, max_error_rate=max_error_rate),
-            f"highest throughput with p50 ≤ {slo_ms_per_token:g} ms/token among usable levels"))
-    return Results(
-        run=run,
-        levels=sorted(levels, key=lambda lv: lv.concurrency),
-        knee=_pick(summary.knee(levels, max_error_rate=max_error_rate), summary.KNEE_DEFINITION),
-        max_throughput=_pick(best, summary.max_definition(max_error_rate)),
-        slo=slo,
-        cost=Cost(usd_per_h=usd_per_h,
-                  usd_per_1m_tokens=usd_per_1m_tokens(best.throughput_tokens_per_s, usd_per_h)
-                  if best else None,
-                  at_concurrency=best.concurrency if best else None),
-        teardown=teardown,
-        gate=gate,
-        stopped_reason=stopped_reason,
-    )
 
 
 def write_results(path: Path, results: Results) -> None:

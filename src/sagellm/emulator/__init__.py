@@ -4,9 +4,9 @@ continuous batching in simulated time (results from it are labelled emulated).
 Token rule: one token per whitespace-separated word of the prompt; `make_prompt(n)` builds n tokens.
 """
 
-from sagellm.bench.emulator.formats import count_tokens, make_prompt
-from sagellm.bench.emulator.process import EmulatorProcess
-from sagellm.bench.emulator.server import (
+from sagellm.emulator.formats import count_tokens, make_prompt
+from sagellm.emulator.process import EmulatorProcess
+from sagellm.emulator.server import (
     SERVER_E2E_DETAIL,
     SERVER_E2E_HEADER,
     SERVER_TTFT_DETAIL,

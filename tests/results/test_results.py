@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from sagellm.bench.records import ERROR_KINDS
-from sagellm.bench.results import (
+from sagellm.errors import InputError
+from sagellm.planner.curve import Point
+from sagellm.results.schema import (
+    ERROR_KINDS,
     Level,
     Results,
     Run,
+    Stats,
     Teardown,
     load_results,
-    make_results,
     predicted_from,
     write_results,
 )
-from sagellm.bench.summary import Stats
-from sagellm.errors import InputError
-from sagellm.planner.curve import Point
+from sagellm.results.sweep import make_results
 
 RUN = Run(profile="max-throughput", model="meta-llama/Llama-2-7b-hf", instance_type="ml.g5.2xlarge",
           instance_count=2, target="local", emulated=True, time_scale=0.1, region="us-east-1",

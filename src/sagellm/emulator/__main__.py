@@ -1,4 +1,4 @@
-"""Child-process entry of `EmulatorProcess`: `python -m sagellm.bench.emulator --plan plan.json …`.
+"""Child-process entry of `EmulatorProcess`: `python -m sagellm.emulator --plan plan.json …`.
 
 Prints `SAGELLM_EMULATOR_URL=<url>` on stdout once it listens; serves until SIGTERM/SIGINT or until the
 parent process is gone.
@@ -13,15 +13,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from sagellm.bench.emulator.process import _READY_PREFIX
-from sagellm.bench.emulator.server import Emulator, serve_forever
+from sagellm.emulator.process import _READY_PREFIX
+from sagellm.emulator.server import Emulator, serve_forever
 from sagellm.errors import SagellmError
 from sagellm.profiles.plan import DeploymentPlan
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse the arguments, load the plan, serve."""
-    parser = argparse.ArgumentParser(prog="python -m sagellm.bench.emulator")
+    parser = argparse.ArgumentParser(prog="python -m sagellm.emulator")
     parser.add_argument("--plan", required=True, type=Path, help="DeploymentPlan JSON file")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sagellm.bench.cleanup import KINDS, delete_leftovers, find_leftovers
-from sagellm.bench.localaws import LocalAws
+from sagellm.aws.cleanup import KINDS, delete_leftovers, find_leftovers
+from sagellm.aws.local import LocalAws
 
 TAGS = [{"Key": "sagellm:profile", "Value": "max-throughput"}, {"Key": "sagellm:version", "Value": "0.1.0"}]
 ROLE = "arn:aws:iam::123456789012:role/sagellm-test"

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from sagellm.bench.emulator import EmulatorProcess
-from sagellm.bench.emulator.process import port_is_free
-from sagellm.bench.localaws import LocalAws
+from sagellm.aws.local import LocalAws
+from sagellm.emulator import EmulatorProcess
+from sagellm.emulator.process import port_is_free
 
 REPO = Path(__file__).resolve().parents[2]
 # The venv's console script, so exit codes come from `main()` exactly as a pipeline sees them.
@@ -133,7 +133,7 @@ def processes_mentioning(*needles: str) -> list[str]:
 
 def emulator_children_of(pid: int) -> list[str]:
     """Emulator processes a bench with process id `pid` started (they carry `--parent-pid PID`)."""
-    return [p for p in processes_mentioning(f"--parent-pid {pid} ") if "sagellm.bench.emulator" in p]
+    return [p for p in processes_mentioning(f"--parent-pid {pid} ") if "sagellm.emulator" in p]
 
 
 def pid_alive(pid: int) -> bool:

@@ -1,4 +1,4 @@
-"""Fixtures shared by the bench tests."""
+"""Fixtures shared across test packages: one local AWS per module."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sagellm.bench.localaws import LocalAws
+from sagellm.aws.local import LocalAws
 
 
 @pytest.fixture(scope="module")

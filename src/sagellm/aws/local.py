@@ -52,7 +52,7 @@ class LocalAws:
         )
         from werkzeug.serving import make_server
 
-        from sagellm.bench import moto_ext
+        from sagellm.aws import moto_ext
 
         if LocalAws._running:
             raise RuntimeError("a LocalAws is already running in this process (moto's state is per process)")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from sagellm.bench.localaws import LocalAws
+from sagellm.aws.local import LocalAws
 
 TAGS = [{"Key": "sagellm:profile", "Value": "replicas"}]
 ROLE = "arn:aws:iam::123456789012:role/sagellm-test"

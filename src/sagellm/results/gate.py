@@ -9,8 +9,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from sagellm.bench.results import Gate, Level, Results, Violation
 from sagellm.errors import InputError
+from sagellm.results.schema import Gate, Level, Results, Violation
 
 _STATS = ("p50", "p90", "p99", "mean")
 # Metrics read from one level (a rule says which one with `where`).

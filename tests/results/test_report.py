@@ -6,11 +6,11 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sagellm.bench.gate import Rule, Thresholds, gate
-from sagellm.bench.records import ERROR_KINDS
-from sagellm.bench.report import render_junit, render_markdown, write_report
-from sagellm.bench.results import Level, Predicted, Results, Run, Teardown, make_results
-from sagellm.bench.summary import Stats
+from sagellm.results.gate import Rule, Thresholds, gate
+from sagellm.results.junit import render_junit
+from sagellm.results.report import render_markdown, write_report
+from sagellm.results.schema import ERROR_KINDS, Level, Predicted, Results, Run, Stats, Teardown
+from sagellm.results.sweep import make_results
 
 RUN = Run(profile="max-throughput", model="meta-llama/Llama-2-7b-hf", instance_type="ml.g5.2xlarge",
           instance_count=1, target="local", emulated=True, time_scale=0.05, region="us-east-1",
@@ -117,7 +117,7 @@ def test_write_report_writes_markdown_junit_and_a_real_png(tmp_path: Path) -> No
 
 
 def test_curve_is_drawn_even_when_no_level_succeeded(tmp_path: Path) -> None:
-    from sagellm.bench.plot import plot_curve
+    from sagellm.results.plot import plot_curve
 
     empty = make_results(RUN, [], usd_per_h=None, teardown=Teardown(status="not-applicable"))
     plot_curve(empty, tmp_path / "curve.png")

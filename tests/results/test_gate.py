@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sagellm.bench.gate import Baseline, Rule, Thresholds, evaluate, gate, load_thresholds
-from sagellm.bench.records import ERROR_KINDS
-from sagellm.bench.results import Level, Results, Run, Teardown, make_results
-from sagellm.bench.summary import Stats
 from sagellm.errors import InputError
+from sagellm.results.gate import Baseline, Rule, Thresholds, evaluate, gate, load_thresholds
+from sagellm.results.schema import ERROR_KINDS, Level, Results, Run, Stats, Teardown
+from sagellm.results.sweep import make_results
 
 RUN = Run(profile="max-throughput", model="meta-llama/Llama-2-7b-hf", instance_type="ml.g5.2xlarge",
           instance_count=1, target="local", emulated=True, region="us-east-1", environment={},

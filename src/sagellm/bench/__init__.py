@@ -1,0 +1,2 @@
+"""The measurement: targets, load, transports and responses, request records, per-level summaries,
+and the runner (deploy → sweep → report → gate → teardown)."""
