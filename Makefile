@@ -21,6 +21,7 @@ demo: setup
 test: setup
 	.venv/bin/ruff check src tests app.py benchmarks
 	.venv/bin/mypy src
+	.venv/bin/lint-imports
 	.venv/bin/python -m pytest
 
 .PHONY: setup demo test
