@@ -72,6 +72,9 @@ class LevelFigures:
     gap_p90_ms: float | None
     gap_p99_ms: float | None
     gap_max_ms: float | None
+    send_p50_ms: float | None  # client start of the request → its first packet on the wire
+    send_p99_ms: float | None
+    wire_ttft_p50_ms: float | None  # the request's packet → the first token's packet (the server's share)
     runqueue_wait_ms_per_s: float  # the client's time runnable but waiting for a CPU, per second of level
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
@@ -93,14 +96,22 @@ def schedstat_wait_s() -> float:
     return int(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9
 
 
-def read_pcap(path: Path, server_port: int) -> dict[int, list[float]]:
-    """Per client port: the wire times (epoch s) of each response's first `data:` packet, in order."""
+@dataclass
+class Exchange:
+    """One request/response on the wire (epoch seconds)."""
+
+    request: float  # the request's first packet (client → server)
+    first_token: float | None = None  # the response's first packet carrying a `data:` event
+
+
+def read_pcap(path: Path, server_port: int) -> dict[int, list[Exchange]]:
+    """Per client port, in order: when each request went out and when its first token came back."""
     raw = path.read_bytes()
     magic = struct.unpack("<I", raw[:4])[0]
     scale = 1e-9 if magic == 0xA1B23C4D else 1e-6
     linktype = struct.unpack("<I", raw[20:24])[0]
     link = {1: 14, 113: 16, 276: 20}[linktype]  # Ethernet (lo), Linux cooked v1 and v2 (any)
-    out: dict[int, list[float]] = defaultdict(list)
+    out: dict[int, list[Exchange]] = defaultdict(list)
     waiting: dict[int, bool] = {}  # port → a response has started and its first data packet not yet seen
     pos = 24
     while pos + 16 <= len(raw):
@@ -112,14 +123,16 @@ def read_pcap(path: Path, server_port: int) -> dict[int, list[float]]:
             continue
         tcp = ip[(ip[0] & 0xF) * 4:]
         src, dst = struct.unpack("!HH", tcp[:4])
-        if src != server_port:
-            continue
         payload = tcp[(tcp[12] >> 4) * 4:]
-        if payload.startswith(b"HTTP/1.1 "):
-            waiting[dst] = True
-        if waiting.get(dst) and b"data:" in payload:
-            waiting[dst] = False
-            out[dst].append(sec + frac * scale)
+        stamp = sec + frac * scale
+        if dst == server_port and payload.startswith(b"POST "):
+            out[src].append(Exchange(stamp))
+        elif src == server_port:
+            if payload.startswith(b"HTTP/1.1 "):
+                waiting[dst] = True
+            if waiting.get(dst) and b"data:" in payload and out[dst]:
+                waiting[dst] = False
+                out[dst][-1].first_token = stamp
     return out
 
 
@@ -173,7 +186,7 @@ def measure(url: str, model: str, levels: list[int], per_worker: int, input_toke
         for c in levels:
             pcap = Path(tmp) / f"c{c}.pcap"
             dump = subprocess.Popen(["tcpdump", "-i", "lo", "-w", str(pcap), "-U", "-s", "2048",
-                                     "--time-stamp-precision=nano", f"tcp src port {port}"],
+                                     "--time-stamp-precision=nano", f"tcp port {port}"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             time.sleep(1.0)  # tcpdump prints "listening" only to a tty; give it time to attach
             asyncio.run(run_level(url, model, c, c, prompt, output_tokens))  # warm-up: connections, caches
@@ -184,7 +197,7 @@ def measure(url: str, model: str, levels: list[int], per_worker: int, input_toke
             dump.send_signal(signal.SIGINT)
             dump.wait(10)
             wire = read_pcap(pcap, port)
-            gaps = []
+            gaps, sends, servers = [], [], []
             by_port: dict[int, list[Sent]] = defaultdict(list)
             for s in sorted(sent, key=lambda s: s.started):
                 by_port[s.port].append(s)
@@ -192,15 +205,18 @@ def measure(url: str, model: str, levels: list[int], per_worker: int, input_toke
                 # The warm-up level ran first on other connections; this level's responses are the last ones.
                 times = wire.get(p, [])[-len(requests):]
                 for s, w in zip(requests, times, strict=False):
-                    if not s.ok:
+                    if not s.ok or w.first_token is None:
                         continue
                     offset = offset0 + (offset1 - offset0) * (s.started - t0) / (t1 - t0)
-                    gaps.append((s.first_token + offset - w) * 1000)
+                    gaps.append((s.first_token + offset - w.first_token) * 1000)
+                    sends.append((w.request - s.started - offset) * 1000)
+                    servers.append((w.first_token - w.request) * 1000)
             lag_ms = [x * 1000 for x in lags]
             figures.append(LevelFigures(
                 concurrency=c, requests=len(sent), matched=len(gaps), gap_p50_ms=percentile(gaps, 50),
                 gap_p90_ms=percentile(gaps, 90), gap_p99_ms=percentile(gaps, 99),
-                gap_max_ms=max(gaps) if gaps else None,
+                gap_max_ms=max(gaps) if gaps else None, send_p50_ms=percentile(sends, 50),
+                send_p99_ms=percentile(sends, 99), wire_ttft_p50_ms=percentile(servers, 50),
                 runqueue_wait_ms_per_s=(wait1 - wait0) * 1000 / (t1 - t0),
                 loop_lag_p99_ms=percentile(lag_ms, 99), loop_lag_max_ms=max(lag_ms) if lag_ms else None))
     return figures
@@ -233,13 +249,15 @@ def main() -> None:
             with VllmServer(model, served_name=args.model) as server:
                 figures = run(server.url)
     print(f"first token: client stamp − wire time (target p50 ≤ {TARGET_P50_MS:g} ms, p99 ≤ {TARGET_P99_MS:g} ms)")
-    print("level  matched   p50 ms   p90 ms   p99 ms   max ms  gap to target (p50/p99)  run-queue ms/s  loop lag p99/max ms")
+    print("level  matched   p50 ms   p90 ms   p99 ms   max ms  gap to target (p50/p99)  run-queue ms/s  "
+          "loop lag p99/max ms  send p50/p99 ms  wire TTFT p50 ms")
     for f in figures:
         gap50 = (f.gap_p50_ms or 0) - TARGET_P50_MS
         gap99 = (f.gap_p99_ms or 0) - TARGET_P99_MS
         print(f"{f.concurrency:>5}  {f.matched:>3}/{f.requests:<3}  {f.gap_p50_ms or 0:7.2f}  {f.gap_p90_ms or 0:7.2f}"
               f"  {f.gap_p99_ms or 0:7.2f}  {f.gap_max_ms or 0:7.2f}  {gap50:+8.2f} / {gap99:+8.2f}"
-              f"  {f.runqueue_wait_ms_per_s:14.1f}  {f.loop_lag_p99_ms or 0:7.2f} / {f.loop_lag_max_ms or 0:.2f}")
+              f"  {f.runqueue_wait_ms_per_s:14.1f}  {f.loop_lag_p99_ms or 0:7.2f} / {f.loop_lag_max_ms or 0:7.2f}"
+              f"  {f.send_p50_ms or 0:6.2f} / {f.send_p99_ms or 0:6.2f}  {f.wire_ttft_p50_ms or 0:8.2f}")
     if args.json:
         args.json.write_text(json.dumps([asdict(f) for f in figures], indent=2))
 

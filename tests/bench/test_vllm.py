@@ -30,7 +30,7 @@ from sagellm.bench.transports import OpenAiTransport
 from sagellm.emulator import EmulatorProcess, make_prompt
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
-from vllm_server import Histogram, TokenSampler, VllmServer, build_tiny_model, scrape
+from vllm_server import FRONT_DOOR, Histogram, TokenSampler, VllmServer, build_tiny_model, scrape
 
 # The fixture's install and start-up have their own limits (vllm_server); the tests themselves are quick.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300, func_only=True)]
@@ -49,14 +49,19 @@ class Tolerance:
       window edge of a several-second window;
     - mean per-request ITL, (e2e − TTFT) ÷ (n − 1): both ends of the span move by the same client delay,
       which cancels; 5 % leaves room for the client's scheduling jitter on a shared 2-core machine;
-    - TTFT p50: the client adds loopback, HTTP parsing and the request's admission before vLLM stamps
-      its arrival; 5 ms is what a healthy client on loopback must stay within;
-    - e2e mean: the same span measured from outside; 3 % of a request lasting a few hundred ms.
+    - TTFT p50: vLLM's TTFT starts when its engine takes the request, after the API server parsed and
+      tokenized it (which, for a burst of C requests, queue in its one event loop); that front-end time
+      (`FRONT_DOOR` mean − engine e2e mean) is the server's, so it is added to vLLM's figure, and the
+      client and loopback may add 5 ms on top. Exactly on the means (`_sum` ÷ `_count`); on the p50 as
+      far as the histogram knows it: the client's p50 must fall inside the bucket holding vLLM's p50,
+      widened by the same allowance (the buckets are 20–250 ms wide at these latencies);
+    - e2e mean: the same span as the server's HTTP middleware measures it (`FRONT_DOOR`), seen from
+      outside; 3 % of a request lasting a few hundred ms.
     """
 
     throughput_rel: float = 0.05
     itl_mean_rel: float = 0.05
-    ttft_p50_ms: float = 5.0
+    ttft_ms: float = 5.0
     e2e_mean_rel: float = 0.03
 
 
@@ -94,7 +99,7 @@ def test_http_target_benches_vllm_and_counts_the_servers_tokens(
 
     assert ran.returncode == 0, ran.stderr[-3000:]
     records = request_lines(tmp_path)
-    assert len(records) == 2 + 8 + 4 + 8  # warm-up per worker + measured, at concurrency 1 and 4
+    assert len(records) == 1 + 8 + 4 + 8  # warm-up per worker + measured, at concurrency 1 and 4
     assert all(r["ok"] and r["status"] == 200 for r in records)
     # Every request yields what it asked for (the tiny model never emits end-of-sequence), and the
     # bench's counts are the server's: per request from `usage`, in total from vLLM's own counters.
@@ -130,9 +135,9 @@ def test_api_auto_on_a_server_without_tgi_routes_says_to_try_openai(vllm: VllmSe
     ran = sagellm(*[a if a != "openai" else "auto" for a in http_bench(vllm.url, tmp_path)])
 
     assert ran.returncode == 2, ran.stderr[-3000:]
-    assert ran.stderr.strip().splitlines() == [
-        (f"sagellm: error: --api auto: {vllm.url}/info answered 404, so {vllm.url} is no TGI server; for an "
-        "OpenAI-compatible one (vLLM) use --api openai (or a URL ending in /v1)")]
+    assert ran.stderr.strip().splitlines()[-1] == (
+        f"sagellm: error: --api auto: {vllm.url}/info answered 404, so {vllm.url} is no TGI server; for an "
+        "OpenAI-compatible one (vLLM) use --api openai (or a URL ending in /v1)")
     assert request_lines(tmp_path) == []
 
 
@@ -170,22 +175,31 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
     ttft = Histogram(before, after, "vllm:time_to_first_token_seconds")
     tpot = Histogram(before, after, "vllm:request_time_per_output_token_seconds")
     e2e = Histogram(before, after, "vllm:e2e_request_latency_seconds")
-    assert ttft.count == tpot.count == e2e.count == len(records)
-    client_ttft_p50 = percentile([r.ttft_s or 0.0 for r in records], 50) or 0.0
-    ttft_low, ttft_p50, _ = ttft.quantile(0.5)
+    door = Histogram(before, after, FRONT_DOOR)
+    assert ttft.count == tpot.count == e2e.count == door.count == len(records)
+    front_end = door.mean - e2e.mean  # the API server's own work, before and after the engine's span
+    client_ttft = [r.ttft_s or 0.0 for r in records]
+    client_ttft_p50 = percentile(client_ttft, 50) or 0.0
+    client_ttft_mean = sum(client_ttft) / len(records)
+    ttft_low, ttft_p50, ttft_high = ttft.quantile(0.5)
     client_itl = sum(per_request_itl_s(r) for r in records) / len(records)
     client_e2e = sum(r.e2e_s for r in records) / len(records)
-    print(f"\nc={concurrency}: throughput {summary.throughput_tokens_per_s:.1f} vs vLLM {server_throughput:.1f} "
-          f"tok/s ({summary.throughput_tokens_per_s / server_throughput - 1:+.2%}) · mean ITL "
-          f"{client_itl * 1e3:.2f} vs {tpot.mean * 1e3:.2f} ms ({client_itl / tpot.mean - 1:+.2%}) · TTFT p50 "
-          f"{client_ttft_p50 * 1e3:.2f} vs {ttft_p50 * 1e3:.2f} ms (+{(client_ttft_p50 - ttft_p50) * 1e3:.2f} ms; "
-          f"mean {sum(r.ttft_s or 0 for r in records) / len(records) * 1e3:.2f} vs {ttft.mean * 1e3:.2f}) · "
-          f"e2e mean {client_e2e * 1e3:.1f} vs {e2e.mean * 1e3:.1f} ms ({client_e2e / e2e.mean - 1:+.2%})")
+    ms = 1000
+    print(f"\nc={concurrency} (vLLM vs bench): throughput {server_throughput:.1f} vs "
+          f"{summary.throughput_tokens_per_s:.1f} tok/s ({summary.throughput_tokens_per_s / server_throughput - 1:+.2%})"
+          f" · mean ITL {tpot.mean * ms:.2f} vs {client_itl * ms:.2f} ms ({client_itl / tpot.mean - 1:+.2%})"
+          f" · TTFT p50 {ttft_p50 * ms:.1f} [{ttft_low * ms:g}–{ttft_high * ms:g}] + front end {front_end * ms:.2f}"
+          f" vs {client_ttft_p50 * ms:.2f} ms (mean {ttft.mean * ms:.2f} + {front_end * ms:.2f} vs "
+          f"{client_ttft_mean * ms:.2f}: {(client_ttft_mean - ttft.mean - front_end) * ms:+.2f} ms)"
+          f" · e2e mean {door.mean * ms:.1f} (engine {e2e.mean * ms:.1f}) vs {client_e2e * ms:.1f} ms"
+          f" ({client_e2e / door.mean - 1:+.2%})")
 
     assert summary.throughput_tokens_per_s == pytest.approx(server_throughput, rel=TOLERANCE.throughput_rel)
     assert client_itl == pytest.approx(tpot.mean, rel=TOLERANCE.itl_mean_rel)
-    assert ttft_low <= client_ttft_p50 <= ttft_p50 + TOLERANCE.ttft_p50_ms / 1000
-    assert client_e2e == pytest.approx(e2e.mean, rel=TOLERANCE.e2e_mean_rel)
+    allowance = front_end + TOLERANCE.ttft_ms / ms
+    assert ttft.mean <= client_ttft_mean <= ttft.mean + allowance
+    assert ttft_low <= client_ttft_p50 <= ttft_high + allowance
+    assert client_e2e == pytest.approx(door.mean, rel=TOLERANCE.e2e_mean_rel)
 
 
 # ------------------------------------------------- one client, two servers: the emulator cannot drift
