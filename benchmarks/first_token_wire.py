@@ -6,7 +6,7 @@ Run (from the repository root, as root, with tcpdump installed: `apt-get install
     .venv/bin/python benchmarks/first_token_wire.py --url http://127.0.0.1:8000 --model NAME   # your server
     .venv/bin/python benchmarks/first_token_wire.py --json out.json --levels 1,4,16
 
-It captures the loopback interface with tcpdump (server → client packets only, nanosecond stamps) while
+It captures the server port on the loopback interface with tcpdump (nanosecond stamps) while
 the bench's own OpenAI transport sends closed-loop requests at each level. Per request it pairs
 - the wire time: the first packet of the response that carries a `data:` event (the first token), and
 - the client time: when the transport stamped the first token (`started + ttft_s`, perf_counter),
@@ -59,6 +59,7 @@ class Sent:
     started: float  # perf_counter
     first_token: float  # perf_counter
     ok: bool
+    events: int  # token events received
 
 
 @dataclass
@@ -78,6 +79,7 @@ class LevelFigures:
     runqueue_wait_ms_per_s: float  # the client's time runnable but waiting for a CPU, per second of level
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
+    cpu_us_per_event: float  # the client's CPU time per token event received (all its work, per event)
 
 
 def realtime_minus_monotonic() -> float:
@@ -160,7 +162,7 @@ async def run_level(url: str, model: str, concurrency: int, requests: int, promp
             _port.set(ports)
             out = await transport.send(session, prompt, output_tokens)
             first = out.started + out.ttft_s if out.ttft_s is not None else float("nan")
-            sent.append(Sent(ports[0] if ports else 0, out.started, first, out.ok))
+            sent.append(Sent(ports[0] if ports else 0, out.started, first, out.ok, 1 + len(out.itl_s)))
 
     async def lag_probe() -> None:
         while True:
@@ -191,7 +193,9 @@ def measure(url: str, model: str, levels: list[int], per_worker: int, input_toke
             time.sleep(1.0)  # tcpdump prints "listening" only to a tty; give it time to attach
             asyncio.run(run_level(url, model, c, c, prompt, output_tokens))  # warm-up: connections, caches
             offset0, wait0, t0 = realtime_minus_monotonic(), schedstat_wait_s(), time.perf_counter()
+            cpu0 = time.process_time()
             sent, lags = asyncio.run(run_level(url, model, c, c * per_worker, prompt, output_tokens))
+            cpu1 = time.process_time()
             offset1, wait1, t1 = realtime_minus_monotonic(), schedstat_wait_s(), time.perf_counter()
             time.sleep(0.5)
             dump.send_signal(signal.SIGINT)
@@ -218,7 +222,8 @@ def measure(url: str, model: str, levels: list[int], per_worker: int, input_toke
                 gap_max_ms=max(gaps) if gaps else None, send_p50_ms=percentile(sends, 50),
                 send_p99_ms=percentile(sends, 99), wire_ttft_p50_ms=percentile(servers, 50),
                 runqueue_wait_ms_per_s=(wait1 - wait0) * 1000 / (t1 - t0),
-                loop_lag_p99_ms=percentile(lag_ms, 99), loop_lag_max_ms=max(lag_ms) if lag_ms else None))
+                loop_lag_p99_ms=percentile(lag_ms, 99), loop_lag_max_ms=max(lag_ms) if lag_ms else None,
+                cpu_us_per_event=(cpu1 - cpu0) * 1e6 / max(1, sum(s.events for s in sent))))
     return figures
 
 
@@ -250,14 +255,15 @@ def main() -> None:
                 figures = run(server.url)
     print(f"first token: client stamp − wire time (target p50 ≤ {TARGET_P50_MS:g} ms, p99 ≤ {TARGET_P99_MS:g} ms)")
     print("level  matched   p50 ms   p90 ms   p99 ms   max ms  gap to target (p50/p99)  run-queue ms/s  "
-          "loop lag p99/max ms  send p50/p99 ms  wire TTFT p50 ms")
+          "loop lag p99/max ms  send p50/p99 ms  wire TTFT p50 ms  client CPU µs/event")
     for f in figures:
         gap50 = (f.gap_p50_ms or 0) - TARGET_P50_MS
         gap99 = (f.gap_p99_ms or 0) - TARGET_P99_MS
         print(f"{f.concurrency:>5}  {f.matched:>3}/{f.requests:<3}  {f.gap_p50_ms or 0:7.2f}  {f.gap_p90_ms or 0:7.2f}"
               f"  {f.gap_p99_ms or 0:7.2f}  {f.gap_max_ms or 0:7.2f}  {gap50:+8.2f} / {gap99:+8.2f}"
               f"  {f.runqueue_wait_ms_per_s:14.1f}  {f.loop_lag_p99_ms or 0:7.2f} / {f.loop_lag_max_ms or 0:7.2f}"
-              f"  {f.send_p50_ms or 0:6.2f} / {f.send_p99_ms or 0:6.2f}  {f.wire_ttft_p50_ms or 0:8.2f}")
+              f"  {f.send_p50_ms or 0:6.2f} / {f.send_p99_ms or 0:6.2f}  {f.wire_ttft_p50_ms or 0:8.2f}"
+              f"  {f.cpu_us_per_event:8.0f}")
     if args.json:
         args.json.write_text(json.dumps([asdict(f) for f in figures], indent=2))
 

