@@ -197,10 +197,14 @@ def plan(
              "  sagellm bench --profile replicas --model llama2-13b --instance ml.p4d.24xlarge --target sagemaker "
              "--thresholds gates.yaml --out run-42   # real account, gated\n\n"
              "  sagellm bench --profile max-throughput --model llama2-7b --target http --url http://localhost:8080 "
-             "# an existing TGI")
+             "# an existing TGI\n\n"
+             "  sagellm bench --target http --api openai --url http://localhost:8000 --concurrency 1,4,16 "
+             "# an existing vLLM, no prediction")
 def bench(
-    profile: Annotated[str, typer.Option("--profile", help="profile name")],
-    model: Model,
+    profile: Annotated[str | None, typer.Option("--profile", help="profile name (optional for --target "
+                                                "http: with --model it predicts the run)")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="catalog model, e.g. meta-llama/Llama-2-7b-hf "
+                                              "(optional for --target http)")] = None,
     instance: Instance = None,
     target: Annotated[str, typer.Option("--target", help="local: embedded AWS (moto) + emulator · sagemaker: "
                                         "your AWS account (credentials from the environment) · http: an "
@@ -208,6 +212,8 @@ def bench(
     url: Annotated[str | None, typer.Option("--url", help="server URL for --target http")] = None,
     api: Annotated[str, typer.Option("--api", help="http target protocol: tgi, openai or auto "
                                      "(openai when the URL has /v1)")] = "auto",
+    served_model: Annotated[str | None, typer.Option("--served-model", help="http target, OpenAI API: the "
+                            "model name the server serves (default: the one its /v1/models lists)")] = None,
     input_tokens: InputTokens = None,
     output_tokens: OutputTokens = None,
     concurrency: Annotated[str, typer.Option("--concurrency", help="levels, in order; escalation stops at "
@@ -243,7 +249,7 @@ def bench(
     from sagellm.render import bench_progress, print_report
 
     opts = BenchOptions(
-        profile=profile, model=model, instance=instance, target=target, url=url, api=api,
+        profile=profile, model=model, instance=instance, target=target, url=url, api=api, served_model=served_model,
         payload=_payload(input_tokens, output_tokens), concurrency=_concurrency(concurrency),
         requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
         thresholds=thresholds, baseline=baseline, out=out, keep=keep, region=region, profiles_dir=profiles_dir,

@@ -259,6 +259,10 @@ def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
     ({"target": "http"}, "--url: required"),
     ({"requests_per_level": 4, "duration_per_level_s": 1.0}, "give one, not both"),
     ({"profile": "no-such-profile"}, "no-such-profile"),
+    ({"served_model": "tiny"}, "--served-model: only used with --target http"),
+    ({"model": None}, "--profile/--model: required"),
+    ({"target": "http", "url": "http://127.0.0.1:9", "model": None}, "give both .+ or neither"),
+    ({"target": "http", "url": "http://127.0.0.1:9", "api": "grpc"}, "--api: 'grpc' must be"),
 ])
 def test_bad_options_raise_before_anything_is_deployed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], message: str) -> None:

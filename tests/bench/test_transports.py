@@ -173,6 +173,8 @@ class FakeEndpoint:
         body = await request.json()
         self.requests.append(body)
         events = openai_sse(body["max_tokens"], usage=body["prompt"] != "no_usage")
+        if body["prompt"] == "cut":  # llama.cpp's server ends an interrupted stream with [DONE]
+            events = [*events[:2], events[-1]]
         return await self._stream(request, events, "text/event-stream")
 
     def _check_signature(self, request: web.Request, body: bytes) -> bool:
@@ -363,6 +365,15 @@ def test_openai_without_usage_counts_token_events() -> None:
         return await OpenAiTransport(fake.url, "m").send(session, "no_usage", 4)
     out = asyncio.run(with_endpoint(go))
     assert out.ok and out.output_tokens == 4 and out.input_tokens is None
+
+
+def test_openai_stream_ended_by_done_before_any_finish_reason_is_a_cut_stream() -> None:
+    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> Outcome:
+        return await OpenAiTransport(fake.url, "m").send(session, "cut", 8)
+    out = asyncio.run(with_endpoint(go))
+    assert not out.ok and out.error_kind == "other"
+    assert out.error == "the server cut the stream: [DONE] after 2 token events and no finish_reason"
+    assert out.output_tokens == 0 and out.ttft_s is not None  # the partial timing is kept
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -123,3 +123,26 @@ def test_curve_is_drawn_even_when_no_level_succeeded(tmp_path: Path) -> None:
     plot_curve(empty, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes().startswith(b"\x89PNG")
     assert render_markdown(empty).count("No level was measured.") == 1
+
+
+def test_a_run_where_nothing_was_measured_never_says_no_request_failed() -> None:
+    stopped = make_results(RUN, [], usd_per_h=None, teardown=Teardown(status="not-applicable"),
+                           stopped_reason="no request succeeded: validation: HTTP 400: too long")
+
+    text = render_markdown(stopped)
+
+    assert "No request failed" not in text
+    assert ("No request was measured (warm-up requests are not counted here); the sweep stopped: no request "
+            "succeeded: validation: HTTP 400: too long.") in text
+
+
+def test_an_http_run_without_a_catalog_model_names_the_served_model_and_predicts_nothing(tmp_path: Path) -> None:
+    run = RUN.model_copy(update={"profile": None, "model": "tiny-llama", "served_model": "tiny-llama",
+                                 "instance_type": None, "instance_count": None, "target": "http",
+                                 "emulated": False, "endpoint": "http://127.0.0.1:8000", "environment": {}})
+    text = render_markdown(make_results(run, [level(1, 100.0, 10.0)], usd_per_h=None,
+                                        teardown=Teardown(status="not-applicable")))
+
+    assert text.splitlines()[2] == "# sagellm bench: tiny-llama on `http://127.0.0.1:8000`"
+    assert "- No profile or catalog model (`--model`): nothing predicted, no cost · target http" in text
+    assert write_report(tmp_path, make_results(run, [], usd_per_h=None, teardown=Teardown(status="not-applicable")))

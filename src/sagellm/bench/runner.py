@@ -40,18 +40,20 @@ from sagellm.results.sweep import make_results
 # Published sweeps send a few × concurrency requests per level (method.md §5).
 REQUESTS_PER_WORKER = 3
 MIN_REQUESTS_PER_LEVEL = 8
+DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
 
 
 @dataclass(frozen=True)
 class BenchOptions:
     """Everything `sagellm bench` was asked to do."""
 
-    profile: str
-    model: str
+    profile: str | None  # optional for the http target (then no prediction)
+    model: str | None  # a catalog model: labels the run and predicts it
     instance: str | None = None
     target: str = "local"  # local | sagemaker | http
     url: str | None = None
     api: str = "auto"  # http target: tgi | openai | auto
+    served_model: str | None = None  # http target: the OpenAI `model` field (default: from /v1/models)
     payload: Payload | None = None
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     requests_per_level: int | None = None  # None: REQUESTS_PER_WORKER × concurrency (unless a duration)
@@ -82,10 +84,18 @@ def _check(opts: BenchOptions) -> None:
     errors = []
     if opts.target not in ("local", "sagemaker", "http"):
         errors.append(f"--target: {opts.target!r} must be local, sagemaker or http")
+    if opts.api not in ("auto", "tgi", "openai"):
+        errors.append(f"--api: {opts.api!r} must be tgi, openai or auto")
     if opts.target == "http" and not opts.url:
         errors.append("--url: required with --target http (e.g. http://localhost:8080 for TGI)")
     if opts.url and opts.target != "http":
         errors.append("--url: only used with --target http")
+    if opts.served_model and opts.target != "http":
+        errors.append("--served-model: only used with --target http (the name an existing server serves)")
+    if opts.target != "http" and not (opts.profile and opts.model):
+        errors.append("--profile/--model: required: the profile and the catalog model to deploy")
+    if opts.target == "http" and bool(opts.profile) != bool(opts.model):
+        errors.append("--profile/--model: give both to label and predict the run, or neither (no prediction)")
     if opts.time_scale != 1.0 and opts.target != "local":
         errors.append("--time-scale: only the local emulator can compress time")
     if not 0 < opts.time_scale <= 1:
@@ -105,9 +115,10 @@ def _check(opts: BenchOptions) -> None:
         raise InputError(errors)
 
 
-def _target(opts: BenchOptions, plan: DeploymentPlan, out: Path) -> Target:
+def _target(opts: BenchOptions, plan: DeploymentPlan | None, out: Path) -> Target:
     if opts.target == "http":
-        return HttpTarget(opts.url or "", opts.api, opts.model)
+        return HttpTarget(opts.url or "", opts.api, opts.served_model, opts.model)
+    assert plan is not None and opts.model is not None  # _check: deploying targets need both
     if opts.target == "sagemaker":
         return SageMakerTarget(plan, opts.model, opts.profiles_dir, out)
     return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale)
@@ -161,17 +172,20 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     say = say or (lambda text: print(text, file=sys.stderr))
     _check(opts)
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
+    # Without a catalog model (http target only) there is no plan: nothing to deploy or predict.
     design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,
-                        profiles_dir=opts.profiles_dir)
+                        profiles_dir=opts.profiles_dir) if opts.profile and opts.model else None
+    payload = design.payload if design else opts.payload or DEFAULT_PAYLOAD
     thresholds = load_thresholds(opts.thresholds) if opts.thresholds else None
     baseline_path = opts.baseline or (thresholds.baseline.results if thresholds and thresholds.baseline else None)
     baseline = load_results(Path(baseline_path)) if baseline_path else None
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)
-    plan = to_plan(design)
+    plan = to_plan(design) if design else None
     target = _target(opts, plan, out)
-    (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
+    if plan is not None:
+        (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 
     started = datetime.now(UTC)
     levels: list[LevelResult] = []
@@ -197,14 +211,14 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
         with _signals():
             try:
                 say(f"deploying {plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
-                    f"to the {target.kind} target…")
+                    f"to the {target.kind} target…" if plan else f"benching the server at {opts.url}…")
                 transport = target.deploy()
                 say(f"endpoint {target.endpoint} is in service; sweeping {list(opts.concurrency)}")
                 asyncio.run(run_sweep(
                     transport, concurrency=list(opts.concurrency),
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
-                    warmup=opts.warmup, input_tokens=design.payload.input_tokens,
-                    output_tokens=design.payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
+                    warmup=opts.warmup, input_tokens=payload.input_tokens,
+                    output_tokens=payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
                     on_progress=progress, on_level=on_level,
                     stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE)))
             except SagellmError as exc:
@@ -230,9 +244,12 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
         first = next((r for lv in levels for r in lv.records if not r.ok), None)
         error = f"no request succeeded: {first.error_kind}: {first.error}" if first else "no request was sent"
         status = ExitStatus.TARGET_FAILED
+    elif status == ExitStatus.OK and (broken := _broken(levels)):
+        error, status = broken, ExitStatus.TARGET_FAILED
     slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
     with _shielded(say):  # a signal now would lose the results of a finished run
-        results = _results(opts, design, plan, target, levels, lags, teardown, started, status, error, factor, slo)
+        results = _results(opts, design, plan, payload, target, levels, lags, teardown, started, status, error,
+                           factor, slo)
         if thresholds is not None:
             results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
         write_results(out / "results.json", results)
@@ -244,6 +261,20 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     elif status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
         status = ExitStatus.GATE_FAILED
     return BenchOutcome(results, status, error)
+
+
+def _broken(levels: list[LevelResult]) -> str | None:
+    """Why the target is broken: a level where more requests than the error limit failed as `other`.
+
+    Overloaded, throttled and timed-out requests are the endpoint's limits, where a sweep ends normally;
+    `other` errors (streams cut short, connections reset, 5xx) are a failing target, not a measurement.
+    """
+    for lv in levels:
+        broken = [r for r in lv.records if not r.ok and r.error_kind == "other"]
+        if len(broken) > sweep.MAX_ERROR_RATE * len(lv.records):
+            return (f"the target failed {len(broken)} of {len(lv.records)} requests at concurrency "
+                    f"{lv.concurrency}: {broken[0].error}")
+    return None
 
 
 def _budget(opts: BenchOptions) -> Any:
@@ -266,10 +297,9 @@ def _prompt(tokens: int) -> str:
     return make_prompt(tokens)
 
 
-def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: Target, levels: list[LevelResult],
-             lags: dict[int, float], teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
-             factor: float, slo: float | None) -> Results:
-    shape = design.shape()
+def _results(opts: BenchOptions, design: Design | None, plan: DeploymentPlan | None, payload: Payload,
+             target: Target, levels: list[LevelResult], lags: dict[int, float], teardown: Teardown,
+             started: datetime, status: ExitStatus, error: str | None, factor: float, slo: float | None) -> Results:
     measured = []
     for lv in levels:
         records = [_rescale(r, factor) for r in lv.records]
@@ -277,24 +307,27 @@ def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: T
             continue
         s = summary.summarize(records, window_start_s=lv.window_start_s * factor,
                               window_end_s=lv.window_end_s * factor)
-        point = predict_point(shape, design.payload, lv.concurrency)
-        measured.append(Level(**s.model_dump(), predicted=predicted_from(point),
+        point = predict_point(design.shape(), design.payload, lv.concurrency) if design else None
+        measured.append(Level(**s.model_dump(), predicted=predicted_from(point) if point else None,
                               server_loop_lag_ms=lags.get(lv.concurrency)))
     stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
     if status == ExitStatus.INTERRUPTED:
         stopped = f"interrupted after {len(levels)} level(s)"
     elif error:
         stopped = error
+    served = getattr(target, "served_model", None)
     run = Run(
-        profile=plan.profile, model=plan.primary.model_id, instance_type=plan.instance_type,
-        instance_count=plan.initial_instance_count, target=target.kind, emulated=target.emulated,  # type: ignore[arg-type]
-        time_scale=opts.time_scale, region=plan.region, endpoint=target.endpoint,
-        environment=plan.environment, input_tokens=design.payload.input_tokens,
-        output_tokens=design.payload.output_tokens, concurrency=list(opts.concurrency), tool_version=__version__,
+        profile=plan.profile if plan else None, model=plan.primary.model_id if plan else served or "unknown",
+        served_model=served, instance_type=plan.instance_type if plan else None,
+        instance_count=plan.initial_instance_count if plan else None, target=target.kind,  # type: ignore[arg-type]
+        emulated=target.emulated, time_scale=opts.time_scale, region=opts.region, endpoint=target.endpoint,
+        environment=plan.environment if plan else {}, input_tokens=payload.input_tokens,
+        output_tokens=payload.output_tokens, concurrency=list(opts.concurrency), tool_version=__version__,
         started_at=started, ended_at=datetime.now(UTC), command=opts.command,
     )
-    price = design.instance.price_per_h(plan.region)
-    return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, plan.initial_instance_count),
+    price = design.instance.price_per_h(opts.region) if design else None
+    count = plan.initial_instance_count if plan else 1
+    return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, count),
                         teardown=teardown, slo_ms_per_token=slo, stopped_reason=stopped)
 
 

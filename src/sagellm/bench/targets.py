@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import urllib.error
 import urllib.request
 import uuid
 import warnings
@@ -182,35 +183,72 @@ class LocalTarget(_StackTarget):
         return Teardown(status="failed", detail="; ".join(problems), leftovers=left)
 
 
-def _says_emulated(url: str) -> bool:
-    """Whether the server is sagellm's emulator (its TGI `/info` says so), so results are labelled right."""
-    base = url.rstrip("/").removesuffix("/v1")
+def _get_json(url: str) -> tuple[int | None, object]:
+    """GET a JSON document: (HTTP status, body), (status, None) if not JSON, (None, None) if unreachable."""
     try:
-        with urllib.request.urlopen(f"{base}/info", timeout=5) as reply:
-            return json.load(reply).get("emulated") is True
-    except (OSError, ValueError, AttributeError):
-        return False  # a real server, or one without TGI's /info
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            status, body = reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except OSError:
+        return None, None
+    try:
+        return status, json.loads(body)
+    except ValueError:
+        return status, None
+
+
+def served_models(base: str) -> list[str] | None:
+    """The model names an OpenAI-compatible server serves (`/v1/models`), or None if it does not say."""
+    status, body = _get_json(f"{base}/v1/models")
+    data = body.get("data") if status == 200 and isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
+    return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
 
 
 class HttpTarget:
-    """An existing TGI or OpenAI-compatible (vLLM) server: no deploy, no teardown."""
+    """An existing TGI or OpenAI-compatible (vLLM) server: no deploy, no teardown.
+
+    The OpenAI `model` field is the name the server serves (`served_model`, or the one `/v1/models`
+    lists), independent of the catalog model that labels the run and predicts it.
+    """
 
     kind = "http"
     emulated = False
 
-    def __init__(self, url: str, api: str, model: str):
+    def __init__(self, url: str, api: str, served_model: str | None = None, catalog_model: str | None = None):
         if not url.startswith(("http://", "https://")):
             raise InputError(f"--url: {url!r} must be an http(s) URL of a TGI or OpenAI-compatible server")
         self.endpoint: str | None = url
-        self.api = api if api != "auto" else ("openai" if "/v1" in url else "tgi")
-        self.model = model
+        self.base = url.rstrip("/").removesuffix("/v1")
+        self.api = api
+        self.served_model = served_model
+        self.catalog_model = catalog_model
 
     def deploy(self) -> Transport:
-        url = self.endpoint or ""
-        self.emulated = _says_emulated(url)
+        status, info = _get_json(f"{self.base}/info")  # TGI's (and the emulator's) self-description
+        self.emulated = isinstance(info, dict) and info.get("emulated") is True
+        if self.api == "auto":
+            self.api = "openai" if self.endpoint and "/v1" in self.endpoint else "tgi"
+            if self.api == "tgi" and status == 404:
+                raise InputError(f"--api auto: {self.base}/info answered 404, so {self.base} is no TGI server; "
+                                 "for an OpenAI-compatible one (vLLM) use --api openai (or a URL ending in /v1)")
         if self.api == "openai":  # the transport appends /v1/completions itself
-            return OpenAiTransport(url.rstrip("/").removesuffix("/v1"), self.model)
-        return TgiTransport(url)
+            self.served_model = self.served_model or self._discover_model()
+            return OpenAiTransport(self.base, self.served_model)
+        return TgiTransport(self.base)
+
+    def _discover_model(self) -> str:
+        names = served_models(self.base)
+        if names is not None and len(names) == 1:
+            return names[0]
+        if names:
+            raise InputError(f"--served-model: {self.base} serves {', '.join(names)}; name the one to bench")
+        if self.catalog_model:  # a server without /v1/models (older servers): send the catalog id as is
+            return self.catalog_model
+        raise InputError(f"--served-model: {self.base}/v1/models does not list the served model; "
+                         "give --served-model NAME (the server's name for it)")
 
     def teardown(self) -> Teardown:
         return Teardown(status="not-applicable", detail="existing server: nothing deployed")

@@ -115,7 +115,9 @@ class _StreamingTransport:
                     now = time.perf_counter()
                     for data in decoder.feed(chunk):
                         if data == done_marker:
-                            st.done = True
+                            if not st.done:  # llama.cpp's server ends a stream it interrupts this way
+                                raise Failed("other", f"the server cut the stream: [DONE] after {st.events} "
+                                                      "token events and no finish_reason")
                             continue
                         try:
                             parsed = json.loads(data)

@@ -48,7 +48,8 @@ def plot_curve(results: Results, path: Path) -> None:
     if not measured:
         ax.text(0.5, 0.5, "no level had a successful request", transform=ax.transAxes, ha="center")
 
-    title = f"{run.model} on {run.instance_count} × {run.instance_type} ({run.profile})"
+    title = (f"{run.model} on {run.instance_count} × {run.instance_type} ({run.profile})" if run.profile
+             else f"{run.model} at {run.endpoint}")
     if run.emulated:
         title += " — emulated"
     ax.set_title(title, fontsize=10)

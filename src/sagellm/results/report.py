@@ -33,11 +33,14 @@ def _header(results: Results) -> list[str]:
     run = results.run
     target = run.target + (f" (emulated, time scale {run.time_scale:g})" if run.emulated else "")
     ended = run.ended_at.isoformat(timespec="seconds") if run.ended_at else "–"
+    served = f" (served as `{run.served_model}`)" if run.served_model and run.served_model != run.model else ""
+    where = f"{run.instance_count} × {run.instance_type}" if run.instance_type else f"`{run.endpoint}`"
+    profile = (f"Profile `{run.profile}` · region {run.region}" if run.profile
+               else "No profile or catalog model (`--model`): nothing predicted, no cost")
     return [
-        f"# sagellm bench: {run.model} on {run.instance_count} × {run.instance_type}",
+        f"# sagellm bench: {run.model}{served} on {where}",
         "",
-        f"- Profile `{run.profile}` · region {run.region} · target {target}"
-        + (f" · endpoint `{run.endpoint}`" if run.endpoint else ""),
+        f"- {profile} · target {target}" + (f" · endpoint `{run.endpoint}`" if run.endpoint else ""),
         f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens",
         f"- Started {run.started_at.isoformat(timespec='seconds')} · ended {ended} · sagellm {run.tool_version}",
         f"- Command: `{run.command}`",
@@ -111,6 +114,9 @@ def _overview(results: Results) -> list[str]:
 
 def _errors(results: Results) -> list[str]:
     lines = ["## Errors by kind", ""]
+    if not results.levels:  # nothing was measured (e.g. every warm-up request failed): say nothing good
+        why = f"; the sweep stopped: {results.stopped_reason}" if results.stopped_reason else ""
+        return lines + [f"No request was measured (warm-up requests are not counted here){why}.", ""]
     if not any(lv.requests - lv.ok for lv in results.levels):
         return lines + ["No request failed.", ""]
     lines += ["| concurrency | " + " | ".join(ERROR_KINDS) + " | error rate |",

@@ -58,10 +58,11 @@ class LevelSummary(BaseModel):
 class Run(_Strict):
     """What was measured, where, and how it was invoked."""
 
-    profile: str
-    model: str
-    instance_type: str
-    instance_count: int
+    profile: str | None  # None: an http run without a catalog model (nothing predicted)
+    model: str  # the catalog model id, or else the name the server serves
+    served_model: str | None = None  # http/OpenAI: what the requests' `model` field carried
+    instance_type: str | None
+    instance_count: int | None
     target: Literal["local", "sagemaker", "http"]
     emulated: bool
     time_scale: float = 1.0  # emulator time compression (1.0 = real time)

@@ -1,0 +1,291 @@
+"""The bench against a real vLLM server: vLLM's CPU build serving a tiny random-weight Llama on loopback.
+
+A system nobody here wrote checks the load generator, the transports and the metric definitions: the
+bench's figures must agree with vLLM's own Prometheus metrics, level by level. The first run on a
+machine installs vLLM into ~/.cache/sagellm (about 10 minutes); later runs start the server in about
+a minute. Run these alone: `.venv/bin/python -m pytest tests/bench/test_vllm.py -v -s` (-s prints the
+agreement table).
+
+Later stages add cases as parametrisations: the chat API (`API`), rate mode and the prompt workloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from bench_helpers import INSTANCE, MODEL, request_lines, results_of, sagellm
+from sagellm.bench.load import run_level
+from sagellm.bench.records import RequestRecord
+from sagellm.bench.responses import Outcome
+from sagellm.bench.summary import percentile, summarize
+from sagellm.bench.targets import served_models
+from sagellm.bench.transports import OpenAiTransport
+from sagellm.emulator import EmulatorProcess, make_prompt
+from sagellm.planner import Payload
+from sagellm.profiles import resolve
+from vllm_server import FRONT_DOOR, Histogram, TokenSampler, VllmServer, build_tiny_model, scrape
+
+# The fixture's install and start-up have their own limits (vllm_server); the tests themselves are quick.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300, func_only=True)]
+
+SERVED = "tiny-llama"
+MAX_MODEL_LEN = 1024
+TOO_LONG = 5000  # prompt words: over vLLM's --max-model-len and over the emulator's context alike
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How closely the bench must agree with vLLM's own metrics (the client sees the server from outside).
+
+    - throughput: the same tokens counted over the same window from both sides; what differs is only
+      when a token is stamped (the server's output processor vs the client's read), a few ms at each
+      window edge of a several-second window;
+    - mean per-request ITL, (e2e − TTFT) ÷ (n − 1): both ends of the span move by the same client delay,
+      which cancels; 5 % leaves room for the client's scheduling jitter on a shared 2-core machine;
+    - TTFT: vLLM's TTFT starts when its engine takes the request, after the API server parsed and
+      tokenized it (which, for a burst of C requests, queue in its one event loop); that front-end time
+      (`FRONT_DOOR` mean − engine e2e mean) is the server's, so it is added to vLLM's figure, and the
+      client and loopback may add 5 ms on top. This is checked on the means (`_sum` ÷ `_count`), where it
+      is exact: vLLM's p50 is known only to its bucket (20–250 ms wide here), and the front-end time of
+      one request is not known, so a p50 bound of 5 ms cannot be derived from the histogram. The p50 is
+      checked as far as it can be: the client's is never below the lower edge of the bucket holding vLLM's;
+    - e2e mean: the same span as the server's HTTP middleware measures it (`FRONT_DOOR`), seen from
+      outside; 3 % of a request lasting a few hundred ms.
+    TTFT and e2e are offsets of the client's clock reads, so they hold only for a client that gets a
+    CPU when a packet arrives: on a 2-core machine shared with other work (seven test suites at once
+    here: load average 9–12), the client was seen waiting for a CPU 16–42 % of a level and its TTFT
+    then trailed by 15–54 ms. Above `max_client_cpu_wait` the level is reported, not judged (xfail,
+    with the figures); throughput and ITL are judged always (both sides count the same tokens).
+    """
+
+    throughput_rel: float = 0.05
+    itl_mean_rel: float = 0.05
+    ttft_ms: float = 5.0
+    e2e_mean_rel: float = 0.03
+    max_client_cpu_wait: float = 0.05  # share of the level the client spent runnable without a CPU
+
+
+TOLERANCE = Tolerance()
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    model = build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+    with VllmServer(model, served_name=SERVED, max_model_len=MAX_MODEL_LEN) as server:
+        print(f"\nvLLM started in {server.startup_s:.0f} s at {server.url}")
+        yield server
+
+
+def http_bench(url: str, out: Path, *extra: str, concurrency: str = "1,4", requests: str = "8",
+               input_tokens: str = "64", output_tokens: str = "16") -> list[str]:
+    """`sagellm bench --target http --api openai …` arguments for a small real-time sweep."""
+    return ["bench", "--target", "http", "--api", "openai", "--url", url, "--input-tokens", input_tokens,
+            "--output-tokens", output_tokens, "--concurrency", concurrency, "--requests-per-level", requests,
+            "--warmup", "1", "--out", str(out), *extra]
+
+
+# ------------------------------------------------------------------------------------ the http target
+
+@pytest.mark.parametrize("naming", [
+    pytest.param([], id="served-model-discovered-no-prediction"),
+    pytest.param(["--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE,
+                  "--served-model", SERVED], id="catalog-model-predicts-served-model-is-sent"),
+])
+def test_http_target_benches_vllm_and_counts_the_servers_tokens(
+        vllm: VllmServer, tmp_path: Path, naming: list[str]) -> None:
+    before = scrape(vllm.url)
+    ran = sagellm(*http_bench(vllm.url, tmp_path, *naming), timeout=240)
+    after = scrape(vllm.url)
+
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    records = request_lines(tmp_path)
+    assert len(records) == 1 + 8 + 4 + 8  # warm-up per worker + measured, at concurrency 1 and 4
+    assert all(r["ok"] and r["status"] == 200 for r in records)
+    # Every request yields what it asked for (the tiny model never emits end-of-sequence), and the
+    # bench's counts are the server's: per request from `usage`, in total from vLLM's own counters.
+    assert {r["output_tokens"] for r in records} == {16}
+    assert sum(r["output_tokens"] for r in records) == delta(before, after, "vllm:generation_tokens_total")
+    assert sum(r["input_tokens"] for r in records) == delta(before, after, "vllm:prompt_tokens_total")
+    assert len(records) == delta(before, after, "vllm:request_success_total")
+    results = results_of(tmp_path)
+    assert results["run"]["served_model"] == SERVED
+    assert results["run"]["emulated"] is False
+    predicted = [lv["predicted"] for lv in results["levels"]]
+    report = (tmp_path / "report.md").read_text()
+    if naming:
+        assert results["run"]["model"] == MODEL and all(predicted)
+    else:
+        assert results["run"]["model"] == SERVED and not any(predicted)
+        assert "nothing predicted" in report
+
+
+def test_a_prompt_over_max_model_len_is_a_validation_error_not_a_crash(vllm: VllmServer, tmp_path: Path) -> None:
+    ran = sagellm(*http_bench(vllm.url, tmp_path, input_tokens=str(TOO_LONG), concurrency="1"))
+
+    assert ran.returncode == 3, ran.stderr[-3000:]  # nothing succeeded: the target cannot serve this payload
+    assert "Traceback" not in ran.stderr
+    assert "no request succeeded: validation: HTTP 400" in ran.stderr
+    records = request_lines(tmp_path)
+    assert records and all(r["error_kind"] == "validation" and r["status"] == 400 for r in records)
+    report = (tmp_path / "report.md").read_text()
+    assert "No request failed" not in report and "no request succeeded" in report
+
+
+def test_api_auto_on_a_server_without_tgi_routes_says_to_try_openai(vllm: VllmServer, tmp_path: Path) -> None:
+    ran = sagellm(*[a if a != "openai" else "auto" for a in http_bench(vllm.url, tmp_path)])
+
+    assert ran.returncode == 2, ran.stderr[-3000:]
+    assert ran.stderr.strip().splitlines()[-1] == (
+        f"sagellm: error: --api auto: {vllm.url}/info answered 404, so {vllm.url} is no TGI server; for an "
+        "OpenAI-compatible one (vLLM) use --api openai (or a URL ending in /v1)")
+    assert request_lines(tmp_path) == []
+
+
+# ------------------------------------------------------------------ agreement with vLLM's own metrics
+
+def delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
+    """How much a vLLM counter grew between two scrapes."""
+    return after.get(name, 0.0) - before.get(name, 0.0)
+
+
+def runqueue_wait_s() -> float:
+    """This process's time spent runnable but waiting for a CPU, so far (Linux schedstat)."""
+    return int(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9
+
+
+def per_request_itl_s(r: RequestRecord) -> float:
+    """(e2e − TTFT) ÷ (n − 1): the design's per-request ITL, which vLLM's TPOT histogram also observes."""
+    assert r.ttft_s is not None
+    return (r.e2e_s - r.ttft_s) / (r.output_tokens - 1)
+
+
+# Up to 4: at 8 a closed loop's in-phase bursts make the client build and send 8 requests at once, and
+# on a loaded 2-core machine its TTFT then trails vLLM's by 5–12 ms beyond the front-end time (see
+# benchmarks/first_token_wire.py: send delay p50 4.8 ms at 8, 0.7 ms at 1).
+@pytest.mark.parametrize("concurrency", [1, 2, 4])
+def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int) -> None:
+    transport = OpenAiTransport(vllm.url, SERVED)
+    records: list[RequestRecord] = []
+    zero = time.perf_counter()
+    waited = runqueue_wait_s()
+    before = scrape(vllm.url)
+    with TokenSampler(vllm.url) as sampler:
+        level = asyncio.run(run_level(
+            transport, concurrency=concurrency, requests=6 * concurrency, duration_s=None, warmup=1,
+            prompt=make_prompt(64), input_tokens=64, output_tokens=32, on_record=records.append,
+            clock_zero=zero))
+    after = scrape(vllm.url)
+    # Time this process was ready to run but had no CPU: on a shared 2-core machine the client's clock
+    # reads late by that much, whatever its code does (benchmarks/first_token_wire.py measures it).
+    cpu_wait = (runqueue_wait_s() - waited) / (time.perf_counter() - zero)
+    starved = f"client waited for a CPU {cpu_wait:.0%} of the level"
+
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok]
+    summary = summarize(level.records, window_start_s=level.window_start_s, window_end_s=level.window_end_s)
+    server_tokens = sampler.tokens_between(zero + level.window_start_s, zero + level.window_end_s)
+    server_throughput = server_tokens / level.window_s
+    # vLLM's histograms hold every request of the level, warm-up included: compare with all of them.
+    ttft = Histogram(before, after, "vllm:time_to_first_token_seconds")
+    tpot = Histogram(before, after, "vllm:request_time_per_output_token_seconds")
+    e2e = Histogram(before, after, "vllm:e2e_request_latency_seconds")
+    door = Histogram(before, after, FRONT_DOOR)
+    assert ttft.count == tpot.count == e2e.count == door.count == len(records)
+    front_end = door.mean - e2e.mean  # the API server's own work, before and after the engine's span
+    client_ttft = [r.ttft_s or 0.0 for r in records]
+    client_ttft_p50 = percentile(client_ttft, 50) or 0.0
+    client_ttft_mean = sum(client_ttft) / len(records)
+    ttft_low, ttft_p50, ttft_high = ttft.quantile(0.5)
+    client_itl = sum(per_request_itl_s(r) for r in records) / len(records)
+    client_e2e = sum(r.e2e_s for r in records) / len(records)
+    ms = 1000
+    print(f"\nc={concurrency} (vLLM vs bench): throughput {server_throughput:.1f} vs "
+          f"{summary.throughput_tokens_per_s:.1f} tok/s ({summary.throughput_tokens_per_s / server_throughput - 1:+.2%})"
+          f" · mean ITL {tpot.mean * ms:.2f} vs {client_itl * ms:.2f} ms ({client_itl / tpot.mean - 1:+.2%})"
+          f" · TTFT p50 {ttft_p50 * ms:.1f} [{ttft_low * ms:g}–{ttft_high * ms:g}] + front end {front_end * ms:.2f}"
+          f" vs {client_ttft_p50 * ms:.2f} ms (mean {ttft.mean * ms:.2f} + {front_end * ms:.2f} vs "
+          f"{client_ttft_mean * ms:.2f}: {(client_ttft_mean - ttft.mean - front_end) * ms:+.2f} ms)"
+          f" · e2e mean {door.mean * ms:.1f} (engine {e2e.mean * ms:.1f}) vs {client_e2e * ms:.1f} ms"
+          f" ({client_e2e / door.mean - 1:+.2%}) · {starved}")
+
+    assert summary.throughput_tokens_per_s == pytest.approx(server_throughput, rel=TOLERANCE.throughput_rel), starved
+    assert client_itl == pytest.approx(tpot.mean, rel=TOLERANCE.itl_mean_rel), starved
+    assert ttft.mean <= client_ttft_mean and ttft_low <= client_ttft_p50  # nobody sees a token before it exists
+    if cpu_wait > TOLERANCE.max_client_cpu_wait:
+        pytest.xfail(f"{starved} (over {TOLERANCE.max_client_cpu_wait:.0%}): its TTFT and e2e read late by "
+                     "the CPU it was denied, so they are reported above, not judged")
+    assert client_ttft_mean <= ttft.mean + front_end + TOLERANCE.ttft_ms / ms, starved
+    assert client_e2e == pytest.approx(door.mean, rel=TOLERANCE.e2e_mean_rel), starved
+
+
+# ------------------------------------------------- one client, two servers: the emulator cannot drift
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorProcess]:
+    plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(64, 16))
+    with EmulatorProcess(plan, time_scale=0.05) as emu:
+        yield emu
+
+
+@dataclass(frozen=True)
+class Server:
+    """An OpenAI-compatible server the same client code is pointed at."""
+
+    url: str
+    model: str  # what it serves
+
+
+@pytest.fixture(params=["emulator", "vllm"])
+def server(request: pytest.FixtureRequest) -> Server:
+    if request.param == "vllm":
+        vllm: VllmServer = request.getfixturevalue("vllm")
+        return Server(vllm.url, SERVED)
+    emu: EmulatorProcess = request.getfixturevalue("emulator")
+    return Server(emu.url, MODEL)
+
+
+def send(server: Server, prompt_words: int, max_tokens: int) -> Outcome:
+    """One request through the bench's OpenAI transport."""
+    async def go() -> Outcome:
+        async with aiohttp.ClientSession() as session:
+            return await OpenAiTransport(server.url, server.model).send(session, make_prompt(prompt_words),
+                                                                        max_tokens)
+    return asyncio.run(go())
+
+
+def test_openai_completions_stream_reads_the_same_on_the_emulator_and_vllm(server: Server) -> None:
+    out = send(server, 64, 16)
+
+    assert out.ok and out.status == 200, out.error
+    assert out.output_tokens == 16  # from `usage`
+    assert out.input_tokens is not None and out.input_tokens >= 64  # vLLM's tokenizer: at least one per word
+    assert out.ttft_s is not None and 0 < out.ttft_s < out.e2e_s
+    assert 1 <= len(out.itl_s) <= 15  # token events after the first (a chunk may carry several)
+
+
+def test_a_prompt_over_the_context_is_a_validation_error_on_both(server: Server) -> None:
+    out = send(server, TOO_LONG, 16)
+
+    assert not out.ok and out.error_kind == "validation", out.error
+    assert out.output_tokens == 0 and out.ttft_s is None
+
+
+# What the emulator does not say like vLLM yet (issue 9 adds /v1/models and vLLM's error shapes): strict,
+# so the merge that fixes it turns these green → remove the marks then.
+NOT_YET = pytest.mark.xfail(strict=True, reason="emulator: no /v1/models and TGI's 422 yet (issue 9)")
+
+
+@pytest.mark.parametrize("server", [pytest.param("emulator", marks=NOT_YET), "vllm"], indirect=True)
+def test_the_served_model_is_discovered_from_v1_models(server: Server) -> None:
+    assert served_models(server.url) == [server.model]
+
+
+@pytest.mark.parametrize("server", [pytest.param("emulator", marks=NOT_YET), "vllm"], indirect=True)
+def test_a_prompt_over_the_context_is_rejected_with_vllms_status(server: Server) -> None:
+    assert send(server, TOO_LONG, 16).status == 400
