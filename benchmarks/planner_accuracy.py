@@ -23,31 +23,32 @@ import json
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sagellm.catalog import find_instance, find_model
-from sagellm.planner import Payload, Shape, predict_point
-from sagellm.planner import constants as k
+from sagellm.planner import Payload, Shape, generations, predict_point
 
-DEFAULT_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "calibration.csv"
+# A copy of ../shared/reference/calibration.csv, kept in the repository so the script runs on a clean clone.
+DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "calibration.csv"
+FITTED = "tgi-1"  # the generation these measurements are of
 
 # Constants the fit may move: physical bounds (lower, upper) and the prior each starts from and is
 # weakly pulled toward. Priors come from method.md §4 and first principles, never from a previous fit,
 # so the leave-one-group-out check does not leak the held-out rows through them.
 FIT: dict[str, tuple[float, float, float]] = {
-    "BANDWIDTH_EFFICIENCY": (0.5, 0.95, 0.84),  # method.md §4
-    "STEP_OVERHEAD_S": (0.0, 0.02, 0.005),  # method.md §4
-    "SEQ_OVERHEAD_S": (0.0, 0.003, 0.0003),
-    "KV_BANDWIDTH_EFFICIENCY": (0.05, 1.0, 0.5),
-    "KV_HALF_BATCH": (0.0, 16.0, 1.0),
-    "PCIE_ALLREDUCE_LATENCY_S": (0.0, 0.0005, 0.00007),  # 4.4 ms per doubling ÷ 64 all-reduces (method.md §4)
-    "PCIE_HOST_BW_GBPS": (2.0, 100.0, 20.0),  # host memory bus shared by the ring
-    "NVLINK_ALLREDUCE_LATENCY_S": (0.0, 0.0005, 0.00007),
-    "QUANT_BANDWIDTH_EFFICIENCY": (0.2, 1.0, 0.6),
-    "QUANT_SHARDED_LAYER_OVERHEAD_S": (0.0, 0.002, 0.0003),
-    "QUANT_PREFILL_SLOWDOWN": (1.0, 5.0, 2.0),
-    "PREFILL_MFU": (0.1, 0.9, 0.5),
+    "bandwidth_efficiency": (0.5, 0.95, 0.84),  # method.md §4
+    "step_overhead_s": (0.0, 0.02, 0.005),  # method.md §4
+    "seq_overhead_s": (0.0, 0.003, 0.0003),
+    "kv_bandwidth_efficiency": (0.05, 1.0, 0.5),
+    "kv_latency_blocks": (1.0, 2000.0, 80.0),  # ~ one block per SM (A10G: 80 SMs, A100: 108)
+    "pcie_allreduce_latency_s": (0.0, 0.0005, 0.00007),  # 4.4 ms per doubling ÷ 64 all-reduces (method.md §4)
+    "pcie_host_bw_gbps": (2.0, 100.0, 20.0),  # host memory bus shared by the ring
+    "nvlink_allreduce_latency_s": (0.0, 0.0005, 0.00007),
+    "quant_bandwidth_efficiency": (0.2, 1.0, 0.6),
+    "quant_sharded_layer_overhead_s": (0.0, 0.002, 0.0003),
+    "quant_prefill_slowdown": (1.0, 5.0, 2.0),
+    "prefill_mfu": (0.1, 0.9, 0.5),
 }
 
 
@@ -99,10 +100,26 @@ def load_rows(path: Path) -> list[Row]:
     return rows
 
 
+# The KV budget (MAX_BATCH_TOTAL_TOKENS) JumpStart's Llama 2 7B deployments ran with, per instance type.
+# Not published with the tables: read off them. Where a sweep's latency doubles from one level to the next
+# at flat throughput, requests queue for KV space; both payloads of an instance agree on one budget:
+# g5.2xlarge 16 × 512 = 2 × 4096 = 8192 tokens, g5.12xlarge 64 × 512 = 8 × 4096 = 32768, g5.48xlarge
+# 32 × 512 = 4 × 4096 = 16384, p4d 256 × 512 = 131072 (its 3840-token sweep stays below 32 sequences).
+# Hugging Face's TGI 1.0.3 runs let TGI size the budget from free memory (no admission limit).
+JUMPSTART_BATCH_TOTAL_TOKENS = {"ml.g5.2xlarge": 8192, "ml.g5.12xlarge": 32768, "ml.g5.48xlarge": 16384,
+                                "ml.p4d.24xlarge": 131072}
+
+
+def shape_of(row: Row) -> Shape:
+    """The serving shape a published row ran."""
+    budget = JUMPSTART_BATCH_TOTAL_TOKENS.get(row.instance_type) if row.source == "jumpstart" else None
+    return Shape(find_model(row.model), find_instance(row.instance_type), row.tp, copies=row.replicas,
+                 quantization=row.quantization, max_batch_total_tokens=budget)
+
+
 def predict_row(row: Row) -> tuple[float, float, bool]:
     """(ms/token, tokens/s, within timeout) on the row source's own definitions."""
-    shape = Shape(find_model(row.model), find_instance(row.instance_type), row.tp, copies=row.replicas,
-                  quantization=row.quantization)
+    shape = shape_of(row)
     p = predict_point(shape, Payload(row.input_tokens, row.output_tokens), row.concurrency)
     if row.source == "huggingface":
         ms = (p.e2e_s - p.queue_wait_s) / row.output_tokens * 1000  # server-side, queue excluded
@@ -167,9 +184,15 @@ def render(result: dict, out=sys.stdout) -> None:
 
 # --- fitting -----------------------------------------------------------------------------------
 
+def _current() -> dict[str, float]:
+    consts = generations.MEASURED[FITTED][0]
+    return {n: getattr(consts, n) for n in FIT}
+
+
 def _set(names: list[str], values) -> None:
-    for n, v in zip(names, values):
-        setattr(k, n, float(v))
+    """Install constants for the measured generation (every prediction after this uses them)."""
+    consts, label = generations.MEASURED[FITTED]
+    generations.MEASURED[FITTED] = (replace(consts, **{n: float(v) for n, v in zip(names, values)}), label)
 
 
 def _residuals(rows: list[Row]) -> list[float]:
@@ -189,7 +212,7 @@ def fit(rows: list[Row], prior_weight: float = 0.05) -> dict[str, float]:
     from scipy.optimize import least_squares
 
     names = list(FIT)
-    saved = [getattr(k, n) for n in names]
+    saved = list(_current().values())
     lo, hi, x0 = ([FIT[n][i] for n in names] for i in range(3))
     width = [b - a for a, b in zip(lo, hi)]
 
@@ -210,7 +233,7 @@ def logo(rows: list[Row]) -> dict[str, dict]:
     out = {}
     groups = [("instance_type", v) for v in sorted({r.instance_type for r in rows})]
     groups += [("source", v) for v in sorted({r.source for r in rows})]
-    saved = {n: getattr(k, n) for n in FIT}
+    saved = _current()
     for key, value in groups:
         fitted = fit([r for r in rows if getattr(r, key) != value])
         try:
@@ -234,14 +257,15 @@ def main() -> int:
     render(report["current"])
     if args.fit:
         fitted = fit(rows)
-        print("\nFitted constants (paste into src/sagellm/planner/constants.py):")
+        print("\nFitted constants (paste into TGI_1 in src/sagellm/planner/constants.py):")
         for n, v in fitted.items():
-            print(f"{n} = {v:.4g}")
+            print(f"    {n}={v:.4g},")
+        saved = _current()
         _set(list(fitted), fitted.values())
         report["fitted"] = {"constants": fitted, **score(rows)}
         print("\nWith the fitted constants:")
         render(report["fitted"])
-        _set(list(fitted), [getattr(k, n) for n in fitted])
+        _set(list(saved), saved.values())
     if args.logo:
         report["leave_one_group_out"] = logo(rows)
         print("\nLeave-one-group-out (fit on the rest, MAPE on the held-out group):")
