@@ -19,8 +19,9 @@ from sagellm.planner.shape import Payload, Shape
 
 # Bounds on a multiplier: beyond them the runs do not describe this shape (wrong model, broken endpoint).
 MIN_FACTOR, MAX_FACTOR = 0.2, 5.0
-# Weight of the pull toward 1, per relative-error row: a 50 % move costs what a 5 % misfit of every row does.
-PRIOR_WEIGHT = 0.01
+# Weight of the pull toward 1, per relative-error row: a 50 % move costs what a 0.5 % misfit of every row
+# does — enough to hold a factor the runs cannot see, too little to bias one they can.
+PRIOR_WEIGHT = 0.0001
 
 
 @dataclass(frozen=True)
