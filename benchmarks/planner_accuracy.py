@@ -3,7 +3,8 @@
     python benchmarks/planner_accuracy.py                 # the error report
     python benchmarks/planner_accuracy.py --json out.json # ... and the figures as JSON
     python benchmarks/planner_accuracy.py --fit           # re-fit the constants, print them to paste
-    python benchmarks/planner_accuracy.py --logo          # leave-one-group-out: fit on the rest, score the group
+    python benchmarks/planner_accuracy.py --logo          # leave-one-group-out: fit on the rest, score the group,
+                                                          # and calibration from one run → another run's levels
 
 Each calibration row is one concurrency level of one (model, quantization, instance, TP, payload). The two
 sources define their figures differently, and each is compared on its own definition:
@@ -27,7 +28,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sagellm.catalog import find_instance, find_model
-from sagellm.planner import Payload, Shape, generations, predict_point
+from sagellm.planner import (
+    Calibration,
+    Observation,
+    Payload,
+    Shape,
+    fit_calibration,
+    generations,
+    predict_point,
+)
 
 # A copy of ../shared/reference/calibration.csv, kept in the repository so the script runs on a clean clone.
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "calibration.csv"
@@ -110,16 +119,16 @@ JUMPSTART_BATCH_TOTAL_TOKENS = {"ml.g5.2xlarge": 8192, "ml.g5.12xlarge": 32768, 
                                 "ml.p4d.24xlarge": 131072}
 
 
-def shape_of(row: Row) -> Shape:
-    """The serving shape a published row ran."""
+def shape_of(row: Row, calibration: Calibration | None = None) -> Shape:
+    """The serving shape a published row ran (these servers are TGI 1.x: the default generation)."""
     budget = JUMPSTART_BATCH_TOTAL_TOKENS.get(row.instance_type) if row.source == "jumpstart" else None
     return Shape(find_model(row.model), find_instance(row.instance_type), row.tp, copies=row.replicas,
-                 quantization=row.quantization, max_batch_total_tokens=budget)
+                 quantization=row.quantization, max_batch_total_tokens=budget, calibration=calibration)
 
 
-def predict_row(row: Row) -> tuple[float, float, bool]:
+def predict_row(row: Row, calibration: Calibration | None = None) -> tuple[float, float, bool]:
     """(ms/token, tokens/s, within timeout) on the row source's own definitions."""
-    shape = shape_of(row)
+    shape = shape_of(row, calibration)
     p = predict_point(shape, Payload(row.input_tokens, row.output_tokens), row.concurrency)
     if row.source == "huggingface":
         ms = (p.e2e_s - p.queue_wait_s) / row.output_tokens * 1000  # server-side, queue excluded
@@ -137,11 +146,11 @@ def _mape(values: list[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def score(rows: list[Row]) -> dict:
+def score(rows: list[Row], calibration: Calibration | None = None) -> dict:
     """Per-row predictions and the MAPE tables."""
     scored = []
     for r in rows:
-        ms, thr, ok = predict_row(r)
+        ms, thr, ok = predict_row(r, calibration)
         scored.append({"row": r.label, "source": r.source, "instance_type": r.instance_type,
                        "concurrency": r.concurrency, "ms_per_token": r.ms_per_token, "pred_ms_per_token": ms,
                        "throughput": r.throughput, "pred_throughput": thr, "pred_within_timeout": ok,
@@ -244,6 +253,59 @@ def logo(rows: list[Row]) -> dict[str, dict]:
     return out
 
 
+def transfer(rows: list[Row]) -> list[dict]:
+    """Calibrate from one run, predict another run of the same model × instance × container (another payload).
+
+    A run is one published sweep (JumpStart: one instance × payload; its server-side Hugging Face runs are
+    another container and another metric definition, so they pair with nothing). The planner's constants
+    are fitted WITHOUT the instance, as for a user calibrating on an instance the planner never saw.
+    """
+    runs: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r.source == "jumpstart":
+            runs.setdefault((r.instance_type, r.tp, r.input_tokens, r.output_tokens), []).append(r)
+    out = []
+    saved = _current()
+    for instance in sorted({key[0] for key in runs}):
+        fitted = fit([r for r in rows if r.instance_type != instance])
+        try:
+            _set(list(fitted), fitted.values())
+            mine = {k: v for k, v in runs.items() if k[0] == instance}
+            for src_key, src in mine.items():
+                obs = [Observation(shape_of(r), Payload(r.input_tokens, r.output_tokens), r.concurrency,
+                                   ms_per_token=r.ms_per_token, throughput_tokens_per_s=r.throughput) for r in src]
+                cal = fit_calibration(obs).calibration
+                for dst_key, dst in mine.items():
+                    if dst_key == src_key:
+                        continue
+                    before, after = score(dst)["groups"]["overall"], score(dst, cal)["groups"]["overall"]
+                    out.append({"instance_type": instance, "from": f"{src_key[2]}/{src_key[3]}",
+                                "to": f"{dst_key[2]}/{dst_key[3]}", "n": len(dst), "calibration": cal.describe(),
+                                "ms_before": before["ms_all"], "ms_after": after["ms_all"],
+                                "thr_before": before["thr_all"], "thr_after": after["thr_all"]})
+        finally:
+            _set(list(saved), saved.values())
+    return out
+
+
+def render_transfer(result: list[dict], out=sys.stdout) -> None:
+    """Print the calibration-transfer table and its means."""
+    def pair(before: float | None, after: float | None) -> str:
+        return "         -     " if before is None or after is None else f"{before:5.1f}% → {after:5.1f}%"
+
+    print("\nCalibration from one run → prediction of another run's levels (JumpStart Llama 2 7B, same instance,\n"
+          "other payload; planner constants fitted without that instance; MAPE before → after):", file=out)
+    print(f"{'instance':18} {'from':>9} {'to':>9} {'n':>3}  {'ms/token':>15} {'throughput':>15}  calibration",
+          file=out)
+    for t in result:
+        print(f"{t['instance_type']:18} {t['from']:>9} {t['to']:>9} {t['n']:3d}  "
+              f"{pair(t['ms_before'], t['ms_after'])} {pair(t['thr_before'], t['thr_after'])}  "
+              f"{t['calibration']}", file=out)
+    mean = {k: _mape([t[k] for t in result]) for k in ("ms_before", "ms_after", "thr_before", "thr_after")}
+    print(f"{'mean':18} {'':>9} {'':>9} {'':>3}  {pair(mean['ms_before'], mean['ms_after'])} "
+          f"{pair(mean['thr_before'], mean['thr_after'])}", file=out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="calibration CSV (default: %(default)s)")
@@ -273,6 +335,8 @@ def main() -> int:
         for name, g in report["leave_one_group_out"].items():
             cells = ["   -  " if g[c] is None else f"{g[c]:5.1f}%" for c in ("ms_c1", "thr_c1", "ms_all", "thr_all")]
             print(f"{name:34} {g['n']:4d}  {cells[0]:>7} {cells[1]:>7}  {cells[2]:>7} {cells[3]:>7}")
+        report["calibration_transfer"] = transfer(rows)
+        render_transfer(report["calibration_transfer"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
     return 0

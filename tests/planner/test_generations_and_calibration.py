@@ -38,9 +38,9 @@ def test_an_unknown_generation_fails_at_once():
 
 
 def test_plan_says_which_generation_the_step_times_are_calibrated_for():
-    measured = step_time_notes(shape(generation="tgi-1"))
+    (measured,) = step_time_notes(shape(generation="tgi-1"))
     assert measured == ("step times calibrated for TGI 1.x (113 published SageMaker measurements (AWS JumpStart, "
-                        "Hugging Face TGI 1.0.3))",)
+                        "Hugging Face TGI 1.0.3))")
     (line,) = step_time_notes(shape(generation="tgi-3"))
     assert line.startswith("step times calibrated for TGI 1.x") and "for TGI 2.x–3.x they are an extrapolation" in line
     curve = predict(shape(generation="lmi"), P, (1,))
@@ -68,7 +68,7 @@ def test_calibration_multiplies_the_three_step_terms():
     assert slower.throughput_tokens_per_s == pytest.approx(plain.throughput_tokens_per_s / 2)
 
 
-def observed(truth: Calibration, levels=(1, 2, 4, 8, 16, 32), **kw) -> list[Observation]:
+def observed(truth: Calibration, levels=(1, 2, 4, 8, 16, 32, 64, 128), **kw) -> list[Observation]:
     out = []
     for c in levels:
         p = predict_point(shape(calibration=truth), P, c)
@@ -78,12 +78,15 @@ def observed(truth: Calibration, levels=(1, 2, 4, 8, 16, 32), **kw) -> list[Obse
 
 
 def test_fit_recovers_known_multipliers_and_reports_the_error_it_removes():
-    fit = fit_calibration(observed(Calibration(0.8, 1.5, 1.2)), source="test")
-    assert (fit.calibration.decode_floor, fit.calibration.decode_per_sequence, fit.calibration.prefill) == \
-        pytest.approx((0.8, 1.5, 1.2), rel=0.02)
-    assert fit.levels == 6 and fit.calibration.source == "test"
+    truth = Calibration(0.8, 1.5, 1.2)
+    fit = fit_calibration(observed(truth), source="test")
+    for name in ("decode_floor", "decode_per_sequence", "prefill"):
+        # The pull toward 1 shrinks each factor a little; it still covers most of the way to the truth.
+        fitted, true = getattr(fit.calibration, name), getattr(truth, name)
+        assert abs(fitted - true) <= 0.25 * abs(true - 1) + 0.01, name
+    assert fit.levels == 8 and fit.calibration.source == "test"
     assert set(fit.error_before) == {"ms_per_token", "ttft_ms", "throughput"}
-    assert all(fit.error_after[m] < 1.0 < fit.error_before[m] for m in fit.error_before)
+    assert all(fit.error_after[m] < fit.error_before[m] / 3 for m in fit.error_before)
 
 
 def test_fit_keeps_a_term_the_runs_cannot_see_at_the_physics_value():
@@ -96,9 +99,11 @@ def test_fit_keeps_a_term_the_runs_cannot_see_at_the_physics_value():
 
 
 def test_fit_bounds_each_factor_and_refuses_runs_without_usable_levels():
-    absurd = [replace(o, ms_per_token=o.ms_per_token * 50, ttft_ms=o.ttft_ms * 50,
-                      throughput_tokens_per_s=o.throughput_tokens_per_s / 50) for o in observed(Calibration())]
-    assert max(vars(fit_calibration(absurd).calibration)[k] for k in ("decode_floor", "prefill")) == 5.0
+    # Three times slower than predicted everywhere: a correction that large says the model misses this shape.
+    slow = [replace(o, ms_per_token=o.ms_per_token * 3, ttft_ms=o.ttft_ms * 3,
+                    throughput_tokens_per_s=o.throughput_tokens_per_s / 3) for o in observed(Calibration())]
+    cal = fit_calibration(slow).calibration
+    assert (cal.decode_floor, cal.decode_per_sequence, cal.prefill) == (2.0, 2.0, 2.0)
     rejected = [Observation(shape(max_concurrent_requests=4), P, 64, ms_per_token=10.0)]
     with pytest.raises(ValueError, match="no level"):
         fit_calibration(rejected)
