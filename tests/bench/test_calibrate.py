@@ -191,6 +191,15 @@ def test_a_run_of_an_unknown_profile_names_the_file_and_the_profile(tmp_path: Pa
     assert line.startswith(f"sagellm: error: {run / 'results.json'}: ") and "team-special" in line
 
 
+def test_a_run_that_names_no_profile_is_refused(tmp_path: Path) -> None:
+    run = measured_run(tmp_path / "r", Payload(256, 256))
+    data = json.loads((run / "results.json").read_text())
+    data["run"]["profile"] = None  # an http run against a server sagellm did not deploy
+    (run / "results.json").write_text(json.dumps(data))
+    line = assert_one_line_bad_input(sagellm("calibrate", str(run), cwd=tmp_path))
+    assert "run.profile" in line
+
+
 def test_calibrate_without_runs_is_a_usage_error(tmp_path: Path) -> None:
     result = sagellm("calibrate", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr

@@ -51,6 +51,9 @@ def _load(run: Path, profiles_dir: Path | None) -> _Run:
     if r.emulated:
         raise InputError(f"{path}: run.emulated is true: an emulated run only replays the planner; calibrate "
                          "from a run against a real endpoint (--target sagemaker or http)")
+    if not r.profile or not r.instance_type:  # an http run of a server sagellm did not deploy
+        raise InputError(f"{path}: run.profile: the run names no profile and instance type; calibrate needs the "
+                         "shape it measured: bench again with --profile, --model and --instance")
     env = r.environment
     try:
         design = design_for(r.profile, r.model, r.instance_type, payload=Payload(r.input_tokens, r.output_tokens),
