@@ -6,7 +6,8 @@ log errors of ms/token and throughput of the 113 rows of benchmarks/data/calibra
 Llama 2 7B sweeps on g5.2xlarge/g5.12xlarge/g5.48xlarge/p4d, and Hugging Face's TGI 1.0.3 Llama 2
 7B/13B/70B fp16 + GPTQ benchmark), starting from and weakly pulled toward the physics priors listed in that
 script (method.md §4: 84 % of peak bandwidth, ~5 ms per step, ~4.4 ms per doubling of TP). Those servers
-are TGI 1.x without CUDA graphs. Efficiencies are relative to the catalog's peak figures.
+are TGI 1.x without CUDA graphs; JumpStart's rows are replayed with the KV budgets its deployments ran with
+(read off the sweeps, see the script). Efficiencies are relative to the catalog's peak figures.
 """
 
 from __future__ import annotations
