@@ -3,7 +3,8 @@
     python benchmarks/planner_accuracy.py                 # the error report
     python benchmarks/planner_accuracy.py --json out.json # ... and the figures as JSON
     python benchmarks/planner_accuracy.py --fit           # re-fit the constants, print them to paste
-    python benchmarks/planner_accuracy.py --logo          # leave-one-group-out: fit on the rest, score the group
+    python benchmarks/planner_accuracy.py --logo          # leave-one-group-out: fit on the rest, score the group,
+                                                          # and calibration from one run → another run's levels
 
 Each calibration row is one concurrency level of one (model, quantization, instance, TP, payload). The two
 sources define their figures differently, and each is compared on its own definition:
@@ -23,31 +24,40 @@ import json
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sagellm.catalog import find_instance, find_model
-from sagellm.planner import Payload, Shape, predict_point
-from sagellm.planner import constants as k
+from sagellm.planner import (
+    Calibration,
+    Observation,
+    Payload,
+    Shape,
+    fit_calibration,
+    generations,
+    predict_point,
+)
 
-DEFAULT_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "calibration.csv"
+# A copy of ../shared/reference/calibration.csv, kept in the repository so the script runs on a clean clone.
+DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "calibration.csv"
+FITTED = "tgi-1"  # the generation these measurements are of
 
 # Constants the fit may move: physical bounds (lower, upper) and the prior each starts from and is
 # weakly pulled toward. Priors come from method.md §4 and first principles, never from a previous fit,
 # so the leave-one-group-out check does not leak the held-out rows through them.
 FIT: dict[str, tuple[float, float, float]] = {
-    "BANDWIDTH_EFFICIENCY": (0.5, 0.95, 0.84),  # method.md §4
-    "STEP_OVERHEAD_S": (0.0, 0.02, 0.005),  # method.md §4
-    "SEQ_OVERHEAD_S": (0.0, 0.003, 0.0003),
-    "KV_BANDWIDTH_EFFICIENCY": (0.05, 1.0, 0.5),
-    "KV_HALF_BATCH": (0.0, 16.0, 1.0),
-    "PCIE_ALLREDUCE_LATENCY_S": (0.0, 0.0005, 0.00007),  # 4.4 ms per doubling ÷ 64 all-reduces (method.md §4)
-    "PCIE_HOST_BW_GBPS": (2.0, 100.0, 20.0),  # host memory bus shared by the ring
-    "NVLINK_ALLREDUCE_LATENCY_S": (0.0, 0.0005, 0.00007),
-    "QUANT_BANDWIDTH_EFFICIENCY": (0.2, 1.0, 0.6),
-    "QUANT_SHARDED_LAYER_OVERHEAD_S": (0.0, 0.002, 0.0003),
-    "QUANT_PREFILL_SLOWDOWN": (1.0, 5.0, 2.0),
-    "PREFILL_MFU": (0.1, 0.9, 0.5),
+    "bandwidth_efficiency": (0.5, 0.95, 0.84),  # method.md §4
+    "step_overhead_s": (0.0, 0.02, 0.005),  # method.md §4
+    "seq_overhead_s": (0.0, 0.003, 0.0003),
+    "kv_bandwidth_efficiency": (0.05, 1.0, 0.5),
+    "kv_latency_blocks": (1.0, 2000.0, 80.0),  # ~ one block per SM (A10G: 80 SMs, A100: 108)
+    "pcie_allreduce_latency_s": (0.0, 0.0005, 0.00007),  # 4.4 ms per doubling ÷ 64 all-reduces (method.md §4)
+    "pcie_host_bw_gbps": (2.0, 100.0, 20.0),  # host memory bus shared by the ring
+    "nvlink_allreduce_latency_s": (0.0, 0.0005, 0.00007),
+    "quant_bandwidth_efficiency": (0.2, 1.0, 0.6),
+    "quant_sharded_layer_overhead_s": (0.0, 0.002, 0.0003),
+    "quant_prefill_slowdown": (1.0, 5.0, 2.0),
+    "prefill_mfu": (0.1, 0.9, 0.5),
 }
 
 
@@ -99,10 +109,26 @@ def load_rows(path: Path) -> list[Row]:
     return rows
 
 
-def predict_row(row: Row) -> tuple[float, float, bool]:
+# The KV budget (MAX_BATCH_TOTAL_TOKENS) JumpStart's Llama 2 7B deployments ran with, per instance type.
+# Not published with the tables: read off them. Where a sweep's latency doubles from one level to the next
+# at flat throughput, requests queue for KV space; both payloads of an instance agree on one budget:
+# g5.2xlarge 16 × 512 = 2 × 4096 = 8192 tokens, g5.12xlarge 64 × 512 = 8 × 4096 = 32768, g5.48xlarge
+# 32 × 512 = 4 × 4096 = 16384, p4d 256 × 512 = 131072 (its 3840-token sweep stays below 32 sequences).
+# Hugging Face's TGI 1.0.3 runs let TGI size the budget from free memory (no admission limit).
+JUMPSTART_BATCH_TOTAL_TOKENS = {"ml.g5.2xlarge": 8192, "ml.g5.12xlarge": 32768, "ml.g5.48xlarge": 16384,
+                                "ml.p4d.24xlarge": 131072}
+
+
+def shape_of(row: Row, calibration: Calibration | None = None) -> Shape:
+    """The serving shape a published row ran (these servers are TGI 1.x: the default generation)."""
+    budget = JUMPSTART_BATCH_TOTAL_TOKENS.get(row.instance_type) if row.source == "jumpstart" else None
+    return Shape(find_model(row.model), find_instance(row.instance_type), row.tp, copies=row.replicas,
+                 quantization=row.quantization, max_batch_total_tokens=budget, calibration=calibration)
+
+
+def predict_row(row: Row, calibration: Calibration | None = None) -> tuple[float, float, bool]:
     """(ms/token, tokens/s, within timeout) on the row source's own definitions."""
-    shape = Shape(find_model(row.model), find_instance(row.instance_type), row.tp, copies=row.replicas,
-                  quantization=row.quantization)
+    shape = shape_of(row, calibration)
     p = predict_point(shape, Payload(row.input_tokens, row.output_tokens), row.concurrency)
     if row.source == "huggingface":
         ms = (p.e2e_s - p.queue_wait_s) / row.output_tokens * 1000  # server-side, queue excluded
@@ -120,11 +146,11 @@ def _mape(values: list[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def score(rows: list[Row]) -> dict:
+def score(rows: list[Row], calibration: Calibration | None = None) -> dict:
     """Per-row predictions and the MAPE tables."""
     scored = []
     for r in rows:
-        ms, thr, ok = predict_row(r)
+        ms, thr, ok = predict_row(r, calibration)
         scored.append({"row": r.label, "source": r.source, "instance_type": r.instance_type,
                        "concurrency": r.concurrency, "ms_per_token": r.ms_per_token, "pred_ms_per_token": ms,
                        "throughput": r.throughput, "pred_throughput": thr, "pred_within_timeout": ok,
@@ -167,9 +193,15 @@ def render(result: dict, out=sys.stdout) -> None:
 
 # --- fitting -----------------------------------------------------------------------------------
 
+def _current() -> dict[str, float]:
+    consts = generations.MEASURED[FITTED][0]
+    return {n: getattr(consts, n) for n in FIT}
+
+
 def _set(names: list[str], values) -> None:
-    for n, v in zip(names, values):
-        setattr(k, n, float(v))
+    """Install constants for the measured generation (every prediction after this uses them)."""
+    consts, label = generations.MEASURED[FITTED]
+    generations.MEASURED[FITTED] = (replace(consts, **{n: float(v) for n, v in zip(names, values)}), label)
 
 
 def _residuals(rows: list[Row]) -> list[float]:
@@ -189,7 +221,7 @@ def fit(rows: list[Row], prior_weight: float = 0.05) -> dict[str, float]:
     from scipy.optimize import least_squares
 
     names = list(FIT)
-    saved = [getattr(k, n) for n in names]
+    saved = list(_current().values())
     lo, hi, x0 = ([FIT[n][i] for n in names] for i in range(3))
     width = [b - a for a, b in zip(lo, hi)]
 
@@ -210,7 +242,7 @@ def logo(rows: list[Row]) -> dict[str, dict]:
     out = {}
     groups = [("instance_type", v) for v in sorted({r.instance_type for r in rows})]
     groups += [("source", v) for v in sorted({r.source for r in rows})]
-    saved = {n: getattr(k, n) for n in FIT}
+    saved = _current()
     for key, value in groups:
         fitted = fit([r for r in rows if getattr(r, key) != value])
         try:
@@ -219,6 +251,59 @@ def logo(rows: list[Row]) -> dict[str, dict]:
         finally:
             _set(list(saved), saved.values())
     return out
+
+
+def transfer(rows: list[Row]) -> list[dict]:
+    """Calibrate from one run, predict another run of the same model × instance × container (another payload).
+
+    A run is one published sweep (JumpStart: one instance × payload; its server-side Hugging Face runs are
+    another container and another metric definition, so they pair with nothing). The planner's constants
+    are fitted WITHOUT the instance, as for a user calibrating on an instance the planner never saw.
+    """
+    runs: dict[tuple, list[Row]] = {}
+    for r in rows:
+        if r.source == "jumpstart":
+            runs.setdefault((r.instance_type, r.tp, r.input_tokens, r.output_tokens), []).append(r)
+    out = []
+    saved = _current()
+    for instance in sorted({key[0] for key in runs}):
+        fitted = fit([r for r in rows if r.instance_type != instance])
+        try:
+            _set(list(fitted), fitted.values())
+            mine = {k: v for k, v in runs.items() if k[0] == instance}
+            for src_key, src in mine.items():
+                obs = [Observation(shape_of(r), Payload(r.input_tokens, r.output_tokens), r.concurrency,
+                                   ms_per_token=r.ms_per_token, throughput_tokens_per_s=r.throughput) for r in src]
+                cal = fit_calibration(obs).calibration
+                for dst_key, dst in mine.items():
+                    if dst_key == src_key:
+                        continue
+                    before, after = score(dst)["groups"]["overall"], score(dst, cal)["groups"]["overall"]
+                    out.append({"instance_type": instance, "from": f"{src_key[2]}/{src_key[3]}",
+                                "to": f"{dst_key[2]}/{dst_key[3]}", "n": len(dst), "calibration": cal.describe(),
+                                "ms_before": before["ms_all"], "ms_after": after["ms_all"],
+                                "thr_before": before["thr_all"], "thr_after": after["thr_all"]})
+        finally:
+            _set(list(saved), saved.values())
+    return out
+
+
+def render_transfer(result: list[dict], out=sys.stdout) -> None:
+    """Print the calibration-transfer table and its means."""
+    def pair(before: float | None, after: float | None) -> str:
+        return "         -     " if before is None or after is None else f"{before:5.1f}% → {after:5.1f}%"
+
+    print("\nCalibration from one run → prediction of another run's levels (JumpStart Llama 2 7B, same instance,\n"
+          "other payload; planner constants fitted without that instance; MAPE before → after):", file=out)
+    print(f"{'instance':18} {'from':>9} {'to':>9} {'n':>3}  {'ms/token':>15} {'throughput':>15}  calibration",
+          file=out)
+    for t in result:
+        print(f"{t['instance_type']:18} {t['from']:>9} {t['to']:>9} {t['n']:3d}  "
+              f"{pair(t['ms_before'], t['ms_after'])} {pair(t['thr_before'], t['thr_after'])}  "
+              f"{t['calibration']}", file=out)
+    mean = {k: _mape([t[k] for t in result]) for k in ("ms_before", "ms_after", "thr_before", "thr_after")}
+    print(f"{'mean':18} {'':>9} {'':>9} {'':>3}  {pair(mean['ms_before'], mean['ms_after'])} "
+          f"{pair(mean['thr_before'], mean['thr_after'])}", file=out)
 
 
 def main() -> int:
@@ -234,14 +319,15 @@ def main() -> int:
     render(report["current"])
     if args.fit:
         fitted = fit(rows)
-        print("\nFitted constants (paste into src/sagellm/planner/constants.py):")
+        print("\nFitted constants (paste into TGI_1 in src/sagellm/planner/constants.py):")
         for n, v in fitted.items():
-            print(f"{n} = {v:.4g}")
+            print(f"    {n}={v:.4g},")
+        saved = _current()
         _set(list(fitted), fitted.values())
         report["fitted"] = {"constants": fitted, **score(rows)}
         print("\nWith the fitted constants:")
         render(report["fitted"])
-        _set(list(fitted), [getattr(k, n) for n in fitted])
+        _set(list(saved), saved.values())
     if args.logo:
         report["leave_one_group_out"] = logo(rows)
         print("\nLeave-one-group-out (fit on the rest, MAPE on the held-out group):")
@@ -249,6 +335,8 @@ def main() -> int:
         for name, g in report["leave_one_group_out"].items():
             cells = ["   -  " if g[c] is None else f"{g[c]:5.1f}%" for c in ("ms_c1", "thr_c1", "ms_all", "thr_all")]
             print(f"{name:34} {g['n']:4d}  {cells[0]:>7} {cells[1]:>7}  {cells[2]:>7} {cells[3]:>7}")
+        report["calibration_transfer"] = transfer(rows)
+        render_transfer(report["calibration_transfer"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
     return 0

@@ -84,16 +84,18 @@ def profiles_show(
     json_out: Json = False,
 ) -> None:
     """Print the resolved DeploymentPlan: environment, instance, count, kind, copies, scaling."""
-    from sagellm.profiles import resolve
+    from sagellm.planner import step_time_notes
+    from sagellm.profiles.resolve import design_for, to_plan
 
-    plan = resolve(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
-                   profiles_dir=profiles_dir)
+    design = design_for(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
+                        profiles_dir=profiles_dir)
+    plan = to_plan(design)
     if json_out:
         print(plan.model_dump_json(indent=2))
         return
     from sagellm.render import print_plan
 
-    print_plan(plan)
+    print_plan(plan, step_time_notes(design.shape()))
 
 
 @profiles_app.command("validate")
@@ -187,6 +189,22 @@ def plan(
     from sagellm.render import print_curve
 
     print_curve(shape, env, curve)
+
+
+@app.command(epilog="Example:\n\n  sagellm calibrate run-42 run-43   # bench --out folders (or their results.json)")
+def calibrate(
+    runs: Annotated[list[Path], typer.Argument(help="bench --out folders or results.json files of measured runs")],
+    profiles_dir: ProfilesDir = None,
+) -> None:
+    """Fit the planner's step times to measured runs; store one correction per model × instance × container.
+
+    Writes <profiles_dir>/calibration/*.yaml (review them like code); `plan`, `profiles show` and every
+    profile's auto values then use it and say so. Emulated runs are refused: they only replay the planner.
+    """
+    from sagellm.bench.calibrate import calibrate_runs
+
+    for line in calibrate_runs(runs, profiles_dir):
+        print(line)
 
 
 # ---------------------------------------------------------------- bench, gate, report

@@ -18,8 +18,8 @@ def _console() -> Console:
     return Console(highlight=False, width=120)
 
 
-def print_plan(plan: DeploymentPlan) -> None:
-    """The resolved plan as a person reads it."""
+def print_plan(plan: DeploymentPlan, notes: tuple[str, ...] = ()) -> None:
+    """The resolved plan as a person reads it (notes: what its predicted auto values rest on)."""
     c = _console()
     c.print(f"[bold]{plan.profile}[/] · {plan.instance_type} × {plan.initial_instance_count} · "
             f"{plan.endpoint_kind} endpoint · {plan.container} · {plan.region}")
@@ -42,6 +42,8 @@ def print_plan(plan: DeploymentPlan) -> None:
     if plan.hf_token_secret:
         c.print(f"HF token from Secrets Manager: {plan.hf_token_secret}")
     c.print("tags " + ", ".join(f"{k}={v}" for k, v in plan.tags.items()))
+    for text in notes:
+        c.print(f"note: {text}")
 
 
 def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:

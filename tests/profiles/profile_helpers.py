@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sagellm.catalog import find_instance, find_model
-from sagellm.planner import Shape
+from sagellm.planner import Shape, generation_of
 from sagellm.profiles import DeploymentPlan
 
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
@@ -15,4 +15,4 @@ def shape_of(plan: DeploymentPlan) -> Shape:
     """The planner shape of one copy of the plan's main model (no admission or batch limits)."""
     m = plan.primary
     return Shape(find_model(m.model_id), find_instance(plan.instance_type), m.tp_degree,
-                 quantization=m.quantization)
+                 quantization=m.quantization, generation=generation_of(plan.container))

@@ -30,6 +30,7 @@ class Model:
     n_experts: int = 1
     experts_per_token: int = 1
     alias: str | None = None
+    parallel_attention: bool = False  # attention and MLP side by side: one all-reduce per layer under TP
 
     @property
     def active_b(self) -> float:
@@ -53,12 +54,18 @@ class Instance:
     n_accelerators: int
     accelerator: str
     mem_per_accel_gb: float
+    device_mem_mib: int  # what the driver reports as total memory (nvidia-smi), a little under the label
     bw_per_accel_gbps: float
     tflops_per_accel: float
     interconnect: str  # single | pcie | nvlink | neuronlink
     vcpus: int
     host_mem_gib: float
     usd_per_h: dict[str, float]
+
+    @property
+    def device_mem_gb(self) -> float:
+        """Memory per accelerator as the driver reports it, in GB (10^9 bytes, as weights are counted)."""
+        return self.device_mem_mib * 2**20 / 1e9
 
     @property
     def is_neuron(self) -> bool:
@@ -93,6 +100,7 @@ def models() -> dict[str, Model]:
             max_context=int(r["max_context"]),
             n_experts=int(r["n_experts"]),
             experts_per_token=int(r["experts_per_token"]),
+            parallel_attention=r["parallel_attention"] == "true",
         )
     return out
 
@@ -112,6 +120,7 @@ def instances() -> dict[str, Instance]:
             n_accelerators=int(r["n_accelerators"]),
             accelerator=r["accelerator"],
             mem_per_accel_gb=float(r["mem_per_accel_gb"]),
+            device_mem_mib=int(r["device_mem_mib"]),
             bw_per_accel_gbps=float(r["bw_per_accel_gbps"]),
             tflops_per_accel=float(r["tflops_per_accel"]),
             interconnect=r["interconnect"],

@@ -1,5 +1,6 @@
 """Performance model: capacity, step times, the predicted curve, its knee, the timeout limit, cost."""
 
+from sagellm.planner.calibration import Calibration, Observation, fit_calibration
 from sagellm.planner.curve import (
     DEFAULT_CONCURRENCY,
     Curve,
@@ -9,12 +10,15 @@ from sagellm.planner.curve import (
     max_concurrency_in_timeout,
     predict,
     predict_point,
+    step_time_notes,
     usd_per_1m_tokens,
 )
+from sagellm.planner.generations import DEFAULT_GENERATION, GENERATIONS, generation_of
 from sagellm.planner.shape import Payload, Shape
 from sagellm.planner.steps import StepModel
 
 __all__ = [
-    "DEFAULT_CONCURRENCY", "Curve", "Payload", "Point", "Shape", "StepModel",
-    "knee_index", "knee_of", "max_concurrency_in_timeout", "predict", "predict_point", "usd_per_1m_tokens",
+    "DEFAULT_CONCURRENCY", "DEFAULT_GENERATION", "GENERATIONS", "Calibration", "Curve", "Observation", "Payload",
+    "Point", "Shape", "StepModel", "fit_calibration", "generation_of", "knee_index", "knee_of",
+    "max_concurrency_in_timeout", "predict", "predict_point", "step_time_notes", "usd_per_1m_tokens",
 ]

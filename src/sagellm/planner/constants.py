@@ -1,76 +1,86 @@
 """Every tuned constant of the performance model: what it means and how it was obtained.
 
-Fitted with `python benchmarks/planner_accuracy.py --fit` (scipy least squares on the log errors of
-ms/token and throughput of all 113 rows of ../shared/reference/calibration.csv: AWS JumpStart Llama 2 7B
-sweeps on g5.2xlarge/g5.12xlarge/g5.48xlarge/p4d, and Hugging Face's TGI 1.0.3 Llama 2 7B/13B/70B
-fp16 + GPTQ benchmark), starting from and weakly pulled toward the physics priors listed in that
-script (method.md §4: 84 % of peak bandwidth, ~5 ms per step, ~4.4 ms per doubling of TP). The data are
-TGI 1.x without CUDA graphs; newer servers (TGI 3, LMI/vLLM) are faster per step, so treat the
-overheads as an upper bound there. Efficiencies are relative to the catalog's peak figures.
+The step-time constants are fitted per server generation (`generations.py` says which generation uses
+which set). TGI_1 was fitted with `python benchmarks/planner_accuracy.py --fit` (scipy least squares on the
+log errors of ms/token and throughput of the 113 rows of benchmarks/data/calibration.csv: AWS JumpStart
+Llama 2 7B sweeps on g5.2xlarge/g5.12xlarge/g5.48xlarge/p4d, and Hugging Face's TGI 1.0.3 Llama 2
+7B/13B/70B fp16 + GPTQ benchmark), starting from and weakly pulled toward the physics priors listed in that
+script (method.md §4: 84 % of peak bandwidth, ~5 ms per step, ~4.4 ms per doubling of TP). Those servers
+are TGI 1.x without CUDA graphs; JumpStart's rows are replayed with the KV budgets its deployments ran with
+(read off the sweeps, see the script). Efficiencies are relative to the catalog's peak figures.
 """
 
-# --- decode step -----------------------------------------------------------------------------
-# Fraction of peak HBM bandwidth that weight reads reach during decode. Fit: 0.95 (the upper bound;
-# the fit trades it against STEP_OVERHEAD_S — 0.84 with ~2 ms more overhead is nearly as good).
-BANDWIDTH_EFFICIENCY = 0.95
-# Fixed host cost of one forward pass: scheduler, Python, sampling set-up, sync. Fit: 8.0 ms
-# (method.md §4: ~5 ms, with a lower bandwidth efficiency).
-STEP_OVERHEAD_S = 0.00797
-# Per running sequence per step: logits, sampling, stopping criteria, block bookkeeping. Fit: 0.10 ms.
-SEQ_OVERHEAD_S = 0.000100
-# Attention reads the KV cache at this fraction of ONE accelerator's bandwidth, whatever the TP degree:
-# paged attention of TGI 1.x does not speed up with sharding (JumpStart 3840-token rows add the same
-# seconds on 1, 4 and 8 A10Gs; a fitted TP exponent came out 0.00–0.02). Fit: 1.0 (upper bound).
-KV_BANDWIDTH_EFFICIENCY = 1.0
-# Running sequences at which attention reaches half that efficiency: one long sequence leaves most
-# SMs idle (heads × sequences thread blocks). Explains why a lone 3840-token prompt costs ~3× more per
-# KV byte than the same bytes spread over a busy batch. Fit: 2.4.
-KV_HALF_BATCH = 2.42
-# Model FLOPs utilisation of the batched decode matmuls once compute starts to matter (not fitted:
-# no calibration row is compute-bound in decode).
-DECODE_MFU = 0.5
+from __future__ import annotations
 
-# --- tensor parallelism: two all-reduces per layer per pass ------------------------------------
-# Latency of one all-reduce per doubling of TP over PCIe without peer-to-peer (g5, g6, g6e). Fit: 6 µs
-# (the PCIe cost is in the bandwidth term below).
-PCIE_ALLREDUCE_LATENCY_S = 0.0000064
-# Host-memory bandwidth the PCIe ring shares: the bus carries 2(N-1) × message per all-reduce, which is
-# why g5.48xlarge (TP 8) degrades faster under load than g5.12xlarge (TP 4). Fit: 18.5 GB/s.
-PCIE_HOST_BW_GBPS = 18.5
-# Latency of one all-reduce per doubling of TP over NVLink/NVSwitch (p4d, p5). Fit: 60 µs — the p4d
-# batch-1 floor (~20 ms for 7B at TP 8) sits above its weight-read time; the fit puts it here.
-NVLINK_ALLREDUCE_LATENCY_S = 0.0000601
-# Effective NVLink bandwidth per GPU for all-reduce traffic (GB/s); not identifiable from the data
-# (never the bottleneck), set to half of NVLink3's 300 GB/s per direction.
-NVLINK_BW_GBPS = 150.0
+from dataclasses import dataclass
 
-# --- 4-bit weight-only kernels (GPTQ/AWQ) ----------------------------------------------------
-# 4-bit kernels reach this fraction of what fp16 weight reads reach (dequantisation in the GEMV).
-# Fit: 0.64 (on GPTQ rows at TP 1, where TGI uses the exllama kernel).
-QUANT_BANDWIDTH_EFFICIENCY = 0.638
-# Per layer per pass when sharded (TP > 1): TGI's exllama kernel cannot split act-order rows over
-# shards, so row-parallel layers fall back to a launch-heavy Triton kernel. Fit: 0.39 ms per layer.
-QUANT_SHARDED_LAYER_OVERHEAD_S = 0.000392
-# Prefill of a 4-bit model runs this many times slower than fp16 matmuls (dequantise-then-GEMM).
-# Fit: 3.2 (from GPTQ slopes under load, which are prefill-dominated at 50 output tokens).
-QUANT_PREFILL_SLOWDOWN = 3.17
 
-# --- prefill ---------------------------------------------------------------------------------
-# Model FLOPs utilisation of a prefill pass, relative to the catalog's dense FP16 peak. Fit: 0.9 (upper
-# bound) — the catalog's 70 TFLOPS for A10G is likely conservative (A10 lists 125 dense FP16 tensor).
-PREFILL_MFU = 0.9
+@dataclass(frozen=True)
+class StepConstants:
+    """The fitted constants of the step-time model (one set per measured server generation)."""
 
-# --- server scheduling (TGI router defaults, method.md §2; not fitted) -------------------------
-# Decode steps before waiting requests are forced into the batch (MAX_WAITING_TOKENS).
-MAX_WAITING_TOKENS = 20
-# Waiting ÷ running ratio that triggers a prefill earlier (WAITING_SERVED_RATIO).
-WAITING_SERVED_RATIO = 0.3
+    # --- decode step ---
+    # Fraction of peak HBM bandwidth that weight reads reach during decode.
+    bandwidth_efficiency: float
+    # Fixed host cost of one forward pass: scheduler, Python, sampling set-up, sync.
+    step_overhead_s: float
+    # Per running sequence per step: logits, sampling, stopping criteria, block bookkeeping.
+    seq_overhead_s: float
+    # Attention reads the KV cache at this fraction of an accelerator's peak bandwidth.
+    kv_bandwidth_efficiency: float
+    # A lone attention thread block (one head of one sequence) takes as long as streaming this many heads'
+    # worth of that sequence's KV at full speed: the latency floor that sharding cannot divide.
+    kv_latency_blocks: float
+    # Model FLOPs utilisation of the batched decode matmuls once compute starts to matter.
+    decode_mfu: float
+    # --- tensor parallelism: all-reduces per layer per pass ---
+    # Latency of one all-reduce per doubling of TP over PCIe without peer-to-peer (g5, g6, g6e).
+    pcie_allreduce_latency_s: float
+    # Host-memory bandwidth the PCIe ring shares: the bus carries 2(N-1) × message per all-reduce.
+    pcie_host_bw_gbps: float
+    # Latency of one all-reduce per doubling of TP over NVLink/NVSwitch (p4d, p5).
+    nvlink_allreduce_latency_s: float
+    # Effective NVLink bandwidth per GPU for all-reduce traffic (GB/s).
+    nvlink_bw_gbps: float
+    # --- 4-bit weight-only kernels (GPTQ/AWQ) ---
+    # 4-bit kernels reach this fraction of what fp16 weight reads reach (dequantisation in the GEMV).
+    quant_bandwidth_efficiency: float
+    # Per layer per pass when sharded: TGI's exllama kernel cannot split act-order rows over shards, so
+    # row-parallel layers fall back to a launch-heavy Triton kernel.
+    quant_sharded_layer_overhead_s: float
+    # Prefill of a 4-bit model runs this many times slower than fp16 matmuls (dequantise-then-GEMM).
+    quant_prefill_slowdown: float
+    # --- prefill ---
+    # Model FLOPs utilisation of a prefill pass, relative to the catalog's dense FP16 peak.
+    prefill_mfu: float
 
-# --- memory (not fitted; reproduces method.md §4's ~28 sequences at 512 tokens on an A10G within 10 %) -
-# GPU memory the serving stack may use (TGI/vLLM leave headroom for fragmentation).
-MEMORY_UTILIZATION = 0.90
-# Per-GPU memory kept for the CUDA context, activations and the prefill workspace (GB).
-RESERVED_GB_PER_GPU = 1.5
+
+# TGI 1.x (SageMaker Hugging Face LLM DLC 0.8–1.4), fitted on 113 published SageMaker measurements.
+TGI_1 = StepConstants(
+    bandwidth_efficiency=0.95,  # fit (upper bound; traded against step_overhead_s)
+    step_overhead_s=0.006901,  # fit (method.md §4: ~5 ms, with a lower bandwidth efficiency)
+    seq_overhead_s=0.0002311,  # fit
+    kv_bandwidth_efficiency=1.0,  # fit (upper bound)
+    kv_latency_blocks=114.8,  # fit: ~ one block per SM (A10G 80, A100 108)
+    decode_mfu=0.5,  # not fitted: no calibration row is compute-bound in decode
+    pcie_allreduce_latency_s=0.00001253,  # fit (the PCIe cost is in the bandwidth term)
+    pcie_host_bw_gbps=16.71,  # fit: why g5.48xlarge (TP 8) degrades faster under load than g5.12xlarge
+    nvlink_allreduce_latency_s=0.0000748,  # fit: the p4d batch-1 floor (~20 ms for 7B at TP 8)
+    nvlink_bw_gbps=150.0,  # not identifiable (never the bottleneck): half of NVLink3's 300 GB/s per direction
+    quant_bandwidth_efficiency=0.6128,  # fit on GPTQ rows at TP 1 (exllama kernel)
+    quant_sharded_layer_overhead_s=0.0003666,  # fit
+    quant_prefill_slowdown=3.254,  # fit on GPTQ slopes under load (prefill-dominated at 50 output tokens)
+    prefill_mfu=0.9,  # fit (upper bound): the catalog's 70 TFLOPS for A10G is likely conservative
+)
+
+# --- memory (not fitted) ----------------------------------------------------------------------
+# Per-GPU memory the server cannot give to weights or KV cache: CUDA context, kernels, the allocator and
+# the warm-up prefill's activations. Derived from a published figure: TGI 0.9.1 sized the KV cache of
+# LLaMA-7B (fp16, 13.48 GB of weights) on one 24 GB A10 (23028 MiB = 24.15 GB) at 17,664 tokens ×
+# 0.5 MiB = 9.26 GB (--max-batch-total-tokens 17664, OlivierDehaene in vllm-project/vllm#381,
+# 2023-07-06): 24.15 − 13.48 − 9.26 = 1.41 GB. TGI 1.x then gives ALL the rest to the KV cache
+# (CUDA_MEMORY_FRACTION 1.0; flash_causal_lm.warmup).
+RESERVED_GB_PER_GPU = 1.41
 
 # SageMaker real-time invocation timeout (not configurable for real-time endpoints).
 INVOCATION_TIMEOUT_S = 60.0

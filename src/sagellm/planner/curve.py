@@ -5,10 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from sagellm.planner import constants as k
+from sagellm.planner.generations import DEFAULT_GENERATION, MEASURED, Generation, generation
 from sagellm.planner.shape import Payload, Shape
 from sagellm.planner.steps import StepModel
+
+if TYPE_CHECKING:
+    from sagellm.planner.calibration import Calibration
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -44,6 +49,8 @@ class Curve:
     knee: Point | None = None
     max_throughput: Point | None = None
     notes: tuple[str, ...] = field(default=())
+    generation: str = DEFAULT_GENERATION  # the server generation predicted for
+    calibration: Calibration | None = None  # the measured correction applied, if any
 
     def usd_per_1m_tokens(self, point: Point | None) -> float | None:
         """$ per 1M output tokens at a point: 10^6 ÷ throughput ÷ 3600 × $/h (method.md §1)."""
@@ -60,22 +67,59 @@ class Curve:
             "max_throughput": asdict(self.max_throughput) if self.max_throughput else None,
             "usd_per_1m_tokens_at_max_throughput": self.usd_per_1m_tokens(self.max_throughput),
             "points": [asdict(p) for p in self.points],
+            "step_times": step_times(self.generation, self.calibration),
             "notes": list(self.notes),
         }
 
 
-def _prefill_passes(running: float, output_tokens: int) -> tuple[float, float]:
-    """TGI's router batches waiting prompts: (prefill passes per request lifetime, decode steps between them).
+def step_times(name: str, calibration: Calibration | None) -> dict:
+    """What a prediction's step times rest on: the generation, whose measurements, and any calibration."""
+    gen = generation(name)
+    return {
+        "generation": gen.name,
+        "server": gen.label,
+        "calibrated_for": generation(gen.constants_from).label,
+        "measured_on": MEASURED[gen.constants_from][1],
+        "extrapolated": not gen.calibrated,
+        "calibration": None if calibration is None else {
+            "decode_floor": calibration.decode_floor, "decode_per_sequence": calibration.decode_per_sequence,
+            "prefill": calibration.prefill, "source": calibration.source},
+    }
 
-    A prompt waits until floor(WAITING_SERVED_RATIO × running) prompts are waiting, or at most
-    MAX_WAITING_TOKENS decode steps; below 4 running that minimum is 0 and every prompt goes at once.
+
+def step_time_notes(shape: Shape) -> tuple[str, ...]:
+    """Say which measurements a prediction's step times rest on (`plan` and `profiles show` print this)."""
+    info = step_times(shape.generation, shape.calibration)
+    if info["extrapolated"]:
+        line = (f"step times calibrated for {info['calibrated_for']} ({info['measured_on']}); for "
+                f"{info['server']} they are an extrapolation: `sagellm calibrate RUN` corrects them from a "
+                "measured run")
+    else:
+        line = f"step times calibrated for {info['server']} ({info['measured_on']})"
+    notes = [line]
+    if shape.calibration is not None:
+        notes.append(f"calibrated from measured runs: {shape.calibration.describe()}")
+    return tuple(notes)
+
+
+def _prefill_passes(running: float, output_tokens: int, gen: Generation) -> tuple[float, float]:
+    """How the router batches prompts in a closed loop: (prefill passes per request lifetime, decode steps
+    a prompt waits for its pass).
+
+    A prompt joins a running batch once floor(waiting_served_ratio × running) prompts are waiting, or after
+    max_waiting_tokens decode steps; a prompt that finds the batch empty goes at once. Below a minimum of
+    one, every prompt goes at once, in its own pass. At a ratio of 1 or more (TGI 1.x: 1.2) a closed loop
+    never queues that many, so requests run in waves: equal outputs finish together, the batch empties and
+    the whole wave is prefilled in one pass.
     """
-    if k.WAITING_SERVED_RATIO * running < 1:
-        return max(1.0, running), 1.0
+    if gen.waiting_served_ratio * running < 1:
+        return max(1.0, running), 0.0
+    if gen.waiting_served_ratio >= 1:
+        return 1.0, 0.0
     finishing_per_step = running / output_tokens
-    interval = min(k.MAX_WAITING_TOKENS, math.floor(k.WAITING_SERVED_RATIO * running) / finishing_per_step)
+    interval = min(gen.max_waiting_tokens, math.floor(gen.waiting_served_ratio * running) / finishing_per_step)
     interval = max(1.0, interval)
-    return min(running, max(1.0, output_tokens / interval)), interval
+    return min(running, max(1.0, output_tokens / interval)), (interval - 1) / 2
 
 
 def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
@@ -92,14 +136,14 @@ def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     batch = max(1, round(running))
     context = batch * (payload.input_tokens + out / 2)  # mean KV held while decoding
     step = steps.decode_step_s(batch, int(context))
-    passes, interval = _prefill_passes(running, out)
+    passes, wait_steps = _prefill_passes(running, out, steps.generation)
     group = running / passes
     pass_s = steps.prefill_s(round(group * payload.input_tokens), max(1, round(group)))
     own_prefill = steps.prefill_s(payload.input_tokens)
     # Continuous batching pauses decode for every prefill pass during a request's life (its own too).
     service = out * step + passes * pass_s
-    # Prompts wait for the router to group them (half an interval on average) ...
-    batching_wait = (interval - 1) / 2 * step
+    # Prompts wait for the router to group them ...
+    batching_wait = wait_steps * step
     cycle = service + batching_wait
     # ... and, beyond the KV capacity, for a free slot (closed loop, Little's law).
     e2e = cycle * in_server / running
@@ -161,7 +205,7 @@ def predict(shape: Shape, payload: Payload, concurrency: tuple[int, ...] = DEFAU
     usable = [p for p in points if p.within_timeout and not p.rejected]
     best = max(usable, key=lambda p: p.concurrency, default=None)
     price = shape.instance.price_per_h(region)
-    notes = []
+    notes = list(step_time_notes(shape))
     if shape.memory_shortfall_gb > 0:
         notes.append(f"weights need {shape.memory_shortfall_gb:.1f} GB more per accelerator than is free")
     return Curve(
@@ -173,6 +217,8 @@ def predict(shape: Shape, payload: Payload, concurrency: tuple[int, ...] = DEFAU
         knee=knee_of(points),
         max_throughput=best,
         notes=tuple(notes),
+        generation=shape.generation,
+        calibration=shape.calibration,
     )
 
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sagellm.catalog import BYTES_PER_PARAM, Instance, Model
 from sagellm.planner import constants as k
+from sagellm.planner.generations import DEFAULT_GENERATION, generation
+
+if TYPE_CHECKING:
+    from sagellm.planner.calibration import Calibration
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,11 @@ class Shape:
     quantization: str = "none"
     max_concurrent_requests: int | None = None  # per copy; None = no admission limit
     max_batch_total_tokens: int | None = None  # per copy; None = what memory allows
+    generation: str = DEFAULT_GENERATION  # server generation (generations.py): which constants, what physics
+    calibration: Calibration | None = None  # measured correction for this model × instance × container
+
+    def __post_init__(self) -> None:
+        generation(self.generation)  # an unknown generation is a bug in the caller: fail here, not later
 
     @property
     def total_copies(self) -> int:
@@ -51,8 +61,8 @@ class Shape:
 
     @property
     def usable_gb_per_gpu(self) -> float:
-        """Accelerator memory the server may fill, after its own reserve."""
-        return self.instance.mem_per_accel_gb * k.MEMORY_UTILIZATION - k.RESERVED_GB_PER_GPU
+        """Accelerator memory for weights and KV cache: what the driver reports, less the server's reserve."""
+        return self.instance.device_mem_gb - k.RESERVED_GB_PER_GPU
 
     @property
     def memory_shortfall_gb(self) -> float:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
-from sagellm.planner import constants as k
+from sagellm.planner.constants import StepConstants
+from sagellm.planner.generations import Generation, constants_of, generation
 from sagellm.planner.shape import Shape
 
 _ACT_BYTES = 2.0  # activations travel between shards in 16-bit
@@ -13,9 +15,23 @@ _ACT_BYTES = 2.0  # activations travel between shards in 16-bit
 
 @dataclass(frozen=True)
 class StepModel:
-    """Decode-step and prefill times of one model copy, from bandwidth, FLOPS, links and fitted overheads."""
+    """Decode-step and prefill times of one model copy, from bandwidth, FLOPS, links and fitted overheads.
+
+    A calibration (fitted from measured runs) scales three terms: the batch-independent floor of a decode
+    step, what the running sequences add to it, and a prefill pass.
+    """
 
     shape: Shape
+
+    @cached_property
+    def k(self) -> StepConstants:
+        """The fitted constants this shape's server generation uses."""
+        return constants_of(self.shape.generation)
+
+    @cached_property
+    def generation(self) -> Generation:
+        """The server generation (what it does differently)."""
+        return generation(self.shape.generation)
 
     @property
     def _bw(self) -> float:
@@ -32,88 +48,112 @@ class StepModel:
         """Weight-only 4-bit kernels (GPTQ/AWQ): dequantize inside the matmul."""
         return self.shape.quantization in ("gptq", "awq")
 
-    def weight_bytes_read(self, batch: int) -> float:
-        """Weight bytes one step reads: MoE touches more experts as the batch grows."""
+    def _all_experts(self, tokens: int) -> bool:
+        """Whether a pass of `tokens` rows computes every expert (TGI 1.x's dense MoE path)."""
+        return self.shape.model.n_experts > 1 and tokens <= self.generation.moe_dense_max_tokens
+
+    def weight_bytes_read(self, tokens: int) -> float:
+        """Weight bytes one pass over `tokens` rows reads: MoE touches more experts as the rows grow."""
         m, q = self.shape.model, self.shape.quantization
         total = m.weight_bytes(q)
-        if m.n_experts <= 1:
+        if m.n_experts <= 1 or self._all_experts(tokens):
             return total
         active = total * m.active_b / m.params_b
         share = m.experts_per_token / m.n_experts
-        # Probability an expert is hit by at least one of `batch` tokens, beyond the always-active share.
-        touched = 1 - (1 - share) ** max(1, batch)
+        # Probability an expert is hit by at least one of the rows, beyond the always-active share.
+        touched = 1 - (1 - share) ** max(1, tokens)
         return active + (total - active) * (touched - share) / (1 - share)
 
+    def _params_computed(self, tokens: int) -> float:
+        """Parameters each row multiplies through (every expert on the dense MoE path), in billions."""
+        m = self.shape.model
+        return m.params_b if self._all_experts(tokens) else m.active_b
+
     def _allreduce_s(self, rows: int) -> float:
-        """The two all-reduces per layer of one forward pass over `rows` token rows."""
+        """The all-reduces of one forward pass over `rows` token rows (one per layer with parallel attention)."""
         tp = self.shape.tp_degree
         if tp <= 1:
             return 0.0
-        m = self.shape.model
+        m, k = self.shape.model, self.k
         size = rows * m.hidden_size * _ACT_BYTES
         if self.shape.instance.interconnect == "pcie":
             # No peer-to-peer on these PCIe boxes: the ring goes through host memory, whose bus carries
             # every GPU's 2(N-1)/N share at once, so the bus sees 2(N-1) × size per all-reduce.
-            latency = k.PCIE_ALLREDUCE_LATENCY_S
-            transfer = size * 2 * (tp - 1) / (k.PCIE_HOST_BW_GBPS * 1e9)
+            latency = k.pcie_allreduce_latency_s
+            transfer = size * 2 * (tp - 1) / (k.pcie_host_bw_gbps * 1e9)
         else:
-            latency = k.NVLINK_ALLREDUCE_LATENCY_S
-            transfer = size * 2 * (tp - 1) / tp / (k.NVLINK_BW_GBPS * 1e9)
-        return 2 * m.n_layers * (latency * math.log2(tp) + transfer)
+            latency = k.nvlink_allreduce_latency_s
+            transfer = size * 2 * (tp - 1) / tp / (k.nvlink_bw_gbps * 1e9)
+        per_layer = 1 if m.parallel_attention else 2
+        return per_layer * m.n_layers * (latency * math.log2(tp) + transfer)
 
     def _fixed_s(self) -> float:
         """Per forward pass, whatever the batch: launches, scheduler, sampling set-up, TP latency."""
-        s = self.shape
+        s, k = self.shape, self.k
         # TGI's exllama 4-bit kernel cannot split act-order rows over shards: with TP > 1 the
         # row-parallel layers fall back to a launch-heavy Triton kernel.
-        triton = k.QUANT_SHARDED_LAYER_OVERHEAD_S if self._quantized and s.tp_degree > 1 else 0.0
-        return k.STEP_OVERHEAD_S + triton * s.model.n_layers + self._allreduce_s(0)
+        triton = k.quant_sharded_layer_overhead_s if self._quantized and s.tp_degree > 1 else 0.0
+        return k.step_overhead_s + triton * s.model.n_layers + self._allreduce_s(0)
 
-    def _weights_s(self, batch: int) -> float:
+    def _weights_s(self, tokens: int) -> float:
         """Streaming the weights once: 4-bit kernels dequantise on the fly and reach less of the bandwidth."""
-        eff = k.BANDWIDTH_EFFICIENCY * (k.QUANT_BANDWIDTH_EFFICIENCY if self._quantized else 1.0)
-        return self.weight_bytes_read(batch) / (self._bw * eff)
+        k = self.k
+        eff = k.bandwidth_efficiency * (k.quant_bandwidth_efficiency if self._quantized else 1.0)
+        return self.weight_bytes_read(tokens) / (self._bw * eff)
 
     def _kv_read_s(self, batch: int, context_tokens: int) -> float:
         """Attention over the KV cache during one decode step.
 
-        Paged attention of this era parallelises over heads × sequences and barely speeds up with more
-        shards (JumpStart 3840-token rows: same extra seconds on 1, 4 and 8 A10Gs), so it reads at one
-        accelerator's bandwidth (a fitted TP exponent came out at 0.00–0.02). A lone long sequence
-        leaves most SMs idle: the efficiency climbs with the batch, half its peak at KV_HALF_BATCH.
+        Paged attention runs one thread block per query head and sequence, each streaming its sequence's
+        context alone: a lone long sequence leaves most SMs idle, and sharding it does not speed that block
+        up (JumpStart 3840-token rows: the same extra seconds on 1, 4 and 8 A10Gs). So a step pays a latency
+        floor — one sequence's context as if `kv_latency_blocks` blocks shared the bandwidth — plus the KV
+        bytes this accelerator holds (its own KV heads, replicated where there are fewer than shards).
         """
-        s = self.shape
-        bw = s.instance.bw_per_accel_gbps * 1e9
-        eff = k.KV_BANDWIDTH_EFFICIENCY * batch / (batch + k.KV_HALF_BATCH)
-        return context_tokens * s.kv_bytes_per_token / (bw * eff)
+        s, m, k = self.shape, self.shape.model, self.k
+        kv_heads = math.ceil(m.n_kv_heads / s.tp_degree)
+        per_token_head = 2 * m.n_layers * m.head_dim * _ACT_BYTES  # K and V of one head, all layers
+        floor = context_tokens / max(1, batch) * k.kv_latency_blocks
+        held = context_tokens * kv_heads
+        return (floor + held) * per_token_head / (s.instance.bw_per_accel_gbps * 1e9 * k.kv_bandwidth_efficiency)
+
+    def decode_floor_s(self) -> float:
+        """The batch-independent part of a decode step: fixed cost and one read of the weights."""
+        return self._fixed_s() + self._weights_s(1)
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         """One decode step for `batch` running sequences holding `context_tokens` KV tokens in all."""
         if batch <= 0:
             return 0.0
-        s = self.shape
+        s, k = self.shape, self.k
         weights = self._weights_s(batch)
-        compute = batch * 2 * s.model.active_b * 1e9 / (self._flops * k.DECODE_MFU)
+        compute = batch * 2 * self._params_computed(batch) * 1e9 / (self._flops * k.decode_mfu)
         # Weight reads and matmuls overlap: the step is bound by the slower of the two.
         matmul = max(weights, compute)
-        per_seq = batch * k.SEQ_OVERHEAD_S
+        per_seq = batch * k.seq_overhead_s
         comm = self._allreduce_s(batch) - self._allreduce_s(0)
-        return self._fixed_s() + matmul + self._kv_read_s(batch, context_tokens) + per_seq + comm
+        floor = self.decode_floor_s()
+        load = self._fixed_s() + matmul + self._kv_read_s(batch, context_tokens) + per_seq + comm - floor
+        cal = s.calibration
+        if cal is None:
+            return floor + load
+        return cal.decode_floor * floor + cal.decode_per_sequence * load
 
     def prefill_s(self, tokens: int, sequences: int = 1) -> float:
         """One prefill pass over `tokens` prompt tokens in all, split over `sequences` prompts
         (compute bound; pauses decoding of the running batch)."""
         if tokens <= 0:
             return 0.0
-        m = self.shape.model
+        m, k = self.shape.model, self.k
         seqs = max(1, sequences)
-        linear = tokens * 2 * m.active_b * 1e9
+        linear = tokens * 2 * self._params_computed(tokens) * 1e9
         # Attention scores and values per prompt: 2 matmuls of len² × heads × head_dim per layer
         # (× 2 FLOPs, ÷ 2 for the causal mask).
         per_len = tokens / seqs
         attention = seqs * 2 * per_len * per_len * m.n_heads * m.head_dim * m.n_layers
-        mfu = k.PREFILL_MFU / (k.QUANT_PREFILL_SLOWDOWN if self._quantized else 1.0)
+        mfu = k.prefill_mfu / (k.quant_prefill_slowdown if self._quantized else 1.0)
         compute = (linear + attention) / (self._flops * mfu)
         weights = self._weights_s(tokens)
-        return self._fixed_s() + max(compute, weights) + self._allreduce_s(tokens) \
-            - self._allreduce_s(0)
+        total = self._fixed_s() + max(compute, weights) + self._allreduce_s(tokens) - self._allreduce_s(0)
+        cal = self.shape.calibration
+        return total if cal is None else cal.prefill * total

@@ -15,7 +15,8 @@ from sagellm import __version__
 from sagellm.catalog import Instance, Model, find_instance, find_model, instances
 from sagellm.catalog import models as catalog_models
 from sagellm.errors import InputError
-from sagellm.planner import Payload, Shape, max_concurrency_in_timeout, predict
+from sagellm.planner import Calibration, Payload, Shape, generation_of, max_concurrency_in_timeout, predict
+from sagellm.profiles.calibration import load_calibration
 from sagellm.profiles.loader import Source, all_sources, load_profile
 from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment, ScalingPlan
 from sagellm.profiles.schema import Architecture, Profile
@@ -56,6 +57,8 @@ class Design:
     scaling: ScalingPlan | None
     region: str
     notes: tuple[str, ...] = field(default=())
+    generation: str = "tgi-3"  # the server generation of the profile's container (planner.generation_of)
+    calibration: Calibration | None = None  # the main model's measured correction, if one is stored
 
     def shape(self, instance_count: int | None = None) -> Shape:
         """The planner shape of the main model (copies × instances, admission and KV budget applied)."""
@@ -65,6 +68,7 @@ class Design:
             instance_count=instance_count or self.instance_count, quantization=main.quantization,
             max_concurrent_requests=main.max_concurrent_requests,
             max_batch_total_tokens=main.max_batch_total_tokens,
+            generation=self.generation, calibration=self.calibration,
         )
 
 
@@ -138,7 +142,7 @@ def _per_copy_limit(shape: Shape, payload: Payload) -> int:
     return max_concurrency_in_timeout(single, payload)
 
 
-def _choose_instance(profile: Profile, model: Model, payload: Payload, region: str) -> Instance:
+def _choose_instance(profile: Profile, model: Model, payload: Payload, region: str, gen: str) -> Instance:
     """instance_type: auto — the cheapest type (per hour or per predicted token) where the model fits."""
     quant = profile.serving.quantization
     best: tuple[float, Instance] | None = None
@@ -153,7 +157,7 @@ def _choose_instance(profile: Profile, model: Model, payload: Payload, region: s
         if profile.instance_selection == "cheapest-per-hour":
             score = price
         else:
-            shape = Shape(model, inst, tp, quantization=quant)
+            shape = Shape(model, inst, tp, quantization=quant, generation=gen)
             limit = _per_copy_limit(shape, payload)
             curve = predict(replace(shape, max_concurrent_requests=limit or 1), payload, (max(1, limit),), region)
             cost = curve.usd_per_1m_tokens(curve.points[0])
@@ -192,10 +196,11 @@ def design(
     model = _model(model_id, profile.architecture, local, "model")
     s = profile.serving
     quant = s.quantization
+    gen = generation_of(profile.container, profile.container_version)
 
     inst_name = instance if instance is not None else _pinned(profile.instance_type)
     if inst_name is None:
-        inst = _choose_instance(profile, model, payload, region)
+        inst = _choose_instance(profile, model, payload, region, gen)
     else:
         inst = find_instance(inst_name, where("instance_type"))
     gpus = inst.n_accelerators
@@ -227,7 +232,7 @@ def design(
                           f"(attention heads: {model.n_heads}, KV heads: {model.n_kv_heads}; valid: "
                           f"{', '.join(map(str, valid)) or 'none'})")
     elif ic:
-        tp = _best_ic_tp(model, inst, quant, payload, gpus - used, valid) or (max(valid) if valid else 1)
+        tp = _best_ic_tp(model, inst, quant, payload, gpus - used, valid, gen) or (max(valid) if valid else 1)
     else:
         tp = max(valid) if valid else 1
 
@@ -241,7 +246,10 @@ def design(
                       f"{f' + {used} GPUs of extra models' if used else ''} exceed the {gpus} accelerators of "
                       f"{inst.instance_type} (at most {max(0, (gpus - used) // tp)} copies at TP {tp})")
 
-    shape = Shape(model, inst, tp, copies=n_copies, instance_count=count, quantization=quant)
+    calibration = load_calibration(profiles_dir, model.hf_id, inst.instance_type, profile.container,
+                                   profile.container_version)
+    shape = Shape(model, inst, tp, copies=n_copies, instance_count=count, quantization=quant, generation=gen,
+                  calibration=calibration)
     if shape.memory_shortfall_gb > 0:
         errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid))
     main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving")
@@ -249,10 +257,11 @@ def design(
 
     scaling = None
     if profile.autoscaling is not None:
-        scaling = _scaling(profile, main, inst, count, payload, region, ic, where, errors)
+        scaling = _scaling(profile, main, inst, count, payload, region, ic, where, errors, shape)
     if errors:
         raise InputError(errors)
-    return Design(profile, inst, count, payload, copies_all, scaling, region)
+    return Design(profile, inst, count, payload, copies_all, scaling, region, generation=gen,
+                  calibration=calibration)
 
 
 def _pinned(value: Any) -> Any:
@@ -283,13 +292,14 @@ def static_errors(profile: Profile, sources: dict[str, Source]) -> list[str]:
     return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"))
 
 
-def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus: int, valid: list[int]) -> int | None:
+def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus: int, valid: list[int],
+                gen: str) -> int | None:
     """TP per copy with the best predicted instance throughput inside the timeout (copies = GPUs ÷ TP)."""
     best: tuple[float, int] | None = None
     for tp in valid:
         if tp > gpus or not _fits(model, inst, tp, quant, payload):
             continue
-        shape = Shape(model, inst, tp, copies=gpus // tp, quantization=quant)
+        shape = Shape(model, inst, tp, copies=gpus // tp, quantization=quant, generation=gen)
         limit = _per_copy_limit(shape, payload)
         if limit == 0:
             continue
@@ -354,7 +364,7 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
 
 
 def _scaling(profile: Profile, main: Copy, inst: Instance, count: int, payload: Payload, region: str, ic: bool,
-             where: _Where, errors: list[str]) -> ScalingPlan:
+             where: _Where, errors: list[str], planned: Shape) -> ScalingPlan:
     a = profile.autoscaling
     assert a is not None
     if a.min_capacity < 1 or a.max_capacity < a.min_capacity:
@@ -366,9 +376,9 @@ def _scaling(profile: Profile, main: Copy, inst: Instance, count: int, payload: 
                       f"min_capacity..max_capacity ({a.min_capacity}..{a.max_capacity})")
     target = a.target_value
     if target == "auto":
-        shape = Shape(main.model, inst, main.tp, copies=1 if ic else main.copies, instance_count=1,
-                      quantization=main.quantization, max_concurrent_requests=main.max_concurrent_requests,
-                      max_batch_total_tokens=main.max_batch_total_tokens)
+        shape = replace(planned, copies=1 if ic else main.copies, instance_count=1,
+                        max_concurrent_requests=main.max_concurrent_requests,
+                        max_batch_total_tokens=main.max_batch_total_tokens)
         sweep = tuple(2**i for i in range(13) if 2**i <= max(1, main.max_concurrent_requests * shape.copies))
         knee = predict(shape, payload, sweep, region).knee
         if knee is None:

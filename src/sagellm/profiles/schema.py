@@ -83,6 +83,8 @@ class Architecture(_Strict):
     active_params_b: float | None = None
     n_experts: int = 1
     experts_per_token: int = 1
+    parallel_attention: bool = Field(False, description="attention and MLP side by side (Falcon): one "
+                                     "all-reduce per layer under tensor parallelism")
 
 
 class Profile(_Strict):
