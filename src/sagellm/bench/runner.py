@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
-import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 from sagellm import __version__
 from sagellm.bench import summary
 from sagellm.bench.load import LevelResult, StopRule, run_sweep
+from sagellm.bench.progress import Say, Watch
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
 from sagellm.errors import ExitStatus, InputError, SagellmError
@@ -24,14 +24,14 @@ from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
 from sagellm.results import sweep
-from sagellm.results.gate import gate, load_thresholds
+from sagellm.results.gate import gate, read_gate
 from sagellm.results.report import write_report
 from sagellm.results.schema import (
+    Failure,
     Level,
     Results,
     Run,
     Teardown,
-    load_results,
     predicted_from,
     write_results,
 )
@@ -59,6 +59,7 @@ class BenchOptions:
     warmup: int = 1
     thresholds: Path | None = None
     baseline: Path | None = None
+    allow_incomparable: bool = False  # compare with a baseline of another model, instance, container or workload
     out: Path = Path("sagellm-results")
     keep: bool = False
     region: str = "us-east-1"
@@ -156,24 +157,25 @@ def _shielded(say: Any) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> BenchOutcome:
+def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
     """Run one bench; results are written whatever happens (a crash loses nothing finished)."""
-    say = say or (lambda text: print(text, file=sys.stderr))
+    watch = watch or Watch(say=say)
+    say = watch.say
     _check(opts)
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
     design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,
                         profiles_dir=opts.profiles_dir)
-    thresholds = load_thresholds(opts.thresholds) if opts.thresholds else None
-    baseline_path = opts.baseline or (thresholds.baseline.results if thresholds and thresholds.baseline else None)
-    baseline = load_results(Path(baseline_path)) if baseline_path else None
+    plan = to_plan(design)
+    started = datetime.now(UTC)
+    run = _run(opts, design, plan, started)
+    thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, opts.concurrency,
+                                     allow_incomparable=opts.allow_incomparable)
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)
-    plan = to_plan(design)
     target = _target(opts, plan, out)
     (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 
-    started = datetime.now(UTC)
     levels: list[LevelResult] = []
     log = RecordLog(out / "requests.jsonl")
     error: str | None = None
@@ -182,7 +184,9 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     factor = 1.0 / opts.time_scale
 
     def on_record(record: RequestRecord) -> None:
-        log.append(_rescale(record, factor))
+        rescaled = _rescale(record, factor)
+        log.append(rescaled)
+        watch.record(rescaled)
 
     lags: dict[int, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
@@ -196,16 +200,16 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     try:
         with _signals():
             try:
-                say(f"deploying {plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
-                    f"to the {target.kind} target…")
+                watch.enter("deploying", f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
+                            f"to the {target.kind} target")
                 transport = target.deploy()
-                say(f"endpoint {target.endpoint} is in service; sweeping {list(opts.concurrency)}")
+                watch.enter("measuring", f"endpoint {target.endpoint}, levels {list(opts.concurrency)}")
                 asyncio.run(run_sweep(
                     transport, concurrency=list(opts.concurrency),
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                     warmup=opts.warmup, input_tokens=design.payload.input_tokens,
                     output_tokens=design.payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
-                    on_progress=progress, on_level=on_level,
+                    on_progress=watch.progress, on_level=on_level,
                     stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE)))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
@@ -221,7 +225,7 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
                         teardown = Teardown(status="kept", detail=f"--keep: endpoint {target.endpoint} is still "
                                             "running and billing; `sagellm cleanup` deletes it")
                     else:
-                        say("tearing down…")
+                        watch.enter("tearing down")
                         teardown = target.teardown()
     finally:
         log.close()
@@ -230,18 +234,24 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
         first = next((r for lv in levels for r in lv.records if not r.ok), None)
         error = f"no request succeeded: {first.error_kind}: {first.error}" if first else "no request was sent"
         status = ExitStatus.TARGET_FAILED
+    stopped = error  # why the sweep ended early: the run's own failure (a failed teardown is not one)
+    if teardown.status == "failed":
+        status = ExitStatus.TARGET_FAILED
+        error = f"TEARDOWN FAILED: {teardown.detail}"
     slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
+    watch.enter("writing results", str(out))
     with _shielded(say):  # a signal now would lose the results of a finished run
-        results = _results(opts, design, plan, target, levels, lags, teardown, started, status, error, factor, slo)
+        run = run.model_copy(update={"ended_at": datetime.now(UTC), "endpoint": target.endpoint,
+                                     "emulated": target.emulated})
+        results = _results(run, design, levels, lags, teardown, status, stopped, factor, slo)
+        if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
+            results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
         if thresholds is not None:
             results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
         write_results(out / "results.json", results)
         write_report(out, results)
 
-    if teardown.status == "failed":
-        status = ExitStatus.TARGET_FAILED
-        error = f"TEARDOWN FAILED: {teardown.detail}"
-    elif status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
+    if status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
         status = ExitStatus.GATE_FAILED
     return BenchOutcome(results, status, error)
 
@@ -266,9 +276,22 @@ def _prompt(tokens: int) -> str:
     return make_prompt(tokens)
 
 
-def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: Target, levels: list[LevelResult],
-             lags: dict[int, float], teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
-             factor: float, slo: float | None) -> Results:
+def _run(opts: BenchOptions, design: Design, plan: DeploymentPlan, started: datetime) -> Run:
+    """What is measured, where and how (before deploying: endpoint, emulated and the end are filled in after)."""
+    return Run(
+        profile=plan.profile, model=plan.primary.model_id, instance_type=plan.instance_type,
+        instance_count=plan.initial_instance_count, target=opts.target,  # type: ignore[arg-type]  # _check-ed
+        emulated=opts.target == "local",
+        time_scale=opts.time_scale, region=plan.region, environment=plan.environment,
+        # The served image without its registry (the same image is served from every region's registry).
+        container=None if opts.target == "http" else plan.primary.image_uri.split("/", 1)[-1],
+        input_tokens=design.payload.input_tokens, output_tokens=design.payload.output_tokens,
+        concurrency=list(opts.concurrency), tool_version=__version__, started_at=started, command=opts.command,
+    )
+
+
+def _results(run: Run, design: Design, levels: list[LevelResult], lags: dict[int, float], teardown: Teardown,
+             status: ExitStatus, error: str | None, factor: float, slo: float | None) -> Results:
     shape = design.shape()
     measured = []
     for lv in levels:
@@ -285,16 +308,8 @@ def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: T
         stopped = f"interrupted after {len(levels)} level(s)"
     elif error:
         stopped = error
-    run = Run(
-        profile=plan.profile, model=plan.primary.model_id, instance_type=plan.instance_type,
-        instance_count=plan.initial_instance_count, target=target.kind, emulated=target.emulated,  # type: ignore[arg-type]
-        time_scale=opts.time_scale, region=plan.region, endpoint=target.endpoint,
-        environment=plan.environment, input_tokens=design.payload.input_tokens,
-        output_tokens=design.payload.output_tokens, concurrency=list(opts.concurrency), tool_version=__version__,
-        started_at=started, ended_at=datetime.now(UTC), command=opts.command,
-    )
-    price = design.instance.price_per_h(plan.region)
-    return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, plan.initial_instance_count),
+    price = design.instance.price_per_h(run.region)
+    return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, run.instance_count),
                         teardown=teardown, slo_ms_per_token=slo, stopped_reason=stopped)
 
 

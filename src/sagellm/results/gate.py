@@ -310,6 +310,19 @@ def load_baseline(thresholds: Thresholds, run: Run, path: Path | None = None, *,
     return baseline
 
 
+def read_gate(thresholds_path: Path | None, baseline_path: Path | None, run: Run, planned: Sequence[int], *,
+              allow_incomparable: bool = False) -> tuple[Thresholds | None, Results | None]:
+    """The thresholds and the baseline a run is judged by, checked against that run (its sweep, its model,
+    instance, container and workload); (None, None) when neither is given; InputError on bad input."""
+    if thresholds_path is None and baseline_path is None:
+        return None, None
+    # --baseline alone compares with it on the default metrics.
+    thresholds = load_thresholds(thresholds_path) if thresholds_path else Thresholds()
+    if problems := unplanned_levels(thresholds, planned):
+        raise InputError([f"{thresholds_path}: {p}" for p in problems])
+    return thresholds, load_baseline(thresholds, run, baseline_path, allow_incomparable=allow_incomparable)
+
+
 def _check_rule(results: Results, rule: Rule) -> Violation | None:
     where = None if rule.where is None else str(rule.where)
     at = f"{rule.metric}@{where}" if where else rule.metric
