@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from sagellm.results.schema import (
     Results,
     Stats,
     Teardown,
+    load_results,
     write_results,
 )
 from sagellm.results.sweep import make_results
@@ -355,6 +357,18 @@ def test_differences_name_what_must_match_and_ignore_what_may_differ() -> None:
     assert differences(RUN, other) == ["model 'meta-llama/Llama-2-7b-hf' (baseline 'mistralai/Mistral-7B-v0.1')",
                                        "input_tokens 256 (baseline 64)"]
     assert differences(RUN, RUN.model_copy(update={"profile": "min-latency", "time_scale": 1.0})) == []
+
+
+def test_a_field_an_older_baseline_did_not_record_is_not_a_difference(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    write_results(path, results())
+    data = json.loads(path.read_text())
+    del data["run"]["container"]  # results.json before run.container existed
+    path.write_text(json.dumps(data))
+
+    assert differences(RUN, load_results(path).run) == []
+    assert differences(RUN, RUN.model_copy(update={"container": None})) == [
+        f"container {RUN.container!r} (baseline None)"]
 
 
 @pytest.mark.parametrize(("field", "value"), [

@@ -286,10 +286,12 @@ def unplanned_levels(thresholds: Thresholds, planned: Sequence[int]) -> list[str
 
 
 def differences(run: Run, baseline: Run) -> list[str]:
-    """How a baseline's run differs from this one where they must match (MAY_DIFFER lists what may not)."""
+    """How a baseline's run differs from this one where they must match (MAY_DIFFER lists what may not).
+
+    A field the baseline's file does not hold (written by an older sagellm) is unknown, not different."""
     now, before = run.model_dump(), baseline.model_dump()
-    return [f"{key} {now.get(key)!r} (baseline {before.get(key)!r})" for key in Run.model_fields
-            if key not in MAY_DIFFER and now.get(key) != before.get(key)]
+    return [f"{key} {now[key]!r} (baseline {before[key]!r})" for key in Run.model_fields
+            if key not in MAY_DIFFER and key in baseline.model_fields_set and now[key] != before[key]]
 
 
 def load_baseline(thresholds: Thresholds, run: Run, path: Path | None = None, *,
