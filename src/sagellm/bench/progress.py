@@ -123,6 +123,11 @@ class Watch:
             if self.on_level_end is not None:
                 self.on_level_end(ended)
 
+    def end_level(self) -> None:
+        """The running level is over (the sweep's on_level)."""
+        with self._lock:
+            self._finish_level()
+
     def progress(self, p: LevelProgress) -> None:
         """After every finished request (the load generator's on_progress)."""
         with self._lock:

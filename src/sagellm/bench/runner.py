@@ -193,6 +193,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
 
     def on_level(level: LevelResult) -> None:
         levels.append(level)
+        watch.end_level()
         lag = loop_lag_ms()
         if lag is not None:
             lags[level.concurrency] = lag
