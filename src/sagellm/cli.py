@@ -342,7 +342,7 @@ def results_schema() -> None:
 def report(
     directory: Annotated[Path, typer.Argument(help="a bench --out folder holding results.json")],
 ) -> None:
-    """Re-render report.md, curve.png and junit.xml from results.json, and print the report."""
+    """Re-render report.md, curve.png, junit.xml and results.csv from results.json, and print the report."""
     from sagellm.render import print_report
     from sagellm.results.report import write_report
     from sagellm.results.schema import load_results
