@@ -280,3 +280,21 @@ def test_help_lists_the_commands_and_exit_codes(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     for text in ("plan", "profiles", "2 bad input"):
         assert text in result.stdout
+
+
+def test_version_prints_the_package_version(tmp_path: Path) -> None:
+    from sagellm import __version__
+
+    result = sagellm("--version", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"sagellm {__version__}\n"
+
+
+def test_results_schema_prints_the_results_json_schema(tmp_path: Path) -> None:
+    from sagellm.results.schema import Results
+
+    result = sagellm("results", "schema", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    schema = json.loads(result.stdout)
+    assert schema == Results.model_json_schema()
+    assert {"run", "levels", "gate", "failure"} <= set(schema["properties"])

@@ -20,6 +20,22 @@ app = typer.Typer(
 )
 profiles_app = typer.Typer(help="List, show, validate profiles and print their JSON Schema.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
+results_app = typer.Typer(help="The results.json format.", no_args_is_help=True)
+app.add_typer(results_app, name="results")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from sagellm import __version__
+
+        print(f"sagellm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                                help="print the version and exit")] = False) -> None:
+    """Deploy, bench and predict LLM endpoints on Amazon SageMaker from named profiles."""
 
 ProfilesDir = Annotated[Path | None, typer.Option("--profiles-dir", help="folder with your own profile YAML "
                                                      "(default: ./profiles when it exists)")]
@@ -32,6 +48,8 @@ InputTokens = Annotated[int | None, typer.Option("--input-tokens", help="prompt 
 OutputTokens = Annotated[int | None, typer.Option("--output-tokens", help="generated tokens per request "
                                                      "(default: the profile's payload, 256)")]
 Json = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+AllowIncomparable = Annotated[bool, typer.Option("--allow-incomparable", help="compare with a baseline of another "
+                                                 "model, instance, container or workload anyway")]
 
 
 def _payload(input_tokens: int | None, output_tokens: int | None):
@@ -246,8 +264,9 @@ def bench(
                                                        "(see README)")] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", help="results.json of an earlier run to "
                                                      "compare against")] = None,
+    allow_incomparable: AllowIncomparable = False,
     out: Annotated[Path, typer.Option("--out", help="folder for results.json, requests.jsonl, report.md, "
-                                      "curve.png, junit.xml")] = Path("sagellm-results"),
+                                      "curve.png, junit.xml, results.csv")] = Path("sagellm-results"),
     keep: Annotated[bool, typer.Option("--keep", help="do not destroy the stack (sagemaker target)")] = False,
     time_scale: Annotated[float, typer.Option("--time-scale", help="local emulator only: run simulated time "
                                               "this much faster (0.1 = 10×); results are in simulated "
@@ -263,18 +282,20 @@ def bench(
     Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
     3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM).
     """
+    from sagellm.bench.progress import watching
     from sagellm.bench.runner import BenchOptions, run_bench
-    from sagellm.render import bench_progress, print_report
+    from sagellm.render import print_report
 
     opts = BenchOptions(
         profile=profile, model=model, instance=instance, target=target, url=url, api=api, served_model=served_model,
         payload=_payload(input_tokens, output_tokens), concurrency=_concurrency(concurrency),
         requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
-        thresholds=thresholds, baseline=baseline, out=out, keep=keep, region=region, profiles_dir=profiles_dir,
+        thresholds=thresholds, baseline=baseline, allow_incomparable=allow_incomparable, out=out, keep=keep,
+        region=region, profiles_dir=profiles_dir,
         time_scale=time_scale, slo_ms_per_token=slo, command=" ".join(["sagellm", *sys.argv[1:]]),
     )
-    with bench_progress() as (progress, say):
-        outcome = run_bench(opts, progress, say)
+    with watching() as watch:
+        outcome = run_bench(opts, watch)
     if json_out:
         print(outcome.results.model_dump_json(indent=2))
     else:
@@ -287,38 +308,65 @@ def bench(
 @app.command()
 def gate(
     results: Annotated[Path, typer.Argument(help="results.json of a finished run")],
-    thresholds: Annotated[Path, typer.Option("--thresholds", help="YAML rules")],
+    thresholds: Annotated[Path | None, typer.Option("--thresholds", help="YAML rules")] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", help="results.json to compare against")] = None,
+    allow_incomparable: AllowIncomparable = False,
+    out: Annotated[Path | None, typer.Option("--out", help="folder for the verdict: results.json, report.md, "
+                                             "junit.xml, curve.png, results.csv (default: gate/ beside RESULTS; "
+                                             "never the run's own folder)")] = None,
     json_out: Json = False,
 ) -> int:
-    """Evaluate thresholds on a finished run: exit 0 pass, 1 fail (every violation printed), 2 bad thresholds."""
+    """Evaluate thresholds (and/or a baseline) on a finished run; the run's own files are left as they are.
+
+    Exit 0 pass, 1 fail (every violation printed), 2 bad input (thresholds, a level the run never planned,
+    a baseline that is not comparable), or the run's own 3/130 when it failed or was interrupted.
+    """
     from sagellm.results.gate import gate as evaluate
-    from sagellm.results.gate import load_thresholds
+    from sagellm.results.gate import planned_levels, read_gate
     from sagellm.results.report import write_report
     from sagellm.results.schema import load_results, write_results
 
+    out = out or results.parent / "gate"
+    if out.resolve() == results.parent.resolve():
+        raise InputError(f"--out: {out} is the run's own folder and its files would be overwritten "
+                         "(pick another folder, or leave --out out for gate/ beside it)")
     run = load_results(results)
-    rules = load_thresholds(thresholds)
-    base_path = baseline or (rules.baseline.results if rules.baseline else None)
-    verdict = evaluate(run, rules, load_results(base_path) if base_path else None)
+    rules, base = read_gate(thresholds, baseline, run.run, planned_levels(run), allow_incomparable=allow_incomparable)
+    if rules is None:
+        raise InputError("--thresholds/--baseline: nothing to check (give a thresholds file, a baseline, or both)")
+    verdict = evaluate(run, rules, base)
     updated = run.model_copy(update={"gate": verdict})
-    write_results(results, updated)
-    write_report(results.parent, updated)
+    out.mkdir(parents=True, exist_ok=True)
+    write_results(out / "results.json", updated)
+    write_report(out, updated)
     if json_out:
         print(verdict.model_dump_json(indent=2))
     else:
         for v in verdict.violations:
             print(f"FAIL {v.rule}: {v.message}")
+        for difference in verdict.incomparable:
+            print(f"NOTE baseline differs (--allow-incomparable): {difference}")
         print(f"{'PASS' if verdict.passed else 'FAIL'}: {len(verdict.rules)} rule(s), "
-              f"{len(verdict.violations)} violation(s)")
+              f"{len(verdict.violations)} violation(s); written to {out}/")
+    if run.failure is not None:  # an incomplete run never passes, whatever its rules say
+        print(f"sagellm: error: the run did not complete: {run.failure.message}", file=sys.stderr)
+        return run.failure.exit_status
     return int(ExitStatus.OK if verdict.passed else ExitStatus.GATE_FAILED)
+
+
+@results_app.command("schema")
+def results_schema() -> None:
+    """Print the JSON Schema of results.json (generated from the pydantic model the bench writes)."""
+    from sagellm.results.schema import Results
+
+    print(json.dumps(Results.model_json_schema(), indent=2))
 
 
 @app.command()
 def report(
     directory: Annotated[Path, typer.Argument(help="a bench --out folder holding results.json")],
 ) -> None:
-    """Re-render report.md, curve.png and junit.xml from results.json, and print the report."""
+    """Re-render report.md, curve.png, junit.xml and results.csv from results.json, and print the report."""
     from sagellm.render import print_report
     from sagellm.results.report import write_report
     from sagellm.results.schema import load_results

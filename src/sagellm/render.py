@@ -1,11 +1,8 @@
-"""Terminal rendering of plans and predicted curves (rich tables)."""
+"""Terminal rendering of plans, predicted curves and reports (rich); bench progress is bench/progress.py."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -84,30 +81,6 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
         c.print(f"note: {text}")
 
 
-@contextlib.contextmanager
-def bench_progress() -> Iterator[tuple[Callable[[Any], None], Callable[[str], None]]]:
-    """A live progress bar per concurrency level (on stderr, so --json stdout stays clean)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True, highlight=False)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
-        tasks: dict[int, Any] = {}
-
-        def on_progress(p: Any) -> None:
-            if p.concurrency not in tasks:
-                tasks[p.concurrency] = progress.add_task(f"concurrency {p.concurrency:>4}", total=p.planned,
-                                                         note="")
-            note = f"{p.errors} errors" if p.errors else ""
-            progress.update(tasks[p.concurrency], completed=p.completed, total=p.planned, note=note)
-
-        def say(text: str) -> None:
-            progress.console.print(text)
-
-        yield on_progress, say
-
-
 def print_report(directory: Path) -> None:
     """Print report.md of a bench folder (rendered Markdown on a terminal, plain text otherwise)."""
     from rich.markdown import Markdown
@@ -115,4 +88,5 @@ def print_report(directory: Path) -> None:
     text = (directory / "report.md").read_text(encoding="utf-8")
     console = Console(highlight=False, width=120)
     console.print(Markdown(text) if console.is_terminal else text)
-    console.print(f"\nwritten to {directory}/: results.json, requests.jsonl, report.md, curve.png, junit.xml")
+    console.print(f"\nwritten to {directory}/: results.json, requests.jsonl, report.md, curve.png, junit.xml, "
+                  "results.csv")

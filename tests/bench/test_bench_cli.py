@@ -4,6 +4,7 @@ subprocess, its exit code, its out folder, and what it leaves running (nothing).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import textwrap
@@ -75,7 +76,11 @@ def junit(out: Path) -> ET.Element:
 
 
 def failed_cases(out: Path) -> list[str]:
-    return [case.get("name", "") for case in junit(out) if case.find("failure") is not None]
+    return [case.get("name", "") for case in junit(out).findall("testcase") if case.find("failure") is not None]
+
+
+def case_names(out: Path) -> list[str]:
+    return [case.get("name", "") for case in junit(out).findall("testcase")]
 
 
 def assert_one_line_error(ran: Ran) -> str:
@@ -141,6 +146,7 @@ def test_results_json_records_the_run_levels_predictions_teardown_and_gate(happy
     assert (run["target"], run["emulated"], run["time_scale"]) == ("local", True, 0.05)
     assert (run["profile"], run["model"], run["instance_type"]) == ("max-throughput", MODEL, INSTANCE)
     assert (run["input_tokens"], run["output_tokens"], run["concurrency"]) == (256, 32, [1, 4])
+    assert run["container"].startswith("huggingface-pytorch-tgi-inference:")  # the image, registry left out
     assert run["environment"]["MAX_CONCURRENT_REQUESTS"]
     assert run["command"].startswith("sagellm bench --profile max-throughput")
     assert [lv["concurrency"] for lv in results["levels"]] == [1, 4]
@@ -155,10 +161,29 @@ def test_results_json_records_the_run_levels_predictions_teardown_and_gate(happy
     assert results["cost"]["usd_per_h"] > 0 and results["cost"]["usd_per_1m_tokens"] > 0
     assert results["teardown"]["status"] == "destroyed"
     assert results["teardown"]["leftovers"] == []
-    assert results["gate"] == {"passed": True, "violations": [], "rules": [
+    assert results["gate"] == {"passed": True, "violations": [], "incomparable": [], "rules": [
         "error_rate@1 <= 0.05", "throughput_tokens_per_s@max >= 1", "latency_ms_per_token.p50@knee <= 100000",
         "cost.usd_per_1m_tokens <= 1e+06"]}
     assert results["stopped_reason"] is None
+    assert results["failure"] is None
+
+
+@pytest.mark.integration
+def test_outside_a_terminal_the_log_has_a_line_per_phase_and_per_level(happy: tuple[Ran, Path]) -> None:
+    ran, out = happy
+    lines = [line.split("] ", 1)[1] for line in ran.stderr.splitlines() if line.startswith("sagellm [")]
+
+    phases = [next(i for i, line in enumerate(lines) if line.startswith(start)) for start in (
+        f"deploying: max-throughput ({INSTANCE} × 1) to the local target", "measuring: endpoint sagellm-bench-",
+        "tearing down", f"writing results: {out}")]
+    assert phases == sorted(phases) and lines[phases[1]].endswith("levels [1, 4]")
+    done = [line for line in lines if line.startswith("level done")]
+    assert [line.split(" · ")[1:3] for line in done] == [["concurrency 1", "5/5 done"], ["concurrency 4", "8/8 done"]]
+    assert all(" tok/s · TTFT p50 " in line and "–" not in line for line in done)  # live figures were measured
+    heartbeat = re.compile(r"starting|deploying|measuring( · concurrency \d+ · \d+/\d+ done · .+)?|tearing down"
+                           r"|writing results")
+    others = set(range(len(lines))) - set(phases) - {lines.index(line) for line in done}
+    assert all(heartbeat.fullmatch(lines[i]) for i in others), lines
 
 
 @pytest.mark.integration
@@ -187,10 +212,13 @@ def test_bench_writes_report_curve_and_junit(happy: tuple[Ran, Path]) -> None:
     report = (out / "report.md").read_text()
     assert report.splitlines()[0] == "**PASS** — 4 threshold rule(s), no violation"
     assert "Status: **destroyed**" in report
+    assert "![latency vs throughput](curve.png)" in report
     assert (out / "curve.png").read_bytes().startswith(PNG_MAGIC)
     suite = junit(out)
-    assert (suite.get("tests"), suite.get("failures")) == ("4", "0")
-    assert [case.get("name") for case in suite] == results_of(out)["gate"]["rules"]
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("5", "0", "0", "0")
+    assert case_names(out) == ["bench run", *results_of(out)["gate"]["rules"]]
+    csv = (out / "results.csv").read_text().splitlines()
+    assert len(csv) == 3 and csv[1].startswith("1,4,4,") and csv[2].startswith("4,4,4,")  # concurrency, requests, ok
 
 
 # --------------------------------------------------------------------------------------------- the gate
@@ -218,7 +246,7 @@ def test_failing_threshold_and_baseline_regression_exit_1_with_every_violation(g
     baseline_rule = "baseline latency_ms_per_token.p50 within 10%"
     assert {v["rule"] for v in gate["violations"]} == {FAILING_RULE, baseline_rule}
     assert sorted(failed_cases(out)) == sorted([FAILING_RULE, baseline_rule])
-    assert junit(out).get("tests") == "3"
+    assert junit(out).get("tests") == "4"  # the run and three rules
     report = (out / "report.md").read_text()
     assert report.startswith("**FAIL** — ")
     assert f"`{FAILING_RULE}`" in report and f"`{baseline_rule}`" in report
@@ -251,26 +279,31 @@ def test_malformed_thresholds_exit_2_before_deploying(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_gate_command_reevaluates_a_finished_run_and_rewrites_its_verdict(finished: Path, tmp_path: Path) -> None:
+def test_gate_command_reevaluates_a_finished_run_beside_it_leaving_the_run_as_it_was(
+        finished: Path, tmp_path: Path) -> None:
     failing, passing = write(tmp_path, "fail.yaml", FAILING), write(tmp_path, "pass.yaml", PASSING)
     results = finished / "results.json"
+    written = {name: (finished / name).read_bytes() for name in ("results.json", "report.md", "junit.xml",
+                                                                 "curve.png", "results.csv")}
 
     ran = sagellm("gate", str(results), "--thresholds", str(failing))
 
     assert ran.returncode == 1, ran.stderr
     assert f"FAIL {FAILING_RULE}: latency_ms_per_token.p50@1: " in ran.stdout
-    assert ran.stdout.strip().splitlines()[-1] == "FAIL: 2 rule(s), 1 violation(s)"
-    assert results_of(finished)["gate"]["passed"] is False
-    assert (finished / "report.md").read_text().startswith("**FAIL** — 1 violation(s) of 2")
-    assert failed_cases(finished) == [FAILING_RULE]
+    assert ran.stdout.strip().splitlines()[-1] == f"FAIL: 2 rule(s), 1 violation(s); written to {finished / 'gate'}/"
+    verdict = finished / "gate"
+    assert results_of(verdict)["gate"]["passed"] is False
+    assert (verdict / "report.md").read_text().startswith("**FAIL** — 1 violation(s) of 2")
+    assert failed_cases(verdict) == [FAILING_RULE]
 
-    ran = sagellm("gate", str(results), "--thresholds", str(passing), "--json")
+    ran = sagellm("gate", str(results), "--thresholds", str(passing), "--json", "--out", str(tmp_path / "v"))
 
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["passed"] is True
-    assert results_of(finished)["gate"]["passed"] is True
-    assert (finished / "report.md").read_text().startswith("**PASS** — 4 threshold rule(s)")
-    assert failed_cases(finished) == []
+    assert results_of(tmp_path / "v")["gate"]["passed"] is True
+    assert (tmp_path / "v" / "report.md").read_text().startswith("**PASS** — 4 threshold rule(s)")
+    assert failed_cases(tmp_path / "v") == []
+    assert {name: (finished / name).read_bytes() for name in written} == written
 
 
 @pytest.mark.integration
@@ -305,13 +338,29 @@ def test_gate_with_a_baseline_block_but_no_baseline_file_judges_the_rules_alone(
 @pytest.mark.integration
 def test_gate_command_rejects_malformed_thresholds_with_exit_2(finished: Path, tmp_path: Path) -> None:
     rules = write(tmp_path, "gates.yaml", "rules:\n  - {metric: error_rate, where: 1}\n")
-    before = (finished / "results.json").read_text()
 
     ran = sagellm("gate", str(finished / "results.json"), "--thresholds", str(rules))
 
     assert ran.returncode == 2
     assert f"{rules}: rules[0]: no limit (add min, max or both)" in assert_one_line_error(ran)
-    assert (finished / "results.json").read_text() == before
+    assert not (finished / "gate").exists()
+
+
+def test_bench_refuses_an_incomparable_baseline_and_a_rule_outside_its_sweep_with_exit_2(tmp_path: Path) -> None:
+    from results_helpers import write_run
+
+    other_model = write_run(tmp_path / "old", model="mistralai/Mistral-7B-v0.1")
+    gates = write(tmp_path, "gates.yaml", "rules:\n  - {metric: error_rate, where: 64, max: 0.01}\n")
+    out = tmp_path / "out"
+
+    incomparable = sagellm(*bench_args(out, "--baseline", str(other_model)))
+    outside = sagellm(*bench_args(out, "--thresholds", str(gates)))
+
+    assert (incomparable.returncode, outside.returncode) == (2, 2)
+    assert (f"{other_model}: baseline not comparable with this run: model 'meta-llama/Llama-2-7b-hf' (baseline "
+            "'mistralai/Mistral-7B-v0.1')") in assert_one_line_error(incomparable)
+    assert "rules[0].where: 64 is not a level of the sweep (1, 4)" in assert_one_line_error(outside)
+    assert not out.exists()
 
 
 def test_report_and_gate_without_results_json_exit_2_with_one_line(tmp_path: Path) -> None:
@@ -328,17 +377,16 @@ def test_report_and_gate_without_results_json_exit_2_with_one_line(tmp_path: Pat
 # ---------------------------------------------------------------------------------------------- report
 
 @pytest.mark.integration
-def test_report_rerenders_report_curve_and_junit_from_results_json(finished: Path) -> None:
-    written = (finished / "report.md").read_text()
-    for name in ("report.md", "curve.png", "junit.xml"):
+def test_report_rerenders_report_curve_junit_and_csv_from_results_json(finished: Path) -> None:
+    written = {name: (finished / name).read_text() for name in ("report.md", "junit.xml", "results.csv")}
+    for name in ("report.md", "curve.png", "junit.xml", "results.csv"):
         (finished / name).unlink()
 
     ran = sagellm("report", str(finished))
 
     assert ran.returncode == 0, ran.stderr
-    assert (finished / "report.md").read_text() == written
+    assert {name: (finished / name).read_text() for name in written} == written
     assert (finished / "curve.png").read_bytes().startswith(PNG_MAGIC)
-    assert (junit(finished).get("tests"), junit(finished).get("failures")) == ("4", "0")
     assert "**PASS**" in ran.stdout
 
 

@@ -16,6 +16,7 @@ from aiohttp import web
 from sagellm.bench.load import LevelProgress, LevelResult, StopRule, run_level, run_sweep, tokens_in_window
 from sagellm.bench.records import RecordLog, RequestRecord, read_records
 from sagellm.bench.responses import Outcome
+from sagellm.bench.summary import summarize
 from sagellm.bench.transports import TgiTransport
 
 
@@ -149,13 +150,24 @@ def test_escalation_stops_at_the_first_level_over_the_error_rate() -> None:
     assert not any(r.concurrency == 8 for r in records)
 
 
-def test_error_rate_counts_warmup_requests_too() -> None:
-    # All 4 warm-up requests fail, no measured one does: 4 of 44 requests (9 %) is over the 5 % rule.
+def test_the_stop_rule_leaves_warmup_out_like_the_reported_error_rate() -> None:
+    # All 4 warm-up requests fail, no measured one does: the level's error rate is 0 %, so escalation goes on.
     results, records = sweep(FakeTransport(fail_first=4), [4, 8], requests_per_level=40, warmup=1)
-    assert [r.error_kind for r in records if r.warmup] == ["validation"] * 4
-    assert all(r.ok for r in results[0].measured)
-    assert [r.concurrency for r in results] == [4]
-    assert "4 validation" in (results[0].stopped_reason or "")
+    assert [r.error_kind for r in records if r.warmup][:4] == ["validation"] * 4
+    assert [r.concurrency for r in results] == [4, 8]
+    assert results[0].stopped_reason is None and sum(results[0].errors_by_kind.values()) == 0
+    four = summarize(results[0].records, window_start_s=results[0].window_start_s,
+                     window_end_s=results[0].window_end_s)
+    assert four.error_rate == 0
+
+
+def test_the_stop_reason_states_the_error_rate_the_report_shows() -> None:
+    results, _ = sweep(FakeTransport(admit=3), [1, 4], requests_per_level=20, warmup=1)
+    last = results[-1]
+    reported = summarize(last.records, window_start_s=last.window_start_s, window_end_s=last.window_end_s)
+    assert last.stopped_reason is not None
+    assert last.stopped_reason.startswith(f"error rate {reported.error_rate:.1%} > 5% at concurrency 4")
+    assert sum(last.errors_by_kind.values()) == reported.requests - reported.ok
 
 
 def test_escalation_stops_on_a_single_timeout() -> None:

@@ -77,7 +77,9 @@ def test_deploy_failure_exits_3_writes_results_and_leaves_nothing(
     assert saved["teardown"]["status"] == "destroyed"
     assert saved["levels"] == []
     assert "Injected: insufficient capacity" in saved["stopped_reason"]
-    assert (tmp_path / "report.md").read_text().startswith("**NO GATE**")
+    assert saved["failure"] == {"exit_status": 3, "message": outcome.error}
+    assert (tmp_path / "report.md").read_text().startswith("**RUN FAILED** (exit 3) — ")
+    assert '<error type="target-failure"' in (tmp_path / "junit.xml").read_text()
     assert request_lines(tmp_path) == []
     assert probe.emulators == []  # the endpoint never came up, so no emulator was started
     probe.assert_nothing_left()
@@ -104,6 +106,8 @@ def test_a_destroy_that_leaves_resources_fails_the_run_loudly_with_what_is_left(
     assert f"endpoint {left['endpoints'][0]}" in teardown.leftovers
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["teardown"]["status"] == "failed"
+    assert saved["failure"] == {"exit_status": 3, "message": outcome.error}
+    assert saved["stopped_reason"] is None  # the sweep itself ran through
     assert "**TEARDOWN FAILED**" in (tmp_path / "report.md").read_text().splitlines()[0]
     assert [lv.concurrency for lv in outcome.results.levels] == [1, 4]  # the measurements still count
     assert not LocalAws._running
@@ -274,4 +278,36 @@ def test_bad_options_raise_before_anything_is_deployed(
     with pytest.raises(runner.InputError, match=message):
         run_bench(options(tmp_path / "out", **changes), say=quiet)
 
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_rule_at_a_level_outside_the_sweep_is_refused_before_deploying(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "_target", lambda *args: pytest.fail("a target was created for bad input"))
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("rules:\n  - {metric: error_rate, where: 16, max: 0.01}\n")
+
+    with pytest.raises(runner.InputError) as exc:
+        run_bench(options(tmp_path / "out", thresholds=gates), say=quiet)
+
+    assert exc.value.messages == [(f"{gates}: rules[0].where: 16 is not a level of the sweep (1, 4); use one of "
+                                   "its levels, knee or max")]
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_incomparable_baseline_is_refused_before_deploying(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from results_helpers import RUN, write_run
+
+    monkeypatch.setattr(runner, "_target", lambda *args: pytest.fail("a target was created for bad input"))
+    other_payload = write_run(tmp_path / "old", input_tokens=64, output_tokens=64)
+    bench = options(tmp_path / "out", baseline=other_payload)
+    assert RUN.model == bench.model and RUN.instance_type == bench.instance
+
+    with pytest.raises(runner.InputError) as exc:
+        run_bench(bench, say=quiet)
+
+    [message] = exc.value.messages
+    assert message.startswith(f"{other_payload}: baseline not comparable with this run: ")
+    assert "input_tokens 256 (baseline 64); output_tokens 32 (baseline 64)" in message
     assert not (tmp_path / "out").exists()

@@ -2,32 +2,40 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from results_helpers import RUN, level
 from sagellm.errors import InputError
-from sagellm.results.gate import Baseline, Rule, Thresholds, evaluate, gate, load_thresholds
-from sagellm.results.schema import ERROR_KINDS, Level, Results, Run, Stats, Teardown
+from sagellm.results.gate import (
+    DEFAULT_BASELINE_METRICS,
+    LEVEL_METRICS,
+    Baseline,
+    Rule,
+    Thresholds,
+    differences,
+    evaluate,
+    find_level,
+    gate,
+    load_baseline,
+    load_thresholds,
+    planned_levels,
+    unplanned_levels,
+)
+from sagellm.results.schema import (
+    Level,
+    LevelSummary,
+    Results,
+    Stats,
+    Teardown,
+    load_results,
+    write_results,
+)
 from sagellm.results.sweep import make_results
-
-RUN = Run(profile="max-throughput", model="meta-llama/Llama-2-7b-hf", instance_type="ml.g5.2xlarge",
-          instance_count=1, target="local", emulated=True, region="us-east-1", environment={},
-          input_tokens=256, output_tokens=256, tool_version="0.1.0",
-          started_at=datetime(2025, 1, 2, tzinfo=UTC), command="sagellm bench")
-
-
-def level(c: int, tput: float, p50: float, *, p90: float | None = None, overloaded: int = 0,
-          ok: int = 100) -> Level:
-    errors = dict.fromkeys(ERROR_KINDS, 0) | {"overloaded": overloaded}
-    lat = Stats(p50=p50, p90=p90 or p50 * 1.2, p99=p50 * 1.5, mean=p50) if ok else Stats()
-    return Level(
-        concurrency=c, requests=ok + overloaded, ok=ok, errors=errors, error_rate=overloaded / (ok + overloaded),
-        retries=0, window_s=10, output_tokens=int(tput * 10), throughput_tokens_per_s=tput,
-        requests_per_s=tput / 256, latency_ms_per_token=lat, ttft_ms=Stats(p50=50, p90=60, p99=70, mean=55),
-        itl_ms=Stats(p50=9, p90=10, p99=12, mean=9.5), e2e_s=Stats(p50=3, p90=4, p99=5, mean=3))
 
 
 def results(levels: list[Level] | None = None, *, usd_per_h: float | None = 1.2,
@@ -285,3 +293,121 @@ def test_gate_lists_every_rule_and_baseline_metric_and_passes_only_without_viola
 def test_a_rule_built_in_code_needs_a_limit() -> None:
     with pytest.raises(ValueError, match="a rule needs min or max"):
         Rule(metric="error_rate", where="max")
+
+
+# ------------------------------------------------------------------------------- nothing to check
+
+def test_an_empty_rule_list_is_bad_input(tmp_path: Path) -> None:
+    assert problems(write(tmp_path, "rules: []\n")) == [
+        ("rules: empty, so the gate would pass anything (add a rule such as {metric: error_rate, where: max, "
+        "max: 0.01}, or remove rules: to gate on a baseline alone)")]
+
+
+def test_a_file_without_rules_or_baseline_is_bad_input(tmp_path: Path) -> None:
+    assert problems(write(tmp_path, "slo_ms_per_token: 50\n")) == [
+        "nothing to check: add rules (e.g. {metric: error_rate, where: max, max: 0.01}) or a baseline"]
+
+
+def test_an_empty_baseline_metric_list_is_bad_input(tmp_path: Path) -> None:
+    [message] = problems(write(tmp_path, "baseline: {metrics: []}\n"))
+    assert message.startswith("baseline.metrics: empty, so nothing would be compared")
+
+
+def test_a_baseline_block_alone_loads_with_the_default_metrics(tmp_path: Path) -> None:
+    t = load_thresholds(write(tmp_path, "baseline: {max_regression_pct: 5}\n"))
+    assert t.rules == () and t.baseline == Baseline(max_regression_pct=5)
+    assert t.baseline.metrics == DEFAULT_BASELINE_METRICS
+
+
+def test_gate_with_nothing_to_check_is_bad_input() -> None:
+    with pytest.raises(InputError, match="nothing to check"):
+        gate(results(), Thresholds())
+
+
+# ---------------------------------------------------------------------------- levels and metrics
+
+def test_every_statistic_of_every_distribution_a_level_records_is_a_gate_metric() -> None:
+    distributions = [name for name, field in LevelSummary.model_fields.items() if "Stats" in str(field.annotation)]
+    assert {"latency_ms_per_token", "ttft_ms", "itl_ms", "e2e_s", "client_overhead_ms"} <= set(distributions)
+    assert {f"{d}.{s}" for d in distributions for s in Stats.model_fields} <= set(LEVEL_METRICS)
+
+
+def test_find_level_reads_a_level_the_knee_and_the_max_throughput_point() -> None:
+    r = results()
+    assert [find_level(r, where)[0].concurrency for where in (8, "knee", "max")] == [8, 8, 16]  # type: ignore[union-attr]
+    assert find_level(r, 64) == (None, "level 64 was not measured (stopped at 32: error rate 12% at 32)")
+
+
+def test_rules_at_levels_outside_the_sweep_are_named_with_the_sweeps_levels() -> None:
+    t = Thresholds(rules=(Rule(metric="error_rate", where=16, max=0.1), Rule(metric="error_rate", where=3, max=0.1),
+                          Rule(metric="error_rate", where="knee", max=0.1), Rule(metric="cost.usd_per_h", max=2)))
+    assert unplanned_levels(t, [1, 2, 4, 8, 16]) == [
+        "rules[1].where: 3 is not a level of the sweep (1, 2, 4, 8, 16); use one of its levels, knee or max"]
+    assert planned_levels(results()) == [1, 2, 4, 8, 16, 32]
+    no_sweep = results().model_copy(update={"run": RUN.model_copy(update={"concurrency": []})})
+    assert planned_levels(no_sweep) == [8, 16, 32]  # a run that names no sweep: the measured levels stand in
+
+
+# ------------------------------------------------------------------------------------ comparability
+
+def test_differences_name_what_must_match_and_ignore_what_may_differ() -> None:
+    other = RUN.model_copy(update={"model": "mistralai/Mistral-7B-v0.1", "input_tokens": 64, "profile": "replicas",
+                                   "environment": {"MAX_BATCH_TOTAL_TOKENS": "1"}, "command": "other",
+                                   "started_at": datetime(2026, 1, 1, tzinfo=UTC), "region": "eu-west-1"})
+    assert differences(RUN, other) == ["model 'meta-llama/Llama-2-7b-hf' (baseline 'mistralai/Mistral-7B-v0.1')",
+                                       "input_tokens 256 (baseline 64)"]
+    assert differences(RUN, RUN.model_copy(update={"profile": "min-latency", "time_scale": 1.0})) == []
+
+
+def test_a_field_an_older_baseline_did_not_record_is_not_a_difference(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    write_results(path, results())
+    data = json.loads(path.read_text())
+    del data["run"]["container"]  # results.json before run.container existed
+    path.write_text(json.dumps(data))
+
+    assert differences(RUN, load_results(path).run) == []
+    assert differences(RUN, RUN.model_copy(update={"container": None})) == [
+        f"container {RUN.container!r} (baseline None)"]
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("model", "mistralai/Mistral-7B-v0.1"), ("instance_type", "ml.g5.12xlarge"), ("instance_count", 2),
+    ("container", "djl-inference:0.29.0-lmi11.0.0-cu124"), ("target", "sagemaker"), ("input_tokens", 64),
+    ("output_tokens", 128),
+])
+def test_load_baseline_refuses_another_model_instance_container_target_or_workload(
+        tmp_path: Path, field: str, value: object) -> None:
+    path = tmp_path / "base.json"
+    write_results(path, results().model_copy(update={"run": RUN.model_copy(update={field: value})}))
+
+    with pytest.raises(InputError) as exc:
+        load_baseline(Thresholds(), RUN, path)
+
+    assert exc.value.messages == [
+        (f"{path}: baseline not comparable with this run: {field} {getattr(RUN, field)!r} (baseline {value!r}) "
+        "(compare runs of the same model, instance, container and workload, or pass --allow-incomparable)")]
+    assert load_baseline(Thresholds(), RUN, path, allow_incomparable=True) is not None
+
+
+def test_load_baseline_takes_the_thresholds_file_unless_given_one(tmp_path: Path) -> None:
+    write_results(tmp_path / "a.json", results())
+    write_results(tmp_path / "b.json", results([level(1, 100, 10)]))
+    t = Thresholds(rules=(Rule(metric="error_rate", where="max", max=1),),
+                   baseline=Baseline(results=tmp_path / "a.json"))
+
+    assert len(load_baseline(t, RUN).levels) == 3  # type: ignore[union-attr]
+    assert len(load_baseline(t, RUN, tmp_path / "b.json").levels) == 1  # type: ignore[union-attr]
+    assert load_baseline(Thresholds(rules=t.rules), RUN) is None  # rules alone: nothing to compare with
+
+
+def test_load_baseline_without_rules_needs_a_results_file() -> None:
+    with pytest.raises(InputError, match="--baseline: required: the thresholds have no rules"):
+        load_baseline(Thresholds(baseline=Baseline()), RUN)
+
+
+def test_gate_records_how_an_allowed_baseline_differs() -> None:
+    before = results().model_copy(update={"run": RUN.model_copy(update={"output_tokens": 128})})
+    verdict = gate(results(), Thresholds(rules=(Rule(metric="error_rate", where="max", max=1),)), before)
+    assert verdict.incomparable == ["output_tokens 256 (baseline 128)"]
+    assert gate(results(), Thresholds(), results()).incomparable == []

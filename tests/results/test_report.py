@@ -3,34 +3,13 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from datetime import UTC, datetime
 from pathlib import Path
 
+from results_helpers import RUN, level
 from sagellm.results.gate import Rule, Thresholds, gate
-from sagellm.results.junit import render_junit
 from sagellm.results.report import render_markdown, write_report
-from sagellm.results.schema import ERROR_KINDS, Level, Predicted, Results, Run, Stats, Teardown
+from sagellm.results.schema import Failure, Results, Stats, Teardown
 from sagellm.results.sweep import make_results
-
-RUN = Run(profile="max-throughput", model="meta-llama/Llama-2-7b-hf", instance_type="ml.g5.2xlarge",
-          instance_count=1, target="local", emulated=True, time_scale=0.05, region="us-east-1",
-          environment={"MAX_CONCURRENT_REQUESTS": "64"}, input_tokens=256, output_tokens=256,
-          tool_version="0.1.0", started_at=datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC),
-          command="sagellm bench --profile max-throughput --model meta-llama/Llama-2-7b-hf")
-
-
-def level(c: int, tput: float, p50: float, *, overloaded: int = 0) -> Level:
-    errors = dict.fromkeys(ERROR_KINDS, 0) | {"overloaded": overloaded}
-    return Level(
-        concurrency=c, requests=100 + overloaded, ok=100, errors=errors,
-        error_rate=overloaded / (100 + overloaded), retries=0, window_s=10, output_tokens=int(tput * 10),
-        throughput_tokens_per_s=tput, requests_per_s=tput / 256,
-        latency_ms_per_token=Stats(p50=p50, p90=p50 * 1.2, p99=p50 * 1.5, mean=p50),
-        ttft_ms=Stats(p50=50, p90=60, p99=70, mean=55), itl_ms=Stats(p50=9, p90=10, p99=12, mean=9.5),
-        e2e_s=Stats(p50=3, p90=4, p99=5, mean=3),
-        predicted=Predicted(ms_per_token=p50 * 0.9, ttft_ms=45, itl_ms=8, e2e_s=2.8,
-                            throughput_tokens_per_s=tput * 1.1, requests_per_s=1, rejected=False,
-                            within_timeout=True))
 
 
 def results(thresholds: Thresholds | None = None, *, teardown: Teardown | None = None) -> Results:
@@ -87,33 +66,16 @@ def test_markdown_lists_errors_by_kind_and_gate_violations() -> None:
     assert "| `latency_ms_per_token.p90@4 <= 15` | 16.800 | 15.000 |" in text
 
 
-def test_junit_has_one_testcase_per_rule_failing_where_violated() -> None:
-    root = ET.fromstring(render_junit(results(FAILING)))
-    cases = root.findall("./testsuite/testcase")
-    assert [c.get("name") for c in cases] == ["latency_ms_per_token.p90@4 <= 15", "error_rate@max <= 0.01",
-                                              "ttft_ms.p99@64 <= 100"]
-    assert [c.find("failure") is not None for c in cases] == [True, False, True]
-    failure = cases[0].find("failure")
-    assert failure is not None
-    assert failure.get("message") == "latency_ms_per_token.p90@4: 16.8 > max 15"
-    assert failure.text == "latency_ms_per_token.p90@4: 16.8 > max 15 (measured 16.8, limit 15)"
-    suite = root.find("testsuite")
-    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("3", "2")
-
-
-def test_junit_without_rules_is_one_passing_thresholds_case() -> None:
-    for r in (results(), results(Thresholds())):
-        cases = ET.fromstring(render_junit(r)).findall("./testsuite/testcase")
-        assert [(c.get("name"), c.find("failure")) for c in cases] == [("thresholds", None)]
-
-
 def test_write_report_writes_markdown_junit_and_a_real_png(tmp_path: Path) -> None:
     paths = write_report(tmp_path / "out", results(FAILING))
-    assert [p.name for p in paths] == ["report.md", "junit.xml", "curve.png"]
+    assert [p.name for p in paths] == ["report.md", "junit.xml", "curve.png", "results.csv"]
     png = (tmp_path / "out" / "curve.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 20_000
-    assert (tmp_path / "out" / "report.md").read_text().startswith("**FAIL**")
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert report.startswith("**FAIL**")
+    assert "\n![latency vs throughput](curve.png)\n" in report  # beside it, so the link resolves
     ET.parse(tmp_path / "out" / "junit.xml")
+    assert (tmp_path / "out" / "results.csv").read_text().count("\n") == 1 + 5  # header + one row per level
 
 
 def test_curve_is_drawn_even_when_no_level_succeeded(tmp_path: Path) -> None:
@@ -146,3 +108,39 @@ def test_an_http_run_without_a_catalog_model_names_the_served_model_and_predicts
     assert text.splitlines()[2] == "# sagellm bench: tiny-llama on `http://127.0.0.1:8000`"
     assert "- No profile or catalog model (`--model`): nothing predicted, no cost · target http" in text
     assert write_report(tmp_path, make_results(run, [], usd_per_h=None, teardown=Teardown(status="not-applicable")))
+
+
+def test_markdown_verdict_says_a_failed_run_first_and_once() -> None:
+    message = "no request succeeded: validation: HTTP 422"
+    r = results(FAILING).model_copy(update={"failure": Failure(exit_status=3, message=message),
+                                           "stopped_reason": message})
+    first = render_markdown(r).splitlines()[0]
+    assert first == f"**RUN FAILED** (exit 3) — {message} · gate: 2 violation(s) of 3 rule(s)"
+
+    interrupted = results().model_copy(update={"failure": Failure(exit_status=130, message="interrupted"),
+                                               "stopped_reason": "interrupted after 5 level(s)"})
+    assert render_markdown(interrupted).splitlines()[0] == (
+        "**INTERRUPTED** (exit 130) — interrupted · sweep stopped: interrupted after 5 level(s)")
+
+
+def test_markdown_verdict_names_a_failed_teardown_once() -> None:
+    r = results(teardown=Teardown(status="failed", detail="DELETE_FAILED")).model_copy(
+        update={"failure": Failure(exit_status=3, message="TEARDOWN FAILED: DELETE_FAILED")})
+    assert render_markdown(r).splitlines()[0] == (
+        "**TEARDOWN FAILED** (exit 3) — DELETE_FAILED · sweep stopped: error rate 17% at 16")
+
+
+def test_markdown_gate_section_lists_how_an_allowed_baseline_differs() -> None:
+    r = results(FAILING)
+    assert r.gate is not None
+    r = r.model_copy(update={"gate": r.gate.model_copy(update={"incomparable": ["input_tokens 256 (baseline 64)"]})})
+    assert ("Compared with a baseline that differs (--allow-incomparable): input_tokens 256 (baseline 64)"
+            in render_markdown(r))
+
+
+def test_markdown_level_table_has_a_column_per_statistic() -> None:
+    text = render_markdown(results())
+    header = "| metric | " + " | ".join(Stats.model_fields) + " | predicted |"
+    assert header in text
+    assert all(line.count("|") == header.count("|") for line in text.splitlines()
+               if line.startswith(("| ms/token", "| TTFT ms", "| throughput tokens/s", "| requests/s")))

@@ -68,7 +68,7 @@ def test_results_json_has_the_contract_top_level_keys(tmp_path: Path) -> None:
     write_results(path, results())
     data = json.loads(path.read_text())
     assert list(data) == ["schema_version", "run", "levels", "knee", "max_throughput", "slo", "cost",
-                          "teardown", "gate", "stopped_reason"]
+                          "teardown", "gate", "stopped_reason", "failure"]
     assert data["schema_version"] == 1
     assert data["run"]["started_at"] == "2025-01-02T03:04:05Z"
     assert set(data["levels"][0]) >= {"concurrency", "requests", "errors", "throughput_tokens_per_s",
@@ -122,3 +122,14 @@ def test_load_lists_every_invalid_field_with_its_path(tmp_path: Path) -> None:
         f"{path}: levels[1].requests: Input should be a valid integer, unable to parse string as an integer",
         f"{path}: teardown.status: Input should be 'destroyed', 'kept', 'failed' or 'not-applicable'",
     ]
+
+
+def test_the_readme_documents_every_field_of_the_results_schema() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Results\n"):]
+    section = section[:section.index("\n## ", 1)]
+    schema = Results.model_json_schema()
+    names = set(schema["properties"]) | {name for model in schema["$defs"].values()
+                                         for name in model.get("properties", {})}
+
+    assert sorted(name for name in names if f"`{name}`" not in section) == []

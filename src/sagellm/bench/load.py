@@ -3,7 +3,7 @@
 Definitions (the report and the summary rely on them):
 - **Warm-up**: each worker's first `warmup` requests of every level (a new level opens new connections,
   so a worker's first request also pays for connecting). They are logged with `warmup=True` and left
-  out of the statistics, but count toward the stop rule.
+  out of the statistics and of the stop rule (one error rate everywhere: the report's, warm-up excluded).
 - **Ramp**: from the level's start until every worker has completed its warm-up requests (its first
   request when `warmup=0`). Until then the level is still starting: connections opening and the first
   burst of C prefills, with no request yet sent back-to-back.
@@ -15,10 +15,10 @@ Definitions (the report and the summary rely on them):
   (TGI: one event per token) and counted where the events fall inside the window. Counting whole
   requests by when they completed would be lumpy: a continuous-batching server keeps a closed loop's
   requests in phase, so they complete in waves, and a window holds one wave more or less by chance.
-- **Stop rule**: after a level, escalation stops when more than `max_error_rate` of all its requests
-  (warm-up included, nothing excluded) failed, or when any request timed out (the 60 s invocation
-  timeout, or the client timeout). Within a level, once such an outcome is certain (a timeout, or with
-  a request budget more errors than the rate allows), no new requests are sent; those in flight finish.
+- **Stop rule**: after a level, escalation stops when more than `max_error_rate` of its measured
+  requests failed, or when any measured request timed out (the 60 s invocation timeout, or the client
+  timeout). Within a level, once such an outcome is certain (a timeout, or with a request budget more
+  errors than the rate allows), no new requests are sent; those in flight finish.
 Cancelling `run_sweep` cancels the requests in flight; every finished record has already gone to
 `on_record`.
 """
@@ -33,16 +33,15 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sagellm.bench.records import RequestRecord
-from sagellm.bench.summary import tokens_in_window
+from sagellm.bench.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.transports import Transport
-from sagellm.results.schema import ERROR_KINDS
 
 
 @dataclass(frozen=True)
 class StopRule:
     """When a level says the endpoint is past its limit."""
 
-    max_error_rate: float = 0.05  # of all requests of the level, warm-up included
+    max_error_rate: float = 0.05  # of the measured requests of the level (warm-up excluded)
     stop_on_timeout: bool = True
 
 
@@ -71,7 +70,7 @@ class LevelResult:
     ramp_excluded: bool
     window_output_tokens: float  # output tokens generated inside the window (see the module docstring)
     stopped_reason: str | None = None  # why escalation stops after this level; None to go on
-    errors_by_kind: dict[str, int] = field(default_factory=dict)  # all requests, warm-up included
+    errors_by_kind: dict[str, int] = field(default_factory=dict)  # measured requests (warm-up excluded)
 
     @property
     def measured(self) -> list[RequestRecord]:
@@ -103,7 +102,8 @@ class _Level:
         self.started = time.perf_counter()
         self.issued = 0  # measured requests handed out
         self.records: list[RequestRecord] = []
-        self.errors = 0
+        self.errors = 0  # warm-up included (progress shows every failure)
+        self.measured_errors = 0
         self.in_ramp = concurrency  # workers that have not completed their warm-up yet
         self.ramp_end: float | None = None
         self.deadline: float | None = None
@@ -139,10 +139,11 @@ class _Level:
         self.records.append(record)
         if not record.ok:
             self.errors += 1
-            if self.stopping is None:
+            self.measured_errors += not record.warmup
+            if self.stopping is None and not record.warmup:
                 if record.error_kind == "timeout" and self.rule.stop_on_timeout:
                     self.stopping = "timeout"
-                elif self.planned is not None and self.errors > self.rule.max_error_rate * self.planned:
+                elif self.budget is not None and self.measured_errors > self.rule.max_error_rate * self.budget:
                     self.stopping = "errors"
 
     def result(self) -> LevelResult:
@@ -151,21 +152,18 @@ class _Level:
         ramp_excluded = start is not None and end is not None and end > start
         if not ramp_excluded:
             start, end = self.started, ended
-        errors: dict[str, int] = dict.fromkeys(ERROR_KINDS, 0)
-        for r in self.records:
-            if not r.ok:
-                errors[r.error_kind or "other"] += 1
+        measured = [r for r in self.records if not r.warmup]
+        errors = errors_by_kind(measured)
         z = self.clock_zero
         return LevelResult(
             concurrency=self.concurrency, records=self.records, started_s=self.started - z,
             ended_s=ended - z, window_start_s=start - z, window_end_s=end - z,  # type: ignore[operator]
-            ramp_excluded=ramp_excluded, stopped_reason=self._stopped_reason(errors),
-            window_output_tokens=tokens_in_window([r for r in self.records if not r.warmup], start - z, end - z),  # type: ignore[operator]
+            ramp_excluded=ramp_excluded, stopped_reason=self._stopped_reason(errors, len(measured)),
+            window_output_tokens=tokens_in_window(measured, start - z, end - z),  # type: ignore[operator]
             errors_by_kind=errors,
         )
 
-    def _stopped_reason(self, errors: dict[str, int]) -> str | None:
-        total = len(self.records)
+    def _stopped_reason(self, errors: dict[str, int], total: int) -> str | None:
         if total == 0:
             return None
         if self.rule.stop_on_timeout and errors["timeout"]:

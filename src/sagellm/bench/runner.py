@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
-import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 from sagellm import __version__
 from sagellm.bench import summary
 from sagellm.bench.load import LevelResult, StopRule, run_sweep
+from sagellm.bench.progress import Say, Watch
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
 from sagellm.errors import ExitStatus, InputError, SagellmError
@@ -24,14 +24,14 @@ from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
 from sagellm.results import sweep
-from sagellm.results.gate import gate, load_thresholds
+from sagellm.results.gate import gate, read_gate
 from sagellm.results.report import write_report
 from sagellm.results.schema import (
+    Failure,
     Level,
     Results,
     Run,
     Teardown,
-    load_results,
     predicted_from,
     write_results,
 )
@@ -61,6 +61,7 @@ class BenchOptions:
     warmup: int = 1
     thresholds: Path | None = None
     baseline: Path | None = None
+    allow_incomparable: bool = False  # compare with a baseline of another model, instance, container or workload
     out: Path = Path("sagellm-results")
     keep: bool = False
     region: str = "us-east-1"
@@ -84,12 +85,27 @@ def _check(opts: BenchOptions) -> None:
     errors = []
     if opts.target not in ("local", "sagemaker", "http"):
         errors.append(f"--target: {opts.target!r} must be local, sagemaker or http")
-    if opts.api not in ("auto", "tgi", "openai"):
-        errors.append(f"--api: {opts.api!r} must be tgi, openai or auto")
     if opts.target == "http" and not opts.url:
         errors.append("--url: required with --target http (e.g. http://localhost:8080 for TGI)")
     if opts.url and opts.target != "http":
         errors.append("--url: only used with --target http")
+    if opts.time_scale != 1.0 and opts.target != "local":
+        errors.append("--time-scale: only the local emulator can compress time")
+    if not 0 < opts.time_scale <= 1:
+        errors.append(f"--time-scale: {opts.time_scale} must be in (0, 1]")
+    if opts.keep and opts.target == "local":
+        errors.append("--keep: the local AWS lives only as long as the bench; use `sagellm emulate` for a "
+                      "lasting local endpoint")
+    if opts.requests_per_level is not None and opts.duration_per_level_s is not None:
+        errors.append("--requests-per-level/--duration-per-level: give one, not both")
+    if opts.requests_per_level is not None and opts.requests_per_level < 1:
+        errors.append("--requests-per-level: must be at least 1")
+    if opts.duration_per_level_s is not None and opts.duration_per_level_s <= 0:
+        errors.append("--duration-per-level: must be positive")
+    if opts.warmup < 0:
+        errors.append("--warmup: must be 0 or more")
+    if opts.api not in ("auto", "tgi", "openai"):
+        errors.append(f"--api: {opts.api!r} must be tgi, openai or auto")
     if opts.served_model and opts.target != "http":
         errors.append("--served-model: only used with --target http (the name an existing server serves)")
     if opts.target != "http" and not (opts.profile and opts.model):
@@ -167,27 +183,28 @@ def _shielded(say: Any) -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> BenchOutcome:
+def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
     """Run one bench; results are written whatever happens (a crash loses nothing finished)."""
-    say = say or (lambda text: print(text, file=sys.stderr))
+    watch = watch or Watch(say=say)
+    say = watch.say
     _check(opts)
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
     # Without a catalog model (http target only) there is no plan: nothing to deploy or predict.
     design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,
                         profiles_dir=opts.profiles_dir) if opts.profile and opts.model else None
+    plan = to_plan(design) if design else None
     payload = design.payload if design else opts.payload or DEFAULT_PAYLOAD
-    thresholds = load_thresholds(opts.thresholds) if opts.thresholds else None
-    baseline_path = opts.baseline or (thresholds.baseline.results if thresholds and thresholds.baseline else None)
-    baseline = load_results(Path(baseline_path)) if baseline_path else None
+    started = datetime.now(UTC)
+    run = _run(opts, plan, payload, started)
+    thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, opts.concurrency,
+                                     allow_incomparable=opts.allow_incomparable)
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)
-    plan = to_plan(design) if design else None
     target = _target(opts, plan, out)
     if plan is not None:
         (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 
-    started = datetime.now(UTC)
     levels: list[LevelResult] = []
     log = RecordLog(out / "requests.jsonl")
     error: str | None = None
@@ -196,13 +213,16 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     factor = 1.0 / opts.time_scale
 
     def on_record(record: RequestRecord) -> None:
-        log.append(_rescale(record, factor))
+        rescaled = _rescale(record, factor)
+        log.append(rescaled)
+        watch.record(rescaled)
 
     lags: dict[int, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
 
     def on_level(level: LevelResult) -> None:
         levels.append(level)
+        watch.end_level()
         lag = loop_lag_ms()
         if lag is not None:
             lags[level.concurrency] = lag
@@ -210,16 +230,17 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     try:
         with _signals():
             try:
-                say(f"deploying {plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
-                    f"to the {target.kind} target…" if plan else f"benching the server at {opts.url}…")
+                if plan is not None:
+                    watch.enter("deploying", f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
+                                f"to the {target.kind} target")
                 transport = target.deploy()
-                say(f"endpoint {target.endpoint} is in service; sweeping {list(opts.concurrency)}")
+                watch.enter("measuring", f"endpoint {target.endpoint}, levels {list(opts.concurrency)}")
                 asyncio.run(run_sweep(
                     transport, concurrency=list(opts.concurrency),
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                     warmup=opts.warmup, input_tokens=payload.input_tokens,
                     output_tokens=payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
-                    on_progress=progress, on_level=on_level,
+                    on_progress=watch.progress, on_level=on_level,
                     stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE)))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
@@ -235,7 +256,7 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
                         teardown = Teardown(status="kept", detail=f"--keep: endpoint {target.endpoint} is still "
                                             "running and billing; `sagellm cleanup` deletes it")
                     else:
-                        say("tearing down…")
+                        watch.enter("tearing down")
                         teardown = target.teardown()
     finally:
         log.close()
@@ -246,19 +267,26 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
         status = ExitStatus.TARGET_FAILED
     elif status == ExitStatus.OK and (broken := _broken(levels)):
         error, status = broken, ExitStatus.TARGET_FAILED
+    stopped = error  # why the sweep ended early: the run's own failure (a failed teardown is not one)
+    if teardown.status == "failed":
+        status = ExitStatus.TARGET_FAILED
+        error = f"TEARDOWN FAILED: {teardown.detail}"
     slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
+    watch.enter("writing results", str(out))
     with _shielded(say):  # a signal now would lose the results of a finished run
-        results = _results(opts, design, plan, payload, target, levels, lags, teardown, started, status, error,
-                           factor, slo)
+        served = getattr(target, "served_model", None)  # an http server's model name, known once reached
+        run = run.model_copy(update={"ended_at": datetime.now(UTC), "endpoint": target.endpoint,
+                                     "emulated": target.emulated, "served_model": served}
+                             | ({"model": served or run.model} if plan is None else {}))
+        results = _results(run, design, levels, lags, teardown, status, stopped, factor, slo)
+        if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
+            results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
         if thresholds is not None:
             results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
         write_results(out / "results.json", results)
         write_report(out, results)
 
-    if teardown.status == "failed":
-        status = ExitStatus.TARGET_FAILED
-        error = f"TEARDOWN FAILED: {teardown.detail}"
-    elif status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
+    if status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
         status = ExitStatus.GATE_FAILED
     return BenchOutcome(results, status, error)
 
@@ -297,9 +325,24 @@ def _prompt(tokens: int) -> str:
     return make_prompt(tokens)
 
 
-def _results(opts: BenchOptions, design: Design | None, plan: DeploymentPlan | None, payload: Payload,
-             target: Target, levels: list[LevelResult], lags: dict[int, float], teardown: Teardown,
-             started: datetime, status: ExitStatus, error: str | None, factor: float, slo: float | None) -> Results:
+def _run(opts: BenchOptions, plan: DeploymentPlan | None, payload: Payload, started: datetime) -> Run:
+    """What is measured, where and how (before deploying: endpoint, emulated and the end are filled in after)."""
+    return Run(
+        profile=plan.profile if plan else None, model=plan.primary.model_id if plan else opts.served_model or "unknown",
+        instance_type=plan.instance_type if plan else None,
+        instance_count=plan.initial_instance_count if plan else None,
+        target=opts.target,  # type: ignore[arg-type]  # _check-ed
+        emulated=opts.target == "local", time_scale=opts.time_scale, region=opts.region,
+        environment=plan.environment if plan else {},
+        # The served image without its registry (the same image is served from every region's registry).
+        container=None if opts.target == "http" or plan is None else plan.primary.image_uri.split("/", 1)[-1],
+        input_tokens=payload.input_tokens, output_tokens=payload.output_tokens,
+        concurrency=list(opts.concurrency), tool_version=__version__, started_at=started, command=opts.command,
+    )
+
+
+def _results(run: Run, design: Design | None, levels: list[LevelResult], lags: dict[int, float],
+             teardown: Teardown, status: ExitStatus, error: str | None, factor: float, slo: float | None) -> Results:
     measured = []
     for lv in levels:
         records = [_rescale(r, factor) for r in lv.records]
@@ -315,19 +358,6 @@ def _results(opts: BenchOptions, design: Design | None, plan: DeploymentPlan | N
         stopped = f"interrupted after {len(levels)} level(s)"
     elif error:
         stopped = error
-    served = getattr(target, "served_model", None)
-    run = Run(
-        profile=plan.profile if plan else None, model=plan.primary.model_id if plan else served or "unknown",
-        served_model=served, instance_type=plan.instance_type if plan else None,
-        instance_count=plan.initial_instance_count if plan else None, target=target.kind,  # type: ignore[arg-type]
-        emulated=target.emulated, time_scale=opts.time_scale, region=opts.region, endpoint=target.endpoint,
-        environment=plan.environment if plan else {}, input_tokens=payload.input_tokens,
-        output_tokens=payload.output_tokens, concurrency=list(opts.concurrency), tool_version=__version__,
-        started_at=started, ended_at=datetime.now(UTC), command=opts.command,
-    )
-    price = design.instance.price_per_h(opts.region) if design else None
-    count = plan.initial_instance_count if plan else 1
-    return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, count),
+    price = design.instance.price_per_h(run.region) if design else None
+    return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, run.instance_count or 1),
                         teardown=teardown, slo_ms_per_token=slo, stopped_reason=stopped)
-
-

@@ -60,6 +60,15 @@ def tokens_in_window(records: Sequence[RequestRecord], start_s: float, end_s: fl
     return total
 
 
+def errors_by_kind(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Failed requests by kind, every kind present (zero included)."""
+    errors: dict[str, int] = dict.fromkeys(ERROR_KINDS, 0)
+    for r in records:
+        if not r.ok:
+            errors[r.error_kind or "other"] += 1
+    return errors
+
+
 def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window_end_s: float) -> LevelSummary:
     """Summarize one level; throughput counts the tokens generated inside the window.
 
@@ -74,10 +83,7 @@ def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window
         raise ValueError(f"empty window [{window_start_s}, {window_end_s}]")
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
-    errors: dict[str, int] = dict.fromkeys(ERROR_KINDS, 0)
-    for r in measured:
-        if not r.ok:
-            errors[r.error_kind or "other"] += 1
+    errors = errors_by_kind(measured)
     window_s = window_end_s - window_start_s
     tokens = tokens_in_window(measured, window_start_s, window_end_s)
     mean_tokens = sum(r.output_tokens for r in ok) / len(ok) if ok else 0

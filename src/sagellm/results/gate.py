@@ -3,19 +3,32 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from sagellm.errors import InputError
-from sagellm.results.schema import Gate, Level, Results, Violation
+from sagellm.results.schema import (
+    Gate,
+    Level,
+    LevelSummary,
+    Pick,
+    Results,
+    Run,
+    Stats,
+    Violation,
+    load_results,
+)
 
-_STATS = ("p50", "p90", "p99", "mean")
+# Every distribution a level records (a Stats field), at every statistic Stats holds: a new one is gateable at once.
+_DISTRIBUTIONS = tuple(name for name, field in LevelSummary.model_fields.items()
+                       if Stats in (field.annotation, *get_args(field.annotation)))
 # Metrics read from one level (a rule says which one with `where`).
 LEVEL_METRICS: tuple[str, ...] = (
-    *(f"{m}.{s}" for m in ("latency_ms_per_token", "ttft_ms", "itl_ms", "e2e_s") for s in _STATS),
+    *(f"{m}.{s}" for m in _DISTRIBUTIONS for s in Stats.model_fields),
     "throughput_tokens_per_s", "requests_per_s", "error_rate",
 )
 # Metrics of the whole run (cost is taken at the max-throughput point).
@@ -24,6 +37,10 @@ METRICS = LEVEL_METRICS + RUN_METRICS
 # Where lower is worse; for every other metric higher is worse (latency, errors, cost).
 HIGHER_IS_BETTER = frozenset({"throughput_tokens_per_s", "requests_per_s"})
 DEFAULT_BASELINE_METRICS = ("latency_ms_per_token.p50", "ttft_ms.p50", "throughput_tokens_per_s")
+# Run fields a baseline may differ in: what is under test (the profile and its environment), where, when and
+# how it was invoked. Every other field (model, instance, container, target, workload, …) must match.
+MAY_DIFFER = frozenset({"profile", "environment", "emulated", "time_scale", "region", "endpoint", "concurrency",
+                        "tool_version", "started_at", "ended_at", "command"})
 
 Where = int | Literal["knee", "max"]
 
@@ -158,10 +175,13 @@ def _baseline_problems(raw: Any, base_dir: Path) -> list[str]:
     pct = raw.get("max_regression_pct", 0)
     if not _is_number(pct) or pct < 0:
         out.append(f"baseline.max_regression_pct: {pct!r} is not a percentage (use e.g. 10)")
-    metrics = raw.get("metrics", [])
+    metrics = raw.get("metrics", list(DEFAULT_BASELINE_METRICS))
     if not isinstance(metrics, list):
         out.append(f"baseline.metrics: expected a list of metric paths, got {metrics!r}")
         metrics = []
+    elif not metrics:
+        out.append("baseline.metrics: empty, so nothing would be compared (list metric paths, or remove it for "
+                   f"the defaults: {', '.join(DEFAULT_BASELINE_METRICS)})")
     for j, metric in enumerate(metrics):
         if problem := _metric_problem(metric):
             out.append(f"baseline.metrics[{j}]: {problem}")
@@ -192,6 +212,12 @@ def load_thresholds(path: Path) -> Thresholds:
     if not isinstance(rules, list):
         problems.append(f"rules: expected a list of rules, got {rules!r}")
         rules = []
+    elif "rules" in data and not rules:
+        problems.append("rules: empty, so the gate would pass anything (add a rule such as "
+                        "{metric: error_rate, where: max, max: 0.01}, or remove rules: to gate on a baseline alone)")
+    elif "rules" not in data and "baseline" not in data:
+        problems.append("nothing to check: add rules (e.g. {metric: error_rate, where: max, max: 0.01}) "
+                        "or a baseline")
     for i, raw in enumerate(rules):
         problems += _rule_problems(raw, i)
     if "baseline" in data:
@@ -219,23 +245,84 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
 
 
-def _resolve(results: Results, where: Where) -> tuple[Level | None, str]:
-    """The level a rule points at, or why there is none."""
+# Levels are named by their concurrency. These three functions are the only places that know it: a sweep
+# keyed otherwise (e.g. by request rate) teaches them its key, and rules, baselines and reports follow.
+
+def where_of(level: LevelSummary | Pick) -> int:
+    """How a rule's `where:` names this level (and how a run's levels are matched with a baseline's)."""
+    return level.concurrency
+
+
+def planned_levels(results: Results) -> list[int]:
+    """The levels a run set out to measure (its sweep; it may have stopped earlier)."""
+    return list(results.run.concurrency) or [where_of(lv) for lv in results.levels]
+
+
+def find_level(results: Results, where: Where) -> tuple[Level | None, str]:
+    """The measured level a `where:` names (a level, `knee` or `max`), or why there is none."""
     if where in ("knee", "max"):
         pick = results.knee if where == "knee" else results.max_throughput
         if pick is None:
             name = "knee" if where == "knee" else "max-throughput point"
             return None, f"no {name}: no level was usable (every level had timeouts or too many errors)"
-        return results.level(pick.concurrency), ""
-    level = results.level(int(where))
+        where = where_of(pick)
+    level = next((lv for lv in results.levels if where_of(lv) == where), None)
     if level is not None:
         return level, ""
     if not results.levels:
         return None, f"level {where} was not measured (no level was measured)"
-    last = max(lv.concurrency for lv in results.levels)
-    measured = ", ".join(str(lv.concurrency) for lv in results.levels)
+    last = where_of(results.levels[-1])
+    measured = ", ".join(str(where_of(lv)) for lv in results.levels)
     why = f"stopped at {last}: {results.stopped_reason}" if results.stopped_reason else f"measured: {measured}"
     return None, f"level {where} was not measured ({why})"
+
+
+def unplanned_levels(thresholds: Thresholds, planned: Sequence[int]) -> list[str]:
+    """Rules whose `where:` names a level outside the sweep: bad input (no run could measure it), not a failure."""
+    levels = ", ".join(str(c) for c in planned)
+    return [f"rules[{i}].where: {rule.where} is not a level of the sweep ({levels}); use one of its levels, "
+            "knee or max" for i, rule in enumerate(thresholds.rules)
+            if rule.where not in (None, "knee", "max") and rule.where not in planned]
+
+
+def differences(run: Run, baseline: Run) -> list[str]:
+    """How a baseline's run differs from this one where they must match (MAY_DIFFER lists what may not).
+
+    A field the baseline's file does not hold (written by an older sagellm) is unknown, not different."""
+    now, before = run.model_dump(), baseline.model_dump()
+    return [f"{key} {now[key]!r} (baseline {before[key]!r})" for key in Run.model_fields
+            if key not in MAY_DIFFER and key in baseline.model_fields_set and now[key] != before[key]]
+
+
+def load_baseline(thresholds: Thresholds, run: Run, path: Path | None = None, *,
+                  allow_incomparable: bool = False) -> Results | None:
+    """The baseline run (`path`, else the thresholds' baseline.results); InputError when it cannot be compared
+    with `run`, unless that is allowed."""
+    path = path or (thresholds.baseline.results if thresholds.baseline else None)
+    if path is None:
+        if not thresholds.rules:
+            raise InputError("--baseline: required: the thresholds have no rules, and their baseline block "
+                             "names no results file to compare with")
+        return None
+    baseline = load_results(path)
+    diffs = differences(run, baseline.run)
+    if diffs and not allow_incomparable:
+        raise InputError(f"{path}: baseline not comparable with this run: {'; '.join(diffs)} (compare runs of "
+                         "the same model, instance, container and workload, or pass --allow-incomparable)")
+    return baseline
+
+
+def read_gate(thresholds_path: Path | None, baseline_path: Path | None, run: Run, planned: Sequence[int], *,
+              allow_incomparable: bool = False) -> tuple[Thresholds | None, Results | None]:
+    """The thresholds and the baseline a run is judged by, checked against that run (its sweep, its model,
+    instance, container and workload); (None, None) when neither is given; InputError on bad input."""
+    if thresholds_path is None and baseline_path is None:
+        return None, None
+    # --baseline alone compares with it on the default metrics.
+    thresholds = load_thresholds(thresholds_path) if thresholds_path else Thresholds()
+    if problems := unplanned_levels(thresholds, planned):
+        raise InputError([f"{thresholds_path}: {p}" for p in problems])
+    return thresholds, load_baseline(thresholds, run, baseline_path, allow_incomparable=allow_incomparable)
 
 
 def _check_rule(results: Results, rule: Rule) -> Violation | None:
@@ -253,12 +340,12 @@ def _check_rule(results: Results, rule: Rule) -> Violation | None:
             return violation(None, limit, "not available (no catalog price, or no usable level)")
     else:
         assert rule.where is not None, "load_thresholds requires where for level metrics"
-        level, why = _resolve(results, rule.where)
+        level, why = find_level(results, rule.where)
         if level is None:
             return violation(None, limit, why)
         measured = _value(level, rule.metric)
         if measured is None:
-            return violation(None, limit, f"not measured at concurrency {level.concurrency} "
+            return violation(None, limit, f"not measured at concurrency {where_of(level)} "
                                           "(no successful request)")
     if rule.max is not None and measured > rule.max:
         return violation(measured, rule.max, f"{_fmt(measured)} > max {_fmt(rule.max)}")
@@ -268,7 +355,8 @@ def _check_rule(results: Results, rule: Rule) -> Violation | None:
 
 
 def _regressions(results: Results, baseline: Results, config: Baseline) -> list[Violation]:
-    common = sorted({lv.concurrency for lv in results.levels} & {lv.concurrency for lv in baseline.levels})
+    matched = [(lv, find_level(baseline, where_of(lv))[0]) for lv in results.levels]
+    pairs_at = [(now, base) for now, base in matched if base is not None]
     out = []
     for metric in config.metrics:
         label = config.label(metric)
@@ -276,15 +364,13 @@ def _regressions(results: Results, baseline: Results, config: Baseline) -> list[
         if metric in RUN_METRICS:
             name = metric.split(".", 1)[1]
             pairs = [(None, getattr(results.cost, name), getattr(baseline.cost, name))]
-        elif not common:
+        elif not pairs_at:
             out.append(Violation(rule=label, metric=metric, where=None, measured=None, limit=None,
                                  message=f"baseline {metric}: no concurrency level in common with the "
                                          "baseline run (run the same --concurrency levels)"))
             continue
         else:
-            now_levels = {lv.concurrency: lv for lv in results.levels}
-            base_levels = {lv.concurrency: lv for lv in baseline.levels}
-            pairs = [(str(c), _value(now_levels[c], metric), _value(base_levels[c], metric)) for c in common]
+            pairs = [(str(where_of(now)), _value(now, metric), _value(base, metric)) for now, base in pairs_at]
         sign = -1 if metric in HIGHER_IS_BETTER else 1
         for where, now, before in pairs:
             if before is None:
@@ -314,10 +400,14 @@ def evaluate(results: Results, thresholds: Thresholds, baseline: Results | None 
 
 
 def gate(results: Results, thresholds: Thresholds, baseline: Results | None = None) -> Gate:
-    """The gate block of results.json: every rule checked and the violations."""
+    """The gate block of results.json: every rule checked, the violations, how the baseline's run differs."""
     rules = [rule.label for rule in thresholds.rules]
     if baseline is not None:
         config = thresholds.baseline or Baseline()
         rules += [config.label(m) for m in config.metrics]
+    if not rules:
+        raise InputError("nothing to check: no rules, and no baseline results to compare with (add rules, "
+                         "or pass --baseline)")
     violations = evaluate(results, thresholds, baseline)
-    return Gate(passed=not violations, rules=rules, violations=violations)
+    return Gate(passed=not violations, rules=rules, violations=violations,
+                incomparable=differences(results.run, baseline.run) if baseline is not None else [])

@@ -1,4 +1,4 @@
-"""report.md from results.json, and write_report(): report.md, junit.xml and curve.png together."""
+"""report.md from results.json, and write_report(): report.md, junit.xml, curve.png and results.csv together."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from sagellm.results.junit import render_junit
 from sagellm.results.plot import plot_curve
 from sagellm.results.schema import ERROR_KINDS, Level, Pick, Results, Stats
+from sagellm.results.table import render_csv
 
 
 def _n(value: float | None, digits: int = 1) -> str:
@@ -14,17 +15,23 @@ def _n(value: float | None, digits: int = 1) -> str:
 
 
 def verdict(results: Results) -> str:
-    """One line: the gate verdict, then anything else a reader must not miss."""
-    gate = results.gate
-    if gate is None:
+    """One line: the run's failure or the gate verdict, then anything else a reader must not miss."""
+    gate, failure = results.gate, results.failure
+    if failure is not None:
+        name = "TEARDOWN FAILED" if results.teardown.status == "failed" else (
+            "INTERRUPTED" if failure.exit_status == 130 else "RUN FAILED")
+        text = f"**{name}** (exit {failure.exit_status}) — {failure.message.removeprefix(name + ': ')}"
+        if gate is not None:
+            text += f" · gate: {len(gate.violations)} violation(s) of {len(gate.rules)} rule(s)"
+    elif gate is None:
         text = "**NO GATE** — no thresholds given"
     elif gate.passed:
         text = f"**PASS** — {len(gate.rules)} threshold rule(s), no violation"
     else:
         text = f"**FAIL** — {len(gate.violations)} violation(s) of {len(gate.rules)} threshold rule(s)"
-    if results.teardown.status == "failed":
+    if results.teardown.status == "failed" and "TEARDOWN FAILED" not in text:
         text += " · **TEARDOWN FAILED** — resources are left (see Teardown)"
-    if results.stopped_reason:
+    if results.stopped_reason and results.stopped_reason != (failure.message if failure else None):
         text += f" · sweep stopped: {results.stopped_reason}"
     return text
 
@@ -68,9 +75,16 @@ def _highlights(results: Results) -> list[str]:
     return lines
 
 
+_STATS = tuple(Stats.model_fields)  # every statistic a distribution holds gets a column
+
+
 def _row(name: str, stats: Stats, predicted: float | None, digits: int = 1) -> str:
-    return (f"| {name} | {_n(stats.p50, digits)} | {_n(stats.p90, digits)} | {_n(stats.p99, digits)} | "
-            f"{_n(stats.mean, digits)} | {_n(predicted, digits)} |")
+    values = " | ".join(_n(getattr(stats, s), digits) for s in _STATS)
+    return f"| {name} | {values} | {_n(predicted, digits)} |"
+
+
+def _scalar_row(name: str, value: float, predicted: float | None, digits: int = 1) -> str:
+    return f"| {name} | {_n(value, digits)} |" + " |" * (len(_STATS) - 1) + f" {_n(predicted, digits)} |"
 
 
 def _level(level: Level) -> list[str]:
@@ -82,15 +96,14 @@ def _level(level: Level) -> list[str]:
         (f"{level.requests} requests · {level.ok} ok · errors: {errors} (rate {level.error_rate:.1%}) · "
         f"retries {level.retries} · window {level.window_s:.1f} s"),
         "",
-        "| metric | p50 | p90 | p99 | mean | predicted |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| metric | " + " | ".join(_STATS) + " | predicted |",
+        "|---|" + "---:|" * (len(_STATS) + 1),
         _row("ms/token (e2e ÷ tokens)", level.latency_ms_per_token, p.ms_per_token if p else None),
         _row("TTFT ms", level.ttft_ms, p.ttft_ms if p else None),
         _row("ITL ms", level.itl_ms, p.itl_ms if p else None),
         _row("e2e s", level.e2e_s, p.e2e_s if p else None, digits=2),
-        (f"| throughput tokens/s | {_n(level.throughput_tokens_per_s)} | | | | "
-        f"{_n(p.throughput_tokens_per_s if p else None)} |"),
-        f"| requests/s | {_n(level.requests_per_s, 2)} | | | | {_n(p.requests_per_s if p else None, 2)} |",
+        _scalar_row("throughput tokens/s", level.throughput_tokens_per_s, p.throughput_tokens_per_s if p else None),
+        _scalar_row("requests/s", level.requests_per_s, p.requests_per_s if p else None, digits=2),
     ]
     if level.client_overhead_ms is not None:
         lines.append(_row("client overhead ms", level.client_overhead_ms, None, digits=2))
@@ -140,6 +153,9 @@ def _gate(results: Results) -> list[str]:
     lines = ["## Gate", ""]
     if gate is None:
         return lines + ["No thresholds were given.", ""]
+    if gate.incomparable:
+        lines += ["Compared with a baseline that differs (--allow-incomparable): "
+                  + "; ".join(gate.incomparable), ""]
     if not gate.violations:
         return lines + [f"All {len(gate.rules)} rule(s) passed."] + [f"- `{r}`" for r in gate.rules] + [""]
     lines += ["| rule | measured | limit | message |", "|---|---:|---:|---|"]
@@ -150,7 +166,8 @@ def _gate(results: Results) -> list[str]:
 
 def render_markdown(results: Results) -> str:
     """The human report: verdict first, then the run, the picks, one table per level, errors, teardown, gate."""
-    lines = [verdict(results), ""] + _header(results) + [""] + _highlights(results) + ["", "## Levels", ""]
+    lines = [verdict(results), ""] + _header(results) + [""] + _highlights(results)
+    lines += ["", "![latency vs throughput](curve.png)", "", "## Levels", ""]
     if not results.levels:
         lines += ["No level was measured.", ""]
     else:
@@ -162,10 +179,11 @@ def render_markdown(results: Results) -> str:
 
 
 def write_report(directory: Path, results: Results) -> list[Path]:
-    """Write report.md, junit.xml and curve.png into a directory; returns their paths."""
+    """Write report.md, junit.xml, curve.png and results.csv into a directory; returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
-    md, junit, png = directory / "report.md", directory / "junit.xml", directory / "curve.png"
+    md, junit, png, csv = (directory / name for name in ("report.md", "junit.xml", "curve.png", "results.csv"))
     md.write_text(render_markdown(results) + "\n", encoding="utf-8")
     junit.write_text(render_junit(results), encoding="utf-8")
     plot_curve(results, png)
-    return [md, junit, png]
+    csv.write_text(render_csv(results), encoding="utf-8")
+    return [md, junit, png, csv]

@@ -69,6 +69,7 @@ class Run(_Strict):
     region: str
     endpoint: str | None = None  # endpoint name, or the URL of an http target
     environment: dict[str, str]  # the plan's container environment
+    container: str | None = None  # the served image (repository:tag, registry left out); None for --target http
     input_tokens: int
     output_tokens: int
     concurrency: list[int] = []  # the planned sweep (levels may stop earlier)
@@ -157,6 +158,14 @@ class Gate(_Strict):
     passed: bool
     rules: list[str]
     violations: list[Violation]
+    incomparable: list[str] = []  # how the baseline's run differs, compared anyway (--allow-incomparable)
+
+
+class Failure(_Strict):
+    """Why the run did not complete: the target or infrastructure failed (exit 3), or it was interrupted (130)."""
+
+    exit_status: Literal[3, 130]
+    message: str
 
 
 class Results(_Strict):
@@ -172,10 +181,7 @@ class Results(_Strict):
     teardown: Teardown
     gate: Gate | None = None  # None when no thresholds were given
     stopped_reason: str | None = None  # why the sweep stopped before its last planned level
-
-    def level(self, concurrency: int) -> Level | None:
-        """The measured level at a concurrency, if it was reached."""
-        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+    failure: Failure | None = None  # None when the run went through (its gate may still have failed)
 
 
 def write_results(path: Path, results: Results) -> None:

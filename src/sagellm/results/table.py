@@ -1,0 +1,47 @@
+"""results.csv: one row per level, one column per field of the level (nested fields dotted: `ttft_ms.p50`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, get_args
+
+from pydantic import BaseModel
+
+from sagellm.results.schema import Level, Results
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model a field holds (`Stats`, `Stats | None`), if any."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def cells(model: type[BaseModel], value: BaseModel | None, prefix: str = "") -> dict[str, Any]:
+    """A model's fields flattened to dotted columns, read from its type so an absent block keeps its columns."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        item = getattr(value, name) if value is not None else None
+        nested = _model_in(field.annotation)
+        if nested is not None:
+            out |= cells(nested, item, f"{prefix}{name}.")
+        elif isinstance(item, dict):
+            out |= {f"{prefix}{name}.{key}": v for key, v in item.items()}
+        else:
+            out[prefix + name] = item
+    return out
+
+
+def render_csv(results: Results) -> str:
+    """Every measured level as a row; the header is the union of their columns, in field order."""
+    rows = [cells(type(level), level) for level in results.levels]
+    header = list(dict.fromkeys(key for row in rows for key in row)) or list(cells(Level, None))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: "" if value is None else value for key, value in row.items()})
+    return buffer.getvalue()
+
