@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import signal
 import sys
 import traceback
@@ -18,14 +19,14 @@ from sagellm import __version__
 from sagellm.bench import summary
 from sagellm.bench.load import LevelResult, StopRule, run_sweep
 from sagellm.bench.records import RecordLog, RequestRecord
-from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
+from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
 from sagellm.results import sweep
 from sagellm.results.gate import gate, load_thresholds
-from sagellm.results.report import write_report
+from sagellm.results.report import writable_folder_errors, write_report
 from sagellm.results.schema import (
     Level,
     Results,
@@ -96,11 +97,12 @@ def _check(opts: BenchOptions) -> None:
     if opts.requests_per_level is not None and opts.duration_per_level_s is not None:
         errors.append("--requests-per-level/--duration-per-level: give one, not both")
     if opts.requests_per_level is not None and opts.requests_per_level < 1:
-        errors.append("--requests-per-level: must be at least 1")
-    if opts.duration_per_level_s is not None and opts.duration_per_level_s <= 0:
-        errors.append("--duration-per-level: must be positive")
+        errors.append(f"--requests-per-level: {opts.requests_per_level} must be at least 1")
+    if opts.duration_per_level_s is not None and not 0 < opts.duration_per_level_s < math.inf:
+        errors.append(f"--duration-per-level: {opts.duration_per_level_s:g} must be a positive number of seconds")
     if opts.warmup < 0:
-        errors.append("--warmup: must be 0 or more")
+        errors.append(f"--warmup: {opts.warmup} must be 0 or more")
+    errors.extend(writable_folder_errors(opts.out, "--out"))
     if errors:
         raise InputError(errors)
 
@@ -160,6 +162,8 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     """Run one bench; results are written whatever happens (a crash loses nothing finished)."""
     say = say or (lambda text: print(text, file=sys.stderr))
     _check(opts)
+    if opts.target == "http":
+        check_reachable(opts.url or "")  # a closed port is one line, before anything is planned or written
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
     design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,
                         profiles_dir=opts.profiles_dir)
