@@ -7,15 +7,13 @@ the token caps are sized for; default: the profile's), `stack_name` (default `sa
 
 from __future__ import annotations
 
-import re
 import sys
-from pathlib import Path
 
 from aws_cdk import App, BootstraplessSynthesizer, Validations
 from cdk_nag import AwsSolutionsChecks
 
+from sagellm.cdk_context import read_context
 from sagellm.errors import ExitStatus, InputError
-from sagellm.planner import Payload
 from sagellm.profiles import resolve
 from sagellm.stacks import EndpointStack
 
@@ -28,48 +26,16 @@ def fail(messages: list[str]) -> None:
 
 
 app = App()
-context = app.node.try_get_context
-profile, model = context("profile"), context("model")
-missing = [key for key, value in (("profile", profile), ("model", model)) if not value]
-if missing:
-    fail(
-        [
-            f"{key}: missing (cdk synth -c profile=<name> -c model=<Hugging Face id>; `sagellm profiles list`)"
-            for key in missing
-        ]
-    )
-
-
-def payload() -> Payload | None:
-    """The payload from `-c input_tokens=… -c output_tokens=…`, or None for the profile's."""
-    raw = {key: context(key) for key in ("input_tokens", "output_tokens")}
-    if all(value is None for value in raw.values()):
-        return None
-    try:
-        tokens = {key: int(value) for key, value in raw.items() if value is not None}
-    except ValueError:
-        raise InputError(f"input_tokens/output_tokens: {raw} must be whole numbers of tokens") from None
-    if min(tokens.values()) < 1:
-        raise InputError(f"input_tokens/output_tokens: {raw} must be at least 1")
-    return Payload(tokens.get("input_tokens", 256), tokens.get("output_tokens", 256))
-
-
 try:
-    plan = resolve(
-        profile,
-        model,
-        context("instance"),
-        payload=payload(),
-        region=context("region") or "us-east-1",
-        profiles_dir=Path(context("profiles_dir")) if context("profiles_dir") else None,
-    )
-    model_slug = re.sub(r"[^a-z0-9]+", "-", model.split("/")[-1].lower()).strip("-")
+    ctx = read_context(app.node.try_get_context, app.node.get_all_context())
+    plan = resolve(ctx.profile, ctx.model, ctx.instance, payload=ctx.payload, region=ctx.region,
+                   profiles_dir=ctx.profiles_dir)
     EndpointStack(
         app,
         "Endpoint",
         plan=plan,
-        stack_name=context("stack_name") or f"sagellm-{profile}-{model_slug}",
-        synthesizer=BootstraplessSynthesizer() if str(context("bootstrapless")).lower() == "true" else None,
+        stack_name=ctx.stack_name,
+        synthesizer=BootstraplessSynthesizer() if ctx.bootstrapless else None,
     )
 except InputError as error:
     fail(error.messages)

@@ -118,7 +118,7 @@ def test_profiles_validate_bad_file_exits_2_with_one_line_per_problem(tmp_path: 
     result = sagellm("profiles", "validate", str(path), cwd=tmp_path)
     errors = assert_bad_input(result, lines=3)
     assert sorted(errors) == sorted([
-        f"sagellm: error: {path}:3: instance: unknown key (remove it or check its spelling)",
+        f"sagellm: error: {path}:3: instance: unknown key (did you mean instance_type?)",
         (f"sagellm: error: {path}:5: serving.quantization: 'int3': Input should be 'none', 'gptq', 'awq', "
          "'bitsandbytes', 'eetq' or 'fp8'"),
         (f"sagellm: error: {path}:7: serving.environment.HF_TOKEN: a token must not be written in a profile; store "
@@ -215,10 +215,23 @@ def test_plan_prints_a_table_for_people(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--concurrency", "1,x"], ("sagellm: error: --concurrency: '1,x' is not a comma-separated list of integers "
-                                "(e.g. 1,2,4,8)")),
-    (["--concurrency", "0,4"], "sagellm: error: --concurrency: '0,4': give at least one level, each ≥ 1"),
-    (["--input-tokens", "0"], "sagellm: error: --input-tokens/--output-tokens: must be at least 1"),
+    (["--concurrency", "1,x"], ("sagellm: error: --concurrency: '1,x': 'x' is not a whole number; give levels ≥ 1 "
+                                "separated by commas, e.g. 1,2,4,8")),
+    (["--concurrency", "0,4"], ("sagellm: error: --concurrency: '0,4': 0 is not a level; give levels ≥ 1 separated "
+                                "by commas, e.g. 1,2,4,8")),
+    (["--concurrency", "1,,2"], ("sagellm: error: --concurrency: '1,,2' has an empty level between commas; give "
+                                 "levels ≥ 1 separated by commas, e.g. 1,2,4,8")),
+    (["--concurrency", "1,2,1"], "sagellm: error: --concurrency: '1,2,1': 1 is given twice; list each level once"),
+    (["--input-tokens", "0"], ("sagellm: error: --input-tokens: 0 is out of range; give a number of tokens from 1 "
+                               "to 4294967295")),
+    (["--output-tokens", "-5"], ("sagellm: error: --output-tokens: -5 is out of range; give a number of tokens "
+                                 "from 1 to 4294967295")),
+    (["--tensor-parallel", "0"], ("sagellm: error: --tensor-parallel: '0': Input should be greater than or equal to "
+                                  "1 (see `sagellm plan --help`)")),
+    (["--instance-count", "4294967296"], ("sagellm: error: --instance-count: '4294967296': Input should be less "
+                                          "than or equal to 2147483647 (see `sagellm plan --help`)")),
+    (["--region", "us-east1"], ("sagellm: error: region: 'us-east1' is not an AWS region name; use one such as "
+                                "us-east-1 or eu-west-1")),
     (["--tensor-parallel", "3", "--instance", "ml.g5.12xlarge"],
      "sagellm: error: tensor_parallel: 3 must divide the 4 accelerators of ml.g5.12xlarge (valid: 1, 2, 4)"),
     (["--instance", "ml.g5.2xlarg"], ("sagellm: error: instance: unknown instance type 'ml.g5.2xlarg': did you "

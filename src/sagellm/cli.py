@@ -50,25 +50,40 @@ OutputTokens = Annotated[int | None, typer.Option("--output-tokens", help="gener
 Json = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
 AllowIncomparable = Annotated[bool, typer.Option("--allow-incomparable", help="compare with a baseline of another "
                                                  "model, instance, container or workload anyway")]
+INT32_MAX = 2**31 - 1  # AWS API integers (profiles.schema.INT32_MAX; kept here so --help never imports pydantic)
 
 
 def _payload(input_tokens: int | None, output_tokens: int | None):
     from sagellm.planner import Payload
+    from sagellm.profiles.schema import U32_MAX
 
+    given = {"--input-tokens": input_tokens, "--output-tokens": output_tokens}
+    errors = [f"{flag}: {value} is out of range; give a number of tokens from 1 to {U32_MAX}"
+              for flag, value in given.items() if value is not None and not 1 <= value <= U32_MAX]
+    if errors:
+        raise InputError(errors)
     if input_tokens is None and output_tokens is None:
         return None
-    if (input_tokens is not None and input_tokens < 1) or (output_tokens is not None and output_tokens < 1):
-        raise InputError("--input-tokens/--output-tokens: must be at least 1")
     return Payload(input_tokens or 256, output_tokens or 256)
 
 
 def _concurrency(text: str) -> tuple[int, ...]:
+    example = "give levels ≥ 1 separated by commas, e.g. 1,2,4,8"
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise InputError(f"--concurrency: {text!r} has no level; {example}")
+    if "" in parts:
+        raise InputError(f"--concurrency: {text!r} has an empty level between commas; {example}")
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(int(p) for p in parts)
     except ValueError:
-        raise InputError(f"--concurrency: {text!r} is not a comma-separated list of integers (e.g. 1,2,4,8)") from None
-    if not values or min(values) < 1:
-        raise InputError(f"--concurrency: {text!r}: give at least one level, each ≥ 1")
+        bad = next(p for p in parts if not p.lstrip("-").isdigit())
+        raise InputError(f"--concurrency: {text!r}: {bad!r} is not a whole number; {example}") from None
+    if min(values) < 1:
+        raise InputError(f"--concurrency: {text!r}: {min(values)} is not a level; {example}")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise InputError(f"--concurrency: {text!r}: {twice[0]} is given twice; list each level once")
     return values
 
 
@@ -80,14 +95,15 @@ def profiles_list(profiles_dir: ProfilesDir = None, json_out: Json = False) -> N
     from sagellm.profiles.loader import all_sources
 
     sources = all_sources(profiles_dir)
-    rows = [{"name": n, "file": s.path, "extends": s.data.get("extends"), "description": s.data.get("description", "")}
-            for n, s in sources.items()]
+    rows = [{"name": n, "file": s.path, "extends": s.data.get("extends"), "description": s.data.get("description", ""),
+             **({"error": s.problem} if s.problem else {})} for n, s in sources.items()]
     if json_out:
         print(json.dumps(rows, indent=2))
         return
     for r in rows:
         ext = f" (extends {r['extends']})" if r["extends"] else ""
-        print(f"{r['name']:<20} {r['description']}{ext}\n{'':<20} {r['file']}")
+        text = f"unusable: {r['error']}" if "error" in r else f"{r['description']}{ext}"
+        print(f"{r['name']:<20} {text}\n{'':<20} {r['file']}")
 
 
 @profiles_app.command("show")
@@ -118,30 +134,40 @@ def profiles_show(
 
 @profiles_app.command("validate")
 def profiles_validate(
-    files: Annotated[list[Path] | None, typer.Argument(help="profile YAML files (default: every profile)")] = None,
+    files: Annotated[list[Path] | None, typer.Argument(help="profile YAML files, or a models.yaml (default: every "
+                                                       "profile and the folder's models.yaml)")] = None,
     profiles_dir: ProfilesDir = None,
 ) -> None:
-    """Check profile files: schema, unknown keys (with line), extends chains, secrets."""
-    from sagellm.profiles.loader import all_sources, load_profile, read_source
-    from sagellm.profiles.resolve import static_errors
+    """Run every check `show`, `plan`, `bench` and `cdk synth` run on a profile, without a model or a deploy."""
+    from sagellm.profiles.loader import all_sources, duplicate_name, local_models, read_file
+    from sagellm.profiles.validate import validate_profile
 
     sources = all_sources(profiles_dir)
-    names = list(sources)
-    if files:
-        names = []
-        for f in files:
-            if not f.is_file():
-                raise InputError(f"{f}: no such file")
-            src = read_source(str(f), f.read_text())
-            name = str(src.data.get("name", f.stem))
-            sources[name] = src
-            names.append(name)
     errors: list[str] = []
-    for name in names:
+    names = list(sources) if files is None else []
+    model_folders = [profiles_dir or Path("profiles")] if files is None else []
+    for f in files or []:
+        if f.name == "models.yaml":
+            model_folders.append(f.parent)
+            continue
         try:
-            errors.extend(static_errors(load_profile(name, sources), sources))
+            src = read_file(f)
         except InputError as exc:
             errors.extend(exc.messages)
+            continue
+        name = str(src.data.get("name", f.stem))
+        if name in names:
+            errors.append(duplicate_name(src, sources[name], name))
+            continue
+        sources[name] = src
+        names.append(name)
+    for folder in model_folders:
+        try:
+            local_models(folder)
+        except InputError as exc:
+            errors.extend(exc.messages)
+    for name in names:
+        errors.extend(validate_profile(name, sources))
     if errors:
         raise InputError(errors)
     print(f"{len(names)} profile(s) valid: {', '.join(names)}")
@@ -165,11 +191,11 @@ def plan(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
     model: Model,
     instance: Instance = None,
-    tensor_parallel: Annotated[int | None, typer.Option("--tensor-parallel", min=1,
+    tensor_parallel: Annotated[int | None, typer.Option("--tensor-parallel", min=1, max=INT32_MAX,
                                                            help="GPUs per copy (overrides the profile)")] = None,
-    replicas: Annotated[int | None, typer.Option("--replicas", min=1, help="copies per instance "
+    replicas: Annotated[int | None, typer.Option("--replicas", min=1, max=INT32_MAX, help="copies per instance "
                                                     "(inference components)")] = None,
-    instance_count: Annotated[int | None, typer.Option("--instance-count", min=1,
+    instance_count: Annotated[int | None, typer.Option("--instance-count", min=1, max=INT32_MAX,
                                                           help="instances behind the endpoint")] = None,
     input_tokens: InputTokens = None,
     output_tokens: OutputTokens = None,
@@ -254,11 +280,11 @@ def bench(
     output_tokens: OutputTokens = None,
     concurrency: Annotated[str, typer.Option("--concurrency", help="levels, in order; escalation stops at "
                                              ">5% errors or a timeout")] = "1,2,4,8,16,32,64,128,256,512",
-    requests_per_level: Annotated[int | None, typer.Option("--requests-per-level", min=1, help="measured "
+    requests_per_level: Annotated[int | None, typer.Option("--requests-per-level", help="measured "
                                   "requests per level (default: 3 × concurrency, at least 8)")] = None,
     duration_per_level: Annotated[float | None, typer.Option("--duration-per-level", help="seconds per "
                                   "level instead of a request count")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="warm-up requests per worker per level, "
+    warmup: Annotated[int, typer.Option("--warmup", help="warm-up requests per worker per level, "
                                         "excluded from the statistics")] = 1,
     thresholds: Annotated[Path | None, typer.Option("--thresholds", help="YAML rules to gate on "
                                                        "(see README)")] = None,
@@ -442,6 +468,34 @@ def _duration(text: str) -> float:
         raise InputError(f"--older-than: {text!r} must be a number with s, m, h or d (e.g. 2h)") from None
 
 
+def _usage_line(exc: typer.TyperException, argv: list[str]) -> str:
+    """A usage error as one line: the option, the value given, what is wrong, where to read more."""
+    text = exc.format_message()
+    param = getattr(exc, "param", None)
+    option = getattr(exc, "option_name", None)
+    if isinstance(exc, typer.BadParameter) and param is not None and param.opts and "Missing" not in text:
+        flag = param.opts[0]
+        given = _given(argv, param.opts)
+        text = f"{flag}: {given!r}: {exc.message}" if given is not None else f"{flag}: {exc.message}"
+    elif option and getattr(exc, "possibilities", None) is not None:
+        close = sorted(exc.possibilities)  # type: ignore[attr-defined]
+        text = f"{option}: no such option" + (f"; did you mean {', '.join(close)}?" if close else "")
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "sagellm"
+    return f"{' '.join(text.split())} (see `{command} --help`)"
+
+
+def _given(argv: list[str], opts: list[str]) -> str | None:
+    """The value given on the command line for an option (`--x 1` or `--x=1`)."""
+    for i, arg in enumerate(argv):
+        if arg in opts and i + 1 < len(argv):
+            return argv[i + 1]
+        name, _, value = arg.partition("=")
+        if name in opts and _:
+            return value
+    return None
+
+
 def main() -> None:
     """Entry point: expected errors become one line on stderr and an exit code; --debug shows tracebacks."""
     debug = "--debug" in sys.argv
@@ -454,9 +508,10 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         sys.exit(ExitStatus.INTERRUPTED)
     except typer.TyperException as exc:  # usage errors (typer ships its own click)
-        show = getattr(exc, "show", None)
-        if show:
-            show()
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[attr-defined]
+        else:
+            print(f"sagellm: error: {_usage_line(exc, sys.argv)}", file=sys.stderr)
         sys.exit(ExitStatus.BAD_INPUT)
     except SagellmError as exc:
         if debug:

@@ -418,6 +418,51 @@ def test_bad_input_exits_2_with_one_line_and_deploys_nothing(
     assert not out.exists()
 
 
+def with_flag(args: list[str], flag: str, value: str) -> list[str]:
+    """Bench arguments with one option's value replaced (or added)."""
+    if flag in args:
+        args = list(args)
+        args[args.index(flag) + 1] = value
+        return args
+    return [*args, flag, value]
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--concurrency", "1,,2", ("--concurrency: '1,,2' has an empty level between commas; give levels ≥ 1 separated "
+                              "by commas, e.g. 1,2,4,8")),
+    ("--requests-per-level", "0", "--requests-per-level: 0 must be at least 1"),
+    ("--input-tokens", "0", "--input-tokens: 0 is out of range; give a number of tokens from 1 to 4294967295"),
+    ("--concurency", "1,2", "--concurency: no such option; did you mean --concurrency? (see `sagellm bench --help`)"),
+])
+def test_bad_flag_is_named_with_its_value_before_anything_is_written(
+        tmp_path: Path, flag: str, value: str, message: str) -> None:
+    out = tmp_path / "out"
+    ran = sagellm(*with_flag(bench_args(out), flag, value))
+    assert (ran.returncode, ran.stdout, assert_one_line_error(ran)) == (2, "", f"sagellm: error: {message}")
+    assert not out.exists()
+
+
+def test_out_folder_that_cannot_be_written_is_refused_up_front(tmp_path: Path) -> None:
+    blocker = tmp_path / "results"
+    blocker.write_text("a file where the results folder would go\n")
+    ran = sagellm(*bench_args(blocker / "run-1"))
+    assert (ran.returncode, ran.stdout) == (2, "")
+    assert assert_one_line_error(ran) == (f"sagellm: error: --out: {blocker} (in {blocker / 'run-1'}) is a file, "
+                                          "not a folder; choose a folder to write the results in")
+    assert blocker.read_text() == "a file where the results folder would go\n"
+
+
+def test_http_target_at_a_closed_port_fails_in_one_line_with_exit_3_and_writes_nothing(tmp_path: Path) -> None:
+    out, port = tmp_path / "out", free_port()
+    url = f"http://127.0.0.1:{port}"
+    ran = sagellm("bench", "--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE,
+                  "--target", "http", "--url", url, "--out", str(out))
+    assert (ran.returncode, ran.stdout) == (3, "")
+    assert assert_one_line_error(ran) == (f"sagellm: error: --url: {url}: nothing answers at 127.0.0.1:{port} "
+                                          "(Connection refused); start the server or fix the URL")
+    assert not out.exists()
+
+
 # ------------------------------------------------------------------------------ interrupted mid-sweep
 
 def interrupt(tmp_path: Path, sig: int, ready: str, *, concurrency: str,

@@ -68,3 +68,34 @@ def test_cdk_synth_with_an_unknown_profile_fails_with_one_line_naming_key_value_
     assert len(lines) == 1, result.stderr
     assert "profile" in lines[0] and "'fastest'" in lines[0] and "max-throughput" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_cdk_synth_with_a_profile_name_no_stack_name_can_hold_fails_with_one_line(tmp_path):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "cafe.yaml").write_text("name: café\nextends: max-throughput\n")
+    result = cdk_synth(tmp_path, "profile=café", "model=meta-llama/Llama-2-7b-hf", f"profiles_dir={profiles}")
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sagellm:")]
+    assert lines == [(f"sagellm: bad cdk context: {profiles / 'cafe.yaml'}:1: name: 'café' cannot be part of a "
+                     "CloudFormation stack name: use ASCII letters, digits and hyphens, at most 64 characters "
+                     "(e.g. 'cafe')")], result.stderr
+    assert "Traceback" not in result.stderr and "    at " not in result.stderr  # no Python or JS stack
+
+
+def test_app_with_bad_context_values_exits_2_with_one_line_per_key(tmp_path):
+    context = {"profile": "max-throughput", "model": "meta-llama/Llama-2-7b-hf", "input_tokens": "many",
+               "stack_name": "my stack", "bootstrapless": "yes", "instnace": "ml.g5.2xlarge"}
+    env = {**os.environ, "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path / "out"),
+           "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
+    result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=240, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [
+        "sagellm: bad cdk context: instnace: unknown context key; did you mean instance?",
+        "sagellm: bad cdk context: input_tokens: 'many' must be a whole number of tokens from 1 to 4294967295",
+        ("sagellm: bad cdk context: stack_name: 'my stack' is not a CloudFormation stack name: ASCII letters, digits "
+         "and hyphens, starting with a letter, at most 128 characters"),
+        "sagellm: bad cdk context: bootstrapless: 'yes' must be true or false",
+    ]

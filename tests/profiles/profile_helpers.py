@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
+import pytest
+
 from sagellm.catalog import find_instance, find_model
+from sagellm.cli import main
 from sagellm.planner import Shape, generation_of
 from sagellm.profiles import DeploymentPlan
 
@@ -16,3 +21,12 @@ def shape_of(plan: DeploymentPlan) -> Shape:
     m = plan.primary
     return Shape(find_model(m.model_id), find_instance(plan.instance_type), m.tp_degree,
                  quantization=m.quantization, generation=generation_of(plan.container))
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
+    """Run the `sagellm` entry point in-process (its own error handling included): exit code, stdout, stderr."""
+    monkeypatch.setattr(sys, "argv", ["sagellm", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err

@@ -248,8 +248,17 @@ def test_region_changes_the_image_region() -> None:
 def test_unknown_region_is_an_input_error() -> None:
     from sagellm.errors import InputError
 
-    with pytest.raises(InputError, match=r"^region: 'mars-north-1': .*\(use a SageMaker region such as us-east-1\)$"):
-        resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge", region="mars-north-1")
+    with pytest.raises(InputError, match=r"^region: 'xx-north-9': .*\(use a SageMaker region such as us-east-1\)$"):
+        resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge", region="xx-north-9")
+
+
+def test_malformed_region_is_refused_before_anything_is_designed() -> None:
+    from sagellm.errors import InputError
+
+    with pytest.raises(InputError) as exc:
+        resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge", region="us-east1")
+    assert exc.value.messages == [("region: 'us-east1' is not an AWS region name; use one such as us-east-1 or "
+                                  "eu-west-1")]
 
 
 def test_lmi_container_uses_djl_inference_image_and_option_names(write, team_dir) -> None:

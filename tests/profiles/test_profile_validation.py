@@ -205,7 +205,7 @@ def test_rejects_zero_admission_limit(write, team_dir: Path) -> None:
           max_concurrent_requests: 0
         """)
     assert messages("zero", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir) == [
-        f"{path}:4: serving.max_concurrent_requests: 0: expected a number ≥ 1 or 'auto'"
+        f"{path}:4: serving.max_concurrent_requests: 0: out of range; use a value ≥ 1 or auto"
     ]
 
 
@@ -280,8 +280,8 @@ def test_unknown_keys_are_reported_with_file_and_line(write, team_dir: Path) -> 
     with pytest.raises(InputError) as exc:
         load_profile("typo", all_sources(team_dir))
     assert sorted(exc.value.messages) == [
-        f"{path}:3: instance: unknown key (remove it or check its spelling)",
-        f"{path}:5: serving.max_concurent_requests: unknown key (remove it or check its spelling)",
+        f"{path}:3: instance: unknown key (did you mean instance_type?)",
+        f"{path}:5: serving.max_concurent_requests: unknown key (did you mean max_concurrent_requests?)",
     ]
 
 
@@ -296,7 +296,7 @@ def test_unknown_key_in_a_parent_profile_is_reported_at_the_parent_file(write, t
     write("child.yaml", "name: child\nextends: parent\n")
     with pytest.raises(InputError) as exc:
         load_profile("child", all_sources(team_dir))
-    assert exc.value.messages == [f"{parent}:5: autoscaling.target: unknown key (remove it or check its spelling)"]
+    assert exc.value.messages == [f"{parent}:5: autoscaling.target: unknown key (did you mean target_value?)"]
 
 
 def test_wrong_value_names_the_value_and_the_choices(write, team_dir: Path) -> None:
@@ -330,7 +330,7 @@ def test_wrong_type_for_an_auto_field_is_one_message_on_the_field(write, team_di
 def test_yaml_syntax_error_names_file_and_line(write, team_dir: Path) -> None:
     path = write("broken.yaml", "name: broken\nserving:\n  environment: {A: 1\n")
     with pytest.raises(InputError, match=rf"^{path}:\d+: not valid YAML: "):
-        all_sources(team_dir)
+        load_profile("broken", all_sources(team_dir))
 
 
 @pytest.mark.parametrize("key", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"])
@@ -377,7 +377,7 @@ def test_secret_reference_is_carried_into_the_plan_and_not_the_environment(write
 
 # ---------------------------------------------------------------- several errors at once
 
-def test_several_design_errors_of_one_profile_come_in_one_input_error(write, team_dir: Path) -> None:
+def test_several_profile_errors_come_in_one_input_error_before_the_model_is_looked_at(write, team_dir: Path) -> None:
     path = write("multi.yaml", """
         name: multi
         extends: max-throughput
@@ -388,12 +388,28 @@ def test_several_design_errors_of_one_profile_come_in_one_input_error(write, tea
           max_total_tokens: 1024
           max_batch_prefill_tokens: 512
         """)
-    assert messages("multi", LLAMA2_7B, profiles_dir=team_dir) == [
-        f"{path}:5: serving.tensor_parallel: 3 must divide the 4 accelerators of ml.g5.12xlarge (valid: 1, 2, 4)",
+    assert messages("multi", "no/such-model", profiles_dir=team_dir) == [
         (f"{path}:7: serving.max_total_tokens: 1024 must exceed max_input_tokens (1024); set it to at least 1025 "
          "(input + the longest generation)"),
         (f"{path}:8: serving.max_batch_prefill_tokens: 512 is below max_input_tokens (1024); a full prompt could "
          "never be prefilled — set it to at least 1024"),
+    ]
+
+
+def test_several_design_errors_of_one_profile_come_in_one_input_error(write, team_dir: Path) -> None:
+    path = write("multi.yaml", """
+        name: multi
+        extends: replicas
+        instance_type: ml.g5.12xlarge
+        serving:
+          tensor_parallel: 3
+        components:
+          copies: 8
+        """)
+    assert messages("multi", LLAMA2_7B, profiles_dir=team_dir) == [
+        f"{path}:5: serving.tensor_parallel: 3 must divide the 4 accelerators of ml.g5.12xlarge (valid: 1, 2, 4)",
+        (f"{path}:7: components.copies: 8 copies × 3 GPUs exceed the 4 accelerators of ml.g5.12xlarge "
+         "(at most 1 copies at TP 3)"),
     ]
 
 
@@ -414,6 +430,6 @@ def test_several_schema_errors_and_a_token_come_in_one_input_error(write, team_d
          "Manager and set hf_token_secret: <secret name or ARN>"),
         (f"{path}:5: serving.quantization: 'int3': Input should be 'none', 'gptq', 'awq', 'bitsandbytes', 'eetq' or "
          "'fp8'"),
-        f"{path}:4: serving.tensor_parall: unknown key (remove it or check its spelling)",
+        f"{path}:4: serving.tensor_parall: unknown key (did you mean tensor_parallel?)",
     ])
     assert str(exc.value) == "\n".join(exc.value.messages)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import signal
 import traceback
 from collections.abc import Iterator
@@ -18,14 +19,14 @@ from sagellm.bench import summary
 from sagellm.bench.load import LevelResult, StopRule, run_sweep
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.records import RecordLog, RequestRecord
-from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
+from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
 from sagellm.results import sweep
 from sagellm.results.gate import gate, read_gate
-from sagellm.results.report import write_report
+from sagellm.results.report import writable_folder_errors, write_report
 from sagellm.results.schema import (
     Failure,
     Level,
@@ -99,11 +100,11 @@ def _check(opts: BenchOptions) -> None:
     if opts.requests_per_level is not None and opts.duration_per_level_s is not None:
         errors.append("--requests-per-level/--duration-per-level: give one, not both")
     if opts.requests_per_level is not None and opts.requests_per_level < 1:
-        errors.append("--requests-per-level: must be at least 1")
-    if opts.duration_per_level_s is not None and opts.duration_per_level_s <= 0:
-        errors.append("--duration-per-level: must be positive")
+        errors.append(f"--requests-per-level: {opts.requests_per_level} must be at least 1")
+    if opts.duration_per_level_s is not None and not 0 < opts.duration_per_level_s < math.inf:
+        errors.append(f"--duration-per-level: {opts.duration_per_level_s:g} must be a positive number of seconds")
     if opts.warmup < 0:
-        errors.append("--warmup: must be 0 or more")
+        errors.append(f"--warmup: {opts.warmup} must be 0 or more")
     if opts.api not in ("auto", "tgi", "openai"):
         errors.append(f"--api: {opts.api!r} must be tgi, openai or auto")
     if opts.served_model and opts.target != "http":
@@ -112,21 +113,7 @@ def _check(opts: BenchOptions) -> None:
         errors.append("--profile/--model: required: the profile and the catalog model to deploy")
     if opts.target == "http" and bool(opts.profile) != bool(opts.model):
         errors.append("--profile/--model: give both to label and predict the run, or neither (no prediction)")
-    if opts.time_scale != 1.0 and opts.target != "local":
-        errors.append("--time-scale: only the local emulator can compress time")
-    if not 0 < opts.time_scale <= 1:
-        errors.append(f"--time-scale: {opts.time_scale} must be in (0, 1]")
-    if opts.keep and opts.target == "local":
-        errors.append("--keep: the local AWS lives only as long as the bench; use `sagellm emulate` for a "
-                      "lasting local endpoint")
-    if opts.requests_per_level is not None and opts.duration_per_level_s is not None:
-        errors.append("--requests-per-level/--duration-per-level: give one, not both")
-    if opts.requests_per_level is not None and opts.requests_per_level < 1:
-        errors.append("--requests-per-level: must be at least 1")
-    if opts.duration_per_level_s is not None and opts.duration_per_level_s <= 0:
-        errors.append("--duration-per-level: must be positive")
-    if opts.warmup < 0:
-        errors.append("--warmup: must be 0 or more")
+    errors.extend(writable_folder_errors(opts.out, "--out"))
     if errors:
         raise InputError(errors)
 
@@ -188,6 +175,8 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     watch = watch or Watch(say=say)
     say = watch.say
     _check(opts)
+    if opts.target == "http":
+        check_reachable(opts.url or "")  # a closed port is one line, before anything is planned or written
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
     # Without a catalog model (http target only) there is no plan: nothing to deploy or predict.
     design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 import warnings
@@ -183,6 +185,31 @@ class LocalTarget(_StackTarget):
         return Teardown(status="failed", detail="; ".join(problems), leftovers=left)
 
 
+def http_address(url: str) -> tuple[str, int]:
+    """Host and port of an http(s) server URL; an input error when the URL is not one."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port < 0:
+        raise InputError(f"--url: {url!r} must be an http(s) URL of a TGI or OpenAI-compatible server "
+                         "(e.g. http://localhost:8080)")
+    return parts.hostname, port
+
+
+def check_reachable(url: str, timeout_s: float = 5.0) -> None:
+    """Fail in one line when nothing answers at the server's address: before anything is planned or written."""
+    host, port = http_address(url)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise TargetError(f"--url: {url}: nothing answers at {host}:{port} ({reason}); start the server or fix "
+                          "the URL") from None
+
+
 def _get_json(url: str) -> tuple[int | None, object]:
     """GET a JSON document: (HTTP status, body), (status, None) if not JSON, (None, None) if unreachable."""
     try:
@@ -218,8 +245,7 @@ class HttpTarget:
     emulated = False
 
     def __init__(self, url: str, api: str, served_model: str | None = None, catalog_model: str | None = None):
-        if not url.startswith(("http://", "https://")):
-            raise InputError(f"--url: {url!r} must be an http(s) URL of a TGI or OpenAI-compatible server")
+        http_address(url)
         self.endpoint: str | None = url
         self.base = url.rstrip("/").removesuffix("/v1")
         self.api = api

@@ -26,14 +26,12 @@ from sagellm.constructs.scaling import (
 )
 from sagellm.errors import InputError
 from sagellm.profiles.plan import DeploymentPlan, pascal
+from sagellm.profiles.schema import TIMEOUT_RANGE_S, VOLUME_RANGE_GB  # SageMaker's accepted ranges
 
 # A Hugging Face access token: `hf_` then a long run of letters.
 HF_TOKEN_PATTERN = re.compile(r"hf_[A-Za-z]{20,}")
 TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
-# SageMaker's accepted ranges for the start-up guards and the storage volume.
-TIMEOUT_RANGE_S = (60, 3600)
-VOLUME_RANGE_GB = (1, 512)
 INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 
 

@@ -3,57 +3,115 @@
 from __future__ import annotations
 
 import difflib
+import types
+import typing
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from sagellm.errors import InputError
-from sagellm.profiles.schema import Profile
+from sagellm.profiles.schema import Architecture, Profile
 
 STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")
 SECRET_KEYS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+# A profile is a few dozen lines; a bigger file is the wrong file (and pure-Python YAML takes minutes on MBs).
+MAX_FILE_BYTES = 1 << 20
+MAX_VALUES = 100_000  # YAML aliases can expand a small file into billions of values
+# libyaml's composer is ~10× faster than the pure-Python one; the nodes (and line marks) are the same.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
 class Source:
-    """One profile file as read: its raw mapping and the line of every key."""
+    """One profile file as read: its raw mapping and the line of every key, or why it could not be read."""
 
     path: str
     data: dict[str, Any]
     lines: dict[tuple[str, ...], int]
+    problem: str | None = None  # raised only where this profile is needed: one bad file breaks nothing else
 
 
-def _walk(node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> Any:
-    """Turn a composed YAML node into Python values, recording each mapping key's line."""
-    if isinstance(node, yaml.MappingNode):
-        out = {}
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            lines[path + (key,)] = key_node.start_mark.line + 1
-            out[key] = _walk(value_node, path + (key,), lines)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_walk(v, path + (str(i),), lines) for i, v in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
+class _Walk:
+    """Turns a composed YAML node into Python values, recording each key's line and refusing duplicate keys."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.lines: dict[tuple[str, ...], int] = {}
+        self.count = 0
+        self.scalars = yaml.constructor.SafeConstructor()
+
+    def __call__(self, node: yaml.Node, at: tuple[str, ...]) -> Any:
+        self.count += 1
+        if self.count > MAX_VALUES:
+            raise InputError(f"{self.path}: more than {MAX_VALUES} values (YAML aliases expanding?); a profile "
+                             "is a few dozen lines — write the values out")
+        if isinstance(node, yaml.MappingNode):
+            out = {}
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                line = key_node.start_mark.line + 1
+                if key in out:
+                    dotted = ".".join((*at, key))
+                    raise InputError(f"{self.path}:{line}: {dotted}: duplicate key (first at line "
+                                     f"{self.lines[(*at, key)]}); keep one of them")
+                self.lines[(*at, key)] = line
+                out[key] = self(value_node, (*at, key))
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self(v, (*at, str(i))) for i, v in enumerate(node.value)]
+        return self.scalars.construct_object(node)
 
 
 def read_source(path: str, text: str) -> Source:
     """Parse one YAML document, keeping line numbers for error messages."""
+    walk = _Walk(path)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_LOADER)
+        data = walk(node, ()) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
-        raise InputError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    lines: dict[tuple[str, ...], int] = {}
-    data = _walk(node, (), lines) if node is not None else {}
+        problem, context = getattr(exc, "problem", None), getattr(exc, "context", None)
+        detail = f"{problem} ({context})" if problem and context else problem or str(exc)
+        raise InputError(f"{where}: not valid YAML: {detail}") from None
+    if node is None:
+        raise InputError(f"{path}: empty; a profile needs at least `name: <name>` and `extends: <profile>` "
+                         "(e.g. extends: max-throughput)")
     if not isinstance(data, dict):
-        raise InputError(f"{path}: a profile must be a YAML mapping (name: ..., serving: ...)")
-    return Source(path, data, lines)
+        raise InputError(f"{path}: a profile must be a YAML mapping (name: ..., serving: ...), not "
+                         f"{type(data).__name__} {_short(data)}")
+    return Source(path, data, walk.lines)
+
+
+def read_file(path: Path) -> Source:
+    """Read a YAML file: UTF-8 text under the size limit, not empty, no duplicate keys."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InputError(f"{path}: {size} bytes is over the {MAX_FILE_BYTES}-byte (1 MiB) limit for a profile "
+                             "file; a profile is a few dozen lines — is this the right file?")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror}); check the path and its permissions") from None
+    try:
+        if b"\0" in raw:
+            raise UnicodeDecodeError("utf-8", raw, raw.index(b"\0"), raw.index(b"\0") + 1, "NUL byte")
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); a profile "
+                         "is YAML saved as UTF-8 — is this the right file?") from None
+    return read_source(str(path), text)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def standard_sources() -> dict[str, Source]:
@@ -67,25 +125,65 @@ def standard_sources() -> dict[str, Source]:
 
 
 def team_sources(profiles_dir: Path | None) -> dict[str, Source]:
-    """A team's own profiles: every *.yaml / *.yml in the folder (default ./profiles if present)."""
+    """A team's own profiles: every *.yaml / *.yml in the folder (default ./profiles if present).
+
+    A file that cannot be read, or a name defined twice, becomes a Source carrying the problem: commands
+    that need that profile fail on it, the others run.
+    """
     folder = profiles_dir if profiles_dir is not None else Path("profiles")
     if profiles_dir is not None and not folder.is_dir():
         raise InputError(f"profiles_dir: {folder} is not a directory (give the folder holding your profile YAML)")
     if not folder.is_dir():
         return {}
-    out = {}
+    out: dict[str, Source] = {}
+    broken: list[tuple[Path, str]] = []
     for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
         if path.stem == "models":
             continue  # the folder's model catalog (architectures), not a profile
-        src = read_source(str(path), path.read_text())
-        name = src.data.get("name", path.stem)
-        out[str(name)] = src
+        try:
+            src = read_file(path)
+        except InputError as exc:
+            broken.append((path, str(exc)))
+            continue
+        name = str(src.data.get("name", path.stem))
+        first = out.get(name)
+        if first is not None and first.problem is not None:
+            continue  # already refused as defined twice
+        if first is not None:
+            src = Source(src.path, {}, {}, problem=duplicate_name(src, first, name))
+        out[name] = src
+    for path, problem in broken:
+        # The file's own name is the best guess of the profile it holds.
+        out[path.stem if path.stem not in out else str(path)] = Source(str(path), {}, {}, problem=problem)
     return out
+
+
+def duplicate_name(src: Source, first: Source, name: str) -> str:
+    """The error for a profile name defined in two files, naming both."""
+    return (f"{_line(src, ('name',))}: name: {name!r} is also defined in {_line(first, ('name',))}; rename one of "
+            "them (a profile name is defined once)")
 
 
 def all_sources(profiles_dir: Path | None = None) -> dict[str, Source]:
     """Standard profiles overlaid by the team's (a team file may redefine a standard name)."""
     return {**standard_sources(), **team_sources(profiles_dir)}
+
+
+def local_models(profiles_dir: Path | None) -> dict[str, Architecture]:
+    """Architectures a team keeps for models the catalog lacks: <profiles_dir>/models.yaml."""
+    path = (profiles_dir or Path("profiles")) / "models.yaml"
+    if not path.is_file():
+        return {}
+    src = read_file(path)
+    out, errors = {}, []
+    for model_id, entry in src.data.items():
+        try:
+            out[model_id] = Architecture.model_validate(entry)
+        except ValidationError as exc:
+            errors.extend(_schema_errors(exc, [src], root=Architecture, prefix=(model_id,)))
+    if errors:
+        raise InputError(errors)
+    return out
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -134,6 +232,8 @@ def _chain(name: str, sources: dict[str, Source]) -> list[Source]:
             hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(sorted(sources))}"
             where = f"{_line(chain[-1], ('extends',))}: extends" if chain else "profile"
             raise InputError(f"{where}: unknown profile {current!r}: {hint}")
+        if src.problem is not None:
+            raise InputError(src.problem)
         if src in chain:
             names = [str(s.data.get("name", "?")) for s in chain] + [current]
             raise InputError(f"{_line(chain[-1], ('extends',))}: extends: cycle {' → '.join(names)}; "
@@ -144,32 +244,89 @@ def _chain(name: str, sources: dict[str, Source]) -> list[Source]:
     return chain
 
 
-def _schema_errors(exc: ValidationError, chain: list[Source]) -> list[str]:
-    """One line per bad field: file:line, dotted path, the value, what is wrong."""
+class Where:
+    """Names where a value came from: the command-line option that set it, or the profile file and line."""
+
+    def __init__(self, name: str, sources: dict[str, Source], flags: dict[str, str] | None = None):
+        self.chain, self.flags = _chain(name, sources), flags or {}
+
+    def __call__(self, path: str) -> str:
+        if path in self.flags:
+            return self.flags[path]
+        keys = tuple(path.split("."))
+        owner = next((s for s in self.chain if _has_path(s.data, keys)), self.chain[0])
+        line = owner.lines.get(keys)
+        return f"{owner.path}:{line}: {path}" if line else f"{owner.path}: {path}"
+
+
+def _fields(root: type[BaseModel], loc: tuple[str, ...]) -> list[str]:
+    """The field names a schema allows at a location (for near-miss suggestions)."""
+    model: type[BaseModel] | None = root
+    for part in loc:
+        field = model.model_fields.get(part) if model is not None else None
+        if field is None:
+            if part.isdigit():
+                continue  # a list index: same model
+            return []
+        model = _model_in(field.annotation)
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside `X | None`, `tuple[X, ...]` and the like."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, tuple, list):
+        return next((m for a in typing.get_args(annotation) if (m := _model_in(a)) is not None), None)
+    return None
+
+
+_RANGE = {"greater_than_equal": "≥ {ge}", "greater_than": "> {gt}", "less_than_equal": "≤ {le}", "less_than": "< {lt}"}
+
+
+def _schema_errors(exc: ValidationError, chain: list[Source], root: type[BaseModel] = Profile,
+                   prefix: tuple[str, ...] = ()) -> list[str]:
+    """One line per bad field: file:line, dotted path, the value, what is wrong and the fix."""
     grouped: dict[tuple[str, ...], list[Any]] = {}
     for err in exc.errors():
-        loc = tuple(str(p) for p in err["loc"])
+        loc = (*prefix, *(str(p) for p in err["loc"]))
+        if err["type"] == "missing":
+            loc = (*loc[:-1], "")  # every missing field of one mapping goes in one line
         # pydantic appends union branch tags (`int`, `literal['auto']`) that are not keys of the file.
         while err["type"] != "missing" and len(loc) > 1 and not any(_has_path(s.data, loc) for s in chain):
             loc = loc[:-1]
         grouped.setdefault(loc, []).append(err)
     lines = []
     for loc, errs in grouped.items():
-        owner = next((s for s in chain if _has_path(s.data, loc)), chain[0])
         err = errs[0]
-        dotted = ".".join(loc)
-        if err["type"] == "extra_forbidden":
-            lines.append(f"{_line(owner, loc)}: {dotted}: unknown key (remove it or check its spelling)")
-            continue
         if err["type"] == "missing":
-            lines.append(f"{_line(owner, loc)}: {dotted}: required (add it)")
+            loc = loc[:-1]
+            owner = next((s for s in chain if _has_path(s.data, loc)), chain[0])
+            names = ", ".join(str(e["loc"][-1]) for e in errs)
+            lines.append(f"{_line(owner, loc)}: {'.'.join(loc) or 'profile'}: missing {names} (add "
+                         f"{'it' if len(errs) == 1 else 'them'})")
             continue
-        value = "" if isinstance(err["input"], dict) else f" {err['input']!r}:"
-        if any(e["type"] == "literal_error" and "'auto'" in e["msg"] for e in errs) and len(errs) > 1:
-            msg = "expected a number ≥ 1 or 'auto'"
+        owner = next((s for s in chain if _has_path(s.data, loc)), chain[0])
+        dotted = ".".join(loc)
+        place = f"{_line(owner, loc)}: {dotted}"
+        if err["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(loc[-1], _fields(root, loc[len(prefix):-1]), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else "remove it or check its spelling"
+            lines.append(f"{place}: unknown key ({hint})")
+            continue
+        value = "" if isinstance(err["input"], dict) else f" {_short(err['input'])}:"
+        auto = any(e["type"] == "literal_error" and "'auto'" in e["msg"] for e in errs) and len(errs) > 1
+        bound = next((e for e in errs if e["type"] in _RANGE), None)
+        if bound is not None:
+            need = _RANGE[bound["type"]].format(**bound["ctx"])
+            msg = f"out of range; use a value {need}{' or auto' if auto else ''}"
+        elif auto:
+            msg = "expected a whole number ≥ 1 or 'auto'"
+        elif err["type"] == "string_type" and isinstance(err["input"], int | float | bool):
+            msg = f"{err['msg']}; quote it: \"{err['input']}\""
         else:
             msg = "; ".join(dict.fromkeys(e["msg"] for e in errs))
-        lines.append(f"{_line(owner, loc)}: {dotted}:{value} {msg}")
+        lines.append(f"{place}:{value} {msg}")
     return lines
 
 
@@ -195,8 +352,8 @@ def _has_path(data: Any, loc: tuple[Any, ...]) -> bool:
     for part in loc:
         if isinstance(data, dict) and str(part) in data:
             data = data[str(part)]
-        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
-            data = data[part]
+        elif isinstance(data, list) and str(part).isdigit() and int(part) < len(data):
+            data = data[int(part)]
         else:
             return False
     return True

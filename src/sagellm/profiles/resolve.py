@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-
-import yaml
-from pydantic import ValidationError
 
 from sagellm import __version__
 from sagellm.catalog import Instance, Model, find_instance, find_model, instances
@@ -17,9 +13,10 @@ from sagellm.catalog import models as catalog_models
 from sagellm.errors import InputError
 from sagellm.planner import Calibration, Payload, Shape, generation_of, max_concurrency_in_timeout, predict
 from sagellm.profiles.calibration import load_calibration
-from sagellm.profiles.loader import Source, all_sources, load_profile
+from sagellm.profiles.loader import Source, Where, all_sources, load_profile, local_models
 from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment, ScalingPlan
 from sagellm.profiles.schema import Architecture, Profile
+from sagellm.profiles.validate import cap_errors, profile_errors, region_errors, with_values
 
 # Instance families that come with local NVMe storage: SageMaker refuses VolumeSizeInGB on them.
 NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.", "ml.p5en.")
@@ -72,45 +69,8 @@ class Design:
         )
 
 
-class _Where:
-    """Names where a value came from: the CLI flag that set it, or the profile file and line."""
-
-    def __init__(self, name: str, sources: dict[str, Source], flags: dict[str, str]):
-        self.name, self.sources, self.flags = name, sources, flags
-
-    def __call__(self, path: str) -> str:
-        if path in self.flags:
-            return self.flags[path]
-        keys = tuple(path.split("."))
-        current: str | None = self.name
-        while current is not None and current in self.sources:
-            src = self.sources[current]
-            node = src.data
-            if all(isinstance(node, dict) and (node := node.get(k, _MISSING)) is not _MISSING for k in keys):
-                return f"{src.path}:{src.lines.get(keys, '?')}: {path}"
-            parent = src.data.get("extends")
-            current = str(parent) if parent is not None else None
-        first = self.sources.get(self.name)
-        return f"{first.path if first else self.name}: {path}"
-
-
-_MISSING = object()
-
-
 def _slug(model: Model) -> str:
     return model.alias or model.hf_id.split("/")[-1].lower()
-
-
-def _local_models(profiles_dir: Path | None) -> dict[str, Architecture]:
-    """Architectures a team keeps for models the catalog lacks: <profiles_dir>/models.yaml."""
-    path = (profiles_dir or Path("profiles")) / "models.yaml"
-    if not path.is_file():
-        return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    try:
-        return {str(k): Architecture.model_validate(v) for k, v in data.items()}
-    except (ValidationError, AttributeError, TypeError) as exc:  # a bad entry, or not a mapping
-        raise InputError(f"{path}: not a valid model catalog ({str(exc).splitlines()[0]})") from None
 
 
 def _model(model_id: str, arch: Architecture | None, local: dict[str, Architecture], where: str) -> Model:
@@ -189,10 +149,15 @@ def design(
     # Values given on the command line (or as CDK context) are named by their option, not a profile line.
     given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
              "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count)}
-    where = _Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
+    where = Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
+    # The one validation path first (what `profiles validate` runs), on the profile as overridden.
+    problems = region_errors(region) + profile_errors(
+        with_values(profile, {path: value for path, (_, value) in given.items() if value is not None}), where)
+    if problems:
+        raise InputError(problems)
     errors: list[str] = []
     payload = payload or Payload(profile.payload.input_tokens, profile.payload.output_tokens)
-    local = _local_models(profiles_dir)
+    local = local_models(profiles_dir)
     model = _model(model_id, profile.architecture, local, "model")
     s = profile.serving
     quant = s.quantization
@@ -216,8 +181,6 @@ def design(
         extras.append(_caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload,
                             profile, where, errors, prefix=f"components.extra_models[{i}]"))
         used += extra.tensor_parallel * extra.copies
-    if extras and not ic:
-        errors.append(f"{where('components.extra_models')}: extra models need endpoint_kind: inference-component")
 
     # TP degree: pinned, or the planner's choice.
     tp_pin = tensor_parallel if tensor_parallel is not None else _pinned(s.tensor_parallel)
@@ -238,9 +201,6 @@ def design(
 
     copies_pin = copies if copies is not None else _pinned(profile.components.copies)
     n_copies = copies_pin or (max(1, (gpus - used) // tp) if ic else 1)
-    if not ic and copies_pin not in (None, 1):
-        errors.append(f"{where('components.copies')}: {copies_pin} copies need endpoint_kind: inference-component "
-                      "(use the replicas profile)")
     if ic and n_copies * tp + used > gpus:
         errors.append(f"{where('components.copies')}: {n_copies} copies × {tp} GPUs"
                       f"{f' + {used} GPUs of extra models' if used else ''} exceed the {gpus} accelerators of "
@@ -257,7 +217,7 @@ def design(
 
     scaling = None
     if profile.autoscaling is not None:
-        scaling = _scaling(profile, main, inst, count, payload, region, ic, where, errors, shape)
+        scaling = _scaling(profile, main, inst, payload, region, ic, shape)
     if errors:
         raise InputError(errors)
     return Design(profile, inst, count, payload, copies_all, scaling, region, generation=gen,
@@ -267,29 +227,6 @@ def design(
 def _pinned(value: Any) -> Any:
     """A profile value, or None where it is `auto`."""
     return None if value == "auto" else value
-
-
-def cap_errors(max_input: int, max_total: int, prefill: int, where: Callable[[str], str]) -> list[str]:
-    """Token caps that contradict each other, whatever the model (resolve and `profiles validate`)."""
-    errors = []
-    if max_total <= max_input:
-        errors.append(f"{where('max_total_tokens')}: {max_total} must exceed max_input_tokens ({max_input}); "
-                      f"set it to at least {max_input + 1} (input + the longest generation)")
-    if prefill < max_input:
-        errors.append(f"{where('max_batch_prefill_tokens')}: {prefill} is below max_input_tokens ({max_input}); "
-                      f"a full prompt could never be prefilled — set it to at least {max_input}")
-    return errors
-
-
-def static_errors(profile: Profile, sources: dict[str, Source]) -> list[str]:
-    """What can be checked without a model: pinned token caps against each other."""
-    s = profile.serving
-    max_input, max_total = s.max_input_tokens, s.max_total_tokens
-    if max_input == "auto" or max_total == "auto":
-        return []
-    prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else max_input
-    where = _Where(profile.name, sources, {})
-    return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"))
 
 
 def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus: int, valid: list[int],
@@ -327,7 +264,7 @@ def _misfit(model: Model, inst: Instance, tp: int, quant: str, shape: Shape, pay
 
 
 def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payload: Payload, profile: Profile,
-          where: _Where, errors: list[str], prefix: str) -> Copy:
+          where: Where, errors: list[str], prefix: str) -> Copy:
     """Resolve TGI's token and admission limits for one model; validate them against each other."""
     s = profile.serving
     main = prefix == "serving"
@@ -363,17 +300,10 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     return Copy(model, tp, n_copies, quant, max_input, max_total, prefill, batch_total, concurrent)
 
 
-def _scaling(profile: Profile, main: Copy, inst: Instance, count: int, payload: Payload, region: str, ic: bool,
-             where: _Where, errors: list[str], planned: Shape) -> ScalingPlan:
+def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, region: str, ic: bool,
+             planned: Shape) -> ScalingPlan:
     a = profile.autoscaling
     assert a is not None
-    if a.min_capacity < 1 or a.max_capacity < a.min_capacity:
-        errors.append(f"{where('autoscaling.max_capacity')}: {a.max_capacity} must be at least min_capacity "
-                      f"({a.min_capacity}), and min_capacity at least 1")
-    initial = main.copies if ic else count
-    if not ic and not a.min_capacity <= initial <= a.max_capacity:
-        errors.append(f"{where('initial_instance_count')}: {initial} must lie within autoscaling "
-                      f"min_capacity..max_capacity ({a.min_capacity}..{a.max_capacity})")
     target = a.target_value
     if target == "auto":
         shape = replace(planned, copies=1 if ic else main.copies, instance_count=1,

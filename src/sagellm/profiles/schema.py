@@ -6,8 +6,22 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# Bounds the services accept: a value outside them would fail only after a paid deploy (or at the
+# container's start). Sources: botocore's SageMaker and Application Auto Scaling service models
+# (botocore/data/*/service-2.json) and TGI's launcher (launcher/src/main.rs, v3.3).
+INT32_MAX = 2**31 - 1  # AWS API `Integer` members (instance counts, CopyCount, capacities, cooldowns) are 32-bit
+U32_MAX = 2**32 - 1  # TGI parses MAX_BATCH_PREFILL/TOTAL_TOKENS as u32 and compares the token caps with them as u32
+TGI_MAX_CONCURRENT = 2**61 - 1  # TGI's router: tokio Semaphore::new(MAX_CONCURRENT_REQUESTS) panics above usize::MAX >> 3
+TIMEOUT_RANGE_S = (60, 3600)  # ProductionVariant ContainerStartupHealthCheck/ModelDataDownload TimeoutInSeconds
+VOLUME_RANGE_GB = (1, 512)  # ProductionVariantVolumeSizeInGB
+TARGET_VALUE_MAX = 2.0**360  # TargetTrackingScalingPolicyConfiguration.TargetValue: at most 2^360
+
 Auto = Literal["auto"]
-Count = Annotated[int, Field(ge=1)]  # GPUs, copies, tokens, requests: 0 is never meaningful
+Count = Annotated[int, Field(ge=1, le=INT32_MAX)]  # GPUs, copies, instances: 0 is never meaningful
+Tokens = Annotated[int, Field(ge=1, le=U32_MAX)]
+Seconds = Annotated[int, Field(ge=TIMEOUT_RANGE_S[0], le=TIMEOUT_RANGE_S[1])]
+Cooldown = Annotated[int, Field(ge=0, le=INT32_MAX)]  # a duration is never negative
+Billions = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # parameters, in billions
 Quantization = Literal["none", "gptq", "awq", "bitsandbytes", "eetq", "fp8"]
 
 
@@ -21,13 +35,13 @@ class Serving(_Strict):
     tensor_parallel: Count | Auto = Field("auto", description="GPUs per model copy (SM_NUM_GPUS); auto = all for "
                                         "instance endpoints, the planner's best for inference components")
     quantization: Quantization = "none"
-    max_input_tokens: Count | Auto = Field("auto", description="MAX_INPUT_TOKENS; auto = payload input tokens")
-    max_total_tokens: Count | Auto = Field("auto", description="MAX_TOTAL_TOKENS; auto = input + output tokens")
-    max_batch_prefill_tokens: Count | Auto = Field("auto", description="MAX_BATCH_PREFILL_TOKENS; auto = "
+    max_input_tokens: Tokens | Auto = Field("auto", description="MAX_INPUT_TOKENS; auto = payload input tokens")
+    max_total_tokens: Tokens | Auto = Field("auto", description="MAX_TOTAL_TOKENS; auto = input + output tokens")
+    max_batch_prefill_tokens: Tokens | Auto = Field("auto", description="MAX_BATCH_PREFILL_TOKENS; auto = "
                                                  "max(max_input_tokens, 4096) within the batch budget")
-    max_batch_total_tokens: Count | Auto = Field("auto", description="MAX_BATCH_TOTAL_TOKENS; auto = KV-cache "
+    max_batch_total_tokens: Tokens | Auto = Field("auto", description="MAX_BATCH_TOTAL_TOKENS; auto = KV-cache "
                                                "budget from free accelerator memory")
-    max_concurrent_requests: Count | Auto = Field("auto", description="MAX_CONCURRENT_REQUESTS per copy; auto = "
+    max_concurrent_requests: Annotated[int, Field(ge=1, le=TGI_MAX_CONCURRENT)] | Auto = Field("auto", description="MAX_CONCURRENT_REQUESTS per copy; auto = "
                                                 "largest power of two whose requests finish inside 60 s")
     environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment "
                                         "(never tokens: use hf_token_secret)")
@@ -46,8 +60,10 @@ class Components(_Strict):
     """Inference-component sizing (endpoint_kind: inference-component)."""
 
     copies: Count | Auto = Field("auto", description="copies of the main model; auto = GPUs left ÷ TP per copy")
-    cpu_cores_per_copy: Annotated[float, Field(gt=0)] | Auto = "auto"
-    memory_mib_per_copy: Count | Auto = "auto"
+    cpu_cores_per_copy: Annotated[float, Field(ge=0.25, le=INT32_MAX, allow_inf_nan=False)] | Auto = Field(
+        "auto", description="NumberOfCpuCoresRequired (at least 0.25); auto = a share of the instance's vCPUs")
+    memory_mib_per_copy: Annotated[int, Field(ge=128, le=INT32_MAX)] | Auto = Field(
+        "auto", description="MinMemoryRequiredInMb (at least 128); auto = a share of the host memory")
     extra_models: tuple[ExtraModel, ...] = ()
 
 
@@ -56,33 +72,33 @@ class Autoscaling(_Strict):
 
     min_capacity: Count = 1
     max_capacity: Count = 4
-    target_value: float | Auto = Field("auto", description="invocations per instance per minute (instance "
+    target_value: Annotated[float, Field(gt=0, le=TARGET_VALUE_MAX, allow_inf_nan=False)] | Auto = Field("auto", description="invocations per instance per minute (instance "
                                        "endpoints) or concurrent requests per copy (inference components); "
                                        "auto = the planner's knee")
-    scale_in_cooldown_s: int = 300
-    scale_out_cooldown_s: int = 60
+    scale_in_cooldown_s: Cooldown = 300
+    scale_out_cooldown_s: Cooldown = 60
 
 
 class PayloadSpec(_Strict):
     """The expected (largest) request the profile is sized for."""
 
-    input_tokens: int = Field(256, gt=0)
-    output_tokens: int = Field(256, gt=0)
+    input_tokens: Tokens = 256
+    output_tokens: Tokens = 256
 
 
 class Architecture(_Strict):
     """Facts for a model the catalog does not know (from its config.json)."""
 
-    params_b: float
-    n_layers: int
-    hidden_size: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    max_context: int
-    active_params_b: float | None = None
-    n_experts: int = 1
-    experts_per_token: int = 1
+    params_b: Billions
+    n_layers: Count
+    hidden_size: Count
+    n_heads: Count
+    n_kv_heads: Count
+    head_dim: Count
+    max_context: Tokens
+    active_params_b: Billions | None = None
+    n_experts: Count = 1
+    experts_per_token: Count = 1
     parallel_attention: bool = Field(False, description="attention and MLP side by side (Falcon): one "
                                      "all-reduce per layer under tensor parallelism")
 
@@ -98,14 +114,14 @@ class Profile(_Strict):
     instance_type: str | Auto = "auto"
     instance_selection: Literal["cheapest-per-hour", "cheapest-per-token"] = Field(
         "cheapest-per-hour", description="how instance_type: auto picks among types where the model fits")
-    initial_instance_count: int = Field(1, ge=1)
+    initial_instance_count: Count = 1
     endpoint_kind: Literal["instance", "inference-component"] = "instance"
     serving: Serving = Serving()
     components: Components = Components()
     autoscaling: Autoscaling | None = None
-    startup_health_check_timeout_s: Count | Auto = "auto"
-    model_data_download_timeout_s: Count | Auto = "auto"
-    volume_size_gb: Count | Auto = "auto"
+    startup_health_check_timeout_s: Seconds | Auto = "auto"
+    model_data_download_timeout_s: Seconds | Auto = "auto"
+    volume_size_gb: Annotated[int, Field(ge=VOLUME_RANGE_GB[0], le=VOLUME_RANGE_GB[1])] | Auto = "auto"
     payload: PayloadSpec = PayloadSpec()
     hf_token_secret: str | None = Field(None, description="Secrets Manager name or ARN holding the Hugging Face "
                                         "token (the token itself never goes in a profile)")

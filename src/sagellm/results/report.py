@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sagellm.results.junit import render_junit
@@ -187,3 +188,16 @@ def write_report(directory: Path, results: Results) -> list[Path]:
     plot_curve(results, png)
     csv.write_text(render_csv(results), encoding="utf-8")
     return [md, junit, png, csv]
+
+
+def writable_folder_errors(folder: Path, option: str) -> list[str]:
+    """Why a folder for results could not be created or written (empty when it can), checked before any work."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent  # the nearest part of the path that exists
+    if existing.exists() and not existing.is_dir():
+        what = f"{folder} is a file" if existing == folder else f"{existing} (in {folder}) is a file"
+        return [f"{option}: {what}, not a folder; choose a folder to write the results in"]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return [f"{option}: {folder}: cannot write in {existing} (permission denied); choose a writable folder"]
+    return []

@@ -1,0 +1,94 @@
+"""The CDK app's context keys, read and checked: one line per bad key, never a Python or JavaScript traceback."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sagellm.errors import InputError
+from sagellm.planner import Payload
+from sagellm.profiles.schema import U32_MAX
+
+KEYS = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens", "stack_name",
+        "bootstrapless")
+# CloudFormation CreateStack StackName: ASCII letters, digits and hyphens, starting with a letter, ≤ 128.
+STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
+STACK_NAME_MAX = 128
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """What `cdk synth -c key=value …` asked for."""
+
+    profile: str
+    model: str
+    instance: str | None
+    region: str
+    profiles_dir: Path | None
+    payload: Payload | None
+    stack_name: str
+    bootstrapless: bool
+
+
+def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppContext:
+    """Read and check every context key (`get` is `app.node.try_get_context`); all problems together."""
+    errors: list[str] = []
+
+    def text(key: str) -> str | None:
+        value = get(key)
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            errors.append(f"{key}: {value!r} must be text (-c {key}=<value>)")
+            return None
+        return value
+
+    for key in given:
+        close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.75)
+        if key not in KEYS and close:  # a typo here would silently deploy the profile's default instead
+            errors.append(f"{key}: unknown context key; did you mean {close[0]}?")
+    profile, model = text("profile"), text("model")
+    errors += [f"{key}: missing (cdk synth -c profile=<name> -c model=<Hugging Face id>; `sagellm profiles list` "
+               "names the profiles)" for key in ("profile", "model") if get(key) in (None, "")]
+    tokens = {key: _tokens(key, get(key), errors) for key in ("input_tokens", "output_tokens")}
+    payload = None
+    if any(v is not None for v in tokens.values()):
+        payload = Payload(tokens["input_tokens"] or 256, tokens["output_tokens"] or 256)
+    stack_name = text("stack_name")
+    if stack_name is not None and (not STACK_NAME.match(stack_name) or len(stack_name) > STACK_NAME_MAX):
+        errors.append(f"stack_name: {stack_name!r} is not a CloudFormation stack name: ASCII letters, digits and "
+                      f"hyphens, starting with a letter, at most {STACK_NAME_MAX} characters")
+    bootstrapless = get("bootstrapless")
+    if str(bootstrapless).lower() not in ("true", "false", "none"):
+        errors.append(f"bootstrapless: {bootstrapless!r} must be true or false")
+    instance, region, folder = text("instance"), text("region"), text("profiles_dir")
+    if errors:
+        raise InputError(errors)
+    assert profile is not None and model is not None
+    slug = re.sub(r"[^a-z0-9]+", "-", model.split("/")[-1].lower()).strip("-")
+    return AppContext(
+        profile=profile, model=model, instance=instance, region=region or "us-east-1",
+        profiles_dir=Path(folder) if folder else None, payload=payload,
+        stack_name=stack_name or f"sagellm-{profile}-{slug}"[:STACK_NAME_MAX].rstrip("-"),
+        bootstrapless=str(bootstrapless).lower() == "true",
+    )
+
+
+def _tokens(key: str, value: Any, errors: list[str]) -> int | None:
+    """A token count from context (text from `-c`, or a number from cdk.json)."""
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        tokens = int(value)
+    except (TypeError, ValueError):
+        tokens = 0
+    if not 1 <= tokens <= U32_MAX:
+        errors.append(f"{key}: {value!r} must be a whole number of tokens from 1 to {U32_MAX}")
+        return None
+    return tokens

@@ -1,0 +1,222 @@
+"""The one validation path: every check of a profile that needs no model.
+
+`profiles validate` runs `profile_errors()` on each profile as written; `design()` (show, plan, bench, emulate,
+cdk synth) runs the same function on the profile with its command-line overrides, before any model-dependent
+check. A new check is a function `(profile, where) -> list[str]` added to CHECKS.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+from sagellm.catalog import find_instance
+from sagellm.errors import InputError
+from sagellm.profiles.loader import Source, Where, load_profile
+from sagellm.profiles.schema import Profile
+
+Check = Callable[[Profile, Callable[[str], str]], list[str]]
+
+# A profile name becomes part of CloudFormation stack names (`sagellm-<profile>-<model>`, `sagellm-bench-<profile>-…`):
+# CreateStack's StackName holds only ASCII letters, digits and hyphens, at most 128 characters.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
+NAME_MAX = 64  # leaves room for the prefixes and the model in the stack name
+# AWS region names: us-east-1, eu-central-2, us-gov-west-1, cn-north-1, …
+REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
+# SageMaker ContainerDefinition.Environment: at most 100 variables; keys [a-zA-Z_][a-zA-Z0-9_]*, values ≤ 1024.
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_MAX, ENV_VALUE_MAX = 100, 1024
+# SageMaker allows 50 tags per resource; sagellm adds sagellm:profile, :model, :version (and :bench-run).
+TAGS_MAX = 50 - 4
+TAG_CHARS = set(" _.:/=+-@")
+
+# One server setting: its names in the container's environment, and the profile field that sets it (None: the
+# environment is its only place). TGI: launcher/src/main.rs (MAX_INPUT_LENGTH is the legacy name of
+# MAX_INPUT_TOKENS and the launcher refuses both at once) and sagemaker-entrypoint.sh (it copies HF_MODEL_ID,
+# SM_NUM_GPUS, HF_MODEL_QUANTIZE, HF_MODEL_REVISION, HF_MODEL_TRUST_REMOTE_CODE over MODEL_ID, NUM_SHARD,
+# QUANTIZE, REVISION, TRUST_REMOTE_CODE). LMI: djl-serving docs/lmi/lmi_environment_variable_instruction.md
+# (HF_MODEL_ID = OPTION_MODEL_ID, TENSOR_PARALLEL_DEGREE = OPTION_TENSOR_PARALLEL_DEGREE).
+MODEL = "the model you deploy (--model, -c model)"
+SETTINGS: dict[str, tuple[tuple[str, tuple[str, ...], str | None], ...]] = {
+    "tgi": (
+        ("model id", ("HF_MODEL_ID", "MODEL_ID"), MODEL),
+        ("shard count", ("SM_NUM_GPUS", "NUM_SHARD"), "serving.tensor_parallel"),
+        ("quantization", ("HF_MODEL_QUANTIZE", "QUANTIZE"), "serving.quantization"),
+        ("max input tokens", ("MAX_INPUT_TOKENS", "MAX_INPUT_LENGTH"), "serving.max_input_tokens"),
+        ("max total tokens", ("MAX_TOTAL_TOKENS",), "serving.max_total_tokens"),
+        ("prefill budget", ("MAX_BATCH_PREFILL_TOKENS",), "serving.max_batch_prefill_tokens"),
+        ("batch token budget", ("MAX_BATCH_TOTAL_TOKENS",), "serving.max_batch_total_tokens"),
+        ("admission limit", ("MAX_CONCURRENT_REQUESTS",), "serving.max_concurrent_requests"),
+        ("model revision", ("HF_MODEL_REVISION", "REVISION"), None),
+        ("remote code", ("HF_MODEL_TRUST_REMOTE_CODE", "TRUST_REMOTE_CODE"), None),
+    ),
+    "lmi": (
+        ("model id", ("HF_MODEL_ID", "OPTION_MODEL_ID"), MODEL),
+        ("tensor parallel degree", ("OPTION_TENSOR_PARALLEL_DEGREE", "TENSOR_PARALLEL_DEGREE"),
+         "serving.tensor_parallel"),
+        ("quantization", ("OPTION_QUANTIZE",), "serving.quantization"),
+        ("max model length", ("OPTION_MAX_MODEL_LEN",), "serving.max_total_tokens"),
+        ("rolling batch size", ("OPTION_MAX_ROLLING_BATCH_SIZE",), "serving.max_concurrent_requests"),
+        ("prefill budget", ("OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS",), "serving.max_batch_prefill_tokens"),
+        ("remote code", ("HF_TRUST_REMOTE_CODE", "OPTION_TRUST_REMOTE_CODE"), None),
+    ),
+}
+
+
+def _name(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """The name must fit in a CloudFormation stack name."""
+    name = profile.name
+    if NAME.match(name) and len(name) <= NAME_MAX:
+        return []
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    suggestion = re.sub(r"[^A-Za-z0-9]+", "-", ascii_name).strip("-")[:NAME_MAX] or "my-profile"
+    return [(f"{where('name')}: {name!r} cannot be part of a CloudFormation stack name: use ASCII letters, digits "
+            f"and hyphens, at most {NAME_MAX} characters (e.g. {suggestion!r})")]
+
+
+def _environment(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """SageMaker's limits, and one name per server setting: no alias beside it, none beside a profile field."""
+    env = profile.serving.environment
+    errors = []
+    for key, value in env.items():
+        if not ENV_KEY.match(key):
+            errors.append(f"{where(f'serving.environment.{key}')}: not a valid variable name (SageMaker takes "
+                          "letters, digits and underscores, not starting with a digit)")
+        elif len(value) > ENV_VALUE_MAX:
+            errors.append(f"{where(f'serving.environment.{key}')}: {len(value)} characters; SageMaker takes at "
+                          f"most {ENV_VALUE_MAX} per value")
+    for setting, names, field in SETTINGS.get(profile.container, ()):
+        given = [n for n in names if n in env]
+        if not given:
+            continue
+        place = f"{where(f'serving.environment.{given[0]}')}: {env[given[0]]!r}"
+        place += "".join(f" (and {n}: {env[n]!r})" for n in given[1:])
+        if field is not None:
+            fix = f"remove {'it' if len(given) == 1 else 'them'}"
+            fix += "" if field == MODEL else f" and set {field}" + (f": {env[given[0]]}" if len(given) == 1 else "")
+            errors.append(f"{place}: the plan sets the server's {setting} from {field}; {fix}")
+        elif len({env[n] for n in given}) > 1:
+            errors.append(f"{place}: these disagree, and both set the server's {setting} (only one wins); "
+                          "keep one of them")
+    owned = sum(1 for _, _, field in SETTINGS.get(profile.container, ()) if field)
+    if len(env) + owned > ENV_MAX:
+        errors.append(f"{where('serving.environment')}: {len(env)} variables; SageMaker takes {ENV_MAX} per "
+                      f"container and the plan sets {owned}: keep at most {ENV_MAX - owned}")
+    return errors
+
+
+def _tags(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """SageMaker's tag limits (CreateEndpoint Tags: key 1–128, value ≤ 256, no aws: prefix)."""
+    errors = []
+    if len(profile.tags) > TAGS_MAX:
+        errors.append(f"{where('tags')}: {len(profile.tags)} tags; SageMaker takes 50 per resource and sagellm adds "
+                      f"4: keep at most {TAGS_MAX}")
+    for key, value in profile.tags.items():
+        if key.lower().startswith("aws:"):
+            errors.append(f"{where(f'tags.{key}')}: the aws: prefix is reserved for AWS; rename the key")
+        elif not 1 <= len(key) <= 128 or len(value) > 256 or any(
+                not (ch.isalnum() or ch in TAG_CHARS) for ch in key + value):
+            errors.append(f"{where(f'tags.{key}')}: {value!r} is not a valid tag: keys of 1–128 and values of up to "
+                          "256 letters, digits, spaces and _.:/=+-@")
+    return errors
+
+
+def cap_errors(max_input: int, max_total: int, prefill: int, where: Callable[[str], str]) -> list[str]:
+    """Token caps that contradict each other, whatever the model (also checked by design on resolved values)."""
+    errors = []
+    if max_total <= max_input:
+        errors.append(f"{where('max_total_tokens')}: {max_total} must exceed max_input_tokens ({max_input}); "
+                      f"set it to at least {max_input + 1} (input + the longest generation)")
+    if prefill < max_input:
+        errors.append(f"{where('max_batch_prefill_tokens')}: {prefill} is below max_input_tokens ({max_input}); "
+                      f"a full prompt could never be prefilled — set it to at least {max_input}")
+    return errors
+
+
+def _token_caps(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """Pinned token caps against each other."""
+    s = profile.serving
+    max_input, max_total = s.max_input_tokens, s.max_total_tokens
+    if max_input == "auto" or max_total == "auto":
+        return []
+    prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else max_input
+    return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"))
+
+
+def _instance_type(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """A pinned instance type the catalog knows (with near names when not)."""
+    if profile.instance_type == "auto":
+        return []
+    try:
+        find_instance(profile.instance_type, where("instance_type"))
+    except InputError as exc:
+        return exc.messages
+    return []
+
+
+def _endpoint_kind(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """Several copies and extra models exist only on inference-component endpoints."""
+    if profile.endpoint_kind == "inference-component":
+        return []
+    errors = []
+    if profile.components.extra_models:
+        errors.append(f"{where('components.extra_models')}: extra models need endpoint_kind: inference-component")
+    if profile.components.copies not in ("auto", 1):
+        errors.append(f"{where('components.copies')}: {profile.components.copies} copies need endpoint_kind: "
+                      "inference-component (use the replicas profile)")
+    return errors
+
+
+def _autoscaling(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """Capacity bounds in order, and an instance endpoint's initial count inside them."""
+    a = profile.autoscaling
+    if a is None:
+        return []
+    errors = []
+    if a.max_capacity < a.min_capacity:
+        errors.append(f"{where('autoscaling.max_capacity')}: {a.max_capacity} must be at least min_capacity "
+                      f"({a.min_capacity})")
+    count = profile.initial_instance_count
+    if profile.endpoint_kind == "instance" and not a.min_capacity <= count <= a.max_capacity:
+        errors.append(f"{where('initial_instance_count')}: {count} must lie within autoscaling "
+                      f"min_capacity..max_capacity ({a.min_capacity}..{a.max_capacity})")
+    return errors
+
+
+# Issue owners add their checks here (e.g. a token-shaped secret, a payload that must fit under the caps).
+CHECKS: tuple[Check, ...] = (_name, _environment, _tags, _token_caps, _instance_type, _endpoint_kind, _autoscaling)
+
+
+def profile_errors(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """Every model-free check of a loaded profile, all errors together."""
+    return [error for check in CHECKS for error in check(profile, where)]
+
+
+def region_errors(region: str) -> list[str]:
+    """A region name that cannot be one (an unknown but well-formed one fails at the image lookup)."""
+    if REGION.match(region):
+        return []
+    return [f"region: {region!r} is not an AWS region name; use one such as us-east-1 or eu-west-1"]
+
+
+def validate_profile(name: str, sources: dict[str, Source]) -> list[str]:
+    """`profiles validate` for one profile: read, merge `extends`, schema, then every check."""
+    try:
+        return profile_errors(load_profile(name, sources), Where(name, sources))
+    except InputError as exc:
+        return exc.messages
+
+
+def with_values(profile: Profile, values: dict[str, Any]) -> Profile:
+    """The profile with command-line values (dotted path → value) in place of its own."""
+    updates: dict[str, Any] = {}
+    for path, value in values.items():
+        section, _, field = path.rpartition(".")
+        if section:
+            updates.setdefault(section, {})[field] = value
+        else:
+            updates[field] = value
+    nested = {k: getattr(profile, k).model_copy(update=v) for k, v in updates.items() if isinstance(v, dict)}
+    return profile.model_copy(update={**{k: v for k, v in updates.items() if not isinstance(v, dict)}, **nested})
