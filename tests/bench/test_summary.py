@@ -33,6 +33,7 @@ def test_ms_per_token_is_e2e_over_output_tokens_of_each_ok_request() -> None:
     s = summarize(records, window_start_s=0, window_end_s=10)
     assert s.latency_ms_per_token.p50 == pytest.approx(20.0)  # 10, 20, 30 ms/token
     assert s.latency_ms_per_token.mean == pytest.approx(20.0)
+    assert s.latency_ms_per_token.p95 == pytest.approx(29.0)
     assert s.latency_ms_per_token.p99 == pytest.approx(29.8)
     assert s.e2e_s.p50 == pytest.approx(2.0)
 

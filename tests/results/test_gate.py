@@ -93,7 +93,7 @@ def test_reports_an_unknown_metric_with_close_matches(tmp_path: Path) -> None:
     path = write(tmp_path, "rules: [{metric: latency_ms_per_tokn.p90, where: 16, max: 80}]")
     assert problems(path) == [("rules[0].metric: 'latency_ms_per_tokn.p90' is not a known metric "
                               "(did you mean latency_ms_per_token.p90 or latency_ms_per_token.p99 or "
-                              "latency_ms_per_token.p50?)")]
+                              "latency_ms_per_token.p95?)")]
 
 
 def test_reports_an_unknown_metric_without_close_matches_by_listing_the_known_ones(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def level(c: int, tput: float, p50: float, *, overloaded: int = 0) -> Level:
         concurrency=c, requests=100 + overloaded, ok=100, errors=errors,
         error_rate=overloaded / (100 + overloaded), retries=0, window_s=10, output_tokens=int(tput * 10),
         throughput_tokens_per_s=tput, requests_per_s=tput / 256,
-        latency_ms_per_token=Stats(p50=p50, p90=p50 * 1.2, p99=p50 * 1.5, mean=p50),
+        latency_ms_per_token=Stats(p50=p50, p90=p50 * 1.2, p95=p50 * 1.4, p99=p50 * 1.5, mean=p50),
         ttft_ms=Stats(p50=50, p90=60, p99=70, mean=55), itl_ms=Stats(p50=9, p90=10, p99=12, mean=9.5),
         e2e_s=Stats(p50=3, p90=4, p99=5, mean=3),
         predicted=Predicted(ms_per_token=p50 * 0.9, ttft_ms=45, itl_ms=8, e2e_s=2.8,
@@ -70,8 +70,8 @@ def test_markdown_has_the_run_header_every_level_with_predictions_and_the_picks(
     assert "target local (emulated, time scale 0.05)" in text
     for c in (1, 2, 4, 8, 16):
         assert f"### Concurrency {c}\n" in text
-    assert "| ms/token (e2e ÷ tokens) | 14.0 | 16.8 | 21.0 | 14.0 | 12.6 |" in text
-    assert "| throughput tokens/s | 300.0 | | | | 330.0 |" in text
+    assert "| ms/token (e2e ÷ tokens) | 14.0 | 16.8 | 19.6 | 21.0 | 14.0 | 12.6 |" in text
+    assert "| throughput tokens/s | 300.0 | | | | | 330.0 |" in text
     assert "- Knee: concurrency **4** — 300 tokens/s at 14.0 ms/token p50" in text
     assert "- Max throughput: concurrency **8** — 360 tokens/s at 25.0 ms/token p50" in text
     assert "- Best under SLO 20 ms/token: concurrency **4**" in text

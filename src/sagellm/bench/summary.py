@@ -21,12 +21,13 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def stats(values: Sequence[float]) -> Stats:
-    """p50, p90, p99 and mean of a sample."""
+    """p50, p90, p95, p99 and mean of a sample."""
     if not values:
         return Stats()
     return Stats(
         p50=percentile(values, 50),
         p90=percentile(values, 90),
+        p95=percentile(values, 95),
         p99=percentile(values, 99),
         mean=sum(values) / len(values),
     )

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from sagellm.errors import InputError
 from sagellm.results.schema import Gate, Level, Results, Violation
 
-_STATS = ("p50", "p90", "p99", "mean")
+_STATS = ("p50", "p90", "p95", "p99", "mean")
 # Metrics read from one level (a rule says which one with `where`).
 LEVEL_METRICS: tuple[str, ...] = (
     *(f"{m}.{s}" for m in ("latency_ms_per_token", "ttft_ms", "itl_ms", "e2e_s") for s in _STATS),

@@ -66,7 +66,8 @@ def _highlights(results: Results) -> list[str]:
 
 
 def _row(name: str, stats: Stats, predicted: float | None, digits: int = 1) -> str:
-    return (f"| {name} | {_n(stats.p50, digits)} | {_n(stats.p90, digits)} | {_n(stats.p99, digits)} | "
+    return (f"| {name} | {_n(stats.p50, digits)} | {_n(stats.p90, digits)} | {_n(stats.p95, digits)} | "
+            f"{_n(stats.p99, digits)} | "
             f"{_n(stats.mean, digits)} | {_n(predicted, digits)} |")
 
 
@@ -79,15 +80,15 @@ def _level(level: Level) -> list[str]:
         (f"{level.requests} requests · {level.ok} ok · errors: {errors} (rate {level.error_rate:.1%}) · "
         f"retries {level.retries} · window {level.window_s:.1f} s"),
         "",
-        "| metric | p50 | p90 | p99 | mean | predicted |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| metric | p50 | p90 | p95 | p99 | mean | predicted |",
+        "|---|---:|---:|---:|---:|---:|---:|",
         _row("ms/token (e2e ÷ tokens)", level.latency_ms_per_token, p.ms_per_token if p else None),
         _row("TTFT ms", level.ttft_ms, p.ttft_ms if p else None),
         _row("ITL ms", level.itl_ms, p.itl_ms if p else None),
         _row("e2e s", level.e2e_s, p.e2e_s if p else None, digits=2),
-        (f"| throughput tokens/s | {_n(level.throughput_tokens_per_s)} | | | | "
+        (f"| throughput tokens/s | {_n(level.throughput_tokens_per_s)} | | | | | "
         f"{_n(p.throughput_tokens_per_s if p else None)} |"),
-        f"| requests/s | {_n(level.requests_per_s, 2)} | | | | {_n(p.requests_per_s if p else None, 2)} |",
+        f"| requests/s | {_n(level.requests_per_s, 2)} | | | | | {_n(p.requests_per_s if p else None, 2)} |",
     ]
     if level.client_overhead_ms is not None:
         lines.append(_row("client overhead ms", level.client_overhead_ms, None, digits=2))

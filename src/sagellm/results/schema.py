@@ -29,6 +29,7 @@ class Stats(BaseModel):
 
     p50: float | None = None
     p90: float | None = None
+    p95: float | None = None
     p99: float | None = None
     mean: float | None = None
 
