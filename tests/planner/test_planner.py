@@ -88,3 +88,15 @@ def test_moe_reads_fewer_weight_bytes_at_batch_1_than_dense_of_the_same_size():
     assert moe_bytes < 0.3 * dense_bytes
     # A big batch touches every expert: MoE then reads (nearly) all its weights.
     assert StepModel(Shape(moe, inst, 2)).weight_bytes_read(256) == pytest.approx(dense_bytes, rel=0.01)
+
+
+def test_ttft_alone_is_the_prefill_and_with_others_decoding_one_step_more():
+    # The prefill pass yields the first token; a closed-loop request that finds others decoding waits for
+    # the step in flight (it arrives just after the step in which its predecessor finished began).
+    s = shape("llama2-7b", "ml.g5.2xlarge", 1)
+    steps = StepModel(s)
+    alone, pair = predict_point(s, P256, 1), predict_point(s, P256, 2)
+    assert alone.ttft_ms == pytest.approx(steps.prefill_s(256) * 1000)
+    assert alone.queue_wait_s == 0 and pair.queue_wait_s == 0
+    step = steps.decode_step_s(2, 2 * (256 + 128))  # two sequences holding 256 + 128 tokens on average
+    assert pair.ttft_ms == pytest.approx((steps.prefill_s(256) + step) * 1000)
