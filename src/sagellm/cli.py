@@ -44,6 +44,19 @@ def _payload(input_tokens: int | None, output_tokens: int | None):
     return Payload(input_tokens or 256, output_tokens or 256)
 
 
+def _rates(text: str | None) -> tuple[float, ...]:
+    if text is None:
+        return ()
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"--request-rate: {text!r} is not a comma-separated list of requests/s (e.g. 1,2,4)") \
+            from None
+    if not values or min(values) <= 0:
+        raise InputError(f"--request-rate: {text!r}: give at least one rate, each > 0 requests/s")
+    return values
+
+
 def _concurrency(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
@@ -206,18 +219,43 @@ def bench(
                                         "your AWS account (credentials from the environment) · http: an "
                                         "existing TGI/OpenAI-compatible server at --url")] = "local",
     url: Annotated[str | None, typer.Option("--url", help="server URL for --target http")] = None,
-    api: Annotated[str, typer.Option("--api", help="http target protocol: tgi, openai or auto "
-                                     "(openai when the URL has /v1)")] = "auto",
-    input_tokens: InputTokens = None,
-    output_tokens: OutputTokens = None,
-    concurrency: Annotated[str, typer.Option("--concurrency", help="levels, in order; escalation stops at "
-                                             ">5% errors or a timeout")] = "1,2,4,8,16,32,64,128,256,512",
+    api: Annotated[str, typer.Option("--api", help="tgi (generate), chat (TGI Messages API; "
+                                     "/v1/chat/completions on an http target), openai (completions, http "
+                                     "target) or auto (http: openai when the URL has /v1, else tgi)")] = "auto",
+    input_tokens: Annotated[str | None, typer.Option("--input-tokens", help="prompt tokens per request: 512, "
+                                                     "512:64 (mean:stddev) or 256-1024 (min-max); default: "
+                                                     "the profile's payload")] = None,
+    output_tokens: Annotated[str | None, typer.Option("--output-tokens", help="generated tokens per request, "
+                                                      "same forms")] = None,
+    shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, help="open every prompt with the "
+                                               "same N tokens (to measure prefix caching on purpose)")] = 0,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="prompts from a JSONL file "
+                                                 "({\"prompt\", \"output_tokens\"} per line) or ShareGPT "
+                                                 "JSON")] = None,
+    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", help="folder with the model's "
+                                                   "tokenizer.json: prompts in real tokens (default: one "
+                                                   "token per word)")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the prompts and arrivals (same seed, "
+                                      "same requests)")] = 0,
+    concurrency: Annotated[str | None, typer.Option("--concurrency", help="closed-loop levels, in order; "
+                                                    "escalation stops at >5% errors or a timeout "
+                                                    "[default: 1,2,4,…,512]")] = None,
+    request_rate: Annotated[str | None, typer.Option("--request-rate", help="open-loop levels instead, "
+                                                     "requests/s, e.g. 1,2,4,8")] = None,
+    arrivals: Annotated[str | None, typer.Option("--arrivals", help="open loop: constant or poisson "
+                                                 "[default: constant]")] = None,
+    max_in_flight: Annotated[int | None, typer.Option("--max-in-flight", help="open loop: requests in "
+                                                      "flight at most; later ones wait and are recorded "
+                                                      "late [default: 1024]")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="run each level N times; results give "
+                                         "the mean and spread")] = 1,
     requests_per_level: Annotated[int | None, typer.Option("--requests-per-level", min=1, help="measured "
-                                  "requests per level (default: 3 × concurrency, at least 8)")] = None,
+                                  "requests per level (default: 3 × concurrency, or 60 s of arrivals; at "
+                                  "least 8)")] = None,
     duration_per_level: Annotated[float | None, typer.Option("--duration-per-level", help="seconds per "
                                   "level instead of a request count")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="warm-up requests per worker per level, "
-                                        "excluded from the statistics")] = 1,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="warm-up requests per worker (open loop: "
+                                        "per level), excluded from the statistics")] = 1,
     thresholds: Annotated[Path | None, typer.Option("--thresholds", help="YAML rules to gate on "
                                                        "(see README)")] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", help="results.json of an earlier run to "
@@ -234,17 +272,26 @@ def bench(
     profiles_dir: ProfilesDir = None,
     json_out: Json = False,
 ) -> int:
-    """Deploy a profile, sweep concurrency closed-loop, report, gate, and always tear down.
+    """Deploy a profile, sweep concurrency (closed loop) or request rates (open loop), report, gate, and
+    always tear down.
 
     Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
     3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM).
     """
     from sagellm.bench.runner import BenchOptions, run_bench
+    from sagellm.bench.workload import WorkloadOptions
+    from sagellm.planner import DEFAULT_CONCURRENCY
     from sagellm.render import bench_progress, print_report
 
+    if concurrency is not None and request_rate is not None:
+        raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
+    rates = _rates(request_rate)
     opts = BenchOptions(
         profile=profile, model=model, instance=instance, target=target, url=url, api=api,
-        payload=_payload(input_tokens, output_tokens), concurrency=_concurrency(concurrency),
+        workload=WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, shared_prefix=shared_prefix,
+                                 dataset=dataset, tokenizer=tokenizer, seed=seed),
+        concurrency=() if rates else _concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
+        request_rate=rates, arrivals=arrivals, max_in_flight=max_in_flight, repeats=repeats,
         requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
         thresholds=thresholds, baseline=baseline, out=out, keep=keep, region=region, profiles_dir=profiles_dir,
         time_scale=time_scale, slo_ms_per_token=slo, command=" ".join(["sagellm", *sys.argv[1:]]),

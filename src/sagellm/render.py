@@ -84,21 +84,23 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
 
 @contextlib.contextmanager
 def bench_progress() -> Iterator[tuple[Callable[[Any], None], Callable[[str], None]]]:
-    """A live progress bar per concurrency level (on stderr, so --json stdout stays clean)."""
+    """A live progress bar per level and repeat (on stderr, so --json stdout stays clean)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True, highlight=False)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
                TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
-        tasks: dict[int, Any] = {}
+        tasks: dict[tuple[str, int], Any] = {}
 
         def on_progress(p: Any) -> None:
-            if p.concurrency not in tasks:
-                tasks[p.concurrency] = progress.add_task(f"concurrency {p.concurrency:>4}", total=p.planned,
-                                                         note="")
+            key = (p.load, p.repeat)
+            if key not in tasks:
+                name = f"rate {p.load:>6}" if p.request_rate is not None else f"concurrency {p.load:>4}"
+                tasks[key] = progress.add_task(name + (f" #{p.repeat + 1}" if p.repeat else ""), total=p.planned,
+                                               note="")
             note = f"{p.errors} errors" if p.errors else ""
-            progress.update(tasks[p.concurrency], completed=p.completed, total=p.planned, note=note)
+            progress.update(tasks[key], completed=p.completed, total=p.planned, note=note)
 
         def say(text: str) -> None:
             progress.console.print(text)

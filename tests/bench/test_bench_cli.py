@@ -136,9 +136,12 @@ def test_local_bench_exits_0_and_prints_the_results_json(happy: tuple[Ran, Path]
 def test_results_json_records_the_run_levels_predictions_teardown_and_gate(happy: tuple[Ran, Path]) -> None:
     results = results_of(happy[1])
 
-    assert results["schema_version"] == 1
+    assert results["schema_version"] == 2
     run = results["run"]
-    assert (run["target"], run["emulated"], run["time_scale"]) == ("local", True, 0.05)
+    assert (run["target"], run["emulated"], run["time_scale"], run["clock"]) == ("local", True, 0.05, "emulator")
+    assert run["workload"] == {"prompts": "unique", "api": "tgi", "input_tokens": "256", "output_tokens": "32",
+                               "shared_prefix_tokens": 0, "dataset": None, "dataset_entries": None,
+                               "token_counter": "words", "tokenizer": None, "seed": 0}
     assert (run["profile"], run["model"], run["instance_type"]) == ("max-throughput", MODEL, INSTANCE)
     assert (run["input_tokens"], run["output_tokens"], run["concurrency"]) == (256, 32, [1, 4])
     assert run["environment"]["MAX_CONCURRENT_REQUESTS"]
@@ -177,7 +180,10 @@ def test_requests_jsonl_has_one_line_per_request_including_warmups(happy: tuple[
     assert sum(r["warmup"] for r in records) == 1 + 4
     assert [r["concurrency"] for r in records] == [1] * 5 + [4] * 8  # levels in order
     assert all(r["ok"] and r["output_tokens"] == 32 and r["input_tokens"] == 256 for r in records)
-    assert all(r["ttft_s"] > 0 and len(r["itl_s"]) > 0 for r in records)
+    assert all(r["ttft_s"] > 0 and len(r["token_gaps_s"]) == 31 for r in records)
+    # Timed on the emulator's simulated clock; what the client saw is kept, in wall-clock seconds.
+    assert all(r["clock"] == "emulator" and r["client_e2e_s"] < r["e2e_s"] for r in records)
+    assert all(r["input_tokens_by"] == "server" for r in records)
 
 
 @pytest.mark.integration
@@ -327,6 +333,18 @@ def test_report_and_gate_without_results_json_exit_2_with_one_line(tmp_path: Pat
 
 # ---------------------------------------------------------------------------------------------- report
 
+def test_report_explains_a_results_file_of_an_older_schema_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text('{"schema_version": 1, "run": {}, "levels": []}')
+
+    ran = sagellm("report", str(tmp_path))
+
+    assert ran.returncode == 2
+    assert assert_one_line_error(ran) == (f"sagellm: error: {tmp_path / 'results.json'}: schema_version 1 is "
+                                          "written by an older sagellm, before per-request ITL, p95 and "
+                                          "request-rate levels; this sagellm reads version 2 (re-run the bench "
+                                          "to get one)")
+
+
 @pytest.mark.integration
 def test_report_rerenders_report_curve_and_junit_from_results_json(finished: Path) -> None:
     written = (finished / "report.md").read_text()
@@ -349,6 +367,12 @@ def test_report_rerenders_report_curve_and_junit_from_results_json(finished: Pat
     (["--target", "http"], "--url: required with --target http"),
     (["--keep"], "--keep: the local AWS lives only as long as the bench"),
     (["--time-scale", "2"], "--time-scale: 2.0 must be in (0, 1]"),
+    (["--request-rate", "1,2"], "--concurrency/--request-rate: give one, not both"),
+    (["--arrivals", "poisson"], "--arrivals/--max-in-flight: only with --request-rate"),
+    (["--api", "openai"], "--api openai: only with --target http"),
+    (["--input-tokens", "12-4"], "--input-tokens: '12-4' allows lengths below 1 or an empty range"),
+    (["--shared-prefix", "300"], "--shared-prefix: 300 tokens leave no unique part in prompts as short as 256"),
+    (["--dataset", "/no/such/prompts.jsonl"], "--dataset: /no/such/prompts.jsonl: cannot be read"),
 ])
 def test_bad_input_exits_2_with_one_line_and_deploys_nothing(
         tmp_path: Path, args: list[str], message: str) -> None:

@@ -25,7 +25,7 @@ from sagellm.aws import cdk_cli
 from sagellm.aws.local import LocalAws
 from sagellm.bench import runner
 from sagellm.bench.runner import BenchOptions, BenchOutcome, run_bench
-from sagellm.bench.transports import SageMakerTransport, TgiTransport
+from sagellm.bench.transports import HttpTransport, SageMakerTransport
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus
 from sagellm.planner import Payload
@@ -226,9 +226,9 @@ def test_prompts_over_max_input_tokens_count_as_validation_errors(tmp_path: Path
 def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=PAYLOAD)
-    send, calls, helpers = TgiTransport.send, [], []
+    send, calls, helpers = HttpTransport.send, [], []
 
-    async def send_with_a_helper_task(self: TgiTransport, *args: Any, **kwargs: Any) -> Any:
+    async def send_with_a_helper_task(self: HttpTransport, *args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 3:  # SIGTERM lands while a task nobody awaits runs, as aiohttp's write_bytes does
             async def helper() -> None:
@@ -238,7 +238,7 @@ def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
             helpers.append(asyncio.get_running_loop().create_task(helper()))
         return await send(self, *args, **kwargs)
 
-    monkeypatch.setattr(TgiTransport, "send", send_with_a_helper_task)
+    monkeypatch.setattr(HttpTransport, "send", send_with_a_helper_task)
     with EmulatorProcess(plan, time_scale=0.05) as emulator:
         outcome = run_bench(BenchOptions(
             profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, target="http",

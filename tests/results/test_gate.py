@@ -126,8 +126,10 @@ def test_reports_where_that_is_not_a_level(tmp_path: Path) -> None:
           - {metric: cost.usd_per_h, where: max, max: 2}
     """)
     assert problems(path) == [
-        "rules[0].where: 'p90' is not a measured level (use a concurrency level such as 16, knee or max)",
-        "rules[1].where: 0 is not a measured level (use a concurrency level such as 16, knee or max)",
+        ("rules[0].where: 'p90' is not a measured level (use a concurrency level such as 16, a request rate "
+         "such as 4/s, knee or max)"),
+        ("rules[1].where: 0 is not a measured level (use a concurrency level such as 16, a request rate such "
+         "as 4/s, knee or max)"),
         "rules[2].where: missing (add a concurrency level such as 16, knee or max)",
         "rules[3].where: cost.usd_per_h is taken at the max-throughput point (remove where)",
     ]
@@ -268,8 +270,8 @@ def test_baseline_without_a_common_level_is_a_violation() -> None:
     before = results([level(1, 100, 10)])
     [v] = evaluate(results(), Thresholds(baseline=Baseline(metrics=("throughput_tokens_per_s",))),
                    baseline=before)
-    assert v.message == ("baseline throughput_tokens_per_s: no concurrency level in common with the "
-                         "baseline run (run the same --concurrency levels)")
+    assert v.message == ("baseline throughput_tokens_per_s: no level in common with the baseline run (run "
+                         "the same --concurrency or --request-rate levels)")
 
 
 def test_gate_lists_every_rule_and_baseline_metric_and_passes_only_without_violations() -> None:
@@ -285,3 +287,14 @@ def test_gate_lists_every_rule_and_baseline_metric_and_passes_only_without_viola
 def test_a_rule_built_in_code_needs_a_limit() -> None:
     with pytest.raises(ValueError, match="a rule needs min or max"):
         Rule(metric="error_rate", where="max")
+
+
+def test_a_rule_names_a_rate_level_as_n_per_second(tmp_path: Path) -> None:
+    rate = level(16, 380, 50).model_copy(update={"concurrency": None, "request_rate": 4.0})
+    run = results([level(1, 100, 10), rate])
+    assert run.level("4/s") is rate and run.level(4) is None and run.level("16") is None
+    path = write(tmp_path, "rules: [{metric: latency_ms_per_token.p50, where: 4/s, max: 40}]")
+    [v] = evaluate(run, load_thresholds(path))
+    assert v.message == "latency_ms_per_token.p50@4/s: 50 > max 40"
+    [missing] = evaluate(run, Thresholds(rules=(Rule(metric="ttft_ms.p95", where="2.5/s", max=1),)))
+    assert missing.message == "ttft_ms.p95@2.5/s: level 2.5/s was not measured (stopped at 4/s: error rate 12% at 32)"

@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import sys
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sagellm import __version__
-from sagellm.bench import summary
-from sagellm.bench.load import LevelResult, StopRule, run_sweep
+from sagellm.bench.load import (
+    MAX_IN_FLIGHT,
+    LevelResult,
+    OpenLoop,
+    StopRule,
+    default_budget,
+    run_sweep,
+    sweep_problems,
+)
+from sagellm.bench.measured import levels_of, on_simulated_clock
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
+from sagellm.bench.transports import APIS
+from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
@@ -28,6 +37,8 @@ from sagellm.results.gate import gate, load_thresholds
 from sagellm.results.report import write_report
 from sagellm.results.schema import (
     Level,
+    LevelSummary,
+    Predicted,
     Results,
     Run,
     Teardown,
@@ -36,10 +47,6 @@ from sagellm.results.schema import (
     write_results,
 )
 from sagellm.results.sweep import make_results
-
-# Published sweeps send a few × concurrency requests per level (method.md §5).
-REQUESTS_PER_WORKER = 3
-MIN_REQUESTS_PER_LEVEL = 8
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,14 @@ class BenchOptions:
     instance: str | None = None
     target: str = "local"  # local | sagemaker | http
     url: str | None = None
-    api: str = "auto"  # http target: tgi | openai | auto
-    payload: Payload | None = None
-    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    api: str = "auto"  # tgi | openai (http target) | chat | auto (http: openai when the URL has /v1; else tgi)
+    payload: Payload | None = None  # fixed lengths; the workload's own lengths win where given
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY  # closed-loop levels ...
+    request_rate: tuple[float, ...] = ()  # ... or open-loop levels, requests/s (then concurrency is ())
+    arrivals: str | None = None  # open loop: constant (default) | poisson
+    max_in_flight: int | None = None  # open loop: default 1024
+    repeats: int = 1
     requests_per_level: int | None = None  # None: REQUESTS_PER_WORKER × concurrency (unless a duration)
     duration_per_level_s: float | None = None
     warmup: int = 1
@@ -101,6 +113,12 @@ def _check(opts: BenchOptions) -> None:
         errors.append("--duration-per-level: must be positive")
     if opts.warmup < 0:
         errors.append("--warmup: must be 0 or more")
+    if opts.api not in (*APIS, "auto"):
+        errors.append(f"--api: {opts.api!r} must be tgi, openai, chat or auto")
+    elif opts.api == "openai" and opts.target != "http":
+        errors.append("--api openai: only with --target http (SageMaker endpoints take tgi or chat)")
+    errors += sweep_problems(concurrency=opts.concurrency, request_rate=opts.request_rate,
+                             arrivals=opts.arrivals, max_in_flight=opts.max_in_flight, repeats=opts.repeats)
     if errors:
         raise InputError(errors)
 
@@ -108,23 +126,22 @@ def _check(opts: BenchOptions) -> None:
 def _target(opts: BenchOptions, plan: DeploymentPlan, out: Path) -> Target:
     if opts.target == "http":
         return HttpTarget(opts.url or "", opts.api, opts.model)
+    api = APIS["tgi" if opts.api == "auto" else opts.api]
     if opts.target == "sagemaker":
-        return SageMakerTarget(plan, opts.model, opts.profiles_dir, out)
-    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale)
+        return SageMakerTarget(plan, opts.model, opts.profiles_dir, out, api=api)
+    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale, api=api)
 
 
-def _rescale(record: RequestRecord, factor: float) -> RequestRecord:
-    """Times measured against a compressed emulator, back in simulated seconds."""
-    if factor == 1.0:
-        return record
+def _design(opts: BenchOptions) -> tuple[Design, Workload]:
+    """The plan's design and the workload; the workload's mean request sizes the plan."""
+    def design(payload: Payload | None) -> Design:
+        return design_for(opts.profile, opts.model, opts.instance, payload=payload, region=opts.region,
+                          profiles_dir=opts.profiles_dir)
 
-    def scale(value: float | None) -> float | None:
-        return None if value is None else value * factor
-
-    return dataclasses.replace(
-        record, start_s=record.start_s * factor, e2e_s=record.e2e_s * factor, ttft_s=scale(record.ttft_s),
-        itl_s=[gap * factor for gap in record.itl_s], server_ttft_s=scale(record.server_ttft_s),
-        server_e2e_s=scale(record.server_e2e_s))
+    first = design(opts.payload)
+    workload = Workload(opts.workload, first.payload)
+    payload = workload.payload()
+    return (first if payload == first.payload else design(payload)), workload
 
 
 @contextlib.contextmanager
@@ -161,8 +178,7 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     say = say or (lambda text: print(text, file=sys.stderr))
     _check(opts)
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
-    design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,
-                        profiles_dir=opts.profiles_dir)
+    design, workload = _design(opts)
     thresholds = load_thresholds(opts.thresholds) if opts.thresholds else None
     baseline_path = opts.baseline or (thresholds.baseline.results if thresholds and thresholds.baseline else None)
     baseline = load_results(Path(baseline_path)) if baseline_path else None
@@ -179,19 +195,18 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     error: str | None = None
     status = ExitStatus.OK
     teardown = Teardown(status="not-applicable")
-    factor = 1.0 / opts.time_scale
 
     def on_record(record: RequestRecord) -> None:
-        log.append(_rescale(record, factor))
+        log.append(on_simulated_clock(record, opts.time_scale, target.emulated))
 
-    lags: dict[int, float] = {}
+    lags: dict[str, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
 
     def on_level(level: LevelResult) -> None:
         levels.append(level)
         lag = loop_lag_ms()
         if lag is not None:
-            lags[level.concurrency] = lag
+            lags[level.load] = lag
 
     try:
         with _signals():
@@ -199,14 +214,13 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
                 say(f"deploying {plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
                     f"to the {target.kind} target…")
                 transport = target.deploy()
-                say(f"endpoint {target.endpoint} is in service; sweeping {list(opts.concurrency)}")
+                levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
+                say(f"endpoint {target.endpoint} is in service; sweeping {levels_text}")
                 asyncio.run(run_sweep(
-                    transport, concurrency=list(opts.concurrency),
+                    transport, workload=workload, concurrency=opts.concurrency, open_loop=_open_loop(opts),
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
-                    warmup=opts.warmup, input_tokens=design.payload.input_tokens,
-                    output_tokens=design.payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
-                    on_progress=progress, on_level=on_level,
-                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE)))
+                    warmup=opts.warmup, on_record=on_record, on_progress=progress, on_level=on_level,
+                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
             except KeyboardInterrupt:
@@ -232,7 +246,8 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
         status = ExitStatus.TARGET_FAILED
     slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
     with _shielded(say):  # a signal now would lose the results of a finished run
-        results = _results(opts, design, plan, target, levels, lags, teardown, started, status, error, factor, slo)
+        results = _results(opts, design, workload, plan, target, levels, lags, teardown, started, status, error,
+                           slo)
         if thresholds is not None:
             results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
         write_results(out / "results.json", results)
@@ -247,12 +262,18 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
 
 
 def _budget(opts: BenchOptions) -> Any:
-    """Measured requests per level: as given, or a few per worker (a function of the level's concurrency)."""
+    """Measured requests per level: as given, or the default for the level's load."""
     if opts.duration_per_level_s is not None:
         return None
-    if opts.requests_per_level is not None:
-        return opts.requests_per_level
-    return lambda c: max(MIN_REQUESTS_PER_LEVEL, REQUESTS_PER_WORKER * c)
+    return opts.requests_per_level or default_budget(open_loop=bool(opts.request_rate))
+
+
+def _open_loop(opts: BenchOptions) -> OpenLoop | None:
+    if not opts.request_rate:
+        return None
+    return OpenLoop(opts.request_rate, arrivals=opts.arrivals or "constant",  # type: ignore[arg-type]
+                    max_in_flight=opts.max_in_flight or MAX_IN_FLIGHT, seed=opts.workload.seed,
+                    time_scale=opts.time_scale)
 
 
 def _duration(opts: BenchOptions) -> float | None:
@@ -260,26 +281,19 @@ def _duration(opts: BenchOptions) -> float | None:
     return None if opts.duration_per_level_s is None else opts.duration_per_level_s * opts.time_scale
 
 
-def _prompt(tokens: int) -> str:
-    from sagellm.emulator import make_prompt
+def _results(opts: BenchOptions, design: Design, workload: Workload, plan: DeploymentPlan, target: Target,
+             levels: list[LevelResult], lags: dict[str, float], teardown: Teardown, started: datetime,
+             status: ExitStatus, error: str | None, slo: float | None) -> Results:
+    shape, loop = design.shape(), _open_loop(opts)
 
-    return make_prompt(tokens)
+    def predict(level: LevelSummary) -> Predicted | None:
+        # The planner predicts closed loops; an open-loop level has no prediction.
+        if level.concurrency is None:
+            return None
+        return predicted_from(predict_point(shape, design.payload, level.concurrency))
 
-
-def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: Target, levels: list[LevelResult],
-             lags: dict[int, float], teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
-             factor: float, slo: float | None) -> Results:
-    shape = design.shape()
-    measured = []
-    for lv in levels:
-        records = [_rescale(r, factor) for r in lv.records]
-        if not any(not r.warmup for r in records):
-            continue
-        s = summary.summarize(records, window_start_s=lv.window_start_s * factor,
-                              window_end_s=lv.window_end_s * factor)
-        point = predict_point(shape, design.payload, lv.concurrency)
-        measured.append(Level(**s.model_dump(), predicted=predicted_from(point),
-                              server_loop_lag_ms=lags.get(lv.concurrency)))
+    measured: list[Level] = levels_of(levels, time_scale=opts.time_scale, emulated=target.emulated,
+                                      predict=predict, lags=lags)
     stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
     if status == ExitStatus.INTERRUPTED:
         stopped = f"interrupted after {len(levels)} level(s)"
@@ -290,11 +304,13 @@ def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: T
         instance_count=plan.initial_instance_count, target=target.kind, emulated=target.emulated,  # type: ignore[arg-type]
         time_scale=opts.time_scale, region=plan.region, endpoint=target.endpoint,
         environment=plan.environment, input_tokens=design.payload.input_tokens,
-        output_tokens=design.payload.output_tokens, concurrency=list(opts.concurrency), tool_version=__version__,
+        output_tokens=design.payload.output_tokens, concurrency=list(opts.concurrency),
+        request_rate=list(opts.request_rate), arrivals=loop.arrivals if loop else None,
+        max_in_flight=loop.max_in_flight if loop else None, repeats=opts.repeats,
+        clock="emulator" if target.emulated else "client", workload=workload.describe(target.api.name),
+        tool_version=__version__,
         started_at=started, ended_at=datetime.now(UTC), command=opts.command,
     )
     price = design.instance.price_per_h(plan.region)
     return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, plan.initial_instance_count),
                         teardown=teardown, slo_ms_per_token=slo, stopped_reason=stopped)
-
-

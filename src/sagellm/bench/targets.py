@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from sagellm.aws import cdk_cli
-from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport, Transport
+from sagellm.bench.transports import APIS, TGI, Api, HttpTransport, SageMakerTransport, Transport
 from sagellm.errors import InputError, TargetError
 from sagellm.profiles.plan import DeploymentPlan, component_output
 from sagellm.results.schema import Teardown
@@ -34,6 +34,7 @@ class Target(Protocol):
     kind: str
     emulated: bool
     endpoint: str | None
+    api: Api
 
     def deploy(self) -> Transport: ...
 
@@ -74,8 +75,9 @@ class _StackTarget:
 
     emulated = False
 
-    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path):
-        self.plan, self.out = plan, out
+    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path, *,
+                 api: Api = TGI):
+        self.plan, self.out, self.api = plan, out, api
         self.stack = stack_name(plan)
         self.context = cdk_context(plan, model, profiles_dir)
         self.endpoint: str | None = None
@@ -111,7 +113,7 @@ class SageMakerTarget(_StackTarget):
 
     def deploy(self) -> Transport:
         outputs = self._deploy_stack()
-        return SageMakerTransport(self.endpoint or "", self.plan.region,
+        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api,
                                   inference_component=_component(self.plan, outputs))
 
     def teardown(self) -> Teardown:
@@ -125,8 +127,8 @@ class LocalTarget(_StackTarget):
     emulated = True
 
     def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path,
-                 time_scale: float = 1.0):
-        super().__init__(plan, model, profiles_dir, out)
+                 time_scale: float = 1.0, *, api: Api = TGI):
+        super().__init__(plan, model, profiles_dir, out, api=api)
         from sagellm.aws.local import LocalAws
 
         self.time_scale = time_scale
@@ -149,7 +151,7 @@ class LocalTarget(_StackTarget):
         emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
                                                    endpoint_name=self.endpoint)
         emulator.start()
-        return SageMakerTransport(self.endpoint or "", self.plan.region, inference_component=_component(
+        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=_component(
             self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())
 
     def loop_lag_ms(self) -> float | None:
@@ -202,15 +204,14 @@ class HttpTarget:
         if not url.startswith(("http://", "https://")):
             raise InputError(f"--url: {url!r} must be an http(s) URL of a TGI or OpenAI-compatible server")
         self.endpoint: str | None = url
-        self.api = api if api != "auto" else ("openai" if "/v1" in url else "tgi")
+        self.api = APIS[api if api != "auto" else ("openai" if "/v1" in url else "tgi")]
         self.model = model
 
     def deploy(self) -> Transport:
         url = self.endpoint or ""
         self.emulated = _says_emulated(url)
-        if self.api == "openai":  # the transport appends /v1/completions itself
-            return OpenAiTransport(url.rstrip("/").removesuffix("/v1"), self.model)
-        return TgiTransport(url)
+        # The transport appends the API's route (/generate_stream, /v1/completions, /v1/chat/completions).
+        return HttpTransport(url.rstrip("/").removesuffix("/v1"), self.api, self.model)
 
     def teardown(self) -> Teardown:
         return Teardown(status="not-applicable", detail="existing server: nothing deployed")

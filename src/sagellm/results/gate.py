@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from sagellm.errors import InputError
-from sagellm.results.schema import Gate, Level, Results, Violation
+from sagellm.results.schema import Gate, Level, Results, Violation, parse_load
 
 _STATS = ("p50", "p90", "p95", "p99", "mean")
 # Metrics read from one level (a rule says which one with `where`).
 LEVEL_METRICS: tuple[str, ...] = (
-    *(f"{m}.{s}" for m in ("latency_ms_per_token", "ttft_ms", "itl_ms", "e2e_s") for s in _STATS),
+    *(f"{m}.{s}" for m in ("latency_ms_per_token", "ttft_ms", "itl_ms", "tpot_ms", "token_gap_ms", "e2e_s",
+                           "lateness_ms") for s in _STATS),
     "throughput_tokens_per_s", "requests_per_s", "error_rate",
 )
 # Metrics of the whole run (cost is taken at the max-throughput point).
@@ -25,7 +26,8 @@ METRICS = LEVEL_METRICS + RUN_METRICS
 HIGHER_IS_BETTER = frozenset({"throughput_tokens_per_s", "requests_per_s"})
 DEFAULT_BASELINE_METRICS = ("latency_ms_per_token.p50", "ttft_ms.p50", "throughput_tokens_per_s")
 
-Where = int | Literal["knee", "max"]
+# A concurrency (16), a request rate ("4/s"), the knee or the max-throughput point.
+Where = int | str
 
 
 class _Strict(BaseModel):
@@ -131,10 +133,9 @@ def _rule_problems(raw: Any, i: int) -> list[str]:
         out.append(f"{at}.where: {metric} is taken at the max-throughput point (remove where)")
     elif where is None and metric in LEVEL_METRICS:
         out.append(f"{at}.where: missing (add a concurrency level such as 16, knee or max)")
-    elif where is not None and where not in ("knee", "max") and not (
-            isinstance(where, int) and not isinstance(where, bool) and where > 0):
+    elif where is not None and where not in ("knee", "max") and parse_load(where) is None:
         out.append(f"{at}.where: {where!r} is not a measured level "
-                   "(use a concurrency level such as 16, knee or max)")
+                   "(use a concurrency level such as 16, a request rate such as 4/s, knee or max)")
     for bound in ("min", "max"):
         if bound in raw and not _is_number(raw[bound]):
             out.append(f"{at}.{bound}: {raw[bound]!r} is not a number")
@@ -211,7 +212,7 @@ def load_thresholds(path: Path) -> Thresholds:
 def _value(level: Level, metric: str) -> float | None:
     obj: Any = level
     for part in metric.split("."):
-        obj = getattr(obj, part)
+        obj = getattr(obj, part) if obj is not None else None  # lateness_ms is None in a closed loop
     return obj
 
 
@@ -226,14 +227,14 @@ def _resolve(results: Results, where: Where) -> tuple[Level | None, str]:
         if pick is None:
             name = "knee" if where == "knee" else "max-throughput point"
             return None, f"no {name}: no level was usable (every level had timeouts or too many errors)"
-        return results.level(pick.concurrency), ""
-    level = results.level(int(where))
+        return results.level(pick.load), ""
+    level = results.level(where)
     if level is not None:
         return level, ""
     if not results.levels:
         return None, f"level {where} was not measured (no level was measured)"
-    last = max(lv.concurrency for lv in results.levels)
-    measured = ", ".join(str(lv.concurrency) for lv in results.levels)
+    last = max(results.levels, key=lambda lv: lv.load_value).load
+    measured = ", ".join(lv.load for lv in results.levels)
     why = f"stopped at {last}: {results.stopped_reason}" if results.stopped_reason else f"measured: {measured}"
     return None, f"level {where} was not measured ({why})"
 
@@ -268,7 +269,8 @@ def _check_rule(results: Results, rule: Rule) -> Violation | None:
 
 
 def _regressions(results: Results, baseline: Results, config: Baseline) -> list[Violation]:
-    common = sorted({lv.concurrency for lv in results.levels} & {lv.concurrency for lv in baseline.levels})
+    loads = {lv.load: lv.load_value for lv in results.levels}
+    common = sorted(loads.keys() & {lv.load for lv in baseline.levels}, key=loads.__getitem__)
     out = []
     for metric in config.metrics:
         label = config.label(metric)
@@ -278,13 +280,13 @@ def _regressions(results: Results, baseline: Results, config: Baseline) -> list[
             pairs = [(None, getattr(results.cost, name), getattr(baseline.cost, name))]
         elif not common:
             out.append(Violation(rule=label, metric=metric, where=None, measured=None, limit=None,
-                                 message=f"baseline {metric}: no concurrency level in common with the "
-                                         "baseline run (run the same --concurrency levels)"))
+                                 message=f"baseline {metric}: no level in common with the baseline run "
+                                         "(run the same --concurrency or --request-rate levels)"))
             continue
         else:
-            now_levels = {lv.concurrency: lv for lv in results.levels}
-            base_levels = {lv.concurrency: lv for lv in baseline.levels}
-            pairs = [(str(c), _value(now_levels[c], metric), _value(base_levels[c], metric)) for c in common]
+            now_levels = {lv.load: lv for lv in results.levels}
+            base_levels = {lv.load: lv for lv in baseline.levels}
+            pairs = [(c, _value(now_levels[c], metric), _value(base_levels[c], metric)) for c in common]
         sign = -1 if metric in HIGHER_IS_BETTER else 1
         for where, now, before in pairs:
             if before is None:
