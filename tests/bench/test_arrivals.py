@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from bench_helpers import FakeTransport
-from pacing_server import PacingServer, Served
+from pacing_server import pacing_server_process
 from sagellm.bench.arrivals import arrival_times, run_rate_level
 from sagellm.bench.level import LevelResult
 from sagellm.bench.load import OpenLoop, run_sweep
@@ -58,21 +58,14 @@ def test_poisson_schedule_has_exponential_gaps_and_a_constant_one_does_not() -> 
 
 @pytest.mark.integration
 def test_poisson_arrivals_at_the_server_pass_a_test_on_their_inter_arrival_times() -> None:
-    rate, n = 40.0, 300
-
-    async def go() -> tuple[list[RequestRecord], list[Served]]:
-        server = PacingServer(itl_s=0.002, ttft_s=0.005)
-        url = await server.start()
-        records: list[RequestRecord] = []
-        try:
-            await run_rate_level(HttpTransport(url, TGI), rate=rate, arrivals="poisson", max_in_flight=256,
-                                 requests=n, duration_s=None, warmup=0, workload=workload(),
-                                 on_record=records.append, seed=5)
-            return records, server.log
-        finally:
-            await server.stop()
-
-    records, log = asyncio.run(go())
+    # 20 requests/s: gaps of 50 ms on average, large against the ~1 ms a busy machine adds to a wake-up.
+    rate, n = 20.0, 200
+    records: list[RequestRecord] = []
+    with pacing_server_process(itl_s=0.002, ttft_s=0.005) as server:
+        asyncio.run(run_rate_level(HttpTransport(server.url, TGI), rate=rate, arrivals="poisson",
+                                   max_in_flight=256, requests=n, duration_s=None, warmup=0, workload=workload(),
+                                   on_record=records.append, seed=5))
+        log = server.log()
     assert len(log) == n and all(r.ok for r in records)
     arrived = sorted(s.arrived_s for s in log)
     test = scipy_stats.kstest(gaps(arrived), "expon", args=(0, 1 / rate))

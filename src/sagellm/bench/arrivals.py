@@ -59,7 +59,8 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
         raise ValueError("give exactly one of requests (per level) and duration_s")
     zero = time.perf_counter() if clock_zero is None else clock_zero
     book = LevelBook(concurrency=None, request_rate=rate, warmup_requests=warmup, ramp_count=max(warmup, 1),
-                     budget=requests, duration_s=duration_s, rule=stop_rule, clock_zero=zero, repeat=repeat)
+                     budget=requests, duration_s=duration_s, rule=stop_rule, clock_zero=zero,
+                     on_record=on_record, on_progress=on_progress, repeat=repeat)
     slots = asyncio.Semaphore(max_in_flight)
     schedule = arrival_times(rate / time_scale, arrivals, random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
 
@@ -73,25 +74,17 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
         if len(book.records) < max(warmup, 1):  # the ramp: the first max(warmup, 1) completions
             book.ramp_done()
         book.add(record)
-        on_record(record)
-        if on_progress is not None:
-            on_progress(book.progress())
 
-    connector = aiohttp.TCPConnector(limit=max_in_flight, limit_per_host=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        book.started = time.perf_counter()
-        try:
-            async with asyncio.TaskGroup() as group:
-                for index, offset in enumerate(schedule):
-                    due = book.started + offset
-                    delay = due - time.perf_counter()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    warming = index < warmup
-                    if (book.stopping is not None) if warming else not book.take():
-                        break
-                    await slots.acquire()  # the in-flight cap: a request due meanwhile is sent late
-                    group.create_task(one(session, workload.next(), due, warming))
-        except BaseExceptionGroup as group_error:  # e.g. on_record failed: raise what it raised
-            raise group_error.exceptions[0] from None
-    return book.result()
+    async def start(session: aiohttp.ClientSession, group: asyncio.TaskGroup) -> None:
+        for index, offset in enumerate(schedule):
+            due = book.started + offset
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            warming = index < warmup
+            if (book.stopping is not None) if warming else not book.take():
+                break
+            await slots.acquire()  # the in-flight cap: a request due meanwhile is sent late
+            group.create_task(one(session, workload.next(), due, warming))
+
+    return await book.run(max_in_flight, start)

@@ -19,8 +19,12 @@ Shared by the closed loop (`load`) and the open loop (`arrivals`); definitions:
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+import aiohttp
 
 from sagellm.bench.records import RequestRecord
 from sagellm.bench.responses import Outcome
@@ -98,7 +102,8 @@ class LevelBook:
 
     def __init__(self, *, concurrency: int | None, request_rate: float | None, warmup_requests: int,
                  ramp_count: int, budget: int | None, duration_s: float | None, rule: StopRule,
-                 clock_zero: float, repeat: int = 0):
+                 clock_zero: float, on_record: Callable[[RequestRecord], None],
+                 on_progress: Callable[[LevelProgress], None] | None = None, repeat: int = 0):
         self.concurrency = concurrency
         self.request_rate = request_rate
         self.warmup_requests = warmup_requests  # warm-up requests of the whole level
@@ -107,6 +112,8 @@ class LevelBook:
         self.rule = rule
         self.clock_zero = clock_zero
         self.repeat = repeat
+        self.on_record = on_record
+        self.on_progress = on_progress
         self.started = time.perf_counter()
         self.issued = 0  # measured requests handed out
         self.records: list[RequestRecord] = []
@@ -162,7 +169,7 @@ class LevelBook:
             server_e2e_s=o.server_e2e_s)
 
     def add(self, record: RequestRecord) -> None:
-        """A request finished."""
+        """A request finished: book it, then hand it to `on_record` and report progress."""
         self.records.append(record)
         if not record.ok:
             self.errors += 1
@@ -171,6 +178,23 @@ class LevelBook:
                     self.stopping = "timeout"
                 elif self.planned is not None and self.errors > self.rule.max_error_rate * self.planned:
                     self.stopping = "errors"
+        self.on_record(record)
+        if self.on_progress is not None:
+            self.on_progress(self.progress())
+
+    async def run(self, limit: int,
+                  start: Callable[[aiohttp.ClientSession, asyncio.TaskGroup], Awaitable[None]]) -> LevelResult:
+        """Run the level: `start` creates its requests' tasks in a group, over at most `limit` connections."""
+        # TCP_NODELAY: aiohttp sets it on every connection it opens (base_protocol.connection_made).
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+            self.started = time.perf_counter()
+            try:
+                async with asyncio.TaskGroup() as group:
+                    await start(session, group)
+            except BaseExceptionGroup as group_error:  # e.g. on_record failed: raise what it raised
+                raise group_error.exceptions[0] from None
+        return self.result()
 
     def progress(self) -> LevelProgress:
         """Where the level stands now."""

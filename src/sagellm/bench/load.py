@@ -89,7 +89,7 @@ async def run_level(transport: Transport, *, concurrency: int, requests: int | N
     zero = time.perf_counter() if clock_zero is None else clock_zero
     book = LevelBook(concurrency=concurrency, request_rate=None, warmup_requests=warmup * concurrency,
                      ramp_count=concurrency, budget=requests, duration_s=duration_s, rule=stop_rule,
-                     clock_zero=zero, repeat=repeat)
+                     clock_zero=zero, on_record=on_record, on_progress=on_progress, repeat=repeat)
 
     async def worker(index: int, session: aiohttp.ClientSession) -> None:
         sent = 0
@@ -107,21 +107,12 @@ async def run_level(transport: Transport, *, concurrency: int, requests: int | N
             if sent == max(warmup, 1):
                 book.ramp_done()
             book.add(record)
-            on_record(record)
-            if on_progress is not None:
-                on_progress(book.progress())
 
-    # TCP_NODELAY: aiohttp sets it on every connection it opens (base_protocol.connection_made).
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        book.started = time.perf_counter()
-        try:
-            async with asyncio.TaskGroup() as group:
-                for index in range(concurrency):
-                    group.create_task(worker(index, session))
-        except BaseExceptionGroup as group_error:  # e.g. on_record failed: raise what it raised
-            raise group_error.exceptions[0] from None
-    return book.result()
+    async def start(session: aiohttp.ClientSession, group: asyncio.TaskGroup) -> None:
+        for index in range(concurrency):
+            group.create_task(worker(index, session))
+
+    return await book.run(concurrency, start)
 
 
 async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Sequence[int] = (),
