@@ -344,7 +344,7 @@ def test_stamped_timings_follow_the_simulated_clock_even_when_the_event_loop_sta
             async for chunk in resp.content.iter_any():
                 events.append(chunk)
                 if not stalled and len(events) == 5:
-                    time.sleep(0.12)  # blocks the loop the emulator shares with this client
+                    time.sleep(0.12)  # noqa: ASYNC251 - the stall is the point: it blocks the emulator too
                     stalled = True
         last = json.loads(b"".join(events).strip().split(b"\n\n")[-1][5:])
         return last["details"]

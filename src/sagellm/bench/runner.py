@@ -133,15 +133,16 @@ def _target(opts: BenchOptions, plan: DeploymentPlan, out: Path) -> Target:
 
 
 def _design(opts: BenchOptions) -> tuple[Design, Workload]:
-    """The plan's design and the workload; the workload's mean request sizes the plan."""
+    """The plan's design and the workload. The longest request the workload can send sizes the plan (its
+    token caps and admission limit must take every request); the mean request sizes the prediction."""
     def design(payload: Payload | None) -> Design:
         return design_for(opts.profile, opts.model, opts.instance, payload=payload, region=opts.region,
                           profiles_dir=opts.profiles_dir)
 
     first = design(opts.payload)
     workload = Workload(opts.workload, first.payload)
-    payload = workload.payload()
-    return (first if payload == first.payload else design(payload)), workload
+    longest = Payload(*workload.longest())
+    return (first if longest == first.payload else design(longest)), workload
 
 
 @contextlib.contextmanager
@@ -284,13 +285,13 @@ def _duration(opts: BenchOptions) -> float | None:
 def _results(opts: BenchOptions, design: Design, workload: Workload, plan: DeploymentPlan, target: Target,
              levels: list[LevelResult], lags: dict[str, float], teardown: Teardown, started: datetime,
              status: ExitStatus, error: str | None, slo: float | None) -> Results:
-    shape, loop = design.shape(), _open_loop(opts)
+    shape, loop, mean = design.shape(), _open_loop(opts), workload.payload()
 
     def predict(level: LevelSummary) -> Predicted | None:
         # The planner predicts closed loops; an open-loop level has no prediction.
         if level.concurrency is None:
             return None
-        return predicted_from(predict_point(shape, design.payload, level.concurrency))
+        return predicted_from(predict_point(shape, mean, level.concurrency))
 
     measured: list[Level] = levels_of(levels, time_scale=opts.time_scale, emulated=target.emulated,
                                       predict=predict, lags=lags)
@@ -303,8 +304,8 @@ def _results(opts: BenchOptions, design: Design, workload: Workload, plan: Deplo
         profile=plan.profile, model=plan.primary.model_id, instance_type=plan.instance_type,
         instance_count=plan.initial_instance_count, target=target.kind, emulated=target.emulated,  # type: ignore[arg-type]
         time_scale=opts.time_scale, region=plan.region, endpoint=target.endpoint,
-        environment=plan.environment, input_tokens=design.payload.input_tokens,
-        output_tokens=design.payload.output_tokens, concurrency=list(opts.concurrency),
+        environment=plan.environment, input_tokens=mean.input_tokens, output_tokens=mean.output_tokens,
+        concurrency=list(opts.concurrency),
         request_rate=list(opts.request_rate), arrivals=loop.arrivals if loop else None,
         max_in_flight=loop.max_in_flight if loop else None, repeats=opts.repeats,
         clock="emulator" if target.emulated else "client", workload=workload.describe(target.api.name),

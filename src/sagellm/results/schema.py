@@ -147,7 +147,7 @@ class Run(_Strict):
     region: str
     endpoint: str | None = None  # endpoint name, or the URL of an http target
     environment: dict[str, str]  # the plan's container environment
-    input_tokens: int
+    input_tokens: int  # the mean request (what the prediction is for)
     output_tokens: int
     concurrency: list[int] = []  # the planned closed-loop sweep (levels may stop earlier)
     request_rate: list[float] = []  # or the planned open-loop sweep, requests/s
