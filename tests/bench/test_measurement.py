@@ -43,12 +43,13 @@ def served_for(records: list[RequestRecord], log: list[Served], tokens: int) -> 
 @pytest.mark.integration
 @pytest.mark.parametrize("streams", [1, 64, 256])
 def test_per_request_itl_is_within_half_a_millisecond_of_the_servers_up_to_256_streams(streams: int) -> None:
-    # The server runs in its own process: 256 paced streams are 12,800 token events a second.
+    # The server runs in its own process: 256 paced streams are 12,800 token events a second. 200 gaps per
+    # request keep a client stall at its first or last token well inside the bound, even on a busy machine.
     with pacing_server_process(itl_s=ITL_S, ttft_s=0.05) as server:
-        records = asyncio.run(level(server.url, streams, tokens=101))
+        records = asyncio.run(level(server.url, streams, tokens=201))
         log = server.log()
     assert len(records) == streams and all(r.ok for r in records), [r.error for r in records if not r.ok][:3]
-    served = served_for(records, log, 101)
+    served = served_for(records, log, 201)
     errors_ms = [abs(r.itl_s - s.itl_s) * 1000 for r, s in zip(records, served, strict=True)]  # type: ignore[operator]
     assert max(errors_ms) < 0.5, f"worst {max(errors_ms):.3f} ms"
     print(f"{streams} streams: server ITL {min(s.itl_s for s in served) * 1000:.2f}–"
