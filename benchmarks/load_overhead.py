@@ -21,7 +21,8 @@ Per level it reports:
 - client overhead on TTFT and e2e, p50/p99: client-measured minus what the emulator stamped for the same
   request (arrival → first token, arrival → last token, on its simulated clock). This includes loopback
   latency, the emulator's own write path and any lateness of its event loop, so it is an upper bound
-  on the client's share;
+  on the client's share; it reads negative when the emulator's writes fall behind its own simulated
+  clock (a busy machine: see its event-loop lag beside);
 - open loop: the lateness of the sends against their schedule, p50/p99;
 - the emulator's event-loop lag (`/metrics`: max and mean lateness of a 50 ms timer) and how far its
   engines fell behind their schedule, and the client's own event-loop lag (same probe);
