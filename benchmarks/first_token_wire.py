@@ -44,7 +44,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from sagellm.bench.summary import percentile
-from sagellm.bench.transports import OpenAiTransport
+from sagellm.bench.transports import COMPLETIONS, HttpTransport
 from sagellm.emulator import make_prompt
 
 TARGET_P50_MS, TARGET_P99_MS = 1.0, 20.0
@@ -141,7 +141,7 @@ def read_pcap(path: Path, server_port: int) -> dict[int, list[Exchange]]:
 async def run_level(url: str, model: str, concurrency: int, requests: int, prompt: str,
                     output_tokens: int) -> tuple[list[Sent], list[float]]:
     """Closed loop through the bench's OpenAI transport, recording each request's local port."""
-    transport = OpenAiTransport(url, model)
+    transport = HttpTransport(url, COMPLETIONS, model)
 
     async def on_request_end(session: Any, ctx: Any, params: aiohttp.TraceRequestEndParams) -> None:
         conn = params.response.connection
@@ -162,7 +162,7 @@ async def run_level(url: str, model: str, concurrency: int, requests: int, promp
             _port.set(ports)
             out = await transport.send(session, prompt, output_tokens)
             first = out.started + out.ttft_s if out.ttft_s is not None else float("nan")
-            sent.append(Sent(ports[0] if ports else 0, out.started, first, out.ok, 1 + len(out.itl_s)))
+            sent.append(Sent(ports[0] if ports else 0, out.started, first, out.ok, 1 + len(out.token_gaps_s)))
 
     async def lag_probe() -> None:
         while True:

@@ -3,8 +3,10 @@ that find what a run left behind (moto resources, emulator children, CDK CLI pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -14,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from sagellm.aws.local import LocalAws
+from sagellm.bench.responses import Outcome
 from sagellm.emulator import EmulatorProcess
 from sagellm.emulator.process import port_is_free
 
@@ -182,3 +186,48 @@ def install_probe(monkeypatch: pytest.MonkeyPatch) -> Probe:
     monkeypatch.setattr(LocalAws, "stop", recording_stop)
     monkeypatch.setattr(EmulatorProcess, "start", recording_start)
     return probe
+
+
+class FakeTransport:
+    """A transport without a network: each request sleeps; above `admit` in flight it is refused at once."""
+
+    def __init__(self, *, duration_s: tuple[float, float] = (0.005, 0.02), admit: int = 10_000,
+                 timeout_at: int | None = None, fail_first: int = 0):
+        self.duration_s = duration_s
+        self.admit = admit
+        self.timeout_at = timeout_at  # the n-th request (1-based) times out
+        self.fail_first = fail_first  # the first n requests fail (a validation error)
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.in_flight_at_start: list[int] = []
+        self.sent = 0
+        self.cancelled = 0
+
+    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
+        t0 = time.perf_counter()
+        self.sent += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.in_flight_at_start.append(self.in_flight)
+        try:
+            if self.in_flight > self.admit:
+                await asyncio.sleep(0)
+                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, status=429,
+                               error_kind="overloaded", error="Model is overloaded")
+            if self.sent <= self.fail_first:
+                await asyncio.sleep(0.001)
+                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, status=422,
+                               error_kind="validation", error="Input validation error")
+            if self.sent == self.timeout_at:
+                await asyncio.sleep(0.01)
+                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, error_kind="timeout",
+                               error="timed out")
+            await asyncio.sleep(random.uniform(*self.duration_s))
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.in_flight -= 1
+        e2e = time.perf_counter() - t0
+        return Outcome(ok=True, started=t0, e2e_s=e2e, output_tokens=max_new_tokens, ttft_s=e2e / 2,
+                       token_gaps_s=[e2e / 2 / max_new_tokens] * (max_new_tokens - 1), status=200)

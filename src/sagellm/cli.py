@@ -67,24 +67,35 @@ def _payload(input_tokens: int | None, output_tokens: int | None):
     return Payload(input_tokens or 256, output_tokens or 256)
 
 
-def _concurrency(text: str) -> tuple[int, ...]:
-    example = "give levels ≥ 1 separated by commas, e.g. 1,2,4,8"
+def _levels(text: str, option: str, parse: type[int | float], how: str) -> tuple:
+    """A comma-separated list of positive levels, each once; InputError repeating the bad part otherwise."""
     parts = [p.strip() for p in text.split(",")]
     if not any(parts):
-        raise InputError(f"--concurrency: {text!r} has no level; {example}")
+        raise InputError(f"{option}: {text!r} has no level; {how}")
     if "" in parts:
-        raise InputError(f"--concurrency: {text!r} has an empty level between commas; {example}")
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        bad = next(p for p in parts if not p.lstrip("-").isdigit())
-        raise InputError(f"--concurrency: {text!r}: {bad!r} is not a whole number; {example}") from None
-    if min(values) < 1:
-        raise InputError(f"--concurrency: {text!r}: {min(values)} is not a level; {example}")
+        raise InputError(f"{option}: {text!r} has an empty level between commas; {how}")
+    values = []
+    for part in parts:
+        try:
+            values.append(parse(part))
+        except ValueError:
+            kind = "a whole number" if parse is int else "a number"
+            raise InputError(f"{option}: {text!r}: {part!r} is not {kind}; {how}") from None
+    if not all(0 < v < float("inf") for v in values):
+        raise InputError(f"{option}: {text!r}: {min(values, key=lambda v: v > 0)} is not a level; {how}")
     twice = sorted({v for v in values if values.count(v) > 1})
     if twice:
-        raise InputError(f"--concurrency: {text!r}: {twice[0]} is given twice; list each level once")
-    return values
+        raise InputError(f"{option}: {text!r}: {twice[0]:g} is given twice; list each level once")
+    return tuple(values)
+
+
+def _rates(text: str | None) -> tuple[float, ...]:
+    return () if text is None else _levels(text, "--request-rate", float,
+                                              "give rates > 0 (requests/s) separated by commas, e.g. 0.5,1,2")
+
+
+def _concurrency(text: str) -> tuple[int, ...]:
+    return _levels(text, "--concurrency", int, "give levels ≥ 1 separated by commas, e.g. 1,2,4,8")
 
 
 # ---------------------------------------------------------------- profiles
@@ -272,20 +283,45 @@ def bench(
                                         "your AWS account (credentials from the environment) · http: an "
                                         "existing TGI/OpenAI-compatible server at --url")] = "local",
     url: Annotated[str | None, typer.Option("--url", help="server URL for --target http")] = None,
-    api: Annotated[str, typer.Option("--api", help="http target protocol: tgi, openai or auto "
-                                     "(openai when the URL has /v1)")] = "auto",
+    api: Annotated[str, typer.Option("--api", help="tgi (generate), chat (TGI Messages API; "
+                                     "/v1/chat/completions on an http target), openai (completions, http "
+                                     "target) or auto (http: openai when the URL has /v1, else tgi)")] = "auto",
     served_model: Annotated[str | None, typer.Option("--served-model", help="http target, OpenAI API: the "
                             "model name the server serves (default: the one its /v1/models lists)")] = None,
-    input_tokens: InputTokens = None,
-    output_tokens: OutputTokens = None,
-    concurrency: Annotated[str, typer.Option("--concurrency", help="levels, in order; escalation stops at "
-                                             ">5% errors or a timeout")] = "1,2,4,8,16,32,64,128,256,512",
+    input_tokens: Annotated[str | None, typer.Option("--input-tokens", help="prompt tokens per request: 512, "
+                                                     "512:64 (mean:stddev) or 256-1024 (min-max); default: "
+                                                     "the profile's payload")] = None,
+    output_tokens: Annotated[str | None, typer.Option("--output-tokens", help="generated tokens per request, "
+                                                      "same forms")] = None,
+    shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, help="open every prompt with the "
+                                               "same N tokens (to measure prefix caching on purpose)")] = 0,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="prompts from a JSONL file "
+                                                 "({\"prompt\", \"output_tokens\"} per line) or ShareGPT "
+                                                 "JSON")] = None,
+    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", help="folder with the model's "
+                                                   "tokenizer.json: prompts in real tokens (default: one "
+                                                   "token per word)")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the prompts and arrivals (same seed, "
+                                      "same requests)")] = 0,
+    concurrency: Annotated[str | None, typer.Option("--concurrency", help="closed-loop levels, in order; "
+                                                    "escalation stops at >5% errors or a timeout "
+                                                    "[default: 1,2,4,…,512]")] = None,
+    request_rate: Annotated[str | None, typer.Option("--request-rate", help="open-loop levels instead, "
+                                                     "requests/s, e.g. 1,2,4,8")] = None,
+    arrivals: Annotated[str | None, typer.Option("--arrivals", help="open loop: constant or poisson "
+                                                 "[default: constant]")] = None,
+    max_in_flight: Annotated[int | None, typer.Option("--max-in-flight", help="open loop: requests in "
+                                                      "flight at most; later ones wait and are recorded "
+                                                      "late [default: 1024]")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="run each level N times; results give "
+                                         "the mean and spread")] = 1,
     requests_per_level: Annotated[int | None, typer.Option("--requests-per-level", help="measured "
-                                  "requests per level (default: 3 × concurrency, at least 8)")] = None,
+                                  "requests per level (default: 3 × concurrency, or 60 s of arrivals; at "
+                                  "least 8)")] = None,
     duration_per_level: Annotated[float | None, typer.Option("--duration-per-level", help="seconds per "
                                   "level instead of a request count")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="warm-up requests per worker per level, "
-                                        "excluded from the statistics")] = 1,
+    warmup: Annotated[int, typer.Option("--warmup", help="warm-up requests per worker (open loop: "
+                                        "per level), excluded from the statistics")] = 1,
     thresholds: Annotated[Path | None, typer.Option("--thresholds", help="YAML rules to gate on "
                                                        "(see README)")] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", help="results.json of an earlier run to "
@@ -303,18 +339,27 @@ def bench(
     profiles_dir: ProfilesDir = None,
     json_out: Json = False,
 ) -> int:
-    """Deploy a profile, sweep concurrency closed-loop, report, gate, and always tear down.
+    """Deploy a profile, sweep concurrency (closed loop) or request rates (open loop), report, gate, and
+    always tear down.
 
     Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
     3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM).
     """
     from sagellm.bench.progress import watching
     from sagellm.bench.runner import BenchOptions, run_bench
+    from sagellm.bench.workload import WorkloadOptions
+    from sagellm.planner import DEFAULT_CONCURRENCY
     from sagellm.render import print_report
 
+    if concurrency is not None and request_rate is not None:
+        raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
+    rates = _rates(request_rate)
     opts = BenchOptions(
         profile=profile, model=model, instance=instance, target=target, url=url, api=api, served_model=served_model,
-        payload=_payload(input_tokens, output_tokens), concurrency=_concurrency(concurrency),
+        workload=WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, shared_prefix=shared_prefix,
+                                 dataset=dataset, tokenizer=tokenizer, seed=seed),
+        concurrency=() if rates else _concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
+        request_rate=rates, arrivals=arrivals, max_in_flight=max_in_flight, repeats=repeats,
         requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
         thresholds=thresholds, baseline=baseline, allow_incomparable=allow_incomparable, out=out, keep=keep,
         region=region, profiles_dir=profiles_dir,

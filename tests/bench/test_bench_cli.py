@@ -141,9 +141,12 @@ def test_local_bench_exits_0_and_prints_the_results_json(happy: tuple[Ran, Path]
 def test_results_json_records_the_run_levels_predictions_teardown_and_gate(happy: tuple[Ran, Path]) -> None:
     results = results_of(happy[1])
 
-    assert results["schema_version"] == 1
+    assert results["schema_version"] == 2
     run = results["run"]
-    assert (run["target"], run["emulated"], run["time_scale"]) == ("local", True, 0.05)
+    assert (run["target"], run["emulated"], run["time_scale"], run["clock"]) == ("local", True, 0.05, "emulator")
+    assert run["workload"] == {"prompts": "unique", "api": "tgi", "input_tokens": "256", "output_tokens": "32",
+                               "shared_prefix_tokens": 0, "dataset": None, "dataset_entries": None,
+                               "token_counter": "words", "tokenizer": None, "seed": 0}
     assert (run["profile"], run["model"], run["instance_type"]) == ("max-throughput", MODEL, INSTANCE)
     assert (run["input_tokens"], run["output_tokens"], run["concurrency"]) == (256, 32, [1, 4])
     assert run["container"].startswith("huggingface-pytorch-tgi-inference:")  # the image, registry left out
@@ -202,7 +205,10 @@ def test_requests_jsonl_has_one_line_per_request_including_warmups(happy: tuple[
     assert sum(r["warmup"] for r in records) == 1 + 4
     assert [r["concurrency"] for r in records] == [1] * 5 + [4] * 8  # levels in order
     assert all(r["ok"] and r["output_tokens"] == 32 and r["input_tokens"] == 256 for r in records)
-    assert all(r["ttft_s"] > 0 and len(r["itl_s"]) > 0 for r in records)
+    assert all(r["ttft_s"] > 0 and len(r["token_gaps_s"]) == 31 for r in records)
+    # Timed on the emulator's simulated clock; what the client saw is kept, in wall-clock seconds.
+    assert all(r["clock"] == "emulator" and r["client_e2e_s"] < r["e2e_s"] for r in records)
+    assert all(r["input_tokens_by"] == "server" for r in records)
 
 
 @pytest.mark.integration
@@ -376,6 +382,18 @@ def test_report_and_gate_without_results_json_exit_2_with_one_line(tmp_path: Pat
 
 # ---------------------------------------------------------------------------------------------- report
 
+def test_report_explains_a_results_file_of_an_older_schema_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text('{"schema_version": 1, "run": {}, "levels": []}')
+
+    ran = sagellm("report", str(tmp_path))
+
+    assert ran.returncode == 2
+    assert assert_one_line_error(ran) == (f"sagellm: error: {tmp_path / 'results.json'}: schema_version 1 is "
+                                          "written by an older sagellm, before per-request ITL, p95 and "
+                                          "request-rate levels; this sagellm reads version 2 (re-run the bench "
+                                          "to get one)")
+
+
 @pytest.mark.integration
 def test_report_rerenders_report_curve_junit_and_csv_from_results_json(finished: Path) -> None:
     written = {name: (finished / name).read_text() for name in ("report.md", "junit.xml", "results.csv")}
@@ -397,6 +415,12 @@ def test_report_rerenders_report_curve_junit_and_csv_from_results_json(finished:
     (["--target", "http"], "--url: required with --target http"),
     (["--keep"], "--keep: the local AWS lives only as long as the bench"),
     (["--time-scale", "2"], "--time-scale: 2.0 must be in (0, 1]"),
+    (["--request-rate", "1,2"], "--concurrency/--request-rate: give one, not both"),
+    (["--arrivals", "poisson"], "--arrivals/--max-in-flight: only with --request-rate"),
+    (["--api", "openai"], "--api openai: only with --target http"),
+    (["--input-tokens", "12-4"], "--input-tokens: '12-4' is an empty range: its minimum is above its maximum"),
+    (["--shared-prefix", "300"], "--shared-prefix: 300 tokens leave no unique part in prompts as short as 256"),
+    (["--dataset", "/no/such/prompts.jsonl"], "--dataset: /no/such/prompts.jsonl: cannot be read"),
 ])
 def test_bad_input_exits_2_with_one_line_and_deploys_nothing(
         tmp_path: Path, args: list[str], message: str) -> None:
@@ -431,7 +455,8 @@ def with_flag(args: list[str], flag: str, value: str) -> list[str]:
     ("--concurrency", "1,,2", ("--concurrency: '1,,2' has an empty level between commas; give levels ≥ 1 separated "
                               "by commas, e.g. 1,2,4,8")),
     ("--requests-per-level", "0", "--requests-per-level: 0 must be at least 1"),
-    ("--input-tokens", "0", "--input-tokens: 0 is out of range; give a number of tokens from 1 to 4294967295"),
+    ("--input-tokens", "0", ("--input-tokens: '0' allows lengths outside 1 to 4294967295 tokens (use 512 (fixed), "
+                               "512:64 (mean:stddev) or 256-1024 (min-max))")),
     ("--concurency", "1,2", "--concurency: no such option; did you mean --concurrency? (see `sagellm bench --help`)"),
 ])
 def test_bad_flag_is_named_with_its_value_before_anything_is_written(

@@ -5,71 +5,29 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
-from sagellm.bench.load import LevelProgress, LevelResult, StopRule, run_level, run_sweep, tokens_in_window
+from bench_helpers import FakeTransport
+from sagellm.bench.load import LevelProgress, LevelResult, StopRule, run_level, run_sweep
 from sagellm.bench.records import RecordLog, RequestRecord, read_records
-from sagellm.bench.responses import Outcome
-from sagellm.bench.summary import summarize
-from sagellm.bench.transports import TgiTransport
+from sagellm.bench.summary import summarize, tokens_in_window
+from sagellm.bench.transports import TGI, HttpTransport
+from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.planner import Payload
 
 
-class FakeTransport:
-    """A transport without a network: each request sleeps; above `admit` in flight it is refused at once."""
-
-    def __init__(self, *, duration_s: tuple[float, float] = (0.005, 0.02), admit: int = 10_000,
-                 timeout_at: int | None = None, fail_first: int = 0):
-        self.duration_s = duration_s
-        self.admit = admit
-        self.timeout_at = timeout_at  # the n-th request (1-based) times out
-        self.fail_first = fail_first  # the first n requests fail (a validation error)
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.in_flight_at_start: list[int] = []
-        self.sent = 0
-        self.cancelled = 0
-
-    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
-        t0 = time.perf_counter()
-        self.sent += 1
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        self.in_flight_at_start.append(self.in_flight)
-        try:
-            if self.in_flight > self.admit:
-                await asyncio.sleep(0)
-                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, status=429,
-                               error_kind="overloaded", error="Model is overloaded")
-            if self.sent <= self.fail_first:
-                await asyncio.sleep(0.001)
-                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, status=422,
-                               error_kind="validation", error="Input validation error")
-            if self.sent == self.timeout_at:
-                await asyncio.sleep(0.01)
-                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, error_kind="timeout",
-                               error="timed out")
-            await asyncio.sleep(random.uniform(*self.duration_s))
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        finally:
-            self.in_flight -= 1
-        e2e = time.perf_counter() - t0
-        return Outcome(ok=True, started=t0, e2e_s=e2e, output_tokens=max_new_tokens, ttft_s=e2e / 2,
-                       itl_s=[e2e / 2 / max_new_tokens] * (max_new_tokens - 1), status=200)
+def workload(n_in: int = 16, n_out: int = 4) -> Workload:
+    return Workload(WorkloadOptions(), Payload(n_in, n_out))
 
 
 def sweep(transport: Any, levels: list[int], **kwargs: Any) -> tuple[list[LevelResult], list[RequestRecord]]:
     records: list[RequestRecord] = []
     options: dict[str, Any] = {"requests_per_level": 20, "duration_per_level_s": None, "warmup": 0,
-                               "input_tokens": 16, "output_tokens": 4, "prompt_fn": lambda n: "x " * n,
-                               "on_record": records.append}
+                               "workload": workload(), "on_record": records.append}
     options.update(kwargs)
     results = asyncio.run(run_sweep(transport, concurrency=levels, **options))
     return results, records
@@ -204,7 +162,7 @@ def test_cancelling_the_sweep_cancels_in_flight_requests_and_keeps_finished_reco
     async def go() -> set[asyncio.Task[Any]]:
         task = asyncio.create_task(run_sweep(
             transport, concurrency=[5], requests_per_level=10_000, duration_per_level_s=None, warmup=0,
-            input_tokens=8, output_tokens=4, prompt_fn=lambda n: "x", on_record=on_record))
+            workload=workload(8, 4), on_record=on_record))
         while len(logged) < 12:
             await asyncio.sleep(0.005)
         task.cancel()
@@ -223,8 +181,8 @@ def test_cancelling_the_sweep_cancels_in_flight_requests_and_keeps_finished_reco
 
 def test_run_level_rejects_both_or_neither_budget_and_duration() -> None:
     async def go(**kwargs: Any) -> None:
-        await run_level(FakeTransport(), concurrency=1, warmup=0, prompt="x", input_tokens=1,
-                        output_tokens=1, on_record=lambda r: None, **kwargs)
+        await run_level(FakeTransport(), concurrency=1, warmup=0, workload=workload(1, 1),
+                        on_record=lambda r: None, **kwargs)
     with pytest.raises(ValueError):
         asyncio.run(go(requests=1, duration_s=1.0))
     with pytest.raises(ValueError):
@@ -273,15 +231,15 @@ def test_sweep_over_loopback_holds_c_streams_open_at_the_server() -> None:
         await site.start()
         try:
             url = f"http://127.0.0.1:{server.runner.addresses[0][1]}"
-            return await run_sweep(TgiTransport(url), concurrency=[1, 6], requests_per_level=18,
-                                   duration_per_level_s=None, warmup=1, input_tokens=4, output_tokens=5,
-                                   prompt_fn=lambda n: "x", on_record=records.append)
+            return await run_sweep(HttpTransport(url, TGI), concurrency=[1, 6], requests_per_level=18,
+                                   duration_per_level_s=None, warmup=1, workload=workload(4, 5),
+                                   on_record=records.append)
         finally:
             await server.runner.cleanup()
 
     results = asyncio.run(go())
     assert server.max_open == 6
-    assert all(r.ok and r.output_tokens == 5 and len(r.itl_s) == 4 for r in records)
+    assert all(r.ok and r.output_tokens == 5 and len(r.token_gaps_s) == 4 for r in records)
     assert [len(r.measured) for r in results] == [18, 18]
     assert len(records) == 18 + 1 + 18 + 6
 
@@ -294,9 +252,10 @@ def test_a_failing_record_callback_stops_the_sweep_with_its_own_exception() -> N
         sweep(FakeTransport(), [3], on_record=on_record)
 
 
-def record(start_s: float, ttft_s: float, itl_s: list[float], tokens: int, ok: bool = True) -> RequestRecord:
+def record(start_s: float, ttft_s: float, gaps_s: list[float], tokens: int, ok: bool = True) -> RequestRecord:
     return RequestRecord(concurrency=1, worker=0, start_s=start_s, ok=ok,
-                         e2e_s=ttft_s + sum(itl_s) + 0.001, output_tokens=tokens, ttft_s=ttft_s, itl_s=itl_s)
+                         e2e_s=ttft_s + sum(gaps_s) + 0.001, output_tokens=tokens, ttft_s=ttft_s,
+                         token_gaps_s=gaps_s)
 
 
 def test_tokens_in_window_counts_the_token_events_inside_it() -> None:

@@ -32,7 +32,7 @@ def record(c: int, start_s: float, e2e_s: float, *, tokens: int = 100, ttft_s: f
 
 def feed(watch: Watch, c: int, done: int, total: int | None, elapsed_s: float, *, errors: int = 0,
          duration_s: float | None = None) -> None:
-    watch.progress(LevelProgress(concurrency=c, completed=done, planned=total, errors=errors, elapsed_s=elapsed_s,
+    watch.progress(LevelProgress(load=str(c), concurrency=c, completed=done, planned=total, errors=errors, elapsed_s=elapsed_s,
                                  duration_s=duration_s))
 
 

@@ -25,7 +25,8 @@ from sagellm.aws import cdk_cli
 from sagellm.aws.local import LocalAws
 from sagellm.bench import runner
 from sagellm.bench.runner import BenchOptions, BenchOutcome, run_bench
-from sagellm.bench.transports import SageMakerTransport, TgiTransport
+from sagellm.bench.transports import HttpTransport, SageMakerTransport
+from sagellm.bench.workload import WorkloadOptions
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus
 from sagellm.planner import Payload
@@ -224,15 +225,44 @@ def test_prompts_over_max_input_tokens_count_as_validation_errors(tmp_path: Path
     assert outcome.results.teardown.status == "not-applicable"
 
 
+@pytest.mark.integration
+def test_an_open_loop_sweep_with_repeats_gives_rate_levels_with_their_spread(tmp_path: Path) -> None:
+    plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(80, 16))  # the longest request
+    with EmulatorProcess(plan) as emulator:
+        outcome = run_bench(BenchOptions(
+            profile="max-throughput", model=MODEL, instance=INSTANCE, target="http", url=emulator.url,
+            workload=WorkloadOptions(input_tokens="48-80", output_tokens="16", seed=4), concurrency=(),
+            request_rate=(2.0, 4.0), arrivals="poisson", repeats=2, requests_per_level=6, warmup=1,
+            out=tmp_path), say=quiet)
+
+    assert outcome.exit_status == ExitStatus.OK, outcome.error
+    results = outcome.results
+    run = results.run
+    assert (run.request_rate, run.concurrency, run.arrivals, run.max_in_flight, run.repeats, run.clock) == (
+        [2.0, 4.0], [], "poisson", 1024, 2, "emulator")
+    assert run.workload is not None and (run.workload.input_tokens, run.workload.seed) == ("48-80", 4)
+    assert [(lv.load, lv.repeats, lv.requests) for lv in results.levels] == [("2/s", 2, 12), ("4/s", 2, 12)]
+    for level in results.levels:
+        assert level.predicted is None and level.lateness_ms is not None and level.spread is not None
+        assert level.spread["throughput_tokens_per_s"].min <= level.spread["throughput_tokens_per_s"].max
+        assert 48 <= (level.request_input_tokens.p50 or 0) <= 80 and level.request_output_tokens.p50 == 16
+    assert results.max_throughput is not None and results.max_throughput.request_rate in (2.0, 4.0)
+    records = request_lines(tmp_path)
+    assert len(records) == 2 * 2 * 7 and len({r["request"] for r in records}) == 28
+    assert {(r["request_rate"], r["repeat"]) for r in records} == {(2.0, 0), (2.0, 1), (4.0, 0), (4.0, 1)}
+    report = (tmp_path / "report.md").read_text()
+    assert "open loop, poisson arrivals at 2, 4 requests/s" in report and "### Request rate 4/s" in report
+
+
 # ------------------------------------------------------------------------------------------ SIGTERM
 
 @pytest.mark.integration
 def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=PAYLOAD)
-    send, calls, helpers = TgiTransport.send, [], []
+    send, calls, helpers = HttpTransport.send, [], []
 
-    async def send_with_a_helper_task(self: TgiTransport, *args: Any, **kwargs: Any) -> Any:
+    async def send_with_a_helper_task(self: HttpTransport, *args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 3:  # SIGTERM lands while a task nobody awaits runs, as aiohttp's write_bytes does
             async def helper() -> None:
@@ -242,7 +272,7 @@ def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
             helpers.append(asyncio.get_running_loop().create_task(helper()))
         return await send(self, *args, **kwargs)
 
-    monkeypatch.setattr(TgiTransport, "send", send_with_a_helper_task)
+    monkeypatch.setattr(HttpTransport, "send", send_with_a_helper_task)
     with EmulatorProcess(plan, time_scale=0.05) as emulator:
         outcome = run_bench(BenchOptions(
             profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, target="http",

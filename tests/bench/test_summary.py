@@ -33,6 +33,7 @@ def test_ms_per_token_is_e2e_over_output_tokens_of_each_ok_request() -> None:
     s = summarize(records, window_start_s=0, window_end_s=10)
     assert s.latency_ms_per_token.p50 == pytest.approx(20.0)  # 10, 20, 30 ms/token
     assert s.latency_ms_per_token.mean == pytest.approx(20.0)
+    assert s.latency_ms_per_token.p95 == pytest.approx(29.0)
     assert s.latency_ms_per_token.p99 == pytest.approx(29.8)
     assert s.e2e_s.p50 == pytest.approx(2.0)
 
@@ -71,16 +72,22 @@ def test_throughput_counts_tokens_of_ok_requests_completed_inside_the_window() -
     assert s.ok == 4  # latency statistics still use every measured ok request
 
 
-def test_itl_pools_the_gaps_of_all_ok_requests_in_ms() -> None:
-    records = [rec(itl_s=[0.01, 0.02]), rec(itl_s=[0.03, 0.04, 0.05]),
-               rec(ok=False, error_kind="timeout", itl_s=[9.0])]
+def test_itl_is_per_request_e2e_minus_ttft_over_tokens_minus_one_and_gaps_are_kept_apart() -> None:
+    steady = rec(ttft_s=0.1, e2e=1.0, tokens=10, token_gaps_s=[0.1] * 9)  # 100 ms per token
+    chunked = rec(ttft_s=0.2, e2e=2.0, tokens=10, token_gaps_s=[0.0, 0.0, 0.6] * 3)  # 200 ms, 3 per chunk
+    records = [steady, chunked, rec(ttft_s=0.1, e2e=0.1, tokens=1),  # one token: no ITL
+               rec(ok=False, error_kind="timeout", ttft_s=0.1, e2e=9.0, tokens=0, token_gaps_s=[9.0])]
     s = summarize(records, window_start_s=0, window_end_s=10)
-    assert s.itl_ms.p50 == pytest.approx(30.0)
-    assert s.itl_ms.mean == pytest.approx(30.0)
+    assert (s.itl_ms.p50, s.itl_ms.mean, s.itl_ms.p95) == pytest.approx((150.0, 150.0, 195.0))
+    assert s.tpot_ms == s.itl_ms
+    # The pooled gaps are another distribution: a third of the chunked request's gaps are 0 ms.
+    assert s.token_gap_ms.p50 == pytest.approx(100.0) and s.token_gap_ms.mean == pytest.approx(150.0)
+    assert percentile([0.0, 0.0, 600.0] * 3, 50) == 0.0
 
 
-def test_client_overhead_is_client_minus_server_e2e_where_the_server_reported_it() -> None:
-    records = [rec(e2e=1.002, server_e2e_s=1.0), rec(e2e=1.006, server_e2e_s=1.0), rec(e2e=5.0)]
+def test_client_overhead_is_client_minus_server_e2e_where_the_emulator_timed_the_request() -> None:
+    records = [rec(client_e2e_s=1.002, server_e2e_s=1.0), rec(client_e2e_s=1.006, server_e2e_s=1.0),
+               rec(e2e=5.0)]
     s = summarize(records, window_start_s=0, window_end_s=10)
     assert s.client_overhead_ms is not None
     assert s.client_overhead_ms.p50 == pytest.approx(4.0)
@@ -99,7 +106,7 @@ def test_a_level_with_no_ok_request_has_empty_statistics() -> None:
 
 
 def test_rejects_records_of_several_levels_and_an_empty_window() -> None:
-    with pytest.raises(ValueError, match=r"exactly one concurrency level, got \[1, 2\]"):
+    with pytest.raises(ValueError, match=r"exactly one level, got \['1', '2'\]"):
         summarize([rec(c=1), rec(c=2)], window_start_s=0, window_end_s=1)
     with pytest.raises(ValueError, match="empty window"):
         summarize([rec()], window_start_s=5, window_end_s=5)

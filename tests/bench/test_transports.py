@@ -22,10 +22,12 @@ from sagellm.bench.responses import (
     INFERENCE_COMPONENT_HEADER,
     Outcome,
     SseLines,
+    StreamState,
     classify_http_error,
     classify_sagemaker_error,
+    openai_event,
 )
-from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport
+from sagellm.bench.transports import CHAT, COMPLETIONS, TGI, HttpTransport, SageMakerTransport
 from sagellm.emulator import Emulator, make_prompt
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
@@ -95,6 +97,20 @@ def openai_sse(n_tokens: int, *, usage: bool) -> list[bytes]:
         events.append(b"data: " + json.dumps(u).encode() + b"\n\n")
     events.append(b"data: [DONE]\n\n")
     return events
+
+
+def tgi_chat_sse(n_tokens: int) -> list[bytes]:
+    """TGI's Messages API stream: a chat chunk per token, `usage` on the last one, then [DONE]."""
+    events = []
+    for i in range(n_tokens):
+        last = i == n_tokens - 1
+        chunk: dict[str, Any] = {"object": "chat.completion.chunk", "model": "tgi", "usage": None,
+                                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": f" t{i}"},
+                                              "finish_reason": "length" if last else None}]}
+        if last:
+            chunk["usage"] = {"prompt_tokens": 11, "completion_tokens": n_tokens, "total_tokens": 11 + n_tokens}
+        events.append(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    return [*events, b"data: [DONE]\n\n"]
 
 
 def cut(data: bytes, size: int) -> list[bytes]:
@@ -192,6 +208,10 @@ class FakeEndpoint:
         self.signature_ok.append(self._check_signature(request, raw))
         body = json.loads(raw)
         self.requests.append({**body, "component": request.headers.get(INFERENCE_COMPONENT_HEADER)})
+        if "messages" in body:  # TGI's /invocations takes a Messages API body too
+            frames = b"".join(payload_part(part) for part in cut(b"".join(tgi_chat_sse(body["max_tokens"])), 41))
+            return await self._stream(request, cut(frames, 97), "application/vnd.amazon.eventstream",
+                                      gap_s=0.0005)
         scenario, n = body["inputs"], body["parameters"]["max_new_tokens"]
         self.attempts[scenario] = self.attempts.get(scenario, 0) + 1
 
@@ -246,7 +266,7 @@ def sagemaker_transport(fake: FakeEndpoint, **kwargs: Any) -> SageMakerTransport
 
 def send_tgi(prompt: str, n: int = 5, token_gap_s: float = 0.0, timeout_s: float = 10.0) -> Outcome:
     async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> Outcome:
-        return await TgiTransport(fake.url, timeout_s=timeout_s).send(session, prompt, n)
+        return await HttpTransport(fake.url, TGI, timeout_s=timeout_s).send(session, prompt, n)
     return asyncio.run(with_endpoint(go, token_gap_s))
 
 
@@ -254,6 +274,28 @@ def send_sagemaker(prompt: str, n: int = 5, **kwargs: Any) -> tuple[Outcome, Fak
     async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[Outcome, FakeEndpoint]:
         return await sagemaker_transport(fake, **kwargs).send(session, prompt, n), fake
     return asyncio.run(with_endpoint(go))
+
+
+def test_sagemaker_chat_sends_a_messages_body_and_reads_chat_chunks_inside_the_event_stream() -> None:
+    out, fake = send_sagemaker("hello there", 6, api=CHAT)
+    assert out.ok and out.error is None
+    assert (out.output_tokens, out.input_tokens, len(out.token_gaps_s)) == (6, 11, 5)
+    body = fake.requests[0]
+    assert body["messages"] == [{"role": "user", "content": "hello there"}]
+    assert (body["max_tokens"], body["stream"], body["stream_options"]) == (6, True, {"include_usage": True})
+    assert fake.signature_ok == [True]
+
+
+def test_chat_chunks_count_content_not_the_opening_role_chunk_nor_the_usage_chunk() -> None:
+    st = StreamState(0.0)
+    openai_event(st, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                   "finish_reason": None}]}, 1.0)
+    assert st.events == 0 and st.ttft_s is None
+    openai_event(st, {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}, 2.0)
+    openai_event(st, {"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]}, 2.5)
+    openai_event(st, {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}, 2.6)
+    assert (st.events, st.ttft_s, st.gaps_s, st.output_tokens, st.input_tokens, st.done) == (
+        2, 2.0, [0.5], 2, 5, True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -286,21 +328,21 @@ def test_tgi_stream_measures_ttft_itl_and_server_token_count() -> None:
     out = send_tgi("ok", n=6, token_gap_s=0.02)
     assert out.ok and out.error_kind is None and out.status == 200
     assert out.output_tokens == 6 and out.input_tokens == 7
-    assert len(out.itl_s) == 5
-    assert all(gap >= 0.015 for gap in out.itl_s)  # the server sleeps 20 ms between tokens
+    assert len(out.token_gaps_s) == 5
+    assert all(gap >= 0.015 for gap in out.token_gaps_s)  # the server sleeps 20 ms between tokens
     assert out.ttft_s is not None and 0 < out.ttft_s < out.e2e_s
-    assert out.e2e_s >= out.ttft_s + sum(out.itl_s) - 1e-9
+    assert out.e2e_s >= out.ttft_s + sum(out.token_gaps_s) - 1e-9
 
 
 def test_tgi_stream_split_into_five_byte_writes_parses_every_token() -> None:
     out = send_tgi("split", n=8)
     assert out.ok, out.error
-    assert out.output_tokens == 8 and len(out.itl_s) == 7
+    assert out.output_tokens == 8 and len(out.token_gaps_s) == 7
 
 
 def test_tgi_output_tokens_come_from_details_not_from_counting_events() -> None:
     out = send_tgi("reported_count", n=4)
-    assert out.ok and out.output_tokens == 7 and len(out.itl_s) == 3
+    assert out.ok and out.output_tokens == 7 and len(out.token_gaps_s) == 3
 
 
 def test_tgi_reads_server_reported_timings_from_the_final_details() -> None:
@@ -310,7 +352,7 @@ def test_tgi_reads_server_reported_timings_from_the_final_details() -> None:
 
 def test_tgi_sends_details_so_the_server_reports_its_count() -> None:
     async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> dict[str, Any]:
-        await TgiTransport(fake.url).send(session, "ok", 3)
+        await HttpTransport(fake.url, TGI).send(session, "ok", 3)
         return fake.requests[0]
     body = asyncio.run(with_endpoint(go))
     assert body["parameters"] == {"max_new_tokens": 3, "details": True, "do_sample": False}
@@ -332,7 +374,7 @@ def test_tgi_errors_map_to_their_kind(prompt: str, kind: str, status: int) -> No
 def test_tgi_midstream_error_keeps_the_partial_timings() -> None:
     out = send_tgi("midstream_error", n=5)
     assert "CUDA out of memory" in (out.error or "")
-    assert out.ttft_s is not None and len(out.itl_s) == 1
+    assert out.ttft_s is not None and len(out.token_gaps_s) == 1
 
 
 def test_client_timeout_is_a_timeout_error() -> None:
@@ -343,7 +385,7 @@ def test_client_timeout_is_a_timeout_error() -> None:
 def test_connection_refused_is_an_error_not_an_exception() -> None:
     async def go() -> Outcome:
         async with aiohttp.ClientSession() as session:
-            return await TgiTransport("http://127.0.0.1:9").send(session, "ok", 3)
+            return await HttpTransport("http://127.0.0.1:9", TGI).send(session, "ok", 3)
     out = asyncio.run(go())
     assert not out.ok and out.error_kind == "other" and out.status is None
 
@@ -354,22 +396,22 @@ def test_connection_refused_is_an_error_not_an_exception() -> None:
 
 def test_openai_counts_tokens_from_usage_when_present() -> None:
     async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[Outcome, dict[str, Any]]:
-        return await OpenAiTransport(fake.url, "m").send(session, "ok", 5), fake.requests[0]
+        return await HttpTransport(fake.url, COMPLETIONS, "m").send(session, "ok", 5), fake.requests[0]
     out, body = asyncio.run(with_endpoint(go))
-    assert out.ok and out.output_tokens == 5 and out.input_tokens == 9 and len(out.itl_s) == 4
+    assert out.ok and out.output_tokens == 5 and out.input_tokens == 9 and len(out.token_gaps_s) == 4
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
 
 
 def test_openai_without_usage_counts_token_events() -> None:
     async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> Outcome:
-        return await OpenAiTransport(fake.url, "m").send(session, "no_usage", 4)
+        return await HttpTransport(fake.url, COMPLETIONS, "m").send(session, "no_usage", 4)
     out = asyncio.run(with_endpoint(go))
     assert out.ok and out.output_tokens == 4 and out.input_tokens is None
 
 
 def test_openai_stream_ended_by_done_before_any_finish_reason_is_a_cut_stream() -> None:
     async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> Outcome:
-        return await OpenAiTransport(fake.url, "m").send(session, "cut", 8)
+        return await HttpTransport(fake.url, COMPLETIONS, "m").send(session, "cut", 8)
     out = asyncio.run(with_endpoint(go))
     assert not out.ok and out.error_kind == "other"
     assert out.error == "the server cut the stream: [DONE] after 2 token events and no finish_reason"
@@ -383,7 +425,7 @@ def test_openai_stream_ended_by_done_before_any_finish_reason_is_a_cut_stream() 
 def test_sagemaker_stream_is_signed_and_parsed_across_split_frames_and_parts() -> None:
     out, fake = send_sagemaker("ok", n=9, inference_component="ic-llama")
     assert out.ok, out.error
-    assert out.output_tokens == 9 and len(out.itl_s) == 8 and out.retries == 0
+    assert out.output_tokens == 9 and len(out.token_gaps_s) == 8 and out.retries == 0
     assert fake.signature_ok == [True]
     assert fake.requests[0]["component"] == "ic-llama"
     assert fake.requests[0]["stream"] is True and fake.requests[0]["parameters"]["details"] is True
@@ -524,14 +566,14 @@ def sagemaker_at(url: str) -> SageMakerTransport:
 
 
 @pytest.mark.parametrize("make", [
-    pytest.param(lambda url: TgiTransport(url), id="tgi"),
-    pytest.param(lambda url: OpenAiTransport(url, "m"), id="openai"),
+    pytest.param(lambda url: HttpTransport(url, TGI), id="tgi"),
+    pytest.param(lambda url: HttpTransport(url, COMPLETIONS, "m"), id="openai"),
     pytest.param(sagemaker_at, id="sagemaker"),
 ])
 def test_each_transport_reads_the_emulators_stream_counts_and_timings(make: Callable[[str], Any]) -> None:
     [out] = against_emulator(make, [make_prompt(10)])
     assert out.ok, out.error
-    assert out.output_tokens == 6 and out.input_tokens == 10 and len(out.itl_s) == 5
+    assert out.output_tokens == 6 and out.input_tokens == 10 and len(out.token_gaps_s) == 5
     assert out.server_ttft_s is not None and out.server_e2e_s is not None
     assert 0 < out.server_e2e_s <= out.e2e_s and 0 < out.server_ttft_s <= (out.ttft_s or 0)
 

@@ -26,7 +26,8 @@ from sagellm.bench.records import RequestRecord
 from sagellm.bench.responses import Outcome
 from sagellm.bench.summary import percentile, summarize
 from sagellm.bench.targets import served_models
-from sagellm.bench.transports import OpenAiTransport
+from sagellm.bench.transports import COMPLETIONS, HttpTransport
+from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.emulator import EmulatorProcess, make_prompt
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
@@ -171,7 +172,7 @@ def per_request_itl_s(r: RequestRecord) -> float:
 # benchmarks/first_token_wire.py: send delay p50 4.8 ms at 8, 0.7 ms at 1).
 @pytest.mark.parametrize("concurrency", [1, 2, 4])
 def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int) -> None:
-    transport = OpenAiTransport(vllm.url, SERVED)
+    transport = HttpTransport(vllm.url, COMPLETIONS, SERVED)
     records: list[RequestRecord] = []
     zero = time.perf_counter()
     waited = runqueue_wait_s()
@@ -179,7 +180,7 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
     with TokenSampler(vllm.url) as sampler:
         level = asyncio.run(run_level(
             transport, concurrency=concurrency, requests=6 * concurrency, duration_s=None, warmup=1,
-            prompt=make_prompt(64), input_tokens=64, output_tokens=32, on_record=records.append,
+            workload=Workload(WorkloadOptions(), Payload(64, 32)), on_record=records.append,
             clock_zero=zero))
     after = scrape(vllm.url)
     # Time this process was ready to run but had no CPU: on a shared 2-core machine the client's clock
@@ -254,7 +255,7 @@ def send(server: Server, prompt_words: int, max_tokens: int) -> Outcome:
     """One request through the bench's OpenAI transport."""
     async def go() -> Outcome:
         async with aiohttp.ClientSession() as session:
-            return await OpenAiTransport(server.url, server.model).send(session, make_prompt(prompt_words),
+            return await HttpTransport(server.url, COMPLETIONS, server.model).send(session, make_prompt(prompt_words),
                                                                         max_tokens)
     return asyncio.run(go())
 
@@ -266,7 +267,7 @@ def test_openai_completions_stream_reads_the_same_on_the_emulator_and_vllm(serve
     assert out.output_tokens == 16  # from `usage`
     assert out.input_tokens is not None and out.input_tokens >= 64  # vLLM's tokenizer: at least one per word
     assert out.ttft_s is not None and 0 < out.ttft_s < out.e2e_s
-    assert 1 <= len(out.itl_s) <= 15  # token events after the first (a chunk may carry several)
+    assert 1 <= len(out.token_gaps_s) <= 15  # token events after the first (a chunk may carry several)
 
 
 def test_a_prompt_over_the_context_is_a_validation_error_on_both(server: Server) -> None:

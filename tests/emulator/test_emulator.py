@@ -328,3 +328,29 @@ def test_a_client_that_disconnects_frees_its_slot() -> None:
         async with s.post(f"{url}/generate", json=tgi_body(10, 3)) as again:
             return again.status
     assert run(plan(model(env={"MAX_CONCURRENT_REQUESTS": "1"})), scenario) == 200
+
+
+def test_stamped_timings_follow_the_simulated_clock_even_when_the_event_loop_stalls() -> None:
+    # Time scale 0.1: a 256-token prompt prefills in 6.3 ms of wall time and each step takes 3.3 ms. A
+    # 120 ms stall of the event loop (more than the engine catches up on) delays the tokens on the wire,
+    # but the emulator's own TTFT and e2e stay those of the simulation, so a client that reads them is
+    # not fooled by jitter that the time scale would multiply by ten.
+    p = plan()
+    steps = steps_of(p)
+
+    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
+        async with session.post(f"{url}/generate_stream", json=tgi_body(256, 40)) as resp:
+            events, stalled = [], False
+            async for chunk in resp.content.iter_any():
+                events.append(chunk)
+                if not stalled and len(events) == 5:
+                    time.sleep(0.12)  # noqa: ASYNC251 - the stall is the point: it blocks the emulator too
+                    stalled = True
+        last = json.loads(b"".join(events).strip().split(b"\n\n")[-1][5:])
+        return last["details"]
+
+    details = run(p, scenario, time_scale=0.1)
+    ttft, e2e = details["sagellm_server_ttft_s"] / 0.1, details["sagellm_server_e2e_s"] / 0.1
+    assert ttft == pytest.approx(steps.prefill_s(256), abs=1e-5)
+    contexts = [256 + i for i in range(1, 40)]
+    assert e2e - ttft == pytest.approx(sum(steps.decode_step_s(1, c) for c in contexts), abs=1e-5)

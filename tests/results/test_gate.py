@@ -101,7 +101,7 @@ def test_reports_an_unknown_metric_with_close_matches(tmp_path: Path) -> None:
     path = write(tmp_path, "rules: [{metric: latency_ms_per_tokn.p90, where: 16, max: 80}]")
     assert problems(path) == [("rules[0].metric: 'latency_ms_per_tokn.p90' is not a known metric "
                               "(did you mean latency_ms_per_token.p90 or latency_ms_per_token.p99 or "
-                              "latency_ms_per_token.p50?)")]
+                              "latency_ms_per_token.p95?)")]
 
 
 def test_reports_an_unknown_metric_without_close_matches_by_listing_the_known_ones(tmp_path: Path) -> None:
@@ -134,8 +134,10 @@ def test_reports_where_that_is_not_a_level(tmp_path: Path) -> None:
           - {metric: cost.usd_per_h, where: max, max: 2}
     """)
     assert problems(path) == [
-        "rules[0].where: 'p90' is not a measured level (use a concurrency level such as 16, knee or max)",
-        "rules[1].where: 0 is not a measured level (use a concurrency level such as 16, knee or max)",
+        ("rules[0].where: 'p90' is not a measured level (use a concurrency level such as 16, a request rate "
+         "such as 4/s, knee or max)"),
+        ("rules[1].where: 0 is not a measured level (use a concurrency level such as 16, a request rate such "
+         "as 4/s, knee or max)"),
         "rules[2].where: missing (add a concurrency level such as 16, knee or max)",
         "rules[3].where: cost.usd_per_h is taken at the max-throughput point (remove where)",
     ]
@@ -276,8 +278,8 @@ def test_baseline_without_a_common_level_is_a_violation() -> None:
     before = results([level(1, 100, 10)])
     [v] = evaluate(results(), Thresholds(baseline=Baseline(metrics=("throughput_tokens_per_s",))),
                    baseline=before)
-    assert v.message == ("baseline throughput_tokens_per_s: no concurrency level in common with the "
-                         "baseline run (run the same --concurrency levels)")
+    assert v.message == ("baseline throughput_tokens_per_s: no level in common with the baseline run (run "
+                         "the same --concurrency or --request-rate levels)")
 
 
 def test_gate_lists_every_rule_and_baseline_metric_and_passes_only_without_violations() -> None:
@@ -341,11 +343,11 @@ def test_find_level_reads_a_level_the_knee_and_the_max_throughput_point() -> Non
 def test_rules_at_levels_outside_the_sweep_are_named_with_the_sweeps_levels() -> None:
     t = Thresholds(rules=(Rule(metric="error_rate", where=16, max=0.1), Rule(metric="error_rate", where=3, max=0.1),
                           Rule(metric="error_rate", where="knee", max=0.1), Rule(metric="cost.usd_per_h", max=2)))
-    assert unplanned_levels(t, [1, 2, 4, 8, 16]) == [
+    assert unplanned_levels(t, ["1", "2", "4", "8", "16"]) == [
         "rules[1].where: 3 is not a level of the sweep (1, 2, 4, 8, 16); use one of its levels, knee or max"]
-    assert planned_levels(results()) == [1, 2, 4, 8, 16, 32]
+    assert planned_levels(results()) == ["1", "2", "4", "8", "16", "32"]
     no_sweep = results().model_copy(update={"run": RUN.model_copy(update={"concurrency": []})})
-    assert planned_levels(no_sweep) == [8, 16, 32]  # a run that names no sweep: the measured levels stand in
+    assert planned_levels(no_sweep) == ["8", "16", "32"]  # a run that names no sweep: the measured levels stand in
 
 
 # ------------------------------------------------------------------------------------ comparability
@@ -411,3 +413,14 @@ def test_gate_records_how_an_allowed_baseline_differs() -> None:
     verdict = gate(results(), Thresholds(rules=(Rule(metric="error_rate", where="max", max=1),)), before)
     assert verdict.incomparable == ["output_tokens 256 (baseline 128)"]
     assert gate(results(), Thresholds(), results()).incomparable == []
+
+
+def test_a_rule_names_a_rate_level_as_n_per_second(tmp_path: Path) -> None:
+    rate = level(16, 380, 50).model_copy(update={"concurrency": None, "request_rate": 4.0})
+    run = results([level(1, 100, 10), rate])
+    assert run.level("4/s") is rate and run.level(4) is None and run.level("16") is None
+    path = write(tmp_path, "rules: [{metric: latency_ms_per_token.p50, where: 4/s, max: 40}]")
+    [v] = evaluate(run, load_thresholds(path))
+    assert v.message == "latency_ms_per_token.p50@4/s: 50 > max 40"
+    [missing] = evaluate(run, Thresholds(rules=(Rule(metric="ttft_ms.p95", where="2.5/s", max=1),)))
+    assert missing.message == "ttft_ms.p95@2.5/s: level 2.5/s was not measured (stopped at 4/s: error rate 12% at 32)"

@@ -69,11 +69,13 @@ def test_results_json_has_the_contract_top_level_keys(tmp_path: Path) -> None:
     data = json.loads(path.read_text())
     assert list(data) == ["schema_version", "run", "levels", "knee", "max_throughput", "slo", "cost",
                           "teardown", "gate", "stopped_reason", "failure"]
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["run"]["started_at"] == "2025-01-02T03:04:05Z"
-    assert set(data["levels"][0]) >= {"concurrency", "requests", "errors", "throughput_tokens_per_s",
-                                      "requests_per_s", "latency_ms_per_token", "ttft_ms", "itl_ms", "e2e_s",
-                                      "predicted"}
+    assert set(data["levels"][0]) >= {"concurrency", "request_rate", "repeats", "requests", "errors",
+                                      "throughput_tokens_per_s", "requests_per_s", "latency_ms_per_token",
+                                      "ttft_ms", "itl_ms", "tpot_ms", "token_gap_ms", "e2e_s", "lateness_ms",
+                                      "spread", "predicted"}
+    assert set(data["levels"][0]["ttft_ms"]) == {"p50", "p90", "p95", "p99", "mean"}
 
 
 def test_results_round_trip_through_the_file(tmp_path: Path) -> None:
@@ -99,15 +101,17 @@ def test_load_names_the_line_of_invalid_json(tmp_path: Path) -> None:
     assert exc.value.messages == [f"{path}: line 3: not valid JSON: Expecting property name enclosed in double quotes"]
 
 
-def test_load_refuses_another_schema_version(tmp_path: Path) -> None:
+def test_load_explains_an_older_or_unknown_schema_version_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "results.json"
     data = json.loads(results().model_dump_json())
-    data["schema_version"] = 2
-    path.write_text(json.dumps(data))
-    with pytest.raises(InputError) as exc:
-        load_results(path)
-    assert exc.value.messages == [(f"{path}: schema_version 2 is not supported (this sagellm reads version 1; "
-                                  "re-run the bench with this version)")]
+    for version, why in ((1, "written by an older sagellm, before per-request ITL, p95 and request-rate levels"),
+                         (3, "not a version this sagellm knows")):
+        data["schema_version"] = version
+        path.write_text(json.dumps(data))
+        with pytest.raises(InputError) as exc:
+            load_results(path)
+        assert exc.value.messages == [(f"{path}: schema_version {version} is {why}; this sagellm reads version "
+                                       "2 (re-run the bench to get one)")]
 
 
 def test_load_lists_every_invalid_field_with_its_path(tmp_path: Path) -> None:

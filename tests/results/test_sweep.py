@@ -69,3 +69,22 @@ def test_cost_is_unknown_without_a_price_or_without_throughput() -> None:
     assert sweep.usd_per_h(None, 2) is None
     assert usd_per_1m_tokens(1000, None) is None
     assert usd_per_1m_tokens(0, 3.0) is None
+
+
+def rate_lvl(rate: float, tput: float, p50: float) -> LevelSummary:
+    return lvl(1, tput, p50).model_copy(update={"concurrency": None, "request_rate": rate})
+
+
+def test_rate_levels_are_named_by_their_rate_and_picked_like_concurrency_levels() -> None:
+    levels = [rate_lvl(4, 300, 14), rate_lvl(0.5, 100, 10), rate_lvl(1, 190, 10.5), rate_lvl(8, 360, 25)]
+    assert [lv.load for lv in levels] == ["4/s", "0.5/s", "1/s", "8/s"]
+    assert sweep.knee(levels).load == "4/s"  # type: ignore[union-attr]
+    assert sweep.max_throughput(levels).request_rate == 8  # type: ignore[union-attr]
+    assert sweep.best_under_slo(levels, 12).load == "1/s"  # type: ignore[union-attr]
+
+
+def test_a_level_has_exactly_one_key() -> None:
+    with pytest.raises(ValueError, match="exactly one of concurrency and request_rate"):
+        lvl(1, 1, 1).model_validate(lvl(1, 1, 1).model_dump() | {"request_rate": 2.0})
+    with pytest.raises(ValueError, match="exactly one of concurrency and request_rate"):
+        lvl(1, 1, 1).model_validate(lvl(1, 1, 1).model_dump() | {"concurrency": None})

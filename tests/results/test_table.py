@@ -31,7 +31,7 @@ def test_every_field_of_a_level_is_a_column_in_field_order() -> None:
     header = next(csv.reader(io.StringIO(render_csv(results()))))
 
     stats = list(Stats.model_fields)
-    assert header[:2] == ["concurrency", "requests"]
+    assert header[:4] == ["concurrency", "request_rate", "repeats", "requests"]
     assert [f"ttft_ms.{s}" for s in stats] == [h for h in header if h.startswith("ttft_ms.")]
     assert [f"errors.{k}" for k in ERROR_KINDS] == [h for h in header if h.startswith("errors.")]
     assert {"window_s", "server_loop_lag_ms", "predicted.within_timeout"} <= set(header)
@@ -42,14 +42,14 @@ def test_a_run_without_levels_still_has_the_header() -> None:
     empty = make_results(RUN, [], usd_per_h=None, teardown=Teardown(status="not-applicable"))
 
     lines = render_csv(empty).splitlines()
-    assert len(lines) == 1 and lines[0].startswith("concurrency,requests,ok,")
+    assert len(lines) == 1 and lines[0].startswith("concurrency,request_rate,repeats,requests,ok,")
 
 
 def test_a_field_added_to_the_level_model_becomes_a_column() -> None:
     class Wider(Level):
-        tpot_ms: Stats = Stats(p50=7.5)
+        queue_ms: Stats = Stats(p50=7.5)
 
     wide = Wider(**LEVELS[0].model_dump())
 
-    assert cells(Wider, wide)["tpot_ms.p50"] == 7.5
-    assert list(cells(Wider, None))[-len(Stats.model_fields):] == [f"tpot_ms.{s}" for s in Stats.model_fields]
+    assert cells(Wider, wide)["queue_ms.p50"] == 7.5
+    assert list(cells(Wider, None))[-len(Stats.model_fields):] == [f"queue_ms.{s}" for s in Stats.model_fields]

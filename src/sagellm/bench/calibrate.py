@@ -78,7 +78,9 @@ def _observations(run: _Run) -> list[Observation]:
     return [
         Observation(shape, payload, lv.concurrency, ms_per_token=lv.latency_ms_per_token.p50,
                     ttft_ms=lv.ttft_ms.p50, throughput_tokens_per_s=lv.throughput_tokens_per_s or None)
-        for lv in run.results.levels if lv.ok > 0 and lv.error_rate <= MAX_ERROR_RATE
+        # Open-loop levels have no closed-loop concurrency the planner could be fitted to.
+        for lv in run.results.levels
+        if lv.concurrency is not None and lv.ok > 0 and lv.error_rate <= MAX_ERROR_RATE
     ]
 
 

@@ -1,24 +1,10 @@
-"""The closed-loop sweep: for each concurrency C, C workers each send their next request as the last returns.
+"""The sweep: levels in order, each run `repeats` times, closed loop (concurrency) or open loop (request rate).
 
-Definitions (the report and the summary rely on them):
-- **Warm-up**: each worker's first `warmup` requests of every level (a new level opens new connections,
-  so a worker's first request also pays for connecting). They are logged with `warmup=True` and left
-  out of the statistics and of the stop rule (one error rate everywhere: the report's, warm-up excluded).
-- **Ramp**: from the level's start until every worker has completed its warm-up requests (its first
-  request when `warmup=0`). Until then the level is still starting: connections opening and the first
-  burst of C prefills, with no request yet sent back-to-back.
-- **Measured window** (for throughput = output tokens ÷ window): from the end of the ramp until the
-  first worker finds no more work (with a request budget), or for `duration_per_level_s` seconds
-  after the ramp (with a duration); after it fewer than C requests are in flight (the tail). If a level
-  is too short to have such a window, it is the whole level and `ramp_excluded` is False.
-- **Tokens in the window**: each ok request's output tokens are spread evenly over its token events
-  (TGI: one event per token) and counted where the events fall inside the window. Counting whole
-  requests by when they completed would be lumpy: a continuous-batching server keeps a closed loop's
-  requests in phase, so they complete in waves, and a window holds one wave more or less by chance.
-- **Stop rule**: after a level, escalation stops when more than `max_error_rate` of its measured
-  requests failed, or when any measured request timed out (the 60 s invocation timeout, or the client
-  timeout). Within a level, once such an outcome is certain (a timeout, or with a request budget more
-  errors than the rate allows), no new requests are sent; those in flight finish.
+Closed loop, the default and the published seeds' method: at concurrency C, C workers each send their
+next request as the last returns. Open loop: see `arrivals`. Warm-up, ramp, measured window and stop
+rule are defined in `level`; throughput counts tokens where their events fall (`summary.tokens_in_window`:
+a continuous-batching server keeps a closed loop's requests in phase, so they complete in waves).
+Every request gets the workload's next prompt, unique by default (`workload`).
 Cancelling `run_sweep` cancels the requests in flight; every finished record has already gone to
 `on_record`.
 """
@@ -26,232 +12,144 @@ Cancelling `run_sweep` cancels the requests in flight; every finished record has
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import aiohttp
 
+from sagellm.bench.arrivals import ARRIVALS, Arrivals, run_rate_level
+from sagellm.bench.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.records import RequestRecord
-from sagellm.bench.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.transports import Transport
+from sagellm.bench.workload import Workload
+
+__all__ = ["LevelProgress", "LevelResult", "OpenLoop", "StopRule", "default_budget", "run_level", "run_sweep",
+           "sweep_problems"]
+
+# Published sweeps send a few × concurrency requests per level (method.md §5).
+REQUESTS_PER_WORKER = 3
+MIN_REQUESTS_PER_LEVEL = 8
+# An open-loop level sends this many seconds of arrivals by default: several request lifetimes, so the
+# window after the ramp (about one request's lifetime) holds the steady state.
+SECONDS_PER_RATE_LEVEL = 60
+MAX_IN_FLIGHT = 1024  # the open loop's default in-flight cap
 
 
 @dataclass(frozen=True)
-class StopRule:
-    """When a level says the endpoint is past its limit."""
+class OpenLoop:
+    """An open-loop sweep: request rates (requests/s) and how arrivals are spaced."""
 
-    max_error_rate: float = 0.05  # of the measured requests of the level (warm-up excluded)
-    stop_on_timeout: bool = True
-
-
-@dataclass(frozen=True)
-class LevelProgress:
-    """Reported after every completed request (for a progress bar)."""
-
-    concurrency: int
-    completed: int  # requests finished at this level, warm-up included
-    planned: int | None  # warm-up + budget with a request budget; None with a duration
-    errors: int
-    elapsed_s: float  # since the level started
-    duration_s: float | None  # the measured duration asked for, if any
+    rates: tuple[float, ...]
+    arrivals: Arrivals = "constant"
+    max_in_flight: int = 1024
+    seed: int = 0
+    time_scale: float = 1.0  # a compressed emulator: the schedule runs this much faster in wall time
 
 
-@dataclass
-class LevelResult:
-    """One concurrency level: its records and the window its throughput is measured over."""
-
-    concurrency: int
-    records: list[RequestRecord]  # every record of the level, warm-up included (marked)
-    started_s: float  # seconds since the run started
-    ended_s: float
-    window_start_s: float
-    window_end_s: float
-    ramp_excluded: bool
-    window_output_tokens: float  # output tokens generated inside the window (see the module docstring)
-    stopped_reason: str | None = None  # why escalation stops after this level; None to go on
-    errors_by_kind: dict[str, int] = field(default_factory=dict)  # measured requests (warm-up excluded)
-
-    @property
-    def measured(self) -> list[RequestRecord]:
-        """The records that count in the statistics (warm-up excluded)."""
-        return [r for r in self.records if not r.warmup]
-
-    @property
-    def window_s(self) -> float:
-        """Length of the measured window."""
-        return self.window_end_s - self.window_start_s
-
-    @property
-    def throughput_tokens_per_s(self) -> float:
-        """Output tokens generated in the window ÷ its length."""
-        return self.window_output_tokens / self.window_s if self.window_s > 0 else 0.0
+def default_budget(*, open_loop: bool) -> Callable[[float], int]:
+    """Measured requests per level when none are asked for: a few per worker, or a minute of arrivals."""
+    if open_loop:
+        return lambda rate: max(MIN_REQUESTS_PER_LEVEL, math.ceil(SECONDS_PER_RATE_LEVEL * rate))
+    return lambda c: max(MIN_REQUESTS_PER_LEVEL, REQUESTS_PER_WORKER * int(c))
 
 
-class _Level:
-    """Book-keeping of one level while it runs (single event loop, so no locks)."""
-
-    def __init__(self, concurrency: int, warmup: int, budget: int | None, duration_s: float | None,
-                 rule: StopRule, clock_zero: float):
-        self.concurrency = concurrency
-        self.warmup = warmup
-        self.budget = budget
-        self.duration_s = duration_s
-        self.rule = rule
-        self.clock_zero = clock_zero
-        self.started = time.perf_counter()
-        self.issued = 0  # measured requests handed out
-        self.records: list[RequestRecord] = []
-        self.errors = 0  # warm-up included (progress shows every failure)
-        self.measured_errors = 0
-        self.in_ramp = concurrency  # workers that have not completed their warm-up yet
-        self.ramp_end: float | None = None
-        self.deadline: float | None = None
-        self.window_end: float | None = None
-        self.stopping: str | None = None
-
-    @property
-    def planned(self) -> int | None:
-        return None if self.budget is None else self.budget + self.warmup * self.concurrency
-
-    def take(self) -> bool:
-        """Whether a worker may send another measured request; marks the window's end when not."""
-        now = time.perf_counter()
-        if self.stopping is None:
-            if self.budget is not None and self.issued < self.budget:
-                self.issued += 1
-                return True
-            if self.budget is None and (self.deadline is None or now < self.deadline):
-                return True
-        if self.window_end is None:
-            self.window_end = self.deadline if self.stopping is None and self.deadline is not None else now
-        return False
-
-    def ramp_done(self) -> None:
-        """A worker completed its warm-up (or first) request."""
-        self.in_ramp -= 1
-        if self.in_ramp == 0:
-            self.ramp_end = time.perf_counter()
-            if self.duration_s is not None:
-                self.deadline = self.ramp_end + self.duration_s
-
-    def add(self, record: RequestRecord) -> None:
-        self.records.append(record)
-        if not record.ok:
-            self.errors += 1
-            self.measured_errors += not record.warmup
-            if self.stopping is None and not record.warmup:
-                if record.error_kind == "timeout" and self.rule.stop_on_timeout:
-                    self.stopping = "timeout"
-                elif self.budget is not None and self.measured_errors > self.rule.max_error_rate * self.budget:
-                    self.stopping = "errors"
-
-    def result(self) -> LevelResult:
-        ended = time.perf_counter()
-        start, end = self.ramp_end, self.window_end
-        ramp_excluded = start is not None and end is not None and end > start
-        if not ramp_excluded:
-            start, end = self.started, ended
-        measured = [r for r in self.records if not r.warmup]
-        errors = errors_by_kind(measured)
-        z = self.clock_zero
-        return LevelResult(
-            concurrency=self.concurrency, records=self.records, started_s=self.started - z,
-            ended_s=ended - z, window_start_s=start - z, window_end_s=end - z,  # type: ignore[operator]
-            ramp_excluded=ramp_excluded, stopped_reason=self._stopped_reason(errors, len(measured)),
-            window_output_tokens=tokens_in_window(measured, start - z, end - z),  # type: ignore[operator]
-            errors_by_kind=errors,
-        )
-
-    def _stopped_reason(self, errors: dict[str, int], total: int) -> str | None:
-        if total == 0:
-            return None
-        if self.rule.stop_on_timeout and errors["timeout"]:
-            return (f"{errors['timeout']} of {total} requests timed out (the 60 s invocation timeout or "
-                    f"the client timeout) at concurrency {self.concurrency}")
-        failed = sum(errors.values())
-        if failed / total > self.rule.max_error_rate:
-            kinds = ", ".join(f"{n} {kind}" for kind, n in errors.items() if n)
-            return (f"error rate {failed / total:.1%} > {self.rule.max_error_rate:.0%} at concurrency "
-                    f"{self.concurrency} ({kinds})")
-        return None
+def sweep_problems(*, concurrency: Sequence[int], request_rate: Sequence[float], arrivals: str | None,
+                   max_in_flight: int | None, repeats: int) -> list[str]:
+    """What is wrong with the sweep's options, as `--flag: what (fix)` lines."""
+    out = []
+    if request_rate and concurrency:
+        out.append("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
+    if any(rate <= 0 for rate in request_rate):
+        out.append(f"--request-rate: {', '.join(f'{r:g}' for r in request_rate)}: each must be > 0 requests/s")
+    if not request_rate and (arrivals is not None or max_in_flight is not None):
+        out.append("--arrivals/--max-in-flight: only with --request-rate")
+    if arrivals is not None and arrivals not in ARRIVALS:
+        out.append(f"--arrivals: {arrivals!r} must be constant or poisson")
+    if max_in_flight is not None and max_in_flight < 1:
+        out.append("--max-in-flight: must be at least 1")
+    if repeats < 1:
+        out.append("--repeats: must be at least 1")
+    return out
 
 
 async def run_level(transport: Transport, *, concurrency: int, requests: int | None,
-                    duration_s: float | None, warmup: int, prompt: str, input_tokens: int,
-                    output_tokens: int, on_record: Callable[[RequestRecord], None],
+                    duration_s: float | None, warmup: int, workload: Workload,
+                    on_record: Callable[[RequestRecord], None],
                     on_progress: Callable[[LevelProgress], None] | None = None,
-                    stop_rule: StopRule = StopRule(), clock_zero: float | None = None) -> LevelResult:
+                    stop_rule: StopRule = DEFAULT_STOP_RULE, clock_zero: float | None = None,
+                    repeat: int = 0) -> LevelResult:
     """Run one closed-loop level with `concurrency` workers and return its records and window."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if (requests is None) == (duration_s is None):
         raise ValueError("give exactly one of requests (per level) and duration_s")
     zero = time.perf_counter() if clock_zero is None else clock_zero
-    level = _Level(concurrency, warmup, requests, duration_s, stop_rule, zero)
+    book = LevelBook(concurrency=concurrency, request_rate=None, warmup_requests=warmup * concurrency,
+                     ramp_count=concurrency, budget=requests, duration_s=duration_s, rule=stop_rule,
+                     clock_zero=zero, on_record=on_record, on_progress=on_progress, repeat=repeat)
 
     async def worker(index: int, session: aiohttp.ClientSession) -> None:
         sent = 0
         while True:
             warming = sent < warmup
             if warming:
-                if level.stopping is not None:
+                if book.stopping is not None:
                     break
-            elif not level.take():
+            elif not book.take():
                 break
-            outcome = await transport.send(session, prompt, output_tokens)
-            record = outcome.to_record(concurrency=concurrency, worker=index, clock_zero=zero,
-                                       input_tokens=input_tokens, warmup=warming)
+            request = workload.next()
+            outcome = await transport.send(session, request.prompt, request.max_new_tokens)
+            record = book.record(outcome, request, warmup=warming, worker=index)
             sent += 1
             if sent == max(warmup, 1):
-                level.ramp_done()
-            level.add(record)
-            on_record(record)
-            if on_progress is not None:
-                on_progress(LevelProgress(concurrency, len(level.records), level.planned, level.errors,
-                                          time.perf_counter() - level.started, duration_s))
+                book.ramp_done()
+            book.add(record)
 
-    # TCP_NODELAY: aiohttp sets it on every connection it opens (base_protocol.connection_made).
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        level.started = time.perf_counter()
-        try:
-            async with asyncio.TaskGroup() as group:
-                for index in range(concurrency):
-                    group.create_task(worker(index, session))
-        except BaseExceptionGroup as group_error:  # e.g. on_record failed: raise what it raised
-            raise group_error.exceptions[0] from None
-    return level.result()
+    async def start(session: aiohttp.ClientSession, group: asyncio.TaskGroup) -> None:
+        for index in range(concurrency):
+            group.create_task(worker(index, session))
+
+    return await book.run(concurrency, start)
 
 
-async def run_sweep(transport: Transport, *, concurrency: list[int],
-                    requests_per_level: int | Callable[[int], int] | None,
-                    duration_per_level_s: float | None, warmup: int, input_tokens: int, output_tokens: int,
-                    prompt_fn: Callable[[int], str], on_record: Callable[[RequestRecord], None],
+async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Sequence[int] = (),
+                    open_loop: OpenLoop | None = None,
+                    requests_per_level: int | Callable[[float], int] | None,
+                    duration_per_level_s: float | None, warmup: int,
+                    on_record: Callable[[RequestRecord], None],
                     on_progress: Callable[[LevelProgress], None] | None = None,
                     on_level: Callable[[LevelResult], None] | None = None,
-                    stop_rule: StopRule = StopRule()) -> list[LevelResult]:
-    """Run the levels in order until one says stop; times in the records count from the sweep's start.
+                    stop_rule: StopRule = DEFAULT_STOP_RULE, repeats: int = 1) -> list[LevelResult]:
+    """Run the levels in order, each `repeats` times, until one says stop; times count from the sweep's start.
 
-    `requests_per_level` is the measured requests per level, on top of `warmup` per worker, or a function
-    of the level's concurrency (e.g. a few × concurrency, so every worker loops). `on_level` gets each
-    finished level at once, so an interrupted sweep keeps the levels it completed. The prompt is built once (`prompt_fn(input_tokens)`)
-    and sent by every request.
+    The levels are `concurrency` (closed loop) or `open_loop.rates`. `requests_per_level` is the measured
+    requests per level, on top of the warm-up, or a function of the level's concurrency or rate (e.g. a few
+    per worker). `on_level` gets each finished run of a level at once, so an interrupted sweep keeps the
+    levels it completed.
     """
     if (requests_per_level is None) == (duration_per_level_s is None):
         raise ValueError("give exactly one of requests_per_level and duration_per_level_s")
-    prompt = prompt_fn(input_tokens)
+    if (open_loop is None) == (not concurrency):
+        raise ValueError("give exactly one of concurrency levels and an open loop's rates")
     zero = time.perf_counter()
     results: list[LevelResult] = []
-    for c in concurrency:
-        budget = requests_per_level(c) if callable(requests_per_level) else requests_per_level
-        result = await run_level(transport, concurrency=c, requests=budget,
-                                 duration_s=duration_per_level_s, warmup=warmup, prompt=prompt,
-                                 input_tokens=input_tokens, output_tokens=output_tokens, on_record=on_record,
-                                 on_progress=on_progress, stop_rule=stop_rule, clock_zero=zero)
-        results.append(result)
-        if on_level is not None:
-            on_level(result)
-        if result.stopped_reason is not None:
-            break
+    loads: Sequence[float] = open_loop.rates if open_loop is not None else concurrency
+    for load in loads:
+        budget = requests_per_level(load) if callable(requests_per_level) else requests_per_level
+        for repeat in range(repeats):
+            level = functools.partial(run_level, transport, concurrency=int(load)) if open_loop is None else \
+                functools.partial(run_rate_level, transport, rate=load, arrivals=open_loop.arrivals,
+                                  max_in_flight=open_loop.max_in_flight, seed=open_loop.seed,
+                                  time_scale=open_loop.time_scale)
+            result = await level(requests=budget, duration_s=duration_per_level_s, warmup=warmup,
+                                 workload=workload, on_record=on_record, on_progress=on_progress,
+                                 stop_rule=stop_rule, clock_zero=zero, repeat=repeat)
+            results.append(result)
+            if on_level is not None:
+                on_level(result)
+            if result.stopped_reason is not None:
+                return results
     return results

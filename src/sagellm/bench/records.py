@@ -5,37 +5,59 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
-from sagellm.results.schema import ErrorKind
+from sagellm.results.schema import ErrorKind, load_name
+
+TokenSource = Literal["server", "tokenizer", "words"]
 
 
 @dataclass
 class RequestRecord:
-    """What one request did, timed on the client with time.perf_counter()."""
+    """What one request did, timed on the client with time.perf_counter() (or on the emulator's clock)."""
 
-    concurrency: int  # the level this request belongs to
-    worker: int
+    concurrency: int | None  # the level: its concurrency (closed loop) ...
+    worker: int | None  # closed loop: the worker that sent it
     start_s: float  # seconds since the run started
     ok: bool
     e2e_s: float
     output_tokens: int = 0  # as reported by the server, never re-tokenized
     input_tokens: int = 0
+    input_tokens_by: TokenSource = "words"  # who counted input_tokens
     ttft_s: float | None = None
-    itl_s: list[float] = field(default_factory=list)  # gaps between token events after the first
+    token_gaps_s: list[float] = field(default_factory=list)  # between token events after the first
     status: int | None = None  # HTTP status where there was one
     error_kind: ErrorKind | None = None
     error: str | None = None
     retries: int = 0
     warmup: bool = False
-    # Timings the server reported about itself (the emulator does), to measure client overhead.
+    request_rate: float | None = None  # ... or its request rate (open loop)
+    repeat: int = 0  # which run of the level (--repeats)
+    request: int | None = None  # the workload's request index: its prompt is reproducible from the seed
+    late_s: float | None = None  # open loop: sent this long after its scheduled time
+    # Timings the emulator stamps about itself, wall-clock seconds on its own clock (see README).
     server_ttft_s: float | None = None
     server_e2e_s: float | None = None
+    # "emulator": ttft/e2e are the emulator's simulated timings and client_e2e_s is what the client saw.
+    clock: Literal["client", "emulator"] = "client"
+    client_e2e_s: float | None = None
 
     @property
     def end_s(self) -> float:
         """When the request finished, seconds since the run started."""
         return self.start_s + self.e2e_s
+
+    @property
+    def itl_s(self) -> float | None:
+        """Inter-token latency of this request: (e2e − TTFT) ÷ (output tokens − 1); None below two tokens."""
+        if not self.ok or self.ttft_s is None or self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+    @property
+    def load(self) -> str:
+        """The level's name: `16` (concurrency) or `4/s` (request rate)."""
+        return load_name(self.concurrency, self.request_rate)
 
     def to_json(self) -> str:
         """One line of requests.jsonl."""

@@ -7,7 +7,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sagellm.bench.records import RequestRecord
 from sagellm.results.schema import ErrorKind
 
 # Headers and stream-detail keys in which the emulator reports its own timings.
@@ -29,25 +28,13 @@ class Outcome:
     output_tokens: int = 0
     input_tokens: int | None = None  # as the server reported it, if it did
     ttft_s: float | None = None
-    itl_s: list[float] = field(default_factory=list)
+    token_gaps_s: list[float] = field(default_factory=list)  # between token events after the first
     status: int | None = None
     error_kind: ErrorKind | None = None
     error: str | None = None
     retries: int = 0
     server_ttft_s: float | None = None
     server_e2e_s: float | None = None
-
-    def to_record(self, *, concurrency: int, worker: int, clock_zero: float, input_tokens: int,
-                  warmup: bool) -> RequestRecord:
-        """The per-request record; `clock_zero` is the perf_counter() value the run's times count from."""
-        return RequestRecord(
-            concurrency=concurrency, worker=worker, start_s=self.started - clock_zero, ok=self.ok,
-            e2e_s=self.e2e_s, output_tokens=self.output_tokens,
-            input_tokens=self.input_tokens if self.input_tokens is not None else input_tokens,
-            ttft_s=self.ttft_s, itl_s=self.itl_s, status=self.status, error_kind=self.error_kind,
-            error=self.error, retries=self.retries, warmup=warmup,
-            server_ttft_s=self.server_ttft_s, server_e2e_s=self.server_e2e_s,
-        )
 
 
 class Failed(Exception):
@@ -150,14 +137,14 @@ def classify_sagemaker_error(status: int, error_code: str | None, body: str) -> 
 class StreamState:
     """Timing and token accounting of one streamed response."""
 
-    __slots__ = ("done", "events", "input_tokens", "itl_s", "last", "output_tokens", "server_e2e_s",
+    __slots__ = ("done", "events", "gaps_s", "input_tokens", "last", "output_tokens", "server_e2e_s",
                  "server_ttft_s", "t0", "ttft_s")
 
     def __init__(self, t0: float):
         self.t0 = t0
         self.last: float | None = None
         self.ttft_s: float | None = None
-        self.itl_s: list[float] = []
+        self.gaps_s: list[float] = []
         self.events = 0
         self.output_tokens: int | None = None
         self.input_tokens: int | None = None
@@ -170,7 +157,7 @@ class StreamState:
         if self.last is None:
             self.ttft_s = now - self.t0
         else:
-            self.itl_s.append(now - self.last)
+            self.gaps_s.append(now - self.last)
         self.last = now
         self.events += 1
 
@@ -292,14 +279,20 @@ def tgi_event(st: StreamState, event: dict[str, Any], now: float) -> None:
 
 
 def openai_event(st: StreamState, event: dict[str, Any], now: float) -> None:
-    """One OpenAI `/v1/completions` stream chunk: text deltas, and `usage` on the last (include_usage)."""
+    """One OpenAI-style stream chunk, completions (`choices[].text`) or chat (`choices[].delta.content`):
+    a token event, and `usage` where the server sends it (`include_usage`; TGI on its last token chunk,
+    vLLM in a chunk of its own)."""
     if "error" in event:
         err = event["error"]
         message = str(err.get("message", err)) if isinstance(err, dict) else str(err)
         raise Failed(_kind_from_text(message) or "other", message)
     choices = event.get("choices") or []
     for choice in choices:
-        if choice.get("text") or choice.get("finish_reason") is None:
+        delta = choice.get("delta")
+        text = choice.get("text") if delta is None else delta.get("content")
+        # An empty text still counts as a token (a token may decode to nothing), but not chat's opening
+        # role-only chunk (vLLM sends `{"role": "assistant", "content": ""}` before the first token).
+        if text or (choice.get("finish_reason") is None and not (delta or {}).get("role")):
             st.token(now)
             break
     usage = event.get("usage")

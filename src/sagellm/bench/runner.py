@@ -4,32 +4,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import math
 import signal
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sagellm import __version__
-from sagellm.bench import summary
-from sagellm.bench.load import LevelResult, StopRule, run_sweep
+from sagellm.bench.load import (
+    MAX_IN_FLIGHT,
+    LevelResult,
+    OpenLoop,
+    StopRule,
+    default_budget,
+    run_sweep,
+    sweep_problems,
+)
+from sagellm.bench.measured import levels_of, on_simulated_clock
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
+from sagellm.bench.transports import APIS
+from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
 from sagellm.results import sweep
-from sagellm.results.gate import gate, read_gate
+from sagellm.results.gate import gate, read_gate, sweep_levels
 from sagellm.results.report import writable_folder_errors, write_report
 from sagellm.results.schema import (
     Failure,
     Level,
+    LevelSummary,
+    Predicted,
     Results,
     Run,
     Teardown,
@@ -38,9 +49,6 @@ from sagellm.results.schema import (
 )
 from sagellm.results.sweep import make_results
 
-# Published sweeps send a few × concurrency requests per level (method.md §5).
-REQUESTS_PER_WORKER = 3
-MIN_REQUESTS_PER_LEVEL = 8
 DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
 
 
@@ -53,10 +61,15 @@ class BenchOptions:
     instance: str | None = None
     target: str = "local"  # local | sagemaker | http
     url: str | None = None
-    api: str = "auto"  # http target: tgi | openai | auto
+    api: str = "auto"  # tgi | openai (http target) | chat | auto (http: openai when the URL has /v1; else tgi)
     served_model: str | None = None  # http target: the OpenAI `model` field (default: from /v1/models)
-    payload: Payload | None = None
-    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    payload: Payload | None = None  # fixed lengths; the workload's own lengths win where given
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY  # closed-loop levels ...
+    request_rate: tuple[float, ...] = ()  # ... or open-loop levels, requests/s (then concurrency is ())
+    arrivals: str | None = None  # open loop: constant (default) | poisson
+    max_in_flight: int | None = None  # open loop: default 1024
+    repeats: int = 1
     requests_per_level: int | None = None  # None: REQUESTS_PER_WORKER × concurrency (unless a duration)
     duration_per_level_s: float | None = None
     warmup: int = 1
@@ -105,14 +118,18 @@ def _check(opts: BenchOptions) -> None:
         errors.append(f"--duration-per-level: {opts.duration_per_level_s:g} must be a positive number of seconds")
     if opts.warmup < 0:
         errors.append(f"--warmup: {opts.warmup} must be 0 or more")
-    if opts.api not in ("auto", "tgi", "openai"):
-        errors.append(f"--api: {opts.api!r} must be tgi, openai or auto")
+    if opts.api not in (*APIS, "auto"):
+        errors.append(f"--api: {opts.api!r} must be tgi, openai, chat or auto")
+    elif opts.api == "openai" and opts.target != "http":
+        errors.append("--api openai: only with --target http (SageMaker endpoints take tgi or chat)")
     if opts.served_model and opts.target != "http":
         errors.append("--served-model: only used with --target http (the name an existing server serves)")
     if opts.target != "http" and not (opts.profile and opts.model):
         errors.append("--profile/--model: required: the profile and the catalog model to deploy")
     if opts.target == "http" and bool(opts.profile) != bool(opts.model):
         errors.append("--profile/--model: give both to label and predict the run, or neither (no prediction)")
+    errors += sweep_problems(concurrency=opts.concurrency, request_rate=opts.request_rate,
+                             arrivals=opts.arrivals, max_in_flight=opts.max_in_flight, repeats=opts.repeats)
     errors.extend(writable_folder_errors(opts.out, "--out"))
     if errors:
         raise InputError(errors)
@@ -122,23 +139,29 @@ def _target(opts: BenchOptions, plan: DeploymentPlan | None, out: Path) -> Targe
     if opts.target == "http":
         return HttpTarget(opts.url or "", opts.api, opts.served_model, opts.model)
     assert plan is not None and opts.model is not None  # _check: deploying targets need both
+    api = APIS["tgi" if opts.api == "auto" else opts.api]
     if opts.target == "sagemaker":
-        return SageMakerTarget(plan, opts.model, opts.profiles_dir, out)
-    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale)
+        return SageMakerTarget(plan, opts.model, opts.profiles_dir, out, api=api)
+    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale, api=api)
 
 
-def _rescale(record: RequestRecord, factor: float) -> RequestRecord:
-    """Times measured against a compressed emulator, back in simulated seconds."""
-    if factor == 1.0:
-        return record
+def _design(opts: BenchOptions) -> tuple[Design | None, Workload]:
+    """The plan's design and the workload. The longest request the workload can send sizes the plan (its
+    token caps and admission limit must take every request); the mean request sizes the prediction.
 
-    def scale(value: float | None) -> float | None:
-        return None if value is None else value * factor
+    Without a catalog model (http target only) there is no design: nothing to deploy or predict."""
+    profile, model = opts.profile, opts.model
+    if not (profile and model):
+        return None, Workload(opts.workload, opts.payload or DEFAULT_PAYLOAD)
 
-    return dataclasses.replace(
-        record, start_s=record.start_s * factor, e2e_s=record.e2e_s * factor, ttft_s=scale(record.ttft_s),
-        itl_s=[gap * factor for gap in record.itl_s], server_ttft_s=scale(record.server_ttft_s),
-        server_e2e_s=scale(record.server_e2e_s))
+    def design(payload: Payload | None) -> Design:
+        return design_for(profile, model, opts.instance, payload=payload, region=opts.region,
+                          profiles_dir=opts.profiles_dir)
+
+    first = design(opts.payload)
+    workload = Workload(opts.workload, first.payload)
+    longest = Payload(*workload.longest())
+    return (first if longest == first.payload else design(longest)), workload
 
 
 @contextlib.contextmanager
@@ -178,14 +201,11 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     if opts.target == "http":
         check_reachable(opts.url or "")  # a closed port is one line, before anything is planned or written
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
-    # Without a catalog model (http target only) there is no plan: nothing to deploy or predict.
-    design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,
-                        profiles_dir=opts.profiles_dir) if opts.profile and opts.model else None
+    design, workload = _design(opts)
     plan = to_plan(design) if design else None
-    payload = design.payload if design else opts.payload or DEFAULT_PAYLOAD
     started = datetime.now(UTC)
-    run = _run(opts, plan, payload, started)
-    thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, opts.concurrency,
+    run = _run(opts, plan, workload, started)
+    thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, sweep_levels(run),
                                      allow_incomparable=opts.allow_incomparable)
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
@@ -199,14 +219,13 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     error: str | None = None
     status = ExitStatus.OK
     teardown = Teardown(status="not-applicable")
-    factor = 1.0 / opts.time_scale
 
     def on_record(record: RequestRecord) -> None:
-        rescaled = _rescale(record, factor)
-        log.append(rescaled)
-        watch.record(rescaled)
+        record = on_simulated_clock(record, opts.time_scale, target.emulated)
+        log.append(record)
+        watch.record(record)
 
-    lags: dict[int, float] = {}
+    lags: dict[str, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
 
     def on_level(level: LevelResult) -> None:
@@ -214,7 +233,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         watch.end_level()
         lag = loop_lag_ms()
         if lag is not None:
-            lags[level.concurrency] = lag
+            lags[level.load] = lag
 
     try:
         with _signals():
@@ -223,14 +242,13 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                     watch.enter("deploying", f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
                                 f"to the {target.kind} target")
                 transport = target.deploy()
-                watch.enter("measuring", f"endpoint {target.endpoint}, levels {list(opts.concurrency)}")
+                levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
+                watch.enter("measuring", f"endpoint {target.endpoint}, levels {levels_text}")
                 asyncio.run(run_sweep(
-                    transport, concurrency=list(opts.concurrency),
+                    transport, workload=workload, concurrency=opts.concurrency, open_loop=_open_loop(opts),
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
-                    warmup=opts.warmup, input_tokens=payload.input_tokens,
-                    output_tokens=payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
-                    on_progress=watch.progress, on_level=on_level,
-                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE)))
+                    warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
+                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
             except KeyboardInterrupt:
@@ -263,11 +281,8 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
     watch.enter("writing results", str(out))
     with _shielded(say):  # a signal now would lose the results of a finished run
-        served = getattr(target, "served_model", None)  # an http server's model name, known once reached
-        run = run.model_copy(update={"ended_at": datetime.now(UTC), "endpoint": target.endpoint,
-                                     "emulated": target.emulated, "served_model": served}
-                             | ({"model": served or run.model} if plan is None else {}))
-        results = _results(run, design, levels, lags, teardown, status, stopped, factor, slo)
+        run = _measured_run(run, target)
+        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo)
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
             results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
         if thresholds is not None:
@@ -289,18 +304,24 @@ def _broken(levels: list[LevelResult]) -> str | None:
     for lv in levels:
         broken = [r for r in lv.records if not r.ok and r.error_kind == "other"]
         if len(broken) > sweep.MAX_ERROR_RATE * len(lv.records):
-            return (f"the target failed {len(broken)} of {len(lv.records)} requests at concurrency "
-                    f"{lv.concurrency}: {broken[0].error}")
+            return (f"the target failed {len(broken)} of {len(lv.records)} requests at level {lv.load}: "
+                    f"{broken[0].error}")
     return None
 
 
 def _budget(opts: BenchOptions) -> Any:
-    """Measured requests per level: as given, or a few per worker (a function of the level's concurrency)."""
+    """Measured requests per level: as given, or the default for the level's load."""
     if opts.duration_per_level_s is not None:
         return None
-    if opts.requests_per_level is not None:
-        return opts.requests_per_level
-    return lambda c: max(MIN_REQUESTS_PER_LEVEL, REQUESTS_PER_WORKER * c)
+    return opts.requests_per_level or default_budget(open_loop=bool(opts.request_rate))
+
+
+def _open_loop(opts: BenchOptions) -> OpenLoop | None:
+    if not opts.request_rate:
+        return None
+    return OpenLoop(opts.request_rate, arrivals=opts.arrivals or "constant",  # type: ignore[arg-type]
+                    max_in_flight=opts.max_in_flight or MAX_IN_FLIGHT, seed=opts.workload.seed,
+                    time_scale=opts.time_scale)
 
 
 def _duration(opts: BenchOptions) -> float | None:
@@ -308,40 +329,55 @@ def _duration(opts: BenchOptions) -> float | None:
     return None if opts.duration_per_level_s is None else opts.duration_per_level_s * opts.time_scale
 
 
-def _prompt(tokens: int) -> str:
-    from sagellm.emulator import make_prompt
-
-    return make_prompt(tokens)
-
-
-def _run(opts: BenchOptions, plan: DeploymentPlan | None, payload: Payload, started: datetime) -> Run:
-    """What is measured, where and how (before deploying: endpoint, emulated and the end are filled in after)."""
+def _run(opts: BenchOptions, plan: DeploymentPlan | None, workload: Workload, started: datetime) -> Run:
+    """What is measured, where and how (before deploying: `_measured_run` fills in what the target tells)."""
+    mean, loop = workload.payload(), _open_loop(opts)
+    emulated = opts.target == "local"
+    api = opts.api if opts.api != "auto" else "openai" if opts.target == "http" and "/v1" in (opts.url or "") else "tgi"
     return Run(
         profile=plan.profile if plan else None, model=plan.primary.model_id if plan else opts.served_model or "unknown",
         instance_type=plan.instance_type if plan else None,
         instance_count=plan.initial_instance_count if plan else None,
         target=opts.target,  # type: ignore[arg-type]  # _check-ed
-        emulated=opts.target == "local", time_scale=opts.time_scale, region=opts.region,
+        emulated=emulated, time_scale=opts.time_scale, region=opts.region,
         environment=plan.environment if plan else {},
         # The served image without its registry (the same image is served from every region's registry).
         container=None if opts.target == "http" or plan is None else plan.primary.image_uri.split("/", 1)[-1],
-        input_tokens=payload.input_tokens, output_tokens=payload.output_tokens,
-        concurrency=list(opts.concurrency), tool_version=__version__, started_at=started, command=opts.command,
+        input_tokens=mean.input_tokens, output_tokens=mean.output_tokens,
+        concurrency=list(opts.concurrency), request_rate=list(opts.request_rate),
+        arrivals=loop.arrivals if loop else None, max_in_flight=loop.max_in_flight if loop else None,
+        repeats=opts.repeats, clock="emulator" if emulated else "client", workload=workload.describe(api),
+        tool_version=__version__, started_at=started, command=opts.command,
     )
 
 
-def _results(run: Run, design: Design | None, levels: list[LevelResult], lags: dict[int, float],
-             teardown: Teardown, status: ExitStatus, error: str | None, factor: float, slo: float | None) -> Results:
-    measured = []
-    for lv in levels:
-        records = [_rescale(r, factor) for r in lv.records]
-        if not any(not r.warmup for r in records):
-            continue
-        s = summary.summarize(records, window_start_s=lv.window_start_s * factor,
-                              window_end_s=lv.window_end_s * factor)
-        point = predict_point(design.shape(), design.payload, lv.concurrency) if design else None
-        measured.append(Level(**s.model_dump(), predicted=predicted_from(point) if point else None,
-                              server_loop_lag_ms=lags.get(lv.concurrency)))
+def _measured_run(run: Run, target: Target) -> Run:
+    """The run with what only the reached target tells: its endpoint, whether it is emulated, the API it
+    spoke and the model it serves."""
+    served = getattr(target, "served_model", None)  # an http server's model name, known once reached
+    update: dict[str, Any] = {"ended_at": datetime.now(UTC), "endpoint": target.endpoint,
+                              "emulated": target.emulated, "clock": "emulator" if target.emulated else "client",
+                              "served_model": served}
+    if run.workload is not None:
+        update["workload"] = run.workload.model_copy(update={"api": target.api.name})
+    if run.profile is None:
+        update["model"] = served or run.model
+    return run.model_copy(update=update)
+
+
+def _results(run: Run, design: Design | None, workload: Workload, levels: list[LevelResult],
+             lags: dict[str, float], teardown: Teardown, status: ExitStatus, error: str | None,
+             slo: float | None) -> Results:
+    mean = workload.payload()
+
+    def predict(level: LevelSummary) -> Predicted | None:
+        # The planner predicts closed loops; an open-loop level (or a run without a design) has no prediction.
+        if design is None or level.concurrency is None:
+            return None
+        return predicted_from(predict_point(design.shape(), mean, level.concurrency))
+
+    measured: list[Level] = levels_of(levels, time_scale=run.time_scale, emulated=run.emulated,
+                                      predict=predict, lags=lags)
     stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
     if status == ExitStatus.INTERRUPTED:
         stopped = f"interrupted after {len(levels)} level(s)"

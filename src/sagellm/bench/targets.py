@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from sagellm.aws import cdk_cli
-from sagellm.bench.transports import OpenAiTransport, SageMakerTransport, TgiTransport, Transport
+from sagellm.bench.transports import APIS, TGI, Api, HttpTransport, SageMakerTransport, Transport
 from sagellm.errors import InputError, TargetError
 from sagellm.profiles.plan import DeploymentPlan, component_output
 from sagellm.results.schema import Teardown
@@ -37,6 +37,7 @@ class Target(Protocol):
     kind: str
     emulated: bool
     endpoint: str | None
+    api: Api
 
     def deploy(self) -> Transport: ...
 
@@ -77,8 +78,9 @@ class _StackTarget:
 
     emulated = False
 
-    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path):
-        self.plan, self.out = plan, out
+    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path, *,
+                 api: Api = TGI):
+        self.plan, self.out, self.api = plan, out, api
         self.stack = stack_name(plan)
         self.context = cdk_context(plan, model, profiles_dir)
         self.endpoint: str | None = None
@@ -114,7 +116,7 @@ class SageMakerTarget(_StackTarget):
 
     def deploy(self) -> Transport:
         outputs = self._deploy_stack()
-        return SageMakerTransport(self.endpoint or "", self.plan.region,
+        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api,
                                   inference_component=_component(self.plan, outputs))
 
     def teardown(self) -> Teardown:
@@ -128,8 +130,8 @@ class LocalTarget(_StackTarget):
     emulated = True
 
     def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path,
-                 time_scale: float = 1.0):
-        super().__init__(plan, model, profiles_dir, out)
+                 time_scale: float = 1.0, *, api: Api = TGI):
+        super().__init__(plan, model, profiles_dir, out, api=api)
         from sagellm.aws.local import LocalAws
 
         self.time_scale = time_scale
@@ -152,7 +154,7 @@ class LocalTarget(_StackTarget):
         emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
                                                    endpoint_name=self.endpoint)
         emulator.start()
-        return SageMakerTransport(self.endpoint or "", self.plan.region, inference_component=_component(
+        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=_component(
             self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())
 
     def loop_lag_ms(self) -> float | None:
@@ -248,22 +250,25 @@ class HttpTarget:
         http_address(url)
         self.endpoint: str | None = url
         self.base = url.rstrip("/").removesuffix("/v1")
-        self.api = api
+        self.requested_api = api  # tgi | openai | chat | auto (decided when the server is reached)
+        self.api: Api = APIS.get(api, TGI)
         self.served_model = served_model
         self.catalog_model = catalog_model
 
     def deploy(self) -> Transport:
         status, info = _get_json(f"{self.base}/info")  # TGI's (and the emulator's) self-description
         self.emulated = isinstance(info, dict) and info.get("emulated") is True
-        if self.api == "auto":
-            self.api = "openai" if self.endpoint and "/v1" in self.endpoint else "tgi"
-            if self.api == "tgi" and status == 404:
+        name = self.requested_api
+        if name == "auto":
+            name = "openai" if self.endpoint and "/v1" in self.endpoint else "tgi"
+            if name == "tgi" and status == 404:
                 raise InputError(f"--api auto: {self.base}/info answered 404, so {self.base} is no TGI server; "
                                  "for an OpenAI-compatible one (vLLM) use --api openai (or a URL ending in /v1)")
-        if self.api == "openai":  # the transport appends /v1/completions itself
+        self.api = APIS[name]
+        if self.api is not TGI:  # OpenAI-style bodies name the model the server serves
             self.served_model = self.served_model or self._discover_model()
-            return OpenAiTransport(self.base, self.served_model)
-        return TgiTransport(self.base)
+        # The transport appends the API's route (/generate_stream, /v1/completions, /v1/chat/completions).
+        return HttpTransport(self.base, self.api, self.served_model or "")
 
     def _discover_model(self) -> str:
         names = served_models(self.base)

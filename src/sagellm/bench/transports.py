@@ -2,16 +2,20 @@
 
 Every transport POSTs a streaming request with aiohttp and turns whatever comes back into an `Outcome`
 (it never raises, except on cancellation). The shared part is the timing and token accounting
-(`_Stream`), the SSE line splitter and the error classification; a transport only says how to build the
-request, how to unwrap its framing (SageMaker wraps TGI's SSE lines in AWS event-stream messages) and
-which API's events it reads (TGI or OpenAI).
+(`StreamState`), the SSE line splitter and the error classification. A transport is a framing (plain
+SSE over HTTP, or SageMaker's AWS event-stream messages wrapping the container's SSE lines) and an `Api`:
+the request body and the stream events it reads — TGI's generate (`/generate_stream`), OpenAI completions
+(`/v1/completions`) or chat (TGI's Messages API and OpenAI's `/v1/chat/completions`, one body and one
+chunk format; on SageMaker TGI's `/invocations` takes the same body).
 
 Definitions (all with `time.perf_counter()`, one clock read per received chunk):
 - TTFT: start of the attempt → the chunk holding the first token event.
-- ITL: gaps between later token events (events that arrive in the same chunk have a 0 gap).
+- token gaps: between later token events (events that arrive in the same chunk have a 0 gap); the
+  per-request ITL, (e2e − TTFT) ÷ (output tokens − 1), is derived from the record (`RequestRecord.itl_s`).
 - e2e: start of the attempt → the end of the stream.
-- output tokens: the server's count (TGI `details.generated_tokens`, OpenAI `usage.completion_tokens`);
-  only when the server reports none, the number of token events.
+- output tokens: the server's count (TGI `details.generated_tokens`, OpenAI `usage.completion_tokens`,
+  asked for with `stream_options.include_usage`); only when the server reports none, the number of token
+  events.
 - Retries (SageMaker throttling only) are counted in `retries`; the timings are those of the last
   attempt, and `started` is when the last attempt began, so the backoff wait is neither hidden inside the
   latency nor silently dropped: it shows as a gap between the request's start and the previous one.
@@ -23,6 +27,8 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
@@ -44,12 +50,54 @@ from sagellm.results.schema import ErrorKind
 if TYPE_CHECKING:
     import boto3
 
+
 class Transport(Protocol):
     """Sends one generation request and measures it; never raises (errors become `ok=False`)."""
 
     async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
         """Send `prompt`, ask for `max_new_tokens`, and return what happened."""
         ...
+
+
+# ---------------------------------------------------------------------------------------------------
+# The APIs: request body and stream events
+
+
+def tgi_body(prompt: str, max_new_tokens: int, model: str = "") -> dict[str, Any]:
+    """TGI's generate body; `details` makes the last event carry the generated token count."""
+    return {"inputs": prompt, "parameters": {"max_new_tokens": max_new_tokens, "details": True,
+                                              "do_sample": False}}
+
+
+def completions_body(prompt: str, max_new_tokens: int, model: str) -> dict[str, Any]:
+    """OpenAI's completions body; ignore_eos is vLLM's way to get exactly max_tokens (the published method
+    discourages early stop)."""
+    return {"model": model, "prompt": prompt, "max_tokens": max_new_tokens, "stream": True,
+            "stream_options": {"include_usage": True}, "temperature": 0, "ignore_eos": True}
+
+
+def chat_body(prompt: str, max_new_tokens: int, model: str) -> dict[str, Any]:
+    """A chat body both TGI's Messages API and OpenAI-compatible servers accept: the prompt as one user
+    message (the server applies its chat template, and counts those tokens in `usage.prompt_tokens`)."""
+    return {"model": model or "tgi", "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_new_tokens, "stream": True, "stream_options": {"include_usage": True}}
+
+
+@dataclass(frozen=True)
+class Api:
+    """What a request says and what its stream holds: the body, the route on a TGI/OpenAI server, the events."""
+
+    name: str
+    path: str
+    body: Callable[[str, int, str], dict[str, Any]]
+    event: Callable[[StreamState, dict[str, Any], float], None]
+    done_marker: bytes | None = None
+
+
+TGI = Api("tgi", "/generate_stream", tgi_body, tgi_event)
+COMPLETIONS = Api("openai", "/v1/completions", completions_body, openai_event, b"[DONE]")
+CHAT = Api("chat", "/v1/chat/completions", chat_body, openai_event, b"[DONE]")
+APIS = {api.name: api for api in (TGI, COMPLETIONS, CHAT)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -60,19 +108,16 @@ class _StreamingTransport:
     """The request loop shared by every transport: POST, check the status, parse the stream, time it."""
 
     timeout_s: float
+    api: Api
     max_retries = 0
     base_backoff_s = 0.0
     max_backoff_s = 0.0
-    _done_marker: bytes | None = None
 
     def _request(self, prompt: str, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
         raise NotImplementedError
 
     def _decoder(self) -> SseLines | EventStreamLines:
         return SseLines()
-
-    def _event(self, st: StreamState, event: dict[str, Any], now: float) -> None:
-        raise NotImplementedError
 
     def _http_error(self, resp: aiohttp.ClientResponse, body: str) -> tuple[ErrorKind, str]:
         return classify_http_error(resp.status, body)
@@ -109,8 +154,8 @@ class _StreamingTransport:
                     raise Failed(kind, message, status)
                 st.server_timings(resp.headers)
                 decoder = self._decoder()
-                event = self._event
-                done_marker = self._done_marker
+                event = self.api.event
+                done_marker = self.api.done_marker
                 async for chunk in resp.content.iter_any():
                     now = time.perf_counter()
                     for data in decoder.feed(chunk):
@@ -141,7 +186,7 @@ class _StreamingTransport:
         return Outcome(
             ok=True, started=t0, e2e_s=end - t0,
             output_tokens=st.output_tokens if st.output_tokens is not None else st.events,
-            input_tokens=st.input_tokens, ttft_s=st.ttft_s, itl_s=st.itl_s, status=status,
+            input_tokens=st.input_tokens, ttft_s=st.ttft_s, token_gaps_s=st.gaps_s, status=status,
             server_ttft_s=st.server_ttft_s, server_e2e_s=st.server_e2e_s,
         )
 
@@ -150,49 +195,23 @@ class _StreamingTransport:
         # Partial timings are kept (TTFT of a stream that broke later is still informative);
         # output tokens are not: only a finished request has a server-reported count.
         return Outcome(ok=False, started=st.t0, e2e_s=time.perf_counter() - st.t0, ttft_s=st.ttft_s,
-                       itl_s=st.itl_s, status=status, error_kind=kind, error=message,
+                       token_gaps_s=st.gaps_s, status=status, error_kind=kind, error=message,
                        input_tokens=st.input_tokens, server_ttft_s=st.server_ttft_s,
                        server_e2e_s=st.server_e2e_s)
 
 
-def tgi_body(prompt: str, max_new_tokens: int) -> dict[str, Any]:
-    """TGI's generate body; `details` makes the last event carry the generated token count."""
-    return {"inputs": prompt, "parameters": {"max_new_tokens": max_new_tokens, "details": True,
-                                              "do_sample": False}}
+class HttpTransport(_StreamingTransport):
+    """A TGI or OpenAI-compatible server (vLLM, LMI, the emulator): server-sent events over HTTP."""
 
-
-class TgiTransport(_StreamingTransport):
-    """A TGI server's `/generate_stream` (server-sent events)."""
-
-    def __init__(self, url: str, *, timeout_s: float = 60.0):
-        self.url = url.rstrip("/") + "/generate_stream"
-        self.timeout_s = timeout_s
-
-    def _request(self, prompt: str, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
-        body = json.dumps(tgi_body(prompt, max_new_tokens)).encode()
-        return self.url, {"Content-Type": "application/json", "Accept": "text/event-stream"}, body
-
-    _event = staticmethod(tgi_event)  # type: ignore[assignment]
-
-
-class OpenAiTransport(_StreamingTransport):
-    """An OpenAI-compatible `/v1/completions` stream (vLLM, LMI, the emulator)."""
-
-    _done_marker = b"[DONE]"
-
-    def __init__(self, url: str, model: str, *, timeout_s: float = 60.0):
-        self.url = url.rstrip("/") + "/v1/completions"
+    def __init__(self, url: str, api: Api = TGI, model: str = "", *, timeout_s: float = 60.0):
+        self.url = url.rstrip("/") + api.path
+        self.api = api
         self.model = model
         self.timeout_s = timeout_s
 
     def _request(self, prompt: str, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
-        # ignore_eos is vLLM's way to get exactly max_tokens (the published method discourages early stop).
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_new_tokens, "stream": True,
-                "stream_options": {"include_usage": True}, "temperature": 0, "ignore_eos": True}
-        return self.url, {"Content-Type": "application/json", "Accept": "text/event-stream"}, \
-            json.dumps(body).encode()
-
-    _event = staticmethod(openai_event)  # type: ignore[assignment]
+        body = json.dumps(self.api.body(prompt, max_new_tokens, self.model)).encode()
+        return self.url, {"Content-Type": "application/json", "Accept": "text/event-stream"}, body
 
 
 class SageMakerTransport(_StreamingTransport):
@@ -204,7 +223,7 @@ class SageMakerTransport(_StreamingTransport):
     backoff and counted; the timings are the last attempt's (see the module docstring).
     """
 
-    def __init__(self, endpoint_name: str, region: str, *, inference_component: str | None = None,
+    def __init__(self, endpoint_name: str, region: str, *, api: Api = TGI, inference_component: str | None = None,
                  endpoint_url: str | None = None, boto_session: boto3.Session | None = None,
                  timeout_s: float = 70.0, max_retries: int = 3, base_backoff_s: float = 0.2,
                  max_backoff_s: float = 2.0):
@@ -220,6 +239,7 @@ class SageMakerTransport(_StreamingTransport):
             endpoint_url = session.client("sagemaker-runtime", region_name=region).meta.endpoint_url
         self.url = f"{endpoint_url.rstrip('/')}/endpoints/{endpoint_name}/invocations-response-stream"
         self.region = region
+        self.api = api
         self.inference_component = inference_component
         self._credentials = credentials
         # A little over SageMaker's 60 s invocation timeout, so the runtime's own error arrives first.
@@ -232,7 +252,8 @@ class SageMakerTransport(_StreamingTransport):
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        body = json.dumps({**tgi_body(prompt, max_new_tokens), "stream": True}).encode()
+        # TGI's /invocations streams when the body says so (generate), or takes a Messages API body (chat).
+        body = json.dumps({**self.api.body(prompt, max_new_tokens, ""), "stream": True}).encode()
         headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Accept": "application/json"}
         if self.inference_component:
             headers[INFERENCE_COMPONENT_HEADER] = self.inference_component
@@ -242,8 +263,6 @@ class SageMakerTransport(_StreamingTransport):
 
     def _decoder(self) -> EventStreamLines:
         return EventStreamLines()
-
-    _event = staticmethod(tgi_event)  # type: ignore[assignment]
 
     def _http_error(self, resp: aiohttp.ClientResponse, body: str) -> tuple[ErrorKind, str]:
         return classify_sagemaker_error(resp.status, resp.headers.get("x-amzn-ErrorType"), body)

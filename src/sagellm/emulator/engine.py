@@ -5,6 +5,11 @@ budget) with a decode step (one token for every running sequence), and sleeps fo
 duration × `time_scale`. Token waiters are woken at step ends, so there is one timer per step, not one per
 request. Sleeps are chained on deadlines (a late wake-up is made up on the next step) so the average pace
 stays exact despite ~1 ms timer granularity; a debt larger than `_MAX_DEBT_S` is dropped and reported.
+Tokens are stamped on the simulated clock (`_sim`, in wall seconds): it advances by exactly each pass's
+modelled duration × `time_scale`, and a pass that admits requests starts no earlier than they arrived.
+Unlike the pacing schedule it never drops a debt, so a request's stamps are free of the event loop's
+jitter and stalls (which a time scale of 0.1 would otherwise multiply by ten); only the admission of a
+later arrival moves it forward, when the loop has fallen that far behind.
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ class Sequence:
         "first_token_s",
         "generated",
         "input_tokens",
+        "last_token_s",
         "max_new_tokens",
         "state",
     )
@@ -107,7 +113,8 @@ class Sequence:
         self.generated = 0
         self.state = QUEUED
         self.arrived_s = arrived_s  # perf_counter() when the request arrived
-        self.first_token_s: float | None = None
+        self.first_token_s: float | None = None  # on the simulated clock (see the module docstring)
+        self.last_token_s: float | None = None
         self.deadline_s = deadline_s  # perf_counter() deadline, or None
         self._waiter: asyncio.Future[None] | None = None
 
@@ -160,7 +167,8 @@ class CopyEngine:
         self.timed_out = 0
         self.cancelled = 0
         self.max_behind_s = 0.0  # worst lateness of a step against the schedule, real seconds
-        self._clock = 0.0  # perf_counter() at which the current pass is due to end
+        self._clock = 0.0  # perf_counter() at which the current pass is due to end (pacing)
+        self._sim = 0.0  # the simulated clock: when the current pass ends in the simulation
         self._work = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -218,6 +226,8 @@ class CopyEngine:
             self._expire()
             batch = self._admit()
             if batch:
+                # A pass cannot start before its requests arrive (an idle server starts on arrival).
+                self._sim = max(self._sim, *(s.arrived_s for s in batch))
                 # A prefill pass for the newly admitted requests; decoding of the others pauses meanwhile.
                 await self._sleep(self.steps.prefill_s(sum(s.input_tokens for s in batch)))
                 self._emit([s for s in batch if s.state == RUNNING])
@@ -249,13 +259,14 @@ class CopyEngine:
         return batch
 
     def _emit(self, seqs: list[Sequence]) -> None:
-        """One token for each of `seqs`; finished ones leave the batch and free their KV."""
-        now = time.perf_counter()
+        """One token for each of `seqs` at the simulated end of the pass; finished ones leave the batch."""
+        now = self._sim
         finished = []
         for seq in seqs:
             seq.generated += 1
             if seq.first_token_s is None:
                 seq.first_token_s = now
+            seq.last_token_s = now
             if seq.generated >= seq.max_new_tokens:
                 finished.append(seq)
             else:
@@ -270,6 +281,7 @@ class CopyEngine:
             self._retire(seq, TIMED_OUT)
 
     async def _sleep(self, simulated_s: float) -> None:
+        self._sim += simulated_s * self.time_scale
         self._clock += simulated_s * self.time_scale
         delay = self._clock - time.perf_counter()
         if delay > 0:

@@ -12,8 +12,9 @@ Routes
 - OpenAI-compatible: `POST /v1/completions` (`stream: true` for SSE; `usage` on the last chunk).
 - `GET /metrics`: the emulator's own event-loop lag and counters (`?reset=1` clears the lag figures).
 
-Self-reported timings (wall-clock seconds on the server, `time.perf_counter()`, *not* divided by the time
-scale): `X-Sagellm-Server-Ttft-S` / `X-Sagellm-Server-E2e-S` headers on non-streamed replies;
+Self-reported timings (from arrival to the first and to the last token on the engine's schedule, the
+simulated clock, in wall seconds: divide by the time scale for simulated seconds; see `engine`):
+`X-Sagellm-Server-Ttft-S` / `X-Sagellm-Server-E2e-S` headers on non-streamed replies;
 `sagellm_server_ttft_s` / `sagellm_server_e2e_s` in the last stream event's `details` (TGI, when
 `details` is asked for) or at the top of the last chunk (OpenAI). Every reply carries
 `X-Sagellm-Emulated: true` and `X-Sagellm-Time-Scale`.
@@ -141,7 +142,7 @@ class _Call:
         self.e2e_s: float | None = None
 
     def timings(self) -> dict[str, float]:
-        """The emulator's own TTFT and e2e, wall-clock seconds, for details and final chunks."""
+        """The emulator's own TTFT and e2e (schedule seconds), for details and final chunks."""
         out = {}
         if self.ttft_s is not None:
             out[SERVER_TTFT_DETAIL] = round(self.ttft_s, 6)
@@ -157,15 +158,19 @@ class _Call:
         """Wait for the whole generation (non-streamed replies); stamp the timings."""
         async for _ in self.seq.progress():
             pass
-        assert self.seq.first_token_s is not None
-        self.ttft_s = self.seq.first_token_s - self.arrived_s
-        self.e2e_s = time.perf_counter() - self.arrived_s
+        self.first_chunk()
+        self.last_chunk()
         return self.seq.generated
 
     def first_chunk(self) -> None:
-        """The first token is about to be written (streamed replies)."""
-        if self.ttft_s is None:
-            self.ttft_s = time.perf_counter() - self.arrived_s
+        """The first token is about to be written: stamp its time on the schedule."""
+        if self.ttft_s is None and self.seq.first_token_s is not None:
+            self.ttft_s = self.seq.first_token_s - self.arrived_s
+
+    def last_chunk(self) -> None:
+        """The last token is about to be written: stamp its time on the schedule."""
+        if self.seq.last_token_s is not None:
+            self.e2e_s = self.seq.last_token_s - self.arrived_s
 
     def close(self) -> None:
         """Free the copy's slot if the request ends early (client gone, timeout, error)."""
@@ -188,7 +193,7 @@ async def _token_events(call: _Call, token: Callable[[int], bytes], last: Callab
             if i < final:
                 yield token(i)
             else:
-                call.e2e_s = time.perf_counter() - call.arrived_s
+                call.last_chunk()
                 yield last(i)
         sent = n
 

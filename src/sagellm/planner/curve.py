@@ -148,7 +148,10 @@ def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     # ... and, beyond the KV capacity, for a free slot (closed loop, Little's law).
     e2e = cycle * in_server / running
     wait = e2e - service
-    ttft = wait + pass_s + step
+    # The prefill pass yields the first token (TGI streams it at once). A closed-loop request arrives just
+    # after the decode step in which its predecessor finished began, so it waits about one step for it,
+    # unless nothing else is decoding (one request in the copy).
+    ttft = wait + pass_s + step * min(1.0, max(0.0, running - 1))
     itl = (service - pass_s) / max(1, out - 1) if out > 1 else 0.0
     throughput = shape.total_copies * running * out / cycle
     return Point(

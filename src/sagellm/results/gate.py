@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -20,7 +20,9 @@ from sagellm.results.schema import (
     Run,
     Stats,
     Violation,
+    load_name,
     load_results,
+    parse_load,
 )
 
 # Every distribution a level records (a Stats field), at every statistic Stats holds: a new one is gateable at once.
@@ -40,9 +42,11 @@ DEFAULT_BASELINE_METRICS = ("latency_ms_per_token.p50", "ttft_ms.p50", "throughp
 # Run fields a baseline may differ in: what is under test (the profile and its environment), where, when and
 # how it was invoked. Every other field (model, instance, container, target, workload, …) must match.
 MAY_DIFFER = frozenset({"profile", "environment", "emulated", "time_scale", "region", "endpoint", "concurrency",
+                        "request_rate", "repeats", "clock",
                         "tool_version", "started_at", "ended_at", "command"})
 
-Where = int | Literal["knee", "max"]
+# A concurrency (16), a request rate ("4/s"), the knee or the max-throughput point.
+Where = int | str
 
 
 class _Strict(BaseModel):
@@ -148,10 +152,9 @@ def _rule_problems(raw: Any, i: int) -> list[str]:
         out.append(f"{at}.where: {metric} is taken at the max-throughput point (remove where)")
     elif where is None and metric in LEVEL_METRICS:
         out.append(f"{at}.where: missing (add a concurrency level such as 16, knee or max)")
-    elif where is not None and where not in ("knee", "max") and not (
-            isinstance(where, int) and not isinstance(where, bool) and where > 0):
+    elif where is not None and where not in ("knee", "max") and parse_load(where) is None:
         out.append(f"{at}.where: {where!r} is not a measured level "
-                   "(use a concurrency level such as 16, knee or max)")
+                   "(use a concurrency level such as 16, a request rate such as 4/s, knee or max)")
     for bound in ("min", "max"):
         if bound in raw and not _is_number(raw[bound]):
             out.append(f"{at}.{bound}: {raw[bound]!r} is not a number")
@@ -237,7 +240,7 @@ def load_thresholds(path: Path) -> Thresholds:
 def _value(level: Level, metric: str) -> float | None:
     obj: Any = level
     for part in metric.split("."):
-        obj = getattr(obj, part)
+        obj = getattr(obj, part) if obj is not None else None  # lateness_ms is None in a closed loop
     return obj
 
 
@@ -245,17 +248,30 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
 
 
-# Levels are named by their concurrency. These three functions are the only places that know it: a sweep
-# keyed otherwise (e.g. by request rate) teaches them its key, and rules, baselines and reports follow.
+# Levels are named by their load: `16` (concurrency) or `4/s` (request rate). These functions are the only
+# places that know it; rules, baselines and reports follow them.
 
-def where_of(level: LevelSummary | Pick) -> int:
+def where_of(level: LevelSummary | Pick) -> str:
     """How a rule's `where:` names this level (and how a run's levels are matched with a baseline's)."""
-    return level.concurrency
+    return level.load
 
 
-def planned_levels(results: Results) -> list[int]:
-    """The levels a run set out to measure (its sweep; it may have stopped earlier)."""
-    return list(results.run.concurrency) or [where_of(lv) for lv in results.levels]
+def level_name(where: Where) -> str | None:
+    """A `where:` as a level name (`16`, `4/s`), or None when it names no level."""
+    key = parse_load(where)
+    if key is None:
+        return None
+    return load_name(None, key) if isinstance(key, float) else load_name(key, None)
+
+
+def sweep_levels(run: Run) -> list[str]:
+    """The levels a run sets out to measure: its planned sweep (it may stop earlier)."""
+    return [load_name(c, None) for c in run.concurrency] + [load_name(None, r) for r in run.request_rate]
+
+
+def planned_levels(results: Results) -> list[str]:
+    """The levels a finished run set out to measure; its measured levels where it names no sweep."""
+    return sweep_levels(results.run) or [where_of(lv) for lv in results.levels]
 
 
 def find_level(results: Results, where: Where) -> tuple[Level | None, str]:
@@ -265,24 +281,24 @@ def find_level(results: Results, where: Where) -> tuple[Level | None, str]:
         if pick is None:
             name = "knee" if where == "knee" else "max-throughput point"
             return None, f"no {name}: no level was usable (every level had timeouts or too many errors)"
-        where = where_of(pick)
-    level = next((lv for lv in results.levels if where_of(lv) == where), None)
+        return results.level(pick.load), ""
+    level = results.level(where)
     if level is not None:
         return level, ""
     if not results.levels:
         return None, f"level {where} was not measured (no level was measured)"
-    last = where_of(results.levels[-1])
-    measured = ", ".join(str(where_of(lv)) for lv in results.levels)
+    last = max(results.levels, key=lambda lv: lv.load_value).load
+    measured = ", ".join(lv.load for lv in results.levels)
     why = f"stopped at {last}: {results.stopped_reason}" if results.stopped_reason else f"measured: {measured}"
     return None, f"level {where} was not measured ({why})"
 
 
-def unplanned_levels(thresholds: Thresholds, planned: Sequence[int]) -> list[str]:
+def unplanned_levels(thresholds: Thresholds, planned: Sequence[str]) -> list[str]:
     """Rules whose `where:` names a level outside the sweep: bad input (no run could measure it), not a failure."""
-    levels = ", ".join(str(c) for c in planned)
+    levels = ", ".join(planned)
     return [f"rules[{i}].where: {rule.where} is not a level of the sweep ({levels}); use one of its levels, "
             "knee or max" for i, rule in enumerate(thresholds.rules)
-            if rule.where not in (None, "knee", "max") and rule.where not in planned]
+            if rule.where not in (None, "knee", "max") and level_name(rule.where) not in planned]
 
 
 def differences(run: Run, baseline: Run) -> list[str]:
@@ -312,7 +328,7 @@ def load_baseline(thresholds: Thresholds, run: Run, path: Path | None = None, *,
     return baseline
 
 
-def read_gate(thresholds_path: Path | None, baseline_path: Path | None, run: Run, planned: Sequence[int], *,
+def read_gate(thresholds_path: Path | None, baseline_path: Path | None, run: Run, planned: Sequence[str], *,
               allow_incomparable: bool = False) -> tuple[Thresholds | None, Results | None]:
     """The thresholds and the baseline a run is judged by, checked against that run (its sweep, its model,
     instance, container and workload); (None, None) when neither is given; InputError on bad input."""
@@ -345,8 +361,7 @@ def _check_rule(results: Results, rule: Rule) -> Violation | None:
             return violation(None, limit, why)
         measured = _value(level, rule.metric)
         if measured is None:
-            return violation(None, limit, f"not measured at concurrency {where_of(level)} "
-                                          "(no successful request)")
+            return violation(None, limit, f"not measured at {level.describe_load()} (no successful request)")
     if rule.max is not None and measured > rule.max:
         return violation(measured, rule.max, f"{_fmt(measured)} > max {_fmt(rule.max)}")
     if rule.min is not None and measured < rule.min:
@@ -355,7 +370,7 @@ def _check_rule(results: Results, rule: Rule) -> Violation | None:
 
 
 def _regressions(results: Results, baseline: Results, config: Baseline) -> list[Violation]:
-    matched = [(lv, find_level(baseline, where_of(lv))[0]) for lv in results.levels]
+    matched = [(lv, baseline.level(where_of(lv))) for lv in results.levels]
     pairs_at = [(now, base) for now, base in matched if base is not None]
     out = []
     for metric in config.metrics:
@@ -366,11 +381,11 @@ def _regressions(results: Results, baseline: Results, config: Baseline) -> list[
             pairs = [(None, getattr(results.cost, name), getattr(baseline.cost, name))]
         elif not pairs_at:
             out.append(Violation(rule=label, metric=metric, where=None, measured=None, limit=None,
-                                 message=f"baseline {metric}: no concurrency level in common with the "
-                                         "baseline run (run the same --concurrency levels)"))
+                                 message=f"baseline {metric}: no level in common with the baseline run "
+                                         "(run the same --concurrency or --request-rate levels)"))
             continue
         else:
-            pairs = [(str(where_of(now)), _value(now, metric), _value(base, metric)) for now, base in pairs_at]
+            pairs = [(where_of(now), _value(now, metric), _value(base, metric)) for now, base in pairs_at]
         sign = -1 if metric in HIGHER_IS_BETTER else 1
         for where, now, before in pairs:
             if before is None:

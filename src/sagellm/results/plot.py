@@ -1,4 +1,4 @@
-"""curve.png: measured latency vs throughput, concurrency labelled, knee marked, prediction overlaid."""
+"""curve.png: measured latency vs throughput, levels labelled, knee marked, prediction overlaid."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def plot_curve(results: Results, path: Path) -> None:
     ys = [lv.latency_ms_per_token.p50 or 0.0 for lv in measured]
     ax.plot(xs, ys, "o-", color="tab:blue", label="measured (p50)")
     for lv, x, y in zip(measured, xs, ys, strict=True):
-        ax.annotate(str(lv.concurrency), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+        ax.annotate(lv.load, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
 
     predicted = [lv.predicted for lv in results.levels if lv.predicted is not None]
     if predicted:
@@ -34,14 +34,14 @@ def plot_curve(results: Results, path: Path) -> None:
         k = results.knee
         ax.plot([k.throughput_tokens_per_s], [k.ms_per_token_p50], "o", markersize=14, markerfacecolor="none",
                 markeredgecolor="tab:red", markeredgewidth=2, label="knee")
-        ax.annotate(f"knee: {k.concurrency} concurrent\n{k.throughput_tokens_per_s:.0f} tok/s, "
+        ax.annotate(f"knee: {k.describe_load()}\n{k.throughput_tokens_per_s:.0f} tok/s, "
                     f"{k.ms_per_token_p50:.1f} ms/token", (k.throughput_tokens_per_s, k.ms_per_token_p50),
                     textcoords="offset points", xytext=(-10, 25), ha="right", fontsize=8, color="tab:red",
                     arrowprops={"arrowstyle": "->", "color": "tab:red"})
     if results.max_throughput is not None:
         m = results.max_throughput
         ax.plot([m.throughput_tokens_per_s], [m.ms_per_token_p50], "D", markersize=8, markerfacecolor="none",
-                markeredgecolor="tab:green", markeredgewidth=2, label=f"max throughput ({m.concurrency})")
+                markeredgecolor="tab:green", markeredgewidth=2, label=f"max throughput ({m.load})")
     if results.slo is not None:
         ax.axhline(results.slo.ms_per_token, color="tab:orange", linestyle=":",
                    label=f"SLO {results.slo.ms_per_token:g} ms/token")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sagellm.results.junit import render_junit
 from sagellm.results.plot import plot_curve
-from sagellm.results.schema import ERROR_KINDS, Level, Pick, Results, Stats
+from sagellm.results.schema import ERROR_KINDS, Level, Pick, Results, Run, Stats
 from sagellm.results.table import render_csv
 
 
@@ -49,17 +49,38 @@ def _header(results: Results) -> list[str]:
         f"# sagellm bench: {run.model}{served} on {where}",
         "",
         f"- {profile} · target {target}" + (f" · endpoint `{run.endpoint}`" if run.endpoint else ""),
-        f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens",
+        f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens (mean)" + _workload(run),
+        f"- Load: {_load(run)} · timings from the {run.clock}'s clock"
+        + (" (simulated time; client overhead in wall-clock ms)" if run.clock == "emulator" else ""),
         f"- Started {run.started_at.isoformat(timespec='seconds')} · ended {ended} · sagellm {run.tool_version}",
         f"- Command: `{run.command}`",
         "- Environment: " + (", ".join(f"`{k}={v}`" for k, v in sorted(run.environment.items())) or "–"),
     ]
 
 
+def _workload(run: Run) -> str:
+    w = run.workload
+    if w is None:
+        return ""
+    prompts = f"dataset {w.dataset} ({w.dataset_entries} prompts)" if w.dataset else "unique prompts"
+    prefix = f", shared prefix {w.shared_prefix_tokens} tokens" if w.shared_prefix_tokens else ""
+    return (f" · {prompts}{prefix}, lengths {w.input_tokens} in / {w.output_tokens} out, counted by "
+            f"{w.token_counter} (the server's counts where it reports them), seed {w.seed}, {w.api} API")
+
+
+def _load(run: Run) -> str:
+    repeats = f", each level {run.repeats} times" if run.repeats > 1 else ""
+    if run.request_rate:
+        return (f"open loop, {run.arrivals} arrivals at {', '.join(f'{r:g}' for r in run.request_rate)} "
+                f"requests/s, at most {run.max_in_flight} in flight{repeats}")
+    return f"closed loop at concurrency {', '.join(map(str, run.concurrency))}{repeats}"
+
+
 def _pick(name: str, pick: Pick | None) -> str:
     if pick is None:
         return f"- {name}: none (no usable level)"
-    return (f"- {name}: concurrency **{pick.concurrency}** — {_n(pick.throughput_tokens_per_s, 0)} tokens/s "
+    return (f"- {name}: {pick.describe_load().replace(pick.load, f'**{pick.load}**')} — "
+            f"{_n(pick.throughput_tokens_per_s, 0)} tokens/s "
             f"at {_n(pick.ms_per_token_p50)} ms/token p50 ({pick.definition})")
 
 
@@ -69,7 +90,9 @@ def _highlights(results: Results) -> list[str]:
     if results.slo is not None:
         lines.append(_pick(f"Best under SLO {results.slo.ms_per_token:g} ms/token", results.slo.best))
     cost = results.cost
-    per_1m = f"${cost.usd_per_1m_tokens:,.3f} per 1M output tokens at concurrency {cost.at_concurrency}" \
+    at = f"request rate {cost.at_request_rate:g}/s" if cost.at_request_rate is not None \
+        else f"concurrency {cost.at_concurrency}"
+    per_1m = f"${cost.usd_per_1m_tokens:,.3f} per 1M output tokens at {at}" \
         if cost.usd_per_1m_tokens is not None else "$/1M tokens: n/a"
     per_h = f"${cost.usd_per_h:,.2f}/h" if cost.usd_per_h is not None else "$/h: n/a (no catalog price)"
     lines.append(f"- Cost: {per_h} · {per_1m}")
@@ -84,42 +107,57 @@ def _row(name: str, stats: Stats, predicted: float | None, digits: int = 1) -> s
     return f"| {name} | {values} | {_n(predicted, digits)} |"
 
 
-def _scalar_row(name: str, value: float, predicted: float | None, digits: int = 1) -> str:
+def _scalar_row(name: str, value: float | None, predicted: float | None, digits: int = 1) -> str:
     return f"| {name} | {_n(value, digits)} |" + " |" * (len(_STATS) - 1) + f" {_n(predicted, digits)} |"
+
+
+_SPREAD_SHOWN = ("throughput_tokens_per_s", "latency_ms_per_token.p50", "ttft_ms.p50", "ttft_ms.p95",
+                 "itl_ms.p50", "itl_ms.p95")
 
 
 def _level(level: Level) -> list[str]:
     p = level.predicted
     errors = ", ".join(f"{k} {n}" for k, n in level.errors.items() if n) or "none"
+    repeats = f" · {level.repeats} repeats (figures over all of them)" if level.repeats > 1 else ""
     lines = [
-        f"### Concurrency {level.concurrency}",
+        f"### {level.describe_load().capitalize()}",
         "",
         (f"{level.requests} requests · {level.ok} ok · errors: {errors} (rate {level.error_rate:.1%}) · "
-        f"retries {level.retries} · window {level.window_s:.1f} s"),
+        f"retries {level.retries} · window {level.window_s:.1f} s{repeats}"),
         "",
         "| metric | " + " | ".join(_STATS) + " | predicted |",
         "|---|" + "---:|" * (len(_STATS) + 1),
         _row("ms/token (e2e ÷ tokens)", level.latency_ms_per_token, p.ms_per_token if p else None),
         _row("TTFT ms", level.ttft_ms, p.ttft_ms if p else None),
-        _row("ITL ms", level.itl_ms, p.itl_ms if p else None),
+        _row("ITL ms (per request, = TPOT)", level.itl_ms, p.itl_ms if p else None),
+        _row("token gaps ms (pooled)", level.token_gap_ms, None),
         _row("e2e s", level.e2e_s, p.e2e_s if p else None, digits=2),
+        _row("input tokens", level.request_input_tokens, None, digits=0),
+        _row("output tokens", level.request_output_tokens, None, digits=0),
         _scalar_row("throughput tokens/s", level.throughput_tokens_per_s, p.throughput_tokens_per_s if p else None),
         _scalar_row("requests/s", level.requests_per_s, p.requests_per_s if p else None, digits=2),
     ]
+    if level.lateness_ms is not None:
+        lines.append(_row("lateness ms (sent − scheduled)", level.lateness_ms, None, digits=2))
+        lines.append(_scalar_row("achieved requests/s", level.achieved_request_rate, None, digits=2))
     if level.client_overhead_ms is not None:
-        lines.append(_row("client overhead ms", level.client_overhead_ms, None, digits=2))
+        lines.append(_row("client overhead ms (wall clock)", level.client_overhead_ms, None, digits=2))
+    if level.spread:
+        lines += ["", "Across repeats (each repeat's own figure): "
+                  + " · ".join(f"{m} {s.mean:.4g} ± {s.stddev:.2g} ({s.min:.4g}–{s.max:.4g})"
+                               for m, s in level.spread.items() if m in _SPREAD_SHOWN)]
     if level.server_loop_lag_ms is not None:
         lines += ["", f"Emulator event-loop lag: max {level.server_loop_lag_ms:.1f} ms (its own distortion)"]
     return lines + [""]
 
 
 def _overview(results: Results) -> list[str]:
-    lines = [("| concurrency | tokens/s | predicted | ms/token p50 | predicted | p90 | p99 | TTFT p50 ms | "
+    lines = [("| level | tokens/s | predicted | ms/token p50 | predicted | p90 | p99 | TTFT p50 ms | "
              "ITL p50 ms | error rate |"), "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for lv in results.levels:
         p = lv.predicted
         lines.append(
-            f"| {lv.concurrency} | {_n(lv.throughput_tokens_per_s)} | {_n(p.throughput_tokens_per_s if p else None)}"
+            f"| {lv.load} | {_n(lv.throughput_tokens_per_s)} | {_n(p.throughput_tokens_per_s if p else None)}"
             f" | {_n(lv.latency_ms_per_token.p50)} | {_n(p.ms_per_token if p else None)}"
             f" | {_n(lv.latency_ms_per_token.p90)} | {_n(lv.latency_ms_per_token.p99)} | {_n(lv.ttft_ms.p50)}"
             f" | {_n(lv.itl_ms.p50)} | {lv.error_rate:.1%} |")
@@ -133,11 +171,11 @@ def _errors(results: Results) -> list[str]:
         return lines + [f"No request was measured (warm-up requests are not counted here){why}.", ""]
     if not any(lv.requests - lv.ok for lv in results.levels):
         return lines + ["No request failed.", ""]
-    lines += ["| concurrency | " + " | ".join(ERROR_KINDS) + " | error rate |",
+    lines += ["| level | " + " | ".join(ERROR_KINDS) + " | error rate |",
               "|---:|" + "---:|" * (len(ERROR_KINDS) + 1)]
     for lv in results.levels:
         counts = " | ".join(str(lv.errors.get(k, 0)) for k in ERROR_KINDS)
-        lines.append(f"| {lv.concurrency} | {counts} | {lv.error_rate:.1%} |")
+        lines.append(f"| {lv.load} | {counts} | {lv.error_rate:.1%} |")
     return lines + [""]
 
 

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from sagellm.errors import InputError
 from sagellm.planner.curve import Point
 
-SCHEMA_VERSION: Literal[1] = 1
+SCHEMA_VERSION: Literal[2] = 2
 
 ErrorKind = Literal["overloaded", "validation", "timeout", "throttled", "other"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("overloaded", "validation", "timeout", "throttled", "other")
@@ -23,22 +24,78 @@ class _Strict(BaseModel):
 
 
 class Stats(BaseModel):
-    """Distribution of one metric; None where there was no sample."""
+    """Distribution of one metric across requests; None where there was no sample."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     p50: float | None = None
     p90: float | None = None
+    p95: float | None = None
     p99: float | None = None
     mean: float | None = None
 
 
-class LevelSummary(BaseModel):
-    """What one concurrency level measured (warm-up excluded)."""
+class Spread(_Strict):
+    """One metric across the repeats of a level: each repeat's own value, summarised."""
+
+    mean: float
+    stddev: float  # sample standard deviation (n − 1); 0 for one repeat
+    min: float
+    max: float
+
+
+_RATE_KEY = re.compile(r"^(\d+(?:\.\d+)?)/s$")
+
+
+def parse_load(where: int | str) -> int | float | None:
+    """A level key: an int (concurrency) or `N/s` (request rate, returned as a float); None if neither."""
+    if isinstance(where, int) and not isinstance(where, bool):
+        return where if where > 0 else None
+    text = str(where).strip()
+    if text.isdigit():
+        return int(text) or None
+    m = _RATE_KEY.match(text)
+    return float(m[1]) if m and float(m[1]) > 0 else None
+
+
+def load_name(concurrency: int | None, request_rate: float | None) -> str:
+    """A level's name, as thresholds write `where`: `16` (concurrency) or `4/s` (request rate)."""
+    return f"{request_rate:g}/s" if request_rate is not None else str(concurrency)
+
+
+class LoadKey(BaseModel):
+    """What names a level: its concurrency (closed loop) or its request rate (open loop), never both."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    concurrency: int
+    concurrency: int | None = None  # closed loop: workers, each sending when its last request returns
+    request_rate: float | None = None  # open loop: requests per second scheduled
+
+    @model_validator(mode="after")
+    def _one_key(self) -> LoadKey:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("a level has exactly one of concurrency and request_rate")
+        return self
+
+    @property
+    def load(self) -> str:
+        """The level's name, as thresholds write `where`: `16` (concurrency) or `4/s` (request rate)."""
+        return load_name(self.concurrency, self.request_rate)
+
+    @property
+    def load_value(self) -> float:
+        """The level's load as a number, for ordering levels."""
+        return self.request_rate if self.request_rate is not None else float(self.concurrency or 0)
+
+    def describe_load(self) -> str:
+        """`concurrency 16` or `request rate 4/s`, for messages."""
+        return f"request rate {self.load}" if self.request_rate is not None else f"concurrency {self.load}"
+
+
+class LevelSummary(LoadKey):
+    """What one level measured (warm-up excluded); with repeats, all of them together."""
+
+    repeats: int = 1
     requests: int
     ok: int
     errors: dict[str, int]  # every error kind, zero included
@@ -50,9 +107,31 @@ class LevelSummary(BaseModel):
     requests_per_s: float
     latency_ms_per_token: Stats  # e2e ÷ output tokens per request (the published definition)
     ttft_ms: Stats
-    itl_ms: Stats  # pooled inter-token gaps of all ok requests
+    itl_ms: Stats  # per request (e2e − TTFT) ÷ (output tokens − 1); percentiles across requests
+    tpot_ms: Stats = Stats()  # the same per-request figure under vLLM's name (time per output token)
+    token_gap_ms: Stats = Stats()  # every gap between token events of ok requests, pooled (0 within a chunk)
     e2e_s: Stats
-    client_overhead_ms: Stats | None = None  # client e2e − server e2e, where the server reported it
+    request_input_tokens: Stats = Stats()  # prompt tokens per ok request (the server's count where it reports one)
+    request_output_tokens: Stats = Stats()  # generated tokens per ok request
+    lateness_ms: Stats | None = None  # open loop: how late each request was sent against its schedule
+    achieved_request_rate: float | None = None  # open loop: measured requests sent ÷ the sending time
+    client_overhead_ms: Stats | None = None  # wall-clock ms: client e2e − server e2e (emulator only)
+    spread: dict[str, Spread] | None = None  # repeats > 1: headline metrics across the repeats
+
+
+class Workload(_Strict):
+    """What the requests asked for."""
+
+    prompts: Literal["unique", "dataset"]  # unique: random words per request, seeded
+    api: str  # tgi (generate), openai (completions) or chat (Messages API / chat completions)
+    input_tokens: str  # a length distribution (512, 512:64, 256-1024) or "dataset"
+    output_tokens: str
+    shared_prefix_tokens: int = 0
+    dataset: str | None = None
+    dataset_entries: int | None = None
+    token_counter: Literal["words", "tokenizer"]  # how prompts were built and counted locally
+    tokenizer: str | None = None
+    seed: int
 
 
 class Run(_Strict):
@@ -70,9 +149,16 @@ class Run(_Strict):
     endpoint: str | None = None  # endpoint name, or the URL of an http target
     environment: dict[str, str]  # the plan's container environment
     container: str | None = None  # the served image (repository:tag, registry left out); None for --target http
-    input_tokens: int
+    input_tokens: int  # the mean request (what the prediction is for)
     output_tokens: int
-    concurrency: list[int] = []  # the planned sweep (levels may stop earlier)
+    concurrency: list[int] = []  # the planned closed-loop sweep (levels may stop earlier)
+    request_rate: list[float] = []  # or the planned open-loop sweep, requests/s
+    arrivals: Literal["constant", "poisson"] | None = None  # open loop: how requests are spaced
+    max_in_flight: int | None = None  # open loop: requests in flight at most (later ones wait, late)
+    repeats: int = 1  # runs of each level
+    # Where request timings come from: the client's clock, or the emulator's simulated clock (see README).
+    clock: Literal["client", "emulator"] = "client"
+    workload: Workload | None = None
     tool_version: str
     started_at: datetime
     ended_at: datetime | None = None
@@ -109,10 +195,9 @@ class Level(LevelSummary):
     server_loop_lag_ms: float | None = None
 
 
-class Pick(_Strict):
+class Pick(LoadKey):
     """A level singled out (knee, max throughput, best under SLO)."""
 
-    concurrency: int
     throughput_tokens_per_s: float
     ms_per_token_p50: float
     definition: str
@@ -131,6 +216,7 @@ class Cost(_Strict):
     usd_per_h: float | None
     usd_per_1m_tokens: float | None
     at_concurrency: int | None
+    at_request_rate: float | None = None
 
 
 class Teardown(_Strict):
@@ -171,7 +257,7 @@ class Failure(_Strict):
 class Results(_Strict):
     """The whole run."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     run: Run
     levels: list[Level]
     knee: Pick | None
@@ -182,6 +268,14 @@ class Results(_Strict):
     gate: Gate | None = None  # None when no thresholds were given
     stopped_reason: str | None = None  # why the sweep stopped before its last planned level
     failure: Failure | None = None  # None when the run went through (its gate may still have failed)
+
+    def level(self, where: int | str) -> Level | None:
+        """The measured level named `where` (a concurrency such as 16, or a rate such as `4/s`), if reached."""
+        key = parse_load(where)
+        if key is None:
+            return None
+        name = load_name(None, key) if isinstance(key, float) else load_name(key, None)
+        return next((lv for lv in self.levels if lv.load == name), None)
 
 
 def write_results(path: Path, results: Results) -> None:
@@ -213,10 +307,11 @@ def load_results(path: Path) -> Results:
         raise InputError(f"{path}: not a sagellm results file (expected a JSON object)")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise InputError(
-            f"{path}: schema_version {version!r} is not supported (this sagellm reads version "
-            f"{SCHEMA_VERSION}; re-run the bench with this version)"
-        )
+        older = isinstance(version, int) and version < SCHEMA_VERSION
+        why = ("written by an older sagellm, before per-request ITL, p95 and request-rate levels"
+               if older else "not a version this sagellm knows")
+        raise InputError(f"{path}: schema_version {version!r} is {why}; this sagellm reads version "
+                         f"{SCHEMA_VERSION} (re-run the bench to get one)")
     try:
         return Results.model_validate(data)
     except ValidationError as exc:

@@ -36,7 +36,7 @@ def is_usable(level: LevelSummary, max_error_rate: float = MAX_ERROR_RATE) -> bo
 
 
 def _usable_sorted(levels: Sequence[L], max_error_rate: float) -> list[L]:
-    return sorted((lv for lv in levels if is_usable(lv, max_error_rate)), key=lambda lv: lv.concurrency)
+    return sorted((lv for lv in levels if is_usable(lv, max_error_rate)), key=lambda lv: lv.load_value)
 
 
 def knee(levels: Sequence[L], *, max_error_rate: float = MAX_ERROR_RATE) -> L | None:
@@ -48,7 +48,7 @@ def knee(levels: Sequence[L], *, max_error_rate: float = MAX_ERROR_RATE) -> L | 
 
 
 def _best(levels: list[L], key: Callable[[L], float]) -> L | None:
-    # max() keeps the first of equal keys: the lowest concurrency, since the list is sorted.
+    # max() keeps the first of equal keys: the lowest load, since the list is sorted.
     return max(levels, key=key, default=None)
 
 
@@ -73,7 +73,8 @@ def usd_per_h(price_per_instance_h: float | None, instance_count: int) -> float 
 def _pick(level: LevelSummary | None, definition: str) -> Pick | None:
     if level is None:
         return None
-    return Pick(concurrency=level.concurrency, throughput_tokens_per_s=level.throughput_tokens_per_s,
+    return Pick(concurrency=level.concurrency, request_rate=level.request_rate,
+                throughput_tokens_per_s=level.throughput_tokens_per_s,
                 ms_per_token_p50=level.latency_ms_per_token.p50 or 0.0, definition=definition)
 
 
@@ -89,14 +90,15 @@ def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, 
             f"highest throughput with p50 ≤ {slo_ms_per_token:g} ms/token among usable levels"))
     return Results(
         run=run,
-        levels=sorted(levels, key=lambda lv: lv.concurrency),
+        levels=sorted(levels, key=lambda lv: lv.load_value),
         knee=_pick(knee(levels, max_error_rate=max_error_rate), KNEE_DEFINITION),
         max_throughput=_pick(best, max_definition(max_error_rate)),
         slo=slo,
         cost=Cost(usd_per_h=usd_per_h,
                   usd_per_1m_tokens=usd_per_1m_tokens(best.throughput_tokens_per_s, usd_per_h)
                   if best else None,
-                  at_concurrency=best.concurrency if best else None),
+                  at_concurrency=best.concurrency if best else None,
+                  at_request_rate=best.request_rate if best else None),
         teardown=teardown,
         gate=gate,
         stopped_reason=stopped_reason,

@@ -1,0 +1,307 @@
+"""What each request asks for: its prompt, how many tokens that prompt holds, and how many to generate.
+
+- **Prompts** are unique per request by default: random words from a fixed vocabulary, drawn from a
+  generator seeded with (run seed, request index), so request i of a run with seed s always carries the
+  same text. One prompt for everyone would flatter the server: TGI 3 and vLLM cache shared prefixes, so
+  every request after the first would skip most of its prefill. `shared_prefix` opens every prompt with
+  the same N tokens, to measure prefix caching on purpose.
+- **Lengths** (`--input-tokens`, `--output-tokens`): `512` (fixed), `512:64` (normal with mean 512 and
+  standard deviation 64, rounded, clipped to mean ± 3 sd and at least 1) or `256-1024` (uniform integers,
+  both ends included).
+- **Datasets** (`--dataset FILE`): JSON Lines, one `{"prompt": "...", "output_tokens": 128}` per line
+  (`output_tokens` optional: the `--output-tokens` distribution otherwise), or ShareGPT JSON (a list of
+  `{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}`: the first human
+  turn is the prompt and the reply's token count its output length, as vLLM's benchmark reads it).
+  Entries are sent in a seeded shuffled order, cycling when the run needs more.
+- **Token counts**: with `--tokenizer DIR` (a `tokenizer.json`, read offline by the `tokenizers`
+  library) prompts are built and counted in real tokens; otherwise one token per whitespace-separated
+  word (the emulator's rule; a real tokenizer splits English words into ~1.3 tokens). Where the server
+  reports its own counts (TGI `details.input_length`, OpenAI `usage.prompt_tokens`) those are recorded
+  instead, per request, with where each count came from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sagellm.errors import InputError
+from sagellm.planner import Payload
+from sagellm.profiles.schema import U32_MAX
+from sagellm.results.schema import Workload as WorkloadRecord
+
+# Common short English words: most are one token in the tokenizers of the catalog's models.
+VOCABULARY: tuple[str, ...] = tuple("""
+time year people way day man thing woman life child world school state family student group country
+problem hand part place case week company system program question work government number night point home
+water room mother area money story fact month lot right study book eye job word business issue side kind
+head house service friend father power hour game line end member law car city name team minute idea body
+back parent face others level office door health person art war history party result change morning
+reason research girl guy moment air teacher force education foot boy age policy music market sense nation
+plan college interest death experience effect use class control care field development role effort rate
+heart drug show leader light voice wife police mind price report decision son view relationship town road
+arm difference value building action model season society tax director position player record paper space
+ground form event official matter center couple site project activity star table need court oil situation
+cost industry figure street image phone data picture practice piece land product doctor wall patient
+worker news test movie north love support technology step baby computer type attention film tree source
+organization hair window evidence population truth song river bed weather garden summer winter spring
+autumn bread stone green blue red white black small large early late open close happy quiet strong simple
+clear bright warm cold fresh slow quick short long high low deep wide young old new good great little
+other same different run walk read write speak listen learn teach build carry hold bring send move grow
+turn follow begin keep
+""".split())  # noqa: SIM905 - one word list, readable
+
+_LENGTH = re.compile(r"^\s*(\d+)\s*(?:([:-])\s*(\d+)\s*)?$")
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A token-length distribution: fixed, normal (mean:stddev) or uniform (min-max)."""
+
+    kind: Literal["fixed", "normal", "uniform"]
+    a: int  # fixed: the length; normal: the mean; uniform: the minimum
+    b: int = 0  # normal: the standard deviation; uniform: the maximum
+
+    @classmethod
+    def parse(cls, text: str, option: str) -> Lengths:
+        """`512`, `512:64` or `256-1024`; InputError naming the option otherwise."""
+        m = _LENGTH.match(text)
+        fix = "use 512 (fixed), 512:64 (mean:stddev) or 256-1024 (min-max)"
+        if m is None:
+            raise InputError(f"{option}: {text!r} is not a length ({fix})")
+        a, sep, b = int(m[1]), m[2], int(m[3] or 0)
+        lengths = cls("fixed", a) if sep is None else cls("normal" if sep == ":" else "uniform", a, b)
+        if lengths.kind == "uniform" and b < a:
+            raise InputError(f"{option}: {text!r} is an empty range: its minimum is above its maximum ({fix})")
+        if lengths.low < 1 or lengths.high > U32_MAX:
+            raise InputError(f"{option}: {text!r} allows lengths outside 1 to {U32_MAX} tokens ({fix})")
+        return lengths
+
+    @property
+    def low(self) -> int:
+        """The shortest length it draws."""
+        if self.kind == "normal":
+            return max(1, self.a - 3 * self.b)
+        return self.a
+
+    @property
+    def high(self) -> int:
+        """The longest length it draws."""
+        return {"fixed": self.a, "normal": self.a + 3 * self.b, "uniform": self.b}[self.kind]
+
+    @property
+    def mean(self) -> float:
+        """Its mean (the clipped normal's is taken as its centre)."""
+        return (self.a + self.b) / 2 if self.kind == "uniform" else float(self.a)
+
+    def draw(self, rng: random.Random) -> int:
+        """One length."""
+        if self.kind == "fixed":
+            return self.a
+        if self.kind == "uniform":
+            return rng.randint(self.a, self.b)
+        return min(self.high, max(self.low, round(rng.gauss(self.a, self.b))))
+
+    def __str__(self) -> str:
+        return {"fixed": f"{self.a}", "normal": f"{self.a}:{self.b}", "uniform": f"{self.a}-{self.b}"}[self.kind]
+
+
+class TokenCounter:
+    """Counts tokens and builds texts of a given token count: a local tokenizer, or one token per word."""
+
+    def __init__(self, tokenizer_dir: Path | None = None):
+        self.name: Literal["words", "tokenizer"] = "words"
+        self._tok: Any = None
+        if tokenizer_dir is not None:
+            path = tokenizer_dir / "tokenizer.json" if tokenizer_dir.is_dir() else tokenizer_dir
+            if not path.is_file():
+                raise InputError(f"--tokenizer: {tokenizer_dir}: no tokenizer.json there (download the "
+                                 "model's tokenizer.json into a folder and pass that folder)")
+            from tokenizers import Tokenizer
+
+            try:
+                self._tok = Tokenizer.from_file(str(path))
+            except Exception as exc:  # noqa: BLE001 - the library raises a bare Exception on bad files
+                raise InputError(f"--tokenizer: {path}: not a tokenizers file: {exc}") from None
+            self.name = "tokenizer"
+
+    def count(self, text: str) -> int:
+        """Tokens in `text` (no special tokens: the server adds its own and reports them)."""
+        if self._tok is None:
+            return len(text.split())
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def text(self, words: list[str], n_tokens: int) -> str:
+        """A text of `n_tokens` tokens made of `words` (given at least that many)."""
+        if self._tok is None:
+            return " ".join(words[:n_tokens])
+        ids = self._tok.encode(" ".join(words), add_special_tokens=False).ids[:n_tokens]
+        return str(self._tok.decode(ids))
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request's workload."""
+
+    index: int  # request `index` of the run: the same prompt for the same seed
+    prompt: str
+    input_tokens: int  # as counted locally (the server's count replaces it where reported)
+    max_new_tokens: int
+    counted_by: Literal["tokenizer", "words"] = "words"
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """The workload options of `sagellm bench`."""
+
+    input_tokens: str | None = None  # a Lengths spec; None: the profile's payload
+    output_tokens: str | None = None
+    shared_prefix: int = 0
+    dataset: Path | None = None
+    tokenizer: Path | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class _Entry:
+    prompt: str
+    input_tokens: int
+    output_tokens: int | None
+
+
+class Workload:
+    """Hands out requests in order (`next()`); request i of a seed is always the same."""
+
+    def __init__(self, options: WorkloadOptions, default: Payload):
+        self.options = options
+        self.counter = TokenCounter(options.tokenizer)
+        self.inputs = Lengths.parse(options.input_tokens or str(default.input_tokens), "--input-tokens")
+        self.outputs = Lengths.parse(options.output_tokens or str(default.output_tokens), "--output-tokens")
+        self.entries = load_dataset(options.dataset, self.counter) if options.dataset else None
+        if self.entries is not None:
+            random.Random(f"{options.seed}/order").shuffle(self.entries)
+        if options.shared_prefix and self.entries is not None:
+            raise InputError("--shared-prefix: not with --dataset (the dataset's prompts are sent as they are)")
+        if options.shared_prefix and options.shared_prefix >= self.inputs.low:
+            raise InputError(f"--shared-prefix: {options.shared_prefix} tokens leave no unique part in "
+                             f"prompts as short as {self.inputs.low} tokens (--input-tokens {self.inputs})")
+        self.prefix = self._words(random.Random(f"{options.seed}/prefix"), options.shared_prefix)
+        self.issued = 0
+
+    def payload(self) -> Payload:
+        """The mean request: what sizes the plan and the prediction."""
+        if self.entries is not None:
+            inputs = sum(e.input_tokens for e in self.entries) / len(self.entries)
+            outputs = [e.output_tokens for e in self.entries if e.output_tokens is not None]
+            mean_out = sum(outputs) / len(outputs) if outputs else self.outputs.mean
+            return Payload(max(1, round(inputs)), max(1, round(mean_out)))
+        return Payload(max(1, round(self.inputs.mean)), max(1, round(self.outputs.mean)))
+
+    def longest(self) -> tuple[int, int]:
+        """The longest prompt and output it can send (for the serving limits)."""
+        if self.entries is not None:
+            outputs = [e.output_tokens or self.outputs.high for e in self.entries]
+            return max(e.input_tokens for e in self.entries), max(outputs)
+        return self.inputs.high, self.outputs.high
+
+    def next(self) -> Request:
+        """The run's next request."""
+        index = self.issued
+        self.issued += 1
+        return self.request(index)
+
+    def request(self, index: int) -> Request:
+        """Request `index` of this run."""
+        rng = random.Random(f"{self.options.seed}/{index}")
+        if self.entries is not None:
+            entry = self.entries[index % len(self.entries)]
+            out = entry.output_tokens if entry.output_tokens is not None else self.outputs.draw(rng)
+            return Request(index, entry.prompt, entry.input_tokens, out, self.counter.name)
+        n_in, n_out = self.inputs.draw(rng), self.outputs.draw(rng)
+        unique = n_in - self.options.shared_prefix
+        prompt = " ".join(p for p in (self.prefix, self._words(rng, unique)) if p)
+        return Request(index, prompt, self.counter.count(prompt), n_out, self.counter.name)
+
+    def _words(self, rng: random.Random, n_tokens: int) -> str:
+        if n_tokens <= 0:
+            return ""
+        return self.counter.text(rng.choices(VOCABULARY, k=n_tokens), n_tokens)
+
+    def describe(self, api: str) -> WorkloadRecord:
+        """What results.json records about the workload."""
+        o, entries = self.options, self.entries
+        outputs_given = entries is not None and all(e.output_tokens is not None for e in entries)
+        return WorkloadRecord(
+            prompts="unique" if entries is None else "dataset", api=api,
+            input_tokens=str(self.inputs) if entries is None else "dataset",
+            output_tokens="dataset" if outputs_given else str(self.outputs),
+            shared_prefix_tokens=o.shared_prefix if entries is None else 0,
+            dataset=str(o.dataset) if o.dataset else None, dataset_entries=len(entries) if entries else None,
+            token_counter=self.counter.name, tokenizer=str(o.tokenizer) if o.tokenizer else None, seed=o.seed)
+
+
+# --------------------------------------------------------------------------------------------- datasets
+
+def load_dataset(path: Path, counter: TokenCounter) -> list[_Entry]:
+    """Prompts from a JSONL or ShareGPT JSON file; InputError with file:line and the fix on bad input."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"--dataset: {path}: cannot be read: {exc.strerror or exc}") from None
+    entries = _sharegpt(path, text, counter) if text.lstrip().startswith("[") else _jsonl(path, text, counter)
+    if not entries:
+        raise InputError(f"--dataset: {path}: holds no prompt (JSONL: one {{\"prompt\": ...}} per line; "
+                         "or ShareGPT JSON)")
+    return entries
+
+
+def _jsonl(path: Path, text: str, counter: TokenCounter) -> list[_Entry]:
+    out, problems = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"{path}:{n}: not JSON: {exc.msg}")
+            continue
+        prompt = item.get("prompt") if isinstance(item, dict) else None
+        if not isinstance(prompt, str) or not prompt.strip():
+            problems.append(f"{path}:{n}: needs a non-empty \"prompt\" string, e.g. "
+                            "{\"prompt\": \"...\", \"output_tokens\": 128}")
+            continue
+        out_tokens = item.get("output_tokens")
+        if out_tokens is not None and (isinstance(out_tokens, bool) or not isinstance(out_tokens, int)
+                                       or out_tokens < 1):
+            problems.append(f"{path}:{n}: output_tokens: {out_tokens!r} must be a positive integer")
+            continue
+        out.append(_Entry(prompt, counter.count(prompt), out_tokens))
+    if problems:
+        raise InputError(problems)
+    return out
+
+
+def _sharegpt(path: Path, text: str, counter: TokenCounter) -> list[_Entry]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+    out = []
+    for item in data:
+        turns = item.get("conversations") if isinstance(item, dict) else None
+        if not isinstance(turns, list):
+            continue
+        # The first human turn and the reply after it; conversations without one are skipped (as vLLM does).
+        for ask, answer in itertools.pairwise(turns):
+            if (isinstance(ask, dict) and isinstance(answer, dict) and ask.get("from") == "human"
+                    and answer.get("from") == "gpt" and str(ask.get("value", "")).strip()):
+                reply = counter.count(str(answer.get("value", "")))
+                out.append(_Entry(str(ask["value"]), counter.count(str(ask["value"])), max(1, reply)))
+                break
+    return out
+
