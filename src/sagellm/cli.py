@@ -180,7 +180,7 @@ def plan(
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
              "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,
              "quantization": main.quantization}
-    env = environment(main, d.profile.container, d.profile, d.instance.is_neuron)
+    env = environment(main, d)
     if json_out:
         print(json.dumps({"shape": shape, "environment": env, "curve": curve.to_dict()}, indent=2))
         return

@@ -22,7 +22,7 @@ def print_plan(plan: DeploymentPlan) -> None:
     """The resolved plan as a person reads it."""
     c = _console()
     c.print(f"[bold]{plan.profile}[/] · {plan.instance_type} × {plan.initial_instance_count} · "
-            f"{plan.endpoint_kind} endpoint · {plan.container} · {plan.region}")
+            f"{plan.endpoint_kind} endpoint · {plan.container} {plan.container_version or ''} · {plan.region}")
     c.print(f"payload {plan.input_tokens} in / {plan.output_tokens} out · start-up timeout "
             f"{plan.startup_health_check_timeout_s} s · download timeout {plan.model_data_download_timeout_s} s"
             + (f" · volume {plan.volume_size_gb} GB" if plan.volume_size_gb else ""))

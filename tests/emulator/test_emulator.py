@@ -35,10 +35,11 @@ def model(name: str = "llama2-7b", env: dict[str, str] | None = None, *, model_i
 
 
 def plan(*models: ModelDeployment, instance: str = "ml.g5.2xlarge", kind: str = "instance",
-         container: str = "tgi", instances: int = 1) -> DeploymentPlan:
-    """A hand-built plan (one 7B model on ml.g5.2xlarge unless told otherwise)."""
+         container: str = "tgi", instances: int = 1, version: str | None = None) -> DeploymentPlan:
+    """A hand-built plan (one 7B model on ml.g5.2xlarge unless told otherwise; sagellm's pinned version)."""
     return DeploymentPlan.model_validate({
-        "profile": "test", "region": "us-east-1", "container": container, "instance_type": instance,
+        "profile": "test", "region": "us-east-1", "container": container, "container_version": version,
+        "instance_type": instance,
         "initial_instance_count": instances, "endpoint_kind": kind, "models": models or (model(),),
         "startup_health_check_timeout_s": 600, "model_data_download_timeout_s": 600,
         "input_tokens": 256, "output_tokens": 256, "tags": {}})
@@ -105,18 +106,35 @@ def test_event_stream_messages_decode_with_botocore() -> None:
 
 def test_limits_follow_the_container_environment_or_the_servers_defaults() -> None:
     bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="tgi", tp_degree=1, environment={})
-    tgi = ModelServer(plan(bare), bare, 1.0).limits
-    shape = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1)
-    assert (tgi.max_input_tokens, tgi.max_total_tokens, tgi.max_concurrent_requests) == (4095, 4096, 128)
-    assert (tgi.max_batch_prefill_tokens, tgi.max_batch_total_tokens) == (4145, shape.kv_capacity_tokens)
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    tgi3 = ModelServer(plan(bare), bare, 1.0).limits
+    # TGI 3 warm-up: total = min(KV cache, context), input = total - 1, prefill 4096, admission 128.
+    assert (tgi3.max_input_tokens, tgi3.max_total_tokens, tgi3.max_concurrent_requests) == (4095, 4096, 128)
+    assert (tgi3.max_batch_prefill_tokens, tgi3.max_batch_total_tokens, tgi3.max_batch_size) == (4096, kv, None)
+    tgi2 = ModelServer(plan(bare, version="2.4.0"), bare, 1.0).limits
+    assert tgi2.max_batch_prefill_tokens == 4095 + 50  # TGI 2's launcher default: max_input_tokens + 50
 
-    lmi_model = model(env={"OPTION_MAX_MODEL_LEN": "2048", "OPTION_MAX_ROLLING_BATCH_SIZE": "32"})
+    lmi_model = model(env={"OPTION_MAX_MODEL_LEN": "2048", "OPTION_MAX_ROLLING_BATCH_SIZE": "64"})
     lmi = ModelServer(plan(lmi_model, container="lmi"), lmi_model, 1.0).limits
     # LMI queues instead of rejecting: no 429 admission limit, a cap on running sequences instead.
-    assert (lmi.max_total_tokens, lmi.max_concurrent_requests, lmi.max_batch_size) == (2048, None, 32)
+    assert (lmi.max_total_tokens, lmi.max_concurrent_requests, lmi.max_batch_size) == (2048, None, 64)
+    lmi_bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="lmi", tp_degree=1, environment={})
+    assert ModelServer(plan(lmi_bare, container="lmi"), lmi_bare, 1.0).limits.max_batch_size == 32
 
     replicas = model(copies=4)
     assert len(ModelServer(plan(replicas, instances=3), replicas, 1.0).copies) == 12
+
+
+def test_limits_follow_what_tgi3_honours() -> None:
+    # MAX_BATCH_TOTAL_TOKENS: ignored for flash models; MAX_BATCH_SIZE: ignored while prefills are chunked.
+    ignored = model(env={"MAX_BATCH_TOTAL_TOKENS": "1000", "MAX_BATCH_SIZE": "1"})
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    limits = ModelServer(plan(ignored), ignored, 1.0).limits
+    assert (limits.max_batch_total_tokens, limits.max_batch_size) == (kv, None)
+    one = model(env={"MAX_BATCH_SIZE": "1", "PREFILL_CHUNKING": "0"})
+    assert ModelServer(plan(one), one, 1.0).limits.max_batch_size == 1
+    tgi2 = model(env={"MAX_BATCH_SIZE": "2"})
+    assert ModelServer(plan(tgi2, version="2.4.0"), tgi2, 1.0).limits.max_batch_size == 2
 
 
 def test_generate_returns_the_requested_tokens_with_details_and_server_timings() -> None:
@@ -226,24 +244,28 @@ def test_rejects_input_over_max_input_tokens_or_total_over_max_total_tokens_with
 
 
 def test_queues_a_request_while_the_kv_budget_is_full() -> None:
-    # Room for exactly two sequences of 100 + 40 tokens: the third waits for one of them to finish.
-    p = plan(model(env={"MAX_BATCH_TOTAL_TOKENS": "280"}))
+    # The KV budget is what memory holds (~12.6k tokens for Llama 2 7B on one A10G; MAX_BATCH_TOTAL_TOKENS is
+    # ignored): room for three sequences of 4000 + 90 tokens, the fourth waits for one of them to finish.
+    p = plan(model(env={"MAX_INPUT_TOKENS": "4000"}))
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    assert 3 * 4090 <= kv < 4 * 4090
 
     async def one(s: aiohttp.ClientSession, url: str) -> dict[str, Any]:
-        async with s.post(f"{url}/generate", json=tgi_body(100, 40)) as r:
+        async with s.post(f"{url}/generate", json=tgi_body(4000, 90)) as r:
             return (await r.json())["details"]
 
     async def scenario(s: aiohttp.ClientSession, url: str, emulator: Emulator) -> tuple[list[Any], Any]:
-        first = [asyncio.create_task(one(s, url)) for _ in range(2)]
-        await asyncio.sleep(0.03)
-        third = asyncio.create_task(one(s, url))
-        await asyncio.sleep(0.03)
+        # Three ~0.9 s prefills (one per pass: 4096-token budget), then ~3 s of decoding, at time scale 0.2.
+        first = [asyncio.create_task(one(s, url)) for _ in range(3)]
+        await asyncio.sleep(0.65)
+        fourth = asyncio.create_task(one(s, url))
+        await asyncio.sleep(0.05)
         stats = emulator.primary.stats()
-        return [*(await asyncio.gather(*first)), await third], stats
-    (a, b, c), stats = run(p, scenario)
-    assert stats["running"] == 2 and stats["queued"] == 1
-    # Its time to first token includes the wait for a whole generation of the first two.
-    assert c["sagellm_server_ttft_s"] > 0.8 * min(a["sagellm_server_e2e_s"], b["sagellm_server_e2e_s"]) - 0.06
+        return [*(await asyncio.gather(*first)), await fourth], stats
+    (*firsts, last), stats = run(p, scenario, time_scale=0.2)
+    assert stats["running"] == 3 and stats["queued"] == 1
+    # Sent 0.65 s after them, its first token still comes only after one of the first three has finished.
+    assert 0.65 + last["sagellm_server_ttft_s"] > 0.95 * min(f["sagellm_server_e2e_s"] for f in firsts)
 
 
 def test_single_stream_inter_token_latency_follows_the_step_model() -> None:

@@ -289,7 +289,8 @@ def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: T
         profile=plan.profile, model=plan.primary.model_id, instance_type=plan.instance_type,
         instance_count=plan.initial_instance_count, target=target.kind, emulated=target.emulated,  # type: ignore[arg-type]
         time_scale=opts.time_scale, region=plan.region, endpoint=target.endpoint,
-        environment=plan.environment, input_tokens=design.payload.input_tokens,
+        environment=plan.environment, container=f"{plan.container} {plan.container_version}",
+        input_tokens=design.payload.input_tokens,
         output_tokens=design.payload.output_tokens, concurrency=list(opts.concurrency), tool_version=__version__,
         started_at=started, ended_at=datetime.now(UTC), command=opts.command,
     )

@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from sagellm.errors import InputError
 from sagellm.profiles.schema import Profile
+from sagellm.profiles.tokens import redact, token_errors
 
 STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")
-SECRET_KEYS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 
 
 @dataclass(frozen=True)
@@ -107,17 +107,9 @@ def _line(src: Source, loc: tuple[Any, ...]) -> str:
     return f"{src.path}:{src.lines[path]}" if path else src.path
 
 
-def _check_secrets(src: Source) -> list[str]:
-    """Refuse Hugging Face tokens written into a profile's environment."""
-    errors = []
-    env = (src.data.get("serving") or {}).get("environment") or {}
-    for key in SECRET_KEYS:
-        if isinstance(env, dict) and key in env:
-            errors.append(
-                f"{_line(src, ('serving', 'environment', key))}: serving.environment.{key}: a token must not be "
-                "written in a profile; store it in Secrets Manager and set hf_token_secret: <secret name or ARN>"
-            )
-    return errors
+def _check_tokens(src: Source) -> list[str]:
+    """Hugging Face tokens anywhere in a profile file (the one check `profiles.tokens` defines)."""
+    return token_errors(src.data, lambda loc: f"{_line(src, loc)}: {'.'.join(loc) or '(top level)'}")
 
 
 def _chain(name: str, sources: dict[str, Source]) -> list[Source]:
@@ -176,7 +168,7 @@ def _schema_errors(exc: ValidationError, chain: list[Source]) -> list[str]:
 def load_profile(name: str, sources: dict[str, Source]) -> Profile:
     """Build one profile, following `extends:` chains; every error of the profile is reported together."""
     chain = _chain(name, sources)
-    errors = [e for src in chain for e in _check_secrets(src)]
+    errors = [e for src in chain for e in _check_tokens(src)]
     merged: dict[str, Any] = {}
     for src in reversed(chain):
         merged = _merge(merged, src.data)
@@ -185,7 +177,7 @@ def load_profile(name: str, sources: dict[str, Source]) -> Profile:
     try:
         profile = Profile.model_validate(merged)
     except ValidationError as exc:
-        errors.extend(_schema_errors(exc, chain))
+        errors.extend(redact(line) for line in _schema_errors(exc, chain))
     if errors:
         raise InputError(errors)
     return profile

@@ -16,22 +16,39 @@ from sagellm.catalog import Instance, Model, find_instance, find_model, instance
 from sagellm.catalog import models as catalog_models
 from sagellm.errors import InputError
 from sagellm.planner import Payload, Shape, max_concurrency_in_timeout, predict
+from sagellm.profiles.containers import (
+    LMI_ENGINE,
+    PINNED,
+    PINNED_NEURON,
+    environment_errors,
+    generation,
+    image_uri,
+    version_errors,
+)
 from sagellm.profiles.loader import Source, all_sources, load_profile
-from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment, ScalingPlan
+from sagellm.profiles.plan import (
+    ComputeRequirements,
+    DeploymentPlan,
+    InstanceScaling,
+    ModelDeployment,
+    ScalingPlan,
+    instances_for,
+)
 from sagellm.profiles.schema import Architecture, Profile
 
-# Instance families that come with local NVMe storage: SageMaker refuses VolumeSizeInGB on them.
-NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.", "ml.p5en.")
 # Share of the instance's vCPUs and host memory handed to inference-component copies; the rest is
 # left to the SageMaker agent and the OS (write-up example: 13B on p4d → 10 vCPUs, 100 GiB per copy).
 IC_CPU_SHARE = 0.9
 IC_MEMORY_SHARE = 0.7
-DEFAULT_PREFILL_TOKENS = 4096  # TGI's usual default for MAX_BATCH_PREFILL_TOKENS
+DEFAULT_PREFILL_TOKENS = 4096  # TGI 3's default MAX_BATCH_PREFILL_TOKENS (launcher, within the context)
+# max_total_tokens: auto keeps the model's whole context unless the KV cache could not hold this many
+# full-length sequences at once (one long request must not shut every other caller out).
+FULL_LENGTH_SEQUENCES = 2
 
 
 @dataclass(frozen=True)
 class Copy:
-    """One model as it will be served: architecture, TP, copies and resolved TGI limits (per copy)."""
+    """One model as it will be served: architecture, TP, copies and resolved server limits (per copy)."""
 
     model: Model
     tp: int
@@ -40,8 +57,8 @@ class Copy:
     max_input_tokens: int
     max_total_tokens: int
     max_batch_prefill_tokens: int
-    max_batch_total_tokens: int
     max_concurrent_requests: int
+    max_batch_size: int | None  # running sequences (TGI MAX_BATCH_SIZE, LMI's rolling batch); None: KV decides
 
 
 @dataclass(frozen=True)
@@ -55,17 +72,31 @@ class Design:
     copies: tuple[Copy, ...]
     scaling: ScalingPlan | None
     region: str
+    container: str  # tgi | lmi
+    container_version: str  # the pinned image version
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def generation(self) -> str:
+        """The server generation the planner and the emulator model (`tgi3`, `tgi2`, `lmi`)."""
+        return generation(self.container, self.container_version)
+
     def shape(self, instance_count: int | None = None) -> Shape:
-        """The planner shape of the main model (copies × instances, admission and KV budget applied)."""
-        main = self.copies[0]
-        return Shape(
-            model=main.model, instance=self.instance, tp_degree=main.tp, copies=main.copies,
-            instance_count=instance_count or self.instance_count, quantization=main.quantization,
-            max_concurrent_requests=main.max_concurrent_requests,
-            max_batch_total_tokens=main.max_batch_total_tokens,
-        )
+        """The planner shape of the main model (copies × instances, admission and batch limits applied)."""
+        return _shape(self.copies[0], self.instance, self.container, copies=self.copies[0].copies,
+                      instance_count=instance_count or self.instance_count)
+
+
+def _shape(copy: Copy, inst: Instance, container: str, copies: int, instance_count: int) -> Shape:
+    """The planner shape of a copy as its server runs it: the KV budget is what memory allows (no server
+    generation sagellm pins honours MAX_BATCH_TOTAL_TOKENS for flash-attention models); TGI refuses above its
+    admission limit, LMI queues and runs at most its rolling batch."""
+    return Shape(
+        model=copy.model, instance=inst, tp_degree=copy.tp, copies=copies, instance_count=instance_count,
+        quantization=copy.quantization,
+        max_concurrent_requests=None if container == "lmi" else copy.max_concurrent_requests,
+        max_batch_size=copy.max_batch_size,
+    )
 
 
 class _Where:
@@ -184,7 +215,8 @@ def design(
     """Fill every `auto` value and validate; all errors of the profile are raised together."""
     # Values given on the command line (or as CDK context) are named by their option, not a profile line.
     given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
-             "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count)}
+             "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count),
+             "payload": ("input_tokens/output_tokens", payload)}
     where = _Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
     errors: list[str] = []
     payload = payload or Payload(profile.payload.input_tokens, profile.payload.output_tokens)
@@ -192,12 +224,19 @@ def design(
     model = _model(model_id, profile.architecture, local, "model")
     s = profile.serving
     quant = s.quantization
+    kind = profile.container.kind
+    version = profile.container.version or PINNED[kind]
+    errors.extend(container_errors(profile, where))
+    gen = generation(kind, version)
 
     inst_name = instance if instance is not None else _pinned(profile.instance_type)
     if inst_name is None:
         inst = _choose_instance(profile, model, payload, region)
     else:
         inst = find_instance(inst_name, where("instance_type"))
+    if inst.is_neuron and kind == "lmi":
+        errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
+                      "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
     gpus = inst.n_accelerators
     count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"
@@ -209,7 +248,7 @@ def design(
         xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
         xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
         extras.append(_caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload,
-                            profile, where, errors, prefix=f"components.extra_models[{i}]"))
+                            profile, where, errors, prefix=f"components.extra_models[{i}]", gen=gen))
         used += extra.tensor_parallel * extra.copies
     if extras and not ic:
         errors.append(f"{where('components.extra_models')}: extra models need endpoint_kind: inference-component")
@@ -244,15 +283,24 @@ def design(
     shape = Shape(model, inst, tp, copies=n_copies, instance_count=count, quantization=quant)
     if shape.memory_shortfall_gb > 0:
         errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid))
-    main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving")
+    main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving", gen=gen)
     copies_all = (main, *extras)
 
     scaling = None
     if profile.autoscaling is not None:
-        scaling = _scaling(profile, main, inst, count, payload, region, ic, where, errors)
+        scaling = _scaling(profile, main, inst, count, payload, region, ic, kind, where, errors)
     if errors:
         raise InputError(errors)
-    return Design(profile, inst, count, payload, copies_all, scaling, region)
+    return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version)
+
+
+def container_errors(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """The profile's container: an exact, modelled version; an environment of variables that server reads."""
+    kind = profile.container.kind
+    version = profile.container.version or PINNED[kind]
+    errors = version_errors(kind, version, where("container.version")) if profile.container.version else []
+    return errors + environment_errors(kind, version, profile.serving.environment,
+                                       lambda name: where(f"serving.environment.{name}"))
 
 
 def _pinned(value: Any) -> Any:
@@ -260,27 +308,40 @@ def _pinned(value: Any) -> Any:
     return None if value == "auto" else value
 
 
-def cap_errors(max_input: int, max_total: int, prefill: int, where: Callable[[str], str]) -> list[str]:
-    """Token caps that contradict each other, whatever the model (resolve and `profiles validate`)."""
+def cap_errors(max_input: int, max_total: int, prefill: int, where: Callable[[str], str],
+               chunked: bool = False) -> list[str]:
+    """Token caps that contradict each other, whatever the model (resolve and `profiles validate`).
+
+    `chunked`: the server splits long prompts over several prefill passes (TGI 3 by default, vLLM), so the
+    prefill budget may be smaller than a prompt.
+    """
     errors = []
     if max_total <= max_input:
         errors.append(f"{where('max_total_tokens')}: {max_total} must exceed max_input_tokens ({max_input}); "
                       f"set it to at least {max_input + 1} (input + the longest generation)")
-    if prefill < max_input:
+    if prefill < max_input and not chunked:
         errors.append(f"{where('max_batch_prefill_tokens')}: {prefill} is below max_input_tokens ({max_input}); "
                       f"a full prompt could never be prefilled — set it to at least {max_input}")
     return errors
 
 
+def _chunked(gen: str, max_batch_size: int | None) -> bool:
+    """Whether the server chunks long prefills: vLLM, and TGI 3 unless a batch-size limit turns chunking off."""
+    return gen == "lmi" or (gen == "tgi3" and max_batch_size is None)
+
+
 def static_errors(profile: Profile, sources: dict[str, Source]) -> list[str]:
-    """What can be checked without a model: pinned token caps against each other."""
+    """What can be checked without a model: the container, and pinned token caps against each other."""
+    where = _Where(profile.name, sources, {})
+    errors = container_errors(profile, where)
     s = profile.serving
     max_input, max_total = s.max_input_tokens, s.max_total_tokens
     if max_input == "auto" or max_total == "auto":
-        return []
+        return errors
     prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else max_input
-    where = _Where(profile.name, sources, {})
-    return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"))
+    gen = generation(profile.container.kind, profile.container.version)
+    return errors + cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"),
+                               _chunked(gen, s.max_batch_size))
 
 
 def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus: int, valid: list[int]) -> int | None:
@@ -317,8 +378,12 @@ def _misfit(model: Model, inst: Instance, tp: int, quant: str, shape: Shape, pay
 
 
 def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payload: Payload, profile: Profile,
-          where: _Where, errors: list[str], prefix: str) -> Copy:
-    """Resolve TGI's token and admission limits for one model; validate them against each other."""
+          where: _Where, errors: list[str], prefix: str, gen: str) -> Copy:
+    """Resolve one model's token caps, prefill budget and admission limit; validate them and the payload.
+
+    The caps are the application's limits (what the model's context and the KV cache allow); the payload
+    is the workload: it sizes the admission limit and must fit under the caps.
+    """
     s = profile.serving
     main = prefix == "serving"
 
@@ -326,102 +391,111 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
         value = getattr(s, name) if main else "auto"
         return auto_value if value == "auto" else int(value)
 
-    max_input = pinned("max_input_tokens", payload.input_tokens)
-    max_total = pinned("max_total_tokens", max_input + payload.output_tokens)
+    fits = shape.memory_shortfall_gb == 0
     kv = shape.kv_capacity_tokens
-    batch_total = pinned("max_batch_total_tokens", kv)
-    prefill = pinned("max_batch_prefill_tokens", min(max(max_input, DEFAULT_PREFILL_TOKENS), max(batch_total, max_input)))
-    sized = Payload(max_input, max_total - max_input) if max_total > max_input else payload
-    limit = _per_copy_limit(replace(shape, max_batch_total_tokens=batch_total), sized) if shape.memory_shortfall_gb == 0 else 1
+    context = model.max_context
+    # A multiple of 256 when the KV cache is what limits it (TGI 3's largest KV block size).
+    roomy = kv // FULL_LENGTH_SEQUENCES // 256 * 256
+    max_total = pinned("max_total_tokens", min(context, max(roomy, payload.total_tokens)))
+    max_input = pinned("max_input_tokens", max(1, max_total - payload.output_tokens))
+    batch_size = s.max_batch_size if main else None
+    chunked = _chunked(gen, batch_size)
+    # TGI 3's default prefill budget; a server that cannot chunk must prefill a whole prompt at once.
+    prefill_auto = min(DEFAULT_PREFILL_TOKENS, max_total) if chunked else max(max_input, DEFAULT_PREFILL_TOKENS)
+    prefill = pinned("max_batch_prefill_tokens", min(prefill_auto, max(kv, max_input)))
+    limit = _per_copy_limit(replace(shape, max_batch_size=batch_size), payload) if fits else 1
     concurrent = pinned("max_concurrent_requests", max(1, limit))
+    if gen == "lmi" and batch_size is None:
+        batch_size = concurrent  # LMI queues instead of refusing: its rolling batch is the running limit
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
 
-    errors.extend(cap_errors(max_input, max_total, prefill, w))
-    if max_total > model.max_context:
-        errors.append(f"{w('max_total_tokens')}: {max_total} exceeds the {model.max_context}-token context of "
-                      f"{model.hf_id}; lower max_total_tokens or the payload")
-    if shape.memory_shortfall_gb == 0 and batch_total > kv:
-        errors.append(f"{w('max_batch_total_tokens')}: {batch_total} exceeds the {kv} KV-cache tokens that fit "
-                      f"in free memory at TP {tp}; use auto or at most {kv}")
-    if shape.memory_shortfall_gb == 0 and batch_total < max_total:
-        errors.append(f"{w('max_batch_total_tokens')}: {batch_total} cannot hold one request of max_total_tokens "
-                      f"({max_total}); raise it to at least {max_total} or lower the token caps")
-    if shape.memory_shortfall_gb == 0 and limit == 0 and s.max_concurrent_requests == "auto" and main:
-        errors.append(f"{w('max_concurrent_requests')}: auto: even one request of {sized.input_tokens}+"
-                      f"{sized.output_tokens} tokens is predicted to exceed the 60 s invocation timeout; "
+    errors.extend(cap_errors(max_input, max_total, prefill, w, chunked))
+    if max_total > context:
+        errors.append(f"{w('max_total_tokens')}: {max_total} exceeds the {context}-token context of "
+                      f"{model.hf_id}; lower max_total_tokens or use auto")
+    elif fits and max_total > kv:
+        errors.append(f"{w('max_total_tokens')}: one request of {max_total} tokens exceeds the {kv} KV-cache tokens "
+                      f"free at TP {tp} (the server would refuse to start); use auto or at most {kv}")
+    if main and (payload.input_tokens > max_input or payload.total_tokens > max_total):
+        beyond = (f" (the context of {model.hf_id} is {context} tokens)" if payload.total_tokens > context
+                  else "")
+        errors.append(f"{where('payload')}: {payload.input_tokens} input + {payload.output_tokens} output tokens "
+                      f"do not fit under max_input_tokens {max_input} / max_total_tokens {max_total}{beyond}; "
+                      "shorten the payload or raise the caps")
+    if fits and limit == 0 and s.max_concurrent_requests == "auto" and main:
+        errors.append(f"{w('max_concurrent_requests')}: auto: even one request of {payload.input_tokens}+"
+                      f"{payload.output_tokens} tokens is predicted to exceed the 60 s invocation timeout; "
                       "shorten the payload or use a faster instance")
-    return Copy(model, tp, n_copies, quant, max_input, max_total, prefill, batch_total, concurrent)
+    return Copy(model, tp, n_copies, quant, max_input, max_total, prefill, concurrent, batch_size)
 
 
 def _scaling(profile: Profile, main: Copy, inst: Instance, count: int, payload: Payload, region: str, ic: bool,
-             where: _Where, errors: list[str]) -> ScalingPlan:
+             container: str, where: _Where, errors: list[str]) -> ScalingPlan:
     a = profile.autoscaling
     assert a is not None
     if a.min_capacity < 1 or a.max_capacity < a.min_capacity:
         errors.append(f"{where('autoscaling.max_capacity')}: {a.max_capacity} must be at least min_capacity "
                       f"({a.min_capacity}), and min_capacity at least 1")
     initial = main.copies if ic else count
-    if not ic and not a.min_capacity <= initial <= a.max_capacity:
-        errors.append(f"{where('initial_instance_count')}: {initial} must lie within autoscaling "
-                      f"min_capacity..max_capacity ({a.min_capacity}..{a.max_capacity})")
+    if not a.min_capacity <= initial <= a.max_capacity:
+        field = "components.copies" if ic else "initial_instance_count"
+        errors.append(f"{where(field)}: {initial} must lie within autoscaling min_capacity..max_capacity "
+                      f"({a.min_capacity}..{a.max_capacity})")
     target = a.target_value
     if target == "auto":
-        shape = Shape(main.model, inst, main.tp, copies=1 if ic else main.copies, instance_count=1,
-                      quantization=main.quantization, max_concurrent_requests=main.max_concurrent_requests,
-                      max_batch_total_tokens=main.max_batch_total_tokens)
+        # Concurrent requests per model container (one instance, or one copy): the knee of one container.
+        shape = _shape(main, inst, container, copies=1 if ic else main.copies, instance_count=1)
         sweep = tuple(2**i for i in range(13) if 2**i <= max(1, main.max_concurrent_requests * shape.copies))
         knee = predict(shape, payload, sweep, region).knee
-        if knee is None:
-            target = 1.0
-        elif ic:
-            target = float(knee.concurrency)  # concurrent requests per copy
-        else:
-            target = float(max(1, round(knee.requests_per_s * 60)))  # invocations per instance per minute
+        target = float(knee.concurrency) if knee is not None else 1.0
     return ScalingPlan(min_capacity=a.min_capacity, max_capacity=a.max_capacity, target_value=target,
                        scale_in_cooldown_s=a.scale_in_cooldown_s, scale_out_cooldown_s=a.scale_out_cooldown_s)
 
 
-def environment(copy: Copy, container: str, profile: Profile, neuron: bool) -> dict[str, str]:
-    """The container environment of one model (TGI names, or LMI's OPTION_* equivalents)."""
-    if container == "lmi":
+def environment(copy: Copy, d: Design) -> dict[str, str]:
+    """The container environment of one model: only variables the pinned server reads (docs/containers.md)."""
+    p = d.profile
+    if d.container == "lmi":
         env = {
             "HF_MODEL_ID": copy.model.hf_id,
+            **LMI_ENGINE,
             "OPTION_TENSOR_PARALLEL_DEGREE": str(copy.tp),
             "OPTION_MAX_MODEL_LEN": str(copy.max_total_tokens),
-            "OPTION_MAX_ROLLING_BATCH_SIZE": str(copy.max_concurrent_requests),
+            "OPTION_MAX_ROLLING_BATCH_SIZE": str(copy.max_batch_size or copy.max_concurrent_requests),
             "OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS": str(copy.max_batch_prefill_tokens),
         }
         if copy.quantization != "none":
             env["OPTION_QUANTIZE"] = copy.quantization
-    else:
-        env = {
-            "HF_MODEL_ID": copy.model.hf_id,
-            "SM_NUM_GPUS": str(copy.tp),
-            "MAX_INPUT_TOKENS": str(copy.max_input_tokens),
-            "MAX_TOTAL_TOKENS": str(copy.max_total_tokens),
-            "MAX_BATCH_PREFILL_TOKENS": str(copy.max_batch_prefill_tokens),
-            "MAX_BATCH_TOTAL_TOKENS": str(copy.max_batch_total_tokens),
-            "MAX_CONCURRENT_REQUESTS": str(copy.max_concurrent_requests),
-        }
-        if copy.quantization != "none":
-            env["HF_MODEL_QUANTIZE"] = copy.quantization
-        if neuron:  # optimum-neuron compiles for a fixed batch and NeuronCore count (2 per Inferentia2 chip)
-            env |= {"HF_NUM_CORES": str(2 * copy.tp), "HF_AUTO_CAST_TYPE": "bf16",
-                    "MAX_BATCH_SIZE": str(copy.max_concurrent_requests)}
-    return env | dict(profile.serving.environment)
+        return env | dict(p.serving.environment)
+    env = {
+        "HF_MODEL_ID": copy.model.hf_id,
+        "SM_NUM_GPUS": str(copy.tp),
+        "MAX_INPUT_TOKENS": str(copy.max_input_tokens),
+        "MAX_TOTAL_TOKENS": str(copy.max_total_tokens),
+        "MAX_BATCH_PREFILL_TOKENS": str(copy.max_batch_prefill_tokens),
+        "MAX_CONCURRENT_REQUESTS": str(copy.max_concurrent_requests),
+    }
+    if copy.quantization != "none":
+        env["HF_MODEL_QUANTIZE"] = copy.quantization
+    if copy.max_batch_size is not None:
+        env["MAX_BATCH_SIZE"] = str(copy.max_batch_size)
+        if d.generation == "tgi3":
+            env["PREFILL_CHUNKING"] = "0"  # TGI 3 ignores MAX_BATCH_SIZE while it chunks prefills
+    if d.instance.is_neuron:  # optimum-neuron compiles for a fixed batch and NeuronCore count (2 per chip)
+        env |= {"HF_NUM_CORES": str(2 * copy.tp), "HF_AUTO_CAST_TYPE": "bf16",
+                "MAX_BATCH_SIZE": str(copy.max_batch_size or copy.max_concurrent_requests)}
+    return env | dict(p.serving.environment)
 
 
 def _weights_gb(copy: Copy) -> float:
     return copy.model.weight_bytes(copy.quantization) / 1e9
 
 
-def to_plan(d: Design) -> DeploymentPlan:
-    """Turn a design into the DeploymentPlan, looking up container images."""
-    from sagellm.profiles.images import image_uri
-
+def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
+    """Turn a design into the DeploymentPlan: the pinned image, environments, guards, instance bounds."""
     p, inst = d.profile, d.instance
     neuron = inst.is_neuron
-    image = image_uri("tgi-neuron" if neuron and p.container == "tgi" else p.container, d.region, p.container_version)
+    image = image_uri(d.container, d.container_version, d.region, neuron)
     ic = p.endpoint_kind == "inference-component"
     total_copies = sum(c.copies for c in d.copies)
     names: list[str] = []
@@ -443,7 +517,7 @@ def to_plan(d: Design) -> DeploymentPlan:
         custom = c.model.hf_id not in catalog_models()
         arch = Architecture(**{f: getattr(c.model, f) for f in Architecture.model_fields}) if custom else None
         models.append(ModelDeployment(name=name, model_id=c.model.hf_id, image_uri=image,
-                                      environment=environment(c, p.container, p, neuron), tp_degree=c.tp,
+                                      environment=environment(c, d), tp_degree=c.tp,
                                       quantization=c.quantization, compute=compute, copy_count=c.copies,
                                       architecture=arch))
     weights = max(_weights_gb(c) for c in d.copies)
@@ -455,18 +529,32 @@ def to_plan(d: Design) -> DeploymentPlan:
     volume: int | None
     if p.volume_size_gb != "auto":
         volume = p.volume_size_gb
-    elif inst.instance_type.startswith(NVME_FAMILIES):
-        volume = None
+    elif inst.local_nvme:
+        volume = None  # SageMaker refuses VolumeSizeInGB where the instance brings its own NVMe storage
     else:
         volume = math.ceil(weights * 1.5 + 30)
     tags = {"sagellm:profile": p.name, "sagellm:model": d.copies[0].model.hf_id, "sagellm:version": __version__}
     return DeploymentPlan(
-        profile=p.name, region=d.region, container=p.container, instance_type=inst.instance_type,
+        profile=p.name, region=d.region, container=d.container,
+        container_version=PINNED_NEURON if neuron else d.container_version, instance_type=inst.instance_type,
         initial_instance_count=d.instance_count, endpoint_kind=p.endpoint_kind, models=tuple(models),
-        scaling=d.scaling, startup_health_check_timeout_s=startup, model_data_download_timeout_s=download,
-        volume_size_gb=volume, hf_token_secret=p.hf_token_secret, input_tokens=d.payload.input_tokens,
+        scaling=d.scaling, instance_scaling=_instance_scaling(models, d) if ic else None,
+        startup_health_check_timeout_s=startup, model_data_download_timeout_s=download, volume_size_gb=volume,
+        hf_token_secret=hf_token_secret or p.hf_token_secret, input_tokens=d.payload.input_tokens,
         output_tokens=d.payload.output_tokens, tags=tags | dict(p.tags),
     )
+
+
+def _instance_scaling(models: list[ModelDeployment], d: Design) -> InstanceScaling | None:
+    """ManagedInstanceScaling bounds when autoscaled copies may need more instances than the endpoint starts
+    with: without them SageMaker can never place the extra copies."""
+    if d.scaling is None:
+        return None
+    most = [(m.compute, max(m.copy_count, d.scaling.max_capacity)) for m in models if m.compute is not None]
+    needed = instances_for(most, d.instance)
+    if needed <= d.instance_count:
+        return None
+    return InstanceScaling(min_instance_count=d.instance_count, max_instance_count=needed)
 
 
 def design_for(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
@@ -482,7 +570,9 @@ def design_for(profile: str, model: str, instance: str | None = None, *, payload
 
 def resolve(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
             region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
-            copies: int | None = None, instance_count: int | None = None) -> DeploymentPlan:
-    """Profile name + model (+ instance, payload, region) → a validated DeploymentPlan."""
-    return to_plan(design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
-                              tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count))
+            copies: int | None = None, instance_count: int | None = None,
+            hf_token_secret: str | None = None) -> DeploymentPlan:
+    """Profile name + model (+ instance, payload, region, a token secret overriding the profile's) → a plan."""
+    design = design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
+                        tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count)
+    return to_plan(design, hf_token_secret)

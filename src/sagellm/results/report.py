@@ -38,7 +38,8 @@ def _header(results: Results) -> list[str]:
         "",
         f"- Profile `{run.profile}` · region {run.region} · target {target}"
         + (f" · endpoint `{run.endpoint}`" if run.endpoint else ""),
-        f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens",
+        f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens"
+        + (f" · container {run.container}" if run.container else ""),
         f"- Started {run.started_at.isoformat(timespec='seconds')} · ended {ended} · sagellm {run.tool_version}",
         f"- Command: `{run.command}`",
         "- Environment: " + (", ".join(f"`{k}={v}`" for k, v in sorted(run.environment.items())) or "–"),

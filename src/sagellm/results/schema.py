@@ -68,6 +68,7 @@ class Run(_Strict):
     region: str
     endpoint: str | None = None  # endpoint name, or the URL of an http target
     environment: dict[str, str]  # the plan's container environment
+    container: str | None = None  # the plan's pinned server, e.g. "tgi 3.3.6" (None in older results)
     input_tokens: int
     output_tokens: int
     concurrency: list[int] = []  # the planned sweep (levels may stop earlier)
