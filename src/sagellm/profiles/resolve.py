@@ -497,7 +497,6 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
     neuron = inst.is_neuron
     image = image_uri(d.container, d.container_version, d.region, neuron)
     ic = p.endpoint_kind == "inference-component"
-    total_copies = sum(c.copies for c in d.copies)
     names: list[str] = []
     models = []
     for c in d.copies:
@@ -508,11 +507,14 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
         if ic:
             cpu = p.components.cpu_cores_per_copy
             mem = p.components.memory_mib_per_copy
+            # CPU and memory in proportion to the copy's accelerators, so copies pack by GPU on any instance
+            # (scaled-out copies included): 13B at TP 1 on a p4d gets 10 vCPUs and 100 GiB, as in the write-ups.
+            share = c.tp / inst.n_accelerators
             compute = ComputeRequirements(
                 accelerators=c.tp,
-                cpu_cores=cpu if cpu != "auto" else max(1, math.floor(inst.vcpus * IC_CPU_SHARE / total_copies)),
+                cpu_cores=cpu if cpu != "auto" else max(1, math.floor(inst.vcpus * IC_CPU_SHARE * share)),
                 min_memory_mib=mem if mem != "auto" else
-                max(1024, math.floor(inst.host_mem_gib * 1024 * IC_MEMORY_SHARE / total_copies / 1024) * 1024),
+                max(1024, math.floor(inst.host_mem_gib * IC_MEMORY_SHARE * share) * 1024),
             )
         custom = c.model.hf_id not in catalog_models()
         arch = Architecture(**{f: getattr(c.model, f) for f in Architecture.model_fields}) if custom else None
