@@ -6,84 +6,20 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 from botocore.eventstream import EventStreamBuffer
+from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, steps_of, tgi_body
 
 from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import Emulator, count_tokens, make_prompt
 from sagellm.emulator.engine import ModelServer
 from sagellm.emulator.eventstream import exception_event, payload_part
 from sagellm.emulator.formats import generated_text
-from sagellm.planner import Shape, StepModel
-from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
-
-LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
-
-
-TOKEN_CAPS = {"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"}
-
-
-def model(name: str = "llama2-7b", env: dict[str, str] | None = None, *, model_id: str = LLAMA2_7B,
-          tp: int = 1, copies: int = 1) -> ModelDeployment:
-    """A model deployment: TGI token caps 2048/4096, plus `env`."""
-    return ModelDeployment(name=name, model_id=model_id, image_uri="tgi:emulated", tp_degree=tp,
-                           environment={**TOKEN_CAPS, **(env or {})}, copy_count=copies)
-
-
-def plan(*models: ModelDeployment, instance: str = "ml.g5.2xlarge", kind: str = "instance",
-         container: str = "tgi", instances: int = 1, version: str | None = None) -> DeploymentPlan:
-    """A hand-built plan (one 7B model on ml.g5.2xlarge unless told otherwise; sagellm's pinned version)."""
-    return DeploymentPlan.model_validate({
-        "profile": "test", "region": "us-east-1", "container": container, "container_version": version,
-        "instance_type": instance,
-        "initial_instance_count": instances, "endpoint_kind": kind, "models": models or (model(),),
-        "startup_health_check_timeout_s": 600, "model_data_download_timeout_s": 600,
-        "input_tokens": 256, "output_tokens": 256, "tags": {}})
-
-
-def steps_of(p: DeploymentPlan) -> StepModel:
-    """The step model the emulator uses for the plan's first model."""
-    m = p.models[0]
-    return StepModel(Shape(model=find_model(m.model_id), instance=find_instance(p.instance_type),
-                           tp_degree=m.tp_degree))
-
-
-Events = list[tuple[float, Any]]
-Scenario = Callable[[aiohttp.ClientSession, str, Emulator], Awaitable[Any]]
-
-
-def run(p: DeploymentPlan, scenario: Scenario, *, time_scale: float = 0.1) -> Any:
-    """Serve `p` on a free loopback port for the length of `scenario`, then stop everything."""
-    async def main() -> Any:
-        emulator = Emulator(p, time_scale=time_scale)
-        async with emulator.listening() as url, aiohttp.ClientSession() as session:
-            return await scenario(session, url, emulator)
-    return asyncio.run(main())
-
-
-def tgi_body(n_in: int, n_out: int, **extra: Any) -> dict[str, Any]:
-    return {"inputs": make_prompt(n_in), "parameters": {"max_new_tokens": n_out, "details": True}, **extra}
-
-
-async def sse_events(resp: aiohttp.ClientResponse) -> list[tuple[float, Any]]:
-    """Parse server-sent events by hand: (arrival time, JSON payload or the raw text) per `data:` line."""
-    out: list[tuple[float, Any]] = []
-    rest = b""
-    async for chunk in resp.content.iter_any():
-        now = time.perf_counter()
-        rest += chunk
-        *events, rest = rest.split(b"\n\n")
-        for event in events:
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    data = line[5:].strip()
-                    out.append((now, data.decode() if data == b"[DONE]" else json.loads(data)))
-    assert rest == b""
-    return out
+from sagellm.planner import Shape
+from sagellm.profiles.plan import ModelDeployment
 
 
 def test_make_prompt_counts_back_to_exactly_n_tokens() -> None:
@@ -182,21 +118,27 @@ def test_invocations_wraps_the_reply_in_a_list_and_streams_when_asked() -> None:
     assert len(events) == 4 and events[-1][1]["details"]["generated_tokens"] == 4
 
 
-def test_completions_report_usage_plain_and_streamed() -> None:
-    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> tuple[Any, Events]:
+def test_completions_report_usage_plain_and_in_a_final_chunk_when_asked() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> tuple[Any, Events, Events]:
         body = {"model": LLAMA2_7B, "prompt": make_prompt(30), "max_tokens": 6}
         async with s.post(f"{url}/v1/completions", json=body) as r:
             plain = await r.json()
         async with s.post(f"{url}/v1/completions", json={**body, "stream": True}) as r:
-            return plain, await sse_events(r)
-    plain, events = run(plan(), scenario)
+            bare = await sse_events(r)
+        asked = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        async with s.post(f"{url}/v1/completions", json=asked) as r:
+            return plain, bare, await sse_events(r)
+    plain, bare, events = run(plan(), scenario)
     assert plain["usage"] == {"prompt_tokens": 30, "completion_tokens": 6, "total_tokens": 36}
     assert plain["choices"][0]["text"] == generated_text(6)
+    # Without stream_options.include_usage: six token chunks and [DONE], no usage anywhere (vLLM).
+    assert bare[-1][1] == "[DONE]" and len(bare) == 7 and not any("usage" in e for _, e in bare[:-1])
     assert events[-1][1] == "[DONE]"
-    chunks = [e for _, e in events[:-1]]
+    *chunks, usage = [e for _, e in events[:-1]]
     assert len(chunks) == 6 and "".join(c["choices"][0]["text"] for c in chunks) == generated_text(6)
-    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert chunks[-1]["usage"]["completion_tokens"] == 6 and chunks[-1]["sagellm_server_e2e_s"] > 0
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["sagellm_server_e2e_s"] > 0
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 30, "completion_tokens": 6,
+                                                         "total_tokens": 36}
 
 
 def test_info_health_ping_and_metrics_label_the_server_emulated() -> None:

@@ -23,6 +23,7 @@ from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
+from sagellm.profiles.tokens import gated_without_secret, token_errors
 from sagellm.results import sweep
 from sagellm.results.gate import gate, load_thresholds
 from sagellm.results.report import write_report
@@ -63,6 +64,7 @@ class BenchOptions:
     keep: bool = False
     region: str = "us-east-1"
     profiles_dir: Path | None = None
+    hf_token_secret: str | None = None  # Secrets Manager name or ARN (overrides the profile's)
     time_scale: float = 1.0
     slo_ms_per_token: float | None = None
     command: str = ""
@@ -101,6 +103,8 @@ def _check(opts: BenchOptions) -> None:
         errors.append("--duration-per-level: must be positive")
     if opts.warmup < 0:
         errors.append("--warmup: must be 0 or more")
+    if opts.hf_token_secret is not None:
+        errors.extend(token_errors({"hf_token_secret": opts.hf_token_secret}, lambda loc: "--hf-token-secret"))
     if errors:
         raise InputError(errors)
 
@@ -166,10 +170,14 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     thresholds = load_thresholds(opts.thresholds) if opts.thresholds else None
     baseline_path = opts.baseline or (thresholds.baseline.results if thresholds and thresholds.baseline else None)
     baseline = load_results(Path(baseline_path)) if baseline_path else None
+    plan = to_plan(design, opts.hf_token_secret)
+    if opts.target == "sagemaker":  # a gated model without a token would fail only after a paid start-up
+        missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
+        if missing:
+            raise InputError([m.replace("pass -c hf_token_secret=", "pass --hf-token-secret ") for m in missing])
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)
-    plan = to_plan(design)
     target = _target(opts, plan, out)
     (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 

@@ -14,7 +14,6 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from sagellm.catalog import has_local_nvme, instances
-from sagellm.catalog import models as catalog_models
 from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
 from sagellm.constructs.inference_component import component_name, inference_component
 from sagellm.constructs.model import container_model
@@ -27,7 +26,7 @@ from sagellm.constructs.scaling import (
     Scaling,
 )
 from sagellm.errors import InputError
-from sagellm.profiles.plan import DeploymentPlan, ModelDeployment, instances_for, pascal
+from sagellm.profiles.plan import DeploymentPlan, instances_for, pascal
 from sagellm.profiles.tokens import gated_without_secret, token_errors
 
 _COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
@@ -251,7 +250,7 @@ class LlmEndpoint(Construct):
         written = {"hf_token_secret": plan.hf_token_secret, "models": [m.model_dump() for m in plan.models]}
         errors.extend(token_errors(written, _plan_path))
         has_secret = hf_token_secret is not None or bool(plan.hf_token_secret)
-        errors.extend(gated_without_secret([m.model_id for m in plan.models if _gated(m)], has_secret))
+        errors.extend(gated_without_secret(plan.gated_models, has_secret))
         if kms_key is not None and has_local_nvme(plan.instance_type):
             errors.append(
                 f"kms_key: {plan.instance_type} has NVMe instance storage, which SageMaker encrypts in hardware, "
@@ -321,14 +320,6 @@ class LlmEndpoint(Construct):
 def _plan_path(loc: tuple[str, ...]) -> str:
     """("models", "0", "environment") → "plan.models[0].environment"."""
     return "plan" + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in loc)
-
-
-def _gated(model: ModelDeployment) -> bool:
-    """Whether the Hub serves this model's weights only with a token (catalog flag, or the plan's facts)."""
-    if model.architecture is not None:
-        return model.architecture.gated
-    known = catalog_models().get(model.model_id)
-    return known is not None and known.gated
 
 
 def _placement_errors(plan: DeploymentPlan) -> list[str]:

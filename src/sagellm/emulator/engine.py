@@ -83,17 +83,17 @@ class Limits:
         total = num("MAX_TOTAL_TOKENS", min(kv, context) if gen == "tgi3" else context)
         max_input = num("MAX_INPUT_TOKENS", num("MAX_INPUT_LENGTH", total - 1))
         chunking = gen == "tgi3" and env.get("PREFILL_CHUNKING", "1").lower() in ("1", "true")
-        batch_size = env.get("MAX_BATCH_SIZE")
+        batch_size = num("MAX_BATCH_SIZE", 0) or None
+        # Launcher defaults: TGI 3 4096 within the context; TGI 2 max_input_tokens + 50 (× batch size if set).
+        prefill = min(4096, context) if gen == "tgi3" else max_input * batch_size if batch_size else max_input + 50
         return cls(
             max_input_tokens=max_input,
             max_total_tokens=total,
-            # Launcher defaults: TGI 3 4096 within the context, TGI 2 max_input_tokens + 50.
-            max_batch_prefill_tokens=num("MAX_BATCH_PREFILL_TOKENS",
-                                         min(4096, context) if gen == "tgi3" else max_input + 50),
+            max_batch_prefill_tokens=num("MAX_BATCH_PREFILL_TOKENS", prefill),
             max_batch_total_tokens=kv,
             max_concurrent_requests=num("MAX_CONCURRENT_REQUESTS", 128),
             # The router ignores MAX_BATCH_SIZE while it chunks prefills (backends/v3/src/backend.rs).
-            max_batch_size=None if chunking or batch_size is None else num("MAX_BATCH_SIZE", 0),
+            max_batch_size=None if chunking else batch_size,
         )
 
 

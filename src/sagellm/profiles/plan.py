@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sagellm.catalog import Instance, Model, find_model
+from sagellm.catalog import Instance, Model, find_model, models
 from sagellm.profiles.schema import Architecture
 
 
@@ -123,3 +123,12 @@ class DeploymentPlan(_Frozen):
     def environment(self) -> dict[str, str]:
         """The primary model's container environment."""
         return self.primary.environment
+
+    @property
+    def gated_models(self) -> list[str]:
+        """Models whose weights the Hub serves only with a token (catalog flag, or the plan's own facts)."""
+        def gated(m: ModelDeployment) -> bool:
+            known = models().get(m.model_id)
+            return m.architecture.gated if m.architecture is not None else bool(known and known.gated)
+
+        return [m.model_id for m in self.models if gated(m)]
