@@ -181,7 +181,7 @@ def test_plan_json_has_a_point_per_concurrency_with_the_documented_keys(tmp_path
     assert curve["usd_per_1m_tokens_at_max_throughput"] > 0
     assert out["shape"] == {"profile": "max-throughput", "model": LLAMA2_7B, "instance_type": "ml.g5.2xlarge",
                             "tensor_parallel": 1, "copies_per_instance": 1, "instance_count": 1,
-                            "quantization": "none"}
+                            "quantization": "none", "container": "tgi 3.3.6"}
     plan = resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
     assert out["environment"] == plan.environment
     shape = Shape(find_model(LLAMA2_7B), find_instance("ml.g5.2xlarge"), 1)

@@ -179,7 +179,7 @@ def plan(
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
              "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,
-             "quantization": main.quantization}
+             "quantization": main.quantization, "container": f"{d.container} {d.container_version}"}
     env = environment(main, d)
     if json_out:
         print(json.dumps({"shape": shape, "environment": env, "curve": curve.to_dict()}, indent=2))
