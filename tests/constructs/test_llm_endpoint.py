@@ -662,3 +662,21 @@ def test_rejects_starting_copies_that_one_instance_cannot_hold_and_bounds_that_e
     assert validation_errors(instance_plan(instance_scaling=bounds)) == [
         "Stack/Llm: plan.instance_scaling: only inference-component endpoints scale instances for copies"
     ]
+
+
+def test_an_lmi_plan_deploys_the_pinned_lmi_image_with_the_vllm_engine_named(tmp_path):
+    from sagellm.profiles import resolve
+
+    (tmp_path / "lmi.yaml").write_text("name: lmi\nextends: max-throughput\ncontainer: {kind: lmi}\n")
+    plan = resolve("lmi", "meta-llama/Llama-2-7b-hf", "ml.g5.12xlarge", profiles_dir=tmp_path,
+                   hf_token_secret=HF_SECRET)
+    synth(plan).has_resource_properties(
+        MODEL,
+        {
+            "PrimaryContainer": {
+                "Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:0.35.0-lmi17.0.0-cu128",
+                "Environment": Match.exact({**plan.environment, "HF_TOKEN": TOKEN_REF}),
+            }
+        },
+    )
+    assert plan.environment["OPTION_ENTRYPOINT"] == "djl_python.lmi_vllm.vllm_async_service"

@@ -347,3 +347,24 @@ def test_plan_is_frozen() -> None:
     plan = resolve("min-latency", LLAMA2_7B, "ml.g5.2xlarge")
     with pytest.raises(ValidationError):
         plan.instance_type = "ml.p5.48xlarge"  # type: ignore[misc]
+
+
+def test_autoscaled_copies_beyond_one_instance_get_instance_bounds(write, team_dir) -> None:
+    # 1..8 copies of Llama 2 13B at TP 2 on an 8-GPU p4d: the eighth copy needs a second instance.
+    write("grow.yaml", """
+        name: grow
+        extends: replicas
+        instance_type: ml.p4d.24xlarge
+        serving:
+          tensor_parallel: 2
+        components:
+          copies: 1
+        autoscaling:
+          min_capacity: 1
+          max_capacity: 8
+        """)
+    plan = resolve("grow", LLAMA2_13B, profiles_dir=team_dir)
+    assert plan.instance_scaling is not None
+    assert (plan.instance_scaling.min_instance_count, plan.instance_scaling.max_instance_count) == (1, 2)
+    # Copies that fit the starting instance need no bounds.
+    assert resolve("replicas", LLAMA2_13B, "ml.p4d.24xlarge").instance_scaling is None

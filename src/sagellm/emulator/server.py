@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
+from sagellm.catalog import models as catalog_models
 from sagellm.emulator import eventstream, formats
 from sagellm.emulator.engine import (
     Cancelled,
@@ -377,8 +378,9 @@ class Emulator:
             return model
         if model_field is None:
             return self.primary
-        for key, model in self.models.items():
-            if model_field in (key, model.deployment.model_id):
+        for key, model in self.models.items():  # served names: the model id, the plan's name, the alias
+            known = catalog_models().get(model.deployment.model_id)
+            if model_field in (key, model.deployment.model_id, known.alias if known else None):
                 return model
         raise RequestError(404, "not_found", f"The model `{model_field}` does not exist.")
 
