@@ -1,13 +1,18 @@
 """CDK app: `cdk deploy -c profile=<profile> -c model=<Hugging Face id> [-c instance=…] [-c region=…]`.
 
-Other context keys: `profiles_dir` (a team's profile folder), `input_tokens`/`output_tokens` (the payload
-the token caps are sized for; default: the profile's), `stack_name` (default `sagellm-<profile>-<model>`),
-`bootstrapless=true` (no bootstrap stack needed, e.g. for a local AWS).
+Other context keys: `hf_token_secret` (Secrets Manager name or ARN of the Hugging Face token; gated models
+need it), `profiles_dir` (a team's profile folder), `input_tokens`/`output_tokens` (the workload the
+admission limit is sized for; default: the profile's payload), `stack_name` (default
+`sagellm-<profile>-<model>`), `bootstrapless=true` (no bootstrap stack needed, e.g. for a local AWS).
 """
 
 from __future__ import annotations
 
 import sys
+
+from sagellm.aws.node import use_bundled_node
+
+use_bundled_node()  # before aws_cdk starts jsii: the bundled Node, without the end-of-life banner
 
 from aws_cdk import App, BootstraplessSynthesizer, Validations
 from cdk_nag import AwsSolutionsChecks
@@ -29,7 +34,7 @@ app = App()
 try:
     ctx = read_context(app.node.try_get_context, app.node.get_all_context())
     plan = resolve(ctx.profile, ctx.model, ctx.instance, payload=ctx.payload, region=ctx.region,
-                   profiles_dir=ctx.profiles_dir)
+                   profiles_dir=ctx.profiles_dir, hf_token_secret=ctx.hf_token_secret)
     EndpointStack(
         app,
         "Endpoint",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sagellm.planner import DEFAULT_CONCURRENCY
+from sagellm.catalog import find_instance, find_model
+from sagellm.planner import DEFAULT_CONCURRENCY, Shape
 from sagellm.profiles import resolve
 from sagellm.profiles.schema import Profile
 
@@ -82,7 +83,9 @@ def test_profiles_show_passes_payload_and_region(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout)
     env = shown["models"][0]["environment"]
-    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("1024", "1152")
+    # The payload is the workload (recorded, sizing admission); the caps stay the model's context.
+    assert (shown["input_tokens"], shown["output_tokens"]) == (1024, 128)
+    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("3968", "4096")
     assert shown["region"] == "eu-west-1" and ".dkr.ecr.eu-west-1." in shown["models"][0]["image_uri"]
     assert shown["instance_type"] == "ml.g5.2xlarge"
 
@@ -121,8 +124,8 @@ def test_profiles_validate_bad_file_exits_2_with_one_line_per_problem(tmp_path: 
         f"sagellm: error: {path}:3: instance: unknown key (did you mean instance_type?)",
         (f"sagellm: error: {path}:5: serving.quantization: 'int3': Input should be 'none', 'gptq', 'awq', "
          "'bitsandbytes', 'eetq' or 'fp8'"),
-        (f"sagellm: error: {path}:7: serving.environment.HF_TOKEN: a token must not be written in a profile; store "
-         "it in Secrets Manager and set hf_token_secret: <secret name or ARN>"),
+        (f"sagellm: error: {path}:7: serving.environment.HF_TOKEN: a token variable never goes in a container "
+         "environment: store it in Secrets Manager and set hf_token_secret: <secret name or ARN>"),
     ])
 
 
@@ -178,10 +181,11 @@ def test_plan_json_has_a_point_per_concurrency_with_the_documented_keys(tmp_path
     assert curve["usd_per_1m_tokens_at_max_throughput"] > 0
     assert out["shape"] == {"profile": "max-throughput", "model": LLAMA2_7B, "instance_type": "ml.g5.2xlarge",
                             "tensor_parallel": 1, "copies_per_instance": 1, "instance_count": 1,
-                            "quantization": "none"}
+                            "quantization": "none", "container": "tgi 3.3.6"}
     plan = resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
     assert out["environment"] == plan.environment
-    assert curve["kv_capacity_tokens_per_copy"] == int(plan.environment["MAX_BATCH_TOTAL_TOKENS"])
+    shape = Shape(find_model(LLAMA2_7B), find_instance("ml.g5.2xlarge"), 1)
+    assert curve["kv_capacity_tokens_per_copy"] == shape.kv_capacity_tokens
 
 
 def test_plan_takes_concurrency_levels_and_payload(tmp_path: Path) -> None:
@@ -192,8 +196,9 @@ def test_plan_takes_concurrency_levels_and_payload(tmp_path: Path) -> None:
     curve = json.loads(result.stdout)["curve"]
     assert [p["concurrency"] for p in curve["points"]] == [1, 3, 5]
     assert curve["payload"] == {"input_tokens": 512, "output_tokens": 64}
-    # min-latency admits one request per copy: the rest are turned away.
-    assert [p["rejected"] for p in curve["points"]] == [False, True, True]
+    # min-latency runs one sequence per copy: the rest wait their turn, none is turned away.
+    assert [p["rejected"] for p in curve["points"]] == [False, False, False]
+    assert [(p["running_per_copy"], p["queued_per_copy"]) for p in curve["points"]] == [(1, 0), (1, 2), (1, 4)]
 
 
 def test_plan_flags_override_tp_copies_and_instance_count(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ from typing import Any
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.schema import U32_MAX
+from sagellm.profiles.tokens import STORE_IT, token_errors
 
 KEYS = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens", "stack_name",
-        "bootstrapless")
+        "bootstrapless", "hf_token_secret")
 # CloudFormation CreateStack StackName: ASCII letters, digits and hyphens, starting with a letter, ≤ 128.
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 STACK_NAME_MAX = 128
@@ -32,6 +33,7 @@ class AppContext:
     payload: Payload | None
     stack_name: str
     bootstrapless: bool
+    hf_token_secret: str | None = None  # Secrets Manager name or ARN of the Hugging Face token
 
 
 def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppContext:
@@ -66,6 +68,11 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
     if str(bootstrapless).lower() not in ("true", "false", "none"):
         errors.append(f"bootstrapless: {bootstrapless!r} must be true or false")
     instance, region, folder = text("instance"), text("region"), text("profiles_dir")
+    # A token itself is never context: cdk.out and cdk.context.json would keep it.
+    errors += [f"{key}: a token is never passed as context (it would be written to cdk.out): {STORE_IT}"
+               for key in ("hf_token", "HF_TOKEN") if get(key) is not None]
+    secret = text("hf_token_secret")
+    errors += token_errors({"hf_token_secret": secret}, lambda loc: loc[-1]) if secret is not None else []
     if errors:
         raise InputError(errors)
     assert profile is not None and model is not None
@@ -74,7 +81,7 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
         profile=profile, model=model, instance=instance, region=region or "us-east-1",
         profiles_dir=Path(folder) if folder else None, payload=payload,
         stack_name=stack_name or f"sagellm-{profile}-{slug}"[:STACK_NAME_MAX].rstrip("-"),
-        bootstrapless=str(bootstrapless).lower() == "true",
+        bootstrapless=str(bootstrapless).lower() == "true", hf_token_secret=secret,
     )
 
 

@@ -236,8 +236,8 @@ def plan(
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
              "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,
-             "quantization": main.quantization}
-    env = environment(main, d.profile.container, d.profile, d.instance.is_neuron)
+             "quantization": main.quantization, "container": f"{d.container} {d.container_version}"}
+    env = environment(main, d)
     if json_out:
         print(json.dumps({"shape": shape, "environment": env, "curve": curve.to_dict()}, indent=2))
         return
@@ -337,6 +337,8 @@ def bench(
                                                  "throughput with p50 ms/token under this")] = None,
     region: Region = "us-east-1",
     profiles_dir: ProfilesDir = None,
+    hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", help="Secrets Manager name or ARN "
+                               "of the Hugging Face token (gated models on the sagemaker target)")] = None,
     json_out: Json = False,
 ) -> int:
     """Deploy a profile, sweep concurrency (closed loop) or request rates (open loop), report, gate, and
@@ -362,7 +364,7 @@ def bench(
         request_rate=rates, arrivals=arrivals, max_in_flight=max_in_flight, repeats=repeats,
         requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
         thresholds=thresholds, baseline=baseline, allow_incomparable=allow_incomparable, out=out, keep=keep,
-        region=region, profiles_dir=profiles_dir,
+        region=region, profiles_dir=profiles_dir, hf_token_secret=hf_token_secret,
         time_scale=time_scale, slo_ms_per_token=slo, command=" ".join(["sagellm", *sys.argv[1:]]),
     )
     with watching() as watch:
@@ -452,6 +454,8 @@ def emulate(
     model: Model,
     instance: Instance = None,
     port: Annotated[int, typer.Option("--port", help="loopback port")] = 8080,
+    endpoint_name: Annotated[str | None, typer.Option("--endpoint-name", help="the one endpoint name the "
+                             "SageMaker routes answer to (default: sagellm-<profile>)")] = None,
     time_scale: Annotated[float, typer.Option("--time-scale", help="run simulated time faster (0.1 = 10×)")] = 1.0,
     input_tokens: InputTokens = None,
     output_tokens: OutputTokens = None,
@@ -460,8 +464,9 @@ def emulate(
 ) -> None:
     """Serve an emulated endpoint for a profile on 127.0.0.1 (foreground, Ctrl-C to stop).
 
-    Speaks the SageMaker runtime (/endpoints/NAME/invocations[-response-stream]), TGI (/generate,
-    /generate_stream, /info, /health) and OpenAI (/v1/completions), so any load tool can be pointed at it.
+    Speaks the SageMaker runtime (/endpoints/NAME/invocations[-response-stream]), the pinned container's
+    routes (TGI: /generate, /generate_stream, /invocations, /info, /health; LMI: /invocations) and OpenAI
+    (/v1/completions, /v1/chat/completions, /v1/models), so any load tool can be pointed at it.
     Prompt tokens are counted as whitespace-separated words. Results from it are emulated, not measured.
     """
     from sagellm.emulator import run_emulator
@@ -473,7 +478,7 @@ def emulate(
                    profiles_dir=profiles_dir)
     print(f"emulating {plan.profile}: {plan.primary.model_id} on {plan.instance_type} at http://127.0.0.1:{port} "
           f"(time scale {time_scale:g}); Ctrl-C to stop", file=sys.stderr)
-    run_emulator(plan, port=port, time_scale=time_scale)
+    run_emulator(plan, port=port, time_scale=time_scale, endpoint_name=endpoint_name)
 
 
 @app.command()

@@ -19,7 +19,7 @@ def print_plan(plan: DeploymentPlan, notes: tuple[str, ...] = ()) -> None:
     """The resolved plan as a person reads it (notes: what its predicted auto values rest on)."""
     c = _console()
     c.print(f"[bold]{plan.profile}[/] · {plan.instance_type} × {plan.initial_instance_count} · "
-            f"{plan.endpoint_kind} endpoint · {plan.container} · {plan.region}")
+            f"{plan.endpoint_kind} endpoint · {plan.container} {plan.container_version or ''} · {plan.region}")
     c.print(f"payload {plan.input_tokens} in / {plan.output_tokens} out · start-up timeout "
             f"{plan.startup_health_check_timeout_s} s · download timeout {plan.model_data_download_timeout_s} s"
             + (f" · volume {plan.volume_size_gb} GB" if plan.volume_size_gb else ""))
@@ -48,6 +48,7 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
     c = _console()
     c.print(f"[bold]{shape['profile']}[/] · {shape['model']} on {shape['instance_type']} × {shape['instance_count']}"
             f" · TP {shape['tensor_parallel']} × {shape['copies_per_instance']} copies · {shape['quantization']} · "
+            f"{shape.get('container', '')} · "
             f"{curve.payload.input_tokens} in / {curve.payload.output_tokens} out (predicted)")
     t = Table(box=None, pad_edge=False)
     for col in ("concurrency", "ms/token", "TTFT ms", "ITL ms", "e2e s", "tokens/s", "req/s", "$/1M tok", "note"):
@@ -71,9 +72,10 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
     c.print(t)
     c.print("ms/token = e2e ÷ output tokens · knee = max tokens/s ÷ ms/token · max = highest concurrency inside "
             "the timeout, admitted")
-    c.print(f"KV capacity {curve.kv_capacity_tokens} tokens per copy = {curve.max_sequences_per_copy} sequences at "
-            f"{curve.payload.total_tokens} tokens · admission MAX_CONCURRENT_REQUESTS="
-            f"{env.get('MAX_CONCURRENT_REQUESTS', env.get('OPTION_MAX_ROLLING_BATCH_SIZE', '–'))}")
+    batch = env.get("MAX_BATCH_SIZE", env.get("OPTION_MAX_ROLLING_BATCH_SIZE"))
+    c.print(f"KV capacity {curve.kv_capacity_tokens} tokens per copy · {curve.max_sequences_per_copy} running "
+            f"sequences at {curve.payload.total_tokens} tokens" + (f" (batch limit {batch})" if batch else "")
+            + f" · admission MAX_CONCURRENT_REQUESTS={env.get('MAX_CONCURRENT_REQUESTS', '– (LMI queues)')}")
     if curve.usd_per_h is not None:
         best = curve.usd_per_1m_tokens(curve.max_throughput)
         c.print(f"${curve.usd_per_h:.2f}/h" + (f" · ${best:.2f} per 1M tokens at max throughput" if best else ""))

@@ -41,7 +41,8 @@ def aws() -> Iterator[LocalAws]:
 def test_deploys_into_moto_and_destroy_leaves_nothing(
     aws: LocalAws, tmp_path: Path, profile: str, model: str, instance: str | None, extra: set[str]
 ) -> None:
-    context = {"profile": profile, "model": model, "instance": instance}
+    # The Llama models are gated: synth needs the token's secret (moto does not resolve the reference).
+    context = {"profile": profile, "model": model, "instance": instance, "hf_token_secret": "prod/huggingface/token"}
 
     outputs = cdk_cli.deploy(f"sagellm-it-{profile}", context, aws.env(), tmp_path)
 
@@ -68,7 +69,8 @@ def test_failed_deploy_names_the_resource_and_leaves_nothing(
         raise ValidationError(message="Injected: insufficient capacity for ml.g5.2xlarge")
 
     monkeypatch.setattr(SageMakerModelBackend, "create_endpoint", no_capacity)
-    context = {"profile": "max-throughput", "model": "meta-llama/Llama-2-7b-hf", "instance": "ml.g5.2xlarge"}
+    context = {"profile": "max-throughput", "model": "meta-llama/Llama-2-7b-hf", "instance": "ml.g5.2xlarge",
+               "hf_token_secret": "prod/huggingface/token"}
 
     with pytest.raises(TargetError) as failure:
         cdk_cli.deploy("sagellm-it-broken", context, aws.env(), tmp_path)

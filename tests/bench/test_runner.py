@@ -28,7 +28,7 @@ from sagellm.bench.runner import BenchOptions, BenchOutcome, run_bench
 from sagellm.bench.transports import HttpTransport, SageMakerTransport
 from sagellm.bench.workload import WorkloadOptions
 from sagellm.emulator import EmulatorProcess
-from sagellm.errors import ExitStatus
+from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
 
@@ -194,34 +194,40 @@ def test_overloaded_endpoint_stops_escalation_and_still_tears_down(
     probe.assert_nothing_left()
 
 
-def test_payload_over_the_pinned_input_cap_resolves_so_the_bench_measures_the_rejections(tmp_path: Path) -> None:
-    # resolve() keeps a pinned MAX_INPUT_TOKENS below the payload (the cap is the profile's decision), so
-    # the bench must count the endpoint's 422s as validation errors rather than refuse to run.
+def test_a_payload_over_the_pinned_input_cap_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    # The caps are what the application may send; a workload that does not fit them is bad input (exit 2).
     profiles = write_profile(tmp_path, "short-input", {"max_input_tokens": 64})
-
-    plan = resolve("short-input", MODEL, INSTANCE, payload=Payload(128, 32), profiles_dir=profiles)
-
-    assert plan.environment["MAX_INPUT_TOKENS"] == "64"
+    with pytest.raises(InputError) as caught:
+        run_bench(BenchOptions(profile="short-input", model=MODEL, instance=INSTANCE, payload=Payload(128, 32),
+                               profiles_dir=profiles, target="http", url="http://127.0.0.1:9", out=tmp_path / "out"),
+                  say=quiet)
+    assert caught.value.exit_status == ExitStatus.BAD_INPUT
+    assert caught.value.messages == [("input_tokens/output_tokens: 128 input + 32 output tokens do not fit under "
+                                     "max_input_tokens 64 / max_total_tokens 4096; shorten the payload or raise "
+                                     "the caps")]
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.integration
-def test_prompts_over_max_input_tokens_count_as_validation_errors(tmp_path: Path) -> None:
+def test_prompts_over_a_servers_max_input_tokens_count_as_validation_errors(tmp_path: Path) -> None:
+    # A server capped below the bench's workload (an existing endpoint, sized for someone else's payload).
     profiles = write_profile(tmp_path / "profiles", "short-input", {"max_input_tokens": 64})
-    plan = resolve("short-input", MODEL, INSTANCE, payload=Payload(128, 32), profiles_dir=profiles)
+    server = resolve("short-input", MODEL, INSTANCE, payload=Payload(32, 32), profiles_dir=profiles)
 
-    with EmulatorProcess(plan, time_scale=0.05) as emulator:
+    with EmulatorProcess(server, time_scale=0.05) as emulator:
         outcome = run_bench(BenchOptions(
-            profile="short-input", model=MODEL, instance=INSTANCE, payload=Payload(128, 32),
-            profiles_dir=profiles, target="http", url=emulator.url, concurrency=(1, 4), requests_per_level=4,
+            profile="max-throughput", model=MODEL, instance=INSTANCE, payload=Payload(128, 32),
+            target="http", url=emulator.url, concurrency=(1, 4), requests_per_level=4,
             warmup=0, out=tmp_path / "out"), say=quiet)
 
     # Nothing succeeded: the endpoint cannot serve this payload, which is a target failure, said in one line.
     assert outcome.exit_status == ExitStatus.TARGET_FAILED
-    assert outcome.error == ("no request succeeded: validation: HTTP 422: Input validation error: `inputs` tokens "
+    assert outcome.error == ("no request succeeded: validation: Input validation error: `inputs` tokens "
                              "must be <= 64. Given: 128")
     [level] = outcome.results.levels  # every request failed, so escalation stopped after the first level
     assert level.ok == 0 and level.errors["validation"] == level.requests > 0
-    assert {r["status"] for r in request_lines(tmp_path / "out")} == {422}
+    # TGI refuses a stream inside it: HTTP 200 and one SSE error event.
+    assert {r["status"] for r in request_lines(tmp_path / "out")} == {200}
     assert outcome.results.teardown.status == "not-applicable"
 
 
@@ -341,3 +347,24 @@ def test_an_incomparable_baseline_is_refused_before_deploying(
     assert message.startswith(f"{other_payload}: baseline not comparable with this run: ")
     assert "input_tokens 256 (baseline 64); output_tokens 32 (baseline 64)" in message
     assert not (tmp_path / "out").exists()
+
+
+def test_a_gated_model_on_sagemaker_without_a_token_secret_is_refused_before_deploying(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as caught:
+        run_bench(BenchOptions(profile="max-throughput", model=MODEL, instance=INSTANCE, target="sagemaker",
+                               out=tmp_path / "out"), say=quiet)
+    assert caught.value.messages == [
+        ("meta-llama/Llama-2-7b-hf is gated on the Hugging Face Hub and no hf_token_secret is set: the endpoint "
+        "would never start; store a token that has access in Secrets Manager and pass --hf-token-secret "
+        "<secret name or ARN> (or hf_token_secret: in the profile)")]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_token_given_as_the_secret_option_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+    with pytest.raises(InputError) as caught:
+        run_bench(BenchOptions(profile="max-throughput", model=MODEL, target="sagemaker", hf_token_secret=token,
+                               out=tmp_path / "out"), say=quiet)
+    assert caught.value.messages == [
+        ("--hf-token-secret: looks like a Hugging Face access token itself; give the name or ARN of the Secrets "
+        "Manager secret that holds the token (e.g. prod/huggingface/token)")]

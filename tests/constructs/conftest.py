@@ -14,9 +14,8 @@ if _NODE.exists():
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 import pytest
-from aws_cdk import App
 from aws_cdk.assertions import Template
-from construct_plans import STANDARD
+from construct_plans import HF_SECRET, STANDARD, cdk_app
 
 from sagellm.profiles import DeploymentPlan, resolve
 from sagellm.stacks import EndpointStack
@@ -24,10 +23,11 @@ from sagellm.stacks import EndpointStack
 
 @pytest.fixture(scope="session")
 def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DeploymentPlan]:
-    """The five standard profiles as shipped (an empty profiles_dir: team files could override them)."""
+    """The five standard profiles as shipped (an empty profiles_dir: team files could override them), with the
+    token secret the gated Llama 2 models need (`-c hf_token_secret=…`)."""
     empty = tmp_path_factory.mktemp("no-team-profiles")
     return {
-        name: resolve(name, model, instance, profiles_dir=empty)
+        name: resolve(name, model, instance, profiles_dir=empty, hf_token_secret=HF_SECRET)
         for name, (model, instance) in STANDARD.items()
     }
 
@@ -37,7 +37,7 @@ def stacks(
     plans: dict[str, DeploymentPlan], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, EndpointStack]:
     """One EndpointStack per standard profile, all in one app."""
-    app = App(outdir=str(tmp_path_factory.mktemp("cdk.out")))
+    app = cdk_app(outdir=str(tmp_path_factory.mktemp("cdk.out")))
     return {
         name: EndpointStack(app, f"Stack-{name}", plan=plan, stack_name=f"sagellm-{name}")
         for name, plan in plans.items()

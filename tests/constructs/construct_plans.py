@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from aws_cdk import App
     from aws_cdk.assertions import Template
 
 from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment, ScalingPlan
 
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
+CDK_CONTEXT = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]
+HF_SECRET = "prod/huggingface/token"  # a Secrets Manager name: the catalog's Llama and Mistral models are gated
 # profile → (model, instance): the "done means" commands of issue 3.
 STANDARD = {
     "min-latency": (LLAMA2_7B, None),
@@ -21,14 +26,20 @@ STANDARD = {
 INSTANCE_PROFILES = ["min-latency", "max-throughput", "min-cost", "autoscale"]
 
 
+def cdk_app(**kwargs: Any) -> App:
+    """An app with the context `cdk synth` gives (cdk.json: the recommended feature flags)."""
+    from aws_cdk import App
+
+    return App(context=CDK_CONTEXT, **kwargs)
+
+
 def synth(plan: DeploymentPlan) -> Template:
     """The EndpointStack template of a one-off plan (in its own app)."""
-    from aws_cdk import App
     from aws_cdk.assertions import Template
 
     from sagellm.stacks import EndpointStack
 
-    return Template.from_stack(EndpointStack(App(), "Stack", plan=plan, stack_name="sagellm-test"))
+    return Template.from_stack(EndpointStack(cdk_app(), "Stack", plan=plan, stack_name="sagellm-test"))
 
 TGI_IMAGE = (
     "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-tgi-inference:"
@@ -71,6 +82,7 @@ def instance_plan(**changes: object) -> DeploymentPlan:
         "model_data_download_timeout_s": 900,
         "input_tokens": 256,
         "output_tokens": 256,
+        "hf_token_secret": HF_SECRET,  # Llama 2 is gated
         "tags": {"sagellm:profile": "max-throughput", "sagellm:model": "meta-llama/Llama-2-7b-hf"},
     }
     values.update(changes)
@@ -95,6 +107,7 @@ def two_model_plan(**changes: object) -> DeploymentPlan:
         "model_data_download_timeout_s": 1200,
         "input_tokens": 256,
         "output_tokens": 256,
+        "hf_token_secret": HF_SECRET,  # Llama 2 and Mistral are gated
         "tags": {"sagellm:profile": "replicas"},
     }
     values.update(changes)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from construct_plans import STANDARD
+from construct_plans import HF_SECRET, STANDARD
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -45,7 +45,8 @@ def repo_outputs() -> set[Path]:
 @pytest.mark.parametrize("profile", list(STANDARD))
 def test_cdk_synth_builds_the_profile_stack(profile, tmp_path):
     model, instance = STANDARD[profile]
-    context = [f"profile={profile}", f"model={model}"] + ([f"instance={instance}"] if instance else [])
+    context = [f"profile={profile}", f"model={model}", f"hf_token_secret={HF_SECRET}"]
+    context += [f"instance={instance}"] if instance else []
     before = repo_outputs()
     result = cdk_synth(tmp_path, *context)
     assert result.returncode == 0, result.stderr
@@ -59,6 +60,54 @@ def test_cdk_synth_builds_the_profile_stack(profile, tmp_path):
     assert {"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint"} <= types
     assert ("AWS::SageMaker::InferenceComponent" in types) == (profile == "replicas")
     assert ("AWS::ApplicationAutoScaling::ScalableTarget" in types) == (profile == "autoscale")
+    # The context key's secret reaches the container as a dynamic reference, nothing else.
+    models = [r for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
+    assert all(m["Properties"]["PrimaryContainer"]["Environment"]["HF_TOKEN"]
+               == f"{{{{resolve:secretsmanager:{HF_SECRET}:SecretString:::}}}}" for m in models)
+    # jsii runs on the bundled Node: no end-of-life banner.
+    assert "end-of-life" not in result.stderr
+
+
+def sagellm_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    return [line for line in result.stderr.splitlines() if line.startswith("sagellm:")]
+
+
+def test_cdk_synth_of_a_gated_model_without_a_secret_fails_with_the_fix(tmp_path):
+    assert sagellm_lines(cdk_synth(tmp_path, "profile=max-throughput", "model=llama2-7b")) == [
+        ("sagellm: bad cdk context: Endpoint/Llm: meta-llama/Llama-2-7b-hf is gated on the Hugging Face Hub and no "
+        "hf_token_secret is set: the endpoint would never start; store a token that has access in Secrets Manager "
+        "and pass -c hf_token_secret=<secret name or ARN> (or hf_token_secret: in the profile)")
+    ]
+
+
+def test_cdk_synth_refuses_a_token_as_context_without_echoing_it(tmp_path):
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+    result = cdk_synth(tmp_path, "profile=max-throughput", "model=llama2-7b", f"hf_token_secret={token}",
+                       f"hf_token={token}")
+    assert sagellm_lines(result) == [
+        ("sagellm: bad cdk context: hf_token: a token is never passed as context (it would be written to cdk.out): "
+        "store it in Secrets Manager and set hf_token_secret: <secret name or ARN>"),
+        ("sagellm: bad cdk context: hf_token_secret: looks like a Hugging Face access token itself; give the name or "
+        "ARN of the Secrets Manager secret that holds the token (e.g. prod/huggingface/token)"),
+    ]
+    assert token not in result.stderr + result.stdout
+
+
+def test_a_token_in_a_profile_gets_the_same_words_from_validate_and_synth(tmp_path):
+    token = "api_org_" + "ZyXwVuTsRqPoNmLkJiHgFeDcBaZyXwVuTs"
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "t.yaml").write_text(f"name: t\nextends: max-throughput\ntags:\n  owner: {token}\n")
+    words = (f"{team / 't.yaml'}:4: tags.owner: looks like a Hugging Face access token; a token never goes here: "
+             "store it in Secrets Manager and set hf_token_secret: <secret name or ARN>")
+    synth = cdk_synth(tmp_path, "profile=t", "model=llama2-7b", f"profiles_dir={team}", f"hf_token_secret={HF_SECRET}")
+    assert sagellm_lines(synth) == [f"sagellm: bad cdk context: {words}"]
+    validate = subprocess.run([str(Path(sys.executable).parent / "sagellm"), "profiles", "validate", str(team / "t.yaml")],
+                              capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert validate.returncode == 2
+    assert validate.stderr.splitlines() == [f"sagellm: error: {words}"]
+    assert token not in synth.stderr + validate.stderr
 
 
 def test_cdk_synth_with_an_unknown_profile_fails_with_one_line_naming_key_value_and_choices(tmp_path):

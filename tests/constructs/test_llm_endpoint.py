@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
-from aws_cdk import App, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk.assertions import Annotations, Match, Template
-from construct_plans import INSTANCE_PROFILES, instance_plan, scaled, synth, two_model_plan
+from construct_plans import (
+    HF_SECRET,
+    INSTANCE_PROFILES,
+    cdk_app,
+    instance_plan,
+    scaled,
+    synth,
+    two_model_plan,
+)
 
 from sagellm.constructs import LlmEndpoint
 from sagellm.errors import InputError
@@ -24,11 +33,13 @@ ENDPOINT = "AWS::SageMaker::Endpoint"
 COMPONENT = "AWS::SageMaker::InferenceComponent"
 TARGET = "AWS::ApplicationAutoScaling::ScalableTarget"
 POLICY = "AWS::ApplicationAutoScaling::ScalingPolicy"
+TOKEN_REF = f"{{{{resolve:secretsmanager:{HF_SECRET}:SecretString:::}}}}"
+COMPONENT_NAME = r"^{stack}-{model}-[0-9a-f]{{6}}$"
 
 
 def endpoint_template(plan: DeploymentPlan, **kwargs: object) -> tuple[Template, LlmEndpoint, Stack]:
     """A bare stack holding one LlmEndpoint built with `kwargs` (CDK objects need the stack first)."""
-    stack = Stack(App(), "Stack", stack_name="sagellm-test")
+    stack = Stack(cdk_app(), "Stack", stack_name="sagellm-test")
     factories = {key: value(stack) if callable(value) else value for key, value in kwargs.items()}
     endpoint = LlmEndpoint(stack, "Llm", plan=plan, **factories)
     return Template.from_stack(stack), endpoint, stack
@@ -46,7 +57,8 @@ def test_model_runs_plan_image_with_exact_plan_environment(profile, plans, templ
         {
             "PrimaryContainer": {
                 "Image": plan.primary.image_uri,
-                "Environment": Match.exact(dict(plan.environment)),
+                # The plan's environment and the gated model's token, as a dynamic reference only.
+                "Environment": Match.exact({**plan.environment, "HF_TOKEN": TOKEN_REF}),
             },
             "ExecutionRoleArn": {"Fn::GetAtt": [Match.string_like_regexp("^LlmRole"), "Arn"]},
         },
@@ -86,18 +98,20 @@ def test_variant_carries_instance_type_count_and_startup_guards(profile, plans, 
     )
 
 
-def test_min_latency_admits_one_request_at_a_time_over_all_gpus(plans, templates):
+def test_min_latency_runs_one_sequence_at_a_time_over_all_gpus_and_queues_the_rest(plans, templates):
     env = (
         templates["min-latency"]
         .find_resources(MODEL)
         .popitem()[1]["Properties"]["PrimaryContainer"]["Environment"]
     )
-    assert env["MAX_CONCURRENT_REQUESTS"] == "1"
+    # TGI 3.3.6 honours MAX_BATCH_SIZE only with prefill chunking off; callers beyond it queue (no 429).
+    assert (env["MAX_BATCH_SIZE"], env["PREFILL_CHUNKING"]) == ("1", "0")
+    assert int(env["MAX_CONCURRENT_REQUESTS"]) > 1
     assert env["SM_NUM_GPUS"] == str(plans["min-latency"].primary.tp_degree)
 
 
 def test_volume_size_is_set_only_when_the_plan_asks():
-    template = synth(instance_plan(instance_type="ml.g4dn.12xlarge", volume_size_gb=120))
+    template = synth(instance_plan(instance_type="ml.inf2.8xlarge", volume_size_gb=120))
     template.has_resource_properties(
         CONFIG, {"ProductionVariants": [Match.object_like({"VolumeSizeInGB": 120})]}
     )
@@ -113,7 +127,7 @@ def test_profiles_without_scaling_create_no_scaling_resources(profile, templates
     templates[profile].resource_count_is(POLICY, 0)
 
 
-def test_autoscale_starts_with_several_instances_and_tracks_invocations_per_instance(plans, templates):
+def test_autoscale_starts_with_several_instances_and_tracks_concurrent_requests_per_instance(plans, templates):
     plan, template = plans["autoscale"], templates["autoscale"]
     assert plan.initial_instance_count > 1 and plan.scaling is not None
     template.has_resource_properties(
@@ -146,8 +160,9 @@ def test_autoscale_starts_with_several_instances_and_tracks_invocations_per_inst
             "PolicyType": "TargetTrackingScaling",
             "ScalingTargetId": {"Ref": Match.string_like_regexp("^LlmScalingTarget")},
             "TargetTrackingScalingPolicyConfiguration": {
+                # In-flight requests per instance every 10 s (streams count until their last token).
                 "PredefinedMetricSpecification": {
-                    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+                    "PredefinedMetricType": "SageMakerVariantConcurrentRequestsPerModelHighResolution"
                 },
                 "TargetValue": plan.scaling.target_value,
                 "ScaleInCooldown": plan.scaling.scale_in_cooldown_s,
@@ -180,15 +195,17 @@ def test_replicas_endpoint_config_has_execution_role_and_no_model(plans, templat
     )
 
 
-def test_replicas_component_reserves_plan_compute_per_copy(plans, templates):
+def test_replicas_component_reserves_plan_compute_per_copy(plans, stacks, templates):
     plan = plans["replicas"]
     model = plan.primary
+    name = stacks["replicas"].endpoint.inference_component_names[model.name]
+    assert re.match(COMPONENT_NAME.format(stack="sagellm-replicas", model=model.name), name)
     assert model.compute is not None and plan.instance_type == "ml.p4d.24xlarge"
     templates["replicas"].resource_count_is(COMPONENT, 1)
     templates["replicas"].has_resource_properties(
         COMPONENT,
         {
-            "InferenceComponentName": f"sagellm-replicas-{model.name}",
+            "InferenceComponentName": name,
             "EndpointName": {"Fn::GetAtt": [Match.string_like_regexp("^LlmEndpoint"), "EndpointName"]},
             "VariantName": "AllTraffic",
             "RuntimeConfig": {"CopyCount": model.copy_count},
@@ -208,11 +225,14 @@ def test_replicas_component_reserves_plan_compute_per_copy(plans, templates):
     )
     templates["replicas"].has_resource_properties(
         MODEL,
-        {"PrimaryContainer": {"Image": model.image_uri, "Environment": Match.exact(dict(model.environment))}},
+        {
+            "PrimaryContainer": {
+                "Image": model.image_uri,
+                "Environment": Match.exact({**model.environment, "HF_TOKEN": TOKEN_REF}),
+            }
+        },
     )
-    templates["replicas"].has_output(
-        f"ComponentName{'Llama213b'}", {"Value": f"sagellm-replicas-{model.name}"}
-    )
+    templates["replicas"].has_output(f"ComponentName{'Llama213b'}", {"Value": name})
 
 
 def test_two_models_share_one_endpoint_as_separate_components():
@@ -232,26 +252,41 @@ def test_two_models_share_one_endpoint_as_separate_components():
         )
         template.has_resource_properties(
             COMPONENT,
-            {"InferenceComponentName": f"sagellm-test-{model.name}", "RuntimeConfig": {"CopyCount": 4}},
+            {
+                "InferenceComponentName": endpoint.inference_component_names[model.name],
+                "RuntimeConfig": {"CopyCount": 4},
+            },
         )
-    assert endpoint.inference_component_names == {m.name: f"sagellm-test-{m.name}" for m in plan.models}
+    names = endpoint.inference_component_names
+    assert set(names) == {m.name for m in plan.models}
+    assert all(re.match(COMPONENT_NAME.format(stack="sagellm-test", model=m), n) for m, n in names.items())
     stack_template = synth(plan)
-    stack_template.has_output("ComponentNameLlama213b", {"Value": "sagellm-test-llama2-13b"})
-    stack_template.has_output("ComponentNameMistral7b", {"Value": "sagellm-test-mistral-7b"})
+    # The same construct path (Stack/Llm) gives the same names in the EndpointStack.
+    stack_template.has_output("ComponentNameLlama213b", {"Value": names["llama2-13b"]})
+    stack_template.has_output("ComponentNameMistral7b", {"Value": names["mistral-7b"]})
+
+
+def test_two_endpoints_of_one_model_in_one_stack_get_different_component_names():
+    stack = Stack(cdk_app(), "Stack", stack_name="sagellm-test")
+    first = LlmEndpoint(stack, "Chat", plan=two_model_plan())
+    second = LlmEndpoint(stack, "Batch", plan=two_model_plan())
+    names = [*first.inference_component_names.values(), *second.inference_component_names.values()]
+    assert len(set(names)) == 4
+    Template.from_stack(stack).resource_count_is(COMPONENT, 4)
 
 
 def test_component_scaling_tracks_concurrent_requests_per_copy():
-    plan = scaled(two_model_plan(), min_capacity=1, max_capacity=8, target_value=4)
-    template, _, _ = endpoint_template(plan)
+    plan = scaled(two_model_plan(), min_capacity=1, max_capacity=4, target_value=4)
+    template, endpoint, _ = endpoint_template(plan)
     template.resource_count_is(TARGET, 2)
     for model in plan.models:
         template.has_resource_properties(
             TARGET,
             {
-                "ResourceId": f"inference-component/sagellm-test-{model.name}",
+                "ResourceId": f"inference-component/{endpoint.inference_component_names[model.name]}",
                 "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount",
                 "MinCapacity": 1,
-                "MaxCapacity": 8,
+                "MaxCapacity": 4,
             },
         )
     template.has_resource_properties(
@@ -273,7 +308,7 @@ def test_component_scaling_tracks_concurrent_requests_per_copy():
 
 
 def test_component_names_stay_within_63_characters():
-    stack = Stack(App(), "Stack", stack_name="sagellm-a-very-long-team-stack-name-for-a-shared-p4d-endpoint")
+    stack = Stack(cdk_app(), "Stack", stack_name="sagellm-a-very-long-team-stack-name-for-a-shared-p4d-endpoint")
     endpoint = LlmEndpoint(stack, "Llm", plan=two_model_plan())
     names = list(endpoint.inference_component_names.values())
     assert all(len(n) <= 63 for n in names) and len(set(names)) == 2
@@ -322,8 +357,9 @@ def test_execution_role_is_least_privilege(templates):
 
 
 def test_kms_key_encrypts_endpoint_storage_and_only_that_key_is_granted():
+    # An instance type without NVMe instance storage: its EBS volume takes the key.
     template, _, _ = endpoint_template(
-        instance_plan(), kms_key=lambda s: kms.Key(s, "Key", enable_key_rotation=True)
+        instance_plan(instance_type="ml.inf2.8xlarge"), kms_key=lambda s: kms.Key(s, "Key", enable_key_rotation=True)
     )
     template.has_resource_properties(
         CONFIG, {"KmsKeyId": {"Fn::GetAtt": [Match.string_like_regexp("^Key"), "Arn"]}}
@@ -398,7 +434,7 @@ def test_network_isolation_is_opt_in_and_warns_that_the_hub_is_unreachable():
 
 
 def test_grant_invoke_allows_invoking_this_endpoint_only():
-    stack = Stack(App(), "Stack")
+    stack = Stack(cdk_app(), "Stack")
     endpoint = LlmEndpoint(stack, "Llm", plan=instance_plan())
     caller = iam.Role(stack, "Caller", assumed_by=iam.AccountRootPrincipal())
     endpoint.grant_invoke(caller)
@@ -522,6 +558,125 @@ def test_rejects_security_groups_without_a_vpc():
     assert any("without a vpc" in m for m in validation_errors(instance_plan(), security_groups=groups))
 
 
-def test_warns_when_initial_count_lies_outside_the_scaling_bounds():
-    _, _, stack = endpoint_template(scaled(instance_plan(initial_instance_count=6), max_capacity=4))
-    Annotations.from_stack(stack).has_warning("/Stack/Llm", Match.string_like_regexp("outside scaling 1..4"))
+def test_rejects_an_initial_count_outside_the_scaling_bounds():
+    assert validation_errors(scaled(instance_plan(initial_instance_count=6), max_capacity=4)) == [
+        "Stack/Llm: plan.initial_instance_count: 6 lies outside the scaling bounds 1..4; start within them"
+    ]
+
+
+# --- what SageMaker refuses or ignores, caught at synth ------------------------------------------
+
+
+def test_rejects_a_gated_model_without_a_token_secret():
+    assert validation_errors(instance_plan(hf_token_secret=None)) == [
+        ("Stack/Llm: meta-llama/Llama-2-7b-hf is gated on the Hugging Face Hub and no hf_token_secret is set: the "
+        "endpoint would never start; store a token that has access in Secrets Manager and pass -c "
+        "hf_token_secret=<secret name or ARN> (or hf_token_secret: in the profile)")
+    ]
+    # A secret given to the construct is enough; an ungated model needs none.
+    endpoint_template(
+        instance_plan(hf_token_secret=None),
+        hf_token_secret=lambda s: secretsmanager.Secret.from_secret_name_v2(s, "Token", "team/hf"),
+    )
+    falcon = instance_plan().primary.model_copy(update={"model_id": "tiiuae/falcon-7b"})
+    endpoint_template(instance_plan(hf_token_secret=None, models=(falcon,)))
+
+
+def test_rejects_a_token_given_as_the_secret_name_in_the_words_of_every_other_path():
+    token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
+    assert validation_errors(instance_plan(hf_token_secret=token)) == [
+        ("Stack/Llm: plan.hf_token_secret: looks like a Hugging Face access token itself; give the name or ARN of "
+        "the Secrets Manager secret that holds the token (e.g. prod/huggingface/token)")
+    ]
+
+
+def test_rejects_a_kms_key_on_an_instance_type_with_nvme_storage():
+    assert validation_errors(instance_plan(), kms_key=lambda s: kms.Key(s, "Key", enable_key_rotation=True)) == [
+        ("Stack/Llm: kms_key: ml.g5.12xlarge has NVMe instance storage, which SageMaker encrypts in hardware, and "
+        "CreateEndpointConfig refuses a KmsKeyId for it; drop kms_key (the storage is encrypted already) or use an "
+        "instance type without instance storage")
+    ]
+
+
+def test_rejects_a_volume_size_on_an_instance_type_with_nvme_storage():
+    assert validation_errors(instance_plan(volume_size_gb=100)) == [
+        ("Stack/Llm: plan.volume_size_gb: ml.g5.12xlarge brings its own NVMe storage and SageMaker refuses "
+        "VolumeSizeInGB for it; leave volume_size_gb unset")
+    ]
+
+
+def log_groups(template: Template) -> list[str]:
+    (statement,) = [s for s in role_statements(template) if s["Sid"] == "WriteEndpointLogs"]
+    resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+    return [r["Fn::Join"][1][-1] for r in resources]
+
+
+def test_inference_component_role_may_write_the_components_own_log_groups(templates):
+    assert log_groups(templates["replicas"]) == [
+        ":log-group:/aws/sagemaker/Endpoints/*",
+        ":log-group:/aws/sagemaker/InferenceComponents/*",
+    ]
+    assert log_groups(templates["max-throughput"]) == [":log-group:/aws/sagemaker/Endpoints/*"]
+
+
+def test_copies_beyond_one_instance_get_managed_instance_scaling_from_the_plan():
+    from sagellm.profiles import resolve
+
+    # 1..8 copies of Llama 2 13B at TP 2 on an 8-GPU p4d: 8 copies need two instances.
+    plan = resolve("replicas", "meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge", tensor_parallel=2, copies=1,
+                   hf_token_secret=HF_SECRET)
+    plan = scaled(plan, min_capacity=1, max_capacity=8)
+    from sagellm.profiles.plan import InstanceScaling
+
+    plan = plan.model_copy(update={"instance_scaling": InstanceScaling(min_instance_count=1, max_instance_count=2)})
+    template, _, _ = endpoint_template(plan)
+    template.has_resource_properties(
+        CONFIG,
+        {
+            "ProductionVariants": [
+                Match.object_like(
+                    {"ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 1, "MaxInstanceCount": 2}}
+                )
+            ]
+        },
+    )
+    # Without the bounds the extra copies could never be placed.
+    assert validation_errors(plan.model_copy(update={"instance_scaling": None})) == [
+        ("Stack/Llm: plan.scaling.max_capacity: 8 copies per component need 2 × ml.p4d.24xlarge, but the endpoint "
+        "may only have 1: the extra copies could never be placed; set instance_scaling (ManagedInstanceScaling) to "
+        "at most 2 instances or lower max_capacity")
+    ]
+
+
+def test_rejects_starting_copies_that_one_instance_cannot_hold_and_bounds_that_exclude_the_start():
+    from sagellm.profiles.plan import InstanceScaling
+
+    plan = two_model_plan()
+    too_many = plan.models[0].model_copy(update={"copy_count": 6})
+    bounds = InstanceScaling(min_instance_count=2, max_instance_count=3)
+    assert validation_errors(plan.model_copy(update={"models": (too_many, plan.models[1]), "instance_scaling": bounds})) == [
+        "Stack/Llm: plan.instance_scaling: 2..3 instances must include initial_instance_count (1)",
+        ("Stack/Llm: plan.models: the starting copies need 2 × ml.p4d.24xlarge but the endpoint starts with 1; raise "
+        "initial_instance_count or lower copy_count or the per-copy compute"),
+    ]
+    assert validation_errors(instance_plan(instance_scaling=bounds)) == [
+        "Stack/Llm: plan.instance_scaling: only inference-component endpoints scale instances for copies"
+    ]
+
+
+def test_an_lmi_plan_deploys_the_pinned_lmi_image_with_the_vllm_engine_named(tmp_path):
+    from sagellm.profiles import resolve
+
+    (tmp_path / "lmi.yaml").write_text("name: lmi\nextends: max-throughput\ncontainer: {kind: lmi}\n")
+    plan = resolve("lmi", "meta-llama/Llama-2-7b-hf", "ml.g5.12xlarge", profiles_dir=tmp_path,
+                   hf_token_secret=HF_SECRET)
+    synth(plan).has_resource_properties(
+        MODEL,
+        {
+            "PrimaryContainer": {
+                "Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:0.35.0-lmi17.0.0-cu128",
+                "Environment": Match.exact({**plan.environment, "HF_TOKEN": TOKEN_REF}),
+            }
+        },
+    )
+    assert plan.environment["OPTION_ENTRYPOINT"] == "djl_python.lmi_vllm.vllm_async_service"

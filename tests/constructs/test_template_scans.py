@@ -11,7 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from cdk_nag import AwsSolutionsChecks
-from construct_plans import STANDARD, instance_plan, scaled, two_model_plan
+from construct_plans import STANDARD, cdk_app, instance_plan, scaled, two_model_plan
 from syrupy.extensions.json import JSONSnapshotExtension
 
 from sagellm.constructs import LlmEndpoint
@@ -53,7 +53,7 @@ def test_template_holds_no_token_and_no_managed_policy(profile, templates):
 
 
 def add_nag_app(outdir: str) -> App:
-    app = App(outdir=outdir)
+    app = cdk_app(outdir=outdir)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app
 
@@ -62,7 +62,7 @@ def test_aws_solutions_pack_passes_on_every_profile_and_option(plans: dict[str, 
     app = add_nag_app(str(tmp_path))
     for name, plan in plans.items():
         EndpointStack(app, f"Stack-{name}", plan=plan.model_copy(update={"hf_token_secret": "team/hf"}))
-    # Every optional part at once: VPC, KMS key, two scaled components.
+    # Every optional part at once: VPC, two scaled components, a KMS key (where the instance has EBS storage).
     stack = Stack(app, "Options")
     key = kms.Key(stack, "Key", enable_key_rotation=True)
     vpc = ec2.Vpc.from_vpc_attributes(
@@ -71,9 +71,10 @@ def test_aws_solutions_pack_passes_on_every_profile_and_option(plans: dict[str, 
         vpc_id="vpc-0123456789abcdef0",
         availability_zones=["us-east-1a"],
         private_subnet_ids=["subnet-0123456789abcdef0"],
+        private_subnet_route_table_ids=["rtb-0123456789abcdef0"],
     )
-    LlmEndpoint(stack, "Components", plan=scaled(two_model_plan()), vpc=vpc, kms_key=key)
-    LlmEndpoint(stack, "Instance", plan=scaled(instance_plan()), kms_key=key)
+    LlmEndpoint(stack, "Components", plan=scaled(two_model_plan()), vpc=vpc)
+    LlmEndpoint(stack, "Instance", plan=scaled(instance_plan(instance_type="ml.inf2.8xlarge")), kms_key=key)
     app.synth()  # raises on any unacknowledged AwsSolutions finding
     report = json.loads((tmp_path / "validation-report.json").read_text())
     # Not even a warning, from cdk-nag or CDK's built-in CloudFormation schema check (plugins with

@@ -6,83 +6,20 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 import pytest
 from botocore.eventstream import EventStreamBuffer
+from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, steps_of, tgi_body
 
 from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import Emulator, count_tokens, make_prompt
 from sagellm.emulator.engine import ModelServer
 from sagellm.emulator.eventstream import exception_event, payload_part
 from sagellm.emulator.formats import generated_text
-from sagellm.planner import Shape, StepModel
-from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
-
-LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
-
-
-TOKEN_CAPS = {"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"}
-
-
-def model(name: str = "llama2-7b", env: dict[str, str] | None = None, *, model_id: str = LLAMA2_7B,
-          tp: int = 1, copies: int = 1) -> ModelDeployment:
-    """A model deployment: TGI token caps 2048/4096, plus `env`."""
-    return ModelDeployment(name=name, model_id=model_id, image_uri="tgi:emulated", tp_degree=tp,
-                           environment={**TOKEN_CAPS, **(env or {})}, copy_count=copies)
-
-
-def plan(*models: ModelDeployment, instance: str = "ml.g5.2xlarge", kind: str = "instance",
-         container: str = "tgi", instances: int = 1) -> DeploymentPlan:
-    """A hand-built plan (one 7B model on ml.g5.2xlarge unless told otherwise)."""
-    return DeploymentPlan.model_validate({
-        "profile": "test", "region": "us-east-1", "container": container, "instance_type": instance,
-        "initial_instance_count": instances, "endpoint_kind": kind, "models": models or (model(),),
-        "startup_health_check_timeout_s": 600, "model_data_download_timeout_s": 600,
-        "input_tokens": 256, "output_tokens": 256, "tags": {}})
-
-
-def steps_of(p: DeploymentPlan) -> StepModel:
-    """The step model the emulator uses for the plan's first model."""
-    m = p.models[0]
-    return StepModel(Shape(model=find_model(m.model_id), instance=find_instance(p.instance_type),
-                           tp_degree=m.tp_degree))
-
-
-Events = list[tuple[float, Any]]
-Scenario = Callable[[aiohttp.ClientSession, str, Emulator], Awaitable[Any]]
-
-
-def run(p: DeploymentPlan, scenario: Scenario, *, time_scale: float = 0.1) -> Any:
-    """Serve `p` on a free loopback port for the length of `scenario`, then stop everything."""
-    async def main() -> Any:
-        emulator = Emulator(p, time_scale=time_scale)
-        async with emulator.listening() as url, aiohttp.ClientSession() as session:
-            return await scenario(session, url, emulator)
-    return asyncio.run(main())
-
-
-def tgi_body(n_in: int, n_out: int, **extra: Any) -> dict[str, Any]:
-    return {"inputs": make_prompt(n_in), "parameters": {"max_new_tokens": n_out, "details": True}, **extra}
-
-
-async def sse_events(resp: aiohttp.ClientResponse) -> list[tuple[float, Any]]:
-    """Parse server-sent events by hand: (arrival time, JSON payload or the raw text) per `data:` line."""
-    out: list[tuple[float, Any]] = []
-    rest = b""
-    async for chunk in resp.content.iter_any():
-        now = time.perf_counter()
-        rest += chunk
-        *events, rest = rest.split(b"\n\n")
-        for event in events:
-            for line in event.split(b"\n"):
-                if line.startswith(b"data:"):
-                    data = line[5:].strip()
-                    out.append((now, data.decode() if data == b"[DONE]" else json.loads(data)))
-    assert rest == b""
-    return out
+from sagellm.planner import Shape
+from sagellm.profiles.plan import ModelDeployment
 
 
 def test_make_prompt_counts_back_to_exactly_n_tokens() -> None:
@@ -105,18 +42,35 @@ def test_event_stream_messages_decode_with_botocore() -> None:
 
 def test_limits_follow_the_container_environment_or_the_servers_defaults() -> None:
     bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="tgi", tp_degree=1, environment={})
-    tgi = ModelServer(plan(bare), bare, 1.0).limits
-    shape = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1)
-    assert (tgi.max_input_tokens, tgi.max_total_tokens, tgi.max_concurrent_requests) == (4095, 4096, 128)
-    assert (tgi.max_batch_prefill_tokens, tgi.max_batch_total_tokens) == (4145, shape.kv_capacity_tokens)
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    tgi3 = ModelServer(plan(bare), bare, 1.0).limits
+    # TGI 3 warm-up: total = min(KV cache, context), input = total - 1, prefill 4096, admission 128.
+    assert (tgi3.max_input_tokens, tgi3.max_total_tokens, tgi3.max_concurrent_requests) == (4095, 4096, 128)
+    assert (tgi3.max_batch_prefill_tokens, tgi3.max_batch_total_tokens, tgi3.max_batch_size) == (4096, kv, None)
+    tgi2 = ModelServer(plan(bare, version="2.4.0"), bare, 1.0).limits
+    assert tgi2.max_batch_prefill_tokens == 4095 + 50  # TGI 2's launcher default: max_input_tokens + 50
 
-    lmi_model = model(env={"OPTION_MAX_MODEL_LEN": "2048", "OPTION_MAX_ROLLING_BATCH_SIZE": "32"})
+    lmi_model = model(env={"OPTION_MAX_MODEL_LEN": "2048", "OPTION_MAX_ROLLING_BATCH_SIZE": "64"})
     lmi = ModelServer(plan(lmi_model, container="lmi"), lmi_model, 1.0).limits
     # LMI queues instead of rejecting: no 429 admission limit, a cap on running sequences instead.
-    assert (lmi.max_total_tokens, lmi.max_concurrent_requests, lmi.max_batch_size) == (2048, None, 32)
+    assert (lmi.max_total_tokens, lmi.max_concurrent_requests, lmi.max_batch_size) == (2048, None, 64)
+    lmi_bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="lmi", tp_degree=1, environment={})
+    assert ModelServer(plan(lmi_bare, container="lmi"), lmi_bare, 1.0).limits.max_batch_size == 32
 
     replicas = model(copies=4)
     assert len(ModelServer(plan(replicas, instances=3), replicas, 1.0).copies) == 12
+
+
+def test_limits_follow_what_tgi3_honours() -> None:
+    # MAX_BATCH_TOTAL_TOKENS: ignored for flash models; MAX_BATCH_SIZE: ignored while prefills are chunked.
+    ignored = model(env={"MAX_BATCH_TOTAL_TOKENS": "1000", "MAX_BATCH_SIZE": "1"})
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    limits = ModelServer(plan(ignored), ignored, 1.0).limits
+    assert (limits.max_batch_total_tokens, limits.max_batch_size) == (kv, None)
+    one = model(env={"MAX_BATCH_SIZE": "1", "PREFILL_CHUNKING": "0"})
+    assert ModelServer(plan(one), one, 1.0).limits.max_batch_size == 1
+    tgi2 = model(env={"MAX_BATCH_SIZE": "2"})
+    assert ModelServer(plan(tgi2, version="2.4.0"), tgi2, 1.0).limits.max_batch_size == 2
 
 
 def test_generate_returns_the_requested_tokens_with_details_and_server_timings() -> None:
@@ -164,21 +118,27 @@ def test_invocations_wraps_the_reply_in_a_list_and_streams_when_asked() -> None:
     assert len(events) == 4 and events[-1][1]["details"]["generated_tokens"] == 4
 
 
-def test_completions_report_usage_plain_and_streamed() -> None:
-    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> tuple[Any, Events]:
+def test_completions_report_usage_plain_and_in_a_final_chunk_when_asked() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> tuple[Any, Events, Events]:
         body = {"model": LLAMA2_7B, "prompt": make_prompt(30), "max_tokens": 6}
         async with s.post(f"{url}/v1/completions", json=body) as r:
             plain = await r.json()
         async with s.post(f"{url}/v1/completions", json={**body, "stream": True}) as r:
-            return plain, await sse_events(r)
-    plain, events = run(plan(), scenario)
+            bare = await sse_events(r)
+        asked = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        async with s.post(f"{url}/v1/completions", json=asked) as r:
+            return plain, bare, await sse_events(r)
+    plain, bare, events = run(plan(), scenario)
     assert plain["usage"] == {"prompt_tokens": 30, "completion_tokens": 6, "total_tokens": 36}
     assert plain["choices"][0]["text"] == generated_text(6)
+    # Without stream_options.include_usage: six token chunks and [DONE], no usage anywhere (vLLM).
+    assert bare[-1][1] == "[DONE]" and len(bare) == 7 and not any("usage" in e for _, e in bare[:-1])
     assert events[-1][1] == "[DONE]"
-    chunks = [e for _, e in events[:-1]]
+    *chunks, usage = [e for _, e in events[:-1]]
     assert len(chunks) == 6 and "".join(c["choices"][0]["text"] for c in chunks) == generated_text(6)
-    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
-    assert chunks[-1]["usage"]["completion_tokens"] == 6 and chunks[-1]["sagellm_server_e2e_s"] > 0
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["sagellm_server_e2e_s"] > 0
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 30, "completion_tokens": 6,
+                                                         "total_tokens": 36}
 
 
 def test_info_health_ping_and_metrics_label_the_server_emulated() -> None:
@@ -226,24 +186,29 @@ def test_rejects_input_over_max_input_tokens_or_total_over_max_total_tokens_with
 
 
 def test_queues_a_request_while_the_kv_budget_is_full() -> None:
-    # Room for exactly two sequences of 100 + 40 tokens: the third waits for one of them to finish.
-    p = plan(model(env={"MAX_BATCH_TOTAL_TOKENS": "280"}))
+    # The KV budget is what memory holds (MAX_BATCH_TOTAL_TOKENS is ignored): room for n sequences of
+    # 4000 + 90 tokens (4 for Llama 2 7B on one A10G); one more waits for one of them to finish.
+    p = plan(model(env={"MAX_INPUT_TOKENS": "4000"}))
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    n = kv // 4090
+    assert n >= 2
 
     async def one(s: aiohttp.ClientSession, url: str) -> dict[str, Any]:
-        async with s.post(f"{url}/generate", json=tgi_body(100, 40)) as r:
+        async with s.post(f"{url}/generate", json=tgi_body(4000, 90)) as r:
             return (await r.json())["details"]
 
     async def scenario(s: aiohttp.ClientSession, url: str, emulator: Emulator) -> tuple[list[Any], Any]:
-        first = [asyncio.create_task(one(s, url)) for _ in range(2)]
-        await asyncio.sleep(0.03)
-        third = asyncio.create_task(one(s, url))
-        await asyncio.sleep(0.03)
+        # n ~0.9 s prefills (one per pass: 4096-token budget), then ~3 s of decoding, at time scale 0.2.
+        first = [asyncio.create_task(one(s, url)) for _ in range(n)]
+        await asyncio.sleep(0.2 * n)
+        extra = asyncio.create_task(one(s, url))
+        await asyncio.sleep(0.05)
         stats = emulator.primary.stats()
-        return [*(await asyncio.gather(*first)), await third], stats
-    (a, b, c), stats = run(p, scenario)
-    assert stats["running"] == 2 and stats["queued"] == 1
-    # Its time to first token includes the wait for a whole generation of the first two.
-    assert c["sagellm_server_ttft_s"] > 0.8 * min(a["sagellm_server_e2e_s"], b["sagellm_server_e2e_s"]) - 0.06
+        return [*(await asyncio.gather(*first)), await extra], stats
+    (*firsts, last), stats = run(p, scenario, time_scale=0.2)
+    assert stats["running"] == n and stats["queued"] == 1
+    # Sent after them, its first token still comes only after one of the first n has finished.
+    assert 0.2 * n + last["sagellm_server_ttft_s"] > 0.95 * min(f["sagellm_server_e2e_s"] for f in firsts)
 
 
 def test_single_stream_inter_token_latency_follows_the_step_model() -> None:

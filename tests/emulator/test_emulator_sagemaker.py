@@ -26,6 +26,8 @@ from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
 LLAMA2_13B = "meta-llama/Llama-2-13b-hf"
 ENDPOINT = "sagellm-emulated"
+# As a stack names them: <stack>-<model>-<hash of the construct path>.
+DEPLOYED = {"chat": "MyStack-chat-1a2b3c", "big": "MyStack-big-4d5e6f"}
 
 
 def _model(name: str, model_id: str, tp: int, copies: int) -> ModelDeployment:
@@ -59,7 +61,7 @@ def _client(url: str) -> Any:
 
 @pytest.fixture(scope="module")
 def ic_endpoint() -> Iterator[Served]:
-    with EmulatorProcess(IC_PLAN, time_scale=0.1, endpoint_name=ENDPOINT) as emu:
+    with EmulatorProcess(IC_PLAN, time_scale=0.1, endpoint_name=ENDPOINT, component_names=DEPLOYED) as emu:
         yield emu, _client(emu.url)
 
 
@@ -94,7 +96,7 @@ def _stream_events(response: dict[str, Any]) -> list[tuple[float, dict[str, Any]
 def test_invoke_endpoint_returns_the_tgi_reply_of_the_named_component(ic_endpoint: Served) -> None:
     emu, client = ic_endpoint
     before = _metrics(emu)["models"]["big"]["completed"]
-    resp = client.invoke_endpoint(EndpointName=ENDPOINT, InferenceComponentName="big", Body=_body(40, 9),
+    resp = client.invoke_endpoint(EndpointName=ENDPOINT, InferenceComponentName=DEPLOYED["big"], Body=_body(40, 9),
                                   ContentType="application/json")
     body = json.loads(resp["Body"].read())
     assert body[0]["details"]["generated_tokens"] == 9
@@ -104,18 +106,25 @@ def test_invoke_endpoint_returns_the_tgi_reply_of_the_named_component(ic_endpoin
     assert _metrics(emu)["models"]["big"]["completed"] == before + 1
 
 
-def test_component_names_prefixed_by_the_stack_name_reach_that_model(ic_endpoint: Served) -> None:
+def test_the_component_header_must_name_the_deployed_component_exactly(ic_endpoint: Served) -> None:
     emu, client = ic_endpoint
     before = _metrics(emu)["models"]["chat"]["completed"]
-    client.invoke_endpoint(EndpointName=ENDPOINT, InferenceComponentName="MyStack-chat", Body=_body(5, 2))
+    client.invoke_endpoint(EndpointName=ENDPOINT, InferenceComponentName=DEPLOYED["chat"], Body=_body(5, 2))
     assert _metrics(emu)["models"]["chat"]["completed"] == before + 1
+    # The plan's model name, a prefix or a suffix of the deployed name: SageMaker knows none of them.
+    for near in ("chat", "MyStack-chat", "chat-1a2b3c", DEPLOYED["chat"].upper()):
+        with pytest.raises(ClientError) as info:
+            client.invoke_endpoint(EndpointName=ENDPOINT, InferenceComponentName=near, Body=_body(5, 2))
+        assert info.value.response["Error"]["Code"] == "ValidationError"
+        assert info.value.response["Error"]["Message"] == (
+            f"Inference Component {near} not found for endpoint {ENDPOINT} of account 000000000000.")
 
 
 def test_response_stream_delivers_every_token_before_the_end(ic_endpoint: Served) -> None:
     _, client = ic_endpoint
     t0 = time.perf_counter()
     resp = client.invoke_endpoint_with_response_stream(
-        EndpointName=ENDPOINT, InferenceComponentName="chat", Body=_body(30, 25, stream=True),
+        EndpointName=ENDPOINT, InferenceComponentName=DEPLOYED["chat"], Body=_body(30, 25, stream=True),
         ContentType="application/json")
     assert resp["ContentType"] == "text/event-stream"
     events = _stream_events(resp)
@@ -139,17 +148,17 @@ def test_missing_or_unknown_component_is_a_validation_error(ic_endpoint: Served)
 def test_unknown_endpoint_is_a_validation_error(ic_endpoint: Served) -> None:
     _, client = ic_endpoint
     with pytest.raises(ClientError) as info:
-        client.invoke_endpoint_with_response_stream(EndpointName="other", InferenceComponentName="chat",
+        client.invoke_endpoint_with_response_stream(EndpointName="other", InferenceComponentName=DEPLOYED["chat"],
                                                     Body=_body(5, 2, stream=True))
     assert info.value.response["Error"]["Code"] == "ValidationError"
-    assert "other" in info.value.response["Error"]["Message"]
+    assert info.value.response["Error"]["Message"] == "Endpoint other of account 000000000000 not found."
 
 
 def test_container_refusal_comes_back_as_model_error_with_the_original_status(
         fast_endpoint: Served) -> None:
     _, client = fast_endpoint
     with pytest.raises(ClientError) as info:
-        client.invoke_endpoint(EndpointName="any-name", Body=_body(3000, 5))
+        client.invoke_endpoint(EndpointName="sagellm-test", Body=_body(3000, 5))
     error = info.value.response
     assert error["Error"]["Code"] == "ModelError" and error["ResponseMetadata"]["HTTPStatusCode"] == 424
     assert error["OriginalStatusCode"] == 422
@@ -161,7 +170,7 @@ def test_invoke_endpoint_times_out_after_60_simulated_seconds(fast_endpoint: Ser
     before = _metrics(emu)["models"]["llama2-7b"]["timed_out"]
     t0 = time.perf_counter()
     with pytest.raises(ClientError) as info:  # ~2500 × 33 ms ≈ 80 simulated seconds of decoding
-        client.invoke_endpoint(EndpointName="any-name", Body=_body(10, 2500))
+        client.invoke_endpoint(EndpointName="sagellm-test", Body=_body(10, 2500))
     elapsed = time.perf_counter() - t0
     assert info.value.response["Error"]["Code"] == "ModelError"
     assert "timed out" in info.value.response["Error"]["Message"]
@@ -172,7 +181,7 @@ def test_invoke_endpoint_times_out_after_60_simulated_seconds(fast_endpoint: Ser
 def test_response_stream_times_out_with_a_model_stream_error_after_tokens(
         fast_endpoint: Served) -> None:
     _, client = fast_endpoint
-    resp = client.invoke_endpoint_with_response_stream(EndpointName="any-name",
+    resp = client.invoke_endpoint_with_response_stream(EndpointName="sagellm-test",
                                                        Body=_body(10, 2500, stream=True))
     tokens = 0
     with pytest.raises(EventStreamError) as info:

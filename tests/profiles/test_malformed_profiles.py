@@ -99,10 +99,10 @@ EXPECTED = {
         ":3: not valid YAML: found character that cannot start any token (while scanning for the next "
         "token)"),
     "token-in-environment.yaml": (
-        ":5: serving.environment.HF_TOKEN: a token must not be written in a profile; store it in Secrets "
-        "Manager and set hf_token_secret: <secret name or ARN>"),
+        ":5: serving.environment.HF_TOKEN: a token variable never goes in a container environment: store it in "
+        "Secrets Manager and set hf_token_secret: <secret name or ARN>"),
     "tokens-beyond-u32.yaml": (
-        ":4: serving.max_batch_total_tokens: 4294967296: out of range; use a value ≤ 4294967295 or auto"),
+        ":4: serving.max_batch_prefill_tokens: 4294967296: out of range; use a value ≤ 4294967295 or auto"),
     "two-documents.yaml": (
         ":3: not valid YAML: but found another document (expected a single document in the stream)"),
     "unknown-extends.yaml": ":2: extends: unknown profile 'max-thruput': did you mean max-throughput?",

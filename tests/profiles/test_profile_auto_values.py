@@ -17,7 +17,7 @@ INSTANCES = ("ml.g5.2xlarge", "ml.g5.12xlarge", "ml.p4d.24xlarge")
 INSTANCE_PROFILES = ("min-latency", "max-throughput", "min-cost", "autoscale")
 PAYLOAD = Payload(256, 256)
 TGI_KEYS = {"HF_MODEL_ID", "SM_NUM_GPUS", "MAX_INPUT_TOKENS", "MAX_TOTAL_TOKENS", "MAX_BATCH_PREFILL_TOKENS",
-            "MAX_BATCH_TOTAL_TOKENS", "MAX_CONCURRENT_REQUESTS"}
+            "MAX_CONCURRENT_REQUESTS"}
 TGI_IMAGE = re.compile(r"^\d{12}\.dkr\.ecr\.us-east-1\.amazonaws\.com/huggingface-pytorch-tgi-inference:\S+$")
 
 
@@ -25,10 +25,15 @@ def env_int(plan: DeploymentPlan, key: str) -> int:
     return int(plan.environment[key])
 
 
+def served_shape(plan: DeploymentPlan) -> Shape:
+    """One copy as the pinned TGI runs it: the KV budget from free memory, MAX_BATCH_SIZE where set."""
+    batch = plan.environment.get("MAX_BATCH_SIZE")
+    return replace(shape_of(plan), max_batch_size=int(batch) if batch else None)
+
+
 def admission_limit(plan: DeploymentPlan) -> int:
-    """The planner's largest power-of-two per-copy concurrency inside the timeout, at the plan's KV budget."""
-    shape = replace(shape_of(plan), max_batch_total_tokens=env_int(plan, "MAX_BATCH_TOTAL_TOKENS"))
-    return max_concurrency_in_timeout(shape, PAYLOAD)
+    """The planner's largest power-of-two per-copy concurrency whose payload requests finish inside the timeout."""
+    return max_concurrency_in_timeout(served_shape(plan), PAYLOAD)
 
 
 CASES = [(p, i) for p in (*INSTANCE_PROFILES, "replicas") for i in INSTANCES] + [("replicas", "ml.p4d.24xlarge/13b")]
@@ -40,30 +45,34 @@ def _resolve(profile: str, instance: str) -> DeploymentPlan:
 
 
 @pytest.mark.parametrize(("profile", "instance"), CASES)
-def test_tgi_environment_is_complete_with_token_caps_from_the_payload(profile: str, instance: str) -> None:
+def test_tgi_environment_is_complete_with_token_caps_from_the_model_context(profile: str, instance: str) -> None:
     plan = _resolve(profile, instance)
     env = plan.environment
     assert TGI_KEYS <= set(env)
     assert "HF_MODEL_QUANTIZE" not in env  # no quantization asked for
     assert env["HF_MODEL_ID"] == plan.primary.model_id
-    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("256", "512")
+    # The application's limits: Llama 2's whole 4096-token context (every case's KV cache holds two such
+    # sequences); a longest prompt still leaves room for the payload's 256-token answer.
+    assert 2 * 4096 <= shape_of(plan).kv_capacity_tokens
+    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("3840", "4096")
     assert all(env[k].isdigit() for k in TGI_KEYS - {"HF_MODEL_ID"})
     assert env_int(plan, "SM_NUM_GPUS") == plan.primary.tp_degree
     assert (plan.input_tokens, plan.output_tokens) == (256, 256)
 
 
 @pytest.mark.parametrize(("profile", "instance"), CASES)
-def test_batch_total_tokens_is_the_planner_kv_capacity(profile: str, instance: str) -> None:
+def test_tgi3_environment_holds_no_batch_total_tokens(profile: str, instance: str) -> None:
+    # TGI 3 sizes its KV budget from free memory after warm-up and ignores the variable for flash models.
     plan = _resolve(profile, instance)
-    assert env_int(plan, "MAX_BATCH_TOTAL_TOKENS") == shape_of(plan).kv_capacity_tokens
+    assert plan.container_version == "3.3.6"
+    assert "MAX_BATCH_TOTAL_TOKENS" not in plan.environment
 
 
 @pytest.mark.parametrize(("profile", "instance"), CASES)
-def test_prefill_budget_is_tgi_default_4096_bounded_by_the_batch_budget(profile: str, instance: str) -> None:
+def test_prefill_budget_is_tgi3_default_4096_within_the_context(profile: str, instance: str) -> None:
     plan = _resolve(profile, instance)
-    batch = env_int(plan, "MAX_BATCH_TOTAL_TOKENS")
-    assert env_int(plan, "MAX_BATCH_PREFILL_TOKENS") == min(4096, batch)
-    assert 256 <= env_int(plan, "MAX_BATCH_PREFILL_TOKENS") <= batch
+    assert env_int(plan, "MAX_BATCH_PREFILL_TOKENS") == min(4096, env_int(plan, "MAX_TOTAL_TOKENS"))
+    assert env_int(plan, "MAX_BATCH_PREFILL_TOKENS") <= shape_of(plan).kv_capacity_tokens
 
 
 @pytest.mark.parametrize(("profile", "instance"), CASES)
@@ -81,11 +90,29 @@ def test_plan_carries_image_tags_and_startup_guards(profile: str, instance: str)
 # ---------------------------------------------------------------- min-latency
 
 @pytest.mark.parametrize("instance", INSTANCES)
-def test_min_latency_admits_one_request_sharded_over_every_gpu(instance: str) -> None:
+def test_min_latency_runs_one_sequence_sharded_over_every_gpu(instance: str) -> None:
     plan = resolve("min-latency", LLAMA2_7B, instance)
-    assert env_int(plan, "MAX_CONCURRENT_REQUESTS") == 1
+    env = plan.environment
+    # One running sequence; TGI 3 honours MAX_BATCH_SIZE only with prefill chunking off.
+    assert (env["MAX_BATCH_SIZE"], env["PREFILL_CHUNKING"]) == ("1", "0")
     assert env_int(plan, "SM_NUM_GPUS") == find_instance(instance).n_accelerators
     assert (plan.endpoint_kind, plan.initial_instance_count, plan.scaling) == ("instance", 1, None)
+
+
+@pytest.mark.parametrize("instance", INSTANCES)
+def test_min_latency_queues_callers_whose_turn_still_comes_inside_the_timeout(instance: str) -> None:
+    plan = resolve("min-latency", LLAMA2_7B, instance)
+    limit = env_int(plan, "MAX_CONCURRENT_REQUESTS")
+    assert limit > 1  # a second caller waits for its turn instead of getting a 429
+    assert limit == admission_limit(plan)
+    shape = served_shape(plan)
+    assert shape.max_batch_size == 1
+    assert predict_point(shape, PAYLOAD, limit).within_timeout
+    assert not predict_point(shape, PAYLOAD, 2 * limit).within_timeout
+    # Everyone beyond the first waits in the queue: latency grows with the queue, throughput does not.
+    one, full = predict_point(shape, PAYLOAD, 1), predict_point(shape, PAYLOAD, limit)
+    assert full.running_per_copy == pytest.approx(1) and full.queued_per_copy == pytest.approx(limit - 1)
+    assert full.throughput_tokens_per_s == pytest.approx(one.throughput_tokens_per_s)
 
 
 # ---------------------------------------------------------------- max-throughput
@@ -96,7 +123,7 @@ def test_max_throughput_admits_the_largest_power_of_two_inside_the_timeout(insta
     limit = env_int(plan, "MAX_CONCURRENT_REQUESTS")
     assert limit == admission_limit(plan)
     assert limit >= 1 and limit & (limit - 1) == 0  # a power of two
-    shape = replace(shape_of(plan), max_batch_total_tokens=env_int(plan, "MAX_BATCH_TOTAL_TOKENS"))
+    shape = served_shape(plan)
     assert predict_point(shape, PAYLOAD, limit).within_timeout
     assert not predict_point(shape, PAYLOAD, 2 * limit).within_timeout
 
@@ -108,10 +135,23 @@ def test_max_throughput_shards_over_every_gpu_on_one_instance(instance: str) -> 
     assert (plan.endpoint_kind, plan.initial_instance_count, plan.scaling) == ("instance", 1, None)
 
 
-def test_payload_sets_the_token_caps() -> None:
+def test_payload_sizes_admission_but_not_the_token_caps() -> None:
     plan = resolve("max-throughput", LLAMA2_7B, "ml.g5.12xlarge", payload=Payload(1024, 128))
-    assert (plan.environment["MAX_INPUT_TOKENS"], plan.environment["MAX_TOTAL_TOKENS"]) == ("1024", "1152")
+    # The caps stay the model's context; the longest prompt leaves room for the payload's answer length.
+    assert (plan.environment["MAX_INPUT_TOKENS"], plan.environment["MAX_TOTAL_TOKENS"]) == ("3968", "4096")
     assert (plan.input_tokens, plan.output_tokens) == (1024, 128)
+    assert env_int(plan, "MAX_CONCURRENT_REQUESTS") == max_concurrency_in_timeout(served_shape(plan), Payload(1024, 128))
+
+
+def test_total_tokens_auto_halves_the_kv_cache_when_it_cannot_hold_two_full_contexts() -> None:
+    # Llama 3.1 8B has a 131072-token context; one A10G holds ~30k KV tokens after the weights.
+    plan = resolve("max-throughput", "meta-llama/Llama-3.1-8B", "ml.g5.2xlarge")
+    kv = shape_of(plan).kv_capacity_tokens
+    assert kv < 2 * 131072
+    assert env_int(plan, "MAX_TOTAL_TOKENS") == kv // 2 // 256 * 256
+    assert env_int(plan, "MAX_INPUT_TOKENS") == env_int(plan, "MAX_TOTAL_TOKENS") - 256
+    # TGI 3 chunks the longer prompts: the prefill budget stays at its 4096 default.
+    assert env_int(plan, "MAX_BATCH_PREFILL_TOKENS") == 4096
 
 
 # ---------------------------------------------------------------- min-cost
@@ -225,13 +265,12 @@ def test_autoscale_starts_two_instances_and_tracks_the_knee_between_two_and_four
     assert (s.scale_in_cooldown_s, s.scale_out_cooldown_s) == (300, 60)
     assert s.target_value > 0
     assert env_int(plan, "MAX_CONCURRENT_REQUESTS") == admission_limit(plan)
-    # Target: invocations per instance per minute at the planner's knee of one instance's curve.
+    # Target: concurrent requests per instance at the planner's knee of one instance's curve.
     limit = env_int(plan, "MAX_CONCURRENT_REQUESTS")
-    shape = replace(shape_of(plan), max_concurrent_requests=limit,
-                    max_batch_total_tokens=env_int(plan, "MAX_BATCH_TOTAL_TOKENS"))
+    shape = replace(served_shape(plan), max_concurrent_requests=limit)
     knee = predict(shape, PAYLOAD, tuple(2**i for i in range(13) if 2**i <= limit)).knee
     assert knee is not None
-    assert s.target_value == max(1, round(knee.requests_per_s * 60))
+    assert s.target_value == knee.concurrency
 
 
 # ---------------------------------------------------------------- containers and regions
@@ -261,22 +300,27 @@ def test_malformed_region_is_refused_before_anything_is_designed() -> None:
                                   "eu-west-1")]
 
 
-def test_lmi_container_uses_djl_inference_image_and_option_names(write, team_dir) -> None:
+def test_lmi_container_names_the_vllm_engine_and_uses_option_names(write, team_dir) -> None:
     write("lmi.yaml", """
         name: lmi
         extends: max-throughput
-        container: lmi
+        container: {kind: lmi}
         """)
     plan = resolve("lmi", LLAMA2_7B, "ml.g5.12xlarge", profiles_dir=team_dir)
     env = plan.environment
-    assert plan.container == "lmi"
-    assert re.match(r"^\d{12}\.dkr\.ecr\.us-east-1\.amazonaws\.com/djl-inference:\S+$", plan.primary.image_uri)
-    assert "MAX_INPUT_TOKENS" not in env and "SM_NUM_GPUS" not in env
+    assert (plan.container, plan.container_version) == ("lmi", "0.35.0")
+    assert plan.primary.image_uri == ("763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:"
+                                      "0.35.0-lmi17.0.0-cu128")
     tgi = resolve("max-throughput", LLAMA2_7B, "ml.g5.12xlarge").environment
     assert env == {
         "HF_MODEL_ID": LLAMA2_7B,
+        # The engine, chosen explicitly: vLLM through LMI's async OpenAI service.
+        "OPTION_ENTRYPOINT": "djl_python.lmi_vllm.vllm_async_service",
+        "OPTION_ASYNC_MODE": "true",
+        "OPTION_ROLLING_BATCH": "disable",
         "OPTION_TENSOR_PARALLEL_DEGREE": tgi["SM_NUM_GPUS"],
         "OPTION_MAX_MODEL_LEN": tgi["MAX_TOTAL_TOKENS"],
+        # LMI queues rather than refusing: the admission limit becomes the running batch.
         "OPTION_MAX_ROLLING_BATCH_SIZE": tgi["MAX_CONCURRENT_REQUESTS"],
         "OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS": tgi["MAX_BATCH_PREFILL_TOKENS"],
     }
@@ -292,7 +336,6 @@ def test_quantization_is_passed_to_tgi(write, team_dir) -> None:
     plan = resolve("q", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir)
     assert plan.environment["HF_MODEL_QUANTIZE"] == "gptq"
     assert plan.primary.quantization == "gptq"
-    assert env_int(plan, "MAX_BATCH_TOTAL_TOKENS") == shape_of(plan).kv_capacity_tokens
 
 
 def test_team_tags_are_added_to_the_sagellm_tags(write, team_dir) -> None:
@@ -313,3 +356,24 @@ def test_plan_is_frozen() -> None:
     plan = resolve("min-latency", LLAMA2_7B, "ml.g5.2xlarge")
     with pytest.raises(ValidationError):
         plan.instance_type = "ml.p5.48xlarge"  # type: ignore[misc]
+
+
+def test_autoscaled_copies_beyond_one_instance_get_instance_bounds(write, team_dir) -> None:
+    # 1..8 copies of Llama 2 13B at TP 2 on an 8-GPU p4d: the eighth copy needs a second instance.
+    write("grow.yaml", """
+        name: grow
+        extends: replicas
+        instance_type: ml.p4d.24xlarge
+        serving:
+          tensor_parallel: 2
+        components:
+          copies: 1
+        autoscaling:
+          min_capacity: 1
+          max_capacity: 8
+        """)
+    plan = resolve("grow", LLAMA2_13B, profiles_dir=team_dir)
+    assert plan.instance_scaling is not None
+    assert (plan.instance_scaling.min_instance_count, plan.instance_scaling.max_instance_count) == (1, 2)
+    # Copies that fit the starting instance need no bounds.
+    assert resolve("replicas", LLAMA2_13B, "ml.p4d.24xlarge").instance_scaling is None

@@ -39,8 +39,9 @@ def test_unknown_model_is_accepted_with_inline_architecture(write, team_dir: Pat
     assert plan.primary.model_id == "acme/custom-7b"
     assert plan.environment["HF_MODEL_ID"] == "acme/custom-7b"
     assert plan.environment["SM_NUM_GPUS"] == "4"
-    kv = Shape(CUSTOM, find_instance("ml.g5.12xlarge"), 4).kv_capacity_tokens
-    assert plan.environment["MAX_BATCH_TOTAL_TOKENS"] == str(kv)
+    # The caps follow the architecture's own 8192-token context (the KV cache holds two such sequences).
+    assert 2 * 8192 <= Shape(CUSTOM, find_instance("ml.g5.12xlarge"), 4).kv_capacity_tokens
+    assert plan.environment["MAX_TOTAL_TOKENS"] == "8192"
     assert plan.tags["sagellm:model"] == "acme/custom-7b"
 
 
@@ -50,7 +51,7 @@ def test_inline_architecture_context_limits_total_tokens(write, team_dir: Path) 
     with pytest.raises(InputError) as exc:
         resolve("custom", "acme/custom-7b", "ml.p4d.24xlarge", profiles_dir=team_dir)
     assert (f"{path}:4: serving.max_total_tokens: 9000 exceeds the 8192-token context of acme/custom-7b; lower "
-            "max_total_tokens or the payload") in exc.value.messages
+            "max_total_tokens or use auto") in exc.value.messages
 
 
 def test_inline_architecture_missing_a_fact_is_reported(write, team_dir: Path) -> None:
@@ -65,8 +66,7 @@ def test_unknown_model_is_accepted_from_the_local_models_file(write, team_dir: P
     write("models.yaml", "acme/custom-7b:" + ARCH)
     plan = resolve("max-throughput", "acme/custom-7b", "ml.g5.12xlarge", profiles_dir=team_dir)
     assert plan.primary.model_id == "acme/custom-7b"
-    kv = Shape(CUSTOM, find_instance("ml.g5.12xlarge"), 4).kv_capacity_tokens
-    assert plan.environment["MAX_BATCH_TOTAL_TOKENS"] == str(kv)
+    assert plan.environment["MAX_TOTAL_TOKENS"] == "8192"
 
 
 def test_local_models_file_from_the_default_profiles_folder(tmp_path: Path, monkeypatch) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from profile_helpers import LLAMA2_7B, shape_of
+from profile_helpers import LLAMA2_7B
 
 from sagellm.errors import InputError
 from sagellm.profiles import resolve
@@ -24,10 +24,10 @@ def test_team_profile_pins_admission_and_instance_and_inherits_the_rest(write, t
     env = plan.environment
     assert plan.instance_type == "ml.g5.12xlarge"
     assert env["MAX_CONCURRENT_REQUESTS"] == "8"
-    # Inherited from max-throughput: all GPUs, payload 256/256 token caps, KV budget from the planner.
+    # Inherited from max-throughput: all GPUs, token caps from the model's context, the pinned TGI.
     assert env["SM_NUM_GPUS"] == "4"
-    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("256", "512")
-    assert env["MAX_BATCH_TOTAL_TOKENS"] == str(shape_of(plan).kv_capacity_tokens)
+    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("3840", "4096")
+    assert plan.container_version == "3.3.6"
     assert (plan.input_tokens, plan.output_tokens) == (256, 256)
     assert plan.profile == "team" and plan.tags["sagellm:profile"] == "team"
 
@@ -48,7 +48,7 @@ def test_nested_serving_sections_deep_merge_along_the_chain(write, team_dir: Pat
         serving:
           max_input_tokens: 512
           environment:
-            A: "1"
+            MAX_WAITING_TOKENS: "30"
         """)
     write("child.yaml", """
         name: child
@@ -56,16 +56,16 @@ def test_nested_serving_sections_deep_merge_along_the_chain(write, team_dir: Pat
         serving:
           max_total_tokens: 1024
           environment:
-            B: "2"
+            CUDA_GRAPHS: "1,2,4"
         """)
     profile = load_profile("child", all_sources(team_dir))
     s = profile.serving
-    assert (s.max_input_tokens, s.max_total_tokens, s.max_concurrent_requests) == (512, 1024, 1)
-    assert s.environment == {"A": "1", "B": "2"}
+    assert (s.max_input_tokens, s.max_total_tokens, s.max_batch_size) == (512, 1024, 1)
+    assert s.environment == {"MAX_WAITING_TOKENS": "30", "CUDA_GRAPHS": "1,2,4"}
     assert profile.extends == "base"
     env = resolve("child", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir).environment
-    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"], env["MAX_CONCURRENT_REQUESTS"]) == ("512", "1024", "1")
-    assert (env["A"], env["B"]) == ("1", "2")
+    assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"], env["MAX_BATCH_SIZE"]) == ("512", "1024", "1")
+    assert (env["MAX_WAITING_TOKENS"], env["CUDA_GRAPHS"]) == ("30", "1,2,4")
 
 
 def test_extending_an_unknown_profile_names_the_file_line_and_close_matches(write, team_dir: Path) -> None:

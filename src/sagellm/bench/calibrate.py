@@ -28,8 +28,8 @@ class _Run:
     @property
     def key(self) -> tuple[str, str, str, str | None]:
         """Model × instance type × container (kind, version): what one calibration file covers."""
-        p = self.design.profile
-        return self.design.copies[0].model.hf_id, self.design.instance.instance_type, p.container, p.container_version
+        d = self.design
+        return d.copies[0].model.hf_id, d.instance.instance_type, d.container, d.container_version
 
 
 def _results_path(run: Path) -> Path:

@@ -174,7 +174,7 @@ class StreamState:
 
 
 class SseLines:
-    """Splits a byte stream into SSE `data:` payloads; a line may arrive split across any chunks.
+    """Splits a byte stream into SSE `data:` payloads (or JSON lines); a line may arrive split across chunks.
 
     Each `data:` line is dispatched as soon as it is complete (the servers spoken to here send one-line
     JSON data fields), so a token is timed when its line arrives, not when the blank line after it does.
@@ -194,6 +194,8 @@ class SseLines:
         for line in lines:
             if line.startswith(b"data:"):
                 out.append(line[5:].strip())
+            elif line.startswith(b"{"):  # LMI streams JSON lines (application/jsonlines), not SSE
+                out.append(line.strip())
         return out
 
     @property

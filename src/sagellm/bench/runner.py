@@ -33,6 +33,7 @@ from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
+from sagellm.profiles.tokens import gated_without_secret, token_errors
 from sagellm.results import sweep
 from sagellm.results.gate import gate, read_gate, sweep_levels
 from sagellm.results.report import writable_folder_errors, write_report
@@ -80,6 +81,7 @@ class BenchOptions:
     keep: bool = False
     region: str = "us-east-1"
     profiles_dir: Path | None = None
+    hf_token_secret: str | None = None  # Secrets Manager name or ARN (overrides the profile's)
     time_scale: float = 1.0
     slo_ms_per_token: float | None = None
     command: str = ""
@@ -130,6 +132,8 @@ def _check(opts: BenchOptions) -> None:
         errors.append("--profile/--model: give both to label and predict the run, or neither (no prediction)")
     errors += sweep_problems(concurrency=opts.concurrency, request_rate=opts.request_rate,
                              arrivals=opts.arrivals, max_in_flight=opts.max_in_flight, repeats=opts.repeats)
+    if opts.hf_token_secret is not None:
+        errors.extend(token_errors({"hf_token_secret": opts.hf_token_secret}, lambda loc: "--hf-token-secret"))
     errors.extend(writable_folder_errors(opts.out, "--out"))
     if errors:
         raise InputError(errors)
@@ -198,15 +202,19 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     watch = watch or Watch(say=say)
     say = watch.say
     _check(opts)
-    if opts.target == "http":
-        check_reachable(opts.url or "")  # a closed port is one line, before anything is planned or written
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
     design, workload = _design(opts)
-    plan = to_plan(design) if design else None
+    plan = to_plan(design, opts.hf_token_secret) if design else None
+    if plan is not None and opts.target == "sagemaker":  # a gated model without a token fails after a paid start
+        missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
+        if missing:
+            raise InputError([m.replace("pass -c hf_token_secret=", "pass --hf-token-secret ") for m in missing])
     started = datetime.now(UTC)
     run = _run(opts, plan, workload, started)
     thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, sweep_levels(run),
                                      allow_incomparable=opts.allow_incomparable)
+    if opts.target == "http":
+        check_reachable(opts.url or "")  # a closed port is one line, before anything is written
     out = opts.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)

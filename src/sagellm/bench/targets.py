@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 # Beyond the container's own start-up and download timeouts: instance provisioning and CloudFormation.
 DEPLOY_MARGIN_S = 15 * 60
+# The local AWS's stand-in for an account's Hugging Face token secret (gated models need one at synth).
+LOCAL_TOKEN_SECRET = "sagellm/local/hf-token"
 
 
 class Target(Protocol):
@@ -59,18 +61,26 @@ def cdk_context(plan: DeploymentPlan, model: str, profiles_dir: Path | None) -> 
         "input_tokens": str(plan.input_tokens),
         "output_tokens": str(plan.output_tokens),
         "profiles_dir": str(profiles_dir.resolve()) if profiles_dir else None,
+        "hf_token_secret": plan.hf_token_secret,
     }
+
+
+def _components(plan: DeploymentPlan, outputs: dict[str, str]) -> dict[str, str]:
+    """Each model's inference component name (plan model name → deployed name) from the stack outputs."""
+    if plan.endpoint_kind != "inference-component":
+        return {}
+    names = {}
+    for model in plan.models:
+        key = component_output(model.name)
+        if key not in outputs:
+            raise TargetError(f"stack outputs carry no {key} for model {model.name!r}: {', '.join(outputs)}")
+        names[model.name] = outputs[key]
+    return names
 
 
 def _component(plan: DeploymentPlan, outputs: dict[str, str]) -> str | None:
     """The inference component to invoke (the plan's first model) from the stack outputs."""
-    if plan.endpoint_kind != "inference-component":
-        return None
-    key = component_output(plan.primary.name)
-    name = outputs.get(key)
-    if name is None:
-        raise TargetError(f"stack outputs carry no {key} for model {plan.primary.name!r}: {', '.join(outputs)}")
-    return name
+    return _components(plan, outputs).get(plan.primary.name)
 
 
 class _StackTarget:
@@ -150,9 +160,14 @@ class LocalTarget(_StackTarget):
         self.aws.start()
         # A fresh moto has no bootstrap stack; create it the way a new real account gets one.
         cdk_cli.bootstrap(self._env(), log=self.out / "cdk" / "cdk-bootstrap.log")
+        if self.plan.gated_models and not self.plan.hf_token_secret:
+            # The template references the secret as it would in an account; the emulator needs no token.
+            self.aws.client("secretsmanager").create_secret(Name=LOCAL_TOKEN_SECRET, SecretString="local")
+            self.context["hf_token_secret"] = LOCAL_TOKEN_SECRET
         outputs = self._deploy_stack()
         emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
-                                                   endpoint_name=self.endpoint)
+                                                   endpoint_name=self.endpoint,
+                                                   component_names=_components(self.plan, outputs))
         emulator.start()
         return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=_component(
             self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())

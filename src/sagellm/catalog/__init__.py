@@ -10,6 +10,11 @@ from importlib import resources
 
 from sagellm.errors import InputError
 
+# Families with local NVMe instance storage (AWS "Instance store volumes"; Inf2 is EBS-only): SageMaker
+# encrypts it in hardware and refuses both KmsKeyId and VolumeSizeInGB for them (CreateEndpointConfig).
+# The catalog's families, plus GPU families outside it that a hand-built plan may name.
+NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.", "ml.p5en.",
+                 "ml.g4dn.", "ml.p3dn.", "ml.trn1.", "ml.trn1n.")
 # Bytes per weight/KV element by quantization (method.md §4); 4-bit keeps ~0.5 B plus scales.
 BYTES_PER_PARAM = {"none": 2.0, "fp8": 1.0, "eetq": 1.0, "bitsandbytes": 1.0, "gptq": 0.5, "awq": 0.5}
 
@@ -31,6 +36,7 @@ class Model:
     experts_per_token: int = 1
     alias: str | None = None
     parallel_attention: bool = False  # attention and MLP side by side: one all-reduce per layer under TP
+    gated: bool = False  # the Hub serves the weights only with a token of an account that accepted the licence
 
     @property
     def active_b(self) -> float:
@@ -72,9 +78,19 @@ class Instance:
         """Whether the accelerator is AWS Inferentia (Neuron SDK containers)."""
         return self.accelerator.startswith("Inferentia")
 
+    @property
+    def local_nvme(self) -> bool:
+        """Whether the instance brings NVMe instance storage (no KmsKeyId, no VolumeSizeInGB on SageMaker)."""
+        return has_local_nvme(self.instance_type)
+
     def price_per_h(self, region: str) -> float | None:
         """On-demand $/h in a region; falls back to us-east-1 where the region is unknown."""
         return self.usd_per_h.get(region, self.usd_per_h.get("us-east-1"))
+
+
+def has_local_nvme(instance_type: str) -> bool:
+    """Whether an instance type (in the catalog or not) brings NVMe instance storage."""
+    return instance_type.startswith(NVME_FAMILIES)
 
 
 def _rows(name: str) -> list[dict[str, str]]:
@@ -101,6 +117,7 @@ def models() -> dict[str, Model]:
             n_experts=int(r["n_experts"]),
             experts_per_token=int(r["experts_per_token"]),
             parallel_attention=r["parallel_attention"] == "true",
+            gated=r["gated"] == "true",
         )
     return out
 

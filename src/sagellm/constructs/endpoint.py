@@ -37,6 +37,12 @@ def endpoint_config(
         ),
         model_data_download_timeout_in_seconds=plan.model_data_download_timeout_s if instance_based else None,
         volume_size_in_gb=plan.volume_size_gb,
+        # Inference components beyond what the starting instances hold: SageMaker adds instances for them.
+        managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
+            status="ENABLED",
+            min_instance_count=plan.instance_scaling.min_instance_count,
+            max_instance_count=plan.instance_scaling.max_instance_count,
+        ) if plan.instance_scaling is not None else None,
     )
     config_vpc = None
     if vpc_config is not None and not instance_based:

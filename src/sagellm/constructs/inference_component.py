@@ -14,19 +14,22 @@ MAX_NAME_LENGTH = 63
 
 
 def component_name(scope: Construct, model_name: str) -> str:
-    """`<stack name>-<model name>`, shortened with a hash to SageMaker's 63 characters.
+    """`<stack name>-<model name>-<6 hex of the construct path>`, within SageMaker's 63 characters.
 
     CfnInferenceComponent exposes only its ARN, so the name is set here to be known for outputs and
-    scaling; the stack name keeps it unique per account and region.
+    scaling. The stack name keeps it unique per account and region, the construct path per stack: two
+    endpoints serving the same model in one stack get different names.
     """
     stack_name = Stack.of(scope).stack_name
+    path = hashlib.sha256(scope.node.path.encode()).hexdigest()[:6]
     if Token.is_unresolved(stack_name):
-        return f"{stack_name}-{model_name}"
+        return f"{stack_name}-{model_name}-{path}"
     name = f"{stack_name}-{model_name}"
-    if len(name) <= MAX_NAME_LENGTH:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[: MAX_NAME_LENGTH - 9].rstrip('-')}-{digest}"
+    room = MAX_NAME_LENGTH - len(path) - 1
+    if len(name) > room:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = f"{name[: room - 9].rstrip('-')}-{digest}"
+    return f"{name}-{path}"
 
 
 def inference_component(

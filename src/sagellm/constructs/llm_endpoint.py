@@ -13,6 +13,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from sagellm.catalog import has_local_nvme, instances
 from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
 from sagellm.constructs.inference_component import component_name, inference_component
 from sagellm.constructs.model import container_model
@@ -20,17 +21,15 @@ from sagellm.constructs.role import ecr_repository_arn, execution_role
 from sagellm.constructs.scaling import (
     COMPONENT_COPIES,
     CONCURRENT_REQUESTS_PER_COPY,
-    INVOCATIONS_PER_INSTANCE,
+    CONCURRENT_REQUESTS_PER_MODEL,
     VARIANT_INSTANCES,
     Scaling,
 )
 from sagellm.errors import InputError
-from sagellm.profiles.plan import DeploymentPlan, pascal
+from sagellm.profiles.plan import DeploymentPlan, instances_for, pascal
 from sagellm.profiles.schema import TIMEOUT_RANGE_S, VOLUME_RANGE_GB  # SageMaker's accepted ranges
+from sagellm.profiles.tokens import gated_without_secret, token_errors
 
-# A Hugging Face access token: `hf_` then a long run of letters.
-HF_TOKEN_PATTERN = re.compile(r"hf_[A-Za-z]{20,}")
-TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 _COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 
@@ -67,14 +66,23 @@ class LlmEndpoint(Construct):
         super().__init__(scope, id)
         self.plan = plan
         self._validate(
-            vpc=vpc, subnets=subnets, security_groups=security_groups, network_isolation=network_isolation
+            vpc=vpc,
+            subnets=subnets,
+            security_groups=security_groups,
+            network_isolation=network_isolation,
+            kms_key=kms_key,
+            hf_token_secret=hf_token_secret,
         )
         for key, value in plan.tags.items():
             Tags.of(self).add(key, value)
 
         own_role = role is None
         self.role: iam.IRole = role or execution_role(
-            self, "Role", image_uris=[m.image_uri for m in plan.models], kms_key=kms_key
+            self,
+            "Role",
+            image_uris=[m.image_uri for m in plan.models],
+            kms_key=kms_key,
+            inference_components=plan.endpoint_kind == "inference-component",
         )
         hf_token = _hf_token(hf_token_secret, plan.hf_token_secret)
         vpc_config = self._vpc_config(vpc, subnets, security_groups)
@@ -126,7 +134,7 @@ class LlmEndpoint(Construct):
                     "Scaling",
                     resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}",
                     dimension=VARIANT_INSTANCES,
-                    metric=INVOCATIONS_PER_INSTANCE,
+                    metric=CONCURRENT_REQUESTS_PER_MODEL,
                     scaling=plan.scaling,
                 )
             return
@@ -192,8 +200,13 @@ class LlmEndpoint(Construct):
         subnets: ec2.SubnetSelection | None,
         security_groups: Sequence[ec2.ISecurityGroup] | None,
         network_isolation: bool,
+        kms_key: kms.IKey | None,
+        hf_token_secret: secretsmanager.ISecret | None,
     ) -> None:
-        """Raise InputError with every problem of the plan and arguments; warn through Annotations."""
+        """Raise InputError with every problem of the plan and arguments; warn through Annotations.
+
+        Checks what CloudFormation accepts but SageMaker refuses or ignores, so a deploy cannot fail late.
+        """
         plan = self.plan
         errors: list[str] = []
 
@@ -218,16 +231,6 @@ class LlmEndpoint(Construct):
                     f"{where}.image_uri: {m.image_uri!r} is not an ECR image URI "
                     "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)"
                 )
-            for key, value in m.environment.items():
-                if key in TOKEN_VARIABLES:
-                    errors.append(
-                        f"{where}.environment.{key}: a token never goes in the environment; "
-                        "name a Secrets Manager secret in hf_token_secret"
-                    )
-                elif not Token.is_unresolved(value) and HF_TOKEN_PATTERN.search(value):
-                    errors.append(
-                        f"{where}.environment.{key}: looks like a Hugging Face token; use hf_token_secret"
-                    )
             if instance_based and (m.compute is not None or m.copy_count != 1):
                 warn(
                     "IgnoredComponentSettings",
@@ -241,6 +244,22 @@ class LlmEndpoint(Construct):
                 if not _COMPONENT_NAME.match(m.name):
                     errors.append(f"{where}.name: {m.name!r} must be letters, digits and single hyphens")
 
+        # The one token check of the project, on everything the plan would write into the template.
+        written = {"hf_token_secret": plan.hf_token_secret, "models": [m.model_dump() for m in plan.models]}
+        errors.extend(token_errors(written, _plan_path))
+        has_secret = hf_token_secret is not None or bool(plan.hf_token_secret)
+        errors.extend(gated_without_secret(plan.gated_models, has_secret))
+        if kms_key is not None and has_local_nvme(plan.instance_type):
+            errors.append(
+                f"kms_key: {plan.instance_type} has NVMe instance storage, which SageMaker encrypts in hardware, "
+                "and CreateEndpointConfig refuses a KmsKeyId for it; drop kms_key (the storage is encrypted "
+                "already) or use an instance type without instance storage"
+            )
+        if plan.volume_size_gb is not None and has_local_nvme(plan.instance_type):
+            errors.append(
+                f"plan.volume_size_gb: {plan.instance_type} brings its own NVMe storage and SageMaker refuses "
+                "VolumeSizeInGB for it; leave volume_size_gb unset"
+            )
         if plan.initial_instance_count < 1:
             errors.append(f"plan.initial_instance_count: {plan.initial_instance_count} must be at least 1")
         low, high = TIMEOUT_RANGE_S
@@ -271,10 +290,9 @@ class LlmEndpoint(Construct):
                 instance_based
                 and not scaling.min_capacity <= plan.initial_instance_count <= scaling.max_capacity
             ):
-                warn(
-                    "InitialCountOutsideScaling",
-                    f"plan.initial_instance_count {plan.initial_instance_count} is outside scaling "
-                    f"{scaling.min_capacity}..{scaling.max_capacity}; Auto Scaling will move it",
+                errors.append(
+                    f"plan.initial_instance_count: {plan.initial_instance_count} lies outside the scaling bounds "
+                    f"{scaling.min_capacity}..{scaling.max_capacity}; start within them"
                 )
             if not instance_based and scaling.min_capacity == 0:
                 warn(
@@ -283,6 +301,7 @@ class LlmEndpoint(Construct):
                     "add a step-scaling policy on NoCapacityInvocationFailures",
                 )
 
+        errors.extend(_placement_errors(plan))
         if vpc is None and (subnets is not None or security_groups):
             errors.append("subnets/security_groups: given without a vpc")
         if network_isolation:
@@ -294,6 +313,46 @@ class LlmEndpoint(Construct):
 
         if errors:
             raise InputError([f"{self.node.path}: {message}" for message in errors])
+
+
+def _plan_path(loc: tuple[str, ...]) -> str:
+    """("models", "0", "environment") → "plan.models[0].environment"."""
+    return "plan" + "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in loc)
+
+
+def _placement_errors(plan: DeploymentPlan) -> list[str]:
+    """Inference-component copies that SageMaker could never place, and instance bounds that contradict."""
+    bounds = plan.instance_scaling
+    if plan.endpoint_kind == "instance":
+        return ["plan.instance_scaling: only inference-component endpoints scale instances for copies"] if bounds else []
+    errors = []
+    if bounds is not None and not bounds.min_instance_count <= plan.initial_instance_count <= bounds.max_instance_count:
+        errors.append(
+            f"plan.instance_scaling: {bounds.min_instance_count}..{bounds.max_instance_count} instances must include "
+            f"initial_instance_count ({plan.initial_instance_count})"
+        )
+    instance = instances().get(plan.instance_type)
+    placed = [(m.compute, m.copy_count) for m in plan.models if m.compute is not None]
+    if instance is None or len(placed) != len(plan.models):
+        return errors  # an instance type outside the catalog: its capacity is unknown here
+    start = instances_for(placed, instance)
+    if start == 0 or start > plan.initial_instance_count:
+        errors.append(
+            f"plan.models: the starting copies need {start or 'more than any'} × {plan.instance_type} "
+            f"but the endpoint starts with {plan.initial_instance_count}; raise initial_instance_count or lower "
+            "copy_count or the per-copy compute"
+        )
+    if plan.scaling is not None:
+        most = instances_for([(c, max(n, plan.scaling.max_capacity)) for c, n in placed], instance)
+        allowed = bounds.max_instance_count if bounds is not None else plan.initial_instance_count
+        if most > allowed:
+            errors.append(
+                f"plan.scaling.max_capacity: {plan.scaling.max_capacity} copies per component need {most} × "
+                f"{plan.instance_type}, but the endpoint may only have {allowed}: the extra copies could never "
+                f"be placed; set instance_scaling (ManagedInstanceScaling) to at most {most} instances or lower "
+                "max_capacity"
+            )
+    return errors
 
 
 def _hf_token(secret: secretsmanager.ISecret | None, name_or_arn: str | None) -> SecretValue | None:

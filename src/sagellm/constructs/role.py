@@ -16,6 +16,8 @@ _ECR_URI = re.compile(
 # SageMaker's own metric namespaces; PutMetricData has no resource-level permissions, so the
 # namespace condition is the only way to narrow it.
 METRIC_NAMESPACES = ["/aws/sagemaker/Endpoints", "/aws/sagemaker/InferenceComponents"]
+# Log groups SageMaker writes a container's logs to: the endpoint's, and an inference component's own.
+LOG_PREFIXES = ("/aws/sagemaker/Endpoints", "/aws/sagemaker/InferenceComponents")
 
 
 def ecr_repository_arn(image_uri: str) -> str | None:
@@ -27,8 +29,13 @@ def ecr_repository_arn(image_uri: str) -> str | None:
     return f"arn:{partition}:ecr:{match['region']}:{match['account']}:repository/{match['repo']}"
 
 
-def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key: kms.IKey | None) -> iam.Role:
-    """A least-privilege SageMaker execution role for the given images (and key, when given)."""
+def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key: kms.IKey | None,
+                   inference_components: bool = False) -> iam.Role:
+    """A least-privilege SageMaker execution role for the given images (and key, when given).
+
+    An inference component's container logs to `/aws/sagemaker/InferenceComponents/<component name>`, not
+    to the endpoint's log group: those endpoints get that prefix too.
+    """
     stack = Stack.of(scope)
     role = iam.Role(
         scope,
@@ -47,12 +54,12 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
     role.add_to_principal_policy(
         iam.PolicyStatement(sid="RegistryLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"])
     )
-    log_groups = stack.format_arn(
-        service="logs",
-        resource="log-group",
-        resource_name="/aws/sagemaker/Endpoints/*",
-        arn_format=ArnFormat.COLON_RESOURCE_NAME,
-    )
+    prefixes = LOG_PREFIXES if inference_components else LOG_PREFIXES[:1]
+    log_groups = [
+        stack.format_arn(service="logs", resource="log-group", resource_name=f"{prefix}/*",
+                         arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        for prefix in prefixes
+    ]
     role.add_to_principal_policy(
         iam.PolicyStatement(
             sid="WriteEndpointLogs",
@@ -62,7 +69,7 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
                 "logs:DescribeLogStreams",
                 "logs:PutLogEvents",
             ],
-            resources=[log_groups],
+            resources=log_groups,
         )
     )
     role.add_to_principal_policy(
@@ -85,12 +92,16 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
             "ecr:GetAuthorizationToken and cloudwatch:PutMetricData support no resource-level permissions; "
             "PutMetricData is narrowed by a cloudwatch:namespace condition instead.",
         ),
-        iam_acknowledgment(
-            f"Resource::arn:<AWS::Partition>:logs:{_nag_label(stack.region, 'AWS::Region')}:"
-            f"{_nag_label(stack.account, 'AWS::AccountId')}:log-group:/aws/sagemaker/Endpoints/*",
-            "SageMaker names the endpoint's log group after the endpoint, whose name CloudFormation generates "
-            "after this role exists (naming it here would be a circular dependency); scoped to this "
-            "account, region and the SageMaker endpoint log-group prefix.",
+        *(
+            iam_acknowledgment(
+                f"Resource::arn:{_nag_label(stack.partition, 'AWS::Partition')}:logs:"
+                f"{_nag_label(stack.region, 'AWS::Region')}:"
+                f"{_nag_label(stack.account, 'AWS::AccountId')}:log-group:{prefix}/*",
+                "SageMaker names the log group after the endpoint or inference component, whose name exists "
+                "only after this role (naming it here would be a circular dependency); scoped to this account, "
+                "region and SageMaker's log-group prefix.",
+            )
+            for prefix in prefixes
         ),
     )
     return role

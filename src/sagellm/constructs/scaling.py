@@ -9,7 +9,10 @@ from sagellm.profiles.plan import ScalingPlan
 
 VARIANT_INSTANCES = "sagemaker:variant:DesiredInstanceCount"
 COMPONENT_COPIES = "sagemaker:inference-component:DesiredCopyCount"
-INVOCATIONS_PER_INSTANCE = "SageMakerVariantInvocationsPerInstance"
+# Concurrent requests per model container, sampled every 10 s and including those queued in the container
+# (for streamed replies, until the last token): the signal for long generations. Invocations per minute
+# count a two-minute stream once.
+CONCURRENT_REQUESTS_PER_MODEL = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
 CONCURRENT_REQUESTS_PER_COPY = "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"
 
 

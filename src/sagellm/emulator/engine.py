@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from sagellm.catalog import find_instance
 from sagellm.errors import InputError
 from sagellm.planner import Shape, StepModel
+from sagellm.profiles.containers import generation
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
 _MAX_DEBT_S = 0.05  # real seconds an engine may run behind its schedule before it stops catching up
@@ -50,18 +51,18 @@ class Cancelled(Exception):
 
 @dataclass(frozen=True)
 class Limits:
-    """A copy's serving limits, read from the container environment (TGI or LMI names)."""
+    """A copy's serving limits, as the pinned server reads its environment (docs/containers.md)."""
 
     max_input_tokens: int
     max_total_tokens: int
     max_batch_prefill_tokens: int
-    max_batch_total_tokens: int  # KV budget; each sequence reserves input + max_new_tokens
+    max_batch_total_tokens: int  # KV budget: what is free after warm-up; each sequence reserves input + max_new
     max_concurrent_requests: int | None  # TGI rejects above it (429); None: never rejects (LMI queues)
-    max_batch_size: int | None  # running sequences (LMI's rolling batch size); None: KV budget only
+    max_batch_size: int | None  # running sequences; None: the KV budget alone decides
 
     @classmethod
-    def from_environment(cls, container: str, env: dict[str, str], shape: Shape) -> Limits:
-        """TGI (method.md §2) or LMI limits, with the servers' defaults where a variable is unset."""
+    def from_environment(cls, container: str, version: str | None, env: dict[str, str], shape: Shape) -> Limits:
+        """TGI or LMI limits, with that server generation's defaults where a variable is unset."""
         def num(name: str, default: int) -> int:
             value = env.get(name)
             if value is None:
@@ -72,23 +73,32 @@ class Limits:
                 raise InputError(f"environment: {name}: {value!r} is not an integer") from None
 
         context = shape.model.max_context
+        # Every generation sagellm models sizes the KV cache from the memory free after warm-up
+        # (TGI ignores MAX_BATCH_TOTAL_TOKENS for flash-attention models).
         kv = shape.kv_capacity_tokens
-        if container == "lmi":
+        gen = generation(container, version)
+        if gen == "lmi":
             total = num("OPTION_MAX_MODEL_LEN", context)
+            # LMI's default rolling batch in async mode is 32 sequences (LmiConfigRecommender).
             return cls(max_input_tokens=total - 1, max_total_tokens=total,
                        max_batch_prefill_tokens=num("OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS", total),
                        max_batch_total_tokens=kv, max_concurrent_requests=None,
-                       max_batch_size=num("OPTION_MAX_ROLLING_BATCH_SIZE", 256))
-        total = num("MAX_TOTAL_TOKENS", context)
+                       max_batch_size=num("OPTION_MAX_ROLLING_BATCH_SIZE", 32))
+        # TGI 3 warm-up: max_total_tokens = min(KV cache, context); input = total - 1.
+        total = num("MAX_TOTAL_TOKENS", min(kv, context) if gen == "tgi3" else context)
         max_input = num("MAX_INPUT_TOKENS", num("MAX_INPUT_LENGTH", total - 1))
+        chunking = gen == "tgi3" and env.get("PREFILL_CHUNKING", "1").lower() in ("1", "true")
+        batch_size = num("MAX_BATCH_SIZE", 0) or None
+        # Launcher defaults: TGI 3 4096 within the context; TGI 2 max_input_tokens + 50 (× batch size if set).
+        prefill = min(4096, context) if gen == "tgi3" else max_input * batch_size if batch_size else max_input + 50
         return cls(
             max_input_tokens=max_input,
             max_total_tokens=total,
-            max_batch_prefill_tokens=num("MAX_BATCH_PREFILL_TOKENS", max_input + 50),
-            # TGI infers the KV budget from free memory at warm-up when it is not given.
-            max_batch_total_tokens=num("MAX_BATCH_TOTAL_TOKENS", kv),
+            max_batch_prefill_tokens=num("MAX_BATCH_PREFILL_TOKENS", prefill),
+            max_batch_total_tokens=kv,
             max_concurrent_requests=num("MAX_CONCURRENT_REQUESTS", 128),
-            max_batch_size=None,
+            # The router ignores MAX_BATCH_SIZE while it chunks prefills (backends/v3/src/backend.rs).
+            max_batch_size=None if chunking else batch_size,
         )
 
 
@@ -301,7 +311,8 @@ class ModelServer:
         shape = Shape(model=deployment.model(),
                       instance=find_instance(plan.instance_type), tp_degree=deployment.tp_degree,
                       quantization=deployment.quantization)
-        self.limits = Limits.from_environment(plan.container, deployment.environment, shape)
+        self.limits = Limits.from_environment(plan.container, plan.container_version, deployment.environment,
+                                              shape)
         if self.limits.max_batch_total_tokens <= 0:
             raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
                              f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")

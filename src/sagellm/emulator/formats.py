@@ -1,4 +1,4 @@
-"""What the emulator reads and writes: the token-count rule, request bodies, TGI and OpenAI replies.
+"""What the emulator reads and writes: the token-count rule, request bodies, TGI, LMI and OpenAI replies.
 
 Token rule (no tokenizer): a prompt's token count is its number of whitespace-separated words
 (`len(text.split())`); an OpenAI prompt given as a list of token ids counts one token per id.
@@ -44,9 +44,12 @@ class Ask:
     """A parsed generation request, whatever API it came through."""
 
     input_tokens: int
-    max_new_tokens: int | None  # None: the server's default (TGI: up to MAX_TOTAL_TOKENS)
+    max_new_tokens: int | None  # None: the server's default (up to the total-token cap)
     stream: bool
-    details: bool  # TGI: include `details` (token counts, and the emulator's own timings)
+    details: bool  # TGI/LMI: include `details` (token counts, and the emulator's own timings)
+    api: str = "generate"  # generate (TGI/LMI body) | completions | chat (OpenAI bodies)
+    include_usage: bool = False  # OpenAI stream_options.include_usage: a final usage chunk
+    model: str | None = None  # OpenAI `model`
 
 
 def _invalid(message: str) -> RequestError:
@@ -61,9 +64,32 @@ def _positive_int(value: Any, name: str) -> int | None:
     return value
 
 
+def parse(raw: bytes) -> Ask:
+    """A body as TGI's and LMI's SageMaker `/invocations` take it: generate, chat or completions."""
+    body = _json_object(raw)
+    if "messages" in body:
+        return _chat(body)
+    if "prompt" in body:
+        return _completions(body)
+    return _generate(body)
+
+
 def parse_tgi(raw: bytes) -> Ask:
     """TGI's generate body: `{"inputs": str, "parameters": {"max_new_tokens", "details"}, "stream"}`."""
-    body = _json_object(raw)
+    return _generate(_json_object(raw))
+
+
+def parse_openai(raw: bytes) -> Ask:
+    """OpenAI's completions body: `{"prompt": str | [int], "max_tokens", "stream", "stream_options"}`."""
+    return _completions(_json_object(raw))
+
+
+def parse_chat(raw: bytes) -> Ask:
+    """OpenAI's chat body: `{"messages": [{"role", "content"}], "max_completion_tokens" | "max_tokens", …}`."""
+    return _chat(_json_object(raw))
+
+
+def _generate(body: dict[str, Any]) -> Ask:
     inputs = body.get("inputs")
     if not isinstance(inputs, str):
         raise _invalid("`inputs` must be a string")
@@ -78,9 +104,7 @@ def parse_tgi(raw: bytes) -> Ask:
     )
 
 
-def parse_openai(raw: bytes) -> Ask:
-    """OpenAI's completions body: `{"prompt": str | [int], "max_tokens": int, "stream": bool}`."""
-    body = _json_object(raw)
+def _completions(body: dict[str, Any]) -> Ask:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
         tokens = len(prompt)
@@ -89,9 +113,34 @@ def parse_openai(raw: bytes) -> Ask:
     else:
         raise _invalid("`prompt` must be a string or a list of token ids")
     max_tokens = _positive_int(body.get("max_tokens"), "max_tokens")
-    # OpenAI's default for completions is 16 tokens.
+    # OpenAI's (and vLLM's) default for completions is 16 tokens.
     return Ask(input_tokens=tokens, max_new_tokens=16 if max_tokens is None else max_tokens,
-               stream=bool(body.get("stream", False)), details=True)
+               stream=bool(body.get("stream", False)), details=True, api="completions",
+               include_usage=_include_usage(body), model=body.get("model"))
+
+
+def _chat(body: dict[str, Any]) -> Ask:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _invalid("`messages` must be a non-empty list")
+    tokens = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        parts = content if isinstance(content, list) else [{"text": content}]
+        for part in parts:
+            text = part.get("text") if isinstance(part, dict) else None
+            if not isinstance(text, str):
+                raise _invalid("each message needs a text `content`")
+            tokens += count_tokens(text)
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    return Ask(input_tokens=tokens, max_new_tokens=_positive_int(limit, "max_completion_tokens"),
+               stream=bool(body.get("stream", False)), details=True, api="chat",
+               include_usage=_include_usage(body), model=body.get("model"))
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
@@ -143,27 +192,71 @@ def tgi_stream_last(index: int, details: dict[str, Any] | None) -> bytes:
                 "details": details, "top_tokens": None})
 
 
-def openai_completion(request_id: str, model: str, created: int, n_tokens: int, input_tokens: int,
+def lmi_generate(n_tokens: int, details: dict[str, Any] | None) -> dict[str, Any]:
+    """LMI's `/invocations` reply: one object (TGI wraps it in a list)."""
+    out: dict[str, Any] = {"generated_text": generated_text(n_tokens)}
+    if details is not None:
+        out["details"] = {**details, "prefill": [], "tokens": [_lmi_token(i) for i in range(n_tokens)]}
+    return out
+
+
+def _lmi_token(index: int) -> dict[str, Any]:
+    return {"id": _TOKEN_ID_BASE + index % len(_WORDS), "text": token_text(index), "logprob": -0.1}
+
+
+def lmi_stream_line(index: int, details: dict[str, Any] | None = None, *, last: bool = False) -> bytes:
+    """One line of LMI's streamed reply (`application/jsonlines`); the last adds the text and `details`."""
+    line = {"index": index, "token": _lmi_token(index), "generated_text": generated_text(index + 1) if last else None,
+            "details": details if last else None}
+    return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+
+def openai_error(status: int, message: str) -> dict[str, Any]:
+    """An error as vLLM's OpenAI server sends it: `{"error": {"message", "type", "param", "code"}}`."""
+    return {"error": {"message": message, "type": _OPENAI_ERROR_TYPES.get(status, "BadRequestError"),
+                      "param": None, "code": status}}
+
+
+_OPENAI_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 413: "BadRequestError",
+                       429: "RateLimitError", 503: "ServiceUnavailableError"}
+
+
+def openai_completion(api: str, request_id: str, model: str, created: int, n_tokens: int, input_tokens: int,
                       timings: dict[str, float]) -> dict[str, Any]:
-    """OpenAI's non-streamed completion."""
-    return {"id": request_id, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": generated_text(n_tokens), "finish_reason": "length",
-                         "logprobs": None}],
-            "usage": _usage(n_tokens, input_tokens), **timings}
+    """OpenAI's non-streamed completion (`api`: completions) or chat completion (`api`: chat)."""
+    text = generated_text(n_tokens)
+    choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                               "finish_reason": "length"} if api == "chat" else
+                              {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"})
+    return {"id": request_id, "object": "chat.completion" if api == "chat" else "text_completion",
+            "created": created, "model": model, "choices": [choice], "usage": _usage(n_tokens, input_tokens),
+            **timings}
 
 
-def openai_chunk(request_id: str, model: str, created: int, index: int, *, last: bool = False,
-                 input_tokens: int = 0, timings: dict[str, float] | None = None) -> bytes:
-    """One streamed completion chunk; the last carries `finish_reason`, `usage` and the emulator's timings."""
-    data: dict[str, Any] = {
-        "id": request_id, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": 0, "text": token_text(index), "finish_reason": "length" if last else None,
-                     "logprobs": None}],
-    }
+def openai_chunk(api: str, request_id: str, model: str, created: int, index: int | None, *, last: bool = False,
+                 timings: dict[str, float] | None = None) -> bytes:
+    """One streamed chunk: token `index` (None: the chat role chunk); the last carries `finish_reason` and the
+    emulator's timings."""
+    chat = api == "chat"
+    if chat:
+        delta = {"role": "assistant", "content": ""} if index is None else {"content": token_text(index)}
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None}
+    else:
+        choice = {"index": 0, "text": token_text(index or 0), "logprobs": None}
+    choice["finish_reason"] = "length" if last else None
+    data: dict[str, Any] = {"id": request_id, "object": "chat.completion.chunk" if chat else "text_completion",
+                            "created": created, "model": model, "choices": [choice]}
     if last:
-        data["usage"] = _usage(index + 1, input_tokens)
         data.update(timings or {})
     return sse(data, space=True)
+
+
+def openai_usage_chunk(api: str, request_id: str, model: str, created: int, n_tokens: int,
+                       input_tokens: int) -> bytes:
+    """The final chunk `stream_options.include_usage` asks for: no choices, the usage."""
+    return sse({"id": request_id, "object": "chat.completion.chunk" if api == "chat" else "text_completion",
+                "created": created, "model": model, "choices": [], "usage": _usage(n_tokens, input_tokens)},
+               space=True)
 
 
 OPENAI_DONE = b"data: [DONE]\n\n"

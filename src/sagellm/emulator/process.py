@@ -8,6 +8,7 @@ The child exits by itself if its parent dies, so a killed bench leaves no server
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import selectors
 import signal
@@ -34,13 +35,15 @@ class EmulatorProcess:
     """`with EmulatorProcess(plan) as emu: emu.url` — the emulator in a child process, stopped on exit."""
 
     def __init__(self, plan: DeploymentPlan | str | os.PathLike[str], *, port: int | None = None,
-                 time_scale: float = 1.0, endpoint_name: str | None = None, host: str = "127.0.0.1",
+                 time_scale: float = 1.0, endpoint_name: str | None = None,
+                 component_names: dict[str, str] | None = None, host: str = "127.0.0.1",
                  startup_timeout_s: float = 30.0):
         self.plan = plan
         self.host = host
         self.port = port or 0  # 0: the child binds any free port and reports it
         self.time_scale = time_scale
         self.endpoint_name = endpoint_name
+        self.component_names = component_names
         self.startup_timeout_s = startup_timeout_s
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
@@ -74,6 +77,8 @@ class EmulatorProcess:
                "--parent-pid", str(os.getpid()), "--work-dir", str(tmp)]
         if self.endpoint_name:
             cmd += ["--endpoint-name", self.endpoint_name]
+        if self.component_names:
+            cmd += ["--component-names", json.dumps(self.component_names)]
         env = dict(os.environ)
         # The child must import this very sagellm, whether it is installed or only on sys.path.
         src = str(Path(sagellm.__file__).resolve().parents[1])

@@ -1,22 +1,29 @@
-"""The emulator's HTTP server: SageMaker runtime, TGI and OpenAI-compatible routes over the simulated copies.
+"""The emulator's HTTP server: SageMaker runtime, TGI/LMI and OpenAI-compatible routes over the simulated copies.
 
-Routes
-- SageMaker runtime: `POST /endpoints/{name}/invocations` and `…/invocations-response-stream`
-  (AWS event-stream: each piece of the container's reply in a `PayloadPart`). The body is TGI's generate
-  body, passed to the model as SageMaker passes it to the container's `/invocations`: `"stream": true`
-  makes the reply TGI's SSE lines. `X-Amzn-SageMaker-Inference-Component` picks the model. Container
-  errors come back as `ModelError` (HTTP 424, with `OriginalStatusCode`/`OriginalMessage`); after 60
-  simulated seconds the invocation fails with a timeout (`ModelError`, or `ModelStreamError` with
-  `ModelInvocationTimeExceeded` once the stream has started).
-- TGI: `POST /generate`, `/generate_stream`, `/invocations`; `GET /info`, `/health`, `/ping`.
-- OpenAI-compatible: `POST /v1/completions` (`stream: true` for SSE; `usage` on the last chunk).
+What a client can tell apart is what the pinned server and SageMaker do on the wire (docs/containers.md):
+- SageMaker runtime: `POST /endpoints/{name}/invocations` and `…/invocations-response-stream` (AWS
+  event-stream: each piece of the container's reply in a `PayloadPart`). An unknown endpoint name is a
+  `ValidationError`; the `X-Amzn-SageMaker-Inference-Component` header must name a component exactly
+  (required on inference-component endpoints, refused on others); a body over 6 MiB is refused with 413.
+  The body goes to the container as SageMaker passes it to `/invocations`. Container errors come back
+  as `ModelError` (HTTP 424, `OriginalStatusCode`/`OriginalMessage`); after 60 simulated seconds the
+  invocation fails with a timeout (`ModelError`, or `ModelStreamError` once the stream has started).
+- The container, TGI plans (TGI 3): `POST /generate`, `/generate_stream`, `/invocations` (generate,
+  chat or completions bodies; `"stream": true` gives SSE); `GET /info`, `/health`, `/ping`. A streamed
+  request that is refused (429, 422) is still HTTP 200, with one `data:{"error", "error_type"}` event; a body
+  over TGI's 2 MB payload limit gets 413.
+- The container, LMI plans (LMI 0.35, vLLM async): `/invocations` answers generate bodies in LMI's format —
+  one JSON object, or JSON lines (`application/jsonlines`) when streamed; errors `{"error", "code"}`.
+- OpenAI-compatible (vLLM's shapes): `POST /v1/completions`, `/v1/chat/completions` (SSE when streamed,
+  a final usage chunk with `stream_options.include_usage`), `GET /v1/models`; errors
+  `{"error": {"message", "type", "param", "code"}}`.
 - `GET /metrics`: the emulator's own event-loop lag and counters (`?reset=1` clears the lag figures).
 
 Self-reported timings (from arrival to the first and to the last token on the engine's schedule, the
 simulated clock, in wall seconds: divide by the time scale for simulated seconds; see `engine`):
 `X-Sagellm-Server-Ttft-S` / `X-Sagellm-Server-E2e-S` headers on non-streamed replies;
-`sagellm_server_ttft_s` / `sagellm_server_e2e_s` in the last stream event's `details` (TGI, when
-`details` is asked for) or at the top of the last chunk (OpenAI). Every reply carries
+`sagellm_server_ttft_s` / `sagellm_server_e2e_s` in the last stream event's `details` (TGI and LMI,
+when `details` is asked for) or at the top of the last token chunk (OpenAI). Every reply carries
 `X-Sagellm-Emulated: true` and `X-Sagellm-Time-Scale`.
 """
 
@@ -32,10 +39,11 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 
+from sagellm.catalog import models as catalog_models
 from sagellm.emulator import eventstream, formats
 from sagellm.emulator.engine import (
     Cancelled,
@@ -57,6 +65,14 @@ SERVER_TTFT_DETAIL = "sagellm_server_ttft_s"
 SERVER_E2E_DETAIL = "sagellm_server_e2e_s"
 _SSE = "text/event-stream"
 _JSON = "application/json"
+_JSONLINES = "application/jsonlines"
+# InvokeEndpoint[WithResponseStream]: the request body may hold at most 6 MiB (API reference, Body).
+SAGEMAKER_MAX_PAYLOAD = 6 * 1024 * 1024
+# text-generation-launcher --payload-limit (PAYLOAD_LIMIT) default; axum answers 413 with this text.
+TGI_PAYLOAD_LIMIT = 2_000_000
+_TGI_PAYLOAD_TEXT = "Failed to buffer the request body: length limit exceeded"
+# LMI turns a generate body without max_new_tokens into a vLLM request of 30 (request_response_utils.py).
+LMI_DEFAULT_NEW_TOKENS = 30
 _ACCOUNT = "000000000000"
 _VARIANT = "AllTraffic"
 _SHUTDOWN = "the emulator is shutting down"
@@ -81,13 +97,29 @@ def _aws_error(status: int, code: str, body: dict[str, object]) -> web.Response:
     return web.json_response(body, status=status, headers=headers)
 
 
-def _model_error(error: RequestError) -> web.Response:
+@dataclass(frozen=True)
+class _Reply:
+    """A whole container reply (an error, or a refused stream that is still HTTP 200)."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+def _model_error(reply: _Reply) -> web.Response:
     """What SageMaker answers when the container returned an error status."""
-    original = json.dumps({"error": error.message, "error_type": error.error_type})
+    original = reply.body.decode("utf-8", "replace").strip()
+    side = "client" if reply.status < 500 else "server"
     return _aws_error(424, "ModelError", {
-        "ErrorCode": "CLIENT_ERROR_FROM_MODEL",
-        "Message": f"Received client error ({error.status}) from primary with message \"{original}\".",
-        "OriginalStatusCode": error.status, "OriginalMessage": original})
+        "ErrorCode": f"{side.upper()}_ERROR_FROM_MODEL",
+        "Message": f"Received {side} error ({reply.status}) from primary with message \"{original}\".",
+        "OriginalStatusCode": reply.status, "OriginalMessage": original})
+
+
+def _too_large() -> web.Response:
+    """SageMaker's own refusal of an oversized request body (no error type: boto3 reports `(413)`)."""
+    return web.Response(status=413, text=f"HTTP content length exceeded {SAGEMAKER_MAX_PAYLOAD} bytes.",
+                        headers={"x-amzn-RequestId": str(uuid.uuid4())})
 
 
 def _timeout_error() -> web.Response:
@@ -178,7 +210,7 @@ class _Call:
 
 
 def _details(call: _Call, n_tokens: int) -> dict[str, object] | None:
-    """TGI's `details` with the emulator's timings, when the request asked for details."""
+    """TGI's (and LMI's) `details` with the emulator's timings, when the request asked for details."""
     return formats.tgi_details(n_tokens, call.ask.input_tokens, call.timings()) if call.ask.details else None
 
 
@@ -198,65 +230,54 @@ async def _token_events(call: _Call, token: Callable[[int], bytes], last: Callab
         sent = n
 
 
-def _tgi_sse(call: _Call) -> AsyncIterator[bytes]:
-    """TGI's `/generate_stream` events."""
-    return _token_events(call, formats.tgi_stream_token,
-                         lambda i: formats.tgi_stream_last(i, _details(call, i + 1)))
-
-
-async def _tgi_json(call: _Call, as_list: bool) -> AsyncIterator[bytes]:
-    """TGI's `/generate` reply (`/invocations` wraps it in a list, as TGI does for SageMaker)."""
+async def _whole(call: _Call, render: Callable[[int], object]) -> AsyncIterator[bytes]:
+    """A non-streamed reply: wait for every token, then render the body once."""
     n = await call.finish()
-    body = formats.tgi_generate(n, _details(call, n))
-    yield json.dumps([body] if as_list else body).encode()
+    yield json.dumps(render(n)).encode()
 
 
-def _tgi_reply(call: _Call, as_list: bool) -> tuple[str, AsyncIterator[bytes]]:
-    return (_SSE, _tgi_sse(call)) if call.ask.stream else (_JSON, _tgi_json(call, as_list))
+def _openai_id(api: str) -> str:
+    return f"{'chatcmpl' if api == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
 
 
 async def _openai_sse(call: _Call, model_id: str) -> AsyncIterator[bytes]:
-    """OpenAI completion chunks, then `[DONE]`."""
-    request_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-    events = _token_events(
-        call, lambda i: formats.openai_chunk(request_id, model_id, created, i),
-        lambda i: formats.openai_chunk(request_id, model_id, created, i, last=True,
-                                       input_tokens=call.ask.input_tokens, timings=call.timings()))
-    async for event in events:
+    """OpenAI stream chunks (a chat role chunk first), the usage chunk if asked for, then `[DONE]`."""
+    api, request_id, created = call.ask.api, _openai_id(call.ask.api), int(time.time())
+    if api == "chat":
+        yield formats.openai_chunk(api, request_id, model_id, created, None)
+    async for event in _token_events(
+            call, lambda i: formats.openai_chunk(api, request_id, model_id, created, i),
+            lambda i: formats.openai_chunk(api, request_id, model_id, created, i, last=True,
+                                           timings=call.timings())):
         yield event
+    if call.ask.include_usage:
+        yield formats.openai_usage_chunk(api, request_id, model_id, created, call.seq.generated,
+                                         call.ask.input_tokens)
     yield formats.OPENAI_DONE
 
 
-async def _openai_json(call: _Call, model_id: str) -> AsyncIterator[bytes]:
-    n = await call.finish()
-    body = formats.openai_completion(f"cmpl-{uuid.uuid4().hex}", model_id, int(time.time()), n,
-                                     call.ask.input_tokens, call.timings())
-    yield json.dumps(body).encode()
-
-
-@web.middleware
-async def _tgi_errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                      ) -> web.StreamResponse:
-    """Refusals as TGI sends them: `{"error": ..., "error_type": ...}` with the status."""
-    try:
-        return await handler(request)
-    except RequestError as exc:
-        return web.json_response({"error": exc.message, "error_type": exc.error_type}, status=exc.status)
-    except Cancelled:
-        return web.json_response({"error": _SHUTDOWN, "error_type": "cancelled"}, status=503)
-
-
 class Emulator:
-    """A local endpoint that behaves like `plan`: every model's copies, and the routes in front of them."""
+    """A local endpoint that behaves like `plan`: every model's copies, and the routes in front of them.
 
-    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None):
+    `endpoint_name` (default `sagellm-<profile>`) is the one name the SageMaker routes answer to;
+    `component_names` maps each plan model to its deployed inference-component name (default: the plan's
+    model names), the only names the component header may carry.
+    """
+
+    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,
+                 component_names: dict[str, str] | None = None):
         if not time_scale > 0:
             raise InputError(f"time_scale: {time_scale} must be > 0 (0.1 runs ten times faster)")
         self.plan = plan
         self.time_scale = time_scale
-        self.endpoint_name = endpoint_name  # None: answer to any endpoint name
+        self.endpoint_name = endpoint_name or f"sagellm-{plan.profile}"
         self.models = {m.name: ModelServer(plan, m, time_scale) for m in plan.models}
+        names = component_names or {m.name: m.name for m in plan.models}
+        self.component_names = {name: names.get(name, name) for name in self.models}
+        self._by_component = {deployed: self.models[name] for name, deployed in self.component_names.items()}
         self.primary = self.models[plan.models[0].name]
+        self.lmi = plan.container == "lmi"
+        self.payload_limit = int(plan.primary.environment.get("PAYLOAD_LIMIT", TGI_PAYLOAD_LIMIT))
         self.served = 0
         self._lag = _LoopLag()
         self._lag_task: asyncio.Task[None] | None = None
@@ -266,13 +287,15 @@ class Emulator:
 
     def app(self) -> web.Application:
         """The aiohttp application (engines start with `listening`)."""
-        app = web.Application(middlewares=[_tgi_errors], client_max_size=16 * 2**20)
+        app = web.Application(middlewares=[self._errors], client_max_size=16 * 2**20)
         app.router.add_post("/endpoints/{name}/invocations", self._sm_invocations)
         app.router.add_post("/endpoints/{name}/invocations-response-stream", self._sm_stream)
         app.router.add_post("/generate", self._generate)
         app.router.add_post("/generate_stream", self._generate_stream)
         app.router.add_post("/invocations", self._invocations)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models_list)
         app.router.add_get("/info", self._info)
         app.router.add_get("/health", self._ok)
         app.router.add_get("/ping", self._ok)
@@ -310,30 +333,66 @@ class Emulator:
             await runner.cleanup()
             sock.close()
 
+    # -- errors, in each API's own shape --------------------------------------------------------------
+
+    def _container_error(self, exc: RequestError) -> _Reply:
+        """The pinned server's error reply: TGI `{"error", "error_type"}`, LMI `{"error", "code"}`."""
+        if exc.status == 413 and not self.lmi:
+            return _Reply(413, "text/plain", _TGI_PAYLOAD_TEXT.encode())
+        if self.lmi:
+            status = 400 if exc.status == 422 else exc.status  # vLLM's validation errors are 400s
+            return _Reply(status, _JSON, json.dumps({"error": exc.message, "code": status}).encode())
+        return _Reply(exc.status, _JSON, json.dumps({"error": exc.message, "error_type": exc.error_type}).encode())
+
+    def _stream_refusal(self, exc: RequestError) -> _Reply:
+        """A refused stream as TGI sends it: HTTP 200 and one SSE error event (LMI refuses before streaming)."""
+        if self.lmi or exc.status == 413:
+            return self._container_error(exc)
+        return _Reply(200, _SSE, formats.sse({"error": exc.message, "error_type": exc.error_type}))
+
+    @web.middleware
+    async def _errors(self, request: web.Request,
+                      handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        """Refusals in the shape of the API that was called."""
+        openai = request.path.startswith("/v1/")
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            if openai:
+                status = {422: 400}.get(exc.status, exc.status)
+                return web.json_response(formats.openai_error(status, exc.message), status=status,
+                                         headers=self._headers)
+            reply = self._container_error(exc)
+            return web.Response(body=reply.body, status=reply.status, content_type=reply.content_type,
+                                headers=self._headers)
+        except Cancelled:
+            if openai:
+                return web.json_response(formats.openai_error(503, _SHUTDOWN), status=503)
+            return web.json_response({"error": _SHUTDOWN, "error_type": "cancelled"}, status=503)
+
     # -- routing ------------------------------------------------------------------------------------
 
-    def _component(self, name: str) -> ModelServer | None:
-        """The model an inference-component name designates: its plan name, or `<stack>-<name>`."""
-        if name in self.models:
-            return self.models[name]
-        hits = [key for key in self.models if name.endswith(f"-{key}")]
-        return self.models[max(hits, key=len)] if hits else None
-
-    def _model_for(self, request: web.Request) -> ModelServer:
-        """TGI and OpenAI routes: the component header if given, else the first model."""
+    def _model_for(self, request: web.Request, model_field: str | None = None) -> ModelServer:
+        """Container routes: the component header if given (exactly), else OpenAI's `model`, else the first model."""
         name = request.headers.get(IC_HEADER)
-        if name is None:
+        if name is not None:
+            model = self._by_component.get(name)
+            if model is None:
+                raise RequestError(400, "validation", f"unknown inference component {name!r}: "
+                                                      f"known: {', '.join(self._by_component)}")
+            return model
+        if model_field is None:
             return self.primary
-        model = self._component(name)
-        if model is None:
-            raise RequestError(400, "validation", f"unknown inference component {name!r}: "
-                                                  f"known: {', '.join(self.models)}")
-        return model
+        for key, model in self.models.items():  # served names: the model id, the plan's name, the alias
+            known = catalog_models().get(model.deployment.model_id)
+            if model_field in (key, model.deployment.model_id, known.alias if known else None):
+                return model
+        raise RequestError(404, "not_found", f"The model `{model_field}` does not exist.")
 
     def _sm_model(self, request: web.Request) -> ModelServer:
         """SageMaker routes: the endpoint name, then the inference-component header (SageMaker's order)."""
         name = request.match_info["name"]
-        if self.endpoint_name is not None and name != self.endpoint_name:
+        if name != self.endpoint_name:
             raise _AwsError(400, "ValidationError", f"Endpoint {name} of account {_ACCOUNT} not found.")
         component = request.headers.get(IC_HEADER)
         if self.plan.endpoint_kind == "inference-component":
@@ -342,7 +401,7 @@ class Emulator:
                                 "Inference Component Name header is required for endpoints to which you plan "
                                 "to deploy inference components. Please include Inference Component Name "
                                 "header or consider using SageMaker models.")
-            model = self._component(component)
+            model = self._by_component.get(component)
             if model is None:
                 raise _AwsError(400, "ValidationError",
                                 f"Inference Component {component} not found for endpoint {name} "
@@ -357,21 +416,47 @@ class Emulator:
 
     def _admit(self, model: ModelServer, ask: Ask, arrived_s: float, *, sagemaker: bool) -> _Call:
         deadline = arrived_s + INVOCATION_TIMEOUT_S * self.time_scale if sagemaker else None
+        if self.lmi and ask.api == "generate" and ask.max_new_tokens is None:
+            ask = replace(ask, max_new_tokens=LMI_DEFAULT_NEW_TOKENS)
         return _Call(model, ask, arrived_s, deadline)
 
-    # -- plain HTTP replies (TGI, OpenAI) -------------------------------------------------------------
+    def _chunks(self, call: _Call, *, as_list: bool = True) -> tuple[str, AsyncIterator[bytes]]:
+        """The reply of the pinned server to an admitted request: content type and body pieces."""
+        ask = call.ask
+        model_id = call.model.deployment.model_id
+        if ask.api != "generate":
+            if ask.stream:
+                return _SSE, _openai_sse(call, model_id)
+            return _JSON, _whole(call, lambda n: formats.openai_completion(
+                ask.api, _openai_id(ask.api), model_id, int(time.time()), n, ask.input_tokens, call.timings()))
+        if self.lmi:  # one object, or JSON lines when streamed
+            if ask.stream:
+                return _JSONLINES, _token_events(call, formats.lmi_stream_line,
+                                                 lambda i: formats.lmi_stream_line(i, _details(call, i + 1), last=True))
+            return _JSON, _whole(call, lambda n: formats.lmi_generate(n, _details(call, n)))
+        if ask.stream:
+            return _SSE, _token_events(call, formats.tgi_stream_token,
+                                       lambda i: formats.tgi_stream_last(i, _details(call, i + 1)))
+
+        def tgi(n: int) -> object:  # TGI's `/invocations` wraps the generate reply in a list; `/generate` not
+            body = formats.tgi_generate(n, _details(call, n))
+            return [body] if as_list else body
+
+        return _JSON, _whole(call, tgi)
+
+    # -- plain HTTP replies (TGI, LMI, OpenAI) ----------------------------------------------------------
 
     async def _reply(self, request: web.Request, call: _Call, content_type: str,
                      chunks: AsyncIterator[bytes]) -> web.StreamResponse:
-        """SSE written as the tokens come (chunked); JSON in one piece with the timing headers."""
+        """Streams written as the tokens come (chunked); JSON in one piece with the timing headers."""
         try:
-            if content_type != _SSE:
+            if content_type == _JSON:
                 body = b"".join([c async for c in chunks])
                 self.served += 1
                 return web.Response(body=body, content_type=_JSON,
                                     headers={**self._headers, **call.timing_headers()})
             resp = web.StreamResponse(headers={**self._headers, "Cache-Control": "no-cache"})
-            resp.content_type = _SSE
+            resp.content_type = content_type
             resp.enable_chunked_encoding()
             await resp.prepare(request)
             try:
@@ -387,33 +472,53 @@ class Emulator:
         finally:
             call.close()
 
-    async def _generate(self, request: web.Request) -> web.StreamResponse:
+    async def _serve(self, request: web.Request, ask: Ask, model: ModelServer, *, as_list: bool = True
+                     ) -> web.StreamResponse:
+        """Admit and answer on a container route; a refused stream is TGI's HTTP 200 with an error event."""
         arrived = time.perf_counter()
-        ask = formats.parse_tgi(await request.read())
-        call = self._admit(self._model_for(request), replace(ask, stream=False), arrived, sagemaker=False)
-        return await self._reply(request, call, _JSON, _tgi_json(call, as_list=False))
+        try:
+            call = self._admit(model, ask, arrived, sagemaker=False)
+        except RequestError as exc:
+            if not ask.stream or ask.api != "generate":
+                raise
+            reply = self._stream_refusal(exc)
+            return web.Response(body=reply.body, status=reply.status, content_type=reply.content_type,
+                                headers=self._headers)
+        return await self._reply(request, call, *self._chunks(call, as_list=as_list))
+
+    async def _read(self, request: web.Request) -> bytes:
+        raw = await request.read()
+        if len(raw) > self.payload_limit and not self.lmi:
+            raise RequestError(413, "payload", _TGI_PAYLOAD_TEXT)
+        return raw
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
+        ask = replace(formats.parse_tgi(await self._read(request)), stream=False)
+        return await self._serve(request, ask, self._model_for(request), as_list=False)
 
     async def _generate_stream(self, request: web.Request) -> web.StreamResponse:
-        arrived = time.perf_counter()
-        ask = formats.parse_tgi(await request.read())
-        call = self._admit(self._model_for(request), replace(ask, stream=True), arrived, sagemaker=False)
-        return await self._reply(request, call, _SSE, _tgi_sse(call))
+        ask = replace(formats.parse_tgi(await self._read(request)), stream=True)
+        return await self._serve(request, ask, self._model_for(request))
 
     async def _invocations(self, request: web.Request) -> web.StreamResponse:
-        arrived = time.perf_counter()
-        ask = formats.parse_tgi(await request.read())
-        call = self._admit(self._model_for(request), ask, arrived, sagemaker=False)
-        return await self._reply(request, call, *_tgi_reply(call, as_list=True))
+        ask = formats.parse(await self._read(request))
+        return await self._serve(request, ask, self._model_for(request, ask.model))
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        arrived = time.perf_counter()
         ask = formats.parse_openai(await request.read())
-        model = self._model_for(request)
-        call = self._admit(model, ask, arrived, sagemaker=False)
-        model_id = model.deployment.model_id
-        if ask.stream:
-            return await self._reply(request, call, _SSE, _openai_sse(call, model_id))
-        return await self._reply(request, call, _JSON, _openai_json(call, model_id))
+        return await self._serve(request, ask, self._model_for(request, ask.model))
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        ask = formats.parse_chat(await request.read())
+        return await self._serve(request, ask, self._model_for(request, ask.model))
+
+    async def _models_list(self, request: web.Request) -> web.Response:
+        """vLLM's `/v1/models`: one card per served model."""
+        created = int(time.time())
+        data: list[dict[str, object]] = [{"id": m.deployment.model_id, "object": "model", "created": created, "owned_by": "vllm",
+                 "root": m.deployment.model_id, "parent": None, "max_model_len": m.limits.max_total_tokens,
+                 "permission": []} for m in self.models.values()]
+        return web.json_response({"object": "list", "data": data}, headers=self._headers)
 
     # -- SageMaker runtime ----------------------------------------------------------------------------
 
@@ -421,24 +526,37 @@ class Emulator:
         return {**self._headers, "x-Amzn-Invoked-Production-Variant": _VARIANT,
                 "x-amzn-RequestId": str(uuid.uuid4()), "Content-Type": content_type}
 
-    async def _sm_call(self, request: web.Request) -> _Call | web.Response:
-        """Route and admit a SageMaker invocation, or the error SageMaker would answer instead."""
+    async def _sm_call(self, request: web.Request) -> _Call | _Reply | web.Response:
+        """Route and admit a SageMaker invocation; or the container's whole reply (an error, a refused
+        stream); or what SageMaker itself answers instead."""
         arrived = time.perf_counter()
         try:
             model = self._sm_model(request)
         except _AwsError as exc:
             return _aws_error(exc.status, exc.code, {"message": exc.message})
         raw = await request.read()
+        if len(raw) > SAGEMAKER_MAX_PAYLOAD:
+            return _too_large()
         try:
-            return self._admit(model, formats.parse_tgi(raw), arrived, sagemaker=True)
+            if len(raw) > self.payload_limit and not self.lmi:
+                raise RequestError(413, "payload", _TGI_PAYLOAD_TEXT)
+            ask = formats.parse(raw)
         except RequestError as exc:
-            return _model_error(exc)
+            return self._container_error(exc)
+        try:
+            return self._admit(model, ask, arrived, sagemaker=True)
+        except RequestError as exc:
+            return self._stream_refusal(exc) if ask.stream and ask.api == "generate" else self._container_error(exc)
 
     async def _sm_invocations(self, request: web.Request) -> web.StreamResponse:
         call = await self._sm_call(request)
         if isinstance(call, web.Response):
             return call
-        content_type, chunks = _tgi_reply(call, as_list=True)
+        if isinstance(call, _Reply):
+            if call.status != 200:
+                return _model_error(call)
+            return web.Response(body=call.body, headers=self._sm_headers(call.content_type))
+        content_type, chunks = self._chunks(call)
         try:
             body = b"".join([c async for c in chunks])
         except InvocationTimeout:
@@ -454,7 +572,17 @@ class Emulator:
         call = await self._sm_call(request)
         if isinstance(call, web.Response):
             return call
-        content_type, chunks = _tgi_reply(call, as_list=True)
+        if isinstance(call, _Reply):
+            if call.status != 200:
+                return _model_error(call)
+            # The container answered 200 (a refused TGI stream): SageMaker passes its body on as a PayloadPart.
+            resp = web.StreamResponse(headers={**self._sm_headers("application/vnd.amazon.eventstream"),
+                                               "X-Amzn-SageMaker-Content-Type": call.content_type})
+            await resp.prepare(request)
+            await resp.write(eventstream.payload_part(call.body))
+            await resp.write_eof()
+            return resp
+        content_type, chunks = self._chunks(call)
         resp = web.StreamResponse(headers={**self._sm_headers("application/vnd.amazon.eventstream"),
                                            "X-Amzn-SageMaker-Content-Type": content_type})
         resp.enable_chunked_encoding()
@@ -506,6 +634,7 @@ class Emulator:
             "sagellm": {
                 "endpoint_name": self.endpoint_name, "endpoint_kind": self.plan.endpoint_kind,
                 "profile": self.plan.profile, "container": self.plan.container,
+                "container_version": self.plan.container_version, "component_names": self.component_names,
                 "instance_type": self.plan.instance_type,
                 "initial_instance_count": self.plan.initial_instance_count,
                 "models": [{"name": name, "model_id": m.deployment.model_id, "copies": len(m.copies),
@@ -562,7 +691,7 @@ def run_emulator(plan: DeploymentPlan, *, host: str = "127.0.0.1", port: int = 8
         models = ", ".join(f"{m.name} ({m.model_id}, {len(emulator.models[m.name].copies)} copies)"
                            for m in plan.models)
         print(f"sagellm emulator (EMULATED, time scale {time_scale:g}) on {url}: endpoint "
-              f"{endpoint_name or '(any name)'}, {plan.instance_type} × {plan.initial_instance_count}, "
+              f"{emulator.endpoint_name}, {plan.instance_type} × {plan.initial_instance_count}, "
               f"{models}. Ctrl-C to stop.", file=sys.stderr, flush=True)
 
     asyncio.run(serve_forever(emulator, host, port, banner))

@@ -37,7 +37,8 @@ class Shape:
     instance_count: int = 1
     quantization: str = "none"
     max_concurrent_requests: int | None = None  # per copy; None = no admission limit
-    max_batch_total_tokens: int | None = None  # per copy; None = what memory allows
+    max_batch_total_tokens: int | None = None  # per copy; None = what memory allows (TGI ≥ 1.4, vLLM)
+    max_batch_size: int | None = None  # running sequences per copy; None = the KV budget decides
     generation: str = DEFAULT_GENERATION  # server generation (generations.py): which constants, what physics
     calibration: Calibration | None = None  # measured correction for this model × instance × container
 
@@ -83,10 +84,12 @@ class Shape:
         return min(self.max_batch_total_tokens, self.kv_capacity_tokens)
 
     def max_sequences(self, payload: Payload) -> int:
-        """Concurrent sequences one copy can run: budget ÷ tokens reserved per sequence, capped by admission."""
+        """Concurrent sequences one copy can run: budget ÷ tokens reserved per sequence, capped by admission
+        and by the batch-size limit (beyond either, requests wait in the server's queue)."""
         seqs = self.batch_token_budget // max(1, payload.total_tokens)
-        if self.max_concurrent_requests is not None:
-            seqs = min(seqs, self.max_concurrent_requests)
+        for cap in (self.max_concurrent_requests, self.max_batch_size):
+            if cap is not None:
+                seqs = min(seqs, cap)
         return seqs
 
 

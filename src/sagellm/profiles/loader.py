@@ -15,9 +15,13 @@ from pydantic import BaseModel, ValidationError
 
 from sagellm.errors import InputError
 from sagellm.profiles.schema import Architecture, Profile
+from sagellm.profiles.tokens import redact, token_errors
 
 STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")
-SECRET_KEYS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+# Fields sagellm no longer takes, with why (docs/containers.md): named, not "did you mean" a near key.
+RETIRED = {"max_batch_total_tokens": "no longer a profile field: TGI ≥ 1.4 ignores MAX_BATCH_TOTAL_TOKENS for "
+                                     "flash-attention models (the KV budget is what is free after warm-up); remove "
+                                     "it (serving.max_batch_size limits running sequences)"}
 # A profile is a few dozen lines; a bigger file is the wrong file (and pure-Python YAML takes minutes on MBs).
 MAX_FILE_BYTES = 1 << 20
 MAX_VALUES = 100_000  # YAML aliases can expand a small file into billions of values
@@ -205,17 +209,9 @@ def _line(src: Source, loc: tuple[Any, ...]) -> str:
     return f"{src.path}:{src.lines[path]}" if path else src.path
 
 
-def _check_secrets(src: Source) -> list[str]:
-    """Refuse Hugging Face tokens written into a profile's environment."""
-    errors = []
-    env = (src.data.get("serving") or {}).get("environment") or {}
-    for key in SECRET_KEYS:
-        if isinstance(env, dict) and key in env:
-            errors.append(
-                f"{_line(src, ('serving', 'environment', key))}: serving.environment.{key}: a token must not be "
-                "written in a profile; store it in Secrets Manager and set hf_token_secret: <secret name or ARN>"
-            )
-    return errors
+def _check_tokens(src: Source) -> list[str]:
+    """Hugging Face tokens anywhere in a profile file (the one check `profiles.tokens` defines)."""
+    return token_errors(src.data, lambda loc: f"{_line(src, loc)}: {'.'.join(loc) or '(top level)'}")
 
 
 def _chain(name: str, sources: dict[str, Source]) -> list[Source]:
@@ -309,6 +305,9 @@ def _schema_errors(exc: ValidationError, chain: list[Source], root: type[BaseMod
         owner = next((s for s in chain if _has_path(s.data, loc)), chain[0])
         dotted = ".".join(loc)
         place = f"{_line(owner, loc)}: {dotted}"
+        if err["type"] == "extra_forbidden" and loc[-1] in RETIRED:
+            lines.append(f"{place}: {RETIRED[str(loc[-1])]}")
+            continue
         if err["type"] == "extra_forbidden":
             close = difflib.get_close_matches(loc[-1], _fields(root, loc[len(prefix):-1]), n=1, cutoff=0.6)
             hint = f"did you mean {close[0]}?" if close else "remove it or check its spelling"
@@ -333,7 +332,7 @@ def _schema_errors(exc: ValidationError, chain: list[Source], root: type[BaseMod
 def load_profile(name: str, sources: dict[str, Source]) -> Profile:
     """Build one profile, following `extends:` chains; every error of the profile is reported together."""
     chain = _chain(name, sources)
-    errors = [e for src in chain for e in _check_secrets(src)]
+    errors = [e for src in chain for e in _check_tokens(src)]
     merged: dict[str, Any] = {}
     for src in reversed(chain):
         merged = _merge(merged, src.data)
@@ -342,7 +341,7 @@ def load_profile(name: str, sources: dict[str, Source]) -> Profile:
     try:
         profile = Profile.model_validate(merged)
     except ValidationError as exc:
-        errors.extend(_schema_errors(exc, chain))
+        errors.extend(redact(line) for line in _schema_errors(exc, chain))
     if errors:
         raise InputError(errors)
     return profile

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sagellm.catalog import Model, find_model
+from sagellm.catalog import Instance, Model, find_model, models
 from sagellm.profiles.schema import Architecture
 
 
@@ -44,15 +44,42 @@ class ModelDeployment(_Frozen):
 
 
 class ScalingPlan(_Frozen):
-    """Application Auto Scaling bounds and target tracking."""
+    """Application Auto Scaling bounds (instances, or copies for inference components) and target tracking."""
 
     min_capacity: int
     max_capacity: int
-    # Instance-based: SageMakerVariantInvocationsPerInstance (invocations per instance per minute).
-    # Inference components: concurrent requests per copy (SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution).
+    # Concurrent requests in flight per model container, sampled every 10 s: per instance
+    # (SageMakerVariantConcurrentRequestsPerModelHighResolution) or per copy
+    # (SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution); the planner's knee.
     target_value: float
     scale_in_cooldown_s: int = 300
     scale_out_cooldown_s: int = 60
+
+
+class InstanceScaling(_Frozen):
+    """ManagedInstanceScaling of an inference-component endpoint: SageMaker adds instances as copies need them."""
+
+    min_instance_count: int
+    max_instance_count: int
+
+
+def instances_for(copies: list[tuple[ComputeRequirements, int]], instance: Instance) -> int:
+    """Instances needed to place `(per-copy compute, copies)` of every model (first fit, largest copies first);
+    0 when a single copy is larger than the instance."""
+    capacity = (instance.n_accelerators, instance.vcpus, instance.host_mem_gib * 1024)
+    free: list[list[float]] = []
+    for compute, count in sorted(copies, key=lambda c: -c[0].accelerators):
+        need = (compute.accelerators, compute.cpu_cores, compute.min_memory_mib)
+        if any(n > c for n, c in zip(need, capacity, strict=True)):
+            return 0
+        for _ in range(count):
+            spot = next((f for f in free if all(n <= left for n, left in zip(need, f, strict=True))), None)
+            if spot is None:
+                spot = list(capacity)
+                free.append(spot)
+            for i, n in enumerate(need):
+                spot[i] -= n
+    return len(free)
 
 
 def pascal(name: str) -> str:
@@ -72,11 +99,13 @@ class DeploymentPlan(_Frozen):
     profile: str
     region: str
     container: Literal["tgi", "lmi"]
+    container_version: str | None = None  # the pinned image version; None in hand-built plans: sagellm's pin
     instance_type: str
     initial_instance_count: int
     endpoint_kind: Literal["instance", "inference-component"]
     models: tuple[ModelDeployment, ...]  # exactly one for instance-based endpoints
     scaling: ScalingPlan | None = None
+    instance_scaling: InstanceScaling | None = None  # inference components whose copies may need more instances
     startup_health_check_timeout_s: int
     model_data_download_timeout_s: int
     volume_size_gb: int | None = None  # only for instance types without local NVMe storage
@@ -94,3 +123,12 @@ class DeploymentPlan(_Frozen):
     def environment(self) -> dict[str, str]:
         """The primary model's container environment."""
         return self.primary.environment
+
+    @property
+    def gated_models(self) -> list[str]:
+        """Models whose weights the Hub serves only with a token (catalog flag, or the plan's own facts)."""
+        def gated(m: ModelDeployment) -> bool:
+            known = models().get(m.model_id)
+            return m.architecture.gated if m.architecture is not None else bool(known and known.gated)
+
+        return [m.model_id for m in self.models if gated(m)]

@@ -13,23 +13,39 @@ from sagellm.catalog import models as catalog_models
 from sagellm.errors import InputError
 from sagellm.planner import Calibration, Payload, Shape, generation_of, max_concurrency_in_timeout, predict
 from sagellm.profiles.calibration import load_calibration
+from sagellm.profiles.containers import (
+    LMI_ENGINE,
+    PINNED,
+    PINNED_NEURON,
+    chunks_prefill,
+    generation,
+    image_uri,
+)
 from sagellm.profiles.loader import Source, Where, all_sources, load_profile, local_models
-from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment, ScalingPlan
+from sagellm.profiles.plan import (
+    ComputeRequirements,
+    DeploymentPlan,
+    InstanceScaling,
+    ModelDeployment,
+    ScalingPlan,
+    instances_for,
+)
 from sagellm.profiles.schema import Architecture, Profile
 from sagellm.profiles.validate import cap_errors, profile_errors, region_errors, with_values
 
-# Instance families that come with local NVMe storage: SageMaker refuses VolumeSizeInGB on them.
-NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.", "ml.p5en.")
 # Share of the instance's vCPUs and host memory handed to inference-component copies; the rest is
 # left to the SageMaker agent and the OS (write-up example: 13B on p4d → 10 vCPUs, 100 GiB per copy).
 IC_CPU_SHARE = 0.9
 IC_MEMORY_SHARE = 0.7
-DEFAULT_PREFILL_TOKENS = 4096  # TGI's usual default for MAX_BATCH_PREFILL_TOKENS
+DEFAULT_PREFILL_TOKENS = 4096  # TGI 3's default MAX_BATCH_PREFILL_TOKENS (launcher, within the context)
+# max_total_tokens: auto keeps the model's whole context unless the KV cache could not hold this many
+# full-length sequences at once (one long request must not shut every other caller out).
+FULL_LENGTH_SEQUENCES = 2
 
 
 @dataclass(frozen=True)
 class Copy:
-    """One model as it will be served: architecture, TP, copies and resolved TGI limits (per copy)."""
+    """One model as it will be served: architecture, TP, copies and resolved server limits (per copy)."""
 
     model: Model
     tp: int
@@ -38,8 +54,8 @@ class Copy:
     max_input_tokens: int
     max_total_tokens: int
     max_batch_prefill_tokens: int
-    max_batch_total_tokens: int
     max_concurrent_requests: int
+    max_batch_size: int | None  # running sequences (TGI MAX_BATCH_SIZE, LMI's rolling batch); None: KV decides
 
 
 @dataclass(frozen=True)
@@ -53,20 +69,35 @@ class Design:
     copies: tuple[Copy, ...]
     scaling: ScalingPlan | None
     region: str
+    container: str  # tgi | lmi
+    container_version: str  # the pinned image version
     notes: tuple[str, ...] = field(default=())
-    generation: str = "tgi-3"  # the server generation of the profile's container (planner.generation_of)
+    generation: str = "tgi-3"  # the planner's generation for the container (planner.generation_of)
     calibration: Calibration | None = None  # the main model's measured correction, if one is stored
 
+    @property
+    def server(self) -> str:
+        """What the pinned server reads and how it batches (`tgi3`, `tgi2`, `lmi`; profiles.containers)."""
+        return generation(self.container, self.container_version)
+
     def shape(self, instance_count: int | None = None) -> Shape:
-        """The planner shape of the main model (copies × instances, admission and KV budget applied)."""
-        main = self.copies[0]
-        return Shape(
-            model=main.model, instance=self.instance, tp_degree=main.tp, copies=main.copies,
-            instance_count=instance_count or self.instance_count, quantization=main.quantization,
-            max_concurrent_requests=main.max_concurrent_requests,
-            max_batch_total_tokens=main.max_batch_total_tokens,
-            generation=self.generation, calibration=self.calibration,
-        )
+        """The planner shape of the main model (copies × instances, admission and batch limits applied)."""
+        return _shape(self.copies[0], self.instance, self.container, copies=self.copies[0].copies,
+                      instance_count=instance_count or self.instance_count, generation=self.generation,
+                      calibration=self.calibration)
+
+
+def _shape(copy: Copy, inst: Instance, container: str, *, copies: int, instance_count: int, generation: str,
+           calibration: Calibration | None) -> Shape:
+    """The planner shape of a copy as its server runs it: the KV budget is what memory allows (no server
+    generation sagellm pins honours MAX_BATCH_TOTAL_TOKENS for flash-attention models); TGI refuses above its
+    admission limit, LMI queues and runs at most its rolling batch."""
+    return Shape(
+        model=copy.model, instance=inst, tp_degree=copy.tp, copies=copies, instance_count=instance_count,
+        quantization=copy.quantization,
+        max_concurrent_requests=None if container == "lmi" else copy.max_concurrent_requests,
+        max_batch_size=copy.max_batch_size, generation=generation, calibration=calibration,
+    )
 
 
 def _slug(model: Model) -> str:
@@ -148,11 +179,12 @@ def design(
     """Fill every `auto` value and validate; all errors of the profile are raised together."""
     # Values given on the command line (or as CDK context) are named by their option, not a profile line.
     given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
-             "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count)}
+             "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count),
+             "payload": ("input_tokens/output_tokens", payload)}
     where = Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
     # The one validation path first (what `profiles validate` runs), on the profile as overridden.
-    problems = region_errors(region) + profile_errors(
-        with_values(profile, {path: value for path, (_, value) in given.items() if value is not None}), where)
+    overrides = {path: value for path, (_, value) in given.items() if value is not None and path != "payload"}
+    problems = region_errors(region) + profile_errors(with_values(profile, overrides), where)
     if problems:
         raise InputError(problems)
     errors: list[str] = []
@@ -161,13 +193,19 @@ def design(
     model = _model(model_id, profile.architecture, local, "model")
     s = profile.serving
     quant = s.quantization
-    gen = generation_of(profile.container, profile.container_version)
+    kind = profile.container.kind
+    version = profile.container.version or PINNED[kind]
+    server = generation(kind, version)  # what the server reads and how it batches (profiles.containers)
+    gen = generation_of(kind, version)  # the planner's constants for that server (planner.generations)
 
     inst_name = instance if instance is not None else _pinned(profile.instance_type)
     if inst_name is None:
         inst = _choose_instance(profile, model, payload, region, gen)
     else:
         inst = find_instance(inst_name, where("instance_type"))
+    if inst.is_neuron and kind == "lmi":
+        errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
+                      "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
     gpus = inst.n_accelerators
     count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"
@@ -179,7 +217,7 @@ def design(
         xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
         xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
         extras.append(_caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload,
-                            profile, where, errors, prefix=f"components.extra_models[{i}]"))
+                            profile, where, errors, prefix=f"components.extra_models[{i}]", server=server))
         used += extra.tensor_parallel * extra.copies
 
     # TP degree: pinned, or the planner's choice.
@@ -206,21 +244,20 @@ def design(
                       f"{f' + {used} GPUs of extra models' if used else ''} exceed the {gpus} accelerators of "
                       f"{inst.instance_type} (at most {max(0, (gpus - used) // tp)} copies at TP {tp})")
 
-    calibration = load_calibration(profiles_dir, model.hf_id, inst.instance_type, profile.container,
-                                   profile.container_version)
+    calibration = load_calibration(profiles_dir, model.hf_id, inst.instance_type, kind, version)
     shape = Shape(model, inst, tp, copies=n_copies, instance_count=count, quantization=quant, generation=gen,
                   calibration=calibration)
     if shape.memory_shortfall_gb > 0:
         errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid))
-    main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving")
+    main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving", server=server)
     copies_all = (main, *extras)
 
     scaling = None
     if profile.autoscaling is not None:
-        scaling = _scaling(profile, main, inst, payload, region, ic, shape)
+        scaling = _scaling(profile, main, inst, payload, region, ic, kind, gen, calibration, where, errors)
     if errors:
         raise InputError(errors)
-    return Design(profile, inst, count, payload, copies_all, scaling, region, generation=gen,
+    return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version, generation=gen,
                   calibration=calibration)
 
 
@@ -264,8 +301,12 @@ def _misfit(model: Model, inst: Instance, tp: int, quant: str, shape: Shape, pay
 
 
 def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payload: Payload, profile: Profile,
-          where: Where, errors: list[str], prefix: str) -> Copy:
-    """Resolve TGI's token and admission limits for one model; validate them against each other."""
+          where: Where, errors: list[str], prefix: str, server: str) -> Copy:
+    """Resolve one model's token caps, prefill budget and admission limit; validate them and the payload.
+
+    The caps are the application's limits (what the model's context and the KV cache allow); the payload
+    is the workload: it sizes the admission limit and must fit under the caps.
+    """
     s = profile.serving
     main = prefix == "serving"
 
@@ -273,97 +314,111 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
         value = getattr(s, name) if main else "auto"
         return auto_value if value == "auto" else int(value)
 
-    max_input = pinned("max_input_tokens", payload.input_tokens)
-    max_total = pinned("max_total_tokens", max_input + payload.output_tokens)
+    fits = shape.memory_shortfall_gb == 0
     kv = shape.kv_capacity_tokens
-    batch_total = pinned("max_batch_total_tokens", kv)
-    prefill = pinned("max_batch_prefill_tokens", min(max(max_input, DEFAULT_PREFILL_TOKENS), max(batch_total, max_input)))
-    sized = Payload(max_input, max_total - max_input) if max_total > max_input else payload
-    limit = _per_copy_limit(replace(shape, max_batch_total_tokens=batch_total), sized) if shape.memory_shortfall_gb == 0 else 1
+    context = model.max_context
+    # A multiple of 256 when the KV cache is what limits it (TGI 3's largest KV block size).
+    roomy = kv // FULL_LENGTH_SEQUENCES // 256 * 256
+    max_total = pinned("max_total_tokens", min(context, max(roomy, payload.total_tokens)))
+    max_input = pinned("max_input_tokens", max(1, max_total - payload.output_tokens))
+    batch_size = s.max_batch_size if main else None
+    chunked = chunks_prefill(server, batch_size)
+    # TGI 3's default prefill budget; a server that cannot chunk must prefill a whole prompt at once.
+    prefill_auto = min(DEFAULT_PREFILL_TOKENS, max_total) if chunked else max(max_input, DEFAULT_PREFILL_TOKENS)
+    prefill = pinned("max_batch_prefill_tokens", min(prefill_auto, max(kv, max_input)))
+    limit = _per_copy_limit(replace(shape, max_batch_size=batch_size), payload) if fits else 1
     concurrent = pinned("max_concurrent_requests", max(1, limit))
+    if server == "lmi" and batch_size is None:
+        batch_size = concurrent  # LMI queues instead of refusing: its rolling batch is the running limit
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
 
-    errors.extend(cap_errors(max_input, max_total, prefill, w))
-    if max_total > model.max_context:
-        errors.append(f"{w('max_total_tokens')}: {max_total} exceeds the {model.max_context}-token context of "
-                      f"{model.hf_id}; lower max_total_tokens or the payload")
-    if shape.memory_shortfall_gb == 0 and batch_total > kv:
-        errors.append(f"{w('max_batch_total_tokens')}: {batch_total} exceeds the {kv} KV-cache tokens that fit "
-                      f"in free memory at TP {tp}; use auto or at most {kv}")
-    if shape.memory_shortfall_gb == 0 and batch_total < max_total:
-        errors.append(f"{w('max_batch_total_tokens')}: {batch_total} cannot hold one request of max_total_tokens "
-                      f"({max_total}); raise it to at least {max_total} or lower the token caps")
-    if shape.memory_shortfall_gb == 0 and limit == 0 and s.max_concurrent_requests == "auto" and main:
-        errors.append(f"{w('max_concurrent_requests')}: auto: even one request of {sized.input_tokens}+"
-                      f"{sized.output_tokens} tokens is predicted to exceed the 60 s invocation timeout; "
+    errors.extend(cap_errors(max_input, max_total, prefill, w, chunked))
+    if max_total > context:
+        errors.append(f"{w('max_total_tokens')}: {max_total} exceeds the {context}-token context of "
+                      f"{model.hf_id}; lower max_total_tokens or use auto")
+    elif fits and max_total > kv:
+        errors.append(f"{w('max_total_tokens')}: one request of {max_total} tokens exceeds the {kv} KV-cache tokens "
+                      f"free at TP {tp} (the server would refuse to start); use auto or at most {kv}")
+    if main and (payload.input_tokens > max_input or payload.total_tokens > max_total):
+        beyond = (f" (the context of {model.hf_id} is {context} tokens)" if payload.total_tokens > context
+                  else "")
+        errors.append(f"{where('payload')}: {payload.input_tokens} input + {payload.output_tokens} output tokens "
+                      f"do not fit under max_input_tokens {max_input} / max_total_tokens {max_total}{beyond}; "
+                      "shorten the payload or raise the caps")
+    if fits and limit == 0 and s.max_concurrent_requests == "auto" and main:
+        errors.append(f"{w('max_concurrent_requests')}: auto: even one request of {payload.input_tokens}+"
+                      f"{payload.output_tokens} tokens is predicted to exceed the 60 s invocation timeout; "
                       "shorten the payload or use a faster instance")
-    return Copy(model, tp, n_copies, quant, max_input, max_total, prefill, batch_total, concurrent)
+    return Copy(model, tp, n_copies, quant, max_input, max_total, prefill, concurrent, batch_size)
 
 
 def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, region: str, ic: bool,
-             planned: Shape) -> ScalingPlan:
+             container: str, gen: str, calibration: Calibration | None, where: Where,
+             errors: list[str]) -> ScalingPlan:
     a = profile.autoscaling
     assert a is not None
+    # The bounds themselves and an instance endpoint's initial count are profile checks (validate.py); the
+    # copies of an inference component are known only now.
+    if ic and not a.min_capacity <= main.copies <= a.max_capacity:
+        errors.append(f"{where('components.copies')}: {main.copies} must lie within autoscaling "
+                      f"min_capacity..max_capacity ({a.min_capacity}..{a.max_capacity})")
     target = a.target_value
     if target == "auto":
-        shape = replace(planned, copies=1 if ic else main.copies, instance_count=1,
-                        max_concurrent_requests=main.max_concurrent_requests,
-                        max_batch_total_tokens=main.max_batch_total_tokens)
+        # Concurrent requests per model container (one instance, or one copy): the knee of one container.
+        shape = _shape(main, inst, container, copies=1 if ic else main.copies, instance_count=1, generation=gen,
+                       calibration=calibration)
         sweep = tuple(2**i for i in range(13) if 2**i <= max(1, main.max_concurrent_requests * shape.copies))
         knee = predict(shape, payload, sweep, region).knee
-        if knee is None:
-            target = 1.0
-        elif ic:
-            target = float(knee.concurrency)  # concurrent requests per copy
-        else:
-            target = float(max(1, round(knee.requests_per_s * 60)))  # invocations per instance per minute
+        target = float(knee.concurrency) if knee is not None else 1.0
     return ScalingPlan(min_capacity=a.min_capacity, max_capacity=a.max_capacity, target_value=target,
                        scale_in_cooldown_s=a.scale_in_cooldown_s, scale_out_cooldown_s=a.scale_out_cooldown_s)
 
 
-def environment(copy: Copy, container: str, profile: Profile, neuron: bool) -> dict[str, str]:
-    """The container environment of one model (TGI names, or LMI's OPTION_* equivalents)."""
-    if container == "lmi":
+def environment(copy: Copy, d: Design) -> dict[str, str]:
+    """The container environment of one model: only variables the pinned server reads (docs/containers.md)."""
+    p = d.profile
+    if d.container == "lmi":
         env = {
             "HF_MODEL_ID": copy.model.hf_id,
+            **LMI_ENGINE,
             "OPTION_TENSOR_PARALLEL_DEGREE": str(copy.tp),
             "OPTION_MAX_MODEL_LEN": str(copy.max_total_tokens),
-            "OPTION_MAX_ROLLING_BATCH_SIZE": str(copy.max_concurrent_requests),
+            "OPTION_MAX_ROLLING_BATCH_SIZE": str(copy.max_batch_size or copy.max_concurrent_requests),
             "OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS": str(copy.max_batch_prefill_tokens),
         }
         if copy.quantization != "none":
             env["OPTION_QUANTIZE"] = copy.quantization
-    else:
-        env = {
-            "HF_MODEL_ID": copy.model.hf_id,
-            "SM_NUM_GPUS": str(copy.tp),
-            "MAX_INPUT_TOKENS": str(copy.max_input_tokens),
-            "MAX_TOTAL_TOKENS": str(copy.max_total_tokens),
-            "MAX_BATCH_PREFILL_TOKENS": str(copy.max_batch_prefill_tokens),
-            "MAX_BATCH_TOTAL_TOKENS": str(copy.max_batch_total_tokens),
-            "MAX_CONCURRENT_REQUESTS": str(copy.max_concurrent_requests),
-        }
-        if copy.quantization != "none":
-            env["HF_MODEL_QUANTIZE"] = copy.quantization
-        if neuron:  # optimum-neuron compiles for a fixed batch and NeuronCore count (2 per Inferentia2 chip)
-            env |= {"HF_NUM_CORES": str(2 * copy.tp), "HF_AUTO_CAST_TYPE": "bf16",
-                    "MAX_BATCH_SIZE": str(copy.max_concurrent_requests)}
-    return env | dict(profile.serving.environment)
+        return env | dict(p.serving.environment)
+    env = {
+        "HF_MODEL_ID": copy.model.hf_id,
+        "SM_NUM_GPUS": str(copy.tp),
+        "MAX_INPUT_TOKENS": str(copy.max_input_tokens),
+        "MAX_TOTAL_TOKENS": str(copy.max_total_tokens),
+        "MAX_BATCH_PREFILL_TOKENS": str(copy.max_batch_prefill_tokens),
+        "MAX_CONCURRENT_REQUESTS": str(copy.max_concurrent_requests),
+    }
+    if copy.quantization != "none":
+        env["HF_MODEL_QUANTIZE"] = copy.quantization
+    if copy.max_batch_size is not None:
+        env["MAX_BATCH_SIZE"] = str(copy.max_batch_size)
+        if d.server == "tgi3":
+            env["PREFILL_CHUNKING"] = "0"  # TGI 3 ignores MAX_BATCH_SIZE while it chunks prefills
+    if d.instance.is_neuron:  # optimum-neuron compiles for a fixed batch and NeuronCore count (2 per chip)
+        env |= {"HF_NUM_CORES": str(2 * copy.tp), "HF_AUTO_CAST_TYPE": "bf16",
+                "MAX_BATCH_SIZE": str(copy.max_batch_size or copy.max_concurrent_requests)}
+    return env | dict(p.serving.environment)
 
 
 def _weights_gb(copy: Copy) -> float:
     return copy.model.weight_bytes(copy.quantization) / 1e9
 
 
-def to_plan(d: Design) -> DeploymentPlan:
-    """Turn a design into the DeploymentPlan, looking up container images."""
-    from sagellm.profiles.images import image_uri
-
+def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
+    """Turn a design into the DeploymentPlan: the pinned image, environments, guards, instance bounds."""
     p, inst = d.profile, d.instance
     neuron = inst.is_neuron
-    image = image_uri("tgi-neuron" if neuron and p.container == "tgi" else p.container, d.region, p.container_version)
+    image = image_uri(d.container, d.container_version, d.region, neuron)
     ic = p.endpoint_kind == "inference-component"
-    total_copies = sum(c.copies for c in d.copies)
     names: list[str] = []
     models = []
     for c in d.copies:
@@ -374,16 +429,19 @@ def to_plan(d: Design) -> DeploymentPlan:
         if ic:
             cpu = p.components.cpu_cores_per_copy
             mem = p.components.memory_mib_per_copy
+            # CPU and memory in proportion to the copy's accelerators, so copies pack by GPU on any instance
+            # (scaled-out copies included): 13B at TP 1 on a p4d gets 10 vCPUs and 100 GiB, as in the write-ups.
+            share = c.tp / inst.n_accelerators
             compute = ComputeRequirements(
                 accelerators=c.tp,
-                cpu_cores=cpu if cpu != "auto" else max(1, math.floor(inst.vcpus * IC_CPU_SHARE / total_copies)),
+                cpu_cores=cpu if cpu != "auto" else max(1, math.floor(inst.vcpus * IC_CPU_SHARE * share)),
                 min_memory_mib=mem if mem != "auto" else
-                max(1024, math.floor(inst.host_mem_gib * 1024 * IC_MEMORY_SHARE / total_copies / 1024) * 1024),
+                max(1024, math.floor(inst.host_mem_gib * IC_MEMORY_SHARE * share) * 1024),
             )
         custom = c.model.hf_id not in catalog_models()
         arch = Architecture(**{f: getattr(c.model, f) for f in Architecture.model_fields}) if custom else None
         models.append(ModelDeployment(name=name, model_id=c.model.hf_id, image_uri=image,
-                                      environment=environment(c, p.container, p, neuron), tp_degree=c.tp,
+                                      environment=environment(c, d), tp_degree=c.tp,
                                       quantization=c.quantization, compute=compute, copy_count=c.copies,
                                       architecture=arch))
     weights = max(_weights_gb(c) for c in d.copies)
@@ -395,18 +453,32 @@ def to_plan(d: Design) -> DeploymentPlan:
     volume: int | None
     if p.volume_size_gb != "auto":
         volume = p.volume_size_gb
-    elif inst.instance_type.startswith(NVME_FAMILIES):
-        volume = None
+    elif inst.local_nvme:
+        volume = None  # SageMaker refuses VolumeSizeInGB where the instance brings its own NVMe storage
     else:
         volume = math.ceil(weights * 1.5 + 30)
     tags = {"sagellm:profile": p.name, "sagellm:model": d.copies[0].model.hf_id, "sagellm:version": __version__}
     return DeploymentPlan(
-        profile=p.name, region=d.region, container=p.container, instance_type=inst.instance_type,
+        profile=p.name, region=d.region, container=d.container,
+        container_version=PINNED_NEURON if neuron else d.container_version, instance_type=inst.instance_type,
         initial_instance_count=d.instance_count, endpoint_kind=p.endpoint_kind, models=tuple(models),
-        scaling=d.scaling, startup_health_check_timeout_s=startup, model_data_download_timeout_s=download,
-        volume_size_gb=volume, hf_token_secret=p.hf_token_secret, input_tokens=d.payload.input_tokens,
+        scaling=d.scaling, instance_scaling=_instance_scaling(models, d) if ic else None,
+        startup_health_check_timeout_s=startup, model_data_download_timeout_s=download, volume_size_gb=volume,
+        hf_token_secret=hf_token_secret or p.hf_token_secret, input_tokens=d.payload.input_tokens,
         output_tokens=d.payload.output_tokens, tags=tags | dict(p.tags),
     )
+
+
+def _instance_scaling(models: list[ModelDeployment], d: Design) -> InstanceScaling | None:
+    """ManagedInstanceScaling bounds when autoscaled copies may need more instances than the endpoint starts
+    with: without them SageMaker can never place the extra copies."""
+    if d.scaling is None:
+        return None
+    most = [(m.compute, max(m.copy_count, d.scaling.max_capacity)) for m in models if m.compute is not None]
+    needed = instances_for(most, d.instance)
+    if needed <= d.instance_count:
+        return None
+    return InstanceScaling(min_instance_count=d.instance_count, max_instance_count=needed)
 
 
 def design_for(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
@@ -422,7 +494,9 @@ def design_for(profile: str, model: str, instance: str | None = None, *, payload
 
 def resolve(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
             region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
-            copies: int | None = None, instance_count: int | None = None) -> DeploymentPlan:
-    """Profile name + model (+ instance, payload, region) → a validated DeploymentPlan."""
-    return to_plan(design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
-                              tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count))
+            copies: int | None = None, instance_count: int | None = None,
+            hf_token_secret: str | None = None) -> DeploymentPlan:
+    """Profile name + model (+ instance, payload, region, a token secret overriding the profile's) → a plan."""
+    design = design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
+                        tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count)
+    return to_plan(design, hf_token_secret)

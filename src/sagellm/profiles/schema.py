@@ -35,16 +35,30 @@ class Serving(_Strict):
     tensor_parallel: Count | Auto = Field("auto", description="GPUs per model copy (SM_NUM_GPUS); auto = all for "
                                         "instance endpoints, the planner's best for inference components")
     quantization: Quantization = "none"
-    max_input_tokens: Tokens | Auto = Field("auto", description="MAX_INPUT_TOKENS; auto = payload input tokens")
-    max_total_tokens: Tokens | Auto = Field("auto", description="MAX_TOTAL_TOKENS; auto = input + output tokens")
-    max_batch_prefill_tokens: Tokens | Auto = Field("auto", description="MAX_BATCH_PREFILL_TOKENS; auto = "
-                                                 "max(max_input_tokens, 4096) within the batch budget")
-    max_batch_total_tokens: Tokens | Auto = Field("auto", description="MAX_BATCH_TOTAL_TOKENS; auto = KV-cache "
-                                               "budget from free accelerator memory")
-    max_concurrent_requests: Annotated[int, Field(ge=1, le=TGI_MAX_CONCURRENT)] | Auto = Field("auto", description="MAX_CONCURRENT_REQUESTS per copy; auto = "
-                                                "largest power of two whose requests finish inside 60 s")
-    environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment "
-                                        "(never tokens: use hf_token_secret)")
+    max_total_tokens: Tokens | Auto = Field("auto", description="MAX_TOTAL_TOKENS (prompt + generation) the "
+                                          "application may send; auto = the model's context, unless the KV cache "
+                                          "cannot hold two full-length sequences (then half the KV cache)")
+    max_input_tokens: Tokens | Auto = Field("auto", description="MAX_INPUT_TOKENS; auto = max_total_tokens − the "
+                                          "payload's output tokens (a longest prompt still gets a full answer)")
+    max_batch_prefill_tokens: Tokens | Auto = Field("auto", description="MAX_BATCH_PREFILL_TOKENS; auto = 4096 "
+                                                  "within the context (TGI 3 chunks longer prompts), at least "
+                                                  "max_input_tokens where the server cannot chunk")
+    max_batch_size: Count | None = Field(None, description="running sequences per copy (TGI MAX_BATCH_SIZE with "
+                                         "PREFILL_CHUNKING=0 on TGI 3, LMI OPTION_MAX_ROLLING_BATCH_SIZE); "
+                                         "others queue; default: the KV budget decides")
+    max_concurrent_requests: Annotated[int, Field(ge=1, le=TGI_MAX_CONCURRENT)] | Auto = Field(
+        "auto", description="MAX_CONCURRENT_REQUESTS per copy (TGI answers 429 above it); auto = largest power of "
+        "two whose payload requests finish inside the 60 s invocation timeout")
+    environment: dict[str, str] = Field(default_factory=dict, description="Extra container environment: only "
+                                        "variables the pinned server reads (docs/containers.md); never tokens")
+
+
+class Container(_Strict):
+    """The serving container, pinned: a redeploy never swaps the server version underneath an endpoint."""
+
+    kind: Literal["tgi", "lmi"] = Field("tgi", description="tgi: Hugging Face TGI; lmi: AWS LMI (vLLM)")
+    version: str | None = Field(None, description="exact image version in the SageMaker SDK tables; default: "
+                                "the version sagellm pins (tgi 3.3.6, lmi 0.35.0)")
 
 
 class ExtraModel(_Strict):
@@ -80,7 +94,7 @@ class Autoscaling(_Strict):
 
 
 class PayloadSpec(_Strict):
-    """The expected (largest) request the profile is sized for."""
+    """The expected request: the workload the admission limit is sized for (not a serving limit)."""
 
     input_tokens: Tokens = 256
     output_tokens: Tokens = 256
@@ -101,6 +115,7 @@ class Architecture(_Strict):
     experts_per_token: Count = 1
     parallel_attention: bool = Field(False, description="attention and MLP side by side (Falcon): one "
                                      "all-reduce per layer under tensor parallelism")
+    gated: bool = Field(False, description="the Hub serves the weights only with a token (needs hf_token_secret)")
 
 
 class Profile(_Strict):
@@ -109,8 +124,7 @@ class Profile(_Strict):
     name: str
     description: str = ""
     extends: str | None = None
-    container: Literal["tgi", "lmi"] = "tgi"
-    container_version: str | None = Field(None, description="image version; default: newest in the SDK tables")
+    container: Container = Container()
     instance_type: str | Auto = "auto"
     instance_selection: Literal["cheapest-per-hour", "cheapest-per-token"] = Field(
         "cheapest-per-hour", description="how instance_type: auto picks among types where the model fits")
@@ -122,7 +136,8 @@ class Profile(_Strict):
     startup_health_check_timeout_s: Seconds | Auto = "auto"
     model_data_download_timeout_s: Seconds | Auto = "auto"
     volume_size_gb: Annotated[int, Field(ge=VOLUME_RANGE_GB[0], le=VOLUME_RANGE_GB[1])] | Auto = "auto"
-    payload: PayloadSpec = PayloadSpec()
+    payload: PayloadSpec = Field(PayloadSpec(), description="the workload: sizes the auto admission limit and is "
+                                 "the bench's default; it must fit under the token caps")
     hf_token_secret: str | None = Field(None, description="Secrets Manager name or ARN holding the Hugging Face "
                                         "token (the token itself never goes in a profile)")
     architecture: Architecture | None = None

@@ -14,6 +14,7 @@ from typing import Any
 
 from sagellm.catalog import find_instance
 from sagellm.errors import InputError
+from sagellm.profiles.containers import PINNED, chunks_prefill, environment_errors, generation, version_errors
 from sagellm.profiles.loader import Source, Where, load_profile
 from sagellm.profiles.schema import Profile
 
@@ -47,7 +48,7 @@ SETTINGS: dict[str, tuple[tuple[str, tuple[str, ...], str | None], ...]] = {
         ("max input tokens", ("MAX_INPUT_TOKENS", "MAX_INPUT_LENGTH"), "serving.max_input_tokens"),
         ("max total tokens", ("MAX_TOTAL_TOKENS",), "serving.max_total_tokens"),
         ("prefill budget", ("MAX_BATCH_PREFILL_TOKENS",), "serving.max_batch_prefill_tokens"),
-        ("batch token budget", ("MAX_BATCH_TOTAL_TOKENS",), "serving.max_batch_total_tokens"),
+        ("batch size", ("MAX_BATCH_SIZE",), "serving.max_batch_size"),
         ("admission limit", ("MAX_CONCURRENT_REQUESTS",), "serving.max_concurrent_requests"),
         ("model revision", ("HF_MODEL_REVISION", "REVISION"), None),
         ("remote code", ("HF_MODEL_TRUST_REMOTE_CODE", "TRUST_REMOTE_CODE"), None),
@@ -58,7 +59,7 @@ SETTINGS: dict[str, tuple[tuple[str, tuple[str, ...], str | None], ...]] = {
          "serving.tensor_parallel"),
         ("quantization", ("OPTION_QUANTIZE",), "serving.quantization"),
         ("max model length", ("OPTION_MAX_MODEL_LEN",), "serving.max_total_tokens"),
-        ("rolling batch size", ("OPTION_MAX_ROLLING_BATCH_SIZE",), "serving.max_concurrent_requests"),
+        ("rolling batch size", ("OPTION_MAX_ROLLING_BATCH_SIZE",), "serving.max_batch_size"),
         ("prefill budget", ("OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS",), "serving.max_batch_prefill_tokens"),
         ("remote code", ("HF_TRUST_REMOTE_CODE", "OPTION_TRUST_REMOTE_CODE"), None),
     ),
@@ -87,7 +88,7 @@ def _environment(profile: Profile, where: Callable[[str], str]) -> list[str]:
         elif len(value) > ENV_VALUE_MAX:
             errors.append(f"{where(f'serving.environment.{key}')}: {len(value)} characters; SageMaker takes at "
                           f"most {ENV_VALUE_MAX} per value")
-    for setting, names, field in SETTINGS.get(profile.container, ()):
+    for setting, names, field in SETTINGS.get(profile.container.kind, ()):
         given = [n for n in names if n in env]
         if not given:
             continue
@@ -100,7 +101,7 @@ def _environment(profile: Profile, where: Callable[[str], str]) -> list[str]:
         elif len({env[n] for n in given}) > 1:
             errors.append(f"{place}: these disagree, and both set the server's {setting} (only one wins); "
                           "keep one of them")
-    owned = sum(1 for _, _, field in SETTINGS.get(profile.container, ()) if field)
+    owned = sum(1 for _, _, field in SETTINGS.get(profile.container.kind, ()) if field)
     if len(env) + owned > ENV_MAX:
         errors.append(f"{where('serving.environment')}: {len(env)} variables; SageMaker takes {ENV_MAX} per "
                       f"container and the plan sets {owned}: keep at most {ENV_MAX - owned}")
@@ -123,26 +124,45 @@ def _tags(profile: Profile, where: Callable[[str], str]) -> list[str]:
     return errors
 
 
-def cap_errors(max_input: int, max_total: int, prefill: int, where: Callable[[str], str]) -> list[str]:
-    """Token caps that contradict each other, whatever the model (also checked by design on resolved values)."""
+def cap_errors(max_input: int, max_total: int, prefill: int, where: Callable[[str], str],
+               chunked: bool = False) -> list[str]:
+    """Token caps that contradict each other, whatever the model (also checked by design on resolved values).
+
+    `chunked`: the server splits long prompts over several prefill passes (TGI 3 by default, vLLM), so the
+    prefill budget may be smaller than a prompt.
+    """
     errors = []
     if max_total <= max_input:
         errors.append(f"{where('max_total_tokens')}: {max_total} must exceed max_input_tokens ({max_input}); "
                       f"set it to at least {max_input + 1} (input + the longest generation)")
-    if prefill < max_input:
+    if prefill < max_input and not chunked:
         errors.append(f"{where('max_batch_prefill_tokens')}: {prefill} is below max_input_tokens ({max_input}); "
                       f"a full prompt could never be prefilled — set it to at least {max_input}")
     return errors
 
 
 def _token_caps(profile: Profile, where: Callable[[str], str]) -> list[str]:
-    """Pinned token caps against each other."""
+    """Pinned token caps against each other (as the pinned server reads them)."""
     s = profile.serving
     max_input, max_total = s.max_input_tokens, s.max_total_tokens
     if max_input == "auto" or max_total == "auto":
         return []
     prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else max_input
-    return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"))
+    server = generation(profile.container.kind, profile.container.version)
+    return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"),
+                      chunks_prefill(server, s.max_batch_size))
+
+
+def _container(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """An exact, modelled container version; an environment of variables that server reads."""
+    kind = profile.container.kind
+    version = profile.container.version or PINNED[kind]
+    try:
+        errors = version_errors(kind, version, where("container.version")) if profile.container.version else []
+    except InputError as exc:  # the SDK's image tables are missing
+        return exc.messages
+    named = {k: v for k, v in profile.serving.environment.items() if ENV_KEY.match(k)}  # bad names: _environment
+    return errors + environment_errors(kind, version, named, lambda name: where(f"serving.environment.{name}"))
 
 
 def _instance_type(profile: Profile, where: Callable[[str], str]) -> list[str]:
@@ -185,8 +205,8 @@ def _autoscaling(profile: Profile, where: Callable[[str], str]) -> list[str]:
     return errors
 
 
-# Issue owners add their checks here (e.g. a token-shaped secret, a payload that must fit under the caps).
-CHECKS: tuple[Check, ...] = (_name, _environment, _tags, _token_caps, _instance_type, _endpoint_kind, _autoscaling)
+CHECKS: tuple[Check, ...] = (_name, _container, _environment, _tags, _token_caps, _instance_type,
+                             _endpoint_kind, _autoscaling)
 
 
 def profile_errors(profile: Profile, where: Callable[[str], str]) -> list[str]:

