@@ -21,7 +21,7 @@ from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.models import SageMakerModelBackend
 
 from bench_helpers import INSTANCE, MODEL, Probe, install_probe, pid_alive, request_lines
-from sagellm.aws import cdk_cli
+from sagellm.aws import cloudformation
 from sagellm.aws.local import LocalAws
 from sagellm.bench import runner
 from sagellm.bench.runner import BenchOptions, BenchOutcome, run_bench
@@ -89,8 +89,8 @@ def test_deploy_failure_exits_3_writes_results_and_leaves_nothing(
 def test_a_destroy_that_leaves_resources_fails_the_run_loudly_with_what_is_left(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     probe = install_probe(monkeypatch)
-    # `cdk destroy` "succeeds" but deletes nothing: the bench must look for itself, not trust the CLI.
-    monkeypatch.setattr(cdk_cli, "destroy", lambda *args, **kwargs: None)
+    # The delete "succeeds" but deletes nothing: the bench must look for itself, not trust the call.
+    monkeypatch.setattr(cloudformation, "delete_run_stack", lambda *args, **kwargs: True)
 
     outcome = run_bench(options(tmp_path), say=quiet)
 
@@ -147,7 +147,6 @@ def test_an_exception_mid_sweep_still_tears_down_and_keeps_finished_records(
     assert len(probe.emulators) == 1
     probe.assert_nothing_left()
     assert [r["ok"] for r in request_lines(out)] == [True, True, True]  # a crash loses nothing finished
-    assert (out / "cdk" / "cdk-destroy.log").is_file()
 
 
 @pytest.mark.integration
@@ -262,10 +261,10 @@ def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
 ])
 def test_bad_options_raise_before_anything_is_deployed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], message: str) -> None:
-    def no_target(*args: object) -> None:
+    def no_target(*args: object, **kwargs: object) -> None:
         raise AssertionError("a target was created for bad input")
 
-    monkeypatch.setattr(runner, "_target", no_target)
+    monkeypatch.setattr(runner, "choose_target", no_target)
 
     with pytest.raises(runner.InputError, match=message):
         run_bench(options(tmp_path / "out", **changes), say=quiet)

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import signal
+import shutil
 import sys
 import traceback
-from collections.abc import Iterator
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sagellm import __version__
+from sagellm.aws.cleanup import this_process
 from sagellm.bench import summary
+from sagellm.bench.existing import read_endpoint, reconcile
+from sagellm.bench.interrupts import Interrupted, Interrupts
 from sagellm.bench.load import LevelResult, StopRule, run_sweep
 from sagellm.bench.records import RecordLog, RequestRecord
-from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
+from sagellm.bench.targets import Target, choose_target
+from sagellm.bench.teardown import tear_down
+from sagellm.bench.verdict import target_failure
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
@@ -46,10 +49,12 @@ MIN_REQUESTS_PER_LEVEL = 8
 class BenchOptions:
     """Everything `sagellm bench` was asked to do."""
 
-    profile: str
-    model: str
+    profile: str | None = None  # optional with endpoint_name (read from what is deployed)
+    model: str | None = None
     instance: str | None = None
     target: str = "local"  # local | sagemaker | http
+    endpoint_name: str | None = None  # sagemaker target: bench this existing endpoint, deploy nothing
+    inference_component: str | None = None
     url: str | None = None
     api: str = "auto"  # http target: tgi | openai | auto
     payload: Payload | None = None
@@ -93,6 +98,14 @@ def _check(opts: BenchOptions) -> None:
     if opts.keep and opts.target == "local":
         errors.append("--keep: the local AWS lives only as long as the bench; use `sagellm emulate` for a "
                       "lasting local endpoint")
+    if opts.endpoint_name is None and not (opts.profile and opts.model):
+        errors.append("--profile/--model: required (unless --target sagemaker --endpoint-name NAME)")
+    if opts.endpoint_name is not None and opts.target != "sagemaker":
+        errors.append("--endpoint-name: only with --target sagemaker")
+    if opts.inference_component is not None and opts.endpoint_name is None:
+        errors.append("--inference-component: only with --endpoint-name")
+    if opts.endpoint_name is not None and opts.keep:
+        errors.append("--keep: an existing endpoint is never deleted; leave --keep out")
     if opts.requests_per_level is not None and opts.duration_per_level_s is not None:
         errors.append("--requests-per-level/--duration-per-level: give one, not both")
     if opts.requests_per_level is not None and opts.requests_per_level < 1:
@@ -103,14 +116,6 @@ def _check(opts: BenchOptions) -> None:
         errors.append("--warmup: must be 0 or more")
     if errors:
         raise InputError(errors)
-
-
-def _target(opts: BenchOptions, plan: DeploymentPlan, out: Path) -> Target:
-    if opts.target == "http":
-        return HttpTarget(opts.url or "", opts.api, opts.model)
-    if opts.target == "sagemaker":
-        return SageMakerTarget(plan, opts.model, opts.profiles_dir, out)
-    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale)
 
 
 def _rescale(record: RequestRecord, factor: float) -> RequestRecord:
@@ -127,50 +132,30 @@ def _rescale(record: RequestRecord, factor: float) -> RequestRecord:
         server_e2e_s=scale(record.server_e2e_s))
 
 
-@contextlib.contextmanager
-def _signals() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C while measuring (pipelines cancel jobs with SIGTERM)."""
-    def on_term(signum: int, frame: Any) -> None:
-        # Re-raise as SIGINT: asyncio then cancels the sweep task cleanly (an exception raised here
-        # could land inside one of aiohttp's own tasks and surface as a stray traceback).
-        signal.raise_signal(signal.SIGINT)
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _shielded(say: Any) -> Iterator[None]:
-    """Teardown is not interruptible: a second Ctrl-C would leave a half-deleted stack behind."""
-    def hold(signum: int, frame: Any) -> None:
-        say("tearing down — please wait; interrupting now would leave resources behind")
-
-    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> BenchOutcome:
     """Run one bench; results are written whatever happens (a crash loses nothing finished)."""
     say = say or (lambda text: print(text, file=sys.stderr))
     _check(opts)
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
-    design = design_for(opts.profile, opts.model, opts.instance, payload=opts.payload, region=opts.region,
-                        profiles_dir=opts.profiles_dir)
+    deployed = read_endpoint(opts.endpoint_name, opts.inference_component, opts.region) if opts.endpoint_name \
+        else None
+    profile, model = reconcile(deployed, opts.profile, opts.model, opts.instance) if deployed else \
+        (str(opts.profile), str(opts.model))
+    design = design_for(profile, model, deployed.instance_type if deployed else opts.instance,
+                        payload=opts.payload, region=opts.region, profiles_dir=opts.profiles_dir,
+                        instance_count=deployed.instance_count if deployed else None)
     thresholds = load_thresholds(opts.thresholds) if opts.thresholds else None
     baseline_path = opts.baseline or (thresholds.baseline.results if thresholds and thresholds.baseline else None)
     baseline = load_results(Path(baseline_path)) if baseline_path else None
-    out = opts.out
+    out = opts.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(out / "cdk", ignore_errors=True)  # this run's CDK work folder: never an older run's assembly
     plan = to_plan(design)
-    target = _target(opts, plan, out)
+    run = uuid.uuid4().hex[:10]
+    target = choose_target(opts.target, plan, model=model, url=opts.url, api=opts.api,
+                           profiles_dir=opts.profiles_dir, workdir=out / "cdk", run=run, process=this_process(),
+                           time_scale=opts.time_scale, deployed=deployed, say=say)
     (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 
     started = datetime.now(UTC)
@@ -178,7 +163,6 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     log = RecordLog(out / "requests.jsonl")
     error: str | None = None
     status = ExitStatus.OK
-    teardown = Teardown(status="not-applicable")
     factor = 1.0 / opts.time_scale
 
     def on_record(record: RequestRecord) -> None:
@@ -193,46 +177,37 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
         if lag is not None:
             lags[level.concurrency] = lag
 
-    try:
-        with _signals():
-            try:
-                say(f"deploying {plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
-                    f"to the {target.kind} target…")
+    with Interrupts(say) as interrupts:
+        try:
+            with interrupts.armed():
+                say(f"{'deploying' if target.deploys else 'benching'} {plan.profile} ({plan.instance_type} × "
+                    f"{plan.initial_instance_count}) on the {target.kind} target…")
                 transport = target.deploy()
                 say(f"endpoint {target.endpoint} is in service; sweeping {list(opts.concurrency)}")
-                asyncio.run(run_sweep(
+                interrupts.run(run_sweep(
                     transport, concurrency=list(opts.concurrency),
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                     warmup=opts.warmup, input_tokens=design.payload.input_tokens,
                     output_tokens=design.payload.output_tokens, prompt_fn=_prompt, on_record=on_record,
                     on_progress=progress, on_level=on_level,
                     stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE)))
-            except SagellmError as exc:
-                error, status = str(exc), exc.exit_status
-            except KeyboardInterrupt:
-                error, status = "interrupted: stopped measuring, tore down", ExitStatus.INTERRUPTED
-            except Exception as exc:  # noqa: BLE001 - a bug or unforeseen failure: still tear down, keep results
-                (out / "error.log").write_text(traceback.format_exc())
-                error = f"unexpected {type(exc).__name__}: {exc} (traceback in {out / 'error.log'})"
-                status = ExitStatus.TARGET_FAILED
-            finally:
-                with _shielded(say):
-                    if opts.keep and target.kind != "http":
-                        teardown = Teardown(status="kept", detail=f"--keep: endpoint {target.endpoint} is still "
-                                            "running and billing; `sagellm cleanup` deletes it")
-                    else:
-                        say("tearing down…")
-                        teardown = target.teardown()
-    finally:
+        except SagellmError as exc:
+            error, status = str(exc), exc.exit_status
+        except Interrupted:
+            error, status = "interrupted: stopped measuring, tore down", ExitStatus.INTERRUPTED
+        except Exception as exc:  # noqa: BLE001 - a bug or unforeseen failure: still tear down, keep results
+            (out / "error.log").write_text(traceback.format_exc())
+            error = f"unexpected {type(exc).__name__}: {exc} (traceback in {out / 'error.log'})"
+            status = ExitStatus.TARGET_FAILED
+        # From here on a signal is held, not raised: teardown and the results always finish.
         log.close()
-
-    if status == ExitStatus.OK and levels and not any(r.ok for lv in levels for r in lv.records):
-        first = next((r for lv in levels for r in lv.records if not r.ok), None)
-        error = f"no request succeeded: {first.error_kind}: {first.error}" if first else "no request was sent"
-        status = ExitStatus.TARGET_FAILED
-    slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
-    with _shielded(say):  # a signal now would lose the results of a finished run
-        results = _results(opts, design, plan, target, levels, lags, teardown, started, status, error, factor, slo)
+        teardown = tear_down(target, opts.keep, say)
+        if status == ExitStatus.OK and (failure := target_failure(levels)):
+            error, status = failure, ExitStatus.TARGET_FAILED
+        slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
+        environment = deployed.environment if deployed else plan.environment
+        results = _results(opts, design, plan, target, levels, lags, teardown, started, status, error, factor,
+                           slo, run, environment)
         if thresholds is not None:
             results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
         write_results(out / "results.json", results)
@@ -241,6 +216,9 @@ def run_bench(opts: BenchOptions, progress: Any = None, say: Any = None) -> Benc
     if teardown.status == "failed":
         status = ExitStatus.TARGET_FAILED
         error = f"TEARDOWN FAILED: {teardown.detail}"
+    elif interrupts.signum is not None and status != ExitStatus.INTERRUPTED:
+        status = ExitStatus.INTERRUPTED
+        error = f"interrupted by {interrupts.name} while tearing down or writing results; both finished"
     elif status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
         status = ExitStatus.GATE_FAILED
     return BenchOutcome(results, status, error)
@@ -268,7 +246,7 @@ def _prompt(tokens: int) -> str:
 
 def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: Target, levels: list[LevelResult],
              lags: dict[int, float], teardown: Teardown, started: datetime, status: ExitStatus, error: str | None,
-             factor: float, slo: float | None) -> Results:
+             factor: float, slo: float | None, run_id: str, environment: dict[str, str]) -> Results:
     shape = design.shape()
     measured = []
     for lv in levels:
@@ -288,8 +266,8 @@ def _results(opts: BenchOptions, design: Design, plan: DeploymentPlan, target: T
     run = Run(
         profile=plan.profile, model=plan.primary.model_id, instance_type=plan.instance_type,
         instance_count=plan.initial_instance_count, target=target.kind, emulated=target.emulated,  # type: ignore[arg-type]
-        time_scale=opts.time_scale, region=plan.region, endpoint=target.endpoint,
-        environment=plan.environment, input_tokens=design.payload.input_tokens,
+        time_scale=opts.time_scale, region=plan.region, endpoint=target.endpoint, bench_run=run_id,
+        environment=environment, input_tokens=design.payload.input_tokens,
         output_tokens=design.payload.output_tokens, concurrency=list(opts.concurrency), tool_version=__version__,
         started_at=started, ended_at=datetime.now(UTC), command=opts.command,
     )

@@ -67,6 +67,7 @@ class Run(_Strict):
     time_scale: float = 1.0  # emulator time compression (1.0 = real time)
     region: str
     endpoint: str | None = None  # endpoint name, or the URL of an http target
+    bench_run: str | None = None  # the run id; stacks the run deployed carry it as tag sagellm:bench-run
     environment: dict[str, str]  # the plan's container environment
     input_tokens: int
     output_tokens: int
