@@ -79,8 +79,8 @@ def test_a_stack_younger_than_the_age_limit_is_kept(aws: LocalAws) -> None:
     assert survey.leftovers == []
     assert {(s.name, why) for s, why in survey.kept} == {
         ("sagellm-bench-max-throughput-dead", "younger than the age limit (--older-than)"),
-        ("sagellm-bench-max-throughput-live", f"its bench is still running (process {os.getpid()} on this "
-                                              "machine)"),
+        ("sagellm-bench-max-throughput-live", (f"its bench is still running (process {os.getpid()} on this "
+                                              "machine)")),
     }
 
 

@@ -74,7 +74,8 @@ def test_deploy_failure_exits_3_writes_results_and_leaves_nothing(
     assert outcome.error is not None
     assert "(AWS::SageMaker::Endpoint) CREATE_FAILED: Injected: insufficient capacity" in outcome.error
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["teardown"]["status"] == "destroyed"
+    assert saved["teardown"]["status"] == "not-applicable"  # the failed deploy deleted its rolled-back stack
+    assert "does not exist" in saved["teardown"]["detail"]
     assert saved["levels"] == []
     assert "Injected: insufficient capacity" in saved["stopped_reason"]
     assert (tmp_path / "report.md").read_text().startswith("**NO GATE**")

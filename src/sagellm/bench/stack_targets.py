@@ -96,7 +96,8 @@ class _StackTarget:
         except TargetError as exc:
             return Teardown(status="failed", detail=str(exc), leftovers=[f"stack {self.stack}"])
         if not deleted:
-            return Teardown(status="not-applicable", detail=f"stack {self.stack} was never created")
+            return Teardown(status="not-applicable", detail=f"stack {self.stack} does not exist (never created, "
+                            "or deleted after a failed deploy): nothing to delete")
         return Teardown(status="destroyed", detail=f"stack {self.stack} deleted")
 
     def may_be_left(self) -> list[str]:
