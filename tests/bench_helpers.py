@@ -20,7 +20,7 @@ from sagellm.aws.local import LocalAws
 from sagellm.emulator import EmulatorProcess
 from sagellm.emulator.process import port_is_free
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 # The venv's console script, so exit codes come from `main()` exactly as a pipeline sees them.
 SAGELLM = str(Path(sys.executable).parent / "sagellm")
 MODEL = "meta-llama/Llama-2-7b-hf"

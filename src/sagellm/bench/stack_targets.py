@@ -72,6 +72,7 @@ class _StackTarget:
 
     def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, workdir: Path, run: str,
                  process: str, on_line: Callable[[str], None] | None = None):
+        cdk_cli.find_cli()  # no CDK CLI: say so (exit 3) before anything starts
         self.plan, self.workdir, self.run, self.on_line = plan, workdir, run, on_line
         self.stack = stack_name(plan, run)
         self.context = cdk_context(plan, model, profiles_dir, run, process)

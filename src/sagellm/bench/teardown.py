@@ -21,5 +21,5 @@ def tear_down(target: Target, keep: bool, say: Callable[[str], None]) -> Teardow
     except Exception as exc:  # noqa: BLE001 - e.g. the control plane unreachable: say so, keep the results
         left = target.may_be_left()
         return Teardown(status="failed", leftovers=left,
-                        detail=f"teardown failed: {type(exc).__name__}: {exc}; may be left: "
+                        detail=f"{type(exc).__name__}: {exc}; may be left: "
                                f"{', '.join(left) or 'nothing known'}; delete with `sagellm cleanup`")
