@@ -54,7 +54,7 @@ def test_cdk_synth_builds_the_profile_stack(profile, tmp_path):
     manifest = json.loads((tmp_path / "cdk.out" / "manifest.json").read_text())
     (artifact,) = [a for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"]
     assert artifact["properties"]["stackName"] == stack_name
-    template = json.loads((tmp_path / "cdk.out" / "Endpoint.template.json").read_text())
+    template = json.loads((tmp_path / "cdk.out" / artifact["properties"]["templateFile"]).read_text())
     types = {r["Type"] for r in template["Resources"].values()}
     assert {"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint"} <= types
     assert ("AWS::SageMaker::InferenceComponent" in types) == (profile == "replicas")

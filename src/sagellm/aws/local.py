@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import tempfile
 import threading
 import time
@@ -205,12 +206,14 @@ def serve(port: int, region: str, say: Callable[[str], None]) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    with socket.socket() as probe:  # werkzeug would print its own message and exit 1 on a busy port
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise InputError(f"--port: {port}: {error.strerror}; pick a free port") from None
     signal.signal(signal.SIGTERM, stop)
     aws = LocalAws(region, port)
-    try:
-        aws.start()
-    except OSError as error:
-        raise InputError(f"--port: {port}: {error.strerror}; pick a free port") from None
+    aws.start()
     try:
         with tempfile.TemporaryDirectory(prefix="sagellm-local-aws-") as work:
             cdk_cli.bootstrap(cdk_cli.cli_env(aws.env()), Path(work))
