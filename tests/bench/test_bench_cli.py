@@ -395,7 +395,7 @@ def interrupt(tmp_path: Path, sig: int, ready: str, *, concurrency: str, again: 
         return any(r["concurrency"] != records[0]["concurrency"] for r in records)
 
     try:
-        wait_for(lambda: proc.poll() is not None or reached(), 90, f"the bench's first {ready}")
+        wait_for(lambda: proc.poll() is not None or reached(), 300, f"the bench's first {ready}")
         assert proc.poll() is None, "the bench ended before it could be interrupted"
         proc.send_signal(sig)
         if again:
@@ -403,7 +403,7 @@ def interrupt(tmp_path: Path, sig: int, ready: str, *, concurrency: str, again: 
             assert proc.poll() is None, "the bench ended before it could be interrupted again"
             proc.send_signal(sig)
     finally:
-        ran = finish(proc, started, timeout=60)
+        ran = finish(proc, started, timeout=180)
     return ran, out
 
 
@@ -453,12 +453,16 @@ def test_sigterm_while_deploying_stops_the_cdk_cli_and_tears_down(tmp_path: Path
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
     finally:
-        ran = finish(proc, started, timeout=90)
+        ran = finish(proc, started, timeout=180)
 
     assert ran.returncode == 130, ran.stderr[-3000:]
     assert "Traceback" not in ran.stderr
     results = results_of(out)
-    assert results["teardown"]["status"] == "destroyed", results["teardown"]
+    # Stopped before CloudFormation got the stack (synthesis) or after: either way nothing is left, and
+    # teardown says which, never "destroyed" for a stack that never existed.
+    teardown = results["teardown"]
+    assert teardown["status"] == "destroyed" or (teardown["status"] == "not-applicable"
+                                                 and "does not exist" in teardown["detail"]), teardown
     assert results["levels"] == []
     assert request_lines(out) == []
     assert_nothing_running(ran, out)
