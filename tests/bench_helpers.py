@@ -131,6 +131,12 @@ def processes_mentioning(*needles: str) -> list[str]:
     return found
 
 
+def synthesizing(out: Path) -> bool:
+    """Whether sagellm's CDK app is running for the bench writing to `out` (the CDK CLI passes the run's
+    assembly folder to it as CDK_OUTDIR)."""
+    return any("sagellm.cdk_app" in p for p in processes_mentioning(str(out / "cdk")))
+
+
 def emulator_children_of(pid: int) -> list[str]:
     """Emulator processes a bench with process id `pid` started (they carry `--parent-pid PID`)."""
     return [p for p in processes_mentioning(f"--parent-pid {pid} ") if "sagellm.emulator" in p]

@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from bench_helpers import REPO, bench_args, finish, processes_mentioning, results_of, sagellm, spawn, wait_for
+from bench_helpers import (
+    REPO,
+    bench_args,
+    finish,
+    processes_mentioning,
+    results_of,
+    sagellm,
+    spawn,
+    synthesizing,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 # What a run may change in the checkout: caches of the tools that run the tests.
@@ -81,8 +91,7 @@ def test_ctrl_c_during_synth_while_another_bench_runs_leaves_both_clean(tmp_path
     a = spawn(*bench_args(first), cwd=tmp_path)
     b = spawn(*bench_args(second), cwd=tmp_path)
     try:
-        wait_for(lambda: any("sagellm.cdk_app" in p for p in processes_mentioning(str(first / "cdk")))
-                 or a.poll() is not None, 300, "the first bench to synthesize its app")
+        wait_for(lambda: synthesizing(first) or a.poll() is not None, 300, "the first bench to synthesize its app")
         assert a.poll() is None
         a.send_signal(signal.SIGINT)
     finally:

@@ -26,11 +26,11 @@ from bench_helpers import (
     SAGELLM,
     finish,
     free_port,
-    processes_mentioning,
     request_lines,
     results_of,
     sagellm,
     spawn,
+    synthesizing,
     wait_for,
 )
 from sagellm.aws import cdk_cli
@@ -199,6 +199,11 @@ def test_after_a_killed_bench_cleanup_deletes_exactly_its_stack(account: Account
     try:
         wait_for(lambda: bool(request_lines(out)) or proc.poll() is not None, 600, "the first request")
         assert proc.poll() is None, proc.communicate()[1][-3000:]
+        # While the bench runs, its stack is in use, whatever the age limit.
+        running = sagellm("cleanup", "--older-than", "0s", "--yes", env=account.env, cwd=tmp_path)
+        assert running.returncode == 0, running.stderr
+        assert f"its bench is still running (process {proc.pid} on this machine)" in running.stdout
+        assert proc.poll() is None
         proc.kill()  # SIGKILL: no teardown
     finally:
         finish(proc, started)
@@ -231,8 +236,7 @@ def test_a_kept_stack_survives_a_later_run_in_the_same_folder_interrupted_during
     started = time.monotonic()
     proc = spawn(*bench(out, *OWN), env=account.env, cwd=tmp_path)
     try:
-        wait_for(lambda: any("sagellm.cdk_app" in p for p in processes_mentioning(str(out / "cdk")))
-                 or proc.poll() is not None, 300, "the second run to synthesize")
+        wait_for(lambda: synthesizing(out) or proc.poll() is not None, 300, "the second run to synthesize")
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
     finally:
