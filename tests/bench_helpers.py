@@ -24,7 +24,7 @@ from sagellm.bench.responses import Outcome
 from sagellm.emulator import EmulatorProcess
 from sagellm.emulator.process import port_is_free
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 # The venv's console script, so exit codes come from `main()` exactly as a pipeline sees them.
 SAGELLM = str(Path(sys.executable).parent / "sagellm")
 MODEL = "meta-llama/Llama-2-7b-hf"
@@ -133,6 +133,12 @@ def processes_mentioning(*needles: str) -> list[str]:
         if any(needle in haystack for needle in needles):
             found.append(f"{entry.name} {cmdline.strip()}")
     return found
+
+
+def synthesizing(out: Path) -> bool:
+    """Whether sagellm's CDK app is running for the bench writing to `out` (the CDK CLI passes the run's
+    assembly folder to it as CDK_OUTDIR)."""
+    return any("sagellm.cdk_app" in p for p in processes_mentioning(str(out / "cdk")))
 
 
 def emulator_children_of(pid: int) -> list[str]:

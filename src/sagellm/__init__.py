@@ -4,9 +4,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    """`from sagellm import LlmEndpoint` without importing aws_cdk on `import sagellm` (the CLI stays fast)."""
-    if name == "LlmEndpoint":
-        from sagellm.constructs import LlmEndpoint
+    """`from sagellm import LlmEndpoint, BenchStep` without importing aws_cdk on `import sagellm` (the CLI stays
+    fast)."""
+    if name in ("LlmEndpoint", "BenchStep"):
+        from sagellm import constructs
 
-        return LlmEndpoint
+        return getattr(constructs, name)
     raise AttributeError(f"module 'sagellm' has no attribute {name!r}")

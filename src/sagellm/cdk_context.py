@@ -15,7 +15,7 @@ from sagellm.profiles.schema import U32_MAX
 from sagellm.profiles.tokens import STORE_IT, token_errors
 
 KEYS = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens", "stack_name",
-        "bootstrapless", "hf_token_secret")
+        "bootstrapless", "hf_token_secret", "bench_run", "bench_process")
 # CloudFormation CreateStack StackName: ASCII letters, digits and hyphens, starting with a letter, ≤ 128.
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 STACK_NAME_MAX = 128

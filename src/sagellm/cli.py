@@ -269,19 +269,27 @@ def calibrate(
              "--time-scale 0.1   # local, emulated\n\n"
              "  sagellm bench --profile replicas --model llama2-13b --instance ml.p4d.24xlarge --target sagemaker "
              "--thresholds gates.yaml --out run-42   # real account, gated\n\n"
+             "  sagellm bench --target sagemaker --endpoint-name prod-chat --thresholds gates.yaml "
+             "  # an existing endpoint, nothing deployed\n\n"
              "  sagellm bench --profile max-throughput --model llama2-7b --target http --url http://localhost:8080 "
              "# an existing TGI\n\n"
              "  sagellm bench --target http --api openai --url http://localhost:8000 --concurrency 1,4,16 "
              "# an existing vLLM, no prediction")
 def bench(
     profile: Annotated[str | None, typer.Option("--profile", help="profile name (optional for --target "
-                                                "http: with --model it predicts the run)")] = None,
+                                                "http: with --model it predicts the run; with --endpoint-name: "
+                                                "default the endpoint's sagellm:profile tag)")] = None,
     model: Annotated[str | None, typer.Option("--model", help="catalog model, e.g. meta-llama/Llama-2-7b-hf "
-                                              "(optional for --target http)")] = None,
+                                              "(optional for --target http; with --endpoint-name: default the "
+                                              "deployed one)")] = None,
     instance: Instance = None,
     target: Annotated[str, typer.Option("--target", help="local: embedded AWS (moto) + emulator · sagemaker: "
                                         "your AWS account (credentials from the environment) · http: an "
                                         "existing TGI/OpenAI-compatible server at --url")] = "local",
+    endpoint_name: Annotated[str | None, typer.Option("--endpoint-name", help="sagemaker target: bench this "
+                                                      "existing endpoint; nothing is deployed or deleted")] = None,
+    inference_component: Annotated[str | None, typer.Option("--inference-component", help="with "
+                                   "--endpoint-name: the component to invoke (default: its only one)")] = None,
     url: Annotated[str | None, typer.Option("--url", help="server URL for --target http")] = None,
     api: Annotated[str, typer.Option("--api", help="tgi (generate), chat (TGI Messages API; "
                                      "/v1/chat/completions on an http target), openai (completions, http "
@@ -344,6 +352,10 @@ def bench(
     """Deploy a profile, sweep concurrency (closed loop) or request rates (open loop), report, gate, and
     always tear down.
 
+    The sagemaker target deploys the bench's own stack (tagged sagellm:bench-run) and deletes exactly that
+    stack, or benches an existing endpoint (--endpoint-name) without deploying or deleting anything.
+    Relative paths resolve against the current folder; nothing else is read from it.
+
     Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
     3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM).
     """
@@ -357,7 +369,8 @@ def bench(
         raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
     rates = _rates(request_rate)
     opts = BenchOptions(
-        profile=profile, model=model, instance=instance, target=target, url=url, api=api, served_model=served_model,
+        profile=profile, model=model, instance=instance, target=target, endpoint_name=endpoint_name,
+        inference_component=inference_component, url=url, api=api, served_model=served_model,
         workload=WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, shared_prefix=shared_prefix,
                                  dataset=dataset, tokenizer=tokenizer, seed=seed),
         concurrency=() if rates else _concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
@@ -481,14 +494,22 @@ def emulate(
     run_emulator(plan, port=port, time_scale=time_scale, endpoint_name=endpoint_name)
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n"
+             "  sagellm cleanup --dry-run               # list bench stacks and what would be deleted\n\n"
+             "  sagellm cleanup --older-than 6h --yes   # in a scheduled job: delete without asking")
 def cleanup(
     older_than: Annotated[str, typer.Option("--older-than", help="only stacks older than this: 30m, 2h, 1d")]
-    = "0m",
+    = "1h",
     region: Region = "us-east-1",
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list, do not delete")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="delete without asking")] = False,
 ) -> None:
-    """Find what sagellm deployments left behind (by their sagellm:* tags) and delete it."""
+    """Delete the stacks bench runs left behind (a killed bench, --keep): whole stacks, through CloudFormation.
+
+    Only stacks tagged sagellm:bench-run (set by `sagellm bench` alone) are considered; stacks deployed with
+    `cdk deploy` or a team's own LlmEndpoint are never touched. A bench stack is kept while its bench still
+    runs on this machine or while it is younger than --older-than. Shows what it will delete and asks first.
+    """
     import boto3
 
     from sagellm.aws.cleanup import delete_leftovers, find_leftovers
@@ -496,18 +517,46 @@ def cleanup(
 
     seconds = _duration(older_than)
     session = boto3.Session(region_name=region)
-    found = find_leftovers(session, seconds)
-    for leftover in found:
-        print(f"{'found' if dry_run else 'deleting'} {leftover}")
-    if not found:
-        print("nothing left behind")
-        return
-    if dry_run:
-        return
-    failures = delete_leftovers(session, found)
-    if failures:
-        raise TargetError(f"could not delete: {'; '.join(failures)}")
-    print(f"deleted {len(found)} resource(s)")
+    survey = find_leftovers(session, seconds)
+    for stack, reason in survey.kept:
+        print(f"keep    {stack}: {reason}")
+    for line in survey.unreadable:
+        print(f"skip    {line} (could not read it)")
+    for stack in survey.leftovers:
+        print(f"delete  {stack}")
+    if not survey.leftovers:
+        print(f"no bench stacks older than {older_than} to delete in {region}")
+    elif not dry_run:
+        if not yes:
+            if not sys.stdin.isatty():
+                raise InputError(f"--yes: {len(survey.leftovers)} stack(s) to delete and no terminal to ask; "
+                                 "pass --yes to delete them")
+            if not typer.confirm(f"Delete {len(survey.leftovers)} stack(s) and everything in them?"):
+                print("nothing deleted")
+                return
+        failures = delete_leftovers(session, survey.leftovers)
+        if failures:
+            raise TargetError(f"could not delete: {'; '.join(failures)}")
+        print(f"deleted {len(survey.leftovers)} stack(s)")
+    if survey.unreadable:
+        raise TargetError(f"could not read {len(survey.unreadable)} listed stack(s); they were skipped")
+
+
+@app.command("local-aws")
+def local_aws(
+    port: Annotated[int, typer.Option("--port", help="loopback port")] = 4566,
+    region: Region = "us-east-1",
+) -> None:
+    """Serve sagellm's local AWS on 127.0.0.1 (foreground, Ctrl-C to stop): moto extended for SageMaker
+    inference components, autoscaling and rollbacks, already CDK-bootstrapped.
+
+    Point `sagellm bench --target sagemaker`, `cdk deploy` and `sagellm cleanup` at it with
+    AWS_ENDPOINT_URL=http://localhost:PORT and any credentials; point the runtime
+    (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME) at `sagellm emulate`. Its state lives as long as the command.
+    """
+    from sagellm.aws.local import serve
+
+    serve(port, region, say=lambda text: print(text, file=sys.stderr))
 
 
 def _duration(text: str) -> float:

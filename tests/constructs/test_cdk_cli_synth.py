@@ -53,9 +53,11 @@ def test_cdk_synth_builds_the_profile_stack(profile, tmp_path):
     assert repo_outputs() == before, "synth wrote into the repository"
     stack_name = f"sagellm-{profile}-{model.split('/')[-1].lower()}"
     manifest = json.loads((tmp_path / "cdk.out" / "manifest.json").read_text())
-    (artifact,) = [a for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"]
-    assert artifact["properties"]["stackName"] == stack_name
-    template = json.loads((tmp_path / "cdk.out" / "Endpoint.template.json").read_text())
+    ((artifact_id, artifact),) = [(k, a) for k, a in manifest["artifacts"].items()
+                                  if a["type"] == "aws:cloudformation:stack"]
+    # The construct id is the stack name (so the CLI selects the stack by name); then CDK omits stackName.
+    assert artifact["properties"].get("stackName", artifact_id) == stack_name
+    template = json.loads((tmp_path / "cdk.out" / artifact["properties"]["templateFile"]).read_text())
     types = {r["Type"] for r in template["Resources"].values()}
     assert {"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint"} <= types
     assert ("AWS::SageMaker::InferenceComponent" in types) == (profile == "replicas")

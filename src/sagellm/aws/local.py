@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import socket
+import tempfile
 import threading
-from types import TracebackType
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType, TracebackType
 from typing import Any, Self
 
 import boto3
@@ -27,8 +35,9 @@ class LocalAws:
 
     _running = False
 
-    def __init__(self, region: str = "us-east-1"):
+    def __init__(self, region: str = "us-east-1", port: int = 0):
         self.region = region
+        self._port = port  # 0: the kernel picks a free one at bind time, so two benches never race for one
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._clients: dict[str, Any] = {}
@@ -64,8 +73,7 @@ class LocalAws:
         moto_ext.install()
         moto_api_backend.reset()
         app = DomainDispatcherApplication(create_backend_app)
-        # Port 0: the kernel picks a free port at bind time, so two benches never race for one.
-        self._server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=QuietHandler)
+        self._server = make_server("127.0.0.1", self._port, app, threaded=True, request_handler=QuietHandler)
         server = self._server
         self._thread = threading.Thread(
             target=lambda: server.serve_forever(poll_interval=0.05), name="sagellm-moto", daemon=True
@@ -93,6 +101,11 @@ class LocalAws:
         from moto.moto_api._internal.models import moto_api_backend
 
         moto_api_backend.reset()
+
+    @property
+    def running(self) -> bool:
+        """Whether the server is serving."""
+        return self._server is not None
 
     @property
     def port(self) -> int:
@@ -179,3 +192,38 @@ class LocalAws:
             ],
         }
         return {kind: names for kind, names in found.items() if names}
+
+
+def serve(port: int, region: str, say: Callable[[str], None]) -> None:
+    """`sagellm local-aws`: a bootstrapped LocalAws on `port` until SIGINT or SIGTERM (also when SIGINT is
+    ignored, as in a background job)."""
+    from sagellm.aws import cdk_cli
+    from sagellm.errors import InputError
+
+    logging.getLogger("moto").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message="Tried to parse", category=UserWarning)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    with socket.socket() as probe:  # werkzeug would print its own message and exit 1 on a busy port
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise InputError(f"--port: {port}: {error.strerror}; pick a free port") from None
+    signal.signal(signal.SIGTERM, stop)
+    aws = LocalAws(region, port)
+    aws.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="sagellm-local-aws-") as work:
+            cdk_cli.bootstrap(cdk_cli.cli_env(aws.env()), Path(work))
+        url = aws.endpoint_url
+        say(f"local AWS at {url} (region {region}, CDK-bootstrapped); use it from another shell with\n"
+            f"  export AWS_ENDPOINT_URL={url} AWS_ACCESS_KEY_ID={_DUMMY_KEY} AWS_SECRET_ACCESS_KEY={_DUMMY_KEY} "
+            f"AWS_REGION={region}\nCtrl-C to stop")
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        aws.stop()

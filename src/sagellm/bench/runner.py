@@ -2,41 +2,34 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import math
-import signal
+import shutil
 import traceback
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from sagellm import __version__
-from sagellm.bench.load import (
-    MAX_IN_FLIGHT,
-    LevelResult,
-    OpenLoop,
-    StopRule,
-    default_budget,
-    run_sweep,
-    sweep_problems,
-)
+from sagellm.aws.cleanup import this_process
+from sagellm.aws.endpoints import DeployedEndpoint
+from sagellm.bench.existing import read_endpoint, reconcile
+from sagellm.bench.interrupts import Interrupted, Interrupts
+from sagellm.bench.load import MAX_IN_FLIGHT, LevelResult, OpenLoop, StopRule, default_budget, run_sweep
 from sagellm.bench.measured import levels_of, on_simulated_clock
+from sagellm.bench.options import DEFAULT_PAYLOAD, BenchOptions, BenchOutcome, check_options
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.records import RecordLog, RequestRecord
-from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
-from sagellm.bench.transports import APIS
-from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.bench.targets import Target, check_reachable, choose_target
+from sagellm.bench.teardown import tear_down
+from sagellm.bench.verdict import target_failure
+from sagellm.bench.workload import Workload
 from sagellm.errors import ExitStatus, InputError, SagellmError
-from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
+from sagellm.planner import Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
-from sagellm.profiles.tokens import gated_without_secret, token_errors
+from sagellm.profiles.tokens import gated_without_secret
 from sagellm.results import sweep
 from sagellm.results.gate import gate, read_gate, sweep_levels
-from sagellm.results.report import writable_folder_errors, write_report
+from sagellm.results.report import write_report
 from sagellm.results.schema import (
     Failure,
     Level,
@@ -50,117 +43,24 @@ from sagellm.results.schema import (
 )
 from sagellm.results.sweep import make_results
 
-DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
+__all__ = ["BenchOptions", "BenchOutcome", "run_bench"]
 
 
-@dataclass(frozen=True)
-class BenchOptions:
-    """Everything `sagellm bench` was asked to do."""
-
-    profile: str | None  # optional for the http target (then no prediction)
-    model: str | None  # a catalog model: labels the run and predicts it
-    instance: str | None = None
-    target: str = "local"  # local | sagemaker | http
-    url: str | None = None
-    api: str = "auto"  # tgi | openai (http target) | chat | auto (http: openai when the URL has /v1; else tgi)
-    served_model: str | None = None  # http target: the OpenAI `model` field (default: from /v1/models)
-    payload: Payload | None = None  # fixed lengths; the workload's own lengths win where given
-    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
-    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY  # closed-loop levels ...
-    request_rate: tuple[float, ...] = ()  # ... or open-loop levels, requests/s (then concurrency is ())
-    arrivals: str | None = None  # open loop: constant (default) | poisson
-    max_in_flight: int | None = None  # open loop: default 1024
-    repeats: int = 1
-    requests_per_level: int | None = None  # None: REQUESTS_PER_WORKER × concurrency (unless a duration)
-    duration_per_level_s: float | None = None
-    warmup: int = 1
-    thresholds: Path | None = None
-    baseline: Path | None = None
-    allow_incomparable: bool = False  # compare with a baseline of another model, instance, container or workload
-    out: Path = Path("sagellm-results")
-    keep: bool = False
-    region: str = "us-east-1"
-    profiles_dir: Path | None = None
-    hf_token_secret: str | None = None  # Secrets Manager name or ARN (overrides the profile's)
-    time_scale: float = 1.0
-    slo_ms_per_token: float | None = None
-    command: str = ""
-
-
-@dataclass(frozen=True)
-class BenchOutcome:
-    """The finished run and the exit status it earns."""
-
-    results: Results
-    exit_status: ExitStatus
-    error: str | None = None
-
-
-def _check(opts: BenchOptions) -> None:
-    """Reject contradictory options before anything is deployed."""
-    errors = []
-    if opts.target not in ("local", "sagemaker", "http"):
-        errors.append(f"--target: {opts.target!r} must be local, sagemaker or http")
-    if opts.target == "http" and not opts.url:
-        errors.append("--url: required with --target http (e.g. http://localhost:8080 for TGI)")
-    if opts.url and opts.target != "http":
-        errors.append("--url: only used with --target http")
-    if opts.time_scale != 1.0 and opts.target != "local":
-        errors.append("--time-scale: only the local emulator can compress time")
-    if not 0 < opts.time_scale <= 1:
-        errors.append(f"--time-scale: {opts.time_scale} must be in (0, 1]")
-    if opts.keep and opts.target == "local":
-        errors.append("--keep: the local AWS lives only as long as the bench; use `sagellm emulate` for a "
-                      "lasting local endpoint")
-    if opts.requests_per_level is not None and opts.duration_per_level_s is not None:
-        errors.append("--requests-per-level/--duration-per-level: give one, not both")
-    if opts.requests_per_level is not None and opts.requests_per_level < 1:
-        errors.append(f"--requests-per-level: {opts.requests_per_level} must be at least 1")
-    if opts.duration_per_level_s is not None and not 0 < opts.duration_per_level_s < math.inf:
-        errors.append(f"--duration-per-level: {opts.duration_per_level_s:g} must be a positive number of seconds")
-    if opts.warmup < 0:
-        errors.append(f"--warmup: {opts.warmup} must be 0 or more")
-    if opts.api not in (*APIS, "auto"):
-        errors.append(f"--api: {opts.api!r} must be tgi, openai, chat or auto")
-    elif opts.api == "openai" and opts.target != "http":
-        errors.append("--api openai: only with --target http (SageMaker endpoints take tgi or chat)")
-    if opts.served_model and opts.target != "http":
-        errors.append("--served-model: only used with --target http (the name an existing server serves)")
-    if opts.target != "http" and not (opts.profile and opts.model):
-        errors.append("--profile/--model: required: the profile and the catalog model to deploy")
-    if opts.target == "http" and bool(opts.profile) != bool(opts.model):
-        errors.append("--profile/--model: give both to label and predict the run, or neither (no prediction)")
-    errors += sweep_problems(concurrency=opts.concurrency, request_rate=opts.request_rate,
-                             arrivals=opts.arrivals, max_in_flight=opts.max_in_flight, repeats=opts.repeats)
-    if opts.hf_token_secret is not None:
-        errors.extend(token_errors({"hf_token_secret": opts.hf_token_secret}, lambda loc: "--hf-token-secret"))
-    errors.extend(writable_folder_errors(opts.out, "--out"))
-    if errors:
-        raise InputError(errors)
-
-
-def _target(opts: BenchOptions, plan: DeploymentPlan | None, out: Path) -> Target:
-    if opts.target == "http":
-        return HttpTarget(opts.url or "", opts.api, opts.served_model, opts.model)
-    assert plan is not None and opts.model is not None  # _check: deploying targets need both
-    api = APIS["tgi" if opts.api == "auto" else opts.api]
-    if opts.target == "sagemaker":
-        return SageMakerTarget(plan, opts.model, opts.profiles_dir, out, api=api)
-    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale, api=api)
-
-
-def _design(opts: BenchOptions) -> tuple[Design | None, Workload]:
+def _design(opts: BenchOptions, deployed: DeployedEndpoint | None) -> tuple[Design | None, Workload]:
     """The plan's design and the workload. The longest request the workload can send sizes the plan (its
     token caps and admission limit must take every request); the mean request sizes the prediction.
 
-    Without a catalog model (http target only) there is no design: nothing to deploy or predict."""
-    profile, model = opts.profile, opts.model
+    An existing endpoint (`deployed`) is designed as it runs: its profile and model (given, or from its tags),
+    instance type and count. Without a catalog model (http target only) there is no design."""
+    profile, model = reconcile(deployed, opts.profile, opts.model, opts.instance) if deployed else \
+        (opts.profile, opts.model)
     if not (profile and model):
         return None, Workload(opts.workload, opts.payload or DEFAULT_PAYLOAD)
 
     def design(payload: Payload | None) -> Design:
-        return design_for(profile, model, opts.instance, payload=payload, region=opts.region,
-                          profiles_dir=opts.profiles_dir)
+        return design_for(profile, model, deployed.instance_type if deployed else opts.instance, payload=payload,
+                          region=opts.region, profiles_dir=opts.profiles_dir,
+                          instance_count=deployed.instance_count if deployed else None)
 
     first = design(opts.payload)
     workload = Workload(opts.workload, first.payload)
@@ -168,57 +68,36 @@ def _design(opts: BenchOptions) -> tuple[Design | None, Workload]:
     return (first if longest == first.payload else design(longest)), workload
 
 
-@contextlib.contextmanager
-def _signals() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C while measuring (pipelines cancel jobs with SIGTERM)."""
-    def on_term(signum: int, frame: Any) -> None:
-        # Re-raise as SIGINT: asyncio then cancels the sweep task cleanly (an exception raised here
-        # could land inside one of aiohttp's own tasks and surface as a stray traceback).
-        signal.raise_signal(signal.SIGINT)
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _shielded(say: Any) -> Iterator[None]:
-    """Teardown is not interruptible: a second Ctrl-C would leave a half-deleted stack behind."""
-    def hold(signum: int, frame: Any) -> None:
-        say("tearing down — please wait; interrupting now would leave resources behind")
-
-    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
     """Run one bench; results are written whatever happens (a crash loses nothing finished)."""
     watch = watch or Watch(say=say)
     say = watch.say
-    _check(opts)
+    check_options(opts)
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
-    design, workload = _design(opts)
+    deployed = read_endpoint(opts.endpoint_name, opts.inference_component, opts.region) if opts.endpoint_name \
+        else None
+    design, workload = _design(opts, deployed)
     plan = to_plan(design, opts.hf_token_secret) if design else None
-    if plan is not None and opts.target == "sagemaker":  # a gated model without a token fails after a paid start
+    if plan is not None and opts.target == "sagemaker" and deployed is None:
+        # A gated model without a token would fail only after a paid start-up.
         missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
         if missing:
             raise InputError([m.replace("pass -c hf_token_secret=", "pass --hf-token-secret ") for m in missing])
-    started = datetime.now(UTC)
-    run = _run(opts, plan, workload, started)
+    run_id = uuid.uuid4().hex[:10]
+    run = _run(opts, plan, workload, datetime.now(UTC), run_id, deployed)
     thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, sweep_levels(run),
                                      allow_incomparable=opts.allow_incomparable)
     if opts.target == "http":
         check_reachable(opts.url or "")  # a closed port is one line, before anything is written
-    out = opts.out
+    # Relative to where the bench was started, whatever folder the CDK CLI later runs in.
+    out = opts.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)
-    target = _target(opts, plan, out)
+    shutil.rmtree(out / "cdk", ignore_errors=True)  # this run's CDK work folder: never an older run's assembly
+    target = choose_target(opts.target, plan, model=run.model if plan else opts.model, url=opts.url, api=opts.api,
+                           served_model=opts.served_model, profiles_dir=opts.profiles_dir, workdir=out / "cdk",
+                           run=run_id, process=this_process(), time_scale=opts.time_scale, deployed=deployed,
+                           say=say)
     if plan is not None:
         (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 
@@ -226,7 +105,6 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     log = RecordLog(out / "requests.jsonl")
     error: str | None = None
     status = ExitStatus.OK
-    teardown = Teardown(status="not-applicable")
 
     def on_record(record: RequestRecord) -> None:
         record = on_simulated_clock(record, opts.time_scale, target.emulated)
@@ -243,52 +121,45 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         if lag is not None:
             lags[level.load] = lag
 
-    try:
-        with _signals():
-            try:
+    with Interrupts(say) as interrupts:
+        try:
+            with interrupts.armed():
                 if plan is not None:
-                    watch.enter("deploying", f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
-                                f"to the {target.kind} target")
+                    watch.enter("deploying" if target.deploys else "reaching",
+                                f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
+                                f"on the {target.kind} target")
                 transport = target.deploy()
                 levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
                 watch.enter("measuring", f"endpoint {target.endpoint}, levels {levels_text}")
-                asyncio.run(run_sweep(
+                interrupts.run(run_sweep(
                     transport, workload=workload, concurrency=opts.concurrency, open_loop=_open_loop(opts),
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                     warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
                     stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
-            except SagellmError as exc:
-                error, status = str(exc), exc.exit_status
-            except KeyboardInterrupt:
-                error, status = "interrupted: stopped measuring, tore down", ExitStatus.INTERRUPTED
-            except Exception as exc:  # noqa: BLE001 - a bug or unforeseen failure: still tear down, keep results
-                (out / "error.log").write_text(traceback.format_exc())
-                error = f"unexpected {type(exc).__name__}: {exc} (traceback in {out / 'error.log'})"
-                status = ExitStatus.TARGET_FAILED
-            finally:
-                with _shielded(say):
-                    if opts.keep and target.kind != "http":
-                        teardown = Teardown(status="kept", detail=f"--keep: endpoint {target.endpoint} is still "
-                                            "running and billing; `sagellm cleanup` deletes it")
-                    else:
-                        watch.enter("tearing down")
-                        teardown = target.teardown()
-    finally:
+        except SagellmError as exc:
+            error, status = str(exc), exc.exit_status
+        except Interrupted:
+            error, status = "interrupted: stopped measuring, tore down", ExitStatus.INTERRUPTED
+        except Exception as exc:  # noqa: BLE001 - a bug or unforeseen failure: still tear down, keep results
+            (out / "error.log").write_text(traceback.format_exc())
+            error = f"unexpected {type(exc).__name__}: {exc} (traceback in {out / 'error.log'})"
+            status = ExitStatus.TARGET_FAILED
+        # From here on a signal is held, not raised: teardown and the results always finish.
         log.close()
-
-    if status == ExitStatus.OK and levels and not any(r.ok for lv in levels for r in lv.records):
-        first = next((r for lv in levels for r in lv.records if not r.ok), None)
-        error = f"no request succeeded: {first.error_kind}: {first.error}" if first else "no request was sent"
-        status = ExitStatus.TARGET_FAILED
-    elif status == ExitStatus.OK and (broken := _broken(levels)):
-        error, status = broken, ExitStatus.TARGET_FAILED
-    stopped = error  # why the sweep ended early: the run's own failure (a failed teardown is not one)
-    if teardown.status == "failed":
-        status = ExitStatus.TARGET_FAILED
-        error = f"TEARDOWN FAILED: {teardown.detail}"
-    slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
-    watch.enter("writing results", str(out))
-    with _shielded(say):  # a signal now would lose the results of a finished run
+        if target.deploys and not opts.keep:
+            watch.enter("tearing down")
+        teardown = tear_down(target, opts.keep)
+        if status == ExitStatus.OK and (failure := target_failure(levels)):
+            error, status = failure, ExitStatus.TARGET_FAILED
+        stopped = error  # why the sweep ended early: the run's own failure (a failed teardown is not one)
+        if teardown.status == "failed":
+            status = ExitStatus.TARGET_FAILED
+            error = f"TEARDOWN FAILED: {teardown.detail}"
+        elif interrupts.signum is not None and status != ExitStatus.INTERRUPTED:
+            status = ExitStatus.INTERRUPTED
+            error = f"interrupted by {interrupts.name} while tearing down or writing results; both finished"
+        slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
+        watch.enter("writing results", str(out))
         run = _measured_run(run, target)
         results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo)
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
@@ -301,20 +172,6 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     if status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
         status = ExitStatus.GATE_FAILED
     return BenchOutcome(results, status, error)
-
-
-def _broken(levels: list[LevelResult]) -> str | None:
-    """Why the target is broken: a level where more requests than the error limit failed as `other`.
-
-    Overloaded, throttled and timed-out requests are the endpoint's limits, where a sweep ends normally;
-    `other` errors (streams cut short, connections reset, 5xx) are a failing target, not a measurement.
-    """
-    for lv in levels:
-        broken = [r for r in lv.records if not r.ok and r.error_kind == "other"]
-        if len(broken) > sweep.MAX_ERROR_RATE * len(lv.records):
-            return (f"the target failed {len(broken)} of {len(lv.records)} requests at level {lv.load}: "
-                    f"{broken[0].error}")
-    return None
 
 
 def _budget(opts: BenchOptions) -> Any:
@@ -337,7 +194,8 @@ def _duration(opts: BenchOptions) -> float | None:
     return None if opts.duration_per_level_s is None else opts.duration_per_level_s * opts.time_scale
 
 
-def _run(opts: BenchOptions, plan: DeploymentPlan | None, workload: Workload, started: datetime) -> Run:
+def _run(opts: BenchOptions, plan: DeploymentPlan | None, workload: Workload, started: datetime, run_id: str,
+         deployed: DeployedEndpoint | None) -> Run:
     """What is measured, where and how (before deploying: `_measured_run` fills in what the target tells)."""
     mean, loop = workload.payload(), _open_loop(opts)
     emulated = opts.target == "local"
@@ -346,9 +204,10 @@ def _run(opts: BenchOptions, plan: DeploymentPlan | None, workload: Workload, st
         profile=plan.profile if plan else None, model=plan.primary.model_id if plan else opts.served_model or "unknown",
         instance_type=plan.instance_type if plan else None,
         instance_count=plan.initial_instance_count if plan else None,
-        target=opts.target,  # type: ignore[arg-type]  # _check-ed
-        emulated=emulated, time_scale=opts.time_scale, region=opts.region,
-        environment=plan.environment if plan else {},
+        target=opts.target,  # type: ignore[arg-type]  # check_options-ed
+        emulated=emulated, time_scale=opts.time_scale, region=opts.region, bench_run=run_id,
+        # An existing endpoint runs the environment it was deployed with, whatever the profile says today.
+        environment=deployed.environment if deployed else plan.environment if plan else {},
         # The served image without its registry (the same image is served from every region's registry).
         container=None if opts.target == "http" or plan is None else plan.primary.image_uri.split("/", 1)[-1],
         input_tokens=mean.input_tokens, output_tokens=mean.output_tokens,

@@ -1,205 +1,76 @@
-"""Where the bench sends load: the embedded local AWS, a real SageMaker account, or an existing server.
+"""Where the bench sends load, and which target a run gets.
 
-Local and SageMaker deploy and destroy the same EndpointStack through the same CDK CLI calls and invoke
-through the same SigV4 event-stream transport; only the environment they point at differs.
+- `local`: the embedded local AWS and the emulator (stack_targets.LocalTarget);
+- `sagemaker`: an AWS account, deploying the bench's own stack (stack_targets.SageMakerTarget), or an existing
+  endpoint with `--endpoint-name` (existing.ExistingEndpoint: nothing deployed or deleted);
+- `http`: an existing TGI or OpenAI-compatible server (HttpTarget).
 """
 
 from __future__ import annotations
 
 import json
-import logging
+import os
 import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
-import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from sagellm.aws import cdk_cli
-from sagellm.bench.transports import APIS, TGI, Api, HttpTransport, SageMakerTransport, Transport
+from sagellm.bench.transports import APIS, TGI, Api, HttpTransport, Transport
 from sagellm.errors import InputError, TargetError
-from sagellm.profiles.plan import DeploymentPlan, component_output
+from sagellm.profiles.plan import DeploymentPlan
 from sagellm.results.schema import Teardown
 
 if TYPE_CHECKING:
-    from sagellm.emulator import EmulatorProcess
-
-
-# Beyond the container's own start-up and download timeouts: instance provisioning and CloudFormation.
-DEPLOY_MARGIN_S = 15 * 60
-# The local AWS's stand-in for an account's Hugging Face token secret (gated models need one at synth).
-LOCAL_TOKEN_SECRET = "sagellm/local/hf-token"
+    from sagellm.aws.endpoints import DeployedEndpoint
 
 
 class Target(Protocol):
-    """A place to bench: deploy() gives a transport; teardown() always runs and says what it left."""
+    """A place to bench: deploy() gives a transport; teardown() undoes what deploy() created."""
 
     kind: str
     emulated: bool
     endpoint: str | None
-    api: Api
+    api: Api  # what requests say (decided by deploy() for an http server asked for `auto`)
+    deploys: bool  # whether it creates anything (that teardown must delete)
 
     def deploy(self) -> Transport: ...
 
     def teardown(self) -> Teardown: ...
 
-
-def stack_name(plan: DeploymentPlan) -> str:
-    """A unique, recognisable stack name per bench run (the stack's tags carry profile and model)."""
-    return f"sagellm-bench-{plan.profile}-{uuid.uuid4().hex[:8]}"[:128]
-
-
-def cdk_context(plan: DeploymentPlan, model: str, profiles_dir: Path | None) -> dict[str, str | None]:
-    """CDK context that makes app.py resolve exactly this plan."""
-    return {
-        "profile": plan.profile,
-        "model": model,
-        "instance": plan.instance_type,
-        "region": plan.region,
-        "input_tokens": str(plan.input_tokens),
-        "output_tokens": str(plan.output_tokens),
-        "profiles_dir": str(profiles_dir.resolve()) if profiles_dir else None,
-        "hf_token_secret": plan.hf_token_secret,
-    }
+    def may_be_left(self) -> list[str]:
+        """What may be left when teardown itself failed midway."""
+        ...
 
 
-def _components(plan: DeploymentPlan, outputs: dict[str, str]) -> dict[str, str]:
-    """Each model's inference component name (plan model name → deployed name) from the stack outputs."""
-    if plan.endpoint_kind != "inference-component":
-        return {}
-    names = {}
-    for model in plan.models:
-        key = component_output(model.name)
-        if key not in outputs:
-            raise TargetError(f"stack outputs carry no {key} for model {model.name!r}: {', '.join(outputs)}")
-        names[model.name] = outputs[key]
-    return names
+def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None, url: str | None, api: str,
+                  served_model: str | None, profiles_dir: Path | None, workdir: Path, run: str, process: str,
+                  time_scale: float, deployed: DeployedEndpoint | None, say: Callable[[str], None]) -> Target:
+    """The target a run asked for (`deployed`: the existing endpoint `--endpoint-name` named)."""
+    from sagellm.bench.existing import ExistingEndpoint
+    from sagellm.bench.stack_targets import LocalTarget, SageMakerTarget
+
+    if target == "http":
+        return HttpTarget(url or "", api, served_model, model)
+    assert plan is not None and model is not None  # the runner's checks: deploying targets need both
+    chosen = APIS["tgi" if api == "auto" else api]
+    if deployed is not None:
+        return ExistingEndpoint(deployed, plan.region, api=chosen)
+
+    def cdk_line(line: str) -> None:
+        say(f"  cdk │ {line}")
+
+    if target == "sagemaker":
+        return SageMakerTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, api=chosen)
+    return LocalTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen)
 
 
-def _component(plan: DeploymentPlan, outputs: dict[str, str]) -> str | None:
-    """The inference component to invoke (the plan's first model) from the stack outputs."""
-    return _components(plan, outputs).get(plan.primary.name)
-
-
-class _StackTarget:
-    """Deploys the plan's EndpointStack with the CDK CLI and destroys it again."""
-
-    emulated = False
-
-    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path, *,
-                 api: Api = TGI):
-        self.plan, self.out, self.api = plan, out, api
-        self.stack = stack_name(plan)
-        self.context = cdk_context(plan, model, profiles_dir)
-        self.endpoint: str | None = None
-        self.deployed = False
-
-    def _env(self) -> dict[str, str] | None:
-        return None  # the caller's environment: its AWS credentials and region
-
-    def _deploy_stack(self) -> dict[str, str]:
-        self.deployed = True  # from here on teardown must run, even if deploy fails half-way
-        # CloudFormation waits for InService; bound the wait by what the endpoint may take to start.
-        wait_s = self.plan.startup_health_check_timeout_s + self.plan.model_data_download_timeout_s + DEPLOY_MARGIN_S
-        outputs = cdk_cli.deploy(self.stack, self.context, self._env(), self.out / "cdk", timeout_s=wait_s)
-        self.endpoint = outputs.get("EndpointName")
-        if not self.endpoint:
-            raise TargetError(f"stack {self.stack} has no EndpointName output: {outputs}")
-        return outputs
-
-    def _destroy_stack(self) -> Teardown:
-        if not self.deployed:
-            return Teardown(status="not-applicable", detail="nothing was deployed")
-        try:
-            cdk_cli.destroy(self.stack, self.context, self._env(), outdir=self.out / "cdk")
-        except TargetError as exc:
-            return Teardown(status="failed", detail=str(exc), leftovers=[f"stack {self.stack}"])
-        return Teardown(status="destroyed", detail=f"stack {self.stack} destroyed")
-
-
-class SageMakerTarget(_StackTarget):
-    """A real AWS account: CloudFormation waits for InService; the runtime is SigV4 with response streaming."""
-
-    kind = "sagemaker"
-
-    def deploy(self) -> Transport:
-        outputs = self._deploy_stack()
-        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api,
-                                  inference_component=_component(self.plan, outputs))
-
-    def teardown(self) -> Teardown:
-        return self._destroy_stack()
-
-
-class LocalTarget(_StackTarget):
-    """The embedded default: moto server on loopback as the control plane, the emulator as the endpoint."""
-
-    kind = "local"
-    emulated = True
-
-    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path,
-                 time_scale: float = 1.0, *, api: Api = TGI):
-        super().__init__(plan, model, profiles_dir, out, api=api)
-        from sagellm.aws.local import LocalAws
-
-        self.time_scale = time_scale
-        self.aws = LocalAws(plan.region)
-        self.emulator: EmulatorProcess | None = None
-
-    def _env(self) -> dict[str, str]:
-        return self.aws.env()
-
-    def deploy(self) -> Transport:
-        from sagellm.emulator import EmulatorProcess
-
-        # moto reports resources it skips (the bootstrap stack's S3 policy) as logs and warnings.
-        logging.getLogger("moto").setLevel(logging.ERROR)
-        warnings.filterwarnings("ignore", message="Tried to parse", category=UserWarning)
-        self.aws.start()
-        # A fresh moto has no bootstrap stack; create it the way a new real account gets one.
-        cdk_cli.bootstrap(self._env(), log=self.out / "cdk" / "cdk-bootstrap.log")
-        if self.plan.gated_models and not self.plan.hf_token_secret:
-            # The template references the secret as it would in an account; the emulator needs no token.
-            self.aws.client("secretsmanager").create_secret(Name=LOCAL_TOKEN_SECRET, SecretString="local")
-            self.context["hf_token_secret"] = LOCAL_TOKEN_SECRET
-        outputs = self._deploy_stack()
-        emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
-                                                   endpoint_name=self.endpoint,
-                                                   component_names=_components(self.plan, outputs))
-        emulator.start()
-        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=_component(
-            self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())
-
-    def loop_lag_ms(self) -> float | None:
-        """The emulator's worst event-loop lag since the last call (then reset), or None if unknown."""
-        if self.emulator is None:
-            return None
-        try:
-            with urllib.request.urlopen(f"{self.emulator.url}/metrics?reset=1", timeout=5) as reply:
-                return float(json.load(reply)["loop_lag_s"]["max"]) * 1000
-        except (OSError, ValueError, KeyError):
-            return None
-
-    def teardown(self) -> Teardown:
-        problems: list[str] = []
-        if self.emulator is not None:
-            try:
-                self.emulator.stop()
-            except TargetError as exc:
-                problems.append(f"emulator: {exc}")
-        result = self._destroy_stack()
-        try:
-            left = [f"{kind[:-1]} {name}" for kind, names in self.aws.leftovers().items() for name in names]
-        except Exception as exc:  # noqa: BLE001 - the server may be gone already; say so, don't hide it
-            left = [f"unknown (could not list: {exc})"]
-        finally:
-            self.aws.stop()
-        if result.status != "destroyed" or not (left or problems):
-            return result
-        problems += [f"left in the local AWS: {', '.join(left)}"] if left else []
-        return Teardown(status="failed", detail="; ".join(problems), leftovers=left)
+def says_emulated(url: str) -> bool:
+    """Whether the server is sagellm's emulator (its TGI `/info` says so), so results are labelled right."""
+    _, info = _get_json(f"{url.rstrip('/').removesuffix('/v1')}/info")
+    return isinstance(info, dict) and info.get("emulated") is True
 
 
 def http_address(url: str) -> tuple[str, int]:
@@ -251,6 +122,12 @@ def served_models(base: str) -> list[str] | None:
     return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
 
 
+def runtime_is_emulated() -> bool:
+    """Whether the SageMaker runtime was pointed (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME) at sagellm's emulator."""
+    url = os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME")
+    return bool(url) and says_emulated(url or "")
+
+
 class HttpTarget:
     """An existing TGI or OpenAI-compatible (vLLM) server: no deploy, no teardown.
 
@@ -260,6 +137,7 @@ class HttpTarget:
 
     kind = "http"
     emulated = False
+    deploys = False
 
     def __init__(self, url: str, api: str, served_model: str | None = None, catalog_model: str | None = None):
         http_address(url)
@@ -298,3 +176,6 @@ class HttpTarget:
 
     def teardown(self) -> Teardown:
         return Teardown(status="not-applicable", detail="existing server: nothing deployed")
+
+    def may_be_left(self) -> list[str]:
+        return []

@@ -1,5 +1,7 @@
-"""CDK constructs: LlmEndpoint and its parts (role, model, endpoint config, inference components, scaling)."""
+"""CDK constructs: LlmEndpoint and its parts (role, model, endpoint config, inference components, scaling),
+and BenchStep, the CDK Pipelines step that benches a stage's endpoint."""
 
+from sagellm.constructs.bench_step import BenchStep
 from sagellm.constructs.llm_endpoint import LlmEndpoint
 
-__all__ = ["LlmEndpoint"]
+__all__ = ["BenchStep", "LlmEndpoint"]

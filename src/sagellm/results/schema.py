@@ -147,6 +147,7 @@ class Run(_Strict):
     time_scale: float = 1.0  # emulator time compression (1.0 = real time)
     region: str
     endpoint: str | None = None  # endpoint name, or the URL of an http target
+    bench_run: str | None = None  # the run id; stacks the run deployed carry it as tag sagellm:bench-run
     environment: dict[str, str]  # the plan's container environment
     container: str | None = None  # the served image (repository:tag, registry left out); None for --target http
     input_tokens: int  # the mean request (what the prediction is for)

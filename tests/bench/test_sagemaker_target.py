@@ -1,0 +1,275 @@
+"""The `sagemaker` target end to end, as in a real account: `sagellm local-aws` (started here, outliving every
+bench) is the control plane, `sagellm emulate` the data plane (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME), the
+credentials are dummies. The account also holds a stack deployed with `cdk deploy -c profile=…` and a team's own
+stack using LlmEndpoint: no bench and no cleanup may touch them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from bench_helpers import (
+    INSTANCE,
+    MODEL,
+    REPO,
+    SAGELLM,
+    finish,
+    free_port,
+    request_lines,
+    results_of,
+    sagellm,
+    spawn,
+    synthesizing,
+    wait_for,
+)
+from sagellm.aws import cdk_cli
+from sagellm.emulator import EmulatorProcess
+from sagellm.planner import Payload
+from sagellm.profiles import resolve
+
+# The module fixture (local-aws, its bootstrap, two `cdk deploy`s) counts toward the first test's time.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+PROD_STACK = "sagellm-max-throughput-llama-2-7b-hf"  # what the README's `cdk deploy -c profile=…` names it
+TEAM_STACK = "team-prod-llama"
+TEAM_APP = """
+    from aws_cdk import App, Stack
+    from sagellm import LlmEndpoint
+    from sagellm.profiles import resolve
+
+    app = App()
+    stack = Stack(app, "{name}")
+    LlmEndpoint(stack, "Chat", plan=resolve("max-throughput", "{model}", "{instance}"))
+    app.synth()
+"""
+
+
+@dataclass
+class Account:
+    """The local account: its environment for child processes, and a way to look inside."""
+
+    env: dict[str, str]
+    server: subprocess.Popen[str]
+
+    def client(self, service: str) -> Any:
+        return boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                             region_name="us-east-1").client(service, endpoint_url=self.env["AWS_ENDPOINT_URL"])
+
+    def stacks(self) -> set[str]:
+        return {s["StackName"] for s in self.client("cloudformation").describe_stacks()["Stacks"]
+                if s["StackStatus"] != "DELETE_COMPLETE"} - {"CDKToolkit"}
+
+    def contents(self) -> dict[str, set[str]]:
+        """Every stack and SageMaker resource in the account."""
+        sm = self.client("sagemaker")
+        return {"stacks": self.stacks(),
+                "endpoints": {e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]},
+                "configs": {c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]},
+                "models": {m["ModelName"] for m in sm.list_models()["Models"]}}
+
+    def endpoint_of(self, stack: str) -> str:
+        outputs = self.client("cloudformation").describe_stacks(StackName=stack)["Stacks"][0]["Outputs"]
+        return next(o["OutputValue"] for o in outputs if o["OutputKey"] == "EndpointName")
+
+
+def account_env(port: int) -> dict[str, str]:
+    """The caller's environment pointed at the local account, with dummy credentials and no real AWS setup."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_DEFAULT_"))}
+    return env | {"AWS_ENDPOINT_URL": f"http://localhost:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                  "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+                  "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+                  "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
+                  "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def cdk_deploy(env: dict[str, str], cwd: Path, out: Path, *args: str) -> None:
+    """The pinned CDK CLI, as a person runs it (`cdk deploy …` in their app's folder)."""
+    command = [*cdk_cli.find_cli(), "deploy", "--all", "--require-approval", "never", "--method=direct",
+               "--output", str(out), "--ci", "--no-notices", *args]
+    done = subprocess.run(command, cwd=cwd, env=cdk_cli.cli_env(env), capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Account]:
+    """`sagellm local-aws` with a `cdk deploy -c profile=…` stack and a team stack, and `sagellm emulate`."""
+    folder = tmp_path_factory.mktemp("account")
+    port = free_port()
+    log = (folder / "local-aws.log").open("w")
+    server = subprocess.Popen([SAGELLM, "local-aws", "--port", str(port)], stdout=log, stderr=log, text=True,
+                              stdin=subprocess.DEVNULL, cwd=folder)
+    plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(256, 32))
+    emulator = EmulatorProcess(plan, time_scale=0.1)
+    try:
+        wait_for(lambda: "Ctrl-C to stop" in (folder / "local-aws.log").read_text() or server.poll() is not None,
+                 300, "sagellm local-aws to be ready", poll_s=0.5)
+        assert server.poll() is None, (folder / "local-aws.log").read_text()
+        env = account_env(port)
+        cdk_deploy(env, REPO, folder / "prod.out", "-c", "profile=max-throughput", "-c", f"model={MODEL}",
+                   "-c", f"instance={INSTANCE}")
+        team = folder / "team"
+        team.mkdir()
+        (team / "app.py").write_text(textwrap.dedent(TEAM_APP.format(name=TEAM_STACK, model=MODEL,
+                                                                     instance=INSTANCE)))
+        cdk_deploy(env, team, team / "cdk.out", "--app", f"{sys.executable} app.py")
+        emulator.start()
+        env["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] = emulator.url
+        yield Account(env, server)
+    finally:
+        emulator.stop()
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=30) == 0
+        log.close()
+
+
+def bench(out: Path, *extra: str, requests: str = "4") -> list[str]:
+    """`sagellm bench --target sagemaker` arguments: a quick sweep into `out`."""
+    return ["bench", "--target", "sagemaker", "--output-tokens", "32", "--concurrency", "1,2", "--warmup", "0",
+            "--requests-per-level", requests, "--out", str(out), *extra]
+
+
+OWN = ("--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE)
+
+
+def test_deploys_its_own_stack_benches_it_and_deletes_exactly_that(account: Account, tmp_path: Path) -> None:
+    before = account.contents()
+
+    ran = sagellm(*bench(tmp_path / "out", *OWN), env=account.env, cwd=tmp_path, timeout=600)
+
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    results = results_of(tmp_path / "out")
+    run = results["run"]
+    assert (run["target"], run["emulated"], run["instance_type"]) == ("sagemaker", True, INSTANCE)
+    assert results["teardown"] == {"status": "destroyed", "leftovers": [],
+                                   "detail": f"stack sagellm-bench-max-throughput-{run['bench_run']} deleted"}
+    assert [lv["ok"] for lv in results["levels"]] == [4, 4]
+    assert account.contents() == before  # its own stack came and went; nothing else changed
+    assert " cdk │ " in ran.stderr and "CREATE_COMPLETE" in ran.stderr  # deploy progress, streamed
+
+
+def test_benches_an_existing_endpoint_without_creating_or_deleting_anything(account: Account, tmp_path: Path) -> None:
+    endpoint = account.endpoint_of(PROD_STACK)
+    before = account.contents()
+
+    ran = sagellm(*bench(tmp_path / "out", "--endpoint-name", endpoint), env=account.env, cwd=tmp_path,
+                  timeout=300)
+
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    results = results_of(tmp_path / "out")
+    run = results["run"]
+    assert (run["profile"], run["model"], run["instance_type"], run["instance_count"]) == \
+        ("max-throughput", MODEL, INSTANCE, 1)  # read from the endpoint: its tags, config and model
+    assert run["endpoint"] == endpoint
+    assert run["environment"]["HF_MODEL_ID"] == MODEL
+    assert results["teardown"]["status"] == "not-applicable"
+    assert results["levels"][0]["predicted"] is not None and results["cost"]["usd_per_h"] > 0
+    assert account.contents() == before
+    assert not (tmp_path / "out" / "cdk").exists()
+
+
+def test_a_model_that_contradicts_the_existing_endpoint_is_bad_input(account: Account, tmp_path: Path) -> None:
+    endpoint = account.endpoint_of(PROD_STACK)
+
+    ran = sagellm(*bench(tmp_path / "out", "--endpoint-name", endpoint, "--model", "mistralai/Mistral-7B-v0.1"),
+                  env=account.env, cwd=tmp_path)
+
+    assert ran.returncode == 2
+    [line] = ran.stderr.strip().splitlines()
+    assert line == (f"sagellm: error: --model: 'mistralai/Mistral-7B-v0.1', but endpoint {endpoint} serves "
+                    f"'{MODEL}'; leave --model out")
+
+
+def test_after_a_killed_bench_cleanup_deletes_exactly_its_stack(account: Account, tmp_path: Path) -> None:
+    before = account.stacks()
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = spawn(*bench(out, *OWN, requests="200"), env=account.env, cwd=tmp_path)
+    try:
+        wait_for(lambda: bool(request_lines(out)) or proc.poll() is not None, 600, "the first request")
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        # While the bench runs, its stack is in use, whatever the age limit.
+        running = sagellm("cleanup", "--older-than", "0s", "--yes", env=account.env, cwd=tmp_path)
+        assert running.returncode == 0, running.stderr
+        assert f"its bench is still running (process {proc.pid} on this machine)" in running.stdout
+        assert proc.poll() is None
+        proc.kill()  # SIGKILL: no teardown
+    finally:
+        finish(proc, started)
+    [left] = account.stacks() - before
+    assert left.startswith("sagellm-bench-max-throughput-")
+
+    listed = sagellm("cleanup", "--older-than", "0s", env=account.env, cwd=tmp_path)  # no terminal: no asking
+
+    assert listed.returncode == 2
+    assert "pass --yes to delete them" in listed.stderr
+    assert f"delete  stack {left}" in listed.stdout
+    assert account.stacks() == before | {left}
+
+    deleted = sagellm("cleanup", "--older-than", "0s", "--yes", env=account.env, cwd=tmp_path)
+
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.splitlines()[-1] == "deleted 1 stack(s)"
+    assert account.stacks() == before
+    assert {PROD_STACK, TEAM_STACK} <= account.stacks()
+
+
+def test_a_kept_stack_survives_a_later_run_in_the_same_folder_interrupted_during_synth(
+        account: Account, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    kept = sagellm(*bench(out, *OWN, "--keep"), env=account.env, cwd=tmp_path, timeout=600)
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    kept_stack = f"sagellm-bench-max-throughput-{results_of(out)['run']['bench_run']}"
+    assert kept_stack in account.stacks()
+
+    started = time.monotonic()
+    proc = spawn(*bench(out, *OWN), env=account.env, cwd=tmp_path)
+    try:
+        wait_for(lambda: synthesizing(out) or proc.poll() is not None, 300, "the second run to synthesize")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+    finally:
+        second = finish(proc, started)
+
+    assert second.returncode == 130, second.stderr[-3000:]
+    teardown = results_of(out)["teardown"]
+    assert teardown["status"] == "not-applicable" and "does not exist" in teardown["detail"]
+    assert kept_stack in account.stacks()  # the first run's stack and assembly were never touched
+    assert sagellm("cleanup", "--older-than", "0s", "--yes", env=account.env, cwd=tmp_path).returncode == 0
+    assert kept_stack not in account.stacks()
+
+
+def test_when_the_control_plane_is_gone_at_teardown_results_are_written_and_the_stack_named(
+        account: Account, tmp_path: Path) -> None:
+    """Last in the module: it stops the local account."""
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc = spawn(*bench(out, *OWN, requests="12"), env=account.env, cwd=tmp_path)
+    try:
+        wait_for(lambda: bool(request_lines(out)) or proc.poll() is not None, 600, "the first request")
+        account.server.kill()  # the control plane is unreachable from now on
+        account.server.wait()
+    finally:
+        ran = finish(proc, started, timeout=300)
+
+    assert ran.returncode == 3, ran.stderr[-3000:]
+    results = results_of(out)
+    stack = f"stack sagellm-bench-max-throughput-{results['run']['bench_run']}"
+    assert results["teardown"]["status"] == "failed"
+    assert results["teardown"]["leftovers"] == [stack]
+    assert [lv["ok"] for lv in results["levels"]] == [12, 12]  # the sweep finished and counts
+    assert ran.stderr.strip().splitlines()[-1].startswith("sagellm: error: TEARDOWN FAILED: "
+                                                          "EndpointConnectionError")
+    assert stack in ran.stderr.strip().splitlines()[-1]
+    assert (out / "report.md").is_file()

@@ -1,0 +1,118 @@
+"""An endpoint that crashes or hangs mid-sweep is a target failure (exit 3, one line), after teardown and
+results; errors the endpoint answers are findings."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench_helpers import INSTANCE, MODEL, request_lines, results_of
+from sagellm.bench import targets
+from sagellm.bench.load import LevelResult
+from sagellm.bench.records import RequestRecord
+from sagellm.bench.runner import BenchOptions, run_bench
+from sagellm.bench.transports import HttpTransport
+from sagellm.bench.verdict import target_failure
+from sagellm.emulator import EmulatorProcess
+from sagellm.errors import ExitStatus
+from sagellm.planner import Payload
+from sagellm.profiles import resolve
+
+PAYLOAD = Payload(256, 32)
+REFUSED = "ClientConnectorError: Cannot connect to host 127.0.0.1:9 [Connection refused]"
+
+
+def record(ok: bool, status: int | None = 200, kind: Any = None, error: str | None = None,
+           ttft_s: float | None = 0.1) -> RequestRecord:
+    return RequestRecord(concurrency=4, worker=0, start_s=0, ok=ok, e2e_s=1, status=status, error_kind=kind,
+                         error=error, ttft_s=ttft_s if ok else None)
+
+
+def level(records: list[RequestRecord], stopped: str | None) -> LevelResult:
+    return LevelResult(concurrency=4, records=records, started_s=0, ended_s=1, window_start_s=0, window_end_s=1,
+                       ramp_excluded=False, window_output_tokens=0, stopped_reason=stopped)
+
+
+def test_refused_connections_after_the_last_success_mean_the_endpoint_stopped_answering() -> None:
+    refused = record(False, None, "other", REFUSED)
+    levels = [level([record(True)] * 3, None), level([record(True), refused, refused], "error rate 66%")]
+
+    assert target_failure(levels) == ("the endpoint stopped answering at concurrency 4: none of the 2 request(s) "
+                                      f"after the last success got an answer (last: {REFUSED})")
+
+
+def test_answered_errors_are_findings_not_a_failure() -> None:
+    overloaded = record(False, 429, "overloaded", "HTTP 429: Model is overloaded")
+    levels = [level([record(True)] * 3, None), level([record(True), overloaded, overloaded], "error rate 66%")]
+
+    assert target_failure(levels) is None
+
+
+def test_a_transient_refusal_the_sweep_went_on_after_is_not_a_failure() -> None:
+    levels = [level([record(True), record(False, None, "other", REFUSED)], None)]
+
+    assert target_failure(levels) is None
+
+
+def test_no_success_at_all_is_a_failure() -> None:
+    levels = [level([record(False, 422, "validation", "too long")], "error rate 100%")]
+
+    assert target_failure(levels) == "no request succeeded: validation: too long"
+
+
+def run_against(emulator: EmulatorProcess, out: Path, after: int, fault: Any) -> Any:
+    """A one-level http bench of 40 requests; `fault(emulator)` once `after` requests have finished."""
+    send, calls = HttpTransport.send, []
+
+    async def send_then_fault(self: HttpTransport, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == after + 1:
+            fault(emulator)
+        return await send(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(HttpTransport, "send", send_then_fault)
+        # A client timeout of 1 s instead of 60 s, so a hang shows quickly.
+        monkeypatch.setattr(targets, "HttpTransport", functools.partial(HttpTransport, timeout_s=1.0))
+        return run_bench(BenchOptions(
+            profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, target="http",
+            url=emulator.url, concurrency=(1, 2), requests_per_level=40, warmup=0, out=out), say=print)
+
+
+def crash(emulator: EmulatorProcess) -> None:
+    os.kill(emulator.pid or 0, signal.SIGKILL)
+
+
+def hang(emulator: EmulatorProcess) -> None:
+    os.kill(emulator.pid or 0, signal.SIGSTOP)  # the kernel still accepts connections; nothing answers
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("fault", "kind"), [(crash, "other"), (hang, "timeout")])
+def test_an_endpoint_that_dies_mid_sweep_exits_3_with_one_line_after_writing_results(
+        tmp_path: Path, fault: Any, kind: str) -> None:
+    plan = resolve("max-throughput", MODEL, INSTANCE, payload=PAYLOAD)
+    emulator = EmulatorProcess(plan, time_scale=0.05)
+    emulator.start()
+    pid = emulator.pid or 0
+    try:
+        outcome = run_against(emulator, tmp_path, after=3, fault=fault)
+    finally:
+        if fault is hang:
+            os.kill(pid, signal.SIGCONT)
+        emulator.stop()
+
+    assert outcome.exit_status == ExitStatus.TARGET_FAILED
+    assert (outcome.error or "").startswith("the endpoint stopped answering at concurrency 1: none of the ")
+    assert "\n" not in (outcome.error or "")
+    saved = results_of(tmp_path)
+    assert saved["stopped_reason"] == outcome.error
+    records = request_lines(tmp_path)
+    assert [r["ok"] for r in records[:3]] == [True] * 3
+    assert records[3:] and {r["error_kind"] for r in records[3:]} == {kind}
+    assert (tmp_path / "report.md").is_file()
