@@ -181,7 +181,7 @@ def test_outside_a_terminal_the_log_has_a_line_per_phase_and_per_level(happy: tu
     phases = [next(i for i, line in enumerate(lines) if line.startswith(start)) for start in (
         f"deploying: max-throughput ({INSTANCE} × 1) to the local target", "measuring: endpoint sagellm-bench-",
         "tearing down", f"writing results: {out}")]
-    assert phases == sorted(phases) and lines[phases[1]].endswith("levels [1, 4]")
+    assert phases == sorted(phases) and lines[phases[1]].endswith("levels 1, 4")
     done = [line for line in lines if line.startswith("level done")]
     assert [line.split(" · ")[1:3] for line in done] == [["concurrency 1", "5/5 done"], ["concurrency 4", "8/8 done"]]
     assert all(" tok/s · TTFT p50 " in line and "–" not in line for line in done)  # live figures were measured
@@ -226,7 +226,8 @@ def test_bench_writes_report_curve_and_junit(happy: tuple[Ran, Path]) -> None:
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("5", "0", "0", "0")
     assert case_names(out) == ["bench run", *results_of(out)["gate"]["rules"]]
     csv = (out / "results.csv").read_text().splitlines()
-    assert len(csv) == 3 and csv[1].startswith("1,4,4,") and csv[2].startswith("4,4,4,")  # concurrency, requests, ok
+    # concurrency, request_rate (empty: closed loop), repeats, requests, ok
+    assert len(csv) == 3 and csv[1].startswith("1,,1,4,4,") and csv[2].startswith("4,,1,4,4,")
 
 
 # --------------------------------------------------------------------------------------------- the gate

@@ -80,7 +80,8 @@ def test_chunked_delivery_does_not_change_itl_but_shows_in_the_token_gaps() -> N
     s = summarize(records, window_start_s=0, window_end_s=max(r.end_s for r in records))
     assert s.itl_ms.p50 == pytest.approx(20.0, abs=0.5)
     assert s.token_gap_ms.p50 is not None and s.token_gap_ms.p50 < 1.0  # pooled gaps: mostly 0 ms
-    assert s.token_gap_ms.p90 == pytest.approx(80.0, abs=2.0)
+    # One chunk every 4 × 20 ms; the client stamps arrivals, so a loaded 2-core machine adds a few ms.
+    assert s.token_gap_ms.p90 == pytest.approx(80.0, abs=5.0)
 
 
 @pytest.mark.integration
