@@ -277,16 +277,12 @@ def test_a_prompt_over_the_context_is_a_validation_error_on_both(server: Server)
     assert out.output_tokens == 0 and out.ttft_s is None
 
 
-# What the emulator does not say like vLLM yet (issue 9 adds /v1/models and vLLM's error shapes): strict,
-# so the merge that fixes it turns these green → remove the marks then.
-NOT_YET = pytest.mark.xfail(strict=True, reason="emulator: no /v1/models and TGI's 422 yet (issue 9)")
-
-
-@pytest.mark.parametrize("server", [pytest.param("emulator", marks=NOT_YET), "vllm"], indirect=True)
+# The emulator says these like vLLM: its /v1/models and vLLM's error status for an over-long prompt.
+@pytest.mark.parametrize("server", ["emulator", "vllm"], indirect=True)
 def test_the_served_model_is_discovered_from_v1_models(server: Server) -> None:
     assert served_models(server.url) == [server.model]
 
 
-@pytest.mark.parametrize("server", [pytest.param("emulator", marks=NOT_YET), "vllm"], indirect=True)
+@pytest.mark.parametrize("server", ["emulator", "vllm"], indirect=True)
 def test_a_prompt_over_the_context_is_rejected_with_vllms_status(server: Server) -> None:
     assert send(server, TOO_LONG, 16).status == 400
