@@ -8,7 +8,7 @@ import math
 import signal
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from sagellm.bench.load import (
 )
 from sagellm.bench.measured import levels_of, on_simulated_clock
 from sagellm.bench.progress import Say, Watch
+from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_rates
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
 from sagellm.bench.transports import APIS
@@ -83,6 +84,8 @@ class BenchOptions:
     time_scale: float = 1.0
     slo_ms_per_token: float | None = None
     command: str = ""
+    ramp: bool | None = None  # open-loop steps over time (None: when the plan has autoscaling)
+    instance_startup_s: float | None = None  # local autoscaling: scale-out → InService (None: the default)
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,10 @@ def _check(opts: BenchOptions) -> None:
         errors.append("--profile/--model: give both to label and predict the run, or neither (no prediction)")
     errors += sweep_problems(concurrency=opts.concurrency, request_rate=opts.request_rate,
                              arrivals=opts.arrivals, max_in_flight=opts.max_in_flight, repeats=opts.repeats)
+    if opts.ramp and opts.requests_per_level is not None:
+        errors.append("--requests-per-level: a ramp's steps last --duration-per-level seconds each")
+    if opts.instance_startup_s is not None and (opts.target != "local" or not opts.instance_startup_s > 0):
+        errors.append(f"--instance-startup: {opts.instance_startup_s:g} must be > 0 seconds, with --target local")
     errors.extend(writable_folder_errors(opts.out, "--out"))
     if errors:
         raise InputError(errors)
@@ -142,7 +149,8 @@ def _target(opts: BenchOptions, plan: DeploymentPlan | None, out: Path) -> Targe
     api = APIS["tgi" if opts.api == "auto" else opts.api]
     if opts.target == "sagemaker":
         return SageMakerTarget(plan, opts.model, opts.profiles_dir, out, api=api)
-    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale, api=api)
+    return LocalTarget(plan, opts.model, opts.profiles_dir, out, time_scale=opts.time_scale, api=api,
+                       instance_startup_s=opts.instance_startup_s)
 
 
 def _design(opts: BenchOptions) -> tuple[Design | None, Workload]:
@@ -203,6 +211,9 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
     design, workload = _design(opts)
     plan = to_plan(design) if design else None
+    steps = _ramp_steps(opts, design)
+    if steps:
+        opts = replace(opts, request_rate=steps, concurrency=(), warmup=0, repeats=1)
     started = datetime.now(UTC)
     run = _run(opts, plan, workload, started)
     thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, sweep_levels(run),
@@ -211,6 +222,8 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     out.mkdir(parents=True, exist_ok=True)
     (out / "requests.jsonl").unlink(missing_ok=True)
     target = _target(opts, plan, out)
+    loop = _open_loop(opts)
+    ramp = RampRun(steps, opts.duration_per_level_s or DEFAULT_STEP_S, loop, target) if steps and loop else None
     if plan is not None:
         (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 
@@ -243,12 +256,17 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                                 f"to the {target.kind} target")
                 transport = target.deploy()
                 levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
-                watch.enter("measuring", f"endpoint {target.endpoint}, levels {levels_text}")
-                asyncio.run(run_sweep(
-                    transport, workload=workload, concurrency=opts.concurrency, open_loop=_open_loop(opts),
-                    requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
-                    warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
-                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
+                watch.enter("measuring", f"endpoint {target.endpoint}, "
+                            + (ramp.describe() if ramp else f"levels {levels_text}"))
+                if ramp is not None:
+                    asyncio.run(ramp.run(transport, workload, on_record=on_record, on_progress=watch.progress,
+                                         on_level=on_level))
+                else:
+                    asyncio.run(run_sweep(
+                        transport, workload=workload, concurrency=opts.concurrency, open_loop=loop,
+                        requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
+                        warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
+                        stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
             except KeyboardInterrupt:
@@ -283,6 +301,11 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     with _shielded(say):  # a signal now would lose the results of a finished run
         run = _measured_run(run, target)
         results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo)
+        if ramp is not None:
+            price = design.instance.price_per_h(run.region) if design else None
+            records = [on_simulated_clock(r, opts.time_scale, target.emulated) for lv in levels for r in lv.records]
+            results = results.model_copy(update={"ramp": ramp.block(
+                records, initial_instances=run.instance_count or 1, slo_ms_per_token=slo, usd_per_instance_h=price)})
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
             results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
         if thresholds is not None:
@@ -307,6 +330,18 @@ def _broken(levels: list[LevelResult]) -> str | None:
             return (f"the target failed {len(broken)} of {len(lv.records)} requests at level {lv.load}: "
                     f"{broken[0].error}")
     return None
+
+
+def _ramp_steps(opts: BenchOptions, design: Design | None) -> tuple[float, ...]:
+    """The ramp's rates (empty: no ramp): --request-rate as given, or from the planner's prediction."""
+    wanted = opts.ramp if opts.ramp is not None else bool(design and design.scaling)
+    if not wanted:
+        return ()
+    if opts.request_rate:
+        return opts.request_rate
+    if design is None:
+        raise InputError("--ramp: give --request-rate steps (without --profile/--model nothing predicts them)")
+    return ramp_rates(design)
 
 
 def _budget(opts: BenchOptions) -> Any:

@@ -130,11 +130,12 @@ class LocalTarget(_StackTarget):
     emulated = True
 
     def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, out: Path,
-                 time_scale: float = 1.0, *, api: Api = TGI):
+                 time_scale: float = 1.0, *, api: Api = TGI, instance_startup_s: float | None = None):
         super().__init__(plan, model, profiles_dir, out, api=api)
         from sagellm.aws.local import LocalAws
 
         self.time_scale = time_scale
+        self.instance_startup_s = instance_startup_s
         self.aws = LocalAws(plan.region)
         self.emulator: EmulatorProcess | None = None
 
@@ -152,7 +153,8 @@ class LocalTarget(_StackTarget):
         cdk_cli.bootstrap(self._env(), log=self.out / "cdk" / "cdk-bootstrap.log")
         outputs = self._deploy_stack()
         emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
-                                                   endpoint_name=self.endpoint)
+                                                   endpoint_name=self.endpoint,
+                                                   instance_startup_s=self.instance_startup_s)
         emulator.start()
         return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=_component(
             self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())
@@ -165,6 +167,16 @@ class LocalTarget(_StackTarget):
             with urllib.request.urlopen(f"{self.emulator.url}/metrics?reset=1", timeout=5) as reply:
                 return float(json.load(reply)["loop_lag_s"]["max"]) * 1000
         except (OSError, ValueError, KeyError):
+            return None
+
+    def autoscaling(self) -> dict | None:
+        """The emulator's simulated target tracking (its `/autoscaling` reply), or None if it cannot be read."""
+        if self.emulator is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"{self.emulator.url}/autoscaling", timeout=5) as reply:
+                return dict(json.load(reply))
+        except (OSError, ValueError):
             return None
 
     def teardown(self) -> Teardown:

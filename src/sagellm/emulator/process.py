@@ -35,13 +35,14 @@ class EmulatorProcess:
 
     def __init__(self, plan: DeploymentPlan | str | os.PathLike[str], *, port: int | None = None,
                  time_scale: float = 1.0, endpoint_name: str | None = None, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 30.0):
+                 startup_timeout_s: float = 30.0, instance_startup_s: float | None = None):
         self.plan = plan
         self.host = host
         self.port = port or 0  # 0: the child binds any free port and reports it
         self.time_scale = time_scale
         self.endpoint_name = endpoint_name
         self.startup_timeout_s = startup_timeout_s
+        self.instance_startup_s = instance_startup_s  # autoscaling: None for the documented default
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -74,6 +75,8 @@ class EmulatorProcess:
                "--parent-pid", str(os.getpid()), "--work-dir", str(tmp)]
         if self.endpoint_name:
             cmd += ["--endpoint-name", self.endpoint_name]
+        if self.instance_startup_s is not None:
+            cmd += ["--instance-startup-s", repr(self.instance_startup_s)]
         env = dict(os.environ)
         # The child must import this very sagellm, whether it is installed or only on sys.path.
         src = str(Path(sagellm.__file__).resolve().parents[1])

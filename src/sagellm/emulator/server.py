@@ -11,6 +11,8 @@ Routes
 - TGI: `POST /generate`, `/generate_stream`, `/invocations`; `GET /info`, `/health`, `/ping`.
 - OpenAI-compatible: `POST /v1/completions` (`stream: true` for SSE; `usage` on the last chunk).
 - `GET /metrics`: the emulator's own event-loop lag and counters (`?reset=1` clears the lag figures).
+- `GET /autoscaling`: the simulated target tracking of a plan with autoscaling (`autoscaling` module):
+  policy, simulated clock now, desired and in-service instances, events and metric datapoints.
 
 Self-reported timings (from arrival to the first and to the last token on the engine's schedule, the
 simulated clock, in wall seconds: divide by the time scale for simulated seconds; see `engine`):
@@ -37,6 +39,7 @@ from dataclasses import replace
 from aiohttp import web
 
 from sagellm.emulator import eventstream, formats
+from sagellm.emulator.autoscaling import Policy, TargetTracking
 from sagellm.emulator.engine import (
     Cancelled,
     CopyEngine,
@@ -249,7 +252,8 @@ async def _tgi_errors(request: web.Request, handler: Callable[[web.Request], Awa
 class Emulator:
     """A local endpoint that behaves like `plan`: every model's copies, and the routes in front of them."""
 
-    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None):
+    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,
+                 instance_startup_s: float | None = None):
         if not time_scale > 0:
             raise InputError(f"time_scale: {time_scale} must be > 0 (0.1 runs ten times faster)")
         self.plan = plan
@@ -261,6 +265,9 @@ class Emulator:
         self._lag = _LoopLag()
         self._lag_task: asyncio.Task[None] | None = None
         self._headers = {"X-Sagellm-Emulated": "true", "X-Sagellm-Time-Scale": f"{time_scale:g}"}
+        self.autoscaling = _target_tracking(plan, instance_startup_s)
+        self._zero = time.perf_counter()  # the simulated clock's origin (reset when serving starts)
+        self._scaling_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -277,6 +284,7 @@ class Emulator:
         app.router.add_get("/health", self._ok)
         app.router.add_get("/ping", self._ok)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/autoscaling", self._autoscaling)
         return app
 
     @contextlib.asynccontextmanager
@@ -300,15 +308,52 @@ class Emulator:
             for model in self.models.values():
                 model.start()
             self._lag_task = asyncio.get_running_loop().create_task(self._lag.run())
+            self._zero = time.perf_counter()
+            if self.autoscaling is not None:
+                self._scaling_task = asyncio.get_running_loop().create_task(self._scale())
             bound = sock.getsockname()[1]
             yield f"http://[{host}]:{bound}" if family == socket.AF_INET6 else f"http://{host}:{bound}"
         finally:
-            if self._lag_task is not None:
-                self._lag_task.cancel()
+            for task in (self._lag_task, self._scaling_task):
+                if task is not None:
+                    task.cancel()
             for model in self.models.values():
                 await model.stop()  # in-flight handlers end (Cancelled) before the connections close
             await runner.cleanup()
             sock.close()
+
+    # -- autoscaling ----------------------------------------------------------------------------------
+
+    def simulated_now_s(self) -> float:
+        """Simulated seconds since the emulator started serving."""
+        return (time.perf_counter() - self._zero) / self.time_scale
+
+    def _apply_scaling(self, now_s: float) -> None:
+        assert self.autoscaling is not None
+        if self.autoscaling.advance(now_s):
+            self.primary.resize(self.autoscaling.in_service)
+
+    async def _scale(self) -> None:
+        """Run the scaling loop on the simulated clock: one tick per simulated second."""
+        while True:
+            self._apply_scaling(self.simulated_now_s())
+            await asyncio.sleep(self.time_scale)
+
+    def _invoked(self, arrived_s: float) -> None:
+        """An InvokeEndpoint call reached the variant: it counts in InvocationsPerInstance."""
+        if self.autoscaling is not None:
+            now = (arrived_s - self._zero) / self.time_scale
+            self._apply_scaling(now)
+            self.autoscaling.invoked(now)
+
+    async def _autoscaling(self, request: web.Request) -> web.Response:
+        if self.autoscaling is None:
+            body: dict[str, object] = {"simulated": False, "now_s": self.simulated_now_s(),
+                                       "why": "the plan has no autoscaling on an instance-based variant"}
+        else:
+            self._apply_scaling(self.simulated_now_s())
+            body = {"simulated": True, **self.autoscaling.to_dict()}
+        return web.json_response(body, headers=self._headers)
 
     # -- routing ------------------------------------------------------------------------------------
 
@@ -429,6 +474,7 @@ class Emulator:
         except _AwsError as exc:
             return _aws_error(exc.status, exc.code, {"message": exc.message})
         raw = await request.read()
+        self._invoked(arrived)
         try:
             return self._admit(model, formats.parse_tgi(raw), arrived, sagemaker=True)
         except RequestError as exc:
@@ -530,6 +576,21 @@ class Emulator:
                 for c in m.copies:
                     c.max_behind_s = 0.0
         return web.json_response(body, headers=self._headers)
+
+
+def _target_tracking(plan: DeploymentPlan, instance_startup_s: float | None) -> TargetTracking | None:
+    """The simulated scaling loop of an instance-based plan with autoscaling (None otherwise).
+
+    Inference components scale copies on a high-resolution concurrency metric; that loop is not simulated."""
+    scaling = plan.scaling
+    if scaling is None or plan.endpoint_kind != "instance":
+        return None
+    policy = Policy(target=scaling.target_value, min_capacity=scaling.min_capacity,
+                    max_capacity=scaling.max_capacity, scale_out_cooldown_s=scaling.scale_out_cooldown_s,
+                    scale_in_cooldown_s=scaling.scale_in_cooldown_s)
+    if instance_startup_s is not None:
+        policy = replace(policy, instance_startup_s=instance_startup_s)
+    return TargetTracking(policy, in_service=plan.initial_instance_count)
 
 
 async def serve_forever(emulator: Emulator, host: str, port: int, on_ready: Callable[[str], None],
