@@ -84,7 +84,7 @@ async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, 
     async def step(session: aiohttp.ClientSession, group: asyncio.TaskGroup, book: LevelBook) -> None:
         rng = random.Random(f"{loop.seed}/ramp/{book.request_rate:g}/{len(books)}")
         for offset in arrival_times((book.request_rate or 0.0) / loop.time_scale, loop.arrivals, rng):
-            if offset >= step_s:
+            if offset >= step_s * (1 - 1e-9):  # offsets are float sums: 10 × 0.01 s must end a 0.1 s step
                 break
             due = book.started + offset
             delay = due - time.perf_counter()
