@@ -26,13 +26,15 @@ import aiohttp
 from sagellm.bench.arrivals import arrival_times
 from sagellm.bench.level import LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load import OpenLoop
+from sagellm.bench.measured import on_simulated_clock
 from sagellm.bench.ramp_figures import ramp_block
 from sagellm.bench.records import RequestRecord
 from sagellm.bench.transports import Transport
 from sagellm.bench.workload import Request, Workload
+from sagellm.errors import InputError
 from sagellm.planner import predict
 from sagellm.profiles.resolve import Design
-from sagellm.results.schema import Ramp
+from sagellm.results.schema import Ramp, Run
 
 DEFAULT_STEPS = 8
 DEFAULT_STEP_S = 240.0  # simulated seconds per step: 32 minutes in all
@@ -55,6 +57,21 @@ def ramp_rates(design: Design, steps: int = DEFAULT_STEPS) -> tuple[float, ...]:
     if steps == 1:
         return (round(high, 3),)
     return tuple(round(low + (high - low) * i / (steps - 1), 3) for i in range(steps))
+
+
+def ramp_steps(ramp: bool | None, request_rate: tuple[float, ...], design: Design | None) -> tuple[float, ...]:
+    """The ramp's rates (empty: no ramp, a sweep): --request-rate as given, or from the planner's prediction.
+    `ramp` None means: a ramp when the plan has autoscaling."""
+    if not (ramp if ramp is not None else bool(design and design.scaling)):
+        return ()
+    if request_rate:
+        return request_rate
+    if design is None:
+        raise InputError("--ramp: give --request-rate steps (without --profile/--model nothing predicts them)")
+    try:
+        return ramp_rates(design)
+    except ValueError as exc:
+        raise InputError(f"--ramp: {exc}; give --request-rate steps") from None
 
 
 async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, step_s: float,
@@ -150,10 +167,10 @@ class RampRun:
         finally:
             self.end = self._scaling()
 
-    def block(self, records: list[RequestRecord], *, initial_instances: int, slo_ms_per_token: float | None,
-              usd_per_instance_h: float | None) -> Ramp:
-        """The results' `ramp` block (records on the simulated clock)."""
+    def block(self, levels: list[LevelResult], run: Run, design: Design | None, slo: float | None) -> Ramp:
+        """The results' `ramp` block from the steps' records (put on the simulated clock here)."""
+        records = [on_simulated_clock(r, run.time_scale, run.emulated) for lv in levels for r in lv.records]
         offset = float(self.start["now_s"]) if self.start else 0.0
         return ramp_block(records, rates=self.rates, step_s=self.step_s, scaling=self.end, scaling_offset_s=offset,
-                          initial_instances=initial_instances, slo_ms_per_token=slo_ms_per_token,
-                          usd_per_instance_h=usd_per_instance_h)
+                          initial_instances=run.instance_count or 1, slo_ms_per_token=slo,
+                          usd_per_instance_h=design.instance.price_per_h(run.region) if design else None)

@@ -25,7 +25,7 @@ from sagellm.bench.load import (
 )
 from sagellm.bench.measured import levels_of, on_simulated_clock
 from sagellm.bench.progress import Say, Watch
-from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_rates
+from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_steps
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
 from sagellm.bench.transports import APIS
@@ -211,7 +211,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
     design, workload = _design(opts)
     plan = to_plan(design) if design else None
-    steps = _ramp_steps(opts, design)
+    steps = ramp_steps(opts.ramp, opts.request_rate, design)
     if steps:
         opts = replace(opts, request_rate=steps, concurrency=(), warmup=0, repeats=1)
     started = datetime.now(UTC)
@@ -302,10 +302,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         run = _measured_run(run, target)
         results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo)
         if ramp is not None:
-            price = design.instance.price_per_h(run.region) if design else None
-            records = [on_simulated_clock(r, opts.time_scale, target.emulated) for lv in levels for r in lv.records]
-            results = results.model_copy(update={"ramp": ramp.block(
-                records, initial_instances=run.instance_count or 1, slo_ms_per_token=slo, usd_per_instance_h=price)})
+            results = results.model_copy(update={"ramp": ramp.block(levels, run, design, slo)})
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
             results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
         if thresholds is not None:
@@ -330,18 +327,6 @@ def _broken(levels: list[LevelResult]) -> str | None:
             return (f"the target failed {len(broken)} of {len(lv.records)} requests at level {lv.load}: "
                     f"{broken[0].error}")
     return None
-
-
-def _ramp_steps(opts: BenchOptions, design: Design | None) -> tuple[float, ...]:
-    """The ramp's rates (empty: no ramp): --request-rate as given, or from the planner's prediction."""
-    wanted = opts.ramp if opts.ramp is not None else bool(design and design.scaling)
-    if not wanted:
-        return ()
-    if opts.request_rate:
-        return opts.request_rate
-    if design is None:
-        raise InputError("--ramp: give --request-rate steps (without --profile/--model nothing predicts them)")
-    return ramp_rates(design)
 
 
 def _budget(opts: BenchOptions) -> Any:
