@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from sagellm.bench.arrivals import arrival_times
+from sagellm.bench.arrivals import arrival_times, send_due
 from sagellm.bench.level import LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load import OpenLoop
 from sagellm.bench.measured import on_simulated_clock
@@ -91,11 +91,7 @@ async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, 
     books: list[LevelBook] = []
 
     async def one(session: aiohttp.ClientSession, book: LevelBook, request: Request, due: float) -> None:
-        try:
-            late = time.perf_counter() - due
-            outcome = await transport.send(session, request.prompt, request.max_new_tokens)
-        finally:
-            slots.release()
+        outcome, late = await send_due(transport, session, request, due, slots)
         book.add(book.record(outcome, request, warmup=False, late_s=late))
 
     async def step(session: aiohttp.ClientSession, group: asyncio.TaskGroup, book: LevelBook) -> None:
