@@ -359,6 +359,8 @@ def bench(
 
     if concurrency is not None and request_rate is not None:
         raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
+    if concurrency is not None and ramp:
+        raise InputError("--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp")
     rates = _rates(request_rate)
     opts = BenchOptions(
         profile=profile, model=model, instance=instance, target=target, url=url, api=api, served_model=served_model,

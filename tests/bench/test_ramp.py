@@ -104,6 +104,8 @@ def test_without_simulated_scaling_the_ramp_says_so_and_counts_the_fixed_fleet()
 @pytest.mark.parametrize(("extra", "message"), [
     (["--ramp", "--request-rate", "1,2", "--requests-per-level", "5"], "--requests-per-level: a ramp's steps"),
     (["--request-rate", "1,2", "--instance-startup", "0"], "--instance-startup: 0 must be > 0 seconds"),
+    (["--request-rate", "1,2", "--repeats", "2"], "--repeats: a ramp runs once"),
+    (["--ramp", "--concurrency", "1,2"], "--ramp/--concurrency: a ramp is open loop"),
 ])
 def test_bad_ramp_options_are_one_line_and_exit_2(tmp_path: Path, extra: list[str], message: str) -> None:
     ran = sagellm("bench", "--profile", "autoscale", "--model", MODEL, "--instance", "ml.g5.2xlarge",

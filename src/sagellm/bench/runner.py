@@ -212,6 +212,8 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     design, workload = _design(opts)
     plan = to_plan(design) if design else None
     steps = ramp_steps(opts.ramp, opts.request_rate, design)
+    if steps and opts.repeats > 1:
+        raise InputError("--repeats: a ramp runs once; --no-ramp repeats the levels of a sweep")
     if steps:
         opts = replace(opts, request_rate=steps, concurrency=(), warmup=0, repeats=1)
     started = datetime.now(UTC)
