@@ -48,7 +48,8 @@ def render_ramp(ramp: Ramp) -> list[str]:
         f"| requests sent while scaling out | {ramp.requests_while_scaling} |",
         f"| … failed | {ramp.failed_while_scaling} |",
         f"| … ok but above the SLO | {'–' if ramp.above_slo_while_scaling is None else ramp.above_slo_while_scaling} |",
-        f"| instance-minutes in service | {ramp.instance_minutes:.1f} |",
+        (f"| instance-minutes in service{'' if p else ' (the initial fleet throughout)'} | "
+        f"{ramp.instance_minutes:.1f} |"),
         f"| cost of the run | {'–' if ramp.cost_usd is None else f'${ramp.cost_usd:.2f}'} |", ""]
     if ramp.events:
         lines += ["| time | event | desired | in service | detail |", "|---:|---|---:|---:|---|"]
@@ -110,7 +111,8 @@ def plot_ramp(results: Results, path: Path) -> None:
             if at is not None:
                 ax.axvline(at / 60, color="tab:red", linestyle=":", alpha=0.6)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper left")
     for at, label in marks:
         if at is not None:
             load.annotate(label, (at / 60, 1), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
