@@ -11,10 +11,11 @@ import pytest
 
 from bench_helpers import MODEL, FakeTransport, results_of, sagellm
 from sagellm.bench.load import OpenLoop
-from sagellm.bench.ramp import ramp_rates, run_ramp
+from sagellm.bench.ramp import ramp_rates, ramp_steps, run_ramp
 from sagellm.bench.ramp_figures import ramp_block
 from sagellm.bench.records import RequestRecord
 from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.errors import InputError
 from sagellm.planner import Payload, predict
 from sagellm.profiles.resolve import design_for
 
@@ -28,6 +29,17 @@ def test_the_default_steps_rise_from_below_one_instances_knee_to_above_the_fleet
     assert len(rates) == 6 and list(rates) == sorted(rates)
     assert rates[0] < one.knee.requests_per_s
     assert rates[-1] > design.scaling.max_capacity * one.max_throughput.requests_per_s
+
+
+def test_a_plan_with_autoscaling_ramps_by_default_and_no_ramp_or_a_fixed_profile_sweeps() -> None:
+    autoscale = design_for("autoscale", MODEL, "ml.g5.2xlarge", payload=Payload(256, 256))
+    fixed = design_for("max-throughput", MODEL, "ml.g5.2xlarge", payload=Payload(256, 256))
+    assert ramp_steps(None, (), autoscale) == ramp_rates(autoscale)
+    assert ramp_steps(False, (), autoscale) == ()
+    assert ramp_steps(None, (1.0, 2.0), fixed) == ()
+    assert ramp_steps(True, (1.0, 2.0), fixed) == (1.0, 2.0)
+    with pytest.raises(InputError, match="--ramp: give --request-rate steps"):
+        ramp_steps(True, (), None)
 
 
 def test_the_steps_run_back_to_back_on_one_schedule_without_draining_between_them() -> None:
