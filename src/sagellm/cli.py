@@ -343,6 +343,12 @@ def bench(
                                               "time")] = 1.0,
     slo: Annotated[float | None, typer.Option("--slo-ms-per-token", help="also report the highest "
                                                  "throughput with p50 ms/token under this")] = None,
+    ramp: Annotated[bool | None, typer.Option("--ramp/--no-ramp", help="open-loop load rising in steps over "
+                                              "time, recording instances and latency per interval "
+                                              "[default: --ramp for a profile with autoscaling]")] = None,
+    instance_startup: Annotated[float | None, typer.Option("--instance-startup", help="local target, "
+                                "autoscaling: simulated seconds from a scale-out to the new instance "
+                                "InService [default: 525, see README]")] = None,
     region: Region = "us-east-1",
     profiles_dir: ProfilesDir = None,
     hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", help="Secrets Manager name or ARN "
@@ -367,6 +373,8 @@ def bench(
 
     if concurrency is not None and request_rate is not None:
         raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
+    if concurrency is not None and ramp:
+        raise InputError("--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp")
     rates = _rates(request_rate)
     opts = BenchOptions(
         profile=profile, model=model, instance=instance, target=target, endpoint_name=endpoint_name,
@@ -379,6 +387,9 @@ def bench(
         thresholds=thresholds, baseline=baseline, allow_incomparable=allow_incomparable, out=out, keep=keep,
         region=region, profiles_dir=profiles_dir, hf_token_secret=hf_token_secret,
         time_scale=time_scale, slo_ms_per_token=slo, command=" ".join(["sagellm", *sys.argv[1:]]),
+        # --concurrency asks for a closed-loop sweep: no ramp unless --ramp says so.
+        ramp=ramp if ramp is not None else (False if concurrency is not None else None),
+        instance_startup_s=instance_startup,
     )
     with watching() as watch:
         outcome = run_bench(opts, watch)

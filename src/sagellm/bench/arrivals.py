@@ -25,6 +25,7 @@ import aiohttp
 
 from sagellm.bench.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.records import RequestRecord
+from sagellm.bench.responses import Outcome
 from sagellm.bench.transports import Transport
 from sagellm.bench.workload import Request, Workload
 
@@ -40,6 +41,16 @@ def arrival_times(rate: float, arrivals: Arrivals, rng: random.Random) -> Iterat
     while True:
         yield t
         t += rng.expovariate(rate) if arrivals == "poisson" else 1.0 / rate
+
+
+async def send_due(transport: Transport, session: aiohttp.ClientSession, request: Request, due: float,
+                   slots: asyncio.Semaphore) -> tuple[Outcome, float]:
+    """Send a scheduled request (its in-flight slot already taken, freed here): its outcome and lateness."""
+    try:
+        late = time.perf_counter() - due
+        return await transport.send(session, request.prompt, request.max_new_tokens), late
+    finally:
+        slots.release()
 
 
 async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrivals, max_in_flight: int,
@@ -65,11 +76,7 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
     schedule = arrival_times(rate / time_scale, arrivals, random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
 
     async def one(session: aiohttp.ClientSession, request: Request, due: float, warming: bool) -> None:
-        try:
-            late = time.perf_counter() - due
-            outcome = await transport.send(session, request.prompt, request.max_new_tokens)
-        finally:
-            slots.release()
+        outcome, late = await send_due(transport, session, request, due, slots)
         record = book.record(outcome, request, warmup=warming, late_s=late)
         if len(book.records) < max(warmup, 1):  # the ramp: the first max(warmup, 1) completions
             book.ramp_done()

@@ -52,6 +52,8 @@ class BenchOptions:
     time_scale: float = 1.0
     slo_ms_per_token: float | None = None
     command: str = ""
+    ramp: bool | None = None  # open-loop steps over time (None: when the plan has autoscaling)
+    instance_startup_s: float | None = None  # local autoscaling: scale-out → InService (None: the default)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,10 @@ def check_options(opts: BenchOptions) -> None:
                              arrivals=opts.arrivals, max_in_flight=opts.max_in_flight, repeats=opts.repeats)
     if opts.hf_token_secret is not None:
         errors.extend(token_errors({"hf_token_secret": opts.hf_token_secret}, lambda loc: "--hf-token-secret"))
+    if opts.ramp and opts.requests_per_level is not None:
+        errors.append("--requests-per-level: a ramp's steps last --duration-per-level seconds each")
+    if opts.instance_startup_s is not None and (opts.target != "local" or not opts.instance_startup_s > 0):
+        errors.append(f"--instance-startup: {opts.instance_startup_s:g} must be > 0 seconds, with --target local")
     errors.extend(writable_folder_errors(opts.out, "--out"))
     if errors:
         raise InputError(errors)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import traceback
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,6 +18,7 @@ from sagellm.bench.load import MAX_IN_FLIGHT, LevelResult, OpenLoop, StopRule, d
 from sagellm.bench.measured import levels_of, on_simulated_clock
 from sagellm.bench.options import DEFAULT_PAYLOAD, BenchOptions, BenchOutcome, check_options
 from sagellm.bench.progress import Say, Watch
+from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_steps
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.targets import Target, check_reachable, choose_target
 from sagellm.bench.teardown import tear_down
@@ -83,6 +85,11 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
         if missing:
             raise InputError([m.replace("pass -c hf_token_secret=", "pass --hf-token-secret ") for m in missing])
+    steps = ramp_steps(opts.ramp, opts.request_rate, design)
+    if steps and opts.repeats > 1:
+        raise InputError("--repeats: a ramp runs once; --no-ramp repeats the levels of a sweep")
+    if steps:
+        opts = replace(opts, request_rate=steps, concurrency=(), warmup=0, repeats=1)
     run_id = uuid.uuid4().hex[:10]
     run = _run(opts, plan, workload, datetime.now(UTC), run_id, deployed)
     thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, sweep_levels(run),
@@ -97,7 +104,9 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     target = choose_target(opts.target, plan, model=run.model if plan else opts.model, url=opts.url, api=opts.api,
                            served_model=opts.served_model, profiles_dir=opts.profiles_dir, workdir=out / "cdk",
                            run=run_id, process=this_process(), time_scale=opts.time_scale, deployed=deployed,
-                           say=say)
+                           say=say, instance_startup_s=opts.instance_startup_s)
+    loop = _open_loop(opts)
+    ramp = RampRun(steps, opts.duration_per_level_s or DEFAULT_STEP_S, loop, target) if steps and loop else None
     if plan is not None:
         (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
 
@@ -130,12 +139,17 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                                 f"on the {target.kind} target")
                 transport = target.deploy()
                 levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
-                watch.enter("measuring", f"endpoint {target.endpoint}, levels {levels_text}")
-                interrupts.run(run_sweep(
-                    transport, workload=workload, concurrency=opts.concurrency, open_loop=_open_loop(opts),
-                    requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
-                    warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
-                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
+                watch.enter("measuring", f"endpoint {target.endpoint}, "
+                            + (ramp.describe() if ramp else f"levels {levels_text}"))
+                if ramp is not None:
+                    interrupts.run(ramp.run(transport, workload, on_record=on_record, on_progress=watch.progress,
+                                            on_level=on_level))
+                else:
+                    interrupts.run(run_sweep(
+                        transport, workload=workload, concurrency=opts.concurrency, open_loop=loop,
+                        requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
+                        warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
+                        stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
         except SagellmError as exc:
             error, status = str(exc), exc.exit_status
         except Interrupted:
@@ -162,6 +176,8 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         watch.enter("writing results", str(out))
         run = _measured_run(run, target)
         results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo)
+        if ramp is not None:
+            results = results.model_copy(update={"ramp": ramp.block(levels, run, design, slo)})
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
             results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
         if thresholds is not None:

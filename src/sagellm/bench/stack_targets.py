@@ -139,11 +139,12 @@ class LocalTarget(_StackTarget):
 
     def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, workdir: Path, run: str,
                  process: str, on_line: Callable[[str], None] | None = None, time_scale: float = 1.0, *,
-                 api: Api = TGI):
+                 api: Api = TGI, instance_startup_s: float | None = None):
         super().__init__(plan, model, profiles_dir, workdir, run, process, on_line, api=api)
         from sagellm.aws.local import LocalAws
 
         self.time_scale = time_scale
+        self.instance_startup_s = instance_startup_s
         self.aws = LocalAws(plan.region)
         self.emulator: EmulatorProcess | None = None
 
@@ -166,7 +167,8 @@ class LocalTarget(_StackTarget):
         outputs = self._deploy_stack()
         emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
                                                    endpoint_name=self.endpoint,
-                                                   component_names=_components(self.plan, outputs))
+                                                   component_names=_components(self.plan, outputs),
+                                                   instance_startup_s=self.instance_startup_s)
         emulator.start()
         return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=_component(
             self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())
@@ -179,6 +181,16 @@ class LocalTarget(_StackTarget):
             with urllib.request.urlopen(f"{self.emulator.url}/metrics?reset=1", timeout=5) as reply:
                 return float(json.load(reply)["loop_lag_s"]["max"]) * 1000
         except (OSError, ValueError, KeyError):
+            return None
+
+    def autoscaling(self) -> dict | None:
+        """The emulator's simulated target tracking (its `/autoscaling` reply), or None if it cannot be read."""
+        if self.emulator is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"{self.emulator.url}/autoscaling", timeout=5) as reply:
+                return dict(json.load(reply))
+        except (OSError, ValueError):
             return None
 
     def may_be_left(self) -> list[str]:

@@ -47,7 +47,8 @@ class Target(Protocol):
 
 def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None, url: str | None, api: str,
                   served_model: str | None, profiles_dir: Path | None, workdir: Path, run: str, process: str,
-                  time_scale: float, deployed: DeployedEndpoint | None, say: Callable[[str], None]) -> Target:
+                  time_scale: float, deployed: DeployedEndpoint | None, say: Callable[[str], None],
+                  instance_startup_s: float | None = None) -> Target:
     """The target a run asked for (`deployed`: the existing endpoint `--endpoint-name` named)."""
     from sagellm.bench.existing import ExistingEndpoint
     from sagellm.bench.stack_targets import LocalTarget, SageMakerTarget
@@ -64,7 +65,8 @@ def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None
 
     if target == "sagemaker":
         return SageMakerTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, api=chosen)
-    return LocalTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen)
+    return LocalTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen,
+                       instance_startup_s=instance_startup_s)
 
 
 def says_emulated(url: str) -> bool:

@@ -29,12 +29,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--endpoint-name")
     parser.add_argument("--component-names", type=json.loads, help="JSON: plan model name → component name")
+    parser.add_argument("--instance-startup-s", type=float, help="autoscaling: scale-out → InService, simulated s")
     parser.add_argument("--parent-pid", type=int)
     parser.add_argument("--work-dir", type=Path, help="removed on exit if the parent died (it cannot)")
     args = parser.parse_args(argv)
     plan = DeploymentPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
     emulator = Emulator(plan, time_scale=args.time_scale, endpoint_name=args.endpoint_name,
-                        component_names=args.component_names)
+                        component_names=args.component_names, instance_startup_s=args.instance_startup_s)
 
     def ready(url: str) -> None:
         print(f"{_READY_PREFIX}{url}", flush=True)

@@ -316,10 +316,12 @@ class ModelServer:
         if self.limits.max_batch_total_tokens <= 0:
             raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
                              f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")
-        steps = StepModel(shape)
+        self._steps = StepModel(shape)
+        self._time_scale = time_scale
         # Copies behind the endpoint: per instance (inference components) × instances.
         n_copies = deployment.copy_count * plan.initial_instance_count
-        self.copies = [CopyEngine(steps, self.limits, time_scale) for _ in range(n_copies)]
+        self.copies = [CopyEngine(self._steps, self.limits, time_scale) for _ in range(n_copies)]
+        self.retired: list[CopyEngine] = []  # removed by a scale-in: they finish what they hold, take nothing new
         self.rejected_overloaded = 0
         self.rejected_validation = 0
         self._next = 0
@@ -331,8 +333,19 @@ class ModelServer:
 
     async def stop(self) -> None:
         """Stop every copy."""
-        for copy in self.copies:
+        for copy in self.copies + self.retired:
             await copy.stop()
+
+    def resize(self, instances: int) -> None:
+        """Autoscaling: the copies of `instances` instances; new ones start now, removed ones stop taking requests."""
+        wanted = max(1, self.deployment.copy_count * instances)
+        while len(self.copies) < wanted:
+            copy = CopyEngine(self._steps, self.limits, self._time_scale)
+            copy.start()
+            self.copies.append(copy)
+        while len(self.copies) > wanted:
+            self.retired.append(self.copies.pop())
+        self._next %= len(self.copies)
 
     def submit(self, input_tokens: int, max_new_tokens: int | None, deadline_s: float | None,
                arrived_s: float) -> tuple[CopyEngine, Sequence]:

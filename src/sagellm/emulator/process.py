@@ -37,7 +37,7 @@ class EmulatorProcess:
     def __init__(self, plan: DeploymentPlan | str | os.PathLike[str], *, port: int | None = None,
                  time_scale: float = 1.0, endpoint_name: str | None = None,
                  component_names: dict[str, str] | None = None, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 30.0):
+                 startup_timeout_s: float = 30.0, instance_startup_s: float | None = None):
         self.plan = plan
         self.host = host
         self.port = port or 0  # 0: the child binds any free port and reports it
@@ -45,6 +45,7 @@ class EmulatorProcess:
         self.endpoint_name = endpoint_name
         self.component_names = component_names
         self.startup_timeout_s = startup_timeout_s
+        self.instance_startup_s = instance_startup_s  # autoscaling: None for the documented default
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -79,6 +80,8 @@ class EmulatorProcess:
             cmd += ["--endpoint-name", self.endpoint_name]
         if self.component_names:
             cmd += ["--component-names", json.dumps(self.component_names)]
+        if self.instance_startup_s is not None:
+            cmd += ["--instance-startup-s", repr(self.instance_startup_s)]
         env = dict(os.environ)
         # The child must import this very sagellm, whether it is installed or only on sys.path.
         src = str(Path(sagellm.__file__).resolve().parents[1])

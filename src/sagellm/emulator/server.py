@@ -18,6 +18,8 @@ What a client can tell apart is what the pinned server and SageMaker do on the w
   a final usage chunk with `stream_options.include_usage`), `GET /v1/models`; errors
   `{"error": {"message", "type", "param", "code"}}`.
 - `GET /metrics`: the emulator's own event-loop lag and counters (`?reset=1` clears the lag figures).
+- `GET /autoscaling`: the simulated target tracking of a plan with autoscaling (`autoscaling` module):
+  policy, simulated clock now, desired and in-service instances, events and metric datapoints.
 
 Self-reported timings (from arrival to the first and to the last token on the engine's schedule, the
 simulated clock, in wall seconds: divide by the time scale for simulated seconds; see `engine`):
@@ -45,6 +47,7 @@ from aiohttp import web
 
 from sagellm.catalog import models as catalog_models
 from sagellm.emulator import eventstream, formats
+from sagellm.emulator.autoscaling import Policy, TargetTracking
 from sagellm.emulator.engine import (
     Cancelled,
     CopyEngine,
@@ -261,11 +264,12 @@ class Emulator:
 
     `endpoint_name` (default `sagellm-<profile>`) is the one name the SageMaker routes answer to;
     `component_names` maps each plan model to its deployed inference-component name (default: the plan's
-    model names), the only names the component header may carry.
+    model names), the only names the component header may carry; `instance_startup_s` is how long a new
+    instance takes to come into service when the simulated autoscaling adds one.
     """
 
     def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,
-                 component_names: dict[str, str] | None = None):
+                 component_names: dict[str, str] | None = None, instance_startup_s: float | None = None):
         if not time_scale > 0:
             raise InputError(f"time_scale: {time_scale} must be > 0 (0.1 runs ten times faster)")
         self.plan = plan
@@ -282,6 +286,9 @@ class Emulator:
         self._lag = _LoopLag()
         self._lag_task: asyncio.Task[None] | None = None
         self._headers = {"X-Sagellm-Emulated": "true", "X-Sagellm-Time-Scale": f"{time_scale:g}"}
+        self.autoscaling = _target_tracking(plan, instance_startup_s)
+        self._zero = time.perf_counter()  # the simulated clock's origin (reset when serving starts)
+        self._scaling_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -300,6 +307,7 @@ class Emulator:
         app.router.add_get("/health", self._ok)
         app.router.add_get("/ping", self._ok)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/autoscaling", self._autoscaling)
         return app
 
     @contextlib.asynccontextmanager
@@ -323,11 +331,15 @@ class Emulator:
             for model in self.models.values():
                 model.start()
             self._lag_task = asyncio.get_running_loop().create_task(self._lag.run())
+            self._zero = time.perf_counter()
+            if self.autoscaling is not None:
+                self._scaling_task = asyncio.get_running_loop().create_task(self._scale())
             bound = sock.getsockname()[1]
             yield f"http://[{host}]:{bound}" if family == socket.AF_INET6 else f"http://{host}:{bound}"
         finally:
-            if self._lag_task is not None:
-                self._lag_task.cancel()
+            for task in (self._lag_task, self._scaling_task):
+                if task is not None:
+                    task.cancel()
             for model in self.models.values():
                 await model.stop()  # in-flight handlers end (Cancelled) before the connections close
             await runner.cleanup()
@@ -369,6 +381,38 @@ class Emulator:
             if openai:
                 return web.json_response(formats.openai_error(503, _SHUTDOWN), status=503)
             return web.json_response({"error": _SHUTDOWN, "error_type": "cancelled"}, status=503)
+    # -- autoscaling ----------------------------------------------------------------------------------
+
+    def simulated_now_s(self) -> float:
+        """Simulated seconds since the emulator started serving."""
+        return (time.perf_counter() - self._zero) / self.time_scale
+
+    def _apply_scaling(self, now_s: float) -> None:
+        assert self.autoscaling is not None
+        if self.autoscaling.advance(now_s):
+            self.primary.resize(self.autoscaling.in_service)
+
+    async def _scale(self) -> None:
+        """Run the scaling loop on the simulated clock: one tick per simulated second."""
+        while True:
+            self._apply_scaling(self.simulated_now_s())
+            await asyncio.sleep(self.time_scale)
+
+    def _invoked(self, arrived_s: float) -> None:
+        """An InvokeEndpoint call reached the variant: it counts in InvocationsPerInstance."""
+        if self.autoscaling is not None:
+            now = (arrived_s - self._zero) / self.time_scale
+            self._apply_scaling(now)
+            self.autoscaling.invoked(now)
+
+    async def _autoscaling(self, request: web.Request) -> web.Response:
+        if self.autoscaling is None:
+            body: dict[str, object] = {"simulated": False, "now_s": self.simulated_now_s(),
+                                       "why": "the plan has no autoscaling on an instance-based variant"}
+        else:
+            self._apply_scaling(self.simulated_now_s())
+            body = {"simulated": True, **self.autoscaling.to_dict()}
+        return web.json_response(body, headers=self._headers)
 
     # -- routing ------------------------------------------------------------------------------------
 
@@ -537,6 +581,7 @@ class Emulator:
         raw = await request.read()
         if len(raw) > SAGEMAKER_MAX_PAYLOAD:
             return _too_large()
+        self._invoked(arrived)
         try:
             if len(raw) > self.payload_limit and not self.lmi:
                 raise RequestError(413, "payload", _TGI_PAYLOAD_TEXT)
@@ -659,6 +704,21 @@ class Emulator:
                 for c in m.copies:
                     c.max_behind_s = 0.0
         return web.json_response(body, headers=self._headers)
+
+
+def _target_tracking(plan: DeploymentPlan, instance_startup_s: float | None) -> TargetTracking | None:
+    """The simulated scaling loop of an instance-based plan with autoscaling (None otherwise).
+
+    Inference components scale copies on a high-resolution concurrency metric; that loop is not simulated."""
+    scaling = plan.scaling
+    if scaling is None or plan.endpoint_kind != "instance":
+        return None
+    policy = Policy(target=scaling.target_value, min_capacity=scaling.min_capacity,
+                    max_capacity=scaling.max_capacity, scale_out_cooldown_s=scaling.scale_out_cooldown_s,
+                    scale_in_cooldown_s=scaling.scale_in_cooldown_s)
+    if instance_startup_s is not None:
+        policy = replace(policy, instance_startup_s=instance_startup_s)
+    return TargetTracking(policy, in_service=plan.initial_instance_count)
 
 
 async def serve_forever(emulator: Emulator, host: str, port: int, on_ready: Callable[[str], None],

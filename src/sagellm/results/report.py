@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sagellm.results.junit import render_junit
 from sagellm.results.plot import plot_curve
+from sagellm.results.ramp_report import plot_ramp, render_ramp
 from sagellm.results.schema import ERROR_KINDS, Level, Pick, Results, Run, Stats
 from sagellm.results.table import render_csv
 
@@ -206,7 +207,10 @@ def _gate(results: Results) -> list[str]:
 def render_markdown(results: Results) -> str:
     """The human report: verdict first, then the run, the picks, one table per level, errors, teardown, gate."""
     lines = [verdict(results), ""] + _header(results) + [""] + _highlights(results)
-    lines += ["", "![latency vs throughput](curve.png)", "", "## Levels", ""]
+    lines += ["", "![latency vs throughput](curve.png)", ""]
+    if results.ramp is not None:
+        lines += render_ramp(results.ramp)
+    lines += ["## Levels", ""]
     if not results.levels:
         lines += ["No level was measured.", ""]
     else:
@@ -218,14 +222,18 @@ def render_markdown(results: Results) -> str:
 
 
 def write_report(directory: Path, results: Results) -> list[Path]:
-    """Write report.md, junit.xml, curve.png and results.csv into a directory; returns their paths."""
+    """Write report.md, junit.xml, curve.png and results.csv (and ramp.png after a ramp) into a directory;
+    returns their paths."""
     directory.mkdir(parents=True, exist_ok=True)
     md, junit, png, csv = (directory / name for name in ("report.md", "junit.xml", "curve.png", "results.csv"))
     md.write_text(render_markdown(results) + "\n", encoding="utf-8")
     junit.write_text(render_junit(results), encoding="utf-8")
     plot_curve(results, png)
     csv.write_text(render_csv(results), encoding="utf-8")
-    return [md, junit, png, csv]
+    if results.ramp is None:
+        return [md, junit, png, csv]
+    plot_ramp(results, directory / "ramp.png")
+    return [md, junit, png, csv, directory / "ramp.png"]
 
 
 def writable_folder_errors(folder: Path, option: str) -> list[str]:

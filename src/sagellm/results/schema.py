@@ -255,6 +255,72 @@ class Failure(_Strict):
     message: str
 
 
+class RampInterval(_Strict):
+    """One interval of a ramp: what was offered, what came back, and how many instances served it."""
+
+    start_s: float  # simulated seconds from the ramp's start
+    offered_rps: float  # requests sent in the interval ÷ its length
+    achieved_rps: float  # requests that completed ok in the interval ÷ its length
+    instances_desired: int | None  # at the interval's end; None where the target does not tell
+    instances_in_service: int | None
+    requests: int  # sent in the interval
+    errors: int  # of those, failed
+    above_slo: int | None  # of those, ok but slower than the SLO (ms/token); None without an SLO
+    ttft_ms: Stats  # p50/p90 of the ok requests sent in the interval
+    e2e_s: Stats
+    ms_per_token: Stats
+
+
+class ScalingEvent(_Strict):
+    """One step of the scaling loop (breach, alarm, scale-out/in, instance InService, blocked)."""
+
+    t_s: float  # simulated seconds from the ramp's start (negative: before it)
+    kind: str
+    desired: int  # instances after the event
+    in_service: int
+    detail: str = ""
+
+
+class ScalingPolicy(_Strict):
+    """The target-tracking policy the ramp ran against, and the simulated delays (local target)."""
+
+    metric: str
+    target_value: float
+    min_capacity: int
+    max_capacity: int
+    scale_out_cooldown_s: float
+    scale_in_cooldown_s: float
+    period_s: float  # the metric's period
+    out_datapoints: int  # datapoints above the target that raise the scale-out alarm
+    in_datapoints: int  # datapoints below 90 % of the target that raise the scale-in alarm
+    metric_delay_s: float  # from a period's end to the alarm acting on it
+    instance_startup_s: float  # from a scale-out to the new instance InService
+
+
+class Ramp(_Strict):
+    """`bench --ramp`: load over time against the instances that served it, and how scaling kept up."""
+
+    rates: list[float]  # the steps, requests/s
+    step_s: float  # simulated seconds per step
+    interval_s: float  # the time series' resolution
+    scaling: Literal["simulated", "none"]  # the emulator's target tracking, or none observed
+    policy: ScalingPolicy | None
+    intervals: list[RampInterval]
+    events: list[ScalingEvent]
+    first_breach_s: float | None  # end of the first metric period above the target
+    first_scale_out_s: float | None
+    first_in_service_s: float | None  # the first instance added by scaling InService
+    breach_to_in_service_s: float | None  # first_in_service_s − first_breach_s
+    slo_ms_per_token: float | None
+    slo_violated_s: float | None  # start of the first interval over the SLO (p50 ms/token, or an error)
+    slo_recovered_s: float | None  # start of the first later interval back under it
+    requests_while_scaling: int  # sent while a scale-out was under way (desired > in service)
+    failed_while_scaling: int
+    above_slo_while_scaling: int | None
+    instance_minutes: float  # instances in service × minutes, over the ramp
+    cost_usd: float | None  # instance_minutes × the catalog price
+
+
 class Results(_Strict):
     """The whole run."""
 
@@ -269,6 +335,7 @@ class Results(_Strict):
     gate: Gate | None = None  # None when no thresholds were given
     stopped_reason: str | None = None  # why the sweep stopped before its last planned level
     failure: Failure | None = None  # None when the run went through (its gate may still have failed)
+    ramp: Ramp | None = None  # `bench --ramp` only
 
     def level(self, where: int | str) -> Level | None:
         """The measured level named `where` (a concurrency such as 16, or a rate such as `4/s`), if reached."""

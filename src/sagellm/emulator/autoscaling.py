@@ -1,0 +1,220 @@
+"""Target tracking as Application Auto Scaling runs it for a SageMaker variant, on a simulated clock.
+
+moto stores scaling targets and policies but never evaluates them (it creates no alarms for SageMaker and
+never changes a desired capacity), so the emulator runs the whole loop itself:
+metric → alarms → desired capacity → new instances after their start-up delay. The behaviour and
+where each figure comes from (README "Autoscaling under a ramp" lists the same):
+
+- **Metric**: `InvocationsPerInstance`, what the profile's policy tracks (`SageMakerVariantInvocationsPerInstance`):
+  each invocation adds 1 ÷ the instances in service, summed over 1-minute periods (the metric is published
+  at a 1-minute frequency, statistic Sum; https://docs.aws.amazon.com/sagemaker/latest/dg/monitoring-cloudwatch.html).
+  A period without invocations has no datapoint.
+- **Alarms**: scale-out when 3 consecutive datapoints are above the target, scale-in when 15 are below
+  90 % of it. AWS does not publish these counts for SageMaker; they are the alarms Application Auto Scaling
+  creates for target tracking on other services (and the ones moto models for ECS), see
+  https://docs.aws.amazon.com/autoscaling/application/userguide/target-tracking-scaling-policy-overview.html
+  ("scales in only when the metric is far enough below the target").
+- **Reaction delay**: a period's datapoint is acted on `METRIC_DELAY_S` after the period ends: the time to
+  trigger "is usually 1–2 minutes longer … because it takes time for the endpoint to publish metrics to
+  CloudWatch, and … for AutoScaling to react" (AWS ML blog, scale down to zero, 2024-12-03; the lower end).
+- **Desired capacity**: ceil(instances in service × metric ÷ target), clamped to [min, max]
+  (target tracking adds capacity "proportionally to the metric"). It only ever moves towards the alarm's
+  direction: a scale-out never lowers the desired capacity.
+- **Endpoint Updating**: SageMaker sets the endpoint to Updating until new capacity is in service
+  (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_UpdateEndpointWeightsAndCapacities.html);
+  no other scaling activity starts meanwhile.
+- **Cooldowns**: the policy's own (ScaleOutCooldown, ScaleInCooldown; AAS defaults are 300 s for SageMaker
+  variants). Modelled as: no scale-out until the scale-out cooldown has passed since the previous scale-out
+  took effect (its instances in service), and no scale-in until the scale-in cooldown has passed since the
+  previous scale-in.
+- **Start-up**: `INSTANCE_STARTUP_S` simulated seconds from the scale-out to the new instance in service
+  (then its copies join the emulator's pool): 525 s end to end for a new ml.g6.2xlarge with the LMI
+  container and an 8B model before container caching (of which ~105 s instance provisioning), from
+  "Introducing container caching in Amazon SageMaker AI for faster model scaling" (AWS ML blog, 2026-06-16)
+  and "Unlock cost savings with the new scale down to zero feature" (AWS ML blog, 2024-12-03).
+  Scale-in removes an instance at once (it takes no new requests; those in flight finish).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+PERIOD_S = 60.0  # InvocationsPerInstance is published once a minute
+OUT_DATAPOINTS = 3  # scale-out alarm: this many datapoints above the target
+IN_DATAPOINTS = 15  # scale-in alarm: this many datapoints below IN_FRACTION × target
+IN_FRACTION = 0.9
+METRIC_DELAY_S = 60.0  # datapoint published and acted on this long after its period ends
+INSTANCE_STARTUP_S = 525.0  # scale-out → new instance InService (provisioning + container start-up)
+
+EventKind = Literal["breach", "alarm-high", "alarm-low", "scale-out", "scale-in", "in-service", "blocked"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A target-tracking policy on `InvocationsPerInstance`, with the simulation's delays."""
+
+    target: float  # invocations per instance per minute
+    min_capacity: int
+    max_capacity: int
+    scale_out_cooldown_s: float = 300.0
+    scale_in_cooldown_s: float = 300.0
+    instance_startup_s: float = INSTANCE_STARTUP_S
+    metric_delay_s: float = METRIC_DELAY_S
+    period_s: float = PERIOD_S
+    out_datapoints: int = OUT_DATAPOINTS
+    in_datapoints: int = IN_DATAPOINTS
+    metric: str = "InvocationsPerInstance"
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (the emulator's `/autoscaling` reply)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the scaling loop did, at a simulated time."""
+
+    t_s: float
+    kind: EventKind
+    desired: int  # after the event
+    in_service: int
+    detail: str = ""
+
+
+@dataclass
+class _Datapoint:
+    end_s: float  # the period's end
+    value: float | None  # Sum of the period, None where the period had no invocation
+
+
+@dataclass
+class TargetTracking:
+    """The scaling loop of one variant; `invoked` and `advance` are called with a non-decreasing clock."""
+
+    policy: Policy
+    in_service: int
+    now_s: float = 0.0
+    desired: int = field(init=False)
+    events: list[Event] = field(default_factory=list)
+    datapoints: list[_Datapoint] = field(default_factory=list)
+    _period_start_s: float = field(init=False)
+    _sum: float = 0.0
+    _invoked: bool = False
+    _pending: list[float] = field(default_factory=list)  # InService times of instances starting up
+    _last_out_done_s: float = -math.inf
+    _last_in_s: float = -math.inf
+    _breached: bool = False
+    _evaluations: list[tuple[float, int]] = field(default_factory=list)  # (when, datapoint index), in order
+
+    def __post_init__(self) -> None:
+        self.desired = self.in_service
+        self._period_start_s = self.now_s
+
+    @property
+    def updating(self) -> bool:
+        """Whether a scale-out is still starting instances (the endpoint is Updating)."""
+        return bool(self._pending)
+
+    def invoked(self, t_s: float) -> None:
+        """One invocation at `t_s`: it adds 1 ÷ instances in service to the current period's Sum."""
+        self.advance(t_s)
+        self._sum += 1.0 / self.in_service
+        self._invoked = True
+
+    def advance(self, t_s: float) -> int:
+        """Run the loop up to `t_s` (period ends, evaluations, instances coming in service), in time order;
+        returns the change in instances in service."""
+        before = self.in_service
+        while True:
+            period_end = self._period_start_s + self.policy.period_s
+            evaluation = self._evaluations[0][0] if self._evaluations else math.inf
+            ready = min(self._pending, default=math.inf)
+            t = min(period_end, evaluation, ready)
+            if t > t_s:
+                break
+            self.now_s = t
+            if t == ready:
+                self._pending.remove(ready)
+                self.in_service += 1
+                if not self._pending:
+                    self._last_out_done_s = t
+                self._event("in-service", "a new instance is InService; its copies take requests")
+            elif t == period_end:
+                self._close_period(t)
+            else:
+                _, index = self._evaluations.pop(0)
+                self._evaluate(self.datapoints[:index + 1])
+        self.now_s = max(self.now_s, t_s)
+        return self.in_service - before
+
+    def _close_period(self, end_s: float) -> None:
+        value = self._sum if self._invoked else None
+        self.datapoints.append(_Datapoint(end_s, value))
+        self._sum, self._invoked, self._period_start_s = 0.0, False, end_s
+        self._evaluations.append((end_s + self.policy.metric_delay_s, len(self.datapoints) - 1))
+        if value is not None and value > self.policy.target and not self._breached:
+            self._breached = True  # the first datapoint above the target (acted on after the metric delay)
+            self.events.append(Event(end_s, "breach", self.desired, self.in_service,
+                                     f"{self.policy.metric} {value:.1f} > target {self.policy.target:g}"))
+
+    def _evaluate(self, datapoints: list[_Datapoint]) -> None:
+        """The two alarms on the datapoints published so far, and the scaling activity they ask for."""
+        p = self.policy
+        last = [d.value for d in datapoints[-max(p.out_datapoints, p.in_datapoints):]]
+        high = last[-p.out_datapoints:]
+        low = last[-p.in_datapoints:]
+        newest = last[-1]
+        if len(high) == p.out_datapoints and all(v is not None and v > p.target for v in high):
+            self._scale_out(newest or 0.0)
+        elif len(low) == p.in_datapoints and all(v is not None and v < IN_FRACTION * p.target for v in low):
+            self._scale_in(newest or 0.0)
+
+    def wanted(self, metric: float) -> int:
+        """Target tracking's capacity for a metric value: ceil(in service × metric ÷ target), clamped."""
+        p = self.policy
+        raw = math.ceil(self.in_service * metric / p.target - 1e-9)
+        return max(p.min_capacity, min(p.max_capacity, raw))
+
+    def _scale_out(self, metric: float) -> None:
+        p = self.policy
+        wanted = self.wanted(metric)
+        if wanted <= self.desired:
+            return  # at max capacity, or what is starting up already covers it
+        why = self._blocked_out()
+        if why:
+            self._event("blocked", f"scale-out to {wanted} waits: {why}")
+            return
+        for _ in range(wanted - self.desired):
+            self._pending.append(self.now_s + p.instance_startup_s)
+        self._event("alarm-high", f"{p.out_datapoints} datapoints > {p.target:g}; newest {metric:.1f}")
+        before, self.desired = self.desired, wanted
+        self._event("scale-out", f"desired {before} → {wanted}; InService in {p.instance_startup_s:g} s")
+
+    def _blocked_out(self) -> str | None:
+        if self.updating:
+            return "the endpoint is Updating (instances still starting)"
+        if self.now_s < self._last_out_done_s + self.policy.scale_out_cooldown_s:
+            return f"scale-out cooldown ({self.policy.scale_out_cooldown_s:g} s)"
+        return None
+
+    def _scale_in(self, metric: float) -> None:
+        p = self.policy
+        wanted = self.wanted(metric)
+        if wanted >= self.desired or self.updating or self.now_s < self._last_in_s + p.scale_in_cooldown_s:
+            return
+        self._event("alarm-low", f"{p.in_datapoints} datapoints < {IN_FRACTION * p.target:g}; newest {metric:.1f}")
+        before = self.desired
+        self.desired = self.in_service = wanted
+        self._last_in_s = self.now_s
+        self._event("scale-in", f"desired {before} → {wanted}; removed at once")
+
+    def _event(self, kind: EventKind, detail: str) -> None:
+        self.events.append(Event(self.now_s, kind, self.desired, self.in_service, detail))
+
+    def to_dict(self) -> dict[str, object]:
+        """State and history, JSON-ready."""
+        return {"now_s": self.now_s, "desired": self.desired, "in_service": self.in_service,
+                "policy": self.policy.to_dict(), "events": [asdict(e) for e in self.events],
+                "datapoints": [asdict(d) for d in self.datapoints]}

@@ -1,0 +1,136 @@
+"""Target tracking on a fake clock: the formula, alarm evaluation periods, delays, cooldowns, clamping."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sagellm.emulator.autoscaling import INSTANCE_STARTUP_S, Policy, TargetTracking
+
+
+def policy(**kw: float) -> Policy:
+    """60 invocations per instance per minute, 1–4 instances; short delays unless a test asks otherwise."""
+    base: dict = {"target": 60.0, "min_capacity": 1, "max_capacity": 4, "scale_out_cooldown_s": 60.0,
+                  "scale_in_cooldown_s": 300.0, "instance_startup_s": 300.0, "metric_delay_s": 60.0}
+    return Policy(**{**base, **kw})
+
+
+def drive(tt: TargetTracking, rate_per_s: float, until_s: float, step_s: float = 0.5) -> None:
+    """Invocations at a constant rate from the loop's current time until `until_s`."""
+    start = tt.now_s
+    t, sent = start + step_s / 2, 0  # mid-step: never on a period boundary
+    while t < until_s:
+        due = math.floor(rate_per_s * (t - start) + 0.5)
+        for _ in range(due - sent):
+            tt.invoked(t)
+        sent, t = due, t + step_s
+    tt.advance(until_s)
+
+
+def kinds(tt: TargetTracking) -> list[str]:
+    return [e.kind for e in tt.events]
+
+
+def test_the_desired_capacity_is_ceil_of_in_service_times_metric_over_target_clamped() -> None:
+    tt = TargetTracking(policy(), in_service=2)
+    assert tt.wanted(60.0) == 2
+    assert tt.wanted(61.0) == 3  # ceil(2 × 61 / 60)
+    assert tt.wanted(90.0) == 3
+    assert tt.wanted(91.0) == 4
+    assert tt.wanted(1000.0) == 4  # clamped to max
+    assert tt.wanted(0.0) == 1  # clamped to min
+
+
+def test_the_metric_is_invocations_per_instance_summed_per_one_minute_period() -> None:
+    tt = TargetTracking(policy(), in_service=2)
+    drive(tt, 2.0, 120.0)  # 120 invocations a minute over 2 instances: 60 per instance
+    assert [d.end_s for d in tt.datapoints] == [60.0, 120.0]
+    assert [d.value for d in tt.datapoints] == pytest.approx([60.0, 60.0])
+    assert "breach" not in kinds(tt)  # at the target, not above it
+
+
+def test_scale_out_needs_three_datapoints_above_target_then_the_metric_delay() -> None:
+    tt = TargetTracking(policy(), in_service=2)
+    drive(tt, 3.0, 180.0 + 59.0)  # 90 per instance per minute: three datapoints above 60 by 180 s
+    assert "scale-out" not in kinds(tt)  # the third datapoint is acted on 60 s after its period
+    assert tt.events[0].kind == "breach" and tt.events[0].t_s == 60.0
+    drive(tt, 3.0, 240.0)
+    out = next(e for e in tt.events if e.kind == "scale-out")
+    assert out.t_s == 240.0
+    assert (out.desired, out.in_service) == (3, 2)  # ceil(2 × 90 / 60) = 3, not yet in service
+
+
+def test_two_datapoints_above_target_do_not_alarm() -> None:
+    tt = TargetTracking(policy(), in_service=2)
+    drive(tt, 3.0, 120.0)
+    drive(tt, 1.0, 600.0)
+    assert "scale-out" not in kinds(tt)
+    assert tt.desired == 2
+
+
+def test_new_capacity_joins_after_the_startup_delay_and_nothing_else_starts_meanwhile() -> None:
+    tt = TargetTracking(policy(instance_startup_s=300.0), in_service=2)
+    drive(tt, 5.0, 240.0)  # 150 per instance: wants ceil(2 × 150 / 60) = 5 → clamped to 4
+    assert (tt.desired, tt.in_service) == (4, 2)
+    drive(tt, 5.0, 539.0)
+    assert tt.in_service == 2 and tt.updating
+    assert tt.advance(540.0) == 2  # both new instances in service at 240 + 300
+    assert (tt.desired, tt.in_service) == (4, 4)
+    assert [e.t_s for e in tt.events if e.kind == "in-service"] == [540.0, 540.0]
+
+
+def test_a_scale_out_waits_while_the_endpoint_is_updating() -> None:
+    tt = TargetTracking(policy(instance_startup_s=600.0, max_capacity=10), in_service=1)
+    drive(tt, 1.5, 240.0)  # 90 per instance → 2
+    assert tt.desired == 2
+    drive(tt, 6.0, 600.0)  # load grows while the first instance starts: the alarm fires, the update waits
+    blocked = [e for e in tt.events if e.kind == "blocked"]
+    assert blocked and "Updating" in blocked[0].detail
+    assert tt.desired == 2
+
+
+def test_the_scale_out_cooldown_counts_from_when_the_previous_scale_out_took_effect() -> None:
+    tt = TargetTracking(policy(instance_startup_s=120.0, scale_out_cooldown_s=300.0, max_capacity=10),
+                        in_service=1)
+    drive(tt, 1.5, 240.0)  # scale out 1 → 2 at 240, in service at 360
+    drive(tt, 6.0, 900.0)  # still above the target with 2 instances
+    outs = [e.t_s for e in tt.events if e.kind == "scale-out"]
+    assert outs[0] == 240.0
+    assert len(outs) == 2 and outs[1] >= 360.0 + 300.0  # not before the cooldown after in-service
+    assert any(e.kind == "blocked" and "cooldown" in e.detail for e in tt.events)
+
+
+def test_scale_in_needs_fifteen_datapoints_below_ninety_percent_and_respects_its_cooldown() -> None:
+    tt = TargetTracking(policy(scale_in_cooldown_s=600.0, min_capacity=1), in_service=4)
+    drive(tt, 1.0, 14 * 60.0 + 60.0)  # 15 per instance, far below 54: 14 datapoints only by 840 + delay
+    assert "scale-in" not in kinds(tt)
+    drive(tt, 1.0, 16 * 60.0)  # the 15th datapoint (900 s) is acted on at 960 s
+    first = next(e for e in tt.events if e.kind == "scale-in")
+    assert first.t_s == 960.0 and first.desired == 1 == first.in_service  # ceil(4 × 15 / 60) = 1
+    assert tt.desired == 1
+
+
+def test_the_scale_in_cooldown_blocks_a_second_scale_in() -> None:
+    tt = TargetTracking(policy(scale_in_cooldown_s=900.0, min_capacity=1, max_capacity=8), in_service=8)
+    drive(tt, 4.0, 16 * 60.0)  # 30 per instance → ceil(8 × 30 / 60) = 4 at 960
+    assert tt.in_service == 4
+    drive(tt, 0.5, 40 * 60.0)  # 7.5 per instance would take it to 1, but not within 900 s of the first
+    ins = [e.t_s for e in tt.events if e.kind == "scale-in"]
+    assert ins[0] == 960.0 and all(t >= 960.0 + 900.0 for t in ins[1:])
+
+
+def test_a_period_without_invocations_has_no_datapoint_and_breaks_an_alarm() -> None:
+    tt = TargetTracking(policy(), in_service=2)
+    drive(tt, 3.0, 120.0)
+    tt.advance(180.0)  # a silent minute
+    drive(tt, 3.0, 240.0)
+    assert tt.datapoints[2].value is None
+    tt.advance(300.0)
+    assert "scale-out" not in kinds(tt)
+
+
+def test_the_default_startup_is_the_published_end_to_end_figure() -> None:
+    assert INSTANCE_STARTUP_S == 525.0
+    assert Policy(target=1.0, min_capacity=1, max_capacity=2).instance_startup_s == 525.0
+    assert math.isclose(Policy(target=1.0, min_capacity=1, max_capacity=2).period_s, 60.0)

@@ -1,0 +1,78 @@
+"""The emulator's simulated target tracking: SageMaker invocations drive it, new capacity joins the pool."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from sagellm.emulator import Emulator, make_prompt
+from sagellm.profiles.plan import DeploymentPlan
+
+TIME_SCALE = 0.01  # a simulated minute is 0.6 s
+SCALING = {"min_capacity": 1, "max_capacity": 2, "target_value": 1.0, "scale_out_cooldown_s": 60,
+           "scale_in_cooldown_s": 300}
+
+
+def scaling_plan(kind: str = "instance", scaling: dict[str, Any] | None = SCALING) -> DeploymentPlan:
+    """Llama 2 7B on one ml.g5.2xlarge that may become two, on a target of one invocation per instance
+    per minute."""
+    model = {"name": "llama2-7b", "model_id": "meta-llama/Llama-2-7b-hf", "image_uri": "tgi:emulated",
+             "tp_degree": 1, "environment": {"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"}}
+    return DeploymentPlan.model_validate({
+        "profile": "test", "region": "us-east-1", "container": "tgi", "instance_type": "ml.g5.2xlarge",
+        "initial_instance_count": 1, "endpoint_kind": kind, "models": [model], "scaling": scaling,
+        "startup_health_check_timeout_s": 600, "model_data_download_timeout_s": 600,
+        "input_tokens": 256, "output_tokens": 256, "tags": {}})
+
+
+def serve(p: DeploymentPlan, scenario: Any, **kw: Any) -> Any:
+    """Serve `p` on a free loopback port for the length of `scenario(session, url, emulator)`."""
+    async def main() -> Any:
+        emulator = Emulator(p, time_scale=TIME_SCALE, endpoint_name="ep", **kw)  # the name invoked below
+        async with emulator.listening() as url, aiohttp.ClientSession() as session:
+            return await scenario(session, url, emulator)
+    return asyncio.run(main())
+
+
+async def state(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with session.get(f"{url}/autoscaling") as resp:
+        assert resp.status == 200
+        return dict(await resp.json())
+
+
+def test_sagemaker_invocations_breach_the_target_and_a_second_instance_joins_the_pool() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
+        before = await state(session, url)
+        body = {"inputs": make_prompt(16), "parameters": {"max_new_tokens": 4}}
+        # One invocation every 12 simulated seconds (5 a minute, the target is 1) for 6 simulated minutes.
+        for _ in range(30):
+            async with session.post(f"{url}/endpoints/ep/invocations", json=body) as resp:
+                assert resp.status == 200
+            await asyncio.sleep(12 * TIME_SCALE)
+        after = await state(session, url)
+        copies = len(emulator.primary.copies)
+        served = [c.completed for c in emulator.primary.copies]
+        return before, after, copies, served
+
+    before, after, copies, served = serve(scaling_plan(), scenario, instance_startup_s=30.0)
+    assert before["simulated"] and (before["desired"], before["in_service"]) == (1, 1)
+    assert before["policy"]["target"] == 1.0 and before["policy"]["instance_startup_s"] == 30.0
+    kinds = [e["kind"] for e in after["events"]]
+    assert kinds[:4] == ["breach", "alarm-high", "scale-out", "in-service"]
+    out, joined = after["events"][2], after["events"][3]
+    assert joined["t_s"] - out["t_s"] == 30.0  # the start-up delay, on the simulated clock
+    assert (after["desired"], after["in_service"]) == (2, 2)
+    assert all(d["value"] is None or d["value"] > 1 for d in after["datapoints"][:3])
+    assert copies == 2
+    assert served[1] > 0  # the new instance's copy took requests
+
+
+def test_a_plan_without_autoscaling_or_on_inference_components_is_not_simulated() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
+        return await state(session, url)
+
+    for p in (scaling_plan(scaling=None), scaling_plan(kind="inference-component")):
+        reply = serve(p, scenario)
+        assert reply["simulated"] is False and "why" in reply
