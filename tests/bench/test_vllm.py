@@ -6,19 +6,25 @@ machine installs vLLM into ~/.cache/sagellm (about 10 minutes); later runs start
 a minute. Run these alone: `.venv/bin/python -m pytest tests/bench/test_vllm.py -v -s` (-s prints the
 agreement table).
 
-Later stages add cases as parametrisations: the chat API (`API`), rate mode and the prompt workloads.
+Covered: the completions and chat APIs, closed loop and request rates, token counts per request and in
+total, prefix caching (unique prompts, a replayed seed, a shared prefix), rejected and failed requests,
+and the emulator's OpenAI routes read by the same client code as vLLM's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+from tokenizers import Tokenizer
 
 from bench_helpers import INSTANCE, MODEL, request_lines, results_of, sagellm
 from sagellm.bench.load import run_level
@@ -26,7 +32,7 @@ from sagellm.bench.records import RequestRecord
 from sagellm.bench.responses import Outcome
 from sagellm.bench.summary import percentile, summarize
 from sagellm.bench.targets import served_models
-from sagellm.bench.transports import COMPLETIONS, HttpTransport
+from sagellm.bench.transports import CHAT, COMPLETIONS, Api, HttpTransport
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.emulator import EmulatorProcess, make_prompt
 from sagellm.planner import Payload
@@ -84,12 +90,25 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
         yield server
 
 
-def http_bench(url: str, out: Path, *extra: str, concurrency: str = "1,4", requests: str = "8",
-               input_tokens: str = "64", output_tokens: str = "16") -> list[str]:
-    """`sagellm bench --target http --api openai …` arguments for a small real-time sweep."""
-    return ["bench", "--target", "http", "--api", "openai", "--url", url, "--input-tokens", input_tokens,
-            "--output-tokens", output_tokens, "--concurrency", concurrency, "--requests-per-level", requests,
-            "--warmup", "1", "--out", str(out), *extra]
+def http_bench(url: str, out: Path, *extra: str, api: str = "openai", concurrency: str | None = "1,4",
+               requests: str = "8", input_tokens: str = "64", output_tokens: str = "16") -> list[str]:
+    """`sagellm bench --target http --api openai …` arguments for a small real-time sweep (closed loop
+    unless `concurrency` is None and `extra` gives `--request-rate`)."""
+    loop = ["--concurrency", concurrency] if concurrency is not None else []
+    return ["bench", "--target", "http", "--api", api, "--url", url, "--input-tokens", input_tokens,
+            "--output-tokens", output_tokens, *loop, "--requests-per-level", requests, "--warmup", "1",
+            "--out", str(out), *extra]
+
+
+def assert_counts_are_the_servers(records: list[dict[str, Any]], before: dict[str, float],
+                                  after: dict[str, float]) -> None:
+    """Every request succeeded, and the bench's token counts are the server's: per request from `usage`
+    (`input_tokens_by`), in total equal to vLLM's own counters over the run."""
+    assert records and all(r["ok"] and r["status"] == 200 for r in records), [r["error"] for r in records]
+    assert {r["input_tokens_by"] for r in records} == {"server"}
+    assert sum(r["output_tokens"] for r in records) == delta(before, after, "vllm:generation_tokens_total")
+    assert sum(r["input_tokens"] for r in records) == delta(before, after, "vllm:prompt_tokens_total")
+    assert len(records) == delta(before, after, "vllm:request_success_total")
 
 
 # ------------------------------------------------------------------------------------ the http target
@@ -108,13 +127,9 @@ def test_http_target_benches_vllm_and_counts_the_servers_tokens(
     assert ran.returncode == 0, ran.stderr[-3000:]
     records = request_lines(tmp_path)
     assert len(records) == 1 + 8 + 4 + 8  # warm-up per worker + measured, at concurrency 1 and 4
-    assert all(r["ok"] and r["status"] == 200 for r in records)
-    # Every request yields what it asked for (the tiny model never emits end-of-sequence), and the
-    # bench's counts are the server's: per request from `usage`, in total from vLLM's own counters.
+    assert_counts_are_the_servers(records, before, after)
+    # Every request yields what it asked for (the tiny model never emits end-of-sequence greedily).
     assert {r["output_tokens"] for r in records} == {16}
-    assert sum(r["output_tokens"] for r in records) == delta(before, after, "vllm:generation_tokens_total")
-    assert sum(r["input_tokens"] for r in records) == delta(before, after, "vllm:prompt_tokens_total")
-    assert len(records) == delta(before, after, "vllm:request_success_total")
     results = results_of(tmp_path)
     assert results["run"]["served_model"] == SERVED
     assert results["run"]["emulated"] is False
@@ -125,6 +140,46 @@ def test_http_target_benches_vllm_and_counts_the_servers_tokens(
     else:
         assert results["run"]["model"] == SERVED and not any(predicted)
         assert "nothing predicted" in report
+
+
+# Completions in a closed loop are the test above; here the chat API and open-loop (request-rate) levels.
+@pytest.mark.parametrize(("api", "load"), [
+    pytest.param("chat", ["--concurrency", "1,4"], id="chat-closed-loop"),
+    pytest.param("openai", ["--request-rate", "2,4"], id="completions-rate"),
+    pytest.param("chat", ["--request-rate", "2,4", "--arrivals", "poisson"], id="chat-rate-poisson"),
+])
+def test_chat_and_rate_levels_count_the_servers_tokens(
+        vllm: VllmServer, tmp_path: Path, api: str, load: list[str]) -> None:
+    before = scrape(vllm.url)
+    ran = sagellm(*http_bench(vllm.url, tmp_path, *load, "--seed", "7", api=api, concurrency=None, requests="6"),
+                  timeout=240)
+    after = scrape(vllm.url)
+
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    records = request_lines(tmp_path)
+    if load[0] == "--concurrency":
+        assert len(records) == 1 + 6 + 4 + 6  # warm-up per worker + measured, at concurrency 1 and 4
+        assert {r["concurrency"] for r in records} == {1, 4}
+    else:
+        assert len(records) == 2 * (1 + 6)  # warm-up per level + measured, at 2 and 4 requests/s
+        assert {r["request_rate"] for r in records} == {2.0, 4.0}
+    assert_counts_are_the_servers(records, before, after)
+    # Per request too: request i's prompt is reproducible from (seed, i), so its `usage.prompt_tokens`
+    # is checked against the model's own tokenizer, applied as vLLM applies it (chat: after the template).
+    tokenizer = Tokenizer.from_file(str(vllm.model_dir / "tokenizer.json"))
+    workload = Workload(WorkloadOptions(input_tokens="64", output_tokens="16", seed=7), Payload(64, 16))
+    for r in records:
+        prompt = workload.request(r["request"]).prompt
+        sent = prompt if api == "openai" else f"<|user|>{prompt}\n<|assistant|>"  # tiny_llama.CHAT_TEMPLATE
+        assert r["input_tokens"] == len(tokenizer.encode(sent, add_special_tokens=False).ids), r["request"]
+    outputs = {r["output_tokens"] for r in records}
+    if api == "openai":
+        assert outputs == {16}  # ignore_eos, greedy
+    else:
+        # The chat body sends neither ignore_eos nor a temperature: vLLM samples, and a random model ends
+        # a reply with </s> about once in 4,000 tokens (its logit is 0 among ~4,000 of sd 0.3). The count
+        # is still the server's (the sums above); most replies are full length.
+        assert max(outputs) == 16 and min(outputs) >= 1
 
 
 def test_a_prompt_over_max_model_len_is_a_validation_error_not_a_crash(vllm: VllmServer, tmp_path: Path) -> None:
@@ -147,6 +202,83 @@ def test_api_auto_on_a_server_without_tgi_routes_says_to_try_openai(vllm: VllmSe
         f"sagellm: error: --api auto: {vllm.url}/info answered 404, so {vllm.url} is no TGI server; for an "
         "OpenAI-compatible one (vLLM) use --api openai (or a URL ending in /v1)")
     assert request_lines(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------------- prefix caching
+
+# Prompt sizes in the tiny model's own tokens (`--tokenizer`): 800 + 4 output fit --max-model-len 1024.
+# vLLM caches whole blocks (128 tokens on its CPU build), so a shared prefix of 700 tokens gives every
+# request after the first 5 cached blocks, 640 of its 800 prompt tokens.
+PREFIX_INPUT, PREFIX_SHARED = 800, 700
+# Unique prompts share no block with any earlier prompt, so the expected hit ratio is 0; 1 % is less
+# than one cached block (128 of the run's 7,200 prompt tokens is 1.8 %). A hit would mean a repeat.
+UNIQUE_MAX_HIT_RATIO = 0.01
+# A hit ratio is a count of cached tokens, so where it is predictable (a shared prefix, a replayed run)
+# it is checked against the block arithmetic: 2 points of slack for a prompt that tokenizes one token
+# shorter or longer than asked (the bench cuts texts at a token count; the server re-tokenizes them).
+PREDICTED_HIT_RATIO_ABS = 0.02
+
+
+def cache_config(url: str) -> dict[str, str]:
+    """vLLM's cache settings, as the labels of its `vllm:cache_config_info` gauge."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
+        line = next(line for line in reply.read().decode().splitlines()
+                    if line.startswith("vllm:cache_config_info{"))
+    return dict(re.findall(r'(\w+)="([^"]*)"', line))
+
+
+def prefix_cache_run(vllm: VllmServer, out: Path, *extra: str) -> tuple[float, list[dict[str, Any]]]:
+    """One closed-loop run of 8 long prompts (after 1 warm-up), one at a time: (prefix-cache hit ratio
+    over the run from vLLM's own counters, its records)."""
+    before = scrape(vllm.url)
+    ran = sagellm(*http_bench(vllm.url, out, "--tokenizer", str(vllm.model_dir), *extra, concurrency="1",
+                              input_tokens=str(PREFIX_INPUT), output_tokens="4"), timeout=240)
+    after = scrape(vllm.url)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    records = request_lines(out)
+    assert_counts_are_the_servers(records, before, after)
+    hits, queries = (delta(before, after, "vllm:prefix_cache_hits_total"),
+                     delta(before, after, "vllm:prefix_cache_queries_total"))
+    assert queries == sum(r["input_tokens"] for r in records)  # every prompt token was looked up once
+    return hits / queries, sorted(records, key=lambda r: r["start_s"])
+
+
+def predicted_hit_ratio(records: list[dict[str, Any]], cached_tokens: list[int], block: int) -> float:
+    """Hits ÷ queries when request i finds `cached_tokens[i]` of its prompt in the cache: whole blocks only,
+    and never the prompt's last token (vLLM computes that one to sample from it)."""
+    hits = sum(min(cached, r["input_tokens"] - 1) // block * block
+               for r, cached in zip(records, cached_tokens, strict=True))
+    return hits / sum(r["input_tokens"] for r in records)
+
+
+def test_unique_prompts_miss_vllms_prefix_cache_until_a_run_replays_its_seed(vllm: VllmServer, tmp_path: Path) -> None:
+    config = cache_config(vllm.url)
+    assert config["enable_prefix_caching"] == "True"  # vLLM's default for Llama, its CPU build included
+    block = int(config["block_size"])
+
+    # A seed no other test here uses: the same seed sends the same prompts (see below).
+    unique, records = prefix_cache_run(vllm, tmp_path / "unique", "--seed", "101")
+    replayed, again = prefix_cache_run(vllm, tmp_path / "replayed", "--seed", "101")
+    # Every request of the replay finds its own twin from the first run in the cache, whole.
+    replay_predicted = predicted_hit_ratio(again, [r["input_tokens"] for r in again], block)
+    print(f"\nprefix cache, unique prompts: hit ratio {unique:.3f}; the same seed again: {replayed:.3f} "
+          f"(predicted {replay_predicted:.3f}; block {block} tokens, prompts "
+          f"{sorted({r['input_tokens'] for r in records})} tokens)")
+
+    assert unique <= UNIQUE_MAX_HIT_RATIO
+    assert replayed == pytest.approx(replay_predicted, abs=PREDICTED_HIT_RATIO_ABS)
+
+
+def test_a_shared_prefix_hits_vllms_prefix_cache(vllm: VllmServer, tmp_path: Path) -> None:
+    block = int(cache_config(vllm.url)["block_size"])
+
+    ratio, records = prefix_cache_run(vllm, tmp_path, "--seed", "102", "--shared-prefix", str(PREFIX_SHARED))
+    predicted = predicted_hit_ratio(records, [0] + [PREFIX_SHARED] * (len(records) - 1), block)
+    print(f"\nprefix cache, --shared-prefix {PREFIX_SHARED} of {PREFIX_INPUT}: hit ratio {ratio:.3f} "
+          f"(predicted {predicted:.3f}; block {block} tokens)")
+
+    assert ratio == pytest.approx(predicted, abs=PREDICTED_HIT_RATIO_ABS)
+    assert ratio > 0.5  # most prompt tokens came from the cache: 8 of 9 requests, 640 of 800 tokens each
 
 
 # ------------------------------------------------------------------ agreement with vLLM's own metrics
@@ -180,7 +312,8 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
     with TokenSampler(vllm.url) as sampler:
         level = asyncio.run(run_level(
             transport, concurrency=concurrency, requests=6 * concurrency, duration_s=None, warmup=1,
-            workload=Workload(WorkloadOptions(), Payload(64, 32)), on_record=records.append,
+            # A seed per level: the same seed sends the same prompts, which vLLM would serve from its cache.
+            workload=Workload(WorkloadOptions(seed=1000 + concurrency), Payload(64, 32)), on_record=records.append,
             clock_zero=zero))
     after = scrape(vllm.url)
     # Time this process was ready to run but had no CPU: on a shared 2-core machine the client's clock
@@ -251,23 +384,28 @@ def server(request: pytest.FixtureRequest) -> Server:
     return Server(emu.url, MODEL)
 
 
-def send(server: Server, prompt_words: int, max_tokens: int) -> Outcome:
-    """One request through the bench's OpenAI transport."""
+def send(server: Server, prompt_words: int, max_tokens: int, api: Api = COMPLETIONS) -> Outcome:
+    """One request through the bench's OpenAI transport (completions or chat)."""
     async def go() -> Outcome:
         async with aiohttp.ClientSession() as session:
-            return await HttpTransport(server.url, COMPLETIONS, server.model).send(session, make_prompt(prompt_words),
-                                                                        max_tokens)
+            return await HttpTransport(server.url, api, server.model).send(session, make_prompt(prompt_words),
+                                                                          max_tokens)
     return asyncio.run(go())
 
 
-def test_openai_completions_stream_reads_the_same_on_the_emulator_and_vllm(server: Server) -> None:
-    out = send(server, 64, 16)
+@pytest.mark.parametrize("api", [COMPLETIONS, CHAT], ids=["completions", "chat"])
+def test_openai_streams_read_the_same_on_the_emulator_and_vllm(server: Server, api: Api) -> None:
+    out = send(server, 64, 16, api)
 
     assert out.ok and out.status == 200, out.error
-    assert out.output_tokens == 16  # from `usage`
-    assert out.input_tokens is not None and out.input_tokens >= 64  # vLLM's tokenizer: at least one per word
+    # From `usage`: completions ask for exactly 16 (ignore_eos); a chat reply that vLLM samples may end
+    # early on a random model (see test_chat_and_rate_levels_count_the_servers_tokens).
+    assert out.output_tokens == 16 if api is COMPLETIONS else 1 <= out.output_tokens <= 16
+    # vLLM's tokenizer gives at least one token per word; chat adds its template's tokens.
+    assert out.input_tokens is not None and out.input_tokens >= 64
     assert out.ttft_s is not None and 0 < out.ttft_s < out.e2e_s
-    assert 1 <= len(out.token_gaps_s) <= 15  # token events after the first (a chunk may carry several)
+    # Token events after the first (a chunk may carry several; chat's role-only opening chunk is none).
+    assert 1 <= len(out.token_gaps_s) <= out.output_tokens - 1
 
 
 def test_a_prompt_over_the_context_is_a_validation_error_on_both(server: Server) -> None:
