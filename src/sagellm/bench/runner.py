@@ -9,7 +9,7 @@ import signal
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from sagellm.bench.load import (
 from sagellm.bench.measured import levels_of, on_simulated_clock
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.records import RecordLog, RequestRecord
+from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
 from sagellm.bench.transports import APIS
 from sagellm.bench.workload import Workload, WorkloadOptions
@@ -43,6 +44,7 @@ from sagellm.results.schema import (
     Predicted,
     Results,
     Run,
+    ServerMetrics,
     Teardown,
     predicted_from,
     write_results,
@@ -227,10 +229,15 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
 
     lags: dict[str, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
+    servers: ServerWatch | None = None
+    server_blocks: dict[str, ServerMetrics] = {}
 
     def on_level(level: LevelResult) -> None:
         levels.append(level)
         watch.end_level()
+        if servers is not None:
+            ended = datetime.now(UTC)
+            servers.level_done(level.load, ended - timedelta(seconds=level.ended_s - level.started_s), ended)
         lag = loop_lag_ms()
         if lag is not None:
             lags[level.load] = lag
@@ -242,6 +249,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                     watch.enter("deploying", f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
                                 f"to the {target.kind} target")
                 transport = target.deploy()
+                servers = ServerWatch(target, transport, say)
                 levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
                 watch.enter("measuring", f"endpoint {target.endpoint}, levels {levels_text}")
                 asyncio.run(run_sweep(
@@ -249,6 +257,8 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                     warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
                     stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
+                watch.enter("reading server metrics")
+                server_blocks = servers.finish()
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
             except KeyboardInterrupt:
@@ -282,7 +292,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     watch.enter("writing results", str(out))
     with _shielded(say):  # a signal now would lose the results of a finished run
         run = _measured_run(run, target)
-        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo)
+        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo, server_blocks)
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
             results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
         if thresholds is not None:
@@ -367,7 +377,7 @@ def _measured_run(run: Run, target: Target) -> Run:
 
 def _results(run: Run, design: Design | None, workload: Workload, levels: list[LevelResult],
              lags: dict[str, float], teardown: Teardown, status: ExitStatus, error: str | None,
-             slo: float | None) -> Results:
+             slo: float | None, server: dict[str, ServerMetrics] | None = None) -> Results:
     mean = workload.payload()
 
     def predict(level: LevelSummary) -> Predicted | None:
@@ -378,6 +388,7 @@ def _results(run: Run, design: Design | None, workload: Workload, levels: list[L
 
     measured: list[Level] = levels_of(levels, time_scale=run.time_scale, emulated=run.emulated,
                                       predict=predict, lags=lags)
+    measured = [lv.model_copy(update={"server": (server or {}).get(lv.load)}) for lv in measured]
     stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
     if status == ExitStatus.INTERRUPTED:
         stopped = f"interrupted after {len(levels)} level(s)"

@@ -152,7 +152,8 @@ class LocalTarget(_StackTarget):
         cdk_cli.bootstrap(self._env(), log=self.out / "cdk" / "cdk-bootstrap.log")
         outputs = self._deploy_stack()
         emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
-                                                   endpoint_name=self.endpoint)
+                                                   endpoint_name=self.endpoint,
+                                                   cloudwatch_url=self.aws.endpoint_url)
         emulator.start()
         return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=_component(
             self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())

@@ -27,11 +27,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--time-scale", type=float, default=1.0)
     parser.add_argument("--endpoint-name")
+    parser.add_argument("--cloudwatch-url", help="publish SageMaker's endpoint metrics to this CloudWatch")
     parser.add_argument("--parent-pid", type=int)
     parser.add_argument("--work-dir", type=Path, help="removed on exit if the parent died (it cannot)")
     args = parser.parse_args(argv)
     plan = DeploymentPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
-    emulator = Emulator(plan, time_scale=args.time_scale, endpoint_name=args.endpoint_name)
+    emulator = Emulator(plan, time_scale=args.time_scale, endpoint_name=args.endpoint_name,
+                        cloudwatch_url=args.cloudwatch_url)
 
     def ready(url: str) -> None:
         print(f"{_READY_PREFIX}{url}", flush=True)

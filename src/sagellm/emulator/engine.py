@@ -167,6 +167,7 @@ class CopyEngine:
         self.timed_out = 0
         self.cancelled = 0
         self.max_behind_s = 0.0  # worst lateness of a step against the schedule, real seconds
+        self.busy_s = 0.0  # simulated seconds spent in prefill or decode passes (the GPU busy)
         self._clock = 0.0  # perf_counter() at which the current pass is due to end (pacing)
         self._sim = 0.0  # the simulated clock: when the current pass ends in the simulation
         self._work = asyncio.Event()
@@ -281,6 +282,7 @@ class CopyEngine:
             self._retire(seq, TIMED_OUT)
 
     async def _sleep(self, simulated_s: float) -> None:
+        self.busy_s += simulated_s
         self._sim += simulated_s * self.time_scale
         self._clock += simulated_s * self.time_scale
         delay = self._clock - time.perf_counter()
@@ -305,6 +307,7 @@ class ModelServer:
         if self.limits.max_batch_total_tokens <= 0:
             raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
                              f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")
+        self.shape = shape
         steps = StepModel(shape)
         # Copies behind the endpoint: per instance (inference components) × instances.
         n_copies = deployment.copy_count * plan.initial_instance_count

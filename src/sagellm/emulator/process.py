@@ -35,13 +35,14 @@ class EmulatorProcess:
 
     def __init__(self, plan: DeploymentPlan | str | os.PathLike[str], *, port: int | None = None,
                  time_scale: float = 1.0, endpoint_name: str | None = None, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 30.0):
+                 startup_timeout_s: float = 30.0, cloudwatch_url: str | None = None):
         self.plan = plan
         self.host = host
         self.port = port or 0  # 0: the child binds any free port and reports it
         self.time_scale = time_scale
         self.endpoint_name = endpoint_name
         self.startup_timeout_s = startup_timeout_s
+        self.cloudwatch_url = cloudwatch_url  # publish SageMaker's endpoint metrics there (the local AWS)
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -74,6 +75,8 @@ class EmulatorProcess:
                "--parent-pid", str(os.getpid()), "--work-dir", str(tmp)]
         if self.endpoint_name:
             cmd += ["--endpoint-name", self.endpoint_name]
+        if self.cloudwatch_url:
+            cmd += ["--cloudwatch-url", self.cloudwatch_url]
         env = dict(os.environ)
         # The child must import this very sagellm, whether it is installed or only on sys.path.
         src = str(Path(sagellm.__file__).resolve().parents[1])
@@ -132,6 +135,17 @@ class EmulatorProcess:
         except OSError:
             return ""
         return ": " + " | ".join(tail) if tail else ""
+
+    def flush_metrics(self) -> None:
+        """Have the child put every metric it holds into CloudWatch now; TargetError if it cannot."""
+        try:
+            request = urllib.request.Request(f"{self.url}/cloudwatch/flush", data=b"", method="POST")
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                reply.read()
+        except urllib.error.HTTPError as exc:
+            raise TargetError(f"emulator: publishing metrics failed: {exc.read().decode(errors='replace')}") from None
+        except OSError as exc:
+            raise TargetError(f"emulator: publishing metrics failed: {exc}") from None
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """SIGTERM, then SIGKILL to the child's process group; then check that the port is free."""

@@ -37,6 +37,7 @@ from dataclasses import replace
 from aiohttp import web
 
 from sagellm.emulator import eventstream, formats
+from sagellm.emulator.cloudwatch import Publisher
 from sagellm.emulator.engine import (
     Cancelled,
     CopyEngine,
@@ -249,7 +250,8 @@ async def _tgi_errors(request: web.Request, handler: Callable[[web.Request], Awa
 class Emulator:
     """A local endpoint that behaves like `plan`: every model's copies, and the routes in front of them."""
 
-    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None):
+    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,
+                 cloudwatch_url: str | None = None):
         if not time_scale > 0:
             raise InputError(f"time_scale: {time_scale} must be > 0 (0.1 runs ten times faster)")
         self.plan = plan
@@ -261,14 +263,21 @@ class Emulator:
         self._lag = _LoopLag()
         self._lag_task: asyncio.Task[None] | None = None
         self._headers = {"X-Sagellm-Emulated": "true", "X-Sagellm-Time-Scale": f"{time_scale:g}"}
+        # With a (local) CloudWatch to publish to: the metrics SageMaker would publish (see `cloudwatch`).
+        self.publisher: Publisher | None = None
+        if cloudwatch_url is not None:
+            self.publisher = Publisher(cloudwatch_url, plan.region, endpoint_name or "emulator", self.models,
+                                       time_scale, plan.initial_instance_count,
+                                       plan.endpoint_kind == "inference-component")
+        self._publish_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
         """The aiohttp application (engines start with `listening`)."""
         app = web.Application(middlewares=[_tgi_errors], client_max_size=16 * 2**20)
-        app.router.add_post("/endpoints/{name}/invocations", self._sm_invocations)
-        app.router.add_post("/endpoints/{name}/invocations-response-stream", self._sm_stream)
+        app.router.add_post("/endpoints/{name}/invocations", self._counted(self._sm_invocations))
+        app.router.add_post("/endpoints/{name}/invocations-response-stream", self._counted(self._sm_stream))
         app.router.add_post("/generate", self._generate)
         app.router.add_post("/generate_stream", self._generate_stream)
         app.router.add_post("/invocations", self._invocations)
@@ -277,6 +286,7 @@ class Emulator:
         app.router.add_get("/health", self._ok)
         app.router.add_get("/ping", self._ok)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/cloudwatch/flush", self._flush)
         return app
 
     @contextlib.asynccontextmanager
@@ -300,11 +310,15 @@ class Emulator:
             for model in self.models.values():
                 model.start()
             self._lag_task = asyncio.get_running_loop().create_task(self._lag.run())
+            if self.publisher is not None:
+                self._publish_task = asyncio.get_running_loop().create_task(self.publisher.run())
             bound = sock.getsockname()[1]
             yield f"http://[{host}]:{bound}" if family == socket.AF_INET6 else f"http://{host}:{bound}"
         finally:
             if self._lag_task is not None:
                 self._lag_task.cancel()
+            if self._publish_task is not None:
+                self._publish_task.cancel()
             for model in self.models.values():
                 await model.stop()  # in-flight handlers end (Cancelled) before the connections close
             await runner.cleanup()
@@ -430,9 +444,11 @@ class Emulator:
             return _aws_error(exc.status, exc.code, {"message": exc.message})
         raw = await request.read()
         try:
-            return self._admit(model, formats.parse_tgi(raw), arrived, sagemaker=True)
+            call = self._admit(model, formats.parse_tgi(raw), arrived, sagemaker=True)
         except RequestError as exc:
             return _model_error(exc)
+        request["sagellm_call"] = call
+        return call
 
     async def _sm_invocations(self, request: web.Request) -> web.StreamResponse:
         call = await self._sm_call(request)
@@ -482,6 +498,30 @@ class Emulator:
             call.close()
         await resp.write_eof()
         return resp
+
+    def _counted(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """A SageMaker route that tells the publisher about every invocation it answers."""
+        async def counted(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            resp = await handler(request)
+            if self.publisher is not None:
+                call: _Call | None = request.get("sagellm_call")
+                model = next((n for n, m in self.models.items() if call is not None and m is call.model), None)
+                self.publisher.invocation(model, request.headers.get(IC_HEADER), resp.status,
+                                          call.e2e_s if call is not None else None, time.perf_counter() - started)
+            return resp
+        return counted
+
+    async def _flush(self, request: web.Request) -> web.Response:
+        """Put what the publisher holds into CloudWatch now (the bench calls it before reading a level)."""
+        if self.publisher is None:
+            return web.json_response({"error": "no CloudWatch to publish to"}, status=404)
+        try:
+            await self.publisher.flush()
+        except Exception as exc:  # noqa: BLE001 - answered to the bench, which reports it
+            return web.json_response({"error": f"{type(exc).__name__}: {exc}"}, status=502)
+        return web.json_response({"flushed": True}, headers=self._headers)
 
     # -- information ----------------------------------------------------------------------------------
 

@@ -1,0 +1,110 @@
+"""What the endpoint itself reported per level, beside what the client measured (a level's `server` block).
+
+- sagemaker and local targets: CloudWatch, read after the sweep for every level's window (`aws.cloudwatch`);
+  the local target's emulator publishes SageMaker's metrics into the local AWS, so the same read runs.
+  SageMaker publishes once a minute, so a level's window is read as whole minutes around it (neighbouring
+  levels' minutes included) and the read waits until the last level's data have arrived (a few minutes at
+  most); the emulator publishes 1 s data, read as whole seconds.
+- http target: the server's Prometheus `/metrics`, scraped when the sweep starts and after every level (no
+  request runs between two levels), the differences reported (`prometheus`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sagellm.bench import prometheus
+from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target
+from sagellm.bench.transports import Transport
+from sagellm.errors import TargetError
+from sagellm.results.schema import ServerMetric, ServerMetrics, ServerStats
+
+# How long to wait for SageMaker's last minute of metrics to reach CloudWatch (typically 1–3 minutes).
+CLOUDWATCH_WAIT_S = 240.0
+
+
+class ServerWatch:
+    """Per level: the window it ran in; after the sweep, what the endpoint reported over each window."""
+
+    def __init__(self, target: Target, transport: Transport, say: Callable[[str], None]):
+        self.target = target
+        self.component: str | None = getattr(transport, "inference_component", None)
+        self.say = say
+        self.windows: dict[str, tuple[datetime, datetime]] = {}
+        self.blocks: dict[str, ServerMetrics] = {}
+        self._scraped: dict[str, float] | None = None
+        if isinstance(target, HttpTarget):
+            self._scraped = self._scrape()
+
+    def _scrape(self) -> dict[str, float] | None:
+        try:
+            return prometheus.scrape(getattr(self.target, "base", ""))
+        except TargetError as exc:
+            self.say(f"server metrics: {exc} (levels carry no server block)")
+            return None
+
+    def level_done(self, load: str, start: datetime, end: datetime) -> None:
+        """A level (or one repeat of it) ran from `start` to `end`."""
+        first, _ = self.windows.get(load, (start, end))
+        self.windows[load] = (min(first, start), end)
+        if self._scraped is not None and (now := self._scrape()) is not None:
+            block = prometheus.differences(self._scraped, now, start, end)
+            self.blocks[load] = block if load not in self.blocks else _added(self.blocks[load], block)
+            self._scraped = now
+
+    def finish(self) -> dict[str, ServerMetrics]:
+        """Every level's server block (CloudWatch targets read now); a failed read is said, not raised."""
+        if isinstance(self.target, LocalTarget | SageMakerTarget) and self.windows:
+            try:
+                self._read_cloudwatch()
+            except Exception as exc:  # noqa: BLE001 - server metrics are an addition; the run stands without
+                self.say(f"server metrics: CloudWatch could not be read: {type(exc).__name__}: {exc}")
+        return self.blocks
+
+    def _read_cloudwatch(self) -> None:
+        from sagellm.aws import cloudwatch
+
+        target = self.target
+        endpoint = target.endpoint or ""
+        if isinstance(target, LocalTarget):
+            assert target.emulator is not None
+            target.emulator.flush_metrics()
+            client: Any = target.aws.client("cloudwatch")
+            resolution, wait_s = 1, 0.0
+        else:
+            import boto3
+
+            client = boto3.client("cloudwatch", region_name=target.plan.region)
+            resolution, wait_s = cloudwatch.STANDARD_RESOLUTION_S, CLOUDWATCH_WAIT_S
+        last = max(self.windows, key=lambda load: self.windows[load][1])
+        deadline = time.monotonic() + wait_s
+        for load, (start, end) in sorted(self.windows.items(), key=lambda kv: kv[0] != last):
+            while True:  # the last level's data arrive last: once they are in, every level's are
+                window, readings = cloudwatch.read_endpoint(client, endpoint, start, end, component=self.component,
+                                                            resolution_s=resolution)
+                if "invocations" in readings or time.monotonic() >= deadline or load != last:
+                    break
+                time.sleep(15)
+            metrics = {key: ServerMetric(unit=r.unit, name=r.name, stats=ServerStats(**r.stats))  # type: ignore[arg-type]
+                       for key, r in readings.items()}
+            self.blocks[load] = ServerMetrics(source="cloudwatch", window_start=window.start, window_end=window.end,
+                                              period_s=window.period_s, metrics=metrics)
+
+
+def _added(a: ServerMetrics, b: ServerMetrics) -> ServerMetrics:
+    """Two repeats of a level scraped apart, as one: counts and sums added, means recomputed."""
+    metrics = dict(a.metrics)
+    for key, m in b.metrics.items():
+        old = metrics.get(key)
+        if old is None:
+            metrics[key] = m
+            continue
+        count = (old.stats.count or 0) + (m.stats.count or 0)
+        total = (old.stats.sum or 0) + (m.stats.sum or 0)
+        avg = total / count if m.stats.count is not None and count else None
+        stats = ServerStats(sum=total, count=count if m.stats.count is not None else None, avg=avg)
+        metrics[key] = m.model_copy(update={"stats": stats})
+    return a.model_copy(update={"window_end": b.window_end, "metrics": metrics})
