@@ -43,6 +43,8 @@ def test_aligned_window_is_one_period_from_a_whole_resolution() -> None:
     second = cloudwatch.aligned(start, end, 1)
     assert (second.start, second.period_s) == (datetime(2026, 1, 1, 12, 0, 42, tzinfo=UTC), 31)
     assert second.end >= end
+    up = cloudwatch.aligned(start, end, 1, round_up=True)
+    assert (up.start, up.end) == (datetime(2026, 1, 1, 12, 0, 43, tzinfo=UTC), datetime(2026, 1, 1, 12, 1, 13, tzinfo=UTC))
 
 
 def test_reads_latency_percentiles_in_ms_and_counts_inside_the_window_only(aws: LocalAws) -> None:

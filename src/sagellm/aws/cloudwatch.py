@@ -90,21 +90,26 @@ class Window:
     period_s: int
 
 
-def aligned(start: datetime, end: datetime, resolution_s: int) -> Window:
-    """One period covering [start, end], starting on a multiple of the resolution (as CloudWatch rounds)."""
-    epoch = start.astimezone(UTC).timestamp()
-    first = datetime.fromtimestamp(math.floor(epoch / resolution_s) * resolution_s, UTC)
-    span = (end.astimezone(UTC) - first).total_seconds()
+def aligned(start: datetime, end: datetime, resolution_s: int, *, round_up: bool = False) -> Window:
+    """One period covering [start, end], starting on a multiple of the resolution (CloudWatch rounds down).
+
+    `round_up` moves both ends up to the next multiple instead: for data stamped when a request ends, a
+    level's last requests then stay in it, and the next level's first (which end later) stay out."""
+    to_grid = math.ceil if round_up else math.floor
+    first = datetime.fromtimestamp(to_grid(start.timestamp() / resolution_s) * resolution_s, UTC)
+    span = (end - first).total_seconds()
     period = max(1, math.ceil(span / resolution_s)) * resolution_s
     return Window(first, first + timedelta(seconds=period), period)
 
 
 def read_endpoint(client: Any, endpoint: str, start: datetime, end: datetime, *, variant: str = VARIANT,
                   component: str | None = None,
-                  resolution_s: int = STANDARD_RESOLUTION_S) -> tuple[Window, dict[str, Reading]]:
+                  resolution_s: int = STANDARD_RESOLUTION_S,
+                  round_up: bool = False) -> tuple[Window, dict[str, Reading]]:
     """Every SPECS metric the endpoint reported in [start, end] (a boto3 CloudWatch client); absent ones left out."""
-    window = aligned(start, end, resolution_s)
-    queries, where = [], {}
+    window = aligned(start, end, resolution_s, round_up=round_up)
+    queries: list[dict[str, Any]] = []
+    where: dict[str, tuple[Spec, str]] = {}
     for spec in SPECS:
         for stat in spec.stats:
             qid = f"q{len(queries)}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sagellm.bench import prometheus
@@ -68,23 +68,32 @@ class ServerWatch:
         from sagellm.aws import cloudwatch
 
         target = self.target
+        assert isinstance(target, LocalTarget | SageMakerTarget)
         endpoint = target.endpoint or ""
+        windows = dict(self.windows)
         if isinstance(target, LocalTarget):
             assert target.emulator is not None
-            target.emulator.flush_metrics()
+            clock = target.emulator.flush_metrics()
+            # The emulator stamps its data on its simulated clock: map the level windows onto it.
+            origin, scale = clock["origin"], clock["time_scale"]
+
+            def simulated(t: datetime) -> datetime:
+                return datetime.fromtimestamp(origin + (t.timestamp() - origin) / scale, UTC)
+
+            windows = {load: (simulated(a), simulated(b)) for load, (a, b) in windows.items()}
             client: Any = target.aws.client("cloudwatch")
-            resolution, wait_s = 1, 0.0
+            resolution, wait_s, round_up = 1, 0.0, True
         else:
             import boto3
 
             client = boto3.client("cloudwatch", region_name=target.plan.region)
-            resolution, wait_s = cloudwatch.STANDARD_RESOLUTION_S, CLOUDWATCH_WAIT_S
-        last = max(self.windows, key=lambda load: self.windows[load][1])
+            resolution, wait_s, round_up = cloudwatch.STANDARD_RESOLUTION_S, CLOUDWATCH_WAIT_S, False
+        last = max(windows, key=lambda load: windows[load][1])
         deadline = time.monotonic() + wait_s
-        for load, (start, end) in sorted(self.windows.items(), key=lambda kv: kv[0] != last):
+        for load, (start, end) in sorted(windows.items(), key=lambda kv: kv[0] != last):
             while True:  # the last level's data arrive last: once they are in, every level's are
                 window, readings = cloudwatch.read_endpoint(client, endpoint, start, end, component=self.component,
-                                                            resolution_s=resolution)
+                                                            resolution_s=resolution, round_up=round_up)
                 if "invocations" in readings or time.monotonic() >= deadline or load != last:
                     break
                 time.sleep(15)

@@ -6,14 +6,17 @@ Names, namespaces, dimensions and units are SageMaker's (see `sagellm.aws.cloudw
   `Invocation5XXErrors` (1 or 0, from the status answered), `ModelLatency` (µs: arrival to last token on the
   engine's schedule, in simulated time; admitted requests only), `OverheadLatency` (µs: the emulator's own
   handling time around the model, wall-clock, not scaled);
-- every 10 simulated seconds (at least once a wall second): `ConcurrentRequestsPerModel` (or
-  `…PerCopy` per inference component: requests queued or running), `GPUUtilization` (per instance, 0–100 %
+- every simulated second (at most 20 times a wall second, at least once): `ConcurrentRequestsPerModel` (or
+  `…PerCopy` per inference component: the most requests queued or running at once in the interval), `GPUUtilization` (per instance, 0–100 %
   per GPU summed over its GPUs: the share of the interval each copy spent in prefill or decode passes, on
   each of its TP GPUs) and `GPUMemoryUtilization` (the same scale: weights plus the KV budget the server
   allocates at start-up, over device memory, so it is flat, as for TGI and vLLM, which preallocate).
   No `CPUUtilization`: the emulator models no host CPU. No `ModelSetupTime`: that is for serverless.
-Data are high-resolution (1 s timestamps); moto ignores `StorageResolution`, and a query with a 1 s
-resolution reads them. Publishing runs in a thread, never on the serving loop.
+Timestamps are on the simulated clock: `origin + (now − origin) ÷ time_scale` (origin: when the publisher
+started, wall-clock), so a level compressed into 1 wall second spans 1/time_scale seconds of CloudWatch
+time, as it would on SageMaker; the bench maps its level windows onto the same clock (`clock()` tells it
+the origin). Data are high-resolution (full-precision timestamps, `StorageResolution` 1, which moto
+ignores). Publishing runs in a thread, never on the serving loop.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from sagellm.emulator.engine import ModelServer
 SAGEMAKER = "AWS/SageMaker"
 ENDPOINTS = "/aws/sagemaker/Endpoints"
 VARIANT = "AllTraffic"
-SAMPLE_SIMULATED_S = 10.0  # SageMaker's concurrency metrics are emitted every 10 s
+# SageMaker emits its concurrency metrics every 10 s; the emulator samples finer, so that a level compressed
+# into a fraction of a wall second still holds samples.
+SAMPLE_SIMULATED_S = 1.0
 PUBLISH_WALL_S = 5.0
 _MAX_VALUES = 150  # CloudWatch takes at most 150 values per datum ...
 _MAX_DATA = 500  # ... and (moto and CloudWatch alike) a bounded number of data per call
@@ -52,7 +57,8 @@ class Publisher:
         self.inference_components = inference_components
         self.components: dict[str, str] = {}  # model name → the inference-component name invoked
         # (namespace, metric, dims, unit, whole second) → values
-        self._pending: dict[tuple[str, str, tuple[tuple[str, str], ...], str, int], list[float]] = defaultdict(list)
+        self._pending: dict[tuple[str, str, tuple[tuple[str, str], ...], str, float], list[float]] = defaultdict(list)
+        self.origin = time.time()  # where the simulated clock meets the wall clock
         self._busy = {name: [c.busy_s for c in m.copies] for name, m in models.items()}
         self._sampled = time.perf_counter()
         self._lock = asyncio.Lock()
@@ -65,7 +71,15 @@ class Publisher:
         return (("EndpointName", self.endpoint), ("VariantName", VARIANT))
 
     def _add(self, namespace: str, metric: str, dims: tuple[tuple[str, str], ...], unit: str, value: float) -> None:
-        self._pending[(namespace, metric, dims, unit, int(time.time()))].append(value)
+        self._pending[(namespace, metric, dims, unit, round(self.now(), 3))].append(value)
+
+    def now(self) -> float:
+        """Now on the simulated clock (epoch seconds)."""
+        return self.origin + (time.time() - self.origin) / self.time_scale
+
+    def clock(self) -> dict[str, float]:
+        """How to map wall-clock times onto the timestamps published: the origin and the time scale."""
+        return {"origin": self.origin, "time_scale": self.time_scale}
 
     def invocation(self, model: str | None, component: str | None, status: int, model_s: float | None,
                    wall_s: float) -> None:
@@ -97,7 +111,9 @@ class Publisher:
             shape = model.shape
             used_gb = shape.weight_gb_per_gpu + shape.kv_bytes_per_token * model.limits.max_batch_total_tokens / tp / 1e9
             memory += min(1.0, used_gb / shape.instance.device_mem_gb) * 100 * tp * len(model.copies)
-            in_flight = sum(c.in_flight for c in model.copies)
+            # The most in flight at once since the last sample (a request shorter than the interval counts).
+            in_flight = max(model.peak_in_flight, sum(c.in_flight for c in model.copies))
+            model.peak_in_flight = 0
             if self.inference_components:
                 component = self.components.get(name)
                 if component is not None:  # named by the first invocation (the stack names it)
@@ -114,12 +130,12 @@ class Publisher:
     def _data(self) -> list[dict[str, Any]]:
         pending, self._pending = self._pending, defaultdict(list)
         data = []
-        for (namespace, metric, dims, unit, second), values in pending.items():
+        for (namespace, metric, dims, unit, stamp), values in pending.items():
             for i in range(0, len(values), _MAX_VALUES):
                 chunk = values[i:i + _MAX_VALUES]
                 data.append({"Namespace": namespace, "MetricName": metric, "Unit": unit, "StorageResolution": 1,
                              "Dimensions": [{"Name": k, "Value": v} for k, v in dims],
-                             "Timestamp": datetime.fromtimestamp(second, UTC),
+                             "Timestamp": datetime.fromtimestamp(stamp, UTC),
                              "Values": chunk, "Counts": [1.0] * len(chunk)})
         return data
 
@@ -140,7 +156,7 @@ class Publisher:
                 await asyncio.to_thread(self._put, data)
 
     async def run(self) -> None:
-        """Sample every 10 simulated seconds (at least once a wall second); publish every few wall seconds."""
+        """Sample every simulated second (within 0.05–1 wall seconds); publish every few wall seconds."""
         interval = min(1.0, max(0.05, SAMPLE_SIMULATED_S * self.time_scale))
         last_put = time.perf_counter()
         while True:

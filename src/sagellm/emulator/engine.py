@@ -314,6 +314,7 @@ class ModelServer:
         self.copies = [CopyEngine(steps, self.limits, time_scale) for _ in range(n_copies)]
         self.rejected_overloaded = 0
         self.rejected_validation = 0
+        self.peak_in_flight = 0  # most requests queued or running at once since the publisher last read it
         self._next = 0
 
     def start(self) -> None:
@@ -343,6 +344,7 @@ class ModelServer:
             raise
         seq = Sequence(input_tokens, max_new_tokens, arrived_s, deadline_s)
         copy.submit(seq)
+        self.peak_in_flight = max(self.peak_in_flight, sum(c.in_flight for c in self.copies))
         return copy, seq
 
     def _pick(self) -> CopyEngine:

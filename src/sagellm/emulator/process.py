@@ -8,6 +8,7 @@ The child exits by itself if its parent dies, so a killed bench leaves no server
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import selectors
 import signal
@@ -136,12 +137,13 @@ class EmulatorProcess:
             return ""
         return ": " + " | ".join(tail) if tail else ""
 
-    def flush_metrics(self) -> None:
-        """Have the child put every metric it holds into CloudWatch now; TargetError if it cannot."""
+    def flush_metrics(self) -> dict[str, float]:
+        """Have the child put every metric it holds into CloudWatch now; its clock (`origin`, `time_scale`:
+        the timestamps are `origin + (wall − origin) ÷ time_scale`); TargetError if it cannot."""
         try:
             request = urllib.request.Request(f"{self.url}/cloudwatch/flush", data=b"", method="POST")
             with urllib.request.urlopen(request, timeout=30) as reply:
-                reply.read()
+                return dict(json.load(reply)["clock"])
         except urllib.error.HTTPError as exc:
             raise TargetError(f"emulator: publishing metrics failed: {exc.read().decode(errors='replace')}") from None
         except OSError as exc:

@@ -521,7 +521,7 @@ class Emulator:
             await self.publisher.flush()
         except Exception as exc:  # noqa: BLE001 - answered to the bench, which reports it
             return web.json_response({"error": f"{type(exc).__name__}: {exc}"}, status=502)
-        return web.json_response({"flushed": True}, headers=self._headers)
+        return web.json_response({"flushed": True, "clock": self.publisher.clock()}, headers=self._headers)
 
     # -- information ----------------------------------------------------------------------------------
 
