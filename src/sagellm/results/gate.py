@@ -135,13 +135,15 @@ def _metric_problem(metric: Any) -> str | None:
     if metric in METRICS:
         return None
     close = _close(metric, METRICS)
-    if close:
-        hint = f"did you mean {' or '.join(close)}?"
-    elif metric.startswith("server."):
+    server_name = metric.split(".")[1] if metric.startswith("server.") else None
+    if server_name is not None and server_name not in SERVER_METRICS:  # a list of names helps more than near misses
         hint = (f"use server.<name>.<stat>, name one of {', '.join(SERVER_METRICS)}, "
                 f"stat one of {', '.join(ServerStats.model_fields)}")
+    elif close:
+        hint = f"did you mean {' or '.join(close)}?"
     else:
-        hint = f"known: {', '.join(m for m in METRICS if not m.startswith('server.'))}, server.<name>.<stat>"
+        plain = [m for m in LEVEL_METRICS if not m.startswith("server.")]
+        hint = f"known: {', '.join([*plain, 'server.<name>.<stat>', *RUN_METRICS])}"
     return f"{metric!r} is not a known metric ({hint})"
 
 
