@@ -43,8 +43,18 @@ def test_aligned_window_is_one_period_from_a_whole_resolution() -> None:
     second = cloudwatch.aligned(start, end, 1)
     assert (second.start, second.period_s) == (datetime(2026, 1, 1, 12, 0, 42, tzinfo=UTC), 31)
     assert second.end >= end
-    up = cloudwatch.aligned(start, end, 1, round_up=True)
-    assert (up.start, up.end) == (datetime(2026, 1, 1, 12, 0, 43, tzinfo=UTC), datetime(2026, 1, 1, 12, 1, 13, tzinfo=UTC))
+
+
+
+def test_contiguous_windows_share_their_edges_and_end_on_the_resolution() -> None:
+    t = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    spans = [(t + timedelta(seconds=0.4), t + timedelta(seconds=5.2)),
+             (t + timedelta(seconds=5.3), t + timedelta(seconds=5.9)),  # inside the first one's last second
+             (t + timedelta(seconds=6.1), t + timedelta(seconds=9.5))]
+    first, second, third = cloudwatch.contiguous(spans, 1)
+    assert (first.start, first.end) == (t, t + timedelta(seconds=6))
+    assert (second.start, second.end, second.period_s) == (first.end, first.end + timedelta(seconds=1), 1)
+    assert (third.start, third.end) == (second.end, t + timedelta(seconds=10))
 
 
 def test_reads_latency_percentiles_in_ms_and_counts_inside_the_window_only(aws: LocalAws) -> None:
@@ -60,9 +70,10 @@ def test_reads_latency_percentiles_in_ms_and_counts_inside_the_window_only(aws: 
     put(aws, cloudwatch.SAGEMAKER, "Invocations", inside, [1.0] * 5,  # another endpoint's
         dims=[{"Name": "EndpointName", "Value": "other"}, {"Name": "VariantName", "Value": "AllTraffic"}])
 
-    window, readings = cloudwatch.read_endpoint(aws.client("cloudwatch"), "ep", start, end, resolution_s=1)
-
+    window = cloudwatch.aligned(start, end, 1)
     assert window.start == start and window.period_s == 20
+    readings = cloudwatch.read_endpoint(aws.client("cloudwatch"), "ep", window)
+
     latency = readings["model_latency_ms"]
     assert (latency.name, latency.unit) == ("AWS/SageMaker ModelLatency", "ms")
     assert latency.stats == {"p50": 50.0, "p90": 90.0, "p99": 99.0, "avg": 50.5, "max": 100.0, "count": 100}
@@ -81,8 +92,8 @@ def test_inference_component_endpoints_are_read_by_component(aws: LocalAws) -> N
         dims=component)
     put(aws, cloudwatch.ENDPOINTS, "GPUUtilization", start + timedelta(seconds=1), [80.0], "Percent")
 
-    _, readings = cloudwatch.read_endpoint(aws.client("cloudwatch"), "ep", start, end, component="ic-a",
-                                           resolution_s=1)
+    readings = cloudwatch.read_endpoint(aws.client("cloudwatch"), "ep", cloudwatch.aligned(start, end, 1),
+                                        component="ic-a")
 
     assert readings["invocations"].stats == {"sum": 3.0}
     assert readings["concurrent_requests"].name == "AWS/SageMaker ConcurrentRequestsPerCopy"

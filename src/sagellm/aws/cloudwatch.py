@@ -90,24 +90,31 @@ class Window:
     period_s: int
 
 
-def aligned(start: datetime, end: datetime, resolution_s: int, *, round_up: bool = False) -> Window:
-    """One period covering [start, end], starting on a multiple of the resolution (CloudWatch rounds down).
+def aligned(start: datetime, end: datetime, resolution_s: int) -> Window:
+    """One period covering [start, end], starting on a multiple of the resolution (as CloudWatch rounds)."""
+    first = datetime.fromtimestamp(math.floor(start.timestamp() / resolution_s) * resolution_s, UTC)
+    return _window(first, end, resolution_s)
 
-    `round_up` moves both ends up to the next multiple instead: for data stamped when a request ends, a
-    level's last requests then stay in it, and the next level's first (which end later) stay out."""
-    to_grid = math.ceil if round_up else math.floor
-    first = datetime.fromtimestamp(to_grid(start.timestamp() / resolution_s) * resolution_s, UTC)
-    span = (end - first).total_seconds()
-    period = max(1, math.ceil(span / resolution_s)) * resolution_s
+
+def _window(first: datetime, end: datetime, resolution_s: int) -> Window:
+    period = max(1, math.ceil((end - first).total_seconds() / resolution_s)) * resolution_s
     return Window(first, first + timedelta(seconds=period), period)
 
 
-def read_endpoint(client: Any, endpoint: str, start: datetime, end: datetime, *, variant: str = VARIANT,
-                  component: str | None = None,
-                  resolution_s: int = STANDARD_RESOLUTION_S,
-                  round_up: bool = False) -> tuple[Window, dict[str, Reading]]:
-    """Every SPECS metric the endpoint reported in [start, end] (a boto3 CloudWatch client); absent ones left out."""
-    window = aligned(start, end, resolution_s, round_up=round_up)
+def contiguous(spans: list[tuple[datetime, datetime]], resolution_s: int) -> list[Window]:
+    """Windows for consecutive levels that share their edges, each ending on the resolution after its level:
+    every datum falls in exactly one. For data stamped when a request ends, a level keeps its last requests,
+    and a request of the next level that ends before that edge counts to the level before."""
+    out: list[Window] = []
+    for start, end in spans:
+        first = out[-1].end if out else aligned(start, end, resolution_s).start
+        out.append(_window(first, max(end, first), resolution_s))
+    return out
+
+
+def read_endpoint(client: Any, endpoint: str, window: Window, *, variant: str = VARIANT,
+                  component: str | None = None) -> dict[str, Reading]:
+    """Every SPECS metric the endpoint reported in `window` (a boto3 CloudWatch client); absent ones left out."""
     queries: list[dict[str, Any]] = []
     where: dict[str, tuple[Spec, str]] = {}
     for spec in SPECS:
@@ -137,4 +144,4 @@ def read_endpoint(client: Any, endpoint: str, start: datetime, end: datetime, *,
                                                         spec.unit, {}))
         # One period spans the window, so there is one value; scaled into the results' unit (not counts).
         reading.stats[stat] = got[0] if stat == "count" else got[0] * spec.scale
-    return window, readings
+    return readings

@@ -69,34 +69,36 @@ class ServerWatch:
 
         target = self.target
         assert isinstance(target, LocalTarget | SageMakerTarget)
-        endpoint = target.endpoint or ""
-        windows = dict(self.windows)
+        loads = sorted(self.windows, key=lambda load: self.windows[load][0])  # in the order they ran
         if isinstance(target, LocalTarget):
             assert target.emulator is not None
             clock = target.emulator.flush_metrics()
-            # The emulator stamps its data on its simulated clock: map the level windows onto it.
+            # The emulator stamps its data on its simulated clock, every datum to the full: map the level
+            # windows onto that clock and read them as consecutive whole seconds.
             origin, scale = clock["origin"], clock["time_scale"]
 
             def simulated(t: datetime) -> datetime:
                 return datetime.fromtimestamp(origin + (t.timestamp() - origin) / scale, UTC)
 
-            windows = {load: (simulated(a), simulated(b)) for load, (a, b) in windows.items()}
+            spans = [(simulated(self.windows[load][0]), simulated(self.windows[load][1])) for load in loads]
+            windows = dict(zip(loads, cloudwatch.contiguous(spans, 1), strict=True))
             client: Any = target.aws.client("cloudwatch")
-            resolution, wait_s, round_up = 1, 0.0, True
+            wait_s = 0.0
         else:
             import boto3
 
+            resolution = cloudwatch.STANDARD_RESOLUTION_S  # whole minutes around each level, as CloudWatch rounds
+            windows = {load: cloudwatch.aligned(*self.windows[load], resolution) for load in loads}
             client = boto3.client("cloudwatch", region_name=target.plan.region)
-            resolution, wait_s, round_up = cloudwatch.STANDARD_RESOLUTION_S, CLOUDWATCH_WAIT_S, False
-        last = max(windows, key=lambda load: windows[load][1])
+            wait_s = CLOUDWATCH_WAIT_S
         deadline = time.monotonic() + wait_s
-        for load, (start, end) in sorted(windows.items(), key=lambda kv: kv[0] != last):
-            while True:  # the last level's data arrive last: once they are in, every level's are
-                window, readings = cloudwatch.read_endpoint(client, endpoint, start, end, component=self.component,
-                                                            resolution_s=resolution, round_up=round_up)
-                if "invocations" in readings or time.monotonic() >= deadline or load != last:
-                    break
+        for load in reversed(loads):
+            window = windows[load]
+            readings = cloudwatch.read_endpoint(client, target.endpoint or "", window, component=self.component)
+            # The last level's data arrive last: once they are in, every level's are.
+            while load == loads[-1] and "invocations" not in readings and time.monotonic() < deadline:
                 time.sleep(15)
+                readings = cloudwatch.read_endpoint(client, target.endpoint or "", window, component=self.component)
             metrics = {key: ServerMetric(unit=r.unit, name=r.name, stats=ServerStats(**r.stats))  # type: ignore[arg-type]
                        for key, r in readings.items()}
             self.blocks[load] = ServerMetrics(source="cloudwatch", window_start=window.start, window_end=window.end,
