@@ -96,6 +96,9 @@ class ServerWatch:
             window = windows[load]
             readings = cloudwatch.read_endpoint(client, target.endpoint or "", window, component=self.component)
             # The last level's data arrive last: once they are in, every level's are.
+            if load == loads[-1] and "invocations" not in readings and wait_s:
+                self.say(f"server metrics: waiting for CloudWatch to receive the last level's data (at most "
+                         f"{wait_s / 60:g} min)")
             while load == loads[-1] and "invocations" not in readings and time.monotonic() < deadline:
                 time.sleep(15)
                 readings = cloudwatch.read_endpoint(client, target.endpoint or "", window, component=self.component)

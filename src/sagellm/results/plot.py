@@ -97,7 +97,8 @@ def _server_panel(ax: Any, server: list[tuple[Level, tuple[str, float | None, fl
     ax.set_xticks(list(xs), names)
     ax.set_xlabel("level")
     ax.set_ylabel("ms per request")
-    ax.set_title("what the server reported vs what the client measured", fontsize=10)
+    ax.set_title("what the server reported (whole level, warm-up included) vs what the client measured",
+                 fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="best")
