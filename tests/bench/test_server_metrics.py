@@ -4,12 +4,18 @@ into the local AWS's CloudWatch, and a gate rule can name them."""
 from __future__ import annotations
 
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from bench_helpers import Ran, bench_args, request_lines, results_of, sagellm
+from bench_helpers import INSTANCE, MODEL, Ran, bench_args, request_lines, results_of, sagellm
+from sagellm.aws.local import LocalAws
+from sagellm.bench.server_metrics import ServerWatch
+from sagellm.bench.targets import SageMakerTarget
+from sagellm.profiles import resolve
 
 # The server's ModelLatency and the client's e2e time the same requests on the emulator's clock, but the
 # server window also holds the warm-up requests (the client's statistics leave them out): within 10 %.
@@ -91,3 +97,36 @@ def test_the_report_shows_the_server_table(local_run: tuple[Ran, Path]) -> None:
     report = (out / "report.md").read_text()
     assert report.count("Server-side (cloudwatch") == 2  # one table per level
     assert "| model_latency_ms | ms |" in report and "AWS/SageMaker ModelLatency" in report
+
+
+def test_the_sagemaker_target_reads_each_level_as_whole_minutes_of_cloudwatch(
+        server: LocalAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real-account path, against the local AWS: SageMaker's 1-minute data, one period per level."""
+    server.reset()
+    for key, value in server.env({}).items():
+        monkeypatch.setenv(key, value)
+    target = SageMakerTarget(resolve("max-throughput", MODEL, INSTANCE), MODEL, None, tmp_path)
+    target.endpoint = "prod-chat"
+    said: list[str] = []
+    watch = ServerWatch(target, SimpleNamespace(inference_component=None), said.append)  # type: ignore[arg-type]
+    minute = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=10)
+    dims = [{"Name": "EndpointName", "Value": "prod-chat"}, {"Name": "VariantName", "Value": "AllTraffic"}]
+    cw = server.client("cloudwatch")
+    for offset_s, count, latency_us in ((30, 12, 800_000.0), (90, 40, 2_000_000.0)):  # one minute each
+        when = minute + timedelta(seconds=offset_s)
+        cw.put_metric_data(Namespace="AWS/SageMaker", MetricData=[
+            {"MetricName": "Invocations", "Dimensions": dims, "Timestamp": when, "Value": count, "Unit": "None"},
+            {"MetricName": "ModelLatency", "Dimensions": dims, "Timestamp": when, "Values": [latency_us] * count,
+             "Counts": [1.0] * count, "Unit": "Microseconds"}])
+    watch.level_done("1", minute + timedelta(seconds=5), minute + timedelta(seconds=50))
+    watch.level_done("4", minute + timedelta(seconds=62), minute + timedelta(seconds=110))
+
+    blocks = watch.finish()
+
+    assert said == []
+    one, four = blocks["1"], blocks["4"]
+    assert (one.window_start, one.period_s) == (minute, 60)  # rounded down to the minute, as CloudWatch does
+    assert (four.window_start, four.period_s) == (minute + timedelta(minutes=1), 60)
+    assert one.metrics["invocations"].stats.sum == 12 and four.metrics["invocations"].stats.sum == 40
+    assert four.metrics["model_latency_ms"].stats.p90 == 2000.0
+    assert "gpu_utilization_pct" not in four.metrics  # nothing published: left out
