@@ -54,6 +54,12 @@ def test_parse_sums_label_sets_and_skips_comments_and_buckets() -> None:
     assert samples["x:cache_config_info"] == 1.0  # a label value with a brace and spaces
 
 
+def test_only_vllm_or_tgi_metrics_count_as_known() -> None:
+    assert prometheus.known(prometheus.parse(TGI_AFTER))
+    assert prometheus.known(prometheus.parse(VLLM_AFTER))
+    assert not prometheus.known(prometheus.parse('{"emulated": true}\nprocess_cpu_seconds_total 3.5\n'))
+
+
 def test_differences_give_counter_increases_and_histogram_means_over_the_level() -> None:
     block = prometheus.differences(prometheus.parse(VLLM_BEFORE), prometheus.parse(VLLM_AFTER), NOW, NOW)
     assert block.source == "prometheus" and block.period_s is None

@@ -59,6 +59,12 @@ def scrape(base: str, timeout_s: float = 5.0) -> dict[str, float]:
         raise TargetError(f"{base}/metrics: cannot be scraped: {exc}") from None
 
 
+def known(samples: dict[str, float]) -> bool:
+    """Whether a scrape holds any metric this module reads (a vLLM or TGI server's)."""
+    names = [n for _, candidates in (*HISTOGRAMS.values(), *COUNTERS.values()) for n in candidates]
+    return any(n in samples or f"{n}_count" in samples for n in names)
+
+
 def differences(before: dict[str, float], after: dict[str, float], start: datetime,
                 end: datetime) -> ServerMetrics:
     """What the server counted between two scrapes."""

@@ -40,11 +40,16 @@ class ServerWatch:
             self._scraped = self._scrape()
 
     def _scrape(self) -> dict[str, float] | None:
+        base = getattr(self.target, "base", "")
         try:
-            return prometheus.scrape(getattr(self.target, "base", ""))
+            samples = prometheus.scrape(base)
         except TargetError as exc:
             self.say(f"server metrics: {exc} (levels carry no server block)")
             return None
+        if not prometheus.known(samples):
+            self.say(f"server metrics: {base}/metrics has no vLLM or TGI metrics (levels carry no server block)")
+            return None
+        return samples
 
     def level_done(self, load: str, start: datetime, end: datetime) -> None:
         """A level (or one repeat of it) ran from `start` to `end`."""
