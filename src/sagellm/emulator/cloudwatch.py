@@ -56,7 +56,7 @@ class Publisher:
         self.instance_count = instance_count
         self.inference_components = inference_components
         self.components: dict[str, str] = {}  # model name → the inference-component name invoked
-        # (namespace, metric, dims, unit, whole second) → values
+        # (namespace, metric, dims, unit, simulated timestamp to the ms) → values
         self._pending: dict[tuple[str, str, tuple[tuple[str, str], ...], str, float], list[float]] = defaultdict(list)
         self.origin = time.time()  # where the simulated clock meets the wall clock
         self._busy = {name: [c.busy_s for c in m.copies] for name, m in models.items()}
@@ -107,6 +107,7 @@ class Publisher:
             busy = [c.busy_s for c in model.copies]
             before, self._busy[name] = self._busy[name], busy
             tp = model.shape.tp_degree
+            # A pass counts when it starts, so one that crosses a sample counts early: capped at 100 %.
             gpu += sum(min(1.0, (b - a) / elapsed) for a, b in zip(before, busy, strict=True)) * tp * 100
             shape = model.shape
             used_gb = shape.weight_gb_per_gpu + shape.kv_bytes_per_token * model.limits.max_batch_total_tokens / tp / 1e9
