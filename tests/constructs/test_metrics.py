@@ -85,6 +85,10 @@ def test_inference_component_endpoints_measure_by_component() -> None:
     # Utilisation stays per endpoint variant (what /aws/sagemaker/Endpoints publishes).
     gpu = endpoint.metric_gpu_utilization()
     assert set(gpu.dimensions or {}) == {"EndpointName", "VariantName"}
+    per_copy = endpoint.metric_gpu_utilization(model=next(iter(endpoint.inference_component_names)))
+    assert (per_copy.namespace, per_copy.metric_name) == ("/aws/sagemaker/InferenceComponents",
+                                                          "GPUUtilizationNormalized")
+    assert set(per_copy.dimensions or {}) == {"InferenceComponentName"}
     with pytest.raises(ValueError, match="not on this endpoint"):
         endpoint.metric_model_latency(model="nope")
 

@@ -20,6 +20,7 @@ from sagellm.constructs.endpoint import VARIANT_NAME
 
 SAGEMAKER = "AWS/SageMaker"
 ENDPOINTS = "/aws/sagemaker/Endpoints"
+COMPONENTS = "/aws/sagemaker/InferenceComponents"
 # SageMaker publishes once a minute: a shorter period would show gaps.
 PERIOD = Duration.minutes(1)
 
@@ -68,8 +69,14 @@ class EndpointMetrics:
         """Invocation4XXErrors / Invocation5XXErrors (Sum: how many; Average: the error rate)."""
         return self.metric(SAGEMAKER, f"Invocation{kind}Errors", statistic=statistic, model=model, period=period)
 
-    def metric_gpu_utilization(self, *, statistic: str = "Average", period: Duration = PERIOD) -> cloudwatch.Metric:
-        """GPUUtilization (percent, 0–100 per GPU summed over the instance's GPUs), averaged over instances."""
+    def metric_gpu_utilization(self, *, statistic: str = "Average", model: str | None = None,
+                               period: Duration = PERIOD) -> cloudwatch.Metric:
+        """GPUUtilization (percent, 0–100 per GPU summed over the instance's GPUs), averaged over instances;
+        with `model` on an inference-component endpoint, that component's GPUUtilizationNormalized (0–100 %
+        of the GPUs its copies reserve)."""
+        if model is not None:
+            return self.metric(COMPONENTS, "GPUUtilizationNormalized", statistic=statistic, model=model,
+                               period=period)
         return self.metric(ENDPOINTS, "GPUUtilization", statistic=statistic, by_component=False, period=period)
 
     @staticmethod
