@@ -35,8 +35,9 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ran, Path]:
     gates = out.parent / "gates.yaml"
     gates.write_text(textwrap.dedent(GATES))
     # 64 tokens: every request takes over a simulated second, the resolution the levels are read at.
+    # A CDK deploy into the local AWS dominates (~10 s alone; minutes on a loaded shared machine).
     return sagellm(*bench_args(out, "--thresholds", str(gates), "--output-tokens", "64", requests="8",
-                               warmup="1")), out
+                               warmup="1"), timeout=300), out
 
 
 def test_every_level_carries_cloudwatch_metrics_from_the_local_aws(local_run: tuple[Ran, Path]) -> None:
