@@ -76,6 +76,7 @@ class PacingServer:
         self.app.router.add_post("/v1/completions", self._openai)
         self.app.router.add_post("/v1/chat/completions", self._openai)
         self.app.router.add_get("/log", self._log)
+        self.app.router.add_get("/metrics", self._metrics)
         self._runner: web.AppRunner | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -158,6 +159,26 @@ class PacingServer:
 
     async def _log(self, request: web.Request) -> web.Response:
         return web.json_response([asdict(s) for s in self.log])
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        """vLLM-style Prometheus metrics of the finished requests (vLLM 0.11+ names, labels and _total)."""
+        done = [s for s in self.log if s.tokens == s.max_tokens and s.written_s]
+        labels = 'engine="0",model_name="pacing"'
+        lines = []
+        for name, values in (("vllm:e2e_request_latency_seconds", [s.written_s[-1] - s.arrived_s for s in done]),
+                             ("vllm:time_to_first_token_seconds", [s.ttft_s for s in done])):
+            lines += [f"# HELP {name} Histogram.", f"# TYPE {name} histogram"]
+            for edge in (0.1, 1.0, 10.0, float("inf")):
+                le = "+Inf" if edge == float("inf") else f"{edge}"
+                lines.append(f'{name}_bucket{{{labels},le="{le}"}} {sum(v <= edge for v in values)}.0')
+            lines += [f"{name}_count{{{labels}}} {len(values)}.0", f"{name}_sum{{{labels}}} {sum(values)!r}"]
+        counters = (("vllm:request_success_total", len(done), ',finished_reason="length"'),
+                    ("vllm:prompt_tokens_total", sum(s.input_tokens for s in done), ""),
+                    ("vllm:generation_tokens_total", sum(s.tokens for s in done), ""))
+        for name, value, extra in counters:
+            lines += [f"# TYPE {name.removesuffix('_total')} counter", f"{name}{{{labels}{extra}}} {value}.0"]
+        lines += ["# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{labels}}} 0.0"]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
 @dataclass

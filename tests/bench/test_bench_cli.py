@@ -186,7 +186,7 @@ def test_outside_a_terminal_the_log_has_a_line_per_phase_and_per_level(happy: tu
     assert [line.split(" · ")[1:3] for line in done] == [["concurrency 1", "5/5 done"], ["concurrency 4", "8/8 done"]]
     assert all(" tok/s · TTFT p50 " in line and "–" not in line for line in done)  # live figures were measured
     heartbeat = re.compile(r"starting|deploying|measuring( · concurrency \d+ · \d+/\d+ done · .+)?|tearing down"
-                           r"|writing results")
+                           r"|writing results|reading server metrics")
     others = set(range(len(lines))) - set(phases) - {lines.index(line) for line in done}
     assert all(heartbeat.fullmatch(lines[i]) for i in others), lines
 

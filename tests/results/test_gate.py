@@ -30,6 +30,9 @@ from sagellm.results.schema import (
     Level,
     LevelSummary,
     Results,
+    ServerMetric,
+    ServerMetrics,
+    ServerStats,
     Stats,
     Teardown,
     load_results,
@@ -424,3 +427,40 @@ def test_a_rule_names_a_rate_level_as_n_per_second(tmp_path: Path) -> None:
     assert v.message == "latency_ms_per_token.p50@4/s: 50 > max 40"
     [missing] = evaluate(run, Thresholds(rules=(Rule(metric="ttft_ms.p95", where="2.5/s", max=1),)))
     assert missing.message == "ttft_ms.p95@2.5/s: level 2.5/s was not measured (stopped at 4/s: error rate 12% at 32)"
+
+
+# ------------------------------------------------------------------------------------- server metrics
+
+def _with_server(lv: Level, p90_ms: float) -> Level:
+    server = ServerMetrics(
+        source="cloudwatch", window_start=datetime(2026, 1, 1, tzinfo=UTC), window_end=datetime(2026, 1, 1, 0, 1,
+                                                                                                   tzinfo=UTC),
+        period_s=60, metrics={"model_latency_ms": ServerMetric(
+            unit="ms", name="AWS/SageMaker ModelLatency", stats=ServerStats(p50=p90_ms / 2, p90=p90_ms))})
+    return lv.model_copy(update={"server": server})
+
+
+def test_rules_on_server_metrics_are_checked_and_name_what_the_server_did_not_report() -> None:
+    r = results([_with_server(level(8, 360, 25), 900), _with_server(level(16, 500, 40), 1500)],
+                stopped_reason=None)
+    violations = evaluate(r, Thresholds(rules=(
+        Rule(metric="server.model_latency_ms.p90", where=8, max=1000),
+        Rule(metric="server.model_latency_ms.p90", where=16, max=1000),
+        Rule(metric="server.gpu_utilization_pct.avg", where=8, max=90),
+    )))
+    assert [v.message for v in violations] == [
+        "server.model_latency_ms.p90@16: 1500 > max 1000",
+        "server.gpu_utilization_pct.avg@8: not measured at concurrency 8 (the server did not report it)",
+    ]
+
+
+def test_server_metric_paths_are_validated_with_a_hint(tmp_path: Path) -> None:
+    assert "server.model_latency_ms.p90" in LEVEL_METRICS
+    assert load_thresholds(write(tmp_path, "rules: [{metric: server.invocations.sum, where: 1, min: 1}]")).rules
+    [typo] = problems(write(tmp_path, "rules: [{metric: server.model_latency_ms.p95, where: 16, max: 80}]"))
+    assert typo.startswith("rules[0].metric: 'server.model_latency_ms.p95' is not a known metric (did you mean "
+                           "server.model_latency_ms.p99 or server.model_latency_ms.p90")
+    [unknown] = problems(write(tmp_path, "rules: [{metric: server.watts.zz, where: 16, max: 80}]"))
+    assert unknown.startswith("rules[0].metric: 'server.watts.zz' is not a known metric (use server.<name>.<stat>, "
+                              "name one of model_latency_ms, ")
+    assert "\n" not in unknown

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
 from pathlib import Path
 
 from results_helpers import RUN, level
 from sagellm.results.gate import Rule, Thresholds, gate
+from sagellm.results.plot import plot_curve
 from sagellm.results.report import render_markdown, write_report
-from sagellm.results.schema import Failure, Results, Stats, Teardown
+from sagellm.results.schema import (
+    Failure,
+    Level,
+    Results,
+    ServerMetric,
+    ServerMetrics,
+    ServerStats,
+    Stats,
+    Teardown,
+)
 from sagellm.results.sweep import make_results
 
 
@@ -144,3 +155,46 @@ def test_markdown_level_table_has_a_column_per_statistic() -> None:
     assert header in text
     assert all(line.count("|") == header.count("|") for line in text.splitlines()
                if line.startswith(("| ms/token", "| TTFT ms", "| throughput tokens/s", "| requests/s")))
+
+
+def _run(levels: list[Level]) -> Results:
+    return make_results(RUN, levels, usd_per_h=1.0, teardown=Teardown(status="destroyed"))
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk."""
+    data = path.read_bytes()
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def _server(p50_ms: float, p90_ms: float | None, source: str = "cloudwatch") -> ServerMetrics:
+    name, key = ("AWS/SageMaker ModelLatency", "model_latency_ms") if source == "cloudwatch" else (
+        "vllm:e2e_request_latency_seconds", "e2e_latency_ms")
+    stats = ServerStats(p50=p50_ms, p90=p90_ms) if p90_ms is not None else ServerStats(avg=p50_ms, count=10)
+    return ServerMetrics(source=source, window_start=datetime(2026, 1, 1, 12, tzinfo=UTC),  # type: ignore[arg-type]
+                         window_end=datetime(2026, 1, 1, 12, 1, tzinfo=UTC), period_s=60 if p90_ms else None,
+                         metrics={key: ServerMetric(unit="ms", name=name, stats=stats)})
+
+
+def test_server_metrics_get_a_table_per_level_and_a_second_plot_panel(tmp_path: Path) -> None:
+    levels = [level(1, 100, 20), level(4, 300, 30)]
+    plain = _run(levels)
+    served = _run([lv.model_copy(update={"server": _server(900.0 + i, 1100.0)}) for i, lv in enumerate(levels)])
+    report = render_markdown(served)
+    assert report.count("Server-side (cloudwatch, one period of 60 s, 12:00:00–12:01:00 UTC):") == 2
+    assert "| model_latency_ms | ms | 900.00 | 1,100.00 |" in report
+    assert "Server-side" not in render_markdown(plain)
+    plot_curve(plain, tmp_path / "plain.png")
+    plot_curve(served, tmp_path / "served.png")
+    # The second panel makes the figure taller; without server figures it stays one panel.
+    assert _png_size(tmp_path / "plain.png") == (800, 550)
+    assert _png_size(tmp_path / "served.png") == (800, 950)
+
+
+def test_a_prometheus_mean_is_plotted_and_listed_as_the_source_gave_it(tmp_path: Path) -> None:
+    served = _run([level(1, 100, 20).model_copy(update={"server": _server(800.0, None, "prometheus")})])
+    report = render_markdown(served)
+    assert "Server-side (prometheus, 12:00:00–12:01:00 UTC):" in report
+    assert "vllm:e2e_request_latency_seconds" in report
+    plot_curve(served, tmp_path / "curve.png")
+    assert _png_size(tmp_path / "curve.png") == (800, 950)

@@ -7,6 +7,7 @@ is used against real AWS. Defining the CloudFormation models below registers the
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 from enum import Enum
@@ -484,6 +485,35 @@ class CdkMetadata(_Declared, CloudFormationModel):
         pass
 
 
+# --- CloudWatch percentiles: moto's GetMetricData knows Sum/Average/Minimum/Maximum/SampleCount only, and a
+# `pNN` statistic crashes it (TypeError on None). CloudWatch computes percentiles from the raw values, which
+# moto keeps (a `Values`+`Counts` datum is stored once per count), so the same nearest-rank figure is added.
+
+_PERCENTILE = re.compile(r"^p(\d{1,2}(?:\.\d+)?)$")
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """The nearest-rank percentile of `values` (non-empty)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _add_percentiles() -> None:
+    from moto.cloudwatch.models import Statistics
+
+    plain = Statistics.get_statistics_for_type
+
+    def get_statistics_for_type(self: Statistics, stat: str) -> Any:
+        m = _PERCENTILE.match(stat)
+        values = self.metric_single_values_list
+        if m is None or not values:
+            return plain(self, stat)
+        return percentile(values, float(m[1]))
+
+    Statistics.get_statistics_for_type = get_statistics_for_type  # type: ignore[method-assign]
+
+
 def install() -> None:
     """Apply every patch above to moto in this interpreter (idempotent)."""
     global _installed
@@ -493,6 +523,7 @@ def install() -> None:
     _relax_endpoint_configs()
     _add_inference_component_dimension()
     _roll_back_failed_creates()
+    _add_percentiles()
     # moto caches the CloudFormation type map on first use; rebuild it to include the models above.
     for cached in (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map):
         cached.cache_clear()

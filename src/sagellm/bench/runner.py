@@ -6,7 +6,7 @@ import shutil
 import traceback
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sagellm import __version__
@@ -20,6 +20,7 @@ from sagellm.bench.options import DEFAULT_PAYLOAD, BenchOptions, BenchOutcome, c
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_steps
 from sagellm.bench.records import RecordLog, RequestRecord
+from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.targets import Target, check_reachable, choose_target
 from sagellm.bench.teardown import tear_down
 from sagellm.bench.verdict import target_failure
@@ -39,6 +40,7 @@ from sagellm.results.schema import (
     Predicted,
     Results,
     Run,
+    ServerMetrics,
     Teardown,
     predicted_from,
     write_results,
@@ -122,10 +124,15 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
 
     lags: dict[str, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
+    servers: ServerWatch | None = None
+    server_blocks: dict[str, ServerMetrics] = {}
 
     def on_level(level: LevelResult) -> None:
         levels.append(level)
         watch.end_level()
+        if servers is not None:
+            ended = datetime.now(UTC)
+            servers.level_done(level.load, ended - timedelta(seconds=level.ended_s - level.started_s), ended)
         lag = loop_lag_ms()
         if lag is not None:
             lags[level.load] = lag
@@ -138,6 +145,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                                 f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
                                 f"on the {target.kind} target")
                 transport = target.deploy()
+                servers = ServerWatch(target, transport, say)
                 levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
                 watch.enter("measuring", f"endpoint {target.endpoint}, "
                             + (ramp.describe() if ramp else f"levels {levels_text}"))
@@ -150,6 +158,8 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                         requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                         warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
                         stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
+                watch.enter("reading server metrics")
+                server_blocks = servers.finish()
         except SagellmError as exc:
             error, status = str(exc), exc.exit_status
         except Interrupted:
@@ -175,7 +185,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
         watch.enter("writing results", str(out))
         run = _measured_run(run, target)
-        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo)
+        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo, server_blocks)
         if ramp is not None:
             results = results.model_copy(update={"ramp": ramp.block(levels, run, design, slo)})
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
@@ -250,7 +260,7 @@ def _measured_run(run: Run, target: Target) -> Run:
 
 def _results(run: Run, design: Design | None, workload: Workload, levels: list[LevelResult],
              lags: dict[str, float], teardown: Teardown, status: ExitStatus, error: str | None,
-             slo: float | None) -> Results:
+             slo: float | None, server: dict[str, ServerMetrics] | None = None) -> Results:
     mean = workload.payload()
 
     def predict(level: LevelSummary) -> Predicted | None:
@@ -261,6 +271,7 @@ def _results(run: Run, design: Design | None, workload: Workload, levels: list[L
 
     measured: list[Level] = levels_of(levels, time_scale=run.time_scale, emulated=run.emulated,
                                       predict=predict, lags=lags)
+    measured = [lv.model_copy(update={"server": (server or {}).get(lv.load)}) for lv in measured]
     stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
     if status == ExitStatus.INTERRUPTED:
         stopped = f"interrupted after {len(levels)} level(s)"

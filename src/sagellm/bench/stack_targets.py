@@ -168,7 +168,8 @@ class LocalTarget(_StackTarget):
         emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
                                                    endpoint_name=self.endpoint,
                                                    component_names=_components(self.plan, outputs),
-                                                   instance_startup_s=self.instance_startup_s)
+                                                   instance_startup_s=self.instance_startup_s,
+                                                   cloudwatch_url=self.aws.endpoint_url)
         emulator.start()
         return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=_component(
             self.plan, outputs), endpoint_url=emulator.url, boto_session=self.aws.session())

@@ -16,6 +16,7 @@ from constructs import Construct
 from sagellm.catalog import has_local_nvme, instances
 from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
 from sagellm.constructs.inference_component import component_name, inference_component
+from sagellm.constructs.metrics import EndpointMetrics
 from sagellm.constructs.model import container_model
 from sagellm.constructs.role import ecr_repository_arn, execution_role
 from sagellm.constructs.scaling import (
@@ -34,7 +35,7 @@ _COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 
 
-class LlmEndpoint(Construct):
+class LlmEndpoint(Construct, EndpointMetrics):
     """A SageMaker endpoint serving the plan's model(s): instance-based or with inference components.
 
     Children: `Role` (unless `role` is given), `Model` or `Model<Name>` + `Component<Name>` per model,

@@ -30,12 +30,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--endpoint-name")
     parser.add_argument("--component-names", type=json.loads, help="JSON: plan model name → component name")
     parser.add_argument("--instance-startup-s", type=float, help="autoscaling: scale-out → InService, simulated s")
+    parser.add_argument("--cloudwatch-url", help="publish SageMaker's endpoint metrics to this CloudWatch")
     parser.add_argument("--parent-pid", type=int)
     parser.add_argument("--work-dir", type=Path, help="removed on exit if the parent died (it cannot)")
     args = parser.parse_args(argv)
     plan = DeploymentPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
     emulator = Emulator(plan, time_scale=args.time_scale, endpoint_name=args.endpoint_name,
-                        component_names=args.component_names, instance_startup_s=args.instance_startup_s)
+                        component_names=args.component_names, instance_startup_s=args.instance_startup_s,
+                        cloudwatch_url=args.cloudwatch_url)
 
     def ready(url: str) -> None:
         print(f"{_READY_PREFIX}{url}", flush=True)

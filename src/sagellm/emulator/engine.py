@@ -177,6 +177,7 @@ class CopyEngine:
         self.timed_out = 0
         self.cancelled = 0
         self.max_behind_s = 0.0  # worst lateness of a step against the schedule, real seconds
+        self.busy_s = 0.0  # simulated seconds spent in prefill or decode passes (the GPU busy)
         self._clock = 0.0  # perf_counter() at which the current pass is due to end (pacing)
         self._sim = 0.0  # the simulated clock: when the current pass ends in the simulation
         self._work = asyncio.Event()
@@ -291,6 +292,7 @@ class CopyEngine:
             self._retire(seq, TIMED_OUT)
 
     async def _sleep(self, simulated_s: float) -> None:
+        self.busy_s += simulated_s
         self._sim += simulated_s * self.time_scale
         self._clock += simulated_s * self.time_scale
         delay = self._clock - time.perf_counter()
@@ -316,6 +318,7 @@ class ModelServer:
         if self.limits.max_batch_total_tokens <= 0:
             raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
                              f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")
+        self.shape = shape
         self._steps = StepModel(shape)
         self._time_scale = time_scale
         # Copies behind the endpoint: per instance (inference components) × instances.
@@ -324,6 +327,7 @@ class ModelServer:
         self.retired: list[CopyEngine] = []  # removed by a scale-in: they finish what they hold, take nothing new
         self.rejected_overloaded = 0
         self.rejected_validation = 0
+        self.peak_in_flight = 0  # most requests queued or running at once since the publisher last read it
         self._next = 0
 
     def start(self) -> None:
@@ -364,6 +368,7 @@ class ModelServer:
             raise
         seq = Sequence(input_tokens, max_new_tokens, arrived_s, deadline_s)
         copy.submit(seq)
+        self.peak_in_flight = max(self.peak_in_flight, sum(c.in_flight for c in self.copies))
         return copy, seq
 
     def _pick(self) -> CopyEngine:

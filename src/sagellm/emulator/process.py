@@ -37,7 +37,8 @@ class EmulatorProcess:
     def __init__(self, plan: DeploymentPlan | str | os.PathLike[str], *, port: int | None = None,
                  time_scale: float = 1.0, endpoint_name: str | None = None,
                  component_names: dict[str, str] | None = None, host: str = "127.0.0.1",
-                 startup_timeout_s: float = 30.0, instance_startup_s: float | None = None):
+                 startup_timeout_s: float = 30.0, instance_startup_s: float | None = None,
+                 cloudwatch_url: str | None = None):
         self.plan = plan
         self.host = host
         self.port = port or 0  # 0: the child binds any free port and reports it
@@ -46,6 +47,7 @@ class EmulatorProcess:
         self.component_names = component_names
         self.startup_timeout_s = startup_timeout_s
         self.instance_startup_s = instance_startup_s  # autoscaling: None for the documented default
+        self.cloudwatch_url = cloudwatch_url  # publish SageMaker's endpoint metrics there (the local AWS)
         self.url = ""
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -82,6 +84,8 @@ class EmulatorProcess:
             cmd += ["--component-names", json.dumps(self.component_names)]
         if self.instance_startup_s is not None:
             cmd += ["--instance-startup-s", repr(self.instance_startup_s)]
+        if self.cloudwatch_url:
+            cmd += ["--cloudwatch-url", self.cloudwatch_url]
         env = dict(os.environ)
         # The child must import this very sagellm, whether it is installed or only on sys.path.
         src = str(Path(sagellm.__file__).resolve().parents[1])
@@ -140,6 +144,18 @@ class EmulatorProcess:
         except OSError:
             return ""
         return ": " + " | ".join(tail) if tail else ""
+
+    def flush_metrics(self) -> dict[str, float]:
+        """Have the child put every metric it holds into CloudWatch now; its clock (`origin`, `time_scale`:
+        the timestamps are `origin + (wall − origin) ÷ time_scale`); TargetError if it cannot."""
+        try:
+            request = urllib.request.Request(f"{self.url}/cloudwatch/flush", data=b"", method="POST")
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return dict(json.load(reply)["clock"])
+        except urllib.error.HTTPError as exc:
+            raise TargetError(f"emulator: publishing metrics failed: {exc.read().decode(errors='replace')}") from None
+        except OSError as exc:
+            raise TargetError(f"emulator: publishing metrics failed: {exc}") from None
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """SIGTERM, then SIGKILL to the child's process group; then check that the port is free."""

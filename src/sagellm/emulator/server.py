@@ -48,6 +48,7 @@ from aiohttp import web
 from sagellm.catalog import models as catalog_models
 from sagellm.emulator import eventstream, formats
 from sagellm.emulator.autoscaling import Policy, TargetTracking
+from sagellm.emulator.cloudwatch import Publisher
 from sagellm.emulator.engine import (
     Cancelled,
     CopyEngine,
@@ -265,11 +266,13 @@ class Emulator:
     `endpoint_name` (default `sagellm-<profile>`) is the one name the SageMaker routes answer to;
     `component_names` maps each plan model to its deployed inference-component name (default: the plan's
     model names), the only names the component header may carry; `instance_startup_s` is how long a new
-    instance takes to come into service when the simulated autoscaling adds one.
+    instance takes to come into service when the simulated autoscaling adds one; with `cloudwatch_url` (the
+    local AWS) it publishes the metrics SageMaker would publish.
     """
 
     def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,
-                 component_names: dict[str, str] | None = None, instance_startup_s: float | None = None):
+                 component_names: dict[str, str] | None = None, instance_startup_s: float | None = None,
+                 cloudwatch_url: str | None = None):
         if not time_scale > 0:
             raise InputError(f"time_scale: {time_scale} must be > 0 (0.1 runs ten times faster)")
         self.plan = plan
@@ -289,14 +292,21 @@ class Emulator:
         self.autoscaling = _target_tracking(plan, instance_startup_s)
         self._zero = time.perf_counter()  # the simulated clock's origin (reset when serving starts)
         self._scaling_task: asyncio.Task[None] | None = None
+        # With a (local) CloudWatch to publish to: the metrics SageMaker would publish (see `cloudwatch`).
+        self.publisher: Publisher | None = None
+        if cloudwatch_url is not None:
+            self.publisher = Publisher(cloudwatch_url, plan.region, self.endpoint_name, self.models,
+                                       time_scale, plan.initial_instance_count,
+                                       plan.endpoint_kind == "inference-component")
+        self._publish_task: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
         """The aiohttp application (engines start with `listening`)."""
         app = web.Application(middlewares=[self._errors], client_max_size=16 * 2**20)
-        app.router.add_post("/endpoints/{name}/invocations", self._sm_invocations)
-        app.router.add_post("/endpoints/{name}/invocations-response-stream", self._sm_stream)
+        app.router.add_post("/endpoints/{name}/invocations", self._counted(self._sm_invocations))
+        app.router.add_post("/endpoints/{name}/invocations-response-stream", self._counted(self._sm_stream))
         app.router.add_post("/generate", self._generate)
         app.router.add_post("/generate_stream", self._generate_stream)
         app.router.add_post("/invocations", self._invocations)
@@ -308,6 +318,7 @@ class Emulator:
         app.router.add_get("/ping", self._ok)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/autoscaling", self._autoscaling)
+        app.router.add_post("/cloudwatch/flush", self._flush)
         return app
 
     @contextlib.asynccontextmanager
@@ -332,12 +343,15 @@ class Emulator:
                 model.start()
             self._lag_task = asyncio.get_running_loop().create_task(self._lag.run())
             self._zero = time.perf_counter()
+            loop = asyncio.get_running_loop()
             if self.autoscaling is not None:
-                self._scaling_task = asyncio.get_running_loop().create_task(self._scale())
+                self._scaling_task = loop.create_task(self._scale())
+            if self.publisher is not None:
+                self._publish_task = loop.create_task(self.publisher.run())
             bound = sock.getsockname()[1]
             yield f"http://[{host}]:{bound}" if family == socket.AF_INET6 else f"http://{host}:{bound}"
         finally:
-            for task in (self._lag_task, self._scaling_task):
+            for task in (self._lag_task, self._scaling_task, self._publish_task):
                 if task is not None:
                     task.cancel()
             for model in self.models.values():
@@ -589,9 +603,11 @@ class Emulator:
         except RequestError as exc:
             return self._container_error(exc)
         try:
-            return self._admit(model, ask, arrived, sagemaker=True)
+            call = self._admit(model, ask, arrived, sagemaker=True)
         except RequestError as exc:
             return self._stream_refusal(exc) if ask.stream and ask.api == "generate" else self._container_error(exc)
+        request["sagellm_call"] = call  # for the CloudWatch publisher (`_counted`)
+        return call
 
     async def _sm_invocations(self, request: web.Request) -> web.StreamResponse:
         call = await self._sm_call(request)
@@ -655,6 +671,30 @@ class Emulator:
             call.close()
         await resp.write_eof()
         return resp
+
+    def _counted(self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """A SageMaker route that tells the publisher about every invocation it answers."""
+        async def counted(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            resp = await handler(request)
+            if self.publisher is not None:
+                call: _Call | None = request.get("sagellm_call")
+                model = next((n for n, m in self.models.items() if call is not None and m is call.model), None)
+                self.publisher.invocation(model, request.headers.get(IC_HEADER), resp.status,
+                                          call.e2e_s if call is not None else None, time.perf_counter() - started)
+            return resp
+        return counted
+
+    async def _flush(self, request: web.Request) -> web.Response:
+        """Put what the publisher holds into CloudWatch now (the bench calls it before reading a level)."""
+        if self.publisher is None:
+            return web.json_response({"error": "no CloudWatch to publish to"}, status=404)
+        try:
+            await self.publisher.flush()
+        except Exception as exc:  # noqa: BLE001 - answered to the bench, which reports it
+            return web.json_response({"error": f"{type(exc).__name__}: {exc}"}, status=502)
+        return web.json_response({"flushed": True, "clock": self.publisher.clock()}, headers=self._headers)
 
     # -- information ----------------------------------------------------------------------------------
 

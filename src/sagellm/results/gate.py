@@ -12,12 +12,14 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from sagellm.errors import InputError
 from sagellm.results.schema import (
+    SERVER_METRICS,
     Gate,
     Level,
     LevelSummary,
     Pick,
     Results,
     Run,
+    ServerStats,
     Stats,
     Violation,
     load_name,
@@ -32,6 +34,8 @@ _DISTRIBUTIONS = tuple(name for name, field in LevelSummary.model_fields.items()
 LEVEL_METRICS: tuple[str, ...] = (
     *(f"{m}.{s}" for m in _DISTRIBUTIONS for s in Stats.model_fields),
     "throughput_tokens_per_s", "requests_per_s", "error_rate",
+    # What the endpoint itself reported over the level (`server` block): e.g. server.model_latency_ms.p90.
+    *(f"server.{m}.{s}" for m in SERVER_METRICS for s in ServerStats.model_fields),
 )
 # Metrics of the whole run (cost is taken at the max-throughput point).
 RUN_METRICS: tuple[str, ...] = ("cost.usd_per_1m_tokens", "cost.usd_per_h")
@@ -131,7 +135,15 @@ def _metric_problem(metric: Any) -> str | None:
     if metric in METRICS:
         return None
     close = _close(metric, METRICS)
-    hint = f"did you mean {' or '.join(close)}?" if close else f"known: {', '.join(METRICS)}"
+    server_name = metric.split(".")[1] if metric.startswith("server.") else None
+    if server_name is not None and server_name not in SERVER_METRICS:  # a list of names helps more than near misses
+        hint = (f"use server.<name>.<stat>, name one of {', '.join(SERVER_METRICS)}, "
+                f"stat one of {', '.join(ServerStats.model_fields)}")
+    elif close:
+        hint = f"did you mean {' or '.join(close)}?"
+    else:
+        plain = [m for m in LEVEL_METRICS if not m.startswith("server.")]
+        hint = f"known: {', '.join([*plain, 'server.<name>.<stat>', *RUN_METRICS])}"
     return f"{metric!r} is not a known metric ({hint})"
 
 
@@ -238,6 +250,10 @@ def load_thresholds(path: Path) -> Thresholds:
 # -------------------------------------------------------------------------------------------- evaluation
 
 def _value(level: Level, metric: str) -> float | None:
+    if metric.startswith("server."):  # server.<name>.<stat>: None where the source did not report it
+        _, name, stat = metric.split(".")
+        reported = level.server.metrics.get(name) if level.server is not None else None
+        return getattr(reported.stats, stat) if reported is not None else None
     obj: Any = level
     for part in metric.split("."):
         obj = getattr(obj, part) if obj is not None else None  # lateness_ms is None in a closed loop
@@ -361,7 +377,9 @@ def _check_rule(results: Results, rule: Rule) -> Violation | None:
             return violation(None, limit, why)
         measured = _value(level, rule.metric)
         if measured is None:
-            return violation(None, limit, f"not measured at {level.describe_load()} (no successful request)")
+            why = ("the server did not report it" if rule.metric.startswith("server.")
+                   else "no successful request")
+            return violation(None, limit, f"not measured at {level.describe_load()} ({why})")
     if rule.max is not None and measured > rule.max:
         return violation(measured, rule.max, f"{_fmt(measured)} > max {_fmt(rule.max)}")
     if rule.min is not None and measured < rule.min:

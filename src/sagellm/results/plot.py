@@ -1,10 +1,26 @@
-"""curve.png: measured latency vs throughput, levels labelled, knee marked, prediction overlaid."""
+"""curve.png: measured latency vs throughput, levels labelled, knee marked, prediction overlaid; below it,
+where the endpoint reported its own latency, the server's figure beside the client's e2e, by level."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from sagellm.results.schema import Results
+from sagellm.results.schema import Level, Results
+
+# The server's own per-request latency: SageMaker's ModelLatency, or a vLLM/TGI e2e histogram's mean.
+_SERVER_LATENCY = ("model_latency_ms", "e2e_latency_ms")
+
+
+def _server_latency(level: Level) -> tuple[str, float | None, float | None] | None:
+    """(metric name, p50 or mean, p90) of the server's latency at a level, if it reported one."""
+    if level.server is None:
+        return None
+    for key in _SERVER_LATENCY:
+        m = level.server.metrics.get(key)
+        if m is not None:
+            return m.name, m.stats.p50 if m.stats.p50 is not None else m.stats.avg, m.stats.p90
+    return None
 
 
 def plot_curve(results: Results, path: Path) -> None:
@@ -14,9 +30,10 @@ def plot_curve(results: Results, path: Path) -> None:
     from matplotlib.figure import Figure
 
     run = results.run
-    fig = Figure(figsize=(8, 5.5), dpi=100)
+    server = [(lv, s) for lv in results.levels if (s := _server_latency(lv)) is not None]
+    fig = Figure(figsize=(8, 9.5 if server else 5.5), dpi=100)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    ax = fig.add_subplot(2, 1, 1) if server else fig.add_subplot()
 
     measured = [lv for lv in results.levels if lv.latency_ms_per_token.p50 is not None]
     xs = [lv.throughput_tokens_per_s for lv in measured]
@@ -59,5 +76,29 @@ def plot_curve(results: Results, path: Path) -> None:
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="best")
+    if server:
+        _server_panel(fig.add_subplot(2, 1, 2), server)
     fig.tight_layout()
     fig.savefig(path, format="png")
+
+
+def _server_panel(ax: Any, server: list[tuple[Level, tuple[str, float | None, float | None]]]) -> None:
+    """The server's latency (p50, p90; a mean where it gives only that) beside the client's e2e, by level."""
+    names = [lv.load for lv, _ in server]
+    xs = range(len(names))
+    source = server[0][1][0]
+    mean_only = all(p90 is None for _, (_, _, p90) in server)
+    ax.plot(xs, [(lv.e2e_s.p50 or 0) * 1000 for lv, _ in server], "o-", color="tab:blue", label="client e2e p50")
+    ax.plot(xs, [mid for _, (_, mid, _) in server], "s--", color="tab:purple",
+            label=f"server {source} {'mean' if mean_only else 'p50'}")
+    if not mean_only:
+        ax.plot(xs, [p90 for _, (_, _, p90) in server], "^:", color="tab:purple", alpha=0.7,
+                label=f"server {source} p90")
+    ax.set_xticks(list(xs), names)
+    ax.set_xlabel("level")
+    ax.set_ylabel("ms per request")
+    ax.set_title("what the server reported (whole level, warm-up included) vs what the client measured",
+                 fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="best")

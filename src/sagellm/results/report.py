@@ -8,7 +8,7 @@ from pathlib import Path
 from sagellm.results.junit import render_junit
 from sagellm.results.plot import plot_curve
 from sagellm.results.ramp_report import plot_ramp, render_ramp
-from sagellm.results.schema import ERROR_KINDS, Level, Pick, Results, Run, Stats
+from sagellm.results.schema import ERROR_KINDS, Level, Pick, Results, Run, ServerMetrics, ServerStats, Stats
 from sagellm.results.table import render_csv
 
 
@@ -149,7 +149,27 @@ def _level(level: Level) -> list[str]:
                                for m, s in level.spread.items() if m in _SPREAD_SHOWN)]
     if level.server_loop_lag_ms is not None:
         lines += ["", f"Emulator event-loop lag: max {level.server_loop_lag_ms:.1f} ms (its own distortion)"]
+    if level.server is not None:
+        lines += _server(level.server)
     return lines + [""]
+
+
+_SERVER_STATS = tuple(ServerStats.model_fields)
+
+
+def _server(server: ServerMetrics) -> list[str]:
+    """What the endpoint itself reported over the level, with where it came from."""
+    period = f", one period of {server.period_s:g} s" if server.period_s is not None else ""
+    window = f"{server.window_start:%H:%M:%S}–{server.window_end:%H:%M:%S} UTC"
+    lines = ["", f"Server-side ({server.source}{period}, {window}):", ""]
+    if not server.metrics:
+        return lines + ["The server reported nothing for this window."]
+    lines += ["| server metric | unit | " + " | ".join(_SERVER_STATS) + " | source name |",
+              "|---|---|" + "---:|" * len(_SERVER_STATS) + "---|"]
+    for key, m in server.metrics.items():
+        values = " | ".join(_n(getattr(m.stats, s), 2) for s in _SERVER_STATS)
+        lines.append(f"| {key} | {m.unit} | {values} | {m.name} |")
+    return lines
 
 
 def _overview(results: Results) -> list[str]:

@@ -188,10 +188,61 @@ def predicted_from(point: Point) -> Predicted:
     )
 
 
+class ServerStats(_Strict):
+    """One server metric over a level's window; None where the source has no such statistic."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    avg: float | None = None
+    min: float | None = None
+    max: float | None = None
+    sum: float | None = None
+    count: float | None = None  # samples (CloudWatch SampleCount; a Prometheus histogram's observations)
+
+
+class ServerMetric(_Strict):
+    """What the endpoint itself reported for one metric, in `unit`, and the source's own name for it."""
+
+    unit: Literal["ms", "count", "percent", "tokens"]
+    name: str  # e.g. `AWS/SageMaker ModelLatency` or `vllm:e2e_request_latency_seconds`
+    stats: ServerStats
+
+
+# The server metrics a level may carry (thresholds name them `server.<name>.<stat>`); README explains each.
+SERVER_METRICS: tuple[str, ...] = (
+    # CloudWatch (sagemaker target; the emulator publishes the same for the local target)
+    "model_latency_ms", "overhead_latency_ms", "invocations", "invocation_4xx_errors", "invocation_5xx_errors",
+    "model_setup_time_ms", "concurrent_requests", "gpu_utilization_pct", "gpu_memory_utilization_pct",
+    "cpu_utilization_pct",
+    # Prometheus /metrics (http target: vLLM and TGI)
+    "requests", "e2e_latency_ms", "ttft_ms", "itl_ms", "time_per_token_ms", "queue_time_ms", "prompt_tokens",
+    "generation_tokens",
+)
+
+
+class ServerMetrics(_Strict):
+    """What the endpoint reported over one level's window, and where it came from."""
+
+    source: Literal["cloudwatch", "prometheus"]
+    window_start: datetime  # the window the source was read over (CloudWatch: aligned to its resolution)
+    window_end: datetime
+    period_s: float | None = None  # CloudWatch: the one period the window was read as; None for Prometheus
+    metrics: dict[str, ServerMetric]  # by SERVER_METRICS name; a metric the source did not report is absent
+
+    @model_validator(mode="after")
+    def _known(self) -> ServerMetrics:
+        unknown = sorted(set(self.metrics) - set(SERVER_METRICS))
+        if unknown:
+            raise ValueError(f"unknown server metric(s) {', '.join(unknown)} (known: {', '.join(SERVER_METRICS)})")
+        return self
+
+
 class Level(LevelSummary):
     """A measured level with the planner's prediction beside it."""
 
     predicted: Predicted | None = None
+    server: ServerMetrics | None = None  # what the endpoint itself reported over the level (where readable)
     # The emulator's worst event-loop lag during the level: its own distortion (local target only).
     server_loop_lag_ms: float | None = None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any, get_args
+from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -25,10 +25,12 @@ def cells(model: type[BaseModel], value: BaseModel | None, prefix: str = "") -> 
     for name, field in model.model_fields.items():
         item = getattr(value, name) if value is not None else None
         nested = _model_in(field.annotation)
-        if nested is not None:
+        if isinstance(item, dict):  # keyed entries (errors by kind, server metrics by name): a column per key
+            for key, v in item.items():
+                out |= (cells(type(v), v, f"{prefix}{name}.{key}.") if isinstance(v, BaseModel)
+                        else {f"{prefix}{name}.{key}": v})
+        elif nested is not None and get_origin(field.annotation) is not dict:
             out |= cells(nested, item, f"{prefix}{name}.")
-        elif isinstance(item, dict):
-            out |= {f"{prefix}{name}.{key}": v for key, v in item.items()}
         else:
             out[prefix + name] = item
     return out
