@@ -8,7 +8,7 @@ import math
 import signal
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from sagellm.bench.load import (
 from sagellm.bench.measured import levels_of, on_simulated_clock
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.records import RecordLog, RequestRecord
+from sagellm.bench.sweeps import Chooser, make_chooser, sweep_method, threshold_levels, with_sweep
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
 from sagellm.bench.transports import APIS
 from sagellm.bench.workload import Workload, WorkloadOptions
@@ -83,6 +84,8 @@ class BenchOptions:
     time_scale: float = 1.0
     slo_ms_per_token: float | None = None
     command: str = ""
+    sweep: str = "doubling"  # doubling | adaptive | auto (adaptive where predicted: bench/sweeps.py)
+    budget_minutes: float | None = None  # endpoint-minutes the sweep may spend
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,8 @@ def _check(opts: BenchOptions) -> None:
         errors.append(f"--requests-per-level: {opts.requests_per_level} must be at least 1")
     if opts.duration_per_level_s is not None and not 0 < opts.duration_per_level_s < math.inf:
         errors.append(f"--duration-per-level: {opts.duration_per_level_s:g} must be a positive number of seconds")
+    if opts.budget_minutes is not None and not 0 < opts.budget_minutes < math.inf:
+        errors.append(f"--budget-minutes: {opts.budget_minutes:g} must be a positive number of endpoint-minutes")
     if opts.warmup < 0:
         errors.append(f"--warmup: {opts.warmup} must be 0 or more")
     if opts.api not in (*APIS, "auto"):
@@ -203,6 +208,12 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
     design, workload = _design(opts)
     plan = to_plan(design) if design else None
+    method = sweep_method(opts.sweep, predicted=design is not None, open_loop=bool(opts.request_rate))
+    if method == "adaptive":
+        required = tuple(sorted(set(opts.concurrency) | set(threshold_levels(opts.thresholds))))
+        opts = replace(opts, concurrency=required)
+    elif not opts.request_rate and not opts.concurrency:
+        opts = replace(opts, concurrency=DEFAULT_CONCURRENCY)
     started = datetime.now(UTC)
     run = _run(opts, plan, workload, started)
     thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, sweep_levels(run),
@@ -225,6 +236,8 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         log.append(record)
         watch.record(record)
 
+    chooser = make_chooser(method, opts, design.shape() if design else None, workload.payload(),
+                           plan.initial_instance_count if plan else 1)
     lags: dict[str, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
 
@@ -242,13 +255,13 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                     watch.enter("deploying", f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
                                 f"to the {target.kind} target")
                 transport = target.deploy()
-                levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
-                watch.enter("measuring", f"endpoint {target.endpoint}, levels {levels_text}")
+                watch.enter("measuring", f"endpoint {target.endpoint}, {chooser.describe()}")
                 asyncio.run(run_sweep(
-                    transport, workload=workload, concurrency=opts.concurrency, open_loop=_open_loop(opts),
+                    transport, workload=workload, open_loop=_open_loop(opts),
                     requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                     warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
-                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
+                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats,
+                    choose=chooser))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
             except KeyboardInterrupt:
@@ -282,7 +295,9 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     watch.enter("writing results", str(out))
     with _shielded(say):  # a signal now would lose the results of a finished run
         run = _measured_run(run, target)
-        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo)
+        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo, chooser)
+        results = with_sweep(results, chooser, opts, design.shape() if design else None, workload.payload(),
+                             _budget(opts))
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
             results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
         if thresholds is not None:
@@ -367,7 +382,7 @@ def _measured_run(run: Run, target: Target) -> Run:
 
 def _results(run: Run, design: Design | None, workload: Workload, levels: list[LevelResult],
              lags: dict[str, float], teardown: Teardown, status: ExitStatus, error: str | None,
-             slo: float | None) -> Results:
+             slo: float | None, chooser: Chooser) -> Results:
     mean = workload.payload()
 
     def predict(level: LevelSummary) -> Predicted | None:
@@ -378,7 +393,7 @@ def _results(run: Run, design: Design | None, workload: Workload, levels: list[L
 
     measured: list[Level] = levels_of(levels, time_scale=run.time_scale, emulated=run.emulated,
                                       predict=predict, lags=lags)
-    stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
+    stopped = chooser.stopped_reason(levels)
     if status == ExitStatus.INTERRUPTED:
         stopped = f"interrupted after {len(levels)} level(s)"
     elif error:
