@@ -13,13 +13,17 @@ unperturbed prediction and "measures" the perturbed one; the truth is the pertur
 Simulated endpoint-minutes of a level = (warm-up + measured requests) ÷ requests/s of the truth model, the
 bench's defaults (1 warm-up request per worker, max(8, 3 × concurrency) measured), × instances; a level
 past the invocation timeout costs 2 minutes (the warm-up request times out, then the first measured one
-stops the level). The doubling sweep is 1, 2, 4, … 512 up to and including its first unusable level.
+stops the level); a level above the admission limit costs one request lifetime (429s come back at once
+and stop it). The doubling sweep is 1, 2, 4, … 512 up to and including its first unusable level. Two
+variants: the profiles' admission limit as deployed (the adaptive sweep's range ends there), and none
+(a server that queues: the doubling goes on until requests time out).
 
 Found within 10 %: the reported max throughput is ≥ 90 % of the true max, and the reported knee's
 throughput ÷ ms/token is ≥ 90 % of the true knee's (the knee's concurrency error is printed beside it).
-The emulator part runs `sagellm bench --sweep adaptive` and `--sweep doubling` (time scale 0.02, 24 output
-tokens) and compares the endpoint-minutes each recorded; there the emulator replays the unperturbed
-planner, so it checks the loop end to end, not the prediction error.
+The emulator part runs `sagellm bench --sweep adaptive` and `--sweep doubling` (time scale 0.05, 128 output
+tokens, default requests per level) and compares the endpoint-minutes each recorded (simulated time); the
+emulator replays the unperturbed planner, so this checks the loop end to end, with the measurement noise
+of short emulated levels, not the prediction error.
 """
 
 from __future__ import annotations
@@ -33,14 +37,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sagellm.bench.adaptive import Measured, Plan, next_level, plan_from_prediction
+from sagellm.bench.adaptive import (
+    Measured,
+    Plan,
+    measured_knee,
+    measured_max,
+    next_level,
+    plan_from_prediction,
+)
+from sagellm.bench.sweeps import predicted_minutes
 from sagellm.planner import Calibration, Point, Shape, predict_point
 from sagellm.planner import constants as k
 from sagellm.profiles.resolve import design_for
 
 LIMIT = 512
 DOUBLING = tuple(2 ** i for i in range(10))  # 1 … 512, the bench's default sweep
-TIMEOUT_LEVEL_MIN = 2.0
 
 SHAPES = [  # profile, model, instance
     ("max-throughput", "llama2-7b", "ml.g5.2xlarge"),
@@ -70,13 +81,8 @@ def perturbed(shape: Shape, floor: float, per_seq: float, prefill: float, kv: fl
 
 
 def level_minutes(p: Point, instances: int) -> float:
-    """Simulated endpoint-minutes of one level at the bench's default requests."""
-    if not p.within_timeout:
-        return TIMEOUT_LEVEL_MIN * instances
-    if p.rejected:  # 429s come back at once and stop the level; the admitted warm-up requests finish
-        return p.e2e_s / 60 * instances
-    requests = p.concurrency + max(8, 3 * p.concurrency)  # warm-up + measured
-    return requests / p.requests_per_s / 60 * instances
+    """Simulated endpoint-minutes of one level at the bench's default requests (1 warm-up per worker)."""
+    return predicted_minutes(p, max(8, 3 * p.concurrency), None, 1, instances)
 
 
 def limit_of(shape: Shape) -> int:
@@ -105,6 +111,9 @@ class Row:
     max_c_true: int
     max_c_found: int | None
     reason: str
+    doubling_knee_ratio: float  # what the doubling sweep's own levels give, for comparison
+    doubling_max_ratio: float
+    doubling_knee: int | None
 
     @property
     def ok(self) -> bool:
@@ -115,10 +124,7 @@ class Row:
 def knee_and_max(levels: list[Measured]) -> tuple[Measured | None, Measured | None]:
     """The bench's definitions (results.sweep): knee = max throughput ÷ ms/token, max = highest throughput,
     among usable levels, lowest concurrency on ties."""
-    usable = sorted((m for m in levels if m.usable), key=lambda m: m.concurrency)
-    knee = max(usable, key=lambda m: m.power, default=None)
-    top = max(usable, key=lambda m: m.throughput_tokens_per_s, default=None)
-    return knee, top
+    return measured_knee(levels), measured_max(levels)
 
 
 def run_adaptive(plan: Plan, truth: Callable[[int], Measured]) -> tuple[list[Measured], str]:
@@ -129,15 +135,14 @@ def run_adaptive(plan: Plan, truth: Callable[[int], Measured]) -> tuple[list[Mea
     return levels, step.reason
 
 
-def doubling(truth: Callable[[int], Measured]) -> float:
-    """Endpoint-minutes of a doubling sweep up to and including its first unusable level."""
-    spent = 0.0
+def doubling(truth: Callable[[int], Measured]) -> list[Measured]:
+    """The levels of a doubling sweep up to and including its first unusable level."""
+    levels = []
     for c in DOUBLING:
-        m = truth(c)
-        spent += m.endpoint_minutes
-        if not m.usable:
+        levels.append(truth(c))
+        if not levels[-1].usable:
             break
-    return spent
+    return levels
 
 
 def study(profile: str, model: str, instance: str, factors: tuple[float, float, float, float], *,
@@ -159,30 +164,43 @@ def study(profile: str, model: str, instance: str, factors: tuple[float, float, 
     dense = [truth(c) for c in range(1, LIMIT + 1)]
     knee_t, max_t = knee_and_max(dense)
     knee_a, max_a = knee_and_max(levels)
+    doubled = doubling(truth)
+    knee_d, max_d = knee_and_max(doubled)
     assert knee_t is not None and max_t is not None, f"{profile} {model} {instance}: no usable level"
     return Row(
         shape=f"{profile} · {model} · {instance}", perturbation="×".join(f"{f:g}" for f in factors),
         levels=[m.concurrency for m in levels], adaptive_min=sum(m.endpoint_minutes for m in levels),
-        doubling_min=doubling(truth), knee_true=knee_t.concurrency,
+        doubling_min=sum(m.endpoint_minutes for m in doubled), knee_true=knee_t.concurrency,
         knee_found=knee_a.concurrency if knee_a else None,
         knee_power_ratio=knee_a.power / knee_t.power if knee_a else 0.0,
         max_true=max_t.throughput_tokens_per_s, max_found=max_a.throughput_tokens_per_s if max_a else 0.0,
-        max_c_true=max_t.concurrency, max_c_found=max_a.concurrency if max_a else None, reason=reason)
+        max_c_true=max_t.concurrency, max_c_found=max_a.concurrency if max_a else None, reason=reason,
+        doubling_knee_ratio=knee_d.power / knee_t.power if knee_d else 0.0,
+        doubling_max_ratio=max_d.throughput_tokens_per_s / max_t.throughput_tokens_per_s if max_d else 0.0,
+        doubling_knee=knee_d.concurrency if knee_d else None)
 
 
 def print_table(rows: list[Row]) -> None:
     print(f"{'shape':<48} {'perturb':<15} {'lv':>3} {'adapt':>7} {'doubl':>7} {'ratio':>6} "
-          f"{'knee t→f':>11} {'power':>6} {'max c t→f':>11} {'max tput':>8}  ok")
+          f"{'knee t→f':>11} {'power':>6} {'max c t→f':>11} {'max tput':>8} {'dbl pw':>6} {'dbl max':>7}  ok")
     for r in rows:
         print(f"{r.shape:<48} {r.perturbation:<15} {len(r.levels):>3} {r.adaptive_min:>7.1f} "
               f"{r.doubling_min:>7.1f} {r.adaptive_min / r.doubling_min:>6.2f} "
               f"{f'{r.knee_true}→{r.knee_found}':>11} {r.knee_power_ratio:>6.1%} "
-              f"{f'{r.max_c_true}→{r.max_c_found}':>11} {r.max_found / r.max_true:>8.1%}  {'yes' if r.ok else 'NO'}")
+              f"{f'{r.max_c_true}→{r.max_c_found}':>11} {r.max_found / r.max_true:>8.1%} "
+              f"{r.doubling_knee_ratio:>6.1%} {r.doubling_max_ratio:>7.1%}  {'yes' if r.ok else 'NO'}")
     adaptive, doubled = sum(r.adaptive_min for r in rows), sum(r.doubling_min for r in rows)
     found = sum(r.knee_power_ratio >= 0.9 and r.max_found >= 0.9 * r.max_true for r in rows)
     third = sum(r.adaptive_min <= r.doubling_min / 3 for r in rows)
     print(f"\n{len(rows)} runs on {len({r.shape for r in rows})} shapes: knee and max within 10 % in {found}; "
           f"≤ 1/3 of the doubling's endpoint-minutes in {third}; both in {sum(r.ok for r in rows)}")
+    doubling_found = sum(r.doubling_knee_ratio >= 0.9 and r.doubling_max_ratio >= 0.9 for r in rows)
+    print(f"the doubling sweep's own levels give knee and max within 10 % in {doubling_found}")
+
+    def near(found: int | None, true: int) -> bool:
+        return found is not None and abs(found - true) <= max(1, 0.1 * true)
+    print(f"knee concurrency within 10 % of the true knee's: adaptive {sum(near(r.knee_found, r.knee_true) for r in rows)}"
+          f", doubling {sum(near(r.doubling_knee, r.knee_true) for r in rows)}")
     print(f"endpoint-minutes: adaptive {adaptive:.1f}, doubling {doubled:.1f} ({adaptive / doubled:.1%}); "
           f"levels: adaptive {sum(len(r.levels) for r in rows) / len(rows):.1f} per run (median ratio "
           f"{sorted(r.adaptive_min / r.doubling_min for r in rows)[len(rows) // 2]:.2f})")
@@ -190,13 +208,13 @@ def print_table(rows: list[Row]) -> None:
 
 def emulator(n: int) -> None:
     """Bench the first `n` shapes against the local emulator with both sweeps and compare what they recorded."""
-    print("\nagainst the local emulator (time scale 0.02, 24 output tokens; endpoint-minutes in simulated time):")
+    print("\nagainst the local emulator (time scale 0.05, 128 output tokens; endpoint-minutes in simulated time):")
     for profile, model, instance in SHAPES[:n]:
         spent = {}
         for sweep in ("adaptive", "doubling"):
             with tempfile.TemporaryDirectory() as out:
                 cmd = [str(Path(sys.executable).parent / "sagellm"), "bench", "--profile", profile, "--model",
-                       model, "--instance", instance, "--time-scale", "0.02", "--output-tokens", "24",
+                       model, "--instance", instance, "--time-scale", "0.05", "--output-tokens", "128",
                        "--sweep", sweep, "--out", out]
                 proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
                 results = json.loads((Path(out) / "results.json").read_text())

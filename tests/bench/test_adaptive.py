@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from bench_helpers import bench_args, results_of, sagellm
+from bench_helpers import FakeTransport, bench_args, results_of, sagellm
 from sagellm.bench.adaptive import MAX_LEVELS, TOLERANCE, Measured, Plan, next_level, plan_from_prediction
-from sagellm.bench.sweeps import doubling_estimate, sweep_method
+from sagellm.bench.load import LevelResult, run_sweep
+from sagellm.bench.sweeps import Chooser, doubling_estimate, sweep_method
+from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import InputError
 from sagellm.planner import Payload, knee_of, predict, predict_point
 from sagellm.profiles.resolve import design_for
@@ -151,6 +154,45 @@ def test_the_doubling_estimate_uses_measured_levels_and_stops_at_the_first_failu
         return 1.0
 
     assert doubling_estimate(levels, lambda c: point, minutes) == pytest.approx(2 + 2 + 2 + 2 + 0.5)
+
+
+def run_chooser(transport: FakeTransport, chooser: Chooser) -> list[LevelResult]:
+    return asyncio.run(run_sweep(
+        transport, workload=Workload(WorkloadOptions(), Payload(16, 4)), requests_per_level=8,
+        duration_per_level_s=None, warmup=0, on_record=lambda r: None, choose=chooser))
+
+
+def test_a_doubling_sweep_stops_at_the_budget_and_says_so() -> None:
+    chooser = Chooser("doubling", (1, 2, 4, 8, 16), time_scale=1.0, emulated=False, instances=2,
+                      budget_minutes=1e-9)
+    results = run_chooser(FakeTransport(), chooser)
+
+    assert [r.concurrency for r in results] == [1]  # the first level crosses the tiny budget
+    assert chooser.outcome is not None and chooser.outcome.startswith("budget reached:")
+    assert chooser.stopped_reason(results) == chooser.outcome
+    # Endpoint-minutes: the level's wall time × 2 instances.
+    assert chooser.spent == pytest.approx((results[0].ended_s - results[0].started_s) / 60 * 2)
+
+
+def test_a_doubling_sweep_ends_at_the_first_failing_level() -> None:
+    chooser = Chooser("doubling", (1, 2, 4, 8), time_scale=1.0, emulated=False, instances=1)
+    results = run_chooser(FakeTransport(admit=2), chooser)  # 4 in flight: half refused
+
+    assert [r.concurrency for r in results] == [1, 2, 4]
+    assert chooser.stopped_reason(results) == results[-1].stopped_reason is not None
+    assert not chooser.cut_short
+
+
+def test_an_adaptive_sweep_measures_in_its_own_order_and_goes_on_past_failing_levels() -> None:
+    plan = Plan(knee=4, max=8, limit=64)
+    chooser = Chooser("adaptive", (), time_scale=1.0, emulated=False, instances=1, plan=plan)
+    results = run_chooser(FakeTransport(admit=6), chooser)  # 8 fails: too many refused
+    loads = [r.concurrency for r in results]
+
+    assert loads[:2] == [4, 8] and results[1].stopped_reason is not None  # the max seed failed ...
+    assert len(loads) > 2 and loads != sorted(loads)  # ... and the sweep went on, below it
+    assert chooser.outcome is not None and chooser.stopped_reason(results) is None
+    assert chooser.order == [str(c) for c in loads]
 
 
 def test_sweep_method_resolves_auto_and_refuses_adaptive_without_a_prediction() -> None:

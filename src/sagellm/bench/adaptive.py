@@ -8,13 +8,16 @@ the range on that side (1, or the limit: the admission limit, above which every 
 - **Knee** (highest throughput ÷ p50 ms/token among usable levels, as `results.sweep`): bracketed when
   both its sides are closed.
 - **Max throughput** (highest throughput among usable levels): in a closed loop throughput does not fall
-  as load rises until the endpoint fails (errors, timeouts), so only the side above needs closing; it is
-  also closed when the level above is usable and within 3 % of b's throughput (a plateau: more load buys
-  latency, not throughput, and measurement noise would otherwise walk the max up the plateau).
+  as load rises until the endpoint fails (errors, timeouts), so only the side above needs closing. It is
+  also closed by a usable level above (no higher throughput there, hence none between), or, below a
+  failing level, when the throughput any level between could reach is within 10 % of the max: on the line
+  through the level below the max (or zero load) and the max, throughput being concave in load. With
+  latency that does not fall as load rises, that line through zero load is Little's law: the 10 % in
+  concurrency and the 10 % in throughput are then the same bound.
 
 The sweep is done when the knee and the max are both bracketed. Until then, the next level is on the
 first open side of the first pick not bracketed: when b is a predicted level, a probe 10 % out (the
-prediction says the pick is here); otherwise, with no measured level on that side, a probe 50 % out (the
+prediction says the pick is here); otherwise, with no measured level on that side, a probe 25 % out (the
 curve departed from the prediction: search faster), and with a measured level too far away, the
 geometric midpoint of the gap (bisection). Levels that failed bound the search like any other.
 
@@ -32,7 +35,7 @@ from sagellm.planner import Point, knee_index
 
 TOLERANCE = 0.10  # a pick is bracketed when its measured neighbours are this close in concurrency
 NEAR_STEP = 1.10  # first probe beside a predicted level
-FAR_STEP = 1.35  # probe beside a level the prediction did not point at
+FAR_STEP = 1.25  # probe beside a level the prediction did not point at
 MAX_LEVELS = 24  # a safety net: a curve that keeps surprising stops here
 
 
@@ -86,13 +89,13 @@ def plan_from_prediction(predict: Callable[[int], Point], limit: int, *, require
     return Plan(knee, best.concurrency, limit, tuple(sorted(set(required))), budget_minutes)
 
 
-def _knee(levels: Sequence[Measured]) -> Measured | None:
+def measured_knee(levels: Sequence[Measured]) -> Measured | None:
     """The measured knee: the highest throughput ÷ ms/token among usable levels (lowest load on ties)."""
     usable = sorted((m for m in levels if m.usable and m.power > 0), key=lambda m: m.concurrency)
     return max(usable, key=lambda m: m.power, default=None)
 
 
-def _max(levels: Sequence[Measured]) -> Measured | None:
+def measured_max(levels: Sequence[Measured]) -> Measured | None:
     """The measured max: the highest throughput among usable levels (lowest load on ties)."""
     usable = sorted((m for m in levels if m.usable and m.throughput_tokens_per_s > 0), key=lambda m: m.concurrency)
     return max(usable, key=lambda m: m.throughput_tokens_per_s, default=None)
@@ -150,7 +153,7 @@ def next_level(plan: Plan, levels: Sequence[Measured]) -> Next:
     if len(levels) >= MAX_LEVELS:
         return Next(None, f"stopped after {MAX_LEVELS} levels without bracketing the knee and the max")
     seeds = {plan.knee, plan.max}
-    for name, best, is_max in (("knee", _knee(levels), False), ("max throughput", _max(levels), True)):
+    for name, best, is_max in (("knee", measured_knee(levels), False), ("max throughput", measured_max(levels), True)):
         if best is None:
             lowest = min(measured)
             if lowest == 1:

@@ -237,7 +237,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         watch.record(record)
 
     chooser = make_chooser(method, opts, design.shape() if design else None, workload.payload(),
-                           plan.initial_instance_count if plan else 1)
+                           plan.initial_instance_count if plan else 1, baseline)
     lags: dict[str, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
 

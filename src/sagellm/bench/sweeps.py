@@ -120,12 +120,15 @@ def threshold_levels(path: Path | None) -> list[int]:
     return [key for key in keys if isinstance(key, int)]
 
 
-def make_chooser(method: str, opts: BenchOptions, shape: Shape | None, payload: Payload, instances: int) -> Chooser:
-    """The chooser of a bench: its list, or its plan from the prediction."""
+def make_chooser(method: str, opts: BenchOptions, shape: Shape | None, payload: Payload, instances: int,
+                 baseline: Results | None = None) -> Chooser:
+    """The chooser of a bench: its list, or its plan from the prediction. An adaptive sweep also measures the
+    levels a baseline run has, so that the two have levels in common to compare."""
     plan = None
     if method == "adaptive":
         assert shape is not None  # sweep_method: adaptive needs a prediction
-        plan = adaptive_plan(shape, payload, opts.concurrency, opts.budget_minutes)
+        again = [lv.concurrency for lv in baseline.levels if lv.concurrency] if baseline else []
+        plan = adaptive_plan(shape, payload, [*opts.concurrency, *again], opts.budget_minutes)
     levels: tuple[float, ...] = opts.request_rate or tuple(opts.concurrency)
     return Chooser(method, levels, opts.time_scale, opts.target == "local", instances, opts.budget_minutes, plan)
 
