@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,26 @@ def test_bench_adaptive_measures_fewer_levels_than_doubling_and_reports_knee_and
     report = (out / "report.md").read_text()
     assert "adaptive" in report
     json.dumps(results)
+
+
+def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    args = [a for a in bench_args(tmp_path / "out") if a not in ("--concurrency", "1,4")]
+    ran = sagellm(*args, "--sweep", "fast")
+    assert ran.returncode == 2, ran.stderr
+    assert "--sweep: 'fast' must be adaptive or doubling" in ran.stderr and "Traceback" not in ran.stderr
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"budget_minutes": 0.0}, "--budget-minutes: 0 must be a positive number of endpoint-minutes"),
+    ({"sweep": "adaptive", "concurrency": (), "request_rate": (1.0,)}, "--sweep adaptive: closed loop only"),
+])
+def test_bad_sweep_options_are_refused_before_anything_runs(tmp_path: Path, changes: dict[str, object],
+                                                            message: str) -> None:
+    from sagellm.bench.runner import BenchOptions, run_bench
+
+    opts = BenchOptions(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge", out=tmp_path / "o")
+    with pytest.raises(InputError) as exc:
+        run_bench(replace(opts, **changes))  # type: ignore[arg-type]
+    assert message in str(exc.value)
+    assert not (tmp_path / "o" / "results.json").exists()
