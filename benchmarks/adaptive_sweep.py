@@ -45,7 +45,7 @@ from sagellm.bench.adaptive import (
     next_level,
     plan_from_prediction,
 )
-from sagellm.bench.sweeps import predicted_minutes
+from sagellm.bench.sweeps import doubling_estimate, predicted_minutes
 from sagellm.planner import Calibration, Point, Shape, predict_point
 from sagellm.planner import constants as k
 from sagellm.profiles.resolve import design_for
@@ -114,6 +114,7 @@ class Row:
     doubling_knee_ratio: float  # what the doubling sweep's own levels give, for comparison
     doubling_max_ratio: float
     doubling_knee: int | None
+    doubling_estimate: float  # what results.json would report for the doubling (sweeps.doubling_estimate)
 
     @property
     def ok(self) -> bool:
@@ -177,7 +178,9 @@ def study(profile: str, model: str, instance: str, factors: tuple[float, float, 
         max_c_true=max_t.concurrency, max_c_found=max_a.concurrency if max_a else None, reason=reason,
         doubling_knee_ratio=knee_d.power / knee_t.power if knee_d else 0.0,
         doubling_max_ratio=max_d.throughput_tokens_per_s / max_t.throughput_tokens_per_s if max_d else 0.0,
-        doubling_knee=knee_d.concurrency if knee_d else None)
+        doubling_knee=knee_d.concurrency if knee_d else None,
+        doubling_estimate=doubling_estimate(levels, lambda c: predict_point(shape, payload, c),
+                                            lambda p: level_minutes(p, shape.instance_count)))
 
 
 def print_table(rows: list[Row]) -> None:
@@ -201,6 +204,9 @@ def print_table(rows: list[Row]) -> None:
         return found is not None and abs(found - true) <= max(1, 0.1 * true)
     print(f"knee concurrency within 10 % of the true knee's: adaptive {sum(near(r.knee_found, r.knee_true) for r in rows)}"
           f", doubling {sum(near(r.doubling_knee, r.knee_true) for r in rows)}")
+    errors = sorted(abs(r.doubling_estimate / r.doubling_min - 1) for r in rows)
+    print(f"the doubling estimate results.json reports, against the simulated doubling: median error "
+          f"{errors[len(errors) // 2]:.0%}, worst {errors[-1]:.0%}")
     print(f"endpoint-minutes: adaptive {adaptive:.1f}, doubling {doubled:.1f} ({adaptive / doubled:.1%}); "
           f"levels: adaptive {sum(len(r.levels) for r in rows) / len(rows):.1f} per run (median ratio "
           f"{sorted(r.adaptive_min / r.doubling_min for r in rows)[len(rows) // 2]:.2f})")
