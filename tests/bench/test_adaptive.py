@@ -13,7 +13,7 @@ import pytest
 from bench_helpers import FakeTransport, bench_args, results_of, sagellm
 from sagellm.bench.adaptive import MAX_LEVELS, TOLERANCE, Measured, Plan, next_level, plan_from_prediction
 from sagellm.bench.load import LevelResult, run_sweep
-from sagellm.bench.sweeps import Chooser, doubling_estimate, sweep_method
+from sagellm.bench.sweeps import Chooser, doubling_estimate, measured, sweep_method
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import InputError
 from sagellm.planner import Payload, knee_of, predict, predict_point
@@ -194,6 +194,14 @@ def test_an_adaptive_sweep_measures_in_its_own_order_and_goes_on_past_failing_le
     assert len(loads) > 2 and loads != sorted(loads)  # ... and the sweep went on, below it
     assert chooser.outcome is not None and chooser.stopped_reason(results) is None
     assert chooser.order == [str(c) for c in loads]
+
+
+def test_a_level_with_no_measured_request_counts_as_failed_and_is_not_chosen_again() -> None:
+    empty = LevelResult(concurrency=4, records=[], started_s=0.0, ended_s=30.0, window_start_s=0.0,
+                        window_end_s=30.0, ramp_excluded=False, window_output_tokens=0.0)
+    [level] = measured([empty], time_scale=0.5, emulated=True, instances=2)
+    assert level == Measured(4, 0.0, None, False, 30 / 0.5 / 60 * 2)
+    assert next_level(Plan(knee=4, max=4, limit=64), [level]).concurrency == 2  # halving, not 4 again
 
 
 def test_sweep_method_resolves_auto_and_refuses_adaptive_without_a_prediction() -> None:

@@ -149,12 +149,20 @@ def with_sweep(results: Results, chooser: Chooser, opts: BenchOptions, shape: Sh
 
 
 def measured(results: list[LevelResult], time_scale: float, emulated: bool, instances: int) -> list[Measured]:
-    """What the chooser needs of the levels measured so far (repeats together), in the order measured."""
+    """What the chooser needs of the levels measured so far (repeats together), in the order measured; a
+    level without a measured request counts as failed (so it is never chosen again)."""
+    summaries = {lv.load: lv for lv in levels_of(results, time_scale=time_scale, emulated=emulated,
+                                                 predict=lambda _: None, lags={})}
     out = []
-    for level in levels_of(results, time_scale=time_scale, emulated=emulated, predict=lambda _: None, lags={}):
-        runs = [r for r in results if r.load == level.load]
-        out.append(Measured(level.concurrency or 0, level.throughput_tokens_per_s, level.latency_ms_per_token.p50,
-                            is_usable(level), level_minutes(runs, time_scale, instances)))
+    for load in dict.fromkeys(r.load for r in results):
+        runs = [r for r in results if r.load == load]
+        minutes = level_minutes(runs, time_scale, instances)
+        level = summaries.get(load)
+        if level is None:
+            out.append(Measured(runs[0].concurrency or 0, 0.0, None, False, minutes))
+        else:
+            out.append(Measured(level.concurrency or 0, level.throughput_tokens_per_s,
+                                level.latency_ms_per_token.p50, is_usable(level), minutes))
     return out
 
 
