@@ -313,7 +313,15 @@ def bench(
                                       "same requests)")] = 0,
     concurrency: Annotated[str | None, typer.Option("--concurrency", help="closed-loop levels, in order; "
                                                     "escalation stops at >5% errors or a timeout "
-                                                    "[default: 1,2,4,…,512]")] = None,
+                                                    "[default: 1,2,4,…,512, or adaptive]")] = None,
+    sweep: Annotated[str | None, typer.Option("--sweep", help="adaptive: start at the predicted knee and "
+                                              "max, refine where the measurement departs, stop once both are "
+                                              "bracketed within 10% · doubling: the --concurrency list "
+                                              "[default: adaptive with --profile and --model and no "
+                                              "--concurrency/--request-rate; else doubling]")] = None,
+    budget_minutes: Annotated[float | None, typer.Option("--budget-minutes", help="stop the sweep once it "
+                                                         "has spent this many endpoint-minutes (wall time × "
+                                                         "instances)")] = None,
     request_rate: Annotated[str | None, typer.Option("--request-rate", help="open-loop levels instead, "
                                                      "requests/s, e.g. 1,2,4,8")] = None,
     arrivals: Annotated[str | None, typer.Option("--arrivals", help="open loop: constant or poisson "
@@ -368,7 +376,6 @@ def bench(
     from sagellm.bench.progress import watching
     from sagellm.bench.runner import BenchOptions, run_bench
     from sagellm.bench.workload import WorkloadOptions
-    from sagellm.planner import DEFAULT_CONCURRENCY
     from sagellm.render import print_report
 
     if concurrency is not None and request_rate is not None:
@@ -376,12 +383,14 @@ def bench(
     if concurrency is not None and ramp:
         raise InputError("--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp")
     rates = _rates(request_rate)
+    method = sweep or ("auto" if concurrency is None and request_rate is None else "doubling")
     opts = BenchOptions(
         profile=profile, model=model, instance=instance, target=target, endpoint_name=endpoint_name,
         inference_component=inference_component, url=url, api=api, served_model=served_model,
         workload=WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, shared_prefix=shared_prefix,
                                  dataset=dataset, tokenizer=tokenizer, seed=seed),
-        concurrency=() if rates else _concurrency(concurrency) if concurrency else DEFAULT_CONCURRENCY,
+        concurrency=() if rates or concurrency is None else _concurrency(concurrency), sweep=method,
+        budget_minutes=budget_minutes,
         request_rate=rates, arrivals=arrivals, max_in_flight=max_in_flight, repeats=repeats,
         requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
         thresholds=thresholds, baseline=baseline, allow_incomparable=allow_incomparable, out=out, keep=keep,

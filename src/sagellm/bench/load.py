@@ -15,7 +15,7 @@ import asyncio
 import functools
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -122,21 +122,26 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
                     on_record: Callable[[RequestRecord], None],
                     on_progress: Callable[[LevelProgress], None] | None = None,
                     on_level: Callable[[LevelResult], None] | None = None,
-                    stop_rule: StopRule = DEFAULT_STOP_RULE, repeats: int = 1) -> list[LevelResult]:
+                    stop_rule: StopRule = DEFAULT_STOP_RULE, repeats: int = 1,
+                    choose: Callable[[list[LevelResult]], float | None] | None = None) -> list[LevelResult]:
     """Run the levels in order, each `repeats` times, until one says stop; times count from the sweep's start.
 
-    The levels are `concurrency` (closed loop) or `open_loop.rates`. `requests_per_level` is the measured
+    The levels are `concurrency` (closed loop) or `open_loop.rates`, or else what `choose` answers, given
+    the level runs so far, until it answers None (a failing level then ends only its repeats: whether to
+    go on is the chooser's call). `requests_per_level` is the measured
     requests per level, on top of the warm-up, or a function of the level's concurrency or rate (e.g. a few
     per worker). `on_level` gets each finished run of a level at once, so an interrupted sweep keeps the
     levels it completed.
     """
     if (requests_per_level is None) == (duration_per_level_s is None):
         raise ValueError("give exactly one of requests_per_level and duration_per_level_s")
-    if (open_loop is None) == (not concurrency):
+    if choose is None and (open_loop is None) == (not concurrency):
         raise ValueError("give exactly one of concurrency levels and an open loop's rates")
     zero = time.perf_counter()
     results: list[LevelResult] = []
-    loads: Sequence[float] = open_loop.rates if open_loop is not None else concurrency
+    loads: Iterable[float] = open_loop.rates if open_loop is not None else concurrency
+    if choose is not None:
+        loads = iter(functools.partial(choose, results), None)
     for load in loads:
         budget = requests_per_level(load) if callable(requests_per_level) else requests_per_level
         for repeat in range(repeats):
@@ -151,5 +156,7 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
             if on_level is not None:
                 on_level(result)
             if result.stopped_reason is not None:
-                return results
+                if choose is None:
+                    return results
+                break
     return results

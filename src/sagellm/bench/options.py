@@ -52,6 +52,8 @@ class BenchOptions:
     time_scale: float = 1.0
     slo_ms_per_token: float | None = None
     command: str = ""
+    sweep: str = "doubling"  # doubling | adaptive | auto (adaptive where predicted: bench/sweeps.py)
+    budget_minutes: float | None = None  # endpoint-minutes the sweep may spend
     ramp: bool | None = None  # open-loop steps over time (None: when the plan has autoscaling)
     instance_startup_s: float | None = None  # local autoscaling: scale-out → InService (None: the default)
 
@@ -87,6 +89,8 @@ def check_options(opts: BenchOptions) -> None:
         errors.append(f"--requests-per-level: {opts.requests_per_level} must be at least 1")
     if opts.duration_per_level_s is not None and not 0 < opts.duration_per_level_s < math.inf:
         errors.append(f"--duration-per-level: {opts.duration_per_level_s:g} must be a positive number of seconds")
+    if opts.budget_minutes is not None and not 0 < opts.budget_minutes < math.inf:
+        errors.append(f"--budget-minutes: {opts.budget_minutes:g} must be a positive number of endpoint-minutes")
     if opts.warmup < 0:
         errors.append(f"--warmup: {opts.warmup} must be 0 or more")
     if opts.api not in (*APIS, "auto"):

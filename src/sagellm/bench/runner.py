@@ -21,12 +21,13 @@ from sagellm.bench.progress import Say, Watch
 from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_steps
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.server_metrics import ServerWatch
+from sagellm.bench.sweeps import Chooser, make_chooser, sweep_method, threshold_levels, with_sweep
 from sagellm.bench.targets import Target, check_reachable, choose_target
 from sagellm.bench.teardown import tear_down
 from sagellm.bench.verdict import target_failure
 from sagellm.bench.workload import Workload
 from sagellm.errors import ExitStatus, InputError, SagellmError
-from sagellm.planner import Payload, predict_point
+from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.resolve import Design, design_for, to_plan
 from sagellm.profiles.tokens import gated_without_secret
@@ -92,6 +93,12 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         raise InputError("--repeats: a ramp runs once; --no-ramp repeats the levels of a sweep")
     if steps:
         opts = replace(opts, request_rate=steps, concurrency=(), warmup=0, repeats=1)
+    method = sweep_method(opts.sweep, predicted=design is not None, open_loop=bool(opts.request_rate))
+    if method == "adaptive":
+        required = tuple(sorted(set(opts.concurrency) | set(threshold_levels(opts.thresholds))))
+        opts = replace(opts, concurrency=required)
+    elif not opts.request_rate and not opts.concurrency:
+        opts = replace(opts, concurrency=DEFAULT_CONCURRENCY)
     run_id = uuid.uuid4().hex[:10]
     run = _run(opts, plan, workload, datetime.now(UTC), run_id, deployed)
     thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, sweep_levels(run),
@@ -122,6 +129,10 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         log.append(record)
         watch.record(record)
 
+    chooser = make_chooser(method, opts, design.shape() if design else None, workload.payload(),
+                           plan.initial_instance_count if plan else 1, baseline)
+    chooser = make_chooser(method, opts, design.shape() if design else None, workload.payload(),
+                           plan.initial_instance_count if plan else 1, baseline)
     lags: dict[str, float] = {}
     loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
     servers: ServerWatch | None = None
@@ -146,18 +157,18 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                                 f"on the {target.kind} target")
                 transport = target.deploy()
                 servers = ServerWatch(target, transport, say)
-                levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
                 watch.enter("measuring", f"endpoint {target.endpoint}, "
-                            + (ramp.describe() if ramp else f"levels {levels_text}"))
+                            + (ramp.describe() if ramp else chooser.describe()))
                 if ramp is not None:
                     interrupts.run(ramp.run(transport, workload, on_record=on_record, on_progress=watch.progress,
                                             on_level=on_level))
                 else:
                     interrupts.run(run_sweep(
-                        transport, workload=workload, concurrency=opts.concurrency, open_loop=loop,
+                        transport, workload=workload, open_loop=loop,
                         requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
                         warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
-                        stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
+                        stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats,
+                        choose=chooser))
                 watch.enter("reading server metrics")
                 server_blocks = servers.finish()
         except SagellmError as exc:
@@ -185,7 +196,10 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
         watch.enter("writing results", str(out))
         run = _measured_run(run, target)
-        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo, server_blocks)
+        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo, chooser,
+                           server_blocks)
+        results = with_sweep(results, chooser, opts, design.shape() if design else None, workload.payload(),
+                             _budget(opts))
         if ramp is not None:
             results = results.model_copy(update={"ramp": ramp.block(levels, run, design, slo)})
         if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
@@ -260,7 +274,7 @@ def _measured_run(run: Run, target: Target) -> Run:
 
 def _results(run: Run, design: Design | None, workload: Workload, levels: list[LevelResult],
              lags: dict[str, float], teardown: Teardown, status: ExitStatus, error: str | None,
-             slo: float | None, server: dict[str, ServerMetrics] | None = None) -> Results:
+             slo: float | None, chooser: Chooser, server: dict[str, ServerMetrics] | None = None) -> Results:
     mean = workload.payload()
 
     def predict(level: LevelSummary) -> Predicted | None:
@@ -272,7 +286,7 @@ def _results(run: Run, design: Design | None, workload: Workload, levels: list[L
     measured: list[Level] = levels_of(levels, time_scale=run.time_scale, emulated=run.emulated,
                                       predict=predict, lags=lags)
     measured = [lv.model_copy(update={"server": (server or {}).get(lv.load)}) for lv in measured]
-    stopped = next((lv.stopped_reason for lv in levels if lv.stopped_reason), None)
+    stopped = chooser.stopped_reason(levels)
     if status == ExitStatus.INTERRUPTED:
         stopped = f"interrupted after {len(levels)} level(s)"
     elif error:

@@ -213,6 +213,10 @@ class _Call:
         self.copy.cancel(self.seq)
 
 
+# The admitted call of a SageMaker invocation, for the CloudWatch publisher (`Emulator._counted`).
+_CALL = web.RequestKey("sagellm_call", _Call)
+
+
 def _details(call: _Call, n_tokens: int) -> dict[str, object] | None:
     """TGI's (and LMI's) `details` with the emulator's timings, when the request asked for details."""
     return formats.tgi_details(n_tokens, call.ask.input_tokens, call.timings()) if call.ask.details else None
@@ -606,7 +610,7 @@ class Emulator:
             call = self._admit(model, ask, arrived, sagemaker=True)
         except RequestError as exc:
             return self._stream_refusal(exc) if ask.stream and ask.api == "generate" else self._container_error(exc)
-        request["sagellm_call"] = call  # for the CloudWatch publisher (`_counted`)
+        request[_CALL] = call  # for the CloudWatch publisher (`_counted`)
         return call
 
     async def _sm_invocations(self, request: web.Request) -> web.StreamResponse:
@@ -679,7 +683,7 @@ class Emulator:
             started = time.perf_counter()
             resp = await handler(request)
             if self.publisher is not None:
-                call: _Call | None = request.get("sagellm_call")
+                call: _Call | None = request.get(_CALL)
                 model = next((n for n, m in self.models.items() if call is not None and m is call.model), None)
                 self.publisher.invocation(model, request.headers.get(IC_HEADER), resp.status,
                                           call.e2e_s if call is not None else None, time.perf_counter() - started)

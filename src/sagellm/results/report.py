@@ -8,7 +8,17 @@ from pathlib import Path
 from sagellm.results.junit import render_junit
 from sagellm.results.plot import plot_curve
 from sagellm.results.ramp_report import plot_ramp, render_ramp
-from sagellm.results.schema import ERROR_KINDS, Level, Pick, Results, Run, ServerMetrics, ServerStats, Stats
+from sagellm.results.schema import (
+    ERROR_KINDS,
+    Level,
+    Pick,
+    Results,
+    Run,
+    ServerMetrics,
+    ServerStats,
+    Stats,
+    Sweep,
+)
 from sagellm.results.table import render_csv
 
 
@@ -53,6 +63,7 @@ def _header(results: Results) -> list[str]:
         f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens (mean)" + _workload(run),
         f"- Load: {_load(run)} · timings from the {run.clock}'s clock"
         + (" (simulated time; client overhead in wall-clock ms)" if run.clock == "emulator" else ""),
+        *_sweep(results.sweep),
         f"- Started {run.started_at.isoformat(timespec='seconds')} · ended {ended} · sagellm {run.tool_version}",
         f"- Command: `{run.command}`",
         "- Environment: " + (", ".join(f"`{k}={v}`" for k, v in sorted(run.environment.items())) or "–"),
@@ -75,6 +86,21 @@ def _load(run: Run) -> str:
         return (f"open loop, {run.arrivals} arrivals at {', '.join(f'{r:g}' for r in run.request_rate)} "
                 f"requests/s, at most {run.max_in_flight} in flight{repeats}")
     return f"closed loop at concurrency {', '.join(map(str, run.concurrency))}{repeats}"
+
+
+def _sweep(sweep: Sweep | None) -> list[str]:
+    """The sweep's line: how levels were chosen and what they cost."""
+    if sweep is None:
+        return []
+    text = f"- Sweep: {sweep.method}, {sweep.endpoint_minutes:.2f} endpoint-minutes"
+    if sweep.method == "adaptive":
+        text += (f" (a doubling sweep to its first error: ~{sweep.doubling_endpoint_minutes:.2f}, estimated)"
+                 if sweep.doubling_endpoint_minutes is not None else "")
+        text += (f" · from the predicted knee {sweep.predicted_knee} and max {sweep.predicted_max}, measured in "
+                 f"the order {', '.join(sweep.order)}")
+    if sweep.budget_minutes is not None:
+        text += f" · budget {sweep.budget_minutes:g} endpoint-minutes"
+    return [text + (f" · {sweep.outcome}" if sweep.outcome else "")]
 
 
 def _pick(name: str, pick: Pick | None) -> str:

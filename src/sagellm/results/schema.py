@@ -372,6 +372,19 @@ class Ramp(_Strict):
     cost_usd: float | None  # instance_minutes × the catalog price
 
 
+class Sweep(_Strict):
+    """How the levels were chosen and what measuring them cost."""
+
+    method: Literal["doubling", "adaptive"]  # the list in order, or chosen from the prediction (README: Bench)
+    order: list[str] = []  # the levels in the order measured (`levels` is sorted by load)
+    endpoint_minutes: float  # wall time of the levels (simulated on the emulator) × instances
+    doubling_endpoint_minutes: float | None = None  # adaptive: estimate for a doubling sweep to its first error
+    budget_minutes: float | None = None  # --budget-minutes
+    predicted_knee: int | None = None  # adaptive: the concurrency it started from
+    predicted_max: int | None = None
+    outcome: str | None = None  # why the sweep ended
+
+
 class Results(_Strict):
     """The whole run."""
 
@@ -387,6 +400,7 @@ class Results(_Strict):
     stopped_reason: str | None = None  # why the sweep stopped before its last planned level
     failure: Failure | None = None  # None when the run went through (its gate may still have failed)
     ramp: Ramp | None = None  # `bench --ramp` only
+    sweep: Sweep | None = None  # how levels were chosen, endpoint-minutes spent (None in older files)
 
     def level(self, where: int | str) -> Level | None:
         """The measured level named `where` (a concurrency such as 16, or a rate such as `4/s`), if reached."""

@@ -1,0 +1,257 @@
+"""Simulation study of the planner-guided (adaptive) sweep against the doubling sweep.
+
+    python benchmarks/adaptive_sweep.py                  # the planner study: 12 shapes × 4 perturbations
+    python benchmarks/adaptive_sweep.py --emulator 2     # ... and 2 shapes benched against the local emulator
+    python benchmarks/adaptive_sweep.py --json out.json  # ... and the rows as JSON
+
+A stand-in for a real endpoint that differs from the prediction: the same shape with its step times scaled
+by a calibration (decode floor, per-sequence work and prefill each × 0.7…1.4) and its KV capacity scaled
+(× 0.7…1.3, through the accelerator memory left after the weights). The adaptive sweep is steered by the
+unperturbed prediction and "measures" the perturbed one; the truth is the perturbed model's dense curve
+(every concurrency 1…limit), its knee and max read with the bench's own definitions (results.sweep).
+
+Simulated endpoint-minutes of a level = (warm-up + measured requests) ÷ requests/s of the truth model, the
+bench's defaults (1 warm-up request per worker, max(8, 3 × concurrency) measured), × instances; a level
+past the invocation timeout costs 2 minutes (the warm-up request times out, then the first measured one
+stops the level); a level above the admission limit costs one request lifetime (429s come back at once
+and stop it). The doubling sweep is 1, 2, 4, … 512 up to and including its first unusable level. Two
+variants: the profiles' admission limit as deployed (the adaptive sweep's range ends there), and none
+(a server that queues: the doubling goes on until requests time out).
+
+Found within 10 %: the reported max throughput is ≥ 90 % of the true max, and the reported knee's
+throughput ÷ ms/token is ≥ 90 % of the true knee's (the knee's concurrency error is printed beside it).
+The emulator part runs `sagellm bench --sweep adaptive` and `--sweep doubling` (time scale 0.05, 128 output
+tokens, default requests per level) and compares the endpoint-minutes each recorded (simulated time); the
+emulator replays the unperturbed planner, so this checks the loop end to end, with the measurement noise
+of short emulated levels, not the prediction error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sagellm.bench.adaptive import (
+    Measured,
+    Plan,
+    measured_knee,
+    measured_max,
+    next_level,
+    plan_from_prediction,
+)
+from sagellm.bench.sweeps import doubling_estimate, predicted_minutes
+from sagellm.planner import Calibration, Point, Shape, predict_point
+from sagellm.planner import constants as k
+from sagellm.profiles.resolve import design_for
+
+LIMIT = 512
+DOUBLING = tuple(2 ** i for i in range(10))  # 1 … 512, the bench's default sweep
+
+SHAPES = [  # profile, model, instance
+    ("max-throughput", "llama2-7b", "ml.g5.2xlarge"),
+    ("max-throughput", "llama2-13b", "ml.g5.12xlarge"),
+    ("max-throughput", "llama3-8b", "ml.g6e.xlarge"),
+    ("max-throughput", "mistral-7b", "ml.g5.xlarge"),
+    ("max-throughput", "llama2-70b", "ml.p4d.24xlarge"),
+    ("max-throughput", "mixtral-8x7b", "ml.g6e.12xlarge"),
+    ("max-throughput", "qwen2.5-7b", "ml.g6.2xlarge"),
+    ("max-throughput", "qwen2.5-72b", "ml.p5.48xlarge"),
+    ("min-cost", "llama3.1-8b", "ml.g6.xlarge"),
+    ("replicas", "llama2-13b", "ml.p4d.24xlarge"),
+    ("replicas", "llama3-8b", "ml.g5.12xlarge"),
+    ("min-cost", "falcon-7b", "ml.g5.2xlarge"),
+]
+# (decode floor, per sequence, prefill, KV capacity) multipliers: the "real endpoint" against the prediction.
+PERTURBATIONS = [(1.0, 1.0, 1.0, 1.0), (1.4, 0.7, 1.2, 0.7), (0.7, 1.4, 0.8, 1.3), (1.2, 1.3, 1.4, 1.0)]
+
+
+def perturbed(shape: Shape, floor: float, per_seq: float, prefill: float, kv: float) -> Shape:
+    """The shape with its step times and KV capacity scaled (the stand-in for a real endpoint)."""
+    free = shape.usable_gb_per_gpu - shape.weight_gb_per_gpu
+    mem = shape.weight_gb_per_gpu + free * kv + k.RESERVED_GB_PER_GPU
+    budget = None if shape.max_batch_total_tokens is None else round(shape.max_batch_total_tokens * kv)
+    return replace(shape, instance=replace(shape.instance, device_mem_mib=round(mem * 1e9 / 2**20)), max_batch_total_tokens=budget,
+                   calibration=Calibration(floor, per_seq, prefill, source="perturbed"))
+
+
+def level_minutes(p: Point, instances: int) -> float:
+    """Simulated endpoint-minutes of one level at the bench's default requests (1 warm-up per worker)."""
+    return predicted_minutes(p, max(8, 3 * p.concurrency), None, 1, instances)
+
+
+def limit_of(shape: Shape) -> int:
+    """The highest level worth measuring: the endpoint's admission limit, else the doubling's last level."""
+    admit = shape.max_concurrent_requests
+    return LIMIT if admit is None else min(LIMIT, admit * shape.total_copies)
+
+
+def measure(p: Point, instances: int) -> Measured:
+    return Measured(p.concurrency, p.throughput_tokens_per_s, p.ms_per_token,
+                    p.within_timeout and not p.rejected, level_minutes(p, instances))
+
+
+@dataclass
+class Row:
+    shape: str
+    perturbation: str
+    levels: list[int]
+    adaptive_min: float
+    doubling_min: float
+    knee_true: int
+    knee_found: int | None
+    knee_power_ratio: float
+    max_true: float
+    max_found: float
+    max_c_true: int
+    max_c_found: int | None
+    reason: str
+    doubling_knee_ratio: float  # what the doubling sweep's own levels give, for comparison
+    doubling_max_ratio: float
+    doubling_knee: int | None
+    doubling_estimate: float  # what results.json would report for the doubling (sweeps.doubling_estimate)
+
+    @property
+    def ok(self) -> bool:
+        return (self.knee_power_ratio >= 0.9 and self.max_found >= 0.9 * self.max_true
+                and self.adaptive_min <= self.doubling_min / 3)
+
+
+def knee_and_max(levels: list[Measured]) -> tuple[Measured | None, Measured | None]:
+    """The bench's definitions (results.sweep): knee = max throughput ÷ ms/token, max = highest throughput,
+    among usable levels, lowest concurrency on ties."""
+    return measured_knee(levels), measured_max(levels)
+
+
+def run_adaptive(plan: Plan, truth: Callable[[int], Measured]) -> tuple[list[Measured], str]:
+    """Ask the chooser for levels until it is done, measuring each on the truth model."""
+    levels: list[Measured] = []
+    while (step := next_level(plan, levels)).concurrency is not None:
+        levels.append(truth(step.concurrency))
+    return levels, step.reason
+
+
+def doubling(truth: Callable[[int], Measured]) -> list[Measured]:
+    """The levels of a doubling sweep up to and including its first unusable level."""
+    levels = []
+    for c in DOUBLING:
+        levels.append(truth(c))
+        if not levels[-1].usable:
+            break
+    return levels
+
+
+def study(profile: str, model: str, instance: str, factors: tuple[float, float, float, float], *,
+          admission: bool) -> Row:
+    design = design_for(profile, model, instance)
+    shape, payload = design.shape(), design.payload
+    if not admission:  # a server that queues what it cannot run: the doubling goes on to the first timeout
+        shape = replace(shape, max_concurrent_requests=None)
+    real = perturbed(shape, *factors)
+    cache: dict[int, Measured] = {}
+
+    def truth(c: int) -> Measured:
+        if c not in cache:
+            cache[c] = measure(predict_point(real, payload, c), shape.instance_count)
+        return cache[c]
+
+    plan = plan_from_prediction(lambda c: predict_point(shape, payload, c), limit_of(shape))
+    levels, reason = run_adaptive(plan, truth)
+    dense = [truth(c) for c in range(1, LIMIT + 1)]
+    knee_t, max_t = knee_and_max(dense)
+    knee_a, max_a = knee_and_max(levels)
+    doubled = doubling(truth)
+    knee_d, max_d = knee_and_max(doubled)
+    assert knee_t is not None and max_t is not None, f"{profile} {model} {instance}: no usable level"
+    return Row(
+        shape=f"{profile} · {model} · {instance}", perturbation="×".join(f"{f:g}" for f in factors),
+        levels=[m.concurrency for m in levels], adaptive_min=sum(m.endpoint_minutes for m in levels),
+        doubling_min=sum(m.endpoint_minutes for m in doubled), knee_true=knee_t.concurrency,
+        knee_found=knee_a.concurrency if knee_a else None,
+        knee_power_ratio=knee_a.power / knee_t.power if knee_a else 0.0,
+        max_true=max_t.throughput_tokens_per_s, max_found=max_a.throughput_tokens_per_s if max_a else 0.0,
+        max_c_true=max_t.concurrency, max_c_found=max_a.concurrency if max_a else None, reason=reason,
+        doubling_knee_ratio=knee_d.power / knee_t.power if knee_d else 0.0,
+        doubling_max_ratio=max_d.throughput_tokens_per_s / max_t.throughput_tokens_per_s if max_d else 0.0,
+        doubling_knee=knee_d.concurrency if knee_d else None,
+        doubling_estimate=doubling_estimate(levels, lambda c: predict_point(shape, payload, c),
+                                            lambda p: level_minutes(p, shape.instance_count)))
+
+
+def print_table(rows: list[Row]) -> None:
+    print(f"{'shape':<48} {'perturb':<15} {'lv':>3} {'adapt':>7} {'doubl':>7} {'ratio':>6} "
+          f"{'knee t→f':>11} {'power':>6} {'max c t→f':>11} {'max tput':>8} {'dbl pw':>6} {'dbl max':>7}  ok")
+    for r in rows:
+        print(f"{r.shape:<48} {r.perturbation:<15} {len(r.levels):>3} {r.adaptive_min:>7.1f} "
+              f"{r.doubling_min:>7.1f} {r.adaptive_min / r.doubling_min:>6.2f} "
+              f"{f'{r.knee_true}→{r.knee_found}':>11} {r.knee_power_ratio:>6.1%} "
+              f"{f'{r.max_c_true}→{r.max_c_found}':>11} {r.max_found / r.max_true:>8.1%} "
+              f"{r.doubling_knee_ratio:>6.1%} {r.doubling_max_ratio:>7.1%}  {'yes' if r.ok else 'NO'}")
+    adaptive, doubled = sum(r.adaptive_min for r in rows), sum(r.doubling_min for r in rows)
+    found = sum(r.knee_power_ratio >= 0.9 and r.max_found >= 0.9 * r.max_true for r in rows)
+    third = sum(r.adaptive_min <= r.doubling_min / 3 for r in rows)
+    print(f"\n{len(rows)} runs on {len({r.shape for r in rows})} shapes: knee and max within 10 % in {found}; "
+          f"≤ 1/3 of the doubling's endpoint-minutes in {third}; both in {sum(r.ok for r in rows)}")
+    doubling_found = sum(r.doubling_knee_ratio >= 0.9 and r.doubling_max_ratio >= 0.9 for r in rows)
+    print(f"the doubling sweep's own levels give knee and max within 10 % in {doubling_found}")
+
+    def near(found: int | None, true: int) -> bool:
+        return found is not None and abs(found - true) <= max(1, 0.1 * true)
+    print(f"knee concurrency within 10 % of the true knee's: adaptive {sum(near(r.knee_found, r.knee_true) for r in rows)}"
+          f", doubling {sum(near(r.doubling_knee, r.knee_true) for r in rows)}")
+    errors = sorted(abs(r.doubling_estimate / r.doubling_min - 1) for r in rows)
+    print(f"the doubling estimate results.json reports, against the simulated doubling: median error "
+          f"{errors[len(errors) // 2]:.0%}, worst {errors[-1]:.0%}")
+    print(f"endpoint-minutes: adaptive {adaptive:.1f}, doubling {doubled:.1f} ({adaptive / doubled:.1%}); "
+          f"levels: adaptive {sum(len(r.levels) for r in rows) / len(rows):.1f} per run (median ratio "
+          f"{sorted(r.adaptive_min / r.doubling_min for r in rows)[len(rows) // 2]:.2f})")
+
+
+def emulator(n: int) -> None:
+    """Bench the first `n` shapes against the local emulator with both sweeps and compare what they recorded."""
+    print("\nagainst the local emulator (time scale 0.05, 128 output tokens; endpoint-minutes in simulated time):")
+    for profile, model, instance in SHAPES[:n]:
+        spent = {}
+        for sweep in ("adaptive", "doubling"):
+            with tempfile.TemporaryDirectory() as out:
+                cmd = [str(Path(sys.executable).parent / "sagellm"), "bench", "--profile", profile, "--model",
+                       model, "--instance", instance, "--time-scale", "0.05", "--output-tokens", "128",
+                       "--sweep", sweep, "--out", out]
+                proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
+                results = json.loads((Path(out) / "results.json").read_text())
+            s = results["sweep"]
+            knee, top = results["knee"], results["max_throughput"]
+            spent[sweep] = s["endpoint_minutes"]
+            print(f"  {profile} · {model} · {instance} --sweep {sweep}: exit {proc.returncode}, "
+                  f"levels {[lv['concurrency'] for lv in results['levels']]}, "
+                  f"{s['endpoint_minutes']:.2f} endpoint-min (doubling estimate "
+                  f"{s['doubling_endpoint_minutes']}), knee {knee and knee['concurrency']}, max "
+                  f"{top and top['concurrency']} at {top and round(top['throughput_tokens_per_s'])} tok/s")
+        print(f"    adaptive ÷ doubling measured: {spent['adaptive'] / spent['doubling']:.2f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--emulator", type=int, default=0, help="also bench this many shapes on the emulator")
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args()
+    rows = []
+    for admission in (True, False):
+        print("\nthe profiles' admission limit (429 above it: the doubling stops just past the max)" if admission
+              else "\nno admission limit (requests queue: the doubling goes on to the first timeout)")
+        rows += (part := [study(*shape, factors, admission=admission) for shape in SHAPES for factors in PERTURBATIONS])
+        print_table(part)
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=2))
+    if args.emulator:
+        emulator(args.emulator)
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

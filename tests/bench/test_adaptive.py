@@ -1,0 +1,268 @@
+"""The planner-guided sweep: the chooser on synthetic curves, and `sagellm bench --sweep adaptive` end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench_helpers import FakeTransport, bench_args, results_of, sagellm
+from sagellm.bench.adaptive import MAX_LEVELS, TOLERANCE, Measured, Plan, next_level, plan_from_prediction
+from sagellm.bench.load import LevelResult, run_sweep
+from sagellm.bench.sweeps import Chooser, doubling_estimate, measured, sweep_method
+from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.errors import InputError
+from sagellm.planner import Payload, knee_of, predict, predict_point
+from sagellm.profiles.resolve import design_for
+
+Curve = Callable[[int], Measured]
+
+
+def curve(floor: float = 20.0, per_seq: float = 0.5, capacity: int = 64, fails_above: int | None = None,
+          minutes: float = 1.0) -> Curve:
+    """A closed loop over a batching server: step time floor + per_seq × running (ms), at most `capacity`
+    running, the rest queue. Knee (max throughput ÷ latency) at min(floor ÷ per_seq, capacity), throughput
+    flat from `capacity` on; every level above `fails_above` fails."""
+    def measure(c: int) -> Measured:
+        running = min(c, capacity)
+        step = floor + per_seq * running
+        throughput = running / step * 1000  # tokens/s
+        ms_per_token = step * c / running  # queued requests wait their turn
+        usable = fails_above is None or c <= fails_above
+        return Measured(c, throughput, ms_per_token, usable, minutes * (1 + c / 64))
+    return measure
+
+
+def sweep(plan: Plan, truth: Curve) -> tuple[list[Measured], str]:
+    levels: list[Measured] = []
+    while (step := next_level(plan, levels)).concurrency is not None:
+        assert step.concurrency not in {m.concurrency for m in levels}, "a level is measured twice"
+        assert 1 <= step.concurrency <= plan.limit
+        levels.append(truth(step.concurrency))
+    return levels, step.reason
+
+
+def truth_picks(truth: Curve, limit: int) -> tuple[Measured, Measured]:
+    """The dense curve's knee and max (results.sweep's definitions: lowest load on ties)."""
+    dense = [m for m in (truth(c) for c in range(1, limit + 1)) if m.usable]
+    return max(dense, key=lambda m: m.power), max(dense, key=lambda m: m.throughput_tokens_per_s)
+
+
+def bracketed(best: int, levels: list[Measured], *, below: bool = True) -> bool:
+    """Both measured neighbours of `best` within 10 % (or one step) in concurrency."""
+    cs = sorted(m.concurrency for m in levels)
+    near = [c for c in cs if c != best and abs(c - best) <= max(1, TOLERANCE * best)]
+    return any(c > best for c in near) and (not below or best == 1 or any(c < best for c in near))
+
+
+def test_an_exact_prediction_is_confirmed_with_three_levels() -> None:
+    truth = curve(floor=20, per_seq=0.5, capacity=40)  # knee = max = 40
+    levels, reason = sweep(Plan(knee=40, max=40, limit=512), truth)
+
+    assert [m.concurrency for m in levels] == [40, 36, 44]
+    assert reason.startswith("knee and max throughput bracketed within 10%")
+
+
+@pytest.mark.parametrize("error", [0.7, 1.3])
+def test_a_prediction_off_by_30_percent_still_brackets_the_true_knee_and_max(error: float) -> None:
+    truth = curve(floor=20, per_seq=0.4, capacity=80)  # knee 50 (floor ÷ per_seq), max 80 (capacity)
+    knee_t, max_t = truth_picks(truth, 512)
+    assert (knee_t.concurrency, max_t.concurrency) == (50, 80)
+
+    levels, reason = sweep(Plan(knee=round(50 * error), max=round(80 * error), limit=512), truth)
+    knee = max(sorted(levels, key=lambda m: m.concurrency), key=lambda m: m.power)
+    top = max(levels, key=lambda m: m.throughput_tokens_per_s)
+
+    assert reason.startswith("knee and max throughput bracketed")
+    assert abs(knee.concurrency - 50) <= TOLERANCE * 50 and bracketed(knee.concurrency, levels)
+    assert top.throughput_tokens_per_s == pytest.approx(max_t.throughput_tokens_per_s, rel=TOLERANCE)
+    assert len(levels) < 12
+
+
+def test_levels_that_fail_bound_the_max_from_above() -> None:
+    # Throughput still rises at 100, where every request starts to fail: the max is the last usable level.
+    truth = curve(floor=20, per_seq=0.1, capacity=400, fails_above=100)
+    levels, reason = sweep(Plan(knee=200, max=400, limit=512), truth)
+    _, max_t = truth_picks(truth, 512)
+    top = max((m for m in levels if m.usable), key=lambda m: m.throughput_tokens_per_s)
+    failed = [m.concurrency for m in levels if not m.usable]
+
+    assert reason.startswith("knee and max throughput bracketed")
+    assert top.throughput_tokens_per_s >= (1 - TOLERANCE) * max_t.throughput_tokens_per_s
+    # The first failing level above the max is close enough that no level between could do 10 % better.
+    assert min(c for c in failed if c > top.concurrency) <= top.concurrency * (1 + TOLERANCE) + 1 or \
+        top.throughput_tokens_per_s >= max_t.throughput_tokens_per_s / (1 + TOLERANCE)
+
+
+def test_a_plateau_closes_the_max_without_walking_up_to_the_limit() -> None:
+    truth = curve(floor=20, per_seq=0.5, capacity=40)
+    levels, _ = sweep(Plan(knee=40, max=40, limit=512), truth)
+    assert max(m.concurrency for m in levels) < 60  # 512 is never needed: more load only queues
+
+
+def test_the_budget_stops_the_sweep_after_the_level_that_reaches_it() -> None:
+    truth = curve(floor=20, per_seq=0.4, capacity=80, minutes=1.0)
+    levels, reason = sweep(Plan(knee=20, max=30, limit=512, budget_minutes=3.0), truth)
+    spent = sum(m.endpoint_minutes for m in levels)
+
+    assert reason.startswith("budget reached:") and f"{spent:.2f} of 3 endpoint-minutes" in reason
+    assert spent >= 3.0 and spent - levels[-1].endpoint_minutes < 3.0
+
+
+def test_levels_a_threshold_names_are_measured_too() -> None:
+    levels, _ = sweep(Plan(knee=40, max=40, limit=512, required=(4,)), curve(capacity=40))
+    assert 4 in {m.concurrency for m in levels}
+
+
+def test_no_usable_level_halves_down_to_one_then_gives_up() -> None:
+    levels, reason = sweep(Plan(knee=32, max=64, limit=512), curve(fails_above=0))
+    assert [m.concurrency for m in levels] == [32, 64, 16, 8, 4, 2, 1]
+    assert reason == "no usable level down to concurrency 1"
+
+
+def test_a_curve_that_keeps_rising_stops_at_the_safety_net() -> None:
+    rising = curve(floor=1e6, per_seq=1e-9, capacity=10**7)  # knee and max always further out
+    levels, reason = sweep(Plan(knee=100, max=200, limit=10**6), rising)
+    assert len(levels) == MAX_LEVELS
+    assert reason == f"stopped after {MAX_LEVELS} levels without bracketing the knee and the max"
+
+
+def test_the_plan_starts_at_the_planners_knee_and_max() -> None:
+    design = design_for("max-throughput", "meta-llama/Llama-2-7b-hf", "ml.g5.2xlarge")
+    shape, payload = design.shape(), Payload(256, 256)
+    plan = plan_from_prediction(lambda c: predict_point(shape, payload, c), 128)
+    grid = tuple(sorted({max(1, round(1.025 ** i)) for i in range(200)} & set(range(1, 129))))
+    curve_ = predict(shape, payload, grid)
+    top = max(p.throughput_tokens_per_s for p in curve_.points)
+    knee = knee_of(curve_.points)
+
+    assert knee is not None and plan.knee == knee.concurrency
+    assert plan.max == min(p.concurrency for p in curve_.points if p.throughput_tokens_per_s >= top * (1 - 1e-9))
+    assert plan.limit == 128
+
+
+def test_the_doubling_estimate_uses_measured_levels_and_stops_at_the_first_failure() -> None:
+    # Measured: 4 and 8 (2 minutes each, twice the prediction), 16 failed: the doubling would measure
+    # 1, 2 (predicted 1 minute, scaled ×2 from the nearest measured level), 4, 8, then fail at 16.
+    levels = [Measured(4, 100, 10, True, 2.0), Measured(8, 150, 12, True, 2.0), Measured(16, 0, 0, False, 0.5)]
+    point = predict_point(design_for("max-throughput", "llama2-7b", "ml.g5.2xlarge").shape(), Payload(), 1)
+
+    def minutes(p: object) -> float:
+        return 1.0
+
+    assert doubling_estimate(levels, lambda c: point, minutes) == pytest.approx(2 + 2 + 2 + 2 + 0.5)
+
+
+def run_chooser(transport: FakeTransport, chooser: Chooser) -> list[LevelResult]:
+    return asyncio.run(run_sweep(
+        transport, workload=Workload(WorkloadOptions(), Payload(16, 4)), requests_per_level=8,
+        duration_per_level_s=None, warmup=0, on_record=lambda r: None, choose=chooser))
+
+
+def test_a_doubling_sweep_stops_at_the_budget_and_says_so() -> None:
+    chooser = Chooser("doubling", (1, 2, 4, 8, 16), time_scale=1.0, emulated=False, instances=2,
+                      budget_minutes=1e-9)
+    results = run_chooser(FakeTransport(), chooser)
+
+    assert [r.concurrency for r in results] == [1]  # the first level crosses the tiny budget
+    assert chooser.outcome is not None and chooser.outcome.startswith("budget reached:")
+    assert chooser.stopped_reason(results) == chooser.outcome
+    # Endpoint-minutes: the level's wall time × 2 instances.
+    assert chooser.spent == pytest.approx((results[0].ended_s - results[0].started_s) / 60 * 2)
+
+
+def test_a_doubling_sweep_ends_at_the_first_failing_level() -> None:
+    chooser = Chooser("doubling", (1, 2, 4, 8), time_scale=1.0, emulated=False, instances=1)
+    results = run_chooser(FakeTransport(admit=2), chooser)  # 4 in flight: half refused
+
+    assert [r.concurrency for r in results] == [1, 2, 4]
+    assert chooser.stopped_reason(results) == results[-1].stopped_reason is not None
+    assert not chooser.cut_short
+
+
+def test_an_adaptive_sweep_measures_in_its_own_order_and_goes_on_past_failing_levels() -> None:
+    plan = Plan(knee=4, max=8, limit=64)
+    chooser = Chooser("adaptive", (), time_scale=1.0, emulated=False, instances=1, plan=plan)
+    results = run_chooser(FakeTransport(admit=6), chooser)  # 8 fails: too many refused
+    loads = [r.concurrency for r in results]
+
+    assert loads[:2] == [4, 8] and results[1].stopped_reason is not None  # the max seed failed ...
+    assert len(loads) > 2 and loads != sorted(loads)  # ... and the sweep went on, below it
+    assert chooser.outcome is not None and chooser.stopped_reason(results) is None
+    assert chooser.order == [str(c) for c in loads]
+
+
+def test_a_level_with_no_measured_request_counts_as_failed_and_is_not_chosen_again() -> None:
+    empty = LevelResult(concurrency=4, records=[], started_s=0.0, ended_s=30.0, window_start_s=0.0,
+                        window_end_s=30.0, ramp_excluded=False, window_output_tokens=0.0)
+    [level] = measured([empty], time_scale=0.5, emulated=True, instances=2)
+    assert level == Measured(4, 0.0, None, False, 30 / 0.5 / 60 * 2)
+    assert next_level(Plan(knee=4, max=4, limit=64), [level]).concurrency == 2  # halving, not 4 again
+
+
+def test_sweep_method_resolves_auto_and_refuses_adaptive_without_a_prediction() -> None:
+    assert sweep_method("auto", predicted=True, open_loop=False) == "adaptive"
+    assert sweep_method("auto", predicted=False, open_loop=False) == "doubling"
+    assert sweep_method("auto", predicted=True, open_loop=True) == "doubling"
+    for kwargs, text in [({"predicted": False, "open_loop": False}, "--profile and --model"),
+                         ({"predicted": True, "open_loop": True}, "closed loop only")]:
+        with pytest.raises(InputError, match=text):
+            sweep_method("adaptive", **kwargs)
+    with pytest.raises(InputError, match="--sweep: 'fast' must be adaptive or doubling"):
+        sweep_method("fast", predicted=True, open_loop=False)
+
+
+@pytest.mark.integration  # ~90 s here: a local deploy and six levels or so
+def test_bench_adaptive_measures_fewer_levels_than_doubling_and_reports_knee_and_max(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    thresholds = tmp_path / "gates.yaml"
+    thresholds.write_text("rules:\n  - {metric: error_rate, where: 2, max: 0.05}\n")
+    # 128 output tokens and a warm-up: at 32 the window of a level this short is too noisy to steer by.
+    args = [*bench_args(out, requests=None, warmup="1"), "--output-tokens", "128"]
+    args.remove("--concurrency"), args.remove("1,4")
+    ran = sagellm(*args, "--thresholds", str(thresholds), "--budget-minutes", "30", timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    results = results_of(out)
+    sweep_ = results["sweep"]
+    loads = [lv["concurrency"] for lv in results["levels"]]
+
+    assert sweep_["method"] == "adaptive" and sweep_["outcome"].startswith("knee and max throughput bracketed")
+    assert loads == sorted(loads) and sorted(map(int, sweep_["order"])) == loads  # stored by load
+    assert sweep_["order"][:2] == [str(sweep_["predicted_knee"]), str(sweep_["predicted_max"])]
+    assert 2 in loads  # named by the thresholds
+    # Doubling to the first error would measure 1, 2, 4, …, 128 and 256 (above the profile's admission limit).
+    assert len(loads) < 9
+    assert results["knee"]["concurrency"] in loads and results["max_throughput"]["concurrency"] in loads
+    assert 0 < sweep_["endpoint_minutes"] < sweep_["doubling_endpoint_minutes"]
+    assert results["run"]["concurrency"] == loads
+    assert results["stopped_reason"] is None
+    report = (out / "report.md").read_text()
+    assert "adaptive" in report
+    json.dumps(results)
+
+
+def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    args = [a for a in bench_args(tmp_path / "out") if a not in ("--concurrency", "1,4")]
+    ran = sagellm(*args, "--sweep", "fast")
+    assert ran.returncode == 2, ran.stderr
+    assert "--sweep: 'fast' must be adaptive or doubling" in ran.stderr and "Traceback" not in ran.stderr
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"budget_minutes": 0.0}, "--budget-minutes: 0 must be a positive number of endpoint-minutes"),
+    ({"sweep": "adaptive", "concurrency": (), "request_rate": (1.0,)}, "--sweep adaptive: closed loop only"),
+])
+def test_bad_sweep_options_are_refused_before_anything_runs(tmp_path: Path, changes: dict[str, object],
+                                                            message: str) -> None:
+    from sagellm.bench.runner import BenchOptions, run_bench
+
+    opts = BenchOptions(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge", out=tmp_path / "o")
+    with pytest.raises(InputError) as exc:
+        run_bench(replace(opts, **changes))  # type: ignore[arg-type]
+    assert message in str(exc.value)
+    assert not (tmp_path / "o" / "results.json").exists()
