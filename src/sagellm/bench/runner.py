@@ -28,6 +28,7 @@ from sagellm.bench.progress import Say, Watch
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.targets import HttpTarget, LocalTarget, SageMakerTarget, Target, check_reachable
 from sagellm.bench.transports import APIS
+from sagellm.bench.workers import pool_size, worker_pool, worker_problems
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
@@ -83,6 +84,8 @@ class BenchOptions:
     time_scale: float = 1.0
     slo_ms_per_token: float | None = None
     command: str = ""
+    workers: int | None = 1  # worker processes (Ray actors with `ray`) per level; None: auto (see workers)
+    ray: str | None = None  # a Ray cluster's address, or auto (start a local one)
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ def _check(opts: BenchOptions) -> None:
     errors += sweep_problems(concurrency=opts.concurrency, request_rate=opts.request_rate,
                              arrivals=opts.arrivals, max_in_flight=opts.max_in_flight, repeats=opts.repeats)
     errors.extend(writable_folder_errors(opts.out, "--out"))
+    errors.extend(worker_problems(opts.workers, opts.ray))
     if errors:
         raise InputError(errors)
 
@@ -244,11 +248,15 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                 transport = target.deploy()
                 levels_text = ", ".join([f"{r:g}/s" for r in opts.request_rate] or map(str, opts.concurrency))
                 watch.enter("measuring", f"endpoint {target.endpoint}, levels {levels_text}")
-                asyncio.run(run_sweep(
-                    transport, workload=workload, concurrency=opts.concurrency, open_loop=_open_loop(opts),
-                    requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
-                    warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
-                    stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats))
+                loop = _open_loop(opts)
+                size = pool_size(opts.workers, opts.request_rate or opts.concurrency, open_loop=loop)
+                with worker_pool(size, transport, workload, opts.ray) as pool:
+                    asyncio.run(run_sweep(
+                        transport, workload=workload, concurrency=opts.concurrency, open_loop=loop,
+                        requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
+                        warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
+                        stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats,
+                        pool=pool, workers=opts.workers))
             except SagellmError as exc:
                 error, status = str(exc), exc.exit_status
             except KeyboardInterrupt:

@@ -1,0 +1,424 @@
+"""Load from several processes: one level's schedule split across N worker processes (or Ray actors).
+
+One asyncio loop drives a few hundred streams before its own scheduling delays show up in what it
+measures; `--workers N` splits each level across N OS processes on this machine (`spawn`, one loop each),
+`--ray ADDRESS` across Ray actors (`ray_workers`). The bench process is the coordinator:
+- **Shares.** Closed loop: worker k gets a share of the concurrency slots and of the request budget,
+  in proportion. Open loop: worker k sends arrivals k, k + N, k + 2N, … of the one seeded schedule, from
+  a start time the coordinator sets, so together the workers send exactly the single-process schedule.
+  Request indices stay unique across workers (worker k sends indices base + k, base + k + N, …), so
+  every prompt is reproducible from (seed, index); the open loop's arrival i carries index base + i.
+- **Records** stream back as each request finishes and are merged in completion order (by end time)
+  into the one `on_record` (requests.jsonl) and the level's book: a record is passed on once every
+  running worker has reported something later (a record or a 0.2 s tick), less `ORDER_SLACK_S`.
+- **One clock.** Every record is timed in seconds since the run's start on the coordinator's clock. On
+  one machine `time.perf_counter()` reads CLOCK_MONOTONIC (Linux; mach_absolute_time on macOS), which
+  every process shares, so a worker's times need no correction. Ray actors may sit on other machines:
+  the coordinator measures each actor's offset NTP-style (a few round trips reading the actor's clock;
+  offset = actor time − midpoint of the round trip, from the sample with the smallest round trip, so the
+  error is at most half that round trip) and hands each actor the run's start on the actor's own clock.
+- **Window.** The level's measured window is when every worker applied its full share: from the last
+  worker's end of ramp to the first worker's end of window. Each worker applies the stop rule to its own
+  share; the level's result applies it to all records.
+- **A dead worker** (its process exits, its actor dies): each request it had in flight becomes a record
+  with error kind `client`, and the level's `stopped_reason` names the worker, which ends the sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import heapq
+import importlib.util
+import math
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from sagellm.bench.arrivals import run_rate_level
+from sagellm.bench.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
+from sagellm.bench.load import OpenLoop, run_level
+from sagellm.bench.records import RequestRecord
+from sagellm.bench.summary import tokens_in_window
+from sagellm.bench.transports import Transport
+from sagellm.bench.workload import Request, Workload
+
+STREAMS_PER_WORKER = 256  # `auto`: one worker per this many streams the level may keep in flight
+LONGEST_REQUEST_S = 60.0  # SageMaker's invocation timeout: the longest a request stays in flight
+TICK_S = 0.2  # how often an idle worker says how far its clock has got (for the merge)
+ORDER_SLACK_S = 0.05  # a request's end is read a little before its record is handed over
+START_LEAD_S = 0.2  # open loop: the schedule starts this long after it is handed out
+
+Message = tuple[Any, ...]  # ("start", index, start_s) | ("record", RequestRecord) | ("tick", t_s) | ("done", Done)
+Deliver = Callable[[int, Message], None]
+
+
+def auto_workers(load: float, *, open_loop: OpenLoop | None) -> int:
+    """`--workers auto`: one per STREAMS_PER_WORKER streams the level may keep in flight, at most one per core.
+
+    Streams: the concurrency (closed loop), or rate × LONGEST_REQUEST_S capped by the in-flight cap (open
+    loop: Little's law with the longest a request can last, an upper bound).
+    """
+    streams = load if open_loop is None else min(open_loop.max_in_flight, load / open_loop.time_scale * LONGEST_REQUEST_S)
+    return max(1, min(os.cpu_count() or 1, math.ceil(streams / STREAMS_PER_WORKER)))
+
+
+def pool_size(workers: int | None, loads: Sequence[float], *, open_loop: OpenLoop | None) -> int:
+    """How many workers the sweep's pool holds: as asked, or what its busiest level needs (`auto`)."""
+    return workers or max((auto_workers(load, open_loop=open_loop) for load in loads), default=1)
+
+
+def worker_problems(workers: int | None, ray: str | None) -> list[str]:
+    """What is wrong with --workers/--ray, as `--flag: what (fix)` lines."""
+    out = []
+    if workers is not None and workers < 1:
+        out.append(f"--workers: {workers} must be auto or at least 1")
+    if ray is not None and importlib.util.find_spec("ray") is None:
+        out.append(f"--ray {ray}: Ray is not installed (pip install 'sagellm[ray]')")
+    if ray is not None and not ray.strip():
+        out.append("--ray: give a cluster address (ray://host:10001, host:6379) or auto (a local cluster)")
+    return out
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one worker runs of a level (times on the worker's own clock)."""
+
+    worker: int
+    workers: int  # how many share the level
+    first_index: int  # its first request index; then every `workers`-th
+    requests: int | None  # its measured requests (None with a duration)
+    duration_s: float | None
+    warmup: int  # closed loop: per slot; open loop: the level's (it sends those of its arrivals)
+    clock_zero: float  # the run's start
+    repeat: int
+    stop_rule: StopRule
+    concurrency: int | None = None  # closed loop: its slots
+    slot_offset: int = 0  # closed loop: its first slot's number in the level
+    rate: float | None = None  # open loop: the level's rate (it sends every `workers`-th arrival)
+    open_loop: OpenLoop | None = None
+    t0: float | None = None  # open loop: when the schedule starts
+
+
+@dataclass(frozen=True)
+class Done:
+    """A worker's share finished: its window (seconds since the run's start) and how many indices it used."""
+
+    ramp_excluded: bool
+    window_start_s: float
+    window_end_s: float
+    started_s: float
+    ended_s: float
+    issued: int
+
+
+class _StridedWorkload(Workload):
+    """The run's workload as one worker sends it: every `step`-th index from `first`, each start announced."""
+
+    def __init__(self, base: Workload, first: int, step: int, on_next: Callable[[Request], None]):
+        self.__dict__.update(base.__dict__)
+        self.issued, self.first, self.step, self.on_next = first, first, step, on_next
+
+    def next(self) -> Request:
+        request = self.request(self.issued)
+        self.issued += self.step
+        self.on_next(request)
+        return request
+
+
+async def run_share(share: Share, transport: Transport, workload: Workload, emit: Callable[[Message], None]) -> None:
+    """Run one worker's share of a level, emitting its starts, records, ticks and at last `done`."""
+    zero = share.clock_zero
+    work = _StridedWorkload(workload, share.first_index, share.workers,
+                            lambda r: emit(("start", r.index, time.perf_counter() - zero)))
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            emit(("tick", time.perf_counter() - zero))
+
+    common: dict[str, Any] = {"requests": share.requests, "duration_s": share.duration_s, "workload": work,
+                                  "on_record": lambda r: emit(("record", r)), "stop_rule": share.stop_rule,
+                                  "clock_zero": zero, "repeat": share.repeat}
+    ticker = asyncio.create_task(tick())
+    try:
+        if share.open_loop is None:
+            assert share.concurrency is not None
+            result = await run_level(transport, concurrency=share.concurrency, warmup=share.warmup, **common)
+        else:
+            loop, rate = share.open_loop, share.rate or 0.0
+            result = await run_rate_level(transport, rate=rate, arrivals=loop.arrivals,
+                                          max_in_flight=max(1, loop.max_in_flight // share.workers),
+                                          warmup=share.warmup, seed=loop.seed, time_scale=loop.time_scale,
+                                          share=(share.worker, share.workers), t0=share.t0, **common)
+    finally:
+        ticker.cancel()
+    issued = (work.issued - work.first) // work.step
+    emit(("done", Done(result.ramp_excluded, result.window_start_s, result.window_end_s, result.started_s,
+                       result.ended_s, issued)))
+
+
+class WorkerPool(Protocol):
+    """Workers that run shares: worker processes on this machine, or Ray actors."""
+
+    size: int
+    offsets: list[float]  # each worker's clock minus the coordinator's
+    remote: bool  # every level runs on it (Ray), even one that needs a single worker
+
+    async def run(self, shares: list[Share], deliver: Deliver) -> None:
+        """Run the shares (share k on worker k); hand every message to `deliver`, ("died", why) for a dead one."""
+        ...
+
+    def close(self) -> None:
+        """Stop every worker."""
+        ...
+
+
+# --------------------------------------------------------------------------------- worker processes
+
+def _process_main(conn: Connection, transport: Transport, workload: Workload) -> None:
+    """A worker process: run the shares it is sent until it is sent None."""
+    # Ctrl-C reaches the whole process group: the coordinator alone decides, and stops the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn.send(("ready",))
+    while (share := conn.recv()) is not None:
+        asyncio.run(run_share(share, transport, workload, conn.send))
+
+
+class ProcessPool:
+    """N worker processes on this machine (`spawn`: a clean interpreter each, one event loop each)."""
+
+    def __init__(self, size: int, transport: Transport, workload: Workload):
+        ctx = multiprocessing.get_context("spawn")
+        self.size, self.offsets = size, [0.0] * size  # one machine: CLOCK_MONOTONIC is shared
+        self.remote = False
+        self.conns: list[Connection] = []
+        self.procs: list[Any] = []
+        for k in range(size):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_process_main, args=(child, transport, workload), daemon=True,
+                               name=f"sagellm-worker-{k}")
+            proc.start()
+            child.close()  # so the coordinator's end reads EOF when the worker dies
+            self.conns.append(parent)
+            self.procs.append(proc)
+        for k, conn in enumerate(self.conns):  # started and imported: a level's shares start together
+            try:
+                conn.recv()
+            except EOFError:
+                self.close()
+                raise RuntimeError(f"worker process {k} exited while starting (exit code {self.procs[k].exitcode})")
+    async def run(self, shares: list[Share], deliver: Deliver) -> None:
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+        running = {s.worker for s in shares}
+
+        def end(k: int) -> None:
+            loop.remove_reader(self.conns[k].fileno())
+            running.discard(k)
+            if not running and not finished.done():
+                finished.set_result(None)
+
+        def readable(k: int) -> None:
+            conn = self.conns[k]
+            try:
+                while conn.poll():
+                    try:
+                        message = conn.recv()
+                    except (EOFError, OSError):
+                        proc = self.procs[k]
+                        proc.join(timeout=5)
+                        end(k)
+                        deliver(k, ("died", f"worker {k} (pid {proc.pid}) exited with code {proc.exitcode}"))
+                        return
+                    deliver(k, message)
+                    if message[0] == "done":
+                        end(k)
+                        return
+            except Exception as exc:  # noqa: BLE001 - e.g. on_record failed: the level raises it
+                if not finished.done():
+                    finished.set_exception(exc)
+
+        for share in shares:
+            self.conns[share.worker].send(share)
+            loop.add_reader(self.conns[share.worker].fileno(), readable, share.worker)
+        try:
+            await finished
+        finally:
+            for k in list(running):
+                loop.remove_reader(self.conns[k].fileno())
+            if running:  # cancelled or failed half-way: the workers' levels cannot be resumed
+                for proc in self.procs:
+                    proc.terminate()
+                self.close()
+
+    def close(self) -> None:
+        for conn, proc in zip(self.conns, self.procs, strict=True):
+            if proc.is_alive():
+                with contextlib.suppress(OSError, BrokenPipeError):
+                    conn.send(None)
+            proc.join(timeout=2)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+            conn.close()
+
+
+@contextlib.contextmanager
+def worker_pool(size: int, transport: Transport, workload: Workload, ray_address: str | None = None
+                ) -> Iterator[WorkerPool | None]:
+    """The pool a sweep runs on: None for one worker on this machine (the level runs in this process)."""
+    pool: WorkerPool | None = None
+    if ray_address is not None:
+        from sagellm.bench.ray_workers import RayPool
+
+        pool = RayPool(ray_address, size, transport, workload)
+    elif size > 1:
+        pool = ProcessPool(size, transport, workload)
+    try:
+        yield pool
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+# --------------------------------------------------------------------------------- the coordinator
+
+def split(total: int, weights: list[int]) -> list[int]:
+    """`total` split in proportion to `weights` (largest remainders), summing to `total` exactly."""
+    whole = sum(weights)
+    parts = [total * w // whole for w in weights]
+    by_remainder = sorted(range(len(weights)), key=lambda i: -(total * weights[i] % whole))
+    for i in by_remainder[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
+class _Merge:
+    """Records from every worker, passed on in completion order (see the module docstring)."""
+
+    def __init__(self, workers: list[int], add: Callable[[RequestRecord], None]):
+        self.add = add
+        self.heard = dict.fromkeys(workers, -math.inf)  # running workers: the latest time each reported
+        self.heap: list[tuple[float, int, RequestRecord]] = []
+        self.count = 0
+
+    def push(self, record: RequestRecord) -> None:
+        heapq.heappush(self.heap, (record.end_s, self.count, record))
+        self.count += 1
+
+    def heard_until(self, worker: int, t: float) -> None:
+        if worker in self.heard:
+            self.heard[worker] = max(self.heard[worker], t)
+
+    def finished(self, worker: int) -> None:
+        self.heard.pop(worker, None)
+
+    def release(self) -> None:
+        """Pass on every record no running worker can still precede."""
+        until = min(self.heard.values(), default=math.inf) - ORDER_SLACK_S
+        while self.heap and self.heap[0][0] <= until:
+            self.add(heapq.heappop(self.heap)[2])
+
+
+async def run_shared_level(pool: WorkerPool, *, load: float, open_loop: OpenLoop | None, workers: int,
+                           requests: int | None, duration_s: float | None, warmup: int, workload: Workload,
+                           on_record: Callable[[RequestRecord], None],
+                           on_progress: Callable[[LevelProgress], None] | None = None,
+                           stop_rule: StopRule = DEFAULT_STOP_RULE, clock_zero: float | None = None,
+                           repeat: int = 0) -> LevelResult:
+    """Run one level (concurrency `load`, or rate `load` with `open_loop`) on `workers` of the pool's workers."""
+    zero = time.perf_counter() if clock_zero is None else clock_zero
+    concurrency = None if open_loop is not None else int(load)
+    n = min(workers, pool.size, concurrency or workers, requests or workers)
+    slots = split(concurrency, [1] * n) if concurrency is not None else [0] * n
+    budgets = split(requests, slots if concurrency else [1] * n) if requests is not None else [None] * n
+    base = workload.issued
+    t0 = time.perf_counter() + START_LEAD_S
+    shares = [Share(worker=k, workers=n, first_index=base + k, requests=budgets[k], duration_s=duration_s,
+                    warmup=warmup, clock_zero=zero + pool.offsets[k], repeat=repeat, stop_rule=stop_rule,
+                    concurrency=slots[k] or None, slot_offset=sum(slots[:k]), rate=load if open_loop else None,
+                    open_loop=open_loop, t0=t0 + pool.offsets[k] if open_loop else None) for k in range(n)]
+    book = LevelBook(concurrency=concurrency, request_rate=load if open_loop else None,
+                     warmup_requests=warmup * (concurrency or 1), ramp_count=1, budget=requests,
+                     duration_s=duration_s, rule=stop_rule, clock_zero=zero, on_record=on_record,
+                     on_progress=on_progress, repeat=repeat)
+    merge = _Merge(list(range(n)), book.add)
+    in_flight: list[dict[int, float]] = [{} for _ in range(n)]
+    done: dict[int, Done] = {}
+    died: dict[int, str] = {}
+    issued = [0] * n
+
+    def deliver(k: int, message: Message) -> None:
+        kind = message[0]
+        if kind == "start":
+            in_flight[k][message[1]] = message[2]
+            issued[k] += 1
+            merge.heard_until(k, message[2])
+        elif kind == "record":
+            record: RequestRecord = message[1]
+            in_flight[k].pop(record.request or 0, None)
+            record.concurrency = concurrency
+            if record.worker is not None:
+                record.worker += shares[k].slot_offset
+            merge.push(record)
+            merge.heard_until(k, record.end_s)
+        elif kind == "tick":
+            merge.heard_until(k, message[1])
+        elif kind == "done":
+            done[k] = message[1]
+            merge.finished(k)
+        elif kind == "died":
+            died[k] = message[1]
+            for record in _lost(k, in_flight[k], message[1], time.perf_counter() - zero, shares[k], base, book):
+                merge.push(record)
+            merge.finished(k)
+        merge.release()
+
+    book.started = time.perf_counter()
+    await pool.run(shares, deliver)
+    merge.release()
+    workload.issued = base + n * max([d.issued for d in done.values()] + issued)
+    return _result(book, done, died)
+
+
+def _lost(k: int, in_flight: dict[int, float], why: str, now_s: float, share: Share, base: int,
+          book: LevelBook) -> list[RequestRecord]:
+    """The requests a dead worker had in flight, as `client` errors."""
+    out = []
+    for index, start_s in sorted(in_flight.items()):
+        # Warm-up as the worker counted it: the level's first arrivals (open loop), each slot's first ones.
+        position = index - base if share.open_loop else (index - share.first_index) // share.workers
+        warm = position < share.warmup * (1 if share.open_loop else share.concurrency or 1)
+        out.append(RequestRecord(concurrency=book.concurrency, request_rate=book.request_rate, repeat=book.repeat,
+                                 worker=None, request=index, start_s=start_s, ok=False, e2e_s=max(0.0, now_s - start_s),
+                                 error_kind="client", error=f"{why} while this request was in flight",
+                                 warmup=warm))
+    in_flight.clear()
+    return out
+
+
+def _result(book: LevelBook, done: dict[int, Done], died: dict[int, str]) -> LevelResult:
+    """The merged level: the window every surviving worker had full load in, and who died."""
+    result = book.result()
+    starts = [d.window_start_s for d in done.values()]
+    ends = [d.window_end_s for d in done.values()]
+    ramp_excluded = bool(done) and all(d.ramp_excluded for d in done.values()) and max(starts) < min(ends)
+    if ramp_excluded:
+        start, end = max(starts), min(ends)
+    else:
+        start, end = result.started_s, result.ended_s
+    stopped = result.stopped_reason
+    if died:
+        said = "; ".join(died[k] for k in sorted(died))
+        stopped = (f"{said} at {'request rate' if book.request_rate is not None else 'concurrency'} {book.load}: "
+                   "its requests in flight are recorded as client errors" + (f"; {stopped}" if stopped else ""))
+    return dataclasses.replace(result, window_start_s=start, window_end_s=end, ramp_excluded=ramp_excluded,
+                               window_output_tokens=tokens_in_window(result.measured, start, end),
+                               stopped_reason=stopped)
