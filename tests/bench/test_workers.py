@@ -15,10 +15,11 @@ import pytest
 
 from bench_helpers import sagellm
 from pacing_server import Remote, pacing_server_process
+from sagellm.bench.coordinator import split
 from sagellm.bench.load import LevelResult, OpenLoop, run_sweep
 from sagellm.bench.records import RequestRecord, read_records
 from sagellm.bench.transports import TGI, HttpTransport
-from sagellm.bench.workers import ProcessPool, auto_workers, split, worker_pool, worker_problems
+from sagellm.bench.workers import ProcessPool, auto_workers, worker_pool, worker_problems
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.planner import Payload
 

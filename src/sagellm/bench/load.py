@@ -151,7 +151,8 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
                                   max_in_flight=open_loop.max_in_flight, seed=open_loop.seed,
                                   time_scale=open_loop.time_scale)
             if pool is not None:
-                from sagellm.bench.workers import auto_workers, run_shared_level
+                from sagellm.bench.coordinator import run_shared_level
+                from sagellm.bench.workers import auto_workers
 
                 n = workers or auto_workers(load, open_loop=open_loop)
                 if n > 1 or pool.remote:
