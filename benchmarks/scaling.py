@@ -37,11 +37,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from pacing_server import Remote, Served, pacing_server_process
+from sagellm.bench.coordinator import run_shared_level
 from sagellm.bench.load import LevelResult, run_level
 from sagellm.bench.records import RequestRecord
 from sagellm.bench.summary import percentile
 from sagellm.bench.transports import TGI, HttpTransport
-from sagellm.bench.workers import run_shared_level, worker_pool
+from sagellm.bench.workers import worker_pool
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.planner import Payload
 
