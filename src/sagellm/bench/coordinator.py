@@ -105,7 +105,7 @@ async def run_shared_level(pool: WorkerPool, *, load: float, open_loop: OpenLoop
             merge.finished(k)
         elif kind == "died":
             died[k] = message[1]
-            for record in _lost(k, in_flight[k], message[1], time.perf_counter() - zero, shares[k], base, book):
+            for record in _lost(in_flight[k], message[1], time.perf_counter() - zero, shares[k], base, book):
                 merge.push(record)
             merge.finished(k)
         merge.release()
@@ -117,7 +117,7 @@ async def run_shared_level(pool: WorkerPool, *, load: float, open_loop: OpenLoop
     return _result(book, done, died)
 
 
-def _lost(k: int, in_flight: dict[int, float], why: str, now_s: float, share: Share, base: int,
+def _lost(in_flight: dict[int, float], why: str, now_s: float, share: Share, base: int,
           book: LevelBook) -> list[RequestRecord]:
     """The requests a dead worker had in flight, as `client` errors."""
     out = []

@@ -61,7 +61,8 @@ def auto_workers(load: float, *, open_loop: OpenLoop | None) -> int:
     Streams: the concurrency (closed loop), or rate × LONGEST_REQUEST_S capped by the in-flight cap (open
     loop: Little's law with the longest a request can last, an upper bound).
     """
-    streams = load if open_loop is None else min(open_loop.max_in_flight, load / open_loop.time_scale * LONGEST_REQUEST_S)
+    # (A compressed emulator's time scale cancels out: rate and e2e scale inversely in wall time.)
+    streams = load if open_loop is None else min(open_loop.max_in_flight, load * LONGEST_REQUEST_S)
     return max(1, min(os.cpu_count() or 1, math.ceil(streams / STREAMS_PER_WORKER)))
 
 
@@ -140,8 +141,8 @@ async def run_share(share: Share, transport: Transport, workload: Workload, emit
             emit(("tick", time.perf_counter() - zero))
 
     common: dict[str, Any] = {"requests": share.requests, "duration_s": share.duration_s, "workload": work,
-                                  "on_record": lambda r: emit(("record", r)), "stop_rule": share.stop_rule,
-                                  "clock_zero": zero, "repeat": share.repeat}
+                              "on_record": lambda r: emit(("record", r)), "stop_rule": share.stop_rule,
+                              "clock_zero": zero, "repeat": share.repeat}
     ticker = asyncio.create_task(tick())
     try:
         if share.open_loop is None:
@@ -210,6 +211,7 @@ class ProcessPool:
             except EOFError:
                 self.close()
                 raise RuntimeError(f"worker process {k} exited while starting (exit code {self.procs[k].exitcode})")
+
     async def run(self, shares: list[Share], deliver: Deliver) -> None:
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
@@ -221,6 +223,12 @@ class ProcessPool:
             if not running and not finished.done():
                 finished.set_result(None)
 
+        def died(k: int) -> None:
+            proc = self.procs[k]
+            proc.join(timeout=5)
+            end(k)
+            deliver(k, ("died", f"worker {k} (pid {proc.pid}) exited with code {proc.exitcode}"))
+
         def readable(k: int) -> None:
             conn = self.conns[k]
             try:
@@ -228,10 +236,7 @@ class ProcessPool:
                     try:
                         message = conn.recv()
                     except (EOFError, OSError):
-                        proc = self.procs[k]
-                        proc.join(timeout=5)
-                        end(k)
-                        deliver(k, ("died", f"worker {k} (pid {proc.pid}) exited with code {proc.exitcode}"))
+                        died(k)
                         return
                     deliver(k, message)
                     if message[0] == "done":
@@ -242,8 +247,11 @@ class ProcessPool:
                     finished.set_exception(exc)
 
         for share in shares:
-            self.conns[share.worker].send(share)
             loop.add_reader(self.conns[share.worker].fileno(), readable, share.worker)
+            try:
+                self.conns[share.worker].send(share)
+            except OSError:  # it died between levels
+                died(share.worker)
         try:
             await finished
         finally:
