@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from sagellm.bench.records import RequestRecord, read_records
 from sagellm.bench.transports import TGI, HttpTransport
 from sagellm.bench.workers import ProcessPool, auto_workers, worker_pool, worker_problems
 from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.errors import TargetError
 from sagellm.planner import Payload
 
 TOKENS = 8
@@ -193,3 +195,16 @@ def test_a_level_through_a_local_ray_cluster_sends_every_request_once() -> None:
     assert all(r.ok for r in level.records)
     assert_in_completion_order(level)
     assert level.ramp_excluded and level.window_start_s < level.window_end_s
+
+
+def test_a_ray_address_nothing_answers_on_fails_at_once_with_exit_3() -> None:
+    pytest.importorskip("ray")
+    from sagellm.bench.ray_workers import RayPool
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(TargetError, match=f"--ray 127.0.0.1:{port}: nothing answers there") as exc:
+        RayPool(f"127.0.0.1:{port}", 2, HttpTransport("http://127.0.0.1:9", TGI), workload())
+    assert exc.value.exit_status == 3 and time.monotonic() - started < 10

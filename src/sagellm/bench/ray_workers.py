@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,8 +21,10 @@ from typing import Any
 from sagellm.bench.transports import Transport
 from sagellm.bench.workers import Deliver, Message, Share, run_share
 from sagellm.bench.workload import Workload
+from sagellm.errors import TargetError
 
 CLOCK_SAMPLES = 8  # round trips per actor for its clock offset
+ACTOR_START_S = 120.0  # how long the cluster may take to place and start the actors
 
 
 class ShareActor:
@@ -83,13 +86,31 @@ class RayPool:
         self.ray = ray
         self.started_here = not ray.is_initialized()
         if self.started_here:
-            ray.init(address=None if address == "auto" else address, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
-        actor: Any = ray.remote(num_cpus=1, max_restarts=0)(ShareActor)
+            _check_reachable(address)
+            try:
+                ray.init(address=None if address == "auto" else address, include_dashboard=False,
+                         log_to_driver=False, configure_logging=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise TargetError(f"--ray {address}: no Ray cluster could be reached or started: "
+                                  f"{_first_line(exc)} (start one with `ray start --head`)") from None
+        # SPREAD: across the cluster's nodes, so that no one machine drives more than its share.
+        actor: Any = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(ShareActor)
         self.actors: list[Any] = [actor.remote(transport, workload) for _ in range(size)]
-        self.pids = ray.get([a.pid.remote() for a in self.actors])
         self.size, self.remote = size, True
-        self.offsets = [clock_offset(functools.partial(_read_clock, ray, a))[0] for a in self.actors]
+        try:
+            self.pids = ray.get([a.pid.remote() for a in self.actors], timeout=ACTOR_START_S)
+        except ray.exceptions.GetTimeoutError:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            self.close()
+            raise TargetError(f"--ray {address}: {size} workers of 1 CPU each did not start within "
+                              f"{ACTOR_START_S:g} s (the cluster has {cpus:g} CPUs; use fewer --workers or "
+                              "add nodes)") from None
+        self.offsets: list[float] = []
+        self.sync_clocks()
+
+    def sync_clocks(self) -> None:
+        """Measure each actor's clock offset afresh (clocks on different machines drift apart)."""
+        self.offsets = [clock_offset(functools.partial(_read_clock, self.ray, a))[0] for a in self.actors]
 
     async def run(self, shares: list[Share], deliver: Deliver) -> None:
         async def one(share: Share) -> None:
@@ -108,6 +129,18 @@ class RayPool:
             self.ray.kill(actor)
         if self.started_here:
             self.ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """A cluster address that nothing listens on fails now (Ray itself retries it for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if address == "auto" or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise TargetError(f"--ray {address}: nothing answers there ({exc.strerror or exc}); start the cluster "
+                          "with `ray start --head` and pass its address, or use --ray auto") from None
 
 
 def _read_clock(ray: Any, actor: Any) -> float:

@@ -172,6 +172,10 @@ class WorkerPool(Protocol):
         """Run the shares (share k on worker k); hand every message to `deliver`, ("died", why) for a dead one."""
         ...
 
+    def sync_clocks(self) -> None:
+        """Measure the workers' clock offsets again (before each level)."""
+        ...
+
     def close(self) -> None:
         """Stop every worker."""
         ...
@@ -261,6 +265,9 @@ class ProcessPool:
                 for proc in self.procs:
                     proc.terminate()
                 self.close()
+
+    def sync_clocks(self) -> None:
+        pass  # one machine: one clock
 
     def close(self) -> None:
         for conn, proc in zip(self.conns, self.procs, strict=True):
