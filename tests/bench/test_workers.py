@@ -20,7 +20,7 @@ from sagellm.bench.coordinator import split
 from sagellm.bench.load import LevelResult, OpenLoop, run_sweep
 from sagellm.bench.records import RequestRecord, read_records
 from sagellm.bench.transports import TGI, HttpTransport
-from sagellm.bench.workers import ProcessPool, auto_workers, worker_pool, worker_problems
+from sagellm.bench.workers import ProcessPool, auto_workers, pool_size, worker_pool, worker_problems
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import TargetError
 from sagellm.planner import Payload
@@ -170,6 +170,16 @@ def test_auto_is_one_worker_per_256_streams_at_most_one_per_core(monkeypatch: py
     assert auto_workers(4, open_loop=OpenLoop((4,))) == 1
     assert auto_workers(5, open_loop=OpenLoop((5,))) == 2
     assert auto_workers(1000, open_loop=OpenLoop((1000,), max_in_flight=512)) == 2
+
+
+def test_one_worker_is_no_extra_process_and_auto_sizes_the_pool_for_the_busiest_level(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    with worker_pool(1, HttpTransport("http://127.0.0.1:9", TGI), workload()) as pool:
+        assert pool is None  # the level runs in the bench process, as without workers
+    assert pool_size(1, [1, 2048], open_loop=None) == 1
+    assert pool_size(None, [1, 64, 600], open_loop=None) == 3
+    assert pool_size(None, [1, 64], open_loop=None) == 1
 
 
 def test_split_is_proportional_and_exact() -> None:

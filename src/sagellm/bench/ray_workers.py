@@ -2,7 +2,7 @@
 
 Ray is an optional extra (`pip install 'sagellm[ray]'`), imported only here. Each actor runs `run_share`
 on its own event loop and streams its messages back through a Ray streaming generator, in batches (what
-queued up since the last one). Clocks: actors may run on other machines, so each actor's offset from the
+queued up in the last `BATCH_S`: each yield costs the actor a Ray object). Clocks: actors may run on other machines, so each actor's offset from the
 coordinator's clock is measured NTP-style (see `clock_offset`) and the run's start is handed to each actor
 on its own clock; records come back in seconds since the run's start, on the coordinator's clock. An actor
 that dies (its node lost, its process killed) ends its stream with an error: its requests in flight become
@@ -24,6 +24,7 @@ from sagellm.bench.workload import Workload
 from sagellm.errors import TargetError
 
 CLOCK_SAMPLES = 8  # round trips per actor for its clock offset
+BATCH_S = 0.05  # an actor sends what it has at most this often
 ACTOR_START_S = 120.0  # how long the cluster may take to place and start the actors
 
 
@@ -61,6 +62,8 @@ class ShareActor:
                 yield batch
             if first is None or (batch and batch[-1][0] == "done"):
                 break
+            # Each yield is a Ray object (serialised, stored, announced): batch a while, on the loop's spare time.
+            await asyncio.sleep(BATCH_S)
         await task  # its error, if any, reaches the coordinator
 
 
