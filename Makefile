@@ -5,7 +5,7 @@ PYTHON ?= python3
 .venv/.installed: pyproject.toml
 	$(PYTHON) -m venv .venv
 	.venv/bin/pip install --quiet --upgrade pip
-	.venv/bin/pip install --quiet -e '.[dev]'
+	.venv/bin/pip install --quiet -e '.[dev,ray]'  # ray: so the Ray worker test runs
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

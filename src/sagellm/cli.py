@@ -94,6 +94,19 @@ def _rates(text: str | None) -> tuple[float, ...]:
                                               "give rates > 0 (requests/s) separated by commas, e.g. 0.5,1,2")
 
 
+def _workers(text: str) -> int | None:
+    """`auto` (None) or a whole number ≥ 1."""
+    if text.strip() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError(f"--workers: {text!r} must be auto or a whole number ≥ 1 (e.g. --workers 4)")
+    return value
+
+
 def _concurrency(text: str) -> tuple[int, ...]:
     return _levels(text, "--concurrency", int, "give levels ≥ 1 separated by commas, e.g. 1,2,4,8")
 
@@ -357,6 +370,11 @@ def bench(
     instance_startup: Annotated[float | None, typer.Option("--instance-startup", help="local target, "
                                 "autoscaling: simulated seconds from a scale-out to the new instance "
                                 "InService [default: 525, see README]")] = None,
+    workers: Annotated[str, typer.Option("--workers", help="worker processes that share each level's load "
+                                         "(auto: one per 256 streams, at most one per core)")] = "1",
+    ray: Annotated[str | None, typer.Option("--ray", help="run the workers as Ray actors on the cluster at "
+                                            "this address (auto: a local cluster); needs "
+                                            "pip install 'sagellm[ray]'")] = None,
     region: Region = "us-east-1",
     profiles_dir: ProfilesDir = None,
     hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", help="Secrets Manager name or ARN "
@@ -398,7 +416,7 @@ def bench(
         time_scale=time_scale, slo_ms_per_token=slo, command=" ".join(["sagellm", *sys.argv[1:]]),
         # --concurrency asks for a closed-loop sweep: no ramp unless --ramp says so.
         ramp=ramp if ramp is not None else (False if concurrency is not None else None),
-        instance_startup_s=instance_startup,
+        instance_startup_s=instance_startup, workers=_workers(workers), ray=ray,
     )
     with watching() as watch:
         outcome = run_bench(opts, watch)

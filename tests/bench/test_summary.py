@@ -52,7 +52,7 @@ def test_errors_are_counted_by_kind_and_an_unclassified_failure_counts_as_other(
     records = [rec(), rec(ok=False, error_kind="overloaded"), rec(ok=False, error_kind="overloaded"),
                rec(ok=False, error_kind="timeout"), rec(ok=False, error_kind=None)]
     s = summarize(records, window_start_s=0, window_end_s=10)
-    assert s.errors == {"overloaded": 2, "validation": 0, "timeout": 1, "throttled": 0, "other": 1}
+    assert s.errors == {"overloaded": 2, "validation": 0, "timeout": 1, "throttled": 0, "client": 0, "other": 1}
     assert s.error_rate == pytest.approx(0.8)
 
 

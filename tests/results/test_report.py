@@ -70,7 +70,7 @@ def test_markdown_has_the_run_header_every_level_with_predictions_and_the_picks(
 
 def test_markdown_lists_errors_by_kind_and_gate_violations() -> None:
     text = render_markdown(results(FAILING))
-    assert "| 16 | 20 | 0 | 0 | 0 | 0 | 16.7% |" in text
+    assert "| 16 | 20 | 0 | 0 | 0 | 0 | 0 | 16.7% |" in text  # overloaded … throttled, client, other
     assert "errors: overloaded 20 (rate 16.7%)" in text
     assert ("| `ttft_ms.p99@64 <= 100` | – | 100.000 | ttft_ms.p99@64: level 64 was not measured "
             "(stopped at 16: error rate 17% at 16) |") in text

@@ -16,6 +16,7 @@ is not sent (the budget is spent or the duration is over), so it spans the arriv
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -58,18 +59,23 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
                          on_record: Callable[[RequestRecord], None],
                          on_progress: Callable[[LevelProgress], None] | None = None,
                          stop_rule: StopRule = DEFAULT_STOP_RULE, clock_zero: float | None = None, repeat: int = 0,
-                         seed: int = 0, time_scale: float = 1.0) -> LevelResult:
+                         seed: int = 0, time_scale: float = 1.0, share: tuple[int, int] = (0, 1),
+                         t0: float | None = None) -> LevelResult:
     """Run one open-loop level at `rate` requests/s and return its records and window.
 
     `rate` names the level; requests are sent at rate ÷ `time_scale` per wall-clock second (a compressed
-    emulator serves simulated seconds faster, so the schedule is compressed with it).
+    emulator serves simulated seconds faster, so the schedule is compressed with it). A worker process
+    sends its `share` (k, n): arrivals k, k + n, … of the schedule starting at `t0` (`workers`); its warm-up
+    is those of the level's first `warmup` arrivals, and `requests` its own measured ones.
     """
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
     if (requests is None) == (duration_s is None):
         raise ValueError("give exactly one of requests (per level) and duration_s")
     zero = time.perf_counter() if clock_zero is None else clock_zero
-    book = LevelBook(concurrency=None, request_rate=rate, warmup_requests=warmup, ramp_count=max(warmup, 1),
+    mine, every = share
+    my_warmup = len(range(mine, warmup, every))
+    book = LevelBook(concurrency=None, request_rate=rate, warmup_requests=my_warmup, ramp_count=max(my_warmup, 1),
                      budget=requests, duration_s=duration_s, rule=stop_rule, clock_zero=zero,
                      on_record=on_record, on_progress=on_progress, repeat=repeat)
     slots = asyncio.Semaphore(max_in_flight)
@@ -78,13 +84,14 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
     async def one(session: aiohttp.ClientSession, request: Request, due: float, warming: bool) -> None:
         outcome, late = await send_due(transport, session, request, due, slots)
         record = book.record(outcome, request, warmup=warming, late_s=late)
-        if len(book.records) < max(warmup, 1):  # the ramp: the first max(warmup, 1) completions
+        if len(book.records) < max(my_warmup, 1):  # the ramp: the first max(warmup, 1) completions
             book.ramp_done()
         book.add(record)
 
     async def start(session: aiohttp.ClientSession, group: asyncio.TaskGroup) -> None:
-        for index, offset in enumerate(schedule):
-            due = book.started + offset
+        start = book.started if t0 is None else t0
+        for index, offset in itertools.islice(enumerate(schedule), mine, None, every):
+            due = start + offset
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)

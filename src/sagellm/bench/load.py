@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -25,6 +26,9 @@ from sagellm.bench.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, Lev
 from sagellm.bench.records import RequestRecord
 from sagellm.bench.transports import Transport
 from sagellm.bench.workload import Workload
+
+if TYPE_CHECKING:
+    from sagellm.bench.workers import WorkerPool
 
 __all__ = ["LevelProgress", "LevelResult", "OpenLoop", "StopRule", "default_budget", "run_level", "run_sweep",
            "sweep_problems"]
@@ -123,7 +127,8 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
                     on_progress: Callable[[LevelProgress], None] | None = None,
                     on_level: Callable[[LevelResult], None] | None = None,
                     stop_rule: StopRule = DEFAULT_STOP_RULE, repeats: int = 1,
-                    choose: Callable[[list[LevelResult]], float | None] | None = None) -> list[LevelResult]:
+                    choose: Callable[[list[LevelResult]], float | None] | None = None,
+                    pool: WorkerPool | None = None, workers: int | None = None) -> list[LevelResult]:
     """Run the levels in order, each `repeats` times, until one says stop; times count from the sweep's start.
 
     The levels are `concurrency` (closed loop) or `open_loop.rates`, or else what `choose` answers, given
@@ -131,7 +136,8 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
     go on is the chooser's call). `requests_per_level` is the measured
     requests per level, on top of the warm-up, or a function of the level's concurrency or rate (e.g. a few
     per worker). `on_level` gets each finished run of a level at once, so an interrupted sweep keeps the
-    levels it completed.
+    levels it completed. With a `pool` (`workers`), a level runs on `workers` of its workers (None: as
+    many as `workers.auto_workers` says the level needs); on one worker of a local pool it runs here.
     """
     if (requests_per_level is None) == (duration_per_level_s is None):
         raise ValueError("give exactly one of requests_per_level and duration_per_level_s")
@@ -149,6 +155,13 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
                 functools.partial(run_rate_level, transport, rate=load, arrivals=open_loop.arrivals,
                                   max_in_flight=open_loop.max_in_flight, seed=open_loop.seed,
                                   time_scale=open_loop.time_scale)
+            if pool is not None:
+                from sagellm.bench.coordinator import run_shared_level
+                from sagellm.bench.workers import auto_workers
+
+                n = workers or auto_workers(load, open_loop=open_loop)
+                if n > 1 or pool.remote:
+                    level = functools.partial(run_shared_level, pool, load=load, open_loop=open_loop, workers=n)
             result = await level(requests=budget, duration_s=duration_per_level_s, warmup=warmup,
                                  workload=workload, on_record=on_record, on_progress=on_progress,
                                  stop_rule=stop_rule, clock_zero=zero, repeat=repeat)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sagellm.bench.load import sweep_problems
 from sagellm.bench.transports import APIS
+from sagellm.bench.workers import worker_problems
 from sagellm.bench.workload import WorkloadOptions
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
@@ -54,6 +55,8 @@ class BenchOptions:
     command: str = ""
     sweep: str = "doubling"  # doubling | adaptive | auto (adaptive where predicted: bench/sweeps.py)
     budget_minutes: float | None = None  # endpoint-minutes the sweep may spend
+    workers: int | None = 1  # worker processes (Ray actors with `ray`) per level; None: auto (see workers)
+    ray: str | None = None  # a Ray cluster's address, or auto (start a local one)
     ramp: bool | None = None  # open-loop steps over time (None: when the plan has autoscaling)
     instance_startup_s: float | None = None  # local autoscaling: scale-out → InService (None: the default)
 
@@ -118,6 +121,7 @@ def check_options(opts: BenchOptions) -> None:
         errors.append("--requests-per-level: a ramp's steps last --duration-per-level seconds each")
     if opts.instance_startup_s is not None and (opts.target != "local" or not opts.instance_startup_s > 0):
         errors.append(f"--instance-startup: {opts.instance_startup_s:g} must be > 0 seconds, with --target local")
+    errors.extend(worker_problems(opts.workers, opts.ray))
     errors.extend(writable_folder_errors(opts.out, "--out"))
     if errors:
         raise InputError(errors)

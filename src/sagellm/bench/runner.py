@@ -25,6 +25,7 @@ from sagellm.bench.sweeps import Chooser, make_chooser, sweep_method, threshold_
 from sagellm.bench.targets import Target, check_reachable, choose_target
 from sagellm.bench.teardown import tear_down
 from sagellm.bench.verdict import target_failure
+from sagellm.bench.workers import pool_size, worker_pool
 from sagellm.bench.workload import Workload
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
@@ -163,12 +164,14 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                     interrupts.run(ramp.run(transport, workload, on_record=on_record, on_progress=watch.progress,
                                             on_level=on_level))
                 else:
-                    interrupts.run(run_sweep(
-                        transport, workload=workload, open_loop=loop,
-                        requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
-                        warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
-                        stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats,
-                        choose=chooser))
+                    size = pool_size(opts.workers, opts.request_rate or opts.concurrency, open_loop=loop)
+                    with worker_pool(size, transport, workload, opts.ray) as pool:
+                        interrupts.run(run_sweep(
+                            transport, workload=workload, open_loop=loop,
+                            requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
+                            warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
+                            stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats,
+                            choose=chooser, pool=pool, workers=opts.workers))
                 watch.enter("reading server metrics")
                 server_blocks = servers.finish()
         except SagellmError as exc:

@@ -261,6 +261,13 @@ class SageMakerTransport(_StreamingTransport):
         SigV4Auth(self._credentials.get_frozen_credentials(), "sagemaker", self.region).add_auth(request)
         return self.url, dict(request.headers.items()), body
 
+    def __getstate__(self) -> dict[str, Any]:
+        """For a worker process: the credentials as they are now (refreshing ones hold a lock, unpicklable)."""
+        from botocore.credentials import Credentials
+
+        frozen = self._credentials.get_frozen_credentials()
+        return {**self.__dict__, "_credentials": Credentials(frozen.access_key, frozen.secret_key, frozen.token)}
+
     def _decoder(self) -> EventStreamLines:
         return EventStreamLines()
 

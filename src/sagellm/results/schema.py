@@ -15,8 +15,8 @@ from sagellm.planner.curve import Point
 
 SCHEMA_VERSION: Literal[2] = 2
 
-ErrorKind = Literal["overloaded", "validation", "timeout", "throttled", "other"]
-ERROR_KINDS: tuple[ErrorKind, ...] = ("overloaded", "validation", "timeout", "throttled", "other")
+ErrorKind = Literal["overloaded", "validation", "timeout", "throttled", "client", "other"]
+ERROR_KINDS: tuple[ErrorKind, ...] = ("overloaded", "validation", "timeout", "throttled", "client", "other")
 
 
 class _Strict(BaseModel):
