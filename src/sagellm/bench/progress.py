@@ -34,7 +34,7 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def level_name(load: str, repeat: int = 0) -> str:
+def level_label(load: str, repeat: int = 0) -> str:
     """How progress names a level (by its load, `16` or `4/s`) and, with --repeats, its run."""
     name = f"rate {load}" if load.endswith("/s") else f"concurrency {load}"
     return name + (f" (repeat {repeat + 1})" if repeat else "")
@@ -132,7 +132,7 @@ class Watch:
     def progress(self, p: LevelProgress) -> None:
         """After every finished request (the load generator's on_progress)."""
         with self._lock:
-            status = self._level(level_name(p.load, p.repeat))
+            status = self._level(level_label(p.load, p.repeat))
             status.done, status.total, status.errors = p.completed, p.planned, p.errors
             status.elapsed_s, status.duration_s = p.elapsed_s, p.duration_s
 
@@ -141,7 +141,7 @@ class Watch:
         if r.warmup or not r.ok:
             return
         with self._lock:
-            status = self._level(level_name(r.load, r.repeat))
+            status = self._level(level_label(r.load, r.repeat))
             status.tokens += r.output_tokens
             status.first_start_s = r.start_s if status.first_start_s is None else min(status.first_start_s, r.start_s)
             status.last_end_s = r.end_s if status.last_end_s is None else max(status.last_end_s, r.end_s)
