@@ -104,7 +104,7 @@ def test_deploy_output_streams_line_by_line_while_the_cli_runs_and_into_the_log(
         seen.append((line, bool(processes_mentioning(str(tmp_path / "cdk.out")))))
 
     context = {"profile": "max-throughput", "model": "meta-llama/Llama-2-7b-hf", "instance": "ml.g5.2xlarge",
-               "bench_run": "r2"}
+               "bench_run": "r2", "hf_token_secret": "prod/huggingface/token"}
     cdk_cli.deploy("sagellm-it-stream", context, aws.env(), tmp_path, on_line=on_line)
 
     lines = [line for line, _ in seen]

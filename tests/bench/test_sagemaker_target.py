@@ -40,6 +40,7 @@ from sagellm.profiles import resolve
 
 # The module fixture (local-aws, its bootstrap, two `cdk deploy`s) counts toward the first test's time.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+TOKEN_SECRET = "prod/huggingface/token"  # Llama 2 is gated; moto does not resolve the secret's reference
 PROD_STACK = "sagellm-max-throughput-llama-2-7b-hf"  # what the README's `cdk deploy -c profile=…` names it
 TEAM_STACK = "team-prod-llama"
 TEAM_APP = """
@@ -49,7 +50,8 @@ TEAM_APP = """
 
     app = App()
     stack = Stack(app, "{name}")
-    LlmEndpoint(stack, "Chat", plan=resolve("max-throughput", "{model}", "{instance}"))
+    LlmEndpoint(stack, "Chat", plan=resolve("max-throughput", "{model}", "{instance}",
+                                            hf_token_secret="{secret}"))
     app.synth()
 """
 
@@ -117,11 +119,11 @@ def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Account]:
         assert server.poll() is None, (folder / "local-aws.log").read_text()
         env = account_env(port)
         cdk_deploy(env, REPO, folder / "prod.out", "-c", "profile=max-throughput", "-c", f"model={MODEL}",
-                   "-c", f"instance={INSTANCE}")
+                   "-c", f"instance={INSTANCE}", "-c", f"hf_token_secret={TOKEN_SECRET}")
         team = folder / "team"
         team.mkdir()
         (team / "app.py").write_text(textwrap.dedent(TEAM_APP.format(name=TEAM_STACK, model=MODEL,
-                                                                     instance=INSTANCE)))
+                                                                     instance=INSTANCE, secret=TOKEN_SECRET)))
         cdk_deploy(env, team, team / "cdk.out", "--app", f"{sys.executable} app.py")
         emulator.start()
         env["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] = emulator.url
@@ -140,7 +142,7 @@ def bench(out: Path, *extra: str, requests: str = "4") -> list[str]:
             "--requests-per-level", requests, "--out", str(out), *extra]
 
 
-OWN = ("--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE)
+OWN = ("--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE, "--hf-token-secret", TOKEN_SECRET)
 
 
 def test_deploys_its_own_stack_benches_it_and_deletes_exactly_that(account: Account, tmp_path: Path) -> None:
