@@ -50,10 +50,10 @@ Events = list[tuple[float, Any]]
 Scenario = Callable[[aiohttp.ClientSession, str, Emulator], Awaitable[Any]]
 
 
-def run(p: DeploymentPlan, scenario: Scenario, *, time_scale: float = 0.1) -> Any:
+def run(p: DeploymentPlan, scenario: Scenario, *, time_scale: float = 0.1, endpoint_name: str | None = None) -> Any:
     """Serve `p` on a free loopback port for the length of `scenario`, then stop everything."""
     async def main() -> Any:
-        emulator = Emulator(p, time_scale=time_scale)
+        emulator = Emulator(p, time_scale=time_scale, endpoint_name=endpoint_name)
         async with emulator.listening() as url, aiohttp.ClientSession() as session:
             return await scenario(session, url, emulator)
     return asyncio.run(main())

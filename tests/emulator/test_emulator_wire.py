@@ -109,7 +109,17 @@ def test_only_the_endpoints_own_name_is_served() -> None:
             async with s.post(f"{url}/endpoints/{name}/invocations", json=tgi_body(5, 2)) as r:
                 out.append((r.status, r.headers.get("x-amzn-ErrorType", "").split(":")[0]))
         return out
-    assert run(plan(), scenario) == [(200, ""), (400, "ValidationError")]
+    assert run(plan(), scenario, endpoint_name=ENDPOINT) == [(200, ""), (400, "ValidationError")]
+
+
+def test_without_a_name_it_stands_in_for_any_endpoint_of_the_account() -> None:
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> list[int]:
+        out = []
+        for name in (ENDPOINT, "prod-chat"):
+            async with s.post(f"{url}/endpoints/{name}/invocations", json=tgi_body(5, 2)) as r:
+                out.append(r.status)
+        return out
+    assert run(plan(), scenario) == [200, 200]
 
 
 # --- OpenAI routes, in vLLM's shapes --------------------------------------------------------------

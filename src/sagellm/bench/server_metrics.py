@@ -98,7 +98,8 @@ class ServerWatch:
             windows = {load: cloudwatch.aligned(*self.windows[load], resolution) for load in loads}
             region = target.region if isinstance(target, ExistingEndpoint) else target.plan.region
             client = boto3.client("cloudwatch", region_name=region)
-            wait_s = CLOUDWATCH_WAIT_S
+            # An emulated runtime (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME) publishes nothing there: no wait.
+            wait_s = 0.0 if target.emulated else CLOUDWATCH_WAIT_S
         deadline = time.monotonic() + wait_s
         for load in reversed(loads):
             window = windows[load]

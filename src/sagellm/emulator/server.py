@@ -267,7 +267,8 @@ async def _openai_sse(call: _Call, model_id: str) -> AsyncIterator[bytes]:
 class Emulator:
     """A local endpoint that behaves like `plan`: every model's copies, and the routes in front of them.
 
-    `endpoint_name` (default `sagellm-<profile>`) is the one name the SageMaker routes answer to;
+    `endpoint_name` is the one name the SageMaker routes answer to (without one they answer any name, and
+    call themselves `sagellm-<profile>`);
     `component_names` maps each plan model to its deployed inference-component name (default: the plan's
     model names), the only names the component header may carry; `instance_startup_s` is how long a new
     instance takes to come into service when the simulated autoscaling adds one; with `cloudwatch_url` (the
@@ -282,6 +283,8 @@ class Emulator:
         self.plan = plan
         self.time_scale = time_scale
         self.endpoint_name = endpoint_name or f"sagellm-{plan.profile}"
+        # Without a name it stands in for every endpoint of an account (`sagellm emulate` behind `local-aws`).
+        self._any_endpoint = endpoint_name is None
         self.models = {m.name: ModelServer(plan, m, time_scale) for m in plan.models}
         names = component_names or {m.name: m.name for m in plan.models}
         self.component_names = {name: names.get(name, name) for name in self.models}
@@ -454,7 +457,7 @@ class Emulator:
     def _sm_model(self, request: web.Request) -> ModelServer:
         """SageMaker routes: the endpoint name, then the inference-component header (SageMaker's order)."""
         name = request.match_info["name"]
-        if name != self.endpoint_name:
+        if name != self.endpoint_name and not self._any_endpoint:
             raise _AwsError(400, "ValidationError", f"Endpoint {name} of account {_ACCOUNT} not found.")
         component = request.headers.get(IC_HEADER)
         if self.plan.endpoint_kind == "inference-component":
