@@ -153,9 +153,9 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         try:
             with interrupts.armed():
                 if plan is not None:
+                    where = f"to the {target.kind} target" if target.deploys else f"on the {target.kind} target"
                     watch.enter("deploying" if target.deploys else "reaching",
-                                f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) "
-                                f"on the {target.kind} target")
+                                f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) {where}")
                 transport = target.deploy()
                 servers = ServerWatch(target, transport, say)
                 watch.enter("measuring", f"endpoint {target.endpoint}, "
