@@ -193,9 +193,6 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         if teardown.status == "failed":
             status = ExitStatus.TARGET_FAILED
             error = f"TEARDOWN FAILED: {teardown.detail}"
-        elif interrupts.signum is not None and status != ExitStatus.INTERRUPTED:
-            status = ExitStatus.INTERRUPTED
-            error = f"interrupted by {interrupts.name} while tearing down or writing results; both finished"
         slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
         watch.enter("writing results", str(out))
         run = _measured_run(run, target)
@@ -212,7 +209,11 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
         write_results(out / "results.json", results)
         write_report(out, results)
 
-    if status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
+    if interrupts.signum is not None and status not in (ExitStatus.INTERRUPTED, ExitStatus.TARGET_FAILED):
+        # A signal held while tearing down or writing: both finished; the run still ends as interrupted.
+        status = ExitStatus.INTERRUPTED
+        error = f"interrupted by {interrupts.name} while tearing down or writing results; both finished"
+    elif status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
         status = ExitStatus.GATE_FAILED
     return BenchOutcome(results, status, error)
 
