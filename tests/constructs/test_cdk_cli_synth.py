@@ -77,8 +77,9 @@ def sagellm_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 def test_cdk_synth_of_a_gated_model_without_a_secret_fails_with_the_fix(tmp_path):
     assert sagellm_lines(cdk_synth(tmp_path, "profile=max-throughput", "model=llama2-7b")) == [
-        ("sagellm: bad cdk context: Endpoint/Llm: meta-llama/Llama-2-7b-hf is gated on the Hugging Face Hub and no "
-        "hf_token_secret is set: the endpoint would never start; store a token that has access in Secrets Manager "
+        # The stack's construct id is its name: `sagellm-<profile>-<model>`.
+        ("sagellm: bad cdk context: sagellm-max-throughput-llama2-7b/Llm: meta-llama/Llama-2-7b-hf is gated on the "
+        "Hugging Face Hub and no hf_token_secret is set: the endpoint would never start; store a token that has access in Secrets Manager "
         "and pass -c hf_token_secret=<secret name or ARN> (or hf_token_secret: in the profile)")
     ]
 
