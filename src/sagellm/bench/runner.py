@@ -22,7 +22,7 @@ from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_steps
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.sweeps import Chooser, make_chooser, sweep_method, threshold_levels, with_sweep
-from sagellm.bench.targets import Target, check_reachable, choose_target
+from sagellm.bench.targets import Target, api_for, check_reachable, choose_target
 from sagellm.bench.teardown import tear_down
 from sagellm.bench.verdict import target_failure
 from sagellm.bench.workers import pool_size, worker_pool
@@ -243,7 +243,7 @@ def _run(opts: BenchOptions, plan: DeploymentPlan | None, workload: Workload, st
     """What is measured, where and how (before deploying: `_measured_run` fills in what the target tells)."""
     mean, loop = workload.payload(), _open_loop(opts)
     emulated = opts.target == "local"
-    api = opts.api if opts.api != "auto" else "openai" if opts.target == "http" and "/v1" in (opts.url or "") else "tgi"
+    api = api_for(opts.api, opts.url if opts.target == "http" else None)
     return Run(
         profile=plan.profile if plan else None, model=plan.primary.model_id if plan else opts.served_model or "unknown",
         instance_type=plan.instance_type if plan else None,

@@ -56,7 +56,7 @@ def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None
     if target == "http":
         return HttpTarget(url or "", api, served_model, model)
     assert plan is not None and model is not None  # the runner's checks: deploying targets need both
-    chosen = APIS["tgi" if api == "auto" else api]
+    chosen = APIS[api_for(api, None)]  # SageMaker endpoints: auto is TGI's generate
     if deployed is not None:
         return ExistingEndpoint(deployed, plan.region, api=chosen)
 
@@ -67,6 +67,13 @@ def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None
         return SageMakerTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, api=chosen)
     return LocalTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen,
                        instance_startup_s=instance_startup_s)
+
+
+def api_for(api: str, url: str | None) -> str:
+    """The API `--api` names; `auto` is OpenAI completions for a URL with /v1, else TGI's generate."""
+    if api != "auto":
+        return api
+    return "openai" if url and "/v1" in url else "tgi"
 
 
 def says_emulated(url: str) -> bool:
@@ -155,7 +162,7 @@ class HttpTarget:
         self.emulated = isinstance(info, dict) and info.get("emulated") is True
         name = self.requested_api
         if name == "auto":
-            name = "openai" if self.endpoint and "/v1" in self.endpoint else "tgi"
+            name = api_for("auto", self.endpoint)
             if name == "tgi" and status == 404:
                 raise InputError(f"--api auto: {self.base}/info answered 404, so {self.base} is no TGI server; "
                                  "for an OpenAI-compatible one (vLLM) use --api openai (or a URL ending in /v1)")
