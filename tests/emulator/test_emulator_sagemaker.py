@@ -124,16 +124,17 @@ def test_response_stream_delivers_every_token_before_the_end(ic_endpoint: Served
     _, client = ic_endpoint
     t0 = time.perf_counter()
     resp = client.invoke_endpoint_with_response_stream(
-        EndpointName=ENDPOINT, InferenceComponentName=DEPLOYED["chat"], Body=_body(30, 25, stream=True),
+        EndpointName=ENDPOINT, InferenceComponentName=DEPLOYED["chat"], Body=_body(30, 120, stream=True),
         ContentType="application/json")
     assert resp["ContentType"] == "text/event-stream"
     events = _stream_events(resp)
-    assert len(events) == 25 and all(e["token"] is not None for _, e in events)
+    assert len(events) == 120 and all(e["token"] is not None for _, e in events)
     details = events[-1][1]["details"]
-    assert details["generated_tokens"] == 25 and details["sagellm_server_e2e_s"] > 0
-    # 24 decode steps of ~3 ms each separate the first token from the last.
+    assert details["generated_tokens"] == 120 and details["sagellm_server_e2e_s"] > 0
+    # 119 decode steps of ~3 ms each (~360 ms) separate the first token from the last. The bound leaves room
+    # for a busy machine: the engine catches up a debt of up to 50 ms at once, and the client may read late.
     first, last = events[0][0] - t0, events[-1][0] - t0
-    assert last - first > 0.04 and first < last / 2
+    assert last - first > 0.12 and first < last / 2
 
 
 def test_missing_or_unknown_component_is_a_validation_error(ic_endpoint: Served) -> None:
