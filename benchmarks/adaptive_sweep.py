@@ -45,7 +45,7 @@ from sagellm.bench.adaptive import (
     next_level,
     plan_from_prediction,
 )
-from sagellm.bench.sweeps import doubling_estimate, predicted_minutes
+from sagellm.bench.sweeps import doubling_estimate, predicted_minutes, refit_for
 from sagellm.planner import Calibration, Point, Shape, predict_point
 from sagellm.planner import constants as k
 from sagellm.profiles.resolve import design_for
@@ -160,7 +160,8 @@ def study(profile: str, model: str, instance: str, factors: tuple[float, float, 
             cache[c] = measure(predict_point(real, payload, c), shape.instance_count)
         return cache[c]
 
-    plan = plan_from_prediction(lambda c: predict_point(shape, payload, c), limit_of(shape))
+    plan = plan_from_prediction(lambda c: predict_point(shape, payload, c), limit_of(shape),
+                                refit=refit_for(shape, payload))
     levels, reason = run_adaptive(plan, truth)
     dense = [truth(c) for c in range(1, LIMIT + 1)]
     knee_t, max_t = knee_and_max(dense)

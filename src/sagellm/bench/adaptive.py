@@ -1,28 +1,40 @@
 """The planner-guided sweep: which concurrency to measure next, given the prediction and what was measured.
 
-It starts at the predicted knee and max-throughput concurrency, then follows what it measures. With b the
-measured level a pick falls on, a side of b is **closed** when the nearest measured level on that side
-lies within 10 % of b in concurrency (at least one step: for b = 5, levels 4 and 6), or b is the end of
-the range on that side (1, or the limit: the admission limit, above which every level is refused).
+**Predict, measure, refit.** It measures the predicted knee and the max-throughput target (the lowest load
+predicted to reach 97 % of the max: on a plateau the cheaper level). When both agree with the prediction
+within 8 % (throughput and p50 ms/token; a level of the default length reads them only to a few per
+cent: the emulator, replaying the planner, reads 2–8 % off it), the sweep is done. When one departs, the
+prediction's step-time factors are refitted to every level so far (as `sagellm calibrate` does) and the
+refit's targets are measured; a refit whose targets were all measured already is tested out of sample
+on one more level. A refit confirmed the same way ends the sweep; after three predictions, or with
+nothing to refit (no usable level, or no prediction), bracketing takes over.
+
+**Bracketing.** With b the measured level a pick falls on, a side of b is **closed** when the nearest
+measured level on that side lies within 10 % of b in concurrency (at least one step: for b = 5, levels 4
+and 6), or b is the end of the range on that side (1, or the limit: the admission limit, above which
+every level is refused).
 
 - **Knee** (highest throughput ÷ p50 ms/token among usable levels, as `results.sweep`): bracketed when
-  both its sides are closed.
-- **Max throughput** (highest throughput among usable levels): in a closed loop throughput does not fall
-  as load rises until the endpoint fails (errors, timeouts), so only the side above needs closing. It is
-  also closed by a usable level above (no higher throughput there, hence none between), or, below a
-  failing level, when the throughput any level between could reach is within 10 % of the max: on the line
-  through the level below the max (or zero load) and the max, throughput being concave in load. With
-  latency that does not fall as load rises, that line through zero load is Little's law: the 10 % in
-  concurrency and the 10 % in throughput are then the same bound.
+  both its sides are closed. A side is also closed in value: in a closed loop neither throughput nor
+  ms/token falls as load rises (up to failure), so no load between a lower level a and the knee b beats
+  b's power by more than ms(b) ÷ ms(a), nor between b and a higher level d by more than thr(d) ÷ thr(b).
+- **Max throughput** (highest throughput among usable levels): throughput does not fall as load rises
+  until the endpoint fails (errors, timeouts), so only the side above needs closing. It is also closed
+  by a usable level above (no higher throughput there, hence none between), or, below a failing level
+  or the limit, when the throughput any level between could reach is within 10 % of the max: on the line
+  through the level below the max (or zero load) and the max, throughput being concave in load. With latency that
+  does not fall as load rises, that line through zero load is Little's law: the 10 % in concurrency and
+  the 10 % in throughput are then the same bound.
 
-The sweep is done when the knee and the max are both bracketed. Until then, the next level is on the
-first open side of the first pick not bracketed: when b is a predicted level, a probe 10 % out (the
-prediction says the pick is here); otherwise, with no measured level on that side, a probe 25 % out (the
-curve departed from the prediction: search faster), and with a measured level too far away, the
-geometric midpoint of the gap (bisection). Levels that failed bound the search like any other.
+Until both are bracketed, the next level is on the first open side of the first pick not bracketed: when
+b is a predicted level, a probe 10 % out (the prediction says the pick is here); otherwise, with no
+measured level on that side, a probe 25 % out (the curve departed from the prediction: search faster),
+and with a measured level too far away, the geometric midpoint of the gap (bisection). Levels that failed
+bound the search like any other.
 
-`next_level` is a pure function of the plan and the measured levels, so it is tested and simulated
-without a server (tests/bench/test_adaptive.py, benchmarks/adaptive_sweep.py).
+`next_level` is a pure function of the plan and the measured levels (the refit rounds are replayed from
+them), so it is tested and simulated without a server (tests/bench/test_adaptive.py,
+benchmarks/adaptive_sweep.py).
 """
 
 from __future__ import annotations
@@ -34,6 +46,9 @@ from dataclasses import dataclass
 from sagellm.planner import Point, knee_index
 
 TOLERANCE = 0.10  # a pick is bracketed when its measured neighbours are this close in concurrency
+AGREE = 0.08  # a measured level confirms a prediction when throughput and ms/token are each this close
+NEAR_MAX = 0.97  # the max-throughput target: the lowest load predicted to reach this share of the max
+ROUNDS = 3  # predictions tried (the plan's, then refitted ones) before bracketing takes over
 NEAR_STEP = 1.10  # first probe beside a predicted level
 FAR_STEP = 1.25  # probe beside a level the prediction did not point at
 MAX_LEVELS = 24  # a safety net: a curve that keeps surprising stops here
@@ -55,6 +70,10 @@ class Measured:
         return self.throughput_tokens_per_s / self.ms_per_token if self.ms_per_token else 0.0
 
 
+Predictor = Callable[[int], Point]
+Refit = Callable[[Sequence["Measured"]], Predictor | None]
+
+
 @dataclass(frozen=True)
 class Plan:
     """Where to start and what bounds the search."""
@@ -64,6 +83,8 @@ class Plan:
     limit: int  # highest concurrency the sweep may measure
     required: tuple[int, ...] = ()  # levels measured whatever the curve (thresholds name them)
     budget_minutes: float | None = None  # endpoint-minutes the sweep may spend
+    predict: Predictor | None = None  # the predicted curve the plan was made from
+    refit: Refit | None = None  # the prediction refitted to measured levels (None when none can be used)
 
 
 @dataclass(frozen=True)
@@ -74,19 +95,26 @@ class Next:
     reason: str
 
 
-def plan_from_prediction(predict: Callable[[int], Point], limit: int, *, required: Sequence[int] = (),
-                         budget_minutes: float | None = None) -> Plan:
-    """The plan from a predicted curve, evaluated at every concurrency on a 2.5 % grid up to `limit`."""
+def targets(predict: Predictor, limit: int) -> tuple[int, int]:
+    """A predicted curve's knee and max-throughput target (the lowest load predicted to reach NEAR_MAX of its
+    max: on a plateau, the cheaper level to measure), evaluated on a 2.5 % grid up to `limit`."""
     grid = sorted({max(1, round(1.025 ** i)) for i in range(int(math.log(limit, 1.025)) + 1)} | {limit})
     points = [predict(c) for c in grid]
     usable = [p for p in points if p.within_timeout and not p.rejected]
     if not usable:
-        return Plan(1, 1, limit, tuple(required), budget_minutes)
+        return 1, 1
     i = knee_index([p.throughput_tokens_per_s for p in usable], [p.ms_per_token for p in usable])
     knee = usable[i].concurrency if i is not None else 1
     top = max(p.throughput_tokens_per_s for p in usable)
-    best = next(p for p in usable if p.throughput_tokens_per_s >= top * (1 - 1e-9))
-    return Plan(knee, best.concurrency, limit, tuple(sorted(set(required))), budget_minutes)
+    near = next(p for p in usable if p.throughput_tokens_per_s >= NEAR_MAX * top)
+    return knee, max(near.concurrency, knee)
+
+
+def plan_from_prediction(predict: Predictor, limit: int, *, required: Sequence[int] = (),
+                         budget_minutes: float | None = None, refit: Refit | None = None) -> Plan:
+    """The plan from a predicted curve: its targets, and the prediction itself to check measured levels against."""
+    knee, top = targets(predict, limit)
+    return Plan(knee, top, limit, tuple(sorted(set(required))), budget_minutes, predict, refit)
 
 
 def measured_knee(levels: Sequence[Measured]) -> Measured | None:
@@ -116,6 +144,17 @@ def _max_bound(best: Measured, levels: Sequence[Measured], above: int) -> float:
     return best.throughput_tokens_per_s + slope * (above - best.concurrency)
 
 
+def _power_bounded(best: Measured, near: Measured) -> bool:
+    """No load between the knee and a usable neighbour can beat the knee's power by more than TOLERANCE. In
+    a closed loop, throughput and ms/token do not fall as load rises (up to failure), so between a lower
+    level a and the knee b power ≤ thr(b) ÷ ms(a), and between b and a higher level d power ≤ thr(d) ÷ ms(b)."""
+    if not near.usable or not near.ms_per_token or not best.ms_per_token:
+        return False
+    if near.concurrency < best.concurrency:
+        return best.ms_per_token <= (1 + TOLERANCE) * near.ms_per_token
+    return near.throughput_tokens_per_s <= (1 + TOLERANCE) * best.throughput_tokens_per_s
+
+
 def _side(best: Measured, levels: Sequence[Measured], up: bool, *, is_max: bool, seeds: set[int],
           limit: int) -> int | None:
     """The level to measure on one side of a pick, or None when that side is closed."""
@@ -125,10 +164,12 @@ def _side(best: Measured, levels: Sequence[Measured], up: bool, *, is_max: bool,
     step = NEAR_STEP if b in seeds else FAR_STEP
     probe = min(max(max(b + 1, round(b * step)) if up else min(b - 1, round(b / step)), 1), limit)
     beyond = [m for m in levels if (m.concurrency > b if up else m.concurrency < b)]
-    if not beyond:  # open: probe outward
+    if not beyond:  # open: probe outward, unless the concave bound already caps the max up to the limit
+        if is_max and _max_bound(best, levels, limit) <= (1 + TOLERANCE) * best.throughput_tokens_per_s:
+            return None
         return probe
     near = min(beyond, key=lambda m: abs(m.concurrency - b))
-    if _close_enough(b, near.concurrency):
+    if _close_enough(b, near.concurrency) or (not is_max and _power_bounded(best, near)):
         return None
     if is_max and (near.usable or _max_bound(best, levels, near.concurrency) <= (1 + TOLERANCE)
                    * best.throughput_tokens_per_s):
@@ -139,6 +180,64 @@ def _side(best: Measured, levels: Sequence[Measured], up: bool, *, is_max: bool,
     return mid if mid not in (b, near.concurrency) else None
 
 
+def _agrees(m: Measured, predict: Predictor) -> bool:
+    """The level measured what the prediction says, within AGREE on throughput and on ms/token."""
+    p = predict(m.concurrency)
+    return (m.usable and m.ms_per_token is not None and p.within_timeout and not p.rejected
+            and abs(m.throughput_tokens_per_s / p.throughput_tokens_per_s - 1) <= AGREE
+            and abs(m.ms_per_token / p.ms_per_token - 1) <= AGREE)
+
+
+def _cover(target: int, levels: Sequence[Measured]) -> Measured | None:
+    """The measured level nearest the target, if one is within TOLERANCE of it in concurrency."""
+    near = [m for m in levels if _close_enough(target, m.concurrency)]
+    return min(near, key=lambda m: abs(m.concurrency - target), default=None)
+
+
+def _check(goals: Sequence[int], levels: Sequence[Measured], limit: int) -> int | None:
+    """A level to test a refitted prediction out of sample when every target it names was measured
+    already: below the knee (cheaper), else between the knee and the max, else above the max."""
+    knee, top = goals[0], goals[-1]
+    for c in (round(knee / FAR_STEP), round(math.sqrt(knee * top)), min(limit, round(top * FAR_STEP))):
+        if c >= 1 and _cover(c, levels) is None:
+            return c
+    return None
+
+
+def _guided(plan: Plan, levels: Sequence[Measured]) -> tuple[Next | None, set[int]]:
+    """The prediction phase: measure the predicted targets; where a level departs from the prediction, refit
+    it to every level so far and measure the new targets (or, when levels already cover them, one level
+    that tests the refit out of sample). Returns the next step (None: bracketing takes over) and the
+    targets tried (bracketing looks next to them first).
+
+    It replays the rounds from the levels in the order measured, so it stays a pure function of them."""
+    assert plan.predict is not None
+    predict, seen, fitted, tried = plan.predict, 0, 0, set()
+    for round_ in range(ROUNDS):
+        goals = list(dict.fromkeys(targets(predict, plan.limit)))
+        tried |= set(goals)
+        while True:
+            todo = [t for t in goals if _cover(t, levels[:seen]) is None]
+            if not todo and round_ > 0 and seen == fitted:
+                todo = [c for c in (_check(goals, levels[:seen], plan.limit),) if c is not None]
+            if not todo:
+                break
+            if seen == len(levels):
+                what = "predicted" if round_ == 0 else f"refitted to {fitted} level(s):"
+                which = "knee" if todo[0] == goals[0] else "max throughput" if todo[0] in goals else "check"
+                return Next(todo[0], f"{what} {which}"), tried
+            seen += 1
+        judged = [_cover(t, levels[:seen]) for t in goals] + list(levels[fitted:seen])
+        if all(m is not None and _agrees(m, predict) for m in judged):
+            how = "the prediction" if round_ == 0 else f"the prediction refitted to {fitted} level(s)"
+            return Next(None, f"{how} confirmed within {AGREE:.0%} at its knee and max after {seen} level(s)"), tried
+        refitted = plan.refit(levels[:seen]) if plan.refit is not None else None
+        if refitted is None:
+            break
+        predict, fitted = refitted, seen
+    return None, tried
+
+
 def next_level(plan: Plan, levels: Sequence[Measured]) -> Next:
     """The next concurrency to measure, or None with why the sweep is done."""
     spent = sum(m.endpoint_minutes for m in levels)
@@ -146,13 +245,20 @@ def next_level(plan: Plan, levels: Sequence[Measured]) -> Next:
         return Next(None, f"budget reached: {spent:.2f} of {plan.budget_minutes:g} endpoint-minutes spent "
                           f"after {len(levels)} level(s)")
     measured = {m.concurrency for m in levels}
+    seeds = {plan.knee, plan.max}
+    if plan.predict is not None:
+        step, seeds = _guided(plan, levels)
+        if step is not None and step.concurrency is not None:
+            return step
+        if step is not None:  # confirmed: what thresholds name is still measured
+            rest = [c for c in plan.required if c not in measured]
+            return Next(rest[0], "named by a threshold") if rest else step
     for c, why in [(plan.knee, "predicted knee"), (plan.max, "predicted max throughput"),
                    *((c, "named by a threshold") for c in plan.required)]:
         if c not in measured:
             return Next(c, why)
     if len(levels) >= MAX_LEVELS:
         return Next(None, f"stopped after {MAX_LEVELS} levels without bracketing the knee and the max")
-    seeds = {plan.knee, plan.max}
     for name, best, is_max in (("knee", measured_knee(levels), False), ("max throughput", measured_max(levels), True)):
         if best is None:
             lowest = min(measured)

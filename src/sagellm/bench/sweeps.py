@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sagellm.bench.adaptive import Measured, Plan, next_level, plan_from_prediction
+from sagellm.bench.adaptive import Measured, Plan, Predictor, Refit, next_level, plan_from_prediction
 from sagellm.bench.level import LevelResult
 from sagellm.bench.measured import levels_of
 from sagellm.errors import InputError
-from sagellm.planner import DEFAULT_CONCURRENCY, Payload, Point, Shape, predict_point
+from sagellm.planner import (
+    DEFAULT_CONCURRENCY,
+    Observation,
+    Payload,
+    Point,
+    Shape,
+    fit_calibration,
+    predict_point,
+)
 from sagellm.results.gate import load_thresholds
 from sagellm.results.schema import Results, Sweep, parse_load
 from sagellm.results.sweep import is_usable
@@ -72,7 +80,7 @@ class Chooser:
         level, reason = self._next(results)
         if level is None:
             self.outcome = reason
-            self.cut_short = not reason.startswith(("knee and max", "every level"))
+            self.cut_short = not reason.startswith(("knee and max", "the prediction", "every level"))
         return level
 
     def _next(self, results: list[LevelResult]) -> tuple[float | None, str]:
@@ -172,7 +180,22 @@ def adaptive_plan(shape: Shape, payload: Payload, required: Sequence[int],
     admit = shape.max_concurrent_requests
     limit = max(DEFAULT_CONCURRENCY) if admit is None else admit * shape.total_copies
     return plan_from_prediction(lambda c: predict_point(shape, payload, c), limit, required=required,
-                                budget_minutes=budget_minutes)
+                                budget_minutes=budget_minutes, refit=refit_for(shape, payload))
+
+
+def refit_for(shape: Shape, payload: Payload) -> Refit:
+    """Refits the shape's step-time factors to measured levels (as `sagellm calibrate` does to runs)."""
+    base = replace(shape, calibration=None)
+
+    def refit(levels: Sequence[Measured]) -> Predictor | None:
+        seen = [Observation(base, payload, m.concurrency, ms_per_token=m.ms_per_token,
+                            throughput_tokens_per_s=m.throughput_tokens_per_s)
+                for m in levels if m.usable and m.ms_per_token]
+        if not seen:
+            return None
+        fitted = replace(base, calibration=fit_calibration(seen, source="this sweep").calibration)
+        return lambda c: predict_point(fitted, payload, c)
+    return refit
 
 
 def predicted_minutes(point: Point, requests: int | None, duration_s: float | None, warmup: int,
