@@ -143,6 +143,8 @@ def test_bench_cli_with_two_workers_writes_each_request_once_to_requests_jsonl(t
     results = json.loads(ran.stdout)
     assert [lv["requests"] for lv in results["levels"]] == [8, 8]
     assert all(lv["errors"]["client"] == 0 for lv in results["levels"])
+    assert (results["run"]["workers"], results["run"]["ray"]) == (2, None)
+    assert "from 2 worker processes" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.parametrize("value", ["0", "x", "-2"])

@@ -165,6 +165,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
                                             on_level=on_level))
                 else:
                     size = pool_size(opts.workers, opts.request_rate or opts.concurrency, open_loop=loop)
+                    run = run.model_copy(update={"workers": size, "ray": opts.ray})
                     with worker_pool(size, transport, workload, opts.ray) as pool:
                         interrupts.run(run_sweep(
                             transport, workload=workload, open_loop=loop,

@@ -46,7 +46,7 @@ DEFAULT_BASELINE_METRICS = ("latency_ms_per_token.p50", "ttft_ms.p50", "throughp
 # Run fields a baseline may differ in: what is under test (the profile and its environment), where, when and
 # how it was invoked. Every other field (model, instance, container, target, workload, …) must match.
 MAY_DIFFER = frozenset({"profile", "environment", "emulated", "time_scale", "region", "endpoint", "concurrency",
-                        "request_rate", "repeats", "clock", "bench_run",
+                        "request_rate", "repeats", "clock", "bench_run", "workers", "ray",
                         "tool_version", "started_at", "ended_at", "command"})
 
 # A concurrency (16), a request rate ("4/s"), the knee or the max-throughput point.

@@ -157,6 +157,8 @@ class Run(_Strict):
     arrivals: Literal["constant", "poisson"] | None = None  # open loop: how requests are spaced
     max_in_flight: int | None = None  # open loop: requests in flight at most (later ones wait, late)
     repeats: int = 1  # runs of each level
+    workers: int = 1  # load-generator processes of the sweep (--workers; auto sizes it for the busiest level)
+    ray: str | None = None  # the Ray cluster they ran on (--ray), None for processes on this machine
     # Where request timings come from: the client's clock, or the emulator's simulated clock (see README).
     clock: Literal["client", "emulator"] = "client"
     workload: Workload | None = None
