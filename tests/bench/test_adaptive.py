@@ -311,14 +311,14 @@ def test_bench_adaptive_measures_fewer_levels_than_doubling_and_reports_knee_and
 
     # The emulator replays the planner, but levels this short measure it with noise: confirmed or refitted.
     assert sweep_["method"] == "adaptive" and sweep_["outcome"].startswith(
-        ("the prediction confirmed", "the prediction refitted", "knee and max throughput bracketed"))
+        ("the prediction confirmed", "the prediction refitted", "knee and max throughput bracketed")), sweep_
     assert loads == sorted(loads) and sorted(map(int, sweep_["order"])) == loads  # stored by load
     assert sweep_["order"][:2] == [str(sweep_["predicted_knee"]), str(sweep_["predicted_max"])]
     assert 2 in loads  # named by the thresholds
     # Doubling to the first error would measure 1, 2, 4, …, 128 and 256 (above the profile's admission limit).
-    assert len(loads) < 9
+    assert len(loads) < 9, sweep_
     assert results["knee"]["concurrency"] in loads and results["max_throughput"]["concurrency"] in loads
-    assert 0 < sweep_["endpoint_minutes"] < sweep_["doubling_endpoint_minutes"]
+    assert 0 < sweep_["endpoint_minutes"] < sweep_["doubling_endpoint_minutes"], sweep_
     assert results["run"]["concurrency"] == loads
     assert results["stopped_reason"] is None
     report = (out / "report.md").read_text()
