@@ -128,9 +128,33 @@ def test_step_times_off_by_up_to_40_percent_are_refitted_and_the_refit_is_tested
     knee = max(levels, key=lambda m: m.power)
     top = max(levels, key=lambda m: m.throughput_tokens_per_s)
 
-    assert reason.startswith(f"the prediction refitted to 2 level(s) confirmed within {AGREE:.0%}")
-    assert len(levels) <= 4
+    # Refitted to the levels before the departure's; confirmed on at least one level measured after the refit.
+    fitted = int(reason.removeprefix("the prediction refitted to ").split(" ")[0])
+    assert reason.startswith("the prediction refitted to") and f"confirmed within {AGREE:.0%}" in reason
+    assert fitted < len(levels) <= 4
     assert knee.power >= 0.9 * knee_t.power and top.throughput_tokens_per_s >= 0.9 * max_t.throughput_tokens_per_s
+
+
+def test_a_failing_max_target_caps_the_next_targets_below_it() -> None:
+    # Every level above 60 fails (say the endpoint times out there): the prediction cannot see that coming.
+    design = design_for(*LLAMA2_13B)
+    shape, payload = design.shape(), design.payload
+    fine = planner_truth(shape, payload)
+
+    def truth(c: int) -> Measured:
+        return replace(fine(c), usable=c <= 60)
+    plan = plan_from_prediction(lambda c: predict_point(shape, payload, c), 128, refit=refit_for(shape, payload))
+    levels, _ = sweep(plan, truth)
+    failed = [m.concurrency for m in levels if not m.usable]
+    usable_max = max(fine(c).throughput_tokens_per_s for c in range(1, 61))
+
+    # The predicted max target fails first; every later level stays below the lowest failure before it.
+    assert failed[0] == plan.max > 60
+    after = levels.index(truth(plan.max)) + 1
+    assert next_level(plan, levels[:after]).reason.endswith("max throughput")  # a refitted target, not bracketing
+    for i, m in enumerate(levels):
+        assert all(m.concurrency < f.concurrency for f in levels[:i] if not f.usable)
+    assert max(m.throughput_tokens_per_s for m in levels if m.usable) >= 0.9 * usable_max
 
 
 def test_less_kv_cache_than_predicted_still_gives_knee_and_max_within_10_percent() -> None:
@@ -295,7 +319,7 @@ def test_sweep_method_resolves_auto_and_refuses_adaptive_without_a_prediction() 
         sweep_method("fast", predicted=True, open_loop=False)
 
 
-@pytest.mark.integration  # ~90 s here: a local deploy and six levels or so
+@pytest.mark.integration  # ~60 s here: a local deploy and four levels or so
 def test_bench_adaptive_measures_fewer_levels_than_doubling_and_reports_knee_and_max(tmp_path: Path) -> None:
     out = tmp_path / "run"
     thresholds = tmp_path / "gates.yaml"
@@ -303,6 +327,9 @@ def test_bench_adaptive_measures_fewer_levels_than_doubling_and_reports_knee_and
     # 128 output tokens and a warm-up: at 32 the window of a level this short is too noisy to steer by.
     args = [*bench_args(out, requests=None, warmup="1"), "--output-tokens", "128"]
     args.remove("--concurrency"), args.remove("1,4")
+    # Time scale 0.1, not 0.05: on a busy 2-core machine the emulator falls behind its clock at 40 streams
+    # and the curve it then reports is not the one it replays (levels go astray, the sweep brackets longer).
+    args[args.index("--time-scale") + 1] = "0.1"
     ran = sagellm(*args, "--thresholds", str(thresholds), "--budget-minutes", "30", timeout=300)
     assert ran.returncode == 0, ran.stderr
     results = results_of(out)
@@ -313,7 +340,8 @@ def test_bench_adaptive_measures_fewer_levels_than_doubling_and_reports_knee_and
     assert sweep_["method"] == "adaptive" and sweep_["outcome"].startswith(
         ("the prediction confirmed", "the prediction refitted", "knee and max throughput bracketed")), sweep_
     assert loads == sorted(loads) and sorted(map(int, sweep_["order"])) == loads  # stored by load
-    assert sweep_["order"][:2] == [str(sweep_["predicted_knee"]), str(sweep_["predicted_max"])]
+    # The predicted knee first; then the predicted max, or a refitted target if the knee departed.
+    assert sweep_["order"][0] == str(sweep_["predicted_knee"])
     assert 2 in loads  # named by the thresholds
     # Doubling to the first error would measure 1, 2, 4, …, 128 and 256 (above the profile's admission limit).
     assert len(loads) < 9, sweep_

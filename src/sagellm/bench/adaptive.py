@@ -1,13 +1,15 @@
 """The planner-guided sweep: which concurrency to measure next, given the prediction and what was measured.
 
-**Predict, measure, refit.** It measures the predicted knee and the max-throughput target (the lowest load
-predicted to reach 97 % of the max: on a plateau the cheaper level). When both agree with the prediction
-within 8 % (throughput and p50 ms/token; a level of the default length reads them only to a few per
-cent: the emulator, replaying the planner, reads 2–8 % off it), the sweep is done. When one departs, the
-prediction's step-time factors are refitted to every level so far (as `sagellm calibrate` does) and the
-refit's targets are measured; a refit whose targets were all measured already is tested out of sample
-on one more level. A refit confirmed the same way ends the sweep; after three predictions, or with
-nothing to refit (no usable level, or no prediction), bracketing takes over.
+**Predict, measure, refit.** It measures the predicted knee, then the max-throughput target (the lowest
+load predicted to reach 97 % of the max: on a plateau the cheaper level). When each agrees with the
+prediction within 8 % (throughput and p50 ms/token; a level of the default length reads them only to a
+few per cent: the emulator, replaying the planner, reads 2–8 % off it), the sweep is done. As soon as a
+level departs, the prediction's step-time factors are refitted to every level so far (as `sagellm
+calibrate` does) and the sweep goes on with the refit's targets, so the next level both tests the refit
+out of sample and measures where it points; a refit whose targets were all measured already is tested
+on one more level. A level that failed caps the targets below it (no prediction sees timeouts coming).
+A refit confirmed the same way ends the sweep; after two refits, or with nothing to refit (no usable
+level, or no prediction), bracketing takes over.
 
 **Bracketing.** With b the measured level a pick falls on, a side of b is **closed** when the nearest
 measured level on that side lies within 10 % of b in concurrency (at least one step: for b = 5, levels 4
@@ -48,7 +50,7 @@ from sagellm.planner import Point, knee_index
 TOLERANCE = 0.10  # a pick is bracketed when its measured neighbours are this close in concurrency
 AGREE = 0.08  # a measured level confirms a prediction when throughput and ms/token are each this close
 NEAR_MAX = 0.97  # the max-throughput target: the lowest load predicted to reach this share of the max
-ROUNDS = 3  # predictions tried (the plan's, then refitted ones) before bracketing takes over
+REFITS = 2  # refits tried after departures before bracketing takes over
 NEAR_STEP = 1.10  # first probe beside a predicted level
 FAR_STEP = 1.25  # probe beside a level the prediction did not point at
 MAX_LEVELS = 24  # a safety net: a curve that keeps surprising stops here
@@ -205,37 +207,38 @@ def _check(goals: Sequence[int], levels: Sequence[Measured], limit: int) -> int 
 
 
 def _guided(plan: Plan, levels: Sequence[Measured]) -> tuple[Next | None, set[int]]:
-    """The prediction phase: measure the predicted targets; where a level departs from the prediction, refit
-    it to every level so far and measure the new targets (or, when levels already cover them, one level
-    that tests the refit out of sample). Returns the next step (None: bracketing takes over) and the
-    targets tried (bracketing looks next to them first).
+    """The prediction phase: measure the predicted targets one at a time; as soon as a level departs from
+    the prediction, refit it to every level so far and go on with the refit's targets (when levels already
+    cover them all, one more level tests the refit out of sample). Returns the next step (None: bracketing
+    takes over) and the targets tried (bracketing looks next to them first).
 
-    It replays the rounds from the levels in the order measured, so it stays a pure function of them."""
+    It replays the refits from the levels in the order measured, so it stays a pure function of them."""
     assert plan.predict is not None
-    predict, seen, fitted, tried = plan.predict, 0, 0, set()
-    for round_ in range(ROUNDS):
-        goals = list(dict.fromkeys(targets(predict, plan.limit)))
+    predict, seen, fitted, refits, tried = plan.predict, 0, 0, 0, set()
+    while True:
+        # A level that failed caps the targets: the prediction cannot see timeouts or errors coming.
+        limit = min([plan.limit, *(m.concurrency - 1 for m in levels[:seen] if not m.usable)])
+        goals = list(dict.fromkeys(targets(predict, max(1, limit))))
         tried |= set(goals)
-        while True:
-            todo = [t for t in goals if _cover(t, levels[:seen]) is None]
-            if not todo and round_ > 0 and seen == fitted:
-                todo = [c for c in (_check(goals, levels[:seen], plan.limit),) if c is not None]
-            if not todo:
-                break
-            if seen == len(levels):
-                what = "predicted" if round_ == 0 else f"refitted to {fitted} level(s):"
-                which = "knee" if todo[0] == goals[0] else "max throughput" if todo[0] in goals else "check"
-                return Next(todo[0], f"{what} {which}"), tried
-            seen += 1
-        judged = [_cover(t, levels[:seen]) for t in goals] + list(levels[fitted:seen])
-        if all(m is not None and _agrees(m, predict) for m in judged):
-            how = "the prediction" if round_ == 0 else f"the prediction refitted to {fitted} level(s)"
-            return Next(None, f"{how} confirmed within {AGREE:.0%} at its knee and max after {seen} level(s)"), tried
-        refitted = plan.refit(levels[:seen]) if plan.refit is not None else None
-        if refitted is None:
-            break
-        predict, fitted = refitted, seen
-    return None, tried
+        todo = [t for t in goals if _cover(t, levels[:seen]) is None]
+        if not todo and refits and seen == fitted:
+            todo = [c for c in (_check(goals, levels[:seen], max(1, limit)),) if c is not None]
+        if not todo:
+            judged = [_cover(t, levels[:seen]) for t in goals] + list(levels[fitted:seen])
+            if all(m is not None and _agrees(m, predict) for m in judged):
+                how = "the prediction" if not refits else f"the prediction refitted to {fitted} level(s)"
+                return Next(None, f"{how} confirmed within {AGREE:.0%} at its knee and max after {seen} level(s)"), tried
+            return None, tried  # the refit does not describe the levels it was fitted to: bracket
+        if seen == len(levels):
+            what = "predicted" if not refits else f"refitted to {fitted} level(s):"
+            which = "knee" if todo[0] == goals[0] else "max throughput" if todo[0] in goals else "check"
+            return Next(todo[0], f"{what} {which}"), tried
+        seen += 1
+        if not _agrees(levels[seen - 1], predict):  # a departure: refit now, before measuring further
+            refitted = plan.refit(levels[:seen]) if plan.refit is not None and refits < REFITS else None
+            if refitted is None:
+                return None, tried
+            predict, fitted, refits = refitted, seen, refits + 1
 
 
 def next_level(plan: Plan, levels: Sequence[Measured]) -> Next:
