@@ -55,7 +55,7 @@ class Tolerance:
       when a token is stamped (the server's output processor vs the client's read), a few ms at each
       window edge of a several-second window;
     - mean per-request ITL, (e2e − TTFT) ÷ (n − 1): both ends of the span move by the same client delay,
-      which cancels; 5 % leaves room for the client's scheduling jitter on a shared 2-core machine;
+      which cancels while the client gets a CPU; 5 % leaves room for its scheduling jitter;
     - TTFT: vLLM's TTFT starts when its engine takes the request, after the API server parsed and
       tokenized it (which, for a burst of C requests, queue in its one event loop); that front-end time
       (`FRONT_DOOR` mean − engine e2e mean) is the server's, so it is added to vLLM's figure, and the
@@ -68,8 +68,11 @@ class Tolerance:
     TTFT and e2e are offsets of the client's clock reads, so they hold only for a client that gets a
     CPU when a packet arrives: on a 2-core machine shared with other work (seven test suites at once
     here: load average 9–12), the client was seen waiting for a CPU 16–42 % of a level and its TTFT
-    then trailed by 15–54 ms. Above `max_client_cpu_wait` the level is reported, not judged (xfail,
-    with the figures); throughput and ITL are judged always (both sides count the same tokens).
+    then trailed by 15–54 ms. A starved client also reads the two ends of an ITL span, and the tokens at
+    a window's edges, late by different amounts: at 24–85 % CPU wait its mean ITL was 6–52 % short and
+    its throughput up to 14 % low. So above `max_client_cpu_wait` the level is reported, not judged
+    (xfail, with the figures); what both sides count (every request, every histogram's count) is judged
+    always.
     """
 
     throughput_rel: float = 0.05
@@ -348,12 +351,12 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
           f" · e2e mean {door.mean * ms:.1f} (engine {e2e.mean * ms:.1f}) vs {client_e2e * ms:.1f} ms"
           f" ({client_e2e / door.mean - 1:+.2%}) · {starved}")
 
-    assert summary.throughput_tokens_per_s == pytest.approx(server_throughput, rel=TOLERANCE.throughput_rel), starved
-    assert client_itl == pytest.approx(tpot.mean, rel=TOLERANCE.itl_mean_rel), starved
     assert ttft.mean <= client_ttft_mean and ttft_low <= client_ttft_p50  # nobody sees a token before it exists
     if cpu_wait > TOLERANCE.max_client_cpu_wait:
-        pytest.xfail(f"{starved} (over {TOLERANCE.max_client_cpu_wait:.0%}): its TTFT and e2e read late by "
-                     "the CPU it was denied, so they are reported above, not judged")
+        pytest.xfail(f"{starved} (over {TOLERANCE.max_client_cpu_wait:.0%}): its clock reads late by the CPU it "
+                     "was denied, so its figures are reported above, not judged")
+    assert summary.throughput_tokens_per_s == pytest.approx(server_throughput, rel=TOLERANCE.throughput_rel), starved
+    assert client_itl == pytest.approx(tpot.mean, rel=TOLERANCE.itl_mean_rel), starved
     assert client_ttft_mean <= ttft.mean + front_end + TOLERANCE.ttft_ms / ms, starved
     assert client_e2e == pytest.approx(door.mean, rel=TOLERANCE.e2e_mean_rel), starved
 

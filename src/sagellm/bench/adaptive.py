@@ -256,8 +256,9 @@ def next_level(plan: Plan, levels: Sequence[Measured]) -> Next:
         if step is not None:  # confirmed: what thresholds name is still measured
             rest = [c for c in plan.required if c not in measured]
             return Next(rest[0], "named by a threshold") if rest else step
-    for c, why in [(plan.knee, "predicted knee"), (plan.max, "predicted max throughput"),
-                   *((c, "named by a threshold") for c in plan.required)]:
+    # Without a prediction to check, the plan's seeds come first; with one, the guided phase chose them.
+    starts = [(plan.knee, "predicted knee"), (plan.max, "predicted max throughput")] if plan.predict is None else []
+    for c, why in [*starts, *((c, "named by a threshold") for c in plan.required)]:
         if c not in measured:
             return Next(c, why)
     if len(levels) >= MAX_LEVELS:
