@@ -81,7 +81,7 @@ class Plan:
     """Where to start and what bounds the search."""
 
     knee: int  # predicted knee concurrency
-    max: int  # predicted max-throughput concurrency
+    max: int  # max-throughput target: the lowest load predicted to reach NEAR_MAX of the max
     limit: int  # highest concurrency the sweep may measure
     required: tuple[int, ...] = ()  # levels measured whatever the curve (thresholds name them)
     budget_minutes: float | None = None  # endpoint-minutes the sweep may spend
