@@ -149,8 +149,11 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
     profiles.mkdir()
     (profiles / "autoscale-small.yaml").write_text(SMALL_AUTOSCALE)
     out = tmp_path / "out"
+    # 96-token replies at time scale 0.1: one instance then runs about twice the sequences two do, a
+    # latency gap of ~25 % (10 ms/token). With 32 tokens at 0.05 the gap was ~10 %, and one busy-machine
+    # run in four saw the emulator's lag invert it.
     ran = sagellm("bench", "--profile", "autoscale-small", "--profiles-dir", str(profiles), "--model", MODEL,
-                  "--instance", "ml.g5.2xlarge", "--time-scale", "0.05", "--output-tokens", "32",
+                  "--instance", "ml.g5.2xlarge", "--time-scale", "0.1", "--output-tokens", "96",
                   "--request-rate", "0.5,3,3.5,4", "--duration-per-level", "120", "--instance-startup", "60",
                   "--slo-ms-per-token", "40", "--out", str(out), timeout=240)
     assert ran.returncode == 0, ran.stderr[-3000:]
