@@ -191,9 +191,11 @@ def refit_for(shape: Shape, payload: Payload) -> Refit:
         seen = [Observation(base, payload, m.concurrency, ms_per_token=m.ms_per_token,
                             throughput_tokens_per_s=m.throughput_tokens_per_s)
                 for m in levels if m.usable and m.ms_per_token]
-        if not seen:
+        try:
+            fit = fit_calibration(seen, source="this sweep")
+        except ValueError:  # no level the fit can use (none usable, or all where the model refuses)
             return None
-        fitted = replace(base, calibration=fit_calibration(seen, source="this sweep").calibration)
+        fitted = replace(base, calibration=fit.calibration)
         return lambda c: predict_point(fitted, payload, c)
     return refit
 
