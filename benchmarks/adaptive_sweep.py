@@ -8,8 +8,9 @@ A stand-in for a real endpoint that differs from the prediction: the same shape 
 by a calibration (decode floor, per-sequence work and prefill each × 0.7…1.4) and its KV capacity scaled
 (× 0.7…1.3, through the accelerator memory left after the weights). The adaptive sweep is steered by the
 unperturbed prediction, refitted to what it measures as the bench does (sweeps.refit_for: step-time
-factors only, so a KV perturbation is never fitted exactly), and "measures" the perturbed one; the truth is the perturbed model's dense curve
-(every concurrency 1…limit), its knee and max read with the bench's own definitions (results.sweep).
+factors only, so a KV perturbation is never fitted exactly), and "measures" the perturbed one; the truth
+is the perturbed model's dense curve (every concurrency 1…limit), its knee and max read with the bench's
+own definitions (results.sweep).
 
 Simulated endpoint-minutes of a level = (warm-up + measured requests) ÷ requests/s of the truth model, the
 bench's defaults (1 warm-up request per worker, max(8, 3 × concurrency) measured), × instances; a level

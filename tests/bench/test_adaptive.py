@@ -98,8 +98,11 @@ def test_a_knee_is_bracketed_in_value_by_neighbours_further_than_10_percent_in_l
 
 
 def planner_truth(shape: Shape, payload: Payload) -> Curve:
-    return lambda c: (p := predict_point(shape, payload, c)) and Measured(
-        c, p.throughput_tokens_per_s, p.ms_per_token, p.within_timeout and not p.rejected, 1.0)
+    """The planner's curve for a shape, as levels that each cost one endpoint-minute."""
+    def measure(c: int) -> Measured:
+        p = predict_point(shape, payload, c)
+        return Measured(c, p.throughput_tokens_per_s, p.ms_per_token, p.within_timeout and not p.rejected, 1.0)
+    return measure
 
 
 LLAMA2_13B = ("max-throughput", "meta-llama/Llama-2-13b-hf", "ml.g5.12xlarge")

@@ -24,9 +24,9 @@ every level is refused).
   until the endpoint fails (errors, timeouts), so only the side above needs closing. It is also closed
   by a usable level above (no higher throughput there, hence none between), or, below a failing level
   or the limit, when the throughput any level between could reach is within 10 % of the max: on the line
-  through the level below the max (or zero load) and the max, throughput being concave in load. With latency that
-  does not fall as load rises, that line through zero load is Little's law: the 10 % in concurrency and
-  the 10 % in throughput are then the same bound.
+  through the level below the max (or zero load) and the max, throughput being concave in load. With
+  latency that does not fall as load rises, that line through zero load is Little's law: the 10 % in
+  concurrency and the 10 % in throughput are then the same bound.
 
 Until both are bracketed, the next level is on the first open side of the first pick not bracketed: when
 b is a predicted level, a probe 10 % out (the prediction says the pick is here); otherwise, with no
@@ -73,7 +73,7 @@ class Measured:
 
 
 Predictor = Callable[[int], Point]
-Refit = Callable[[Sequence["Measured"]], Predictor | None]
+Refit = Callable[[Sequence[Measured]], Predictor | None]
 
 
 @dataclass(frozen=True)
@@ -217,12 +217,12 @@ def _guided(plan: Plan, levels: Sequence[Measured]) -> tuple[Next | None, set[in
     predict, seen, fitted, refits, tried = plan.predict, 0, 0, 0, set()
     while True:
         # A level that failed caps the targets: the prediction cannot see timeouts or errors coming.
-        limit = min([plan.limit, *(m.concurrency - 1 for m in levels[:seen] if not m.usable)])
-        goals = list(dict.fromkeys(targets(predict, max(1, limit))))
+        limit = max(1, min([plan.limit, *(m.concurrency - 1 for m in levels[:seen] if not m.usable)]))
+        goals = list(dict.fromkeys(targets(predict, limit)))
         tried |= set(goals)
         todo = [t for t in goals if _cover(t, levels[:seen]) is None]
         if not todo and refits and seen == fitted:
-            todo = [c for c in (_check(goals, levels[:seen], max(1, limit)),) if c is not None]
+            todo = [c for c in (_check(goals, levels[:seen], limit),) if c is not None]
         if not todo:
             judged = [_cover(t, levels[:seen]) for t in goals] + list(levels[fitted:seen])
             if all(m is not None and _agrees(m, predict) for m in judged):

@@ -81,13 +81,13 @@ def _workload(run: Run) -> str:
 
 
 def _load(run: Run) -> str:
-    repeats = f", each level {run.repeats} times" if run.repeats > 1 else ""
+    tail = f", each level {run.repeats} times" if run.repeats > 1 else ""
     if run.workers > 1 or run.ray:
-        repeats += f", from {run.workers} worker processes" + (f" on the Ray cluster {run.ray}" if run.ray else "")
+        tail += f", from {run.workers} worker processes" + (f" on the Ray cluster {run.ray}" if run.ray else "")
     if run.request_rate:
         return (f"open loop, {run.arrivals} arrivals at {', '.join(f'{r:g}' for r in run.request_rate)} "
-                f"requests/s, at most {run.max_in_flight} in flight{repeats}")
-    return f"closed loop at concurrency {', '.join(map(str, run.concurrency))}{repeats}"
+                f"requests/s, at most {run.max_in_flight} in flight{tail}")
+    return f"closed loop at concurrency {', '.join(map(str, run.concurrency))}{tail}"
 
 
 def _sweep(sweep: Sweep | None) -> list[str]:
