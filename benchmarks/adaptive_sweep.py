@@ -226,9 +226,9 @@ def print_table(rows: list[Row]) -> None:
           f"above 1/3 in {sum(o > 1 / 3 for o in oracle)})")
 
 
-# Token events per second one emulator process serves on a 2-core machine beside the bench's client without
-# its event loop falling behind (benchmarks/load_overhead.py: ~3,300 tok/s at 512 streams, lagging tens of
-# ms; half of that keeps the lag to a few ms). Faster, the emulator serves less than the planner it replays.
+# Token events per real second one emulator process serves on a 2-core machine beside the bench's client
+# without falling far behind its clock (benchmarks/load_overhead.py: ~3,300 tok/s at 512 streams, lagging
+# 60-100 ms; at 1,500 this study's adaptive levels saw 6-28 ms). Faster, it serves less than the planner says.
 EMULATOR_EVENTS_PER_S = 1500
 EMULATOR_OUTPUT_TOKENS = 128
 
@@ -246,12 +246,11 @@ def emulator_time_scale(profile: str, model: str, instance: str) -> tuple[float,
 def emulator(n: int) -> None:
     """Bench the `n` shapes the emulator can replay fastest (lowest predicted max) with both sweeps, at a
     time scale it keeps up with, and compare the endpoint-minutes each recorded."""
-    picked = sorted(SHAPES, key=lambda s: emulator_time_scale(*s)[0])[:n]
+    picked = sorted((emulator_time_scale(*shape), shape) for shape in SHAPES)[:n]
     print(f"\nagainst the local emulator ({EMULATOR_OUTPUT_TOKENS} output tokens; endpoint-minutes in simulated "
           f"time; time scale chosen so the emulator sends at most {EMULATOR_EVENTS_PER_S} tokens/s):")
     ratios = []
-    for profile, model, instance in picked:
-        top, scale = emulator_time_scale(profile, model, instance)
+    for (top, scale), (profile, model, instance) in picked:
         print(f"  {profile} · {model} · {instance}: predicted max {top:,.0f} tok/s, time scale {scale:.2f}",
               flush=True)
         spent = {}
