@@ -1,12 +1,16 @@
 """Simulation study of the planner-guided (adaptive) sweep against the doubling sweep.
 
-    python benchmarks/adaptive_sweep.py                  # the planner study: 12 shapes × 4 perturbations
+    python benchmarks/adaptive_sweep.py                  # the planner study: 12 shapes × 8 perturbations
     python benchmarks/adaptive_sweep.py --emulator 4     # ... and 4 shapes benched on the emulator (~30 min)
     python benchmarks/adaptive_sweep.py --json out.json  # ... and the rows as JSON
 
 A stand-in for a real endpoint that differs from the prediction: the same shape with its step times scaled
-by a calibration (decode floor, per-sequence work and prefill each × 0.7…1.4) and its KV capacity scaled
-(× 0.7…1.3, through the accelerator memory left after the weights). The adaptive sweep is steered by the
+by a calibration (decode floor, per-sequence work and prefill) and its KV capacity scaled (through the
+accelerator memory left after the weights), in two tiers sized by how far they move the curve (printed
+first: mean error of ms/token and throughput at the doubling's levels): **typical** (× 0.85…1.2, ~11 %,
+the planner's own error against published tables it was not fitted on: 10.2 % ms/token, 11.5 % throughput,
+benchmarks/planner_accuracy.py) and **severe** (× 0.7…1.4, ~20–25 %, as far off as its worst held-out
+group). The adaptive sweep is steered by the
 unperturbed prediction, refitted to what it measures as the bench does (sweeps.refit_for: step-time
 factors only, so a KV perturbation is never fitted exactly), and "measures" the perturbed one; the truth
 is the perturbed model's dense curve (every concurrency 1…limit), its knee and max read with the bench's
@@ -72,8 +76,13 @@ SHAPES = [  # profile, model, instance
     ("replicas", "llama3-8b", "ml.g5.12xlarge"),
     ("min-cost", "falcon-7b", "ml.g5.2xlarge"),
 ]
-# (decode floor, per sequence, prefill, KV capacity) multipliers: the "real endpoint" against the prediction.
-PERTURBATIONS = [(1.0, 1.0, 1.0, 1.0), (1.4, 0.7, 1.2, 0.7), (0.7, 1.4, 0.8, 1.3), (1.2, 1.3, 1.4, 1.0)]
+Factors = tuple[float, float, float, float]  # decode floor, per sequence, prefill, KV capacity multipliers
+# The "real endpoint" against the prediction, by how far it moves the curve (see the module docstring).
+TIERS: dict[str, list[Factors]] = {
+    "exact": [(1.0, 1.0, 1.0, 1.0)],
+    "typical": [(1.2, 0.85, 1.1, 0.85), (0.85, 1.2, 0.9, 1.15), (1.1, 1.15, 1.2, 1.0), (0.9, 0.9, 0.85, 1.1)],
+    "severe": [(1.4, 0.7, 1.2, 0.7), (0.7, 1.4, 0.8, 1.3), (1.2, 1.3, 1.4, 1.0)],
+}
 
 
 def perturbed(shape: Shape, floor: float, per_seq: float, prefill: float, kv: float) -> Shape:
@@ -104,6 +113,7 @@ def measure(p: Point, instances: int) -> Measured:
 @dataclass
 class Row:
     shape: str
+    tier: str
     perturbation: str
     levels: list[int]
     adaptive_min: float
@@ -152,8 +162,7 @@ def doubling(truth: Callable[[int], Measured]) -> list[Measured]:
     return levels
 
 
-def study(profile: str, model: str, instance: str, factors: tuple[float, float, float, float], *,
-          admission: bool) -> Row:
+def study(profile: str, model: str, instance: str, tier: str, factors: Factors, *, admission: bool) -> Row:
     design = design_for(profile, model, instance)
     shape, payload = design.shape(), design.payload
     if not admission:  # a server that queues what it cannot run: the doubling goes on to the first timeout
@@ -178,7 +187,7 @@ def study(profile: str, model: str, instance: str, factors: tuple[float, float, 
     near_max = [m for m in dense if m.usable and m.throughput_tokens_per_s >= 0.9 * max_t.throughput_tokens_per_s]
     oracle = knee_t.endpoint_minutes + (0.0 if knee_t in near_max else min(m.endpoint_minutes for m in near_max))
     return Row(
-        shape=f"{profile} · {model} · {instance}", perturbation="×".join(f"{f:g}" for f in factors),
+        shape=f"{profile} · {model} · {instance}", tier=tier, perturbation="×".join(f"{f:g}" for f in factors),
         levels=[m.concurrency for m in levels], adaptive_min=sum(m.endpoint_minutes for m in levels),
         doubling_min=sum(m.endpoint_minutes for m in doubled), knee_true=knee_t.concurrency,
         knee_found=knee_a.concurrency if knee_a else None,
@@ -224,6 +233,43 @@ def print_table(rows: list[Row]) -> None:
     print(f"an oracle that measures only the true knee and the cheapest level within 10 % of the true max: "
           f"{sum(r.oracle_min for r in rows) / doubled:.1%} of the doubling (median run {oracle[len(oracle) // 2]:.2f}, "
           f"above 1/3 in {sum(o > 1 / 3 for o in oracle)})")
+
+
+def curve_shift(factors: Factors) -> tuple[float, float]:
+    """How far a perturbation moves the curve: mean |error| of ms/token and of throughput at the doubling's
+    levels over the study's shapes (levels usable in both)."""
+    ms, thr = [], []
+    for profile, model, instance in SHAPES:
+        design = design_for(profile, model, instance)
+        shape, payload = design.shape(), design.payload
+        real = perturbed(shape, *factors)
+        for c in DOUBLING:
+            p, q = predict_point(shape, payload, c), predict_point(real, payload, c)
+            if p.within_timeout and q.within_timeout and not p.rejected and not q.rejected:
+                ms.append(abs(q.ms_per_token / p.ms_per_token - 1))
+                thr.append(abs(q.throughput_tokens_per_s / p.throughput_tokens_per_s - 1))
+    return sum(ms) / len(ms), sum(thr) / len(thr)
+
+
+def print_shapes(rows: list[Row]) -> None:
+    """Each shape's adaptive ÷ doubling endpoint-minutes per tier, over its runs (both admission variants)."""
+    tiers = list(TIERS)
+    print("\nadaptive ÷ doubling endpoint-minutes per shape, summed over its runs in each tier (oracle: all runs)")
+    print(f"{'shape':<48} " + " ".join(f"{t:>8}" for t in tiers) + f" {'oracle':>8}")
+
+    def ratio(sel: list[Row], attr: str = "adaptive_min") -> float:
+        return sum(getattr(r, attr) for r in sel) / sum(r.doubling_min for r in sel)
+    shapes = list(dict.fromkeys(r.shape for r in rows))
+    for shape in shapes:
+        mine = [r for r in rows if r.shape == shape]
+        print(f"{shape:<48} " + " ".join(f"{ratio([r for r in mine if r.tier == t]):>8.2f}" for t in tiers)
+              + f" {ratio(mine, 'oracle_min'):>8.2f}")
+    for t in tiers:
+        third = sum(ratio([r for r in rows if r.shape == s and r.tier == t]) <= 1 / 3 for s in shapes)
+        runs = [r for r in rows if r.tier == t]
+        found = sum(r.knee_power_ratio >= 0.9 and r.max_found >= 0.9 * r.max_true for r in runs)
+        print(f"{t}: ≤ 1/3 of the doubling on {third} of {len(shapes)} shapes; knee and max within 10 % in "
+              f"{found} of {len(runs)} runs; {ratio(runs):.1%} of the doubling overall")
 
 
 # Token events per real second one emulator process serves on a 2-core machine beside the bench's client
@@ -282,17 +328,25 @@ def main() -> int:
     parser.add_argument("--emulator", type=int, default=0, help="also bench this many shapes on the emulator")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
+    print("how far each perturbation moves the curve (mean |error| at the doubling's levels, 12 shapes):")
+    for tier, perturbations in TIERS.items():
+        for factors in perturbations[tier == "exact":]:
+            ms, thr = curve_shift(factors)
+            print(f"  {tier:<8} {'×'.join(f'{f:g}' for f in factors):<18} ms/token {ms:5.1%}  throughput {thr:5.1%}")
     rows = []
     for admission in (True, False):
         print("\nthe profiles' admission limit (429 above it: the doubling stops just past the max)" if admission
               else "\nno admission limit (requests queue: the doubling goes on to the first timeout)")
-        rows += (part := [study(*shape, factors, admission=admission) for shape in SHAPES for factors in PERTURBATIONS])
+        rows += (part := [study(*shape, tier, factors, admission=admission) for shape in SHAPES
+                          for tier, perturbations in TIERS.items() for factors in perturbations])
         print_table(part)
+    print_shapes(rows)
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=2))
     if args.emulator:
         emulator(args.emulator)
-    return 0 if all(r.ok for r in rows) else 1
+    # Exit 1 if any run misses the knee or the max by more than 10 %; the cost is reported, not gated.
+    return 0 if all(r.knee_power_ratio >= 0.9 and r.max_found >= 0.9 * r.max_true for r in rows) else 1
 
 
 if __name__ == "__main__":

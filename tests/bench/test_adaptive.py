@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import pytest
 from bench_helpers import FakeTransport, bench_args, results_of, sagellm
 from sagellm.bench.adaptive import (
     AGREE,
+    COVER,
     MAX_LEVELS,
     NEAR_MAX,
     TOLERANCE,
@@ -25,7 +26,7 @@ from sagellm.bench.load import LevelResult, run_sweep
 from sagellm.bench.sweeps import Chooser, doubling_estimate, measured, refit_for, sweep_method
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import InputError
-from sagellm.planner import Calibration, Payload, Shape, knee_of, predict, predict_point
+from sagellm.planner import Calibration, Payload, Point, Shape, knee_of, predict, predict_point
 from sagellm.planner.constants import RESERVED_GB_PER_GPU
 from sagellm.profiles.resolve import design_for
 
@@ -95,6 +96,13 @@ def test_a_knee_is_bracketed_in_value_by_neighbours_further_than_10_percent_in_l
     assert next_level(Plan(knee=50, max=60, limit=61), levels).reason.startswith("knee and max throughput bracketed")
     slower_below = [replace(levels[0], ms_per_token=35.0), *levels[1:]]  # 40/35 > 1.1: the gap below is open
     assert next_level(Plan(knee=50, max=60, limit=61), slower_below).concurrency == 45
+
+
+def as_point(m: Measured, output_tokens: int = 100) -> Point:
+    """A synthetic level as the planner's Point, to serve as a prediction."""
+    assert m.ms_per_token is not None
+    return Point(m.concurrency, m.ms_per_token, 0.0, m.ms_per_token, m.ms_per_token * output_tokens / 1000,
+                 m.throughput_tokens_per_s, m.throughput_tokens_per_s / output_tokens, 0.0, 0.0, False, m.usable)
 
 
 def planner_truth(shape: Shape, payload: Payload) -> Curve:
@@ -183,6 +191,40 @@ def test_a_departure_nothing_can_refit_is_bracketed() -> None:
     knee_t, max_t = truth_picks(truth, 128)
 
     assert reason.startswith("knee and max throughput bracketed within 10%")
+    assert max(m.power for m in levels) >= 0.9 * knee_t.power
+    assert max(m.throughput_tokens_per_s for m in levels) >= 0.9 * max_t.throughput_tokens_per_s
+
+
+def test_a_level_that_already_reaches_95_percent_of_the_predicted_max_covers_the_max_target() -> None:
+    design = design_for(*LLAMA2_13B)
+    shape, payload = design.shape(), design.payload
+    truth = planner_truth(shape, payload)
+    plan = plan_from_prediction(lambda c: predict_point(shape, payload, c), 128, refit=refit_for(shape, payload))
+    top = max(truth(c).throughput_tokens_per_s for c in range(1, 129))
+    reaches = min(c for c in range(1, 129) if truth(c).throughput_tokens_per_s >= COVER * top)
+    assert (plan.knee, plan.max, reaches) == (21, 87, 71)  # 71 lies further than 10 % below the target
+
+    # A level at 71 already reads the max within 5 %: measuring 87 would move the answer by less than 10 %.
+    assert next_level(plan, [truth(21), truth(71)]).reason.startswith("the prediction confirmed")
+    assert next_level(plan, [truth(21), truth(60)]).concurrency == 87  # 60 reaches less: the target is measured
+
+
+def test_throughput_that_stops_rising_where_the_prediction_did_not_is_bracketed_not_refitted() -> None:
+    # The endpoint runs 30 sequences where the prediction says 80 (a smaller KV cache, say): step times
+    # agree, so refitting them cannot move the plateau; two levels on it send the sweep to bracketing.
+    predicted, truth = curve(floor=20, per_seq=0.4, capacity=80), curve(floor=20, per_seq=0.4, capacity=30)
+    fitted: list[list[int]] = []
+
+    def refit(levels: Sequence[Measured]) -> Callable[[int], Point]:
+        fitted.append([m.concurrency for m in levels])
+        return lambda c: as_point(predicted(c))
+    plan = plan_from_prediction(lambda c: as_point(predicted(c)), 512, refit=refit)
+    levels, reason = sweep(plan, truth)
+    knee_t, max_t = truth_picks(truth, 512)
+
+    assert [m.concurrency for m in levels][:2] == [51, 75]  # the predicted knee and max: both on the plateau
+    assert {tuple(f) for f in fitted} == {(51,)}  # refitted after the first departure only
+    assert reason.startswith("knee and max throughput bracketed")
     assert max(m.power for m in levels) >= 0.9 * knee_t.power
     assert max(m.throughput_tokens_per_s for m in levels) >= 0.9 * max_t.throughput_tokens_per_s
 

@@ -6,10 +6,15 @@ prediction within 8 % (throughput and p50 ms/token; a level of the default lengt
 few per cent: the emulator, replaying the planner, reads 2–8 % off it), the sweep is done. As soon as a
 level departs, the prediction's step-time factors are refitted to every level so far (as `sagellm
 calibrate` does) and the sweep goes on with the refit's targets, so the next level both tests the refit
-out of sample and measures where it points; a refit whose targets were all measured already is tested
-on one more level. A level that failed caps the targets below it (no prediction sees timeouts coming).
-A refit confirmed the same way ends the sweep; after two refits, or with nothing to refit (no usable
-level, or no prediction), bracketing takes over.
+out of sample and measures where it points. A target counts as measured when a level lies within 10 % of
+it in load, or already reaches 95 % of what the prediction gives there (the knee's throughput ÷ ms/token,
+the max throughput): measuring the target itself would move the answer by less than the 10 % sought. A
+refit whose targets were all measured already is tested on one more level. A level that failed caps the
+targets below it (no prediction sees timeouts coming). A refit confirmed the same way ends the sweep;
+after two refits, with nothing to refit (no usable level, or no prediction), or once throughput has
+stopped rising (a level within 2 % of a lower one's: the endpoint saturated where the prediction did not,
+a queue or a KV cache smaller than predicted, which refitting step times cannot describe), bracketing
+takes over.
 
 **Bracketing.** With b the measured level a pick falls on, a side of b is **closed** when the nearest
 measured level on that side lies within 10 % of b in concurrency (at least one step: for b = 5, levels 4
@@ -41,6 +46,7 @@ benchmarks/adaptive_sweep.py).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,6 +57,8 @@ TOLERANCE = 0.10  # a pick is bracketed when its measured neighbours are this cl
 AGREE = 0.08  # a measured level confirms a prediction when throughput and ms/token are each this close
 NEAR_MAX = 0.97  # the max-throughput target: the lowest load predicted to reach this share of the max
 REFITS = 2  # refits tried after departures before bracketing takes over
+COVER = 0.95  # a measured level covers a target it reaches this share of in value (knee power, max throughput)
+PLATEAU = 0.02  # throughput within this of a lower level's: the endpoint has saturated
 NEAR_STEP = 1.10  # first probe beside a predicted level
 FAR_STEP = 1.25  # probe beside a level the prediction did not point at
 MAX_LEVELS = 24  # a safety net: a curve that keeps surprising stops here
@@ -77,6 +85,16 @@ Refit = Callable[[Sequence[Measured]], Predictor | None]
 
 
 @dataclass(frozen=True)
+class Targets:
+    """Where a predicted curve says to measure, and what it predicts there."""
+
+    knee: int  # the knee's concurrency
+    max: int  # the lowest load predicted to reach NEAR_MAX of the max (on a plateau, the cheaper level)
+    knee_power: float  # throughput ÷ ms/token at the knee
+    top: float  # the max throughput (tokens/s)
+
+
+@dataclass(frozen=True)
 class Plan:
     """Where to start and what bounds the search."""
 
@@ -97,26 +115,26 @@ class Next:
     reason: str
 
 
-def targets(predict: Predictor, limit: int) -> tuple[int, int]:
-    """A predicted curve's knee and max-throughput target (the lowest load predicted to reach NEAR_MAX of its
-    max: on a plateau, the cheaper level to measure), evaluated on a 2.5 % grid up to `limit`."""
+def targets(predict: Predictor, limit: int) -> Targets:
+    """A predicted curve's knee and max-throughput target, evaluated on a 2.5 % grid up to `limit`."""
     grid = sorted({max(1, round(1.025 ** i)) for i in range(int(math.log(limit, 1.025)) + 1)} | {limit})
     points = [predict(c) for c in grid]
     usable = [p for p in points if p.within_timeout and not p.rejected]
     if not usable:
-        return 1, 1
+        return Targets(1, 1, 0.0, 0.0)
     i = knee_index([p.throughput_tokens_per_s for p in usable], [p.ms_per_token for p in usable])
-    knee = usable[i].concurrency if i is not None else 1
+    knee = usable[i] if i is not None else usable[0]
     top = max(p.throughput_tokens_per_s for p in usable)
     near = next(p for p in usable if p.throughput_tokens_per_s >= NEAR_MAX * top)
-    return knee, max(near.concurrency, knee)
+    return Targets(knee.concurrency, max(near.concurrency, knee.concurrency),
+                   knee.throughput_tokens_per_s / knee.ms_per_token, top)
 
 
 def plan_from_prediction(predict: Predictor, limit: int, *, required: Sequence[int] = (),
                          budget_minutes: float | None = None, refit: Refit | None = None) -> Plan:
     """The plan from a predicted curve: its targets, and the prediction itself to check measured levels against."""
-    knee, top = targets(predict, limit)
-    return Plan(knee, top, limit, tuple(sorted(set(required))), budget_minutes, predict, refit)
+    goal = targets(predict, limit)
+    return Plan(goal.knee, goal.max, limit, tuple(sorted(set(required))), budget_minutes, predict, refit)
 
 
 def measured_knee(levels: Sequence[Measured]) -> Measured | None:
@@ -196,10 +214,28 @@ def _cover(target: int, levels: Sequence[Measured]) -> Measured | None:
     return min(near, key=lambda m: abs(m.concurrency - target), default=None)
 
 
-def _check(goals: Sequence[int], levels: Sequence[Measured], limit: int) -> int | None:
+def _covering(goal: Targets, levels: Sequence[Measured]) -> list[tuple[int, Measured | None]]:
+    """Each target with the measured level that covers it, if any: one within TOLERANCE of it in load, else
+    one that already reaches COVER of the predicted value there (the knee's power, the max throughput)."""
+    usable = [m for m in levels if m.usable]
+    knee = _cover(goal.knee, levels) or max((m for m in usable if m.power >= COVER * goal.knee_power),
+                                            key=lambda m: m.power, default=None)
+    top = _cover(goal.max, levels) or min((m for m in usable if m.throughput_tokens_per_s >= COVER * goal.top),
+                                          key=lambda m: m.concurrency, default=None)
+    return [(goal.knee, knee), (goal.max, top)]
+
+
+def _plateau(levels: Sequence[Measured]) -> bool:
+    """Throughput has stopped rising: a usable level within PLATEAU of a lower usable level's throughput."""
+    usable = sorted((m for m in levels if m.usable), key=lambda m: m.concurrency)
+    return any(b.throughput_tokens_per_s <= (1 + PLATEAU) * a.throughput_tokens_per_s
+               for a, b in itertools.pairwise(usable))
+
+
+def _check(goal: Targets, levels: Sequence[Measured], limit: int) -> int | None:
     """A level to test a refitted prediction out of sample when every target it names was measured
     already: below the knee (cheaper), else between the knee and the max, else above the max."""
-    knee, top = goals[0], goals[-1]
+    knee, top = goal.knee, goal.max
     for c in (round(knee / FAR_STEP), round(math.sqrt(knee * top)), min(limit, round(top * FAR_STEP))):
         if c >= 1 and _cover(c, levels) is None:
             return c
@@ -218,24 +254,26 @@ def _guided(plan: Plan, levels: Sequence[Measured]) -> tuple[Next | None, set[in
     while True:
         # A level that failed caps the targets: the prediction cannot see timeouts or errors coming.
         limit = max(1, min([plan.limit, *(m.concurrency - 1 for m in levels[:seen] if not m.usable)]))
-        goals = list(dict.fromkeys(targets(predict, limit)))
-        tried |= set(goals)
-        todo = [t for t in goals if _cover(t, levels[:seen]) is None]
+        goal = targets(predict, limit)
+        covering = _covering(goal, levels[:seen])
+        tried |= {goal.knee, goal.max}
+        todo = list(dict.fromkeys(t for t, m in covering if m is None))
         if not todo and refits and seen == fitted:
-            todo = [c for c in (_check(goals, levels[:seen], limit),) if c is not None]
+            todo = [c for c in (_check(goal, levels[:seen], limit),) if c is not None]
         if not todo:
-            judged = [_cover(t, levels[:seen]) for t in goals] + list(levels[fitted:seen])
+            judged = [m for _, m in covering] + list(levels[fitted:seen])
             if all(m is not None and _agrees(m, predict) for m in judged):
                 how = "the prediction" if not refits else f"the prediction refitted to {fitted} level(s)"
                 return Next(None, f"{how} confirmed within {AGREE:.0%} at its knee and max after {seen} level(s)"), tried
             return None, tried  # the refit does not describe the levels it was fitted to: bracket
         if seen == len(levels):
             what = "predicted" if not refits else f"refitted to {fitted} level(s):"
-            which = "knee" if todo[0] == goals[0] else "max throughput" if todo[0] in goals else "check"
+            which = "knee" if todo[0] == goal.knee else "max throughput" if todo[0] == goal.max else "check"
             return Next(todo[0], f"{what} {which}"), tried
         seen += 1
         if not _agrees(levels[seen - 1], predict):  # a departure: refit now, before measuring further
-            refitted = plan.refit(levels[:seen]) if plan.refit is not None and refits < REFITS else None
+            can = plan.refit is not None and refits < REFITS and not _plateau(levels[:seen])
+            refitted = plan.refit(levels[:seen]) if can and plan.refit is not None else None
             if refitted is None:
                 return None, tried
             predict, fitted, refits = refitted, seen, refits + 1
