@@ -16,6 +16,7 @@ from sagellm.planner import (
     predict_point,
     step_time_notes,
 )
+from sagellm.planner.generations import GENERATIONS
 
 P = Payload(256, 256)
 
@@ -51,12 +52,21 @@ def test_plan_says_which_generation_the_step_times_are_calibrated_for():
     assert curve.notes[0] == step_time_notes(shape(generation="lmi"))[0]
 
 
-def test_tgi_1_router_runs_closed_loops_in_waves_and_tgi_3_batches_prompts_between_steps():
-    # TGI's launcher defaults WAITING_SERVED_RATIO to 1.2 up to v1.4 and 0.3 in v3 (launcher/src/main.rs).
+def test_tgi_3_admits_waiting_prompts_at_every_step_and_a_ratio_router_groups_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # TGI 3 chunks prefills by default and then ignores WAITING_SERVED_RATIO and MAX_WAITING_TOKENS: waiting
+    # prompts join the batch at every step (backends/v3/src/backend.rs, v3.3.6). A router with a ratio
+    # (TGI 3 without chunking: 0.3) waits to group them; TGI 1.x's 1.2 runs a closed loop in whole waves.
+    monkeypatch.setitem(GENERATIONS, "ratio-0.3", replace(GENERATIONS["tgi-3"], name="ratio-0.3",
+                                                          waiting_served_ratio=0.3))
+    every_step = predict_point(shape(generation="tgi-3"), P, 16)
+    grouped = predict_point(shape(generation="ratio-0.3"), P, 16)
     waves = predict_point(shape(generation="tgi-1"), P, 16)
-    batched = predict_point(shape(generation="tgi-3"), P, 16)
+    assert every_step.queue_wait_s == 0  # no prompt waits for others
+    assert grouped.queue_wait_s > 0  # prompts wait up to MAX_WAITING_TOKENS steps to be grouped
     assert waves.queue_wait_s == 0  # the batch empties, the whole wave is prefilled at once
-    assert batched.queue_wait_s > 0  # prompts wait up to MAX_WAITING_TOKENS steps to be grouped
+    # Every prompt its own prefill pass, each pausing the batch's decode: the slowest inter-token latency.
+    assert every_step.itl_ms > grouped.itl_ms > waves.itl_ms
     # A lone request never waits, whatever the ratio.
     assert predict_point(shape(generation="tgi-1"), P, 1).queue_wait_s == 0
 

@@ -12,6 +12,7 @@ import sagellm
 from sagellm.catalog import find_instance, find_model, instances
 from sagellm.planner import Payload, Shape, max_concurrency_in_timeout, predict, predict_point
 from sagellm.profiles import DeploymentPlan, resolve
+from sagellm.profiles.resolve import design_for
 
 INSTANCES = ("ml.g5.2xlarge", "ml.g5.12xlarge", "ml.p4d.24xlarge")
 INSTANCE_PROFILES = ("min-latency", "max-throughput", "min-cost", "autoscale")
@@ -232,10 +233,11 @@ def test_replicas_tp_is_within_two_percent_of_the_best_predicted_instance_throug
                                                                                       instance: str) -> None:
     model, inst = find_model(model_id), find_instance(instance)
     n = inst.n_accelerators
+    gen = design_for("replicas", model_id, instance).generation  # the profile's server generation
     throughput = {}
     for tp in (t for t in range(1, n + 1) if n % t == 0):
-        shape = Shape(model, inst, tp, copies=n // tp)
-        single = Shape(model, inst, tp)
+        shape = Shape(model, inst, tp, copies=n // tp, generation=gen)
+        single = Shape(model, inst, tp, generation=gen)
         if single.memory_shortfall_gb > 0 or single.max_sequences(PAYLOAD) < 1:
             continue
         limit = max_concurrency_in_timeout(single, PAYLOAD)

@@ -27,8 +27,10 @@ class Generation:
     moe_dense_max_tokens: int = 0
     # Router: prompts wait until floor(ratio × running) of them are queued, or `max_waiting_tokens` decode
     # steps have passed since the last prefill (TGI's WAITING_SERVED_RATIO / MAX_WAITING_TOKENS). TGI's
-    # launcher defaults the ratio to 1.2 up to v1.4 and to 0.3 in v3 (launcher/src/main.rs); vLLM admits
-    # waiting prompts at every step (0).
+    # launcher defaults the ratio to 1.2 up to v1.4 (whole waves in a closed loop). TGI 3 chunks prefills
+    # by default for flash-attention models and then ignores both: waiting prompts join the batch at every
+    # step (backends/v3/src/backend.rs, v3.3.6), as vLLM does (0). Only a profile that turns chunking off
+    # (PREFILL_CHUNKING=0, beside MAX_BATCH_SIZE) gets TGI 3's ratio of 0.3, which the planner does not model.
     waiting_served_ratio: float = 0.3
     max_waiting_tokens: int = 20
 
@@ -41,7 +43,7 @@ class Generation:
 GENERATIONS: dict[str, Generation] = {
     g.name: g for g in (
         Generation("tgi-1", "TGI 1.x", "tgi-1", moe_dense_max_tokens=256, waiting_served_ratio=1.2),
-        Generation("tgi-3", "TGI 2.x–3.x", "tgi-1"),
+        Generation("tgi-3", "TGI 2.x–3.x", "tgi-1", waiting_served_ratio=0.0),  # prefill chunking
         Generation("lmi", "LMI (vLLM)", "tgi-1", waiting_served_ratio=0.0),
     )
 }
