@@ -126,8 +126,8 @@ def targets(predict: Predictor, limit: int) -> Targets:
     knee = usable[i] if i is not None else usable[0]
     top = max(p.throughput_tokens_per_s for p in usable)
     near = next(p for p in usable if p.throughput_tokens_per_s >= NEAR_MAX * top)
-    return Targets(knee.concurrency, max(near.concurrency, knee.concurrency),
-                   knee.throughput_tokens_per_s / knee.ms_per_token, top)
+    power = knee.throughput_tokens_per_s / knee.ms_per_token if knee.ms_per_token > 0 else 0.0
+    return Targets(knee.concurrency, max(near.concurrency, knee.concurrency), power, top)
 
 
 def plan_from_prediction(predict: Predictor, limit: int, *, required: Sequence[int] = (),
@@ -272,8 +272,8 @@ def _guided(plan: Plan, levels: Sequence[Measured]) -> tuple[Next | None, set[in
             return Next(todo[0], f"{what} {which}"), tried
         seen += 1
         if not _agrees(levels[seen - 1], predict):  # a departure: refit now, before measuring further
-            can = plan.refit is not None and refits < REFITS and not _plateau(levels[:seen])
-            refitted = plan.refit(levels[:seen]) if can and plan.refit is not None else None
+            refit = plan.refit if refits < REFITS and not _plateau(levels[:seen]) else None
+            refitted = refit(levels[:seen]) if refit is not None else None
             if refitted is None:
                 return None, tried
             predict, fitted, refits = refitted, seen, refits + 1
