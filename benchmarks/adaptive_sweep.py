@@ -1,17 +1,17 @@
 """Simulation study of the planner-guided (adaptive) sweep against the doubling sweep.
 
-    python benchmarks/adaptive_sweep.py                  # the planner study: 12 shapes × 8 perturbations
-    python benchmarks/adaptive_sweep.py --emulator 4     # ... and 4 shapes benched on the emulator (~30 min)
+    python benchmarks/adaptive_sweep.py                  # the planner study: 12 shapes × 8 stand-ins (~10 s)
+    python benchmarks/adaptive_sweep.py --emulator 6     # ... and 6 shapes benched on the emulator (~45 min)
     python benchmarks/adaptive_sweep.py --json out.json  # ... and the rows as JSON
 
 A stand-in for a real endpoint that differs from the prediction: the same shape with its step times scaled
 by a calibration (decode floor, per-sequence work and prefill) and its KV capacity scaled (through the
-accelerator memory left after the weights), in two tiers sized by how far they move the curve (printed
-first: mean error of ms/token and throughput at the doubling's levels): **typical** (× 0.85…1.2, ~11 %,
-the planner's own error against published tables it was not fitted on: 10.2 % ms/token, 11.5 % throughput,
-benchmarks/planner_accuracy.py) and **severe** (× 0.7…1.4, ~20–25 %, as far off as its worst held-out
-group). The adaptive sweep is steered by the
-unperturbed prediction, refitted to what it measures as the bench does (sweeps.refit_for: step-time
+accelerator memory left after the weights). Besides the planner unchanged (**exact**), two tiers sized by
+how far they move the curve (printed first: mean error of ms/token and throughput at the doubling's
+levels): **typical** (× 0.85…1.2, 9–13 %: the planner's own error against published tables it was not
+fitted on is 10.2 % ms/token, 11.5 % throughput, benchmarks/planner_accuracy.py) and **severe** (× 0.7…1.4,
+18–27 %, as far off as its worst held-out group). The adaptive sweep is steered by the unperturbed
+prediction, refitted to what it measures as the bench does (sweeps.refit_for: step-time
 factors only, so a KV perturbation is never fitted exactly), and "measures" the perturbed one; the truth
 is the perturbed model's dense curve (every concurrency 1…limit), its knee and max read with the bench's
 own definitions (results.sweep).
