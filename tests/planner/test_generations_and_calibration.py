@@ -1,5 +1,6 @@
 """Server generations (which constants, what physics, what `plan` says) and the calibration fit."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -16,6 +17,7 @@ from sagellm.planner import (
     predict_point,
     step_time_notes,
 )
+from sagellm.planner.curve import _prefill_passes
 from sagellm.planner.generations import GENERATIONS
 
 P = Payload(256, 256)
@@ -65,10 +67,29 @@ def test_tgi_3_admits_waiting_prompts_at_every_step_and_a_ratio_router_groups_th
     assert every_step.queue_wait_s == 0  # no prompt waits for others
     assert grouped.queue_wait_s > 0  # prompts wait up to MAX_WAITING_TOKENS steps to be grouped
     assert waves.queue_wait_s == 0  # the batch empties, the whole wave is prefilled at once
-    # Every prompt its own prefill pass, each pausing the batch's decode: the slowest inter-token latency.
-    assert every_step.itl_ms > grouped.itl_ms > waves.itl_ms
+    # 16 prompts of 256 tokens fill one 4,096-token prefill pass: streams that start together stay in that
+    # group, as a wave does. A ratio router's groups are smaller, so more passes pause decoding.
+    assert every_step.itl_ms == pytest.approx(waves.itl_ms)
+    assert grouped.itl_ms > every_step.itl_ms
+    # A smaller prefill budget splits the loop into more groups, each pass pausing the batch's decode.
+    split = predict_point(shape(generation="tgi-3", max_batch_prefill_tokens=1024), P, 16)
+    assert split.itl_ms > every_step.itl_ms
+    assert split.ttft_ms < every_step.ttft_ms  # ... and each prompt's own pass is shorter
     # A lone request never waits, whatever the ratio.
     assert predict_point(shape(generation="tgi-1"), P, 1).queue_wait_s == 0
+
+
+def test_every_step_admission_prefills_a_closed_loop_in_groups_the_prefill_budget_holds():
+    # The groups a closed loop starts in (as many prompts as one pass takes) persist: prompts prefilled
+    # together finish and return together. One pass per group per lifetime ...
+    tgi3 = GENERATIONS["tgi-3"]
+    assert _prefill_passes(16, Payload(256, 256), 4096, tgi3) == (1.0, 0.0)
+    assert _prefill_passes(64, Payload(256, 256), 4096, tgi3) == (4.0, 0.0)
+    assert _prefill_passes(64, Payload(1000, 256), 4096, tgi3) == (16.0, 0.0)  # 4 prompts of 1,000 per pass
+    # ... and never more than one per decode step: out × (1 - e^(-running/out)) steps of a lifetime see an
+    # arrival when they are spread out (here every prompt needs a pass of its own, 64 > 32 steps).
+    passes, _ = _prefill_passes(64, Payload(4096, 32), 4096, tgi3)
+    assert passes == pytest.approx(32 * (1 - math.exp(-2)))
 
 
 def test_calibration_multiplies_the_three_step_terms():

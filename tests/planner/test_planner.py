@@ -110,11 +110,12 @@ def test_moe_on_tgi_1_computes_every_expert_up_to_256_token_rows():
 def test_ttft_alone_is_the_prefill_and_with_others_decoding_one_step_more():
     # The prefill pass yields the first token; a closed-loop request that finds others decoding waits for
     # the step in flight (it arrives just after the step in which its predecessor finished began).
-    # TGI 3's router sends a lone prompt at once, in its own pass (TGI 1.x prefills closed loops in waves).
+    # TGI 3's router sends a lone prompt at once, in its own pass; two streams that start together share
+    # one pass and keep sharing it (they finish together), as TGI 1.x's waves do.
     s = shape("llama2-7b", "ml.g5.2xlarge", 1, generation="tgi-3")
     steps = StepModel(s)
     alone, pair = predict_point(s, P256, 1), predict_point(s, P256, 2)
     assert alone.ttft_ms == pytest.approx(steps.prefill_s(256) * 1000)
     assert alone.queue_wait_s == 0 and pair.queue_wait_s == 0
     step = steps.decode_step_s(2, 2 * (256 + 128))  # two sequences holding 256 + 128 tokens on average
-    assert pair.ttft_ms == pytest.approx((steps.prefill_s(256) + step) * 1000)
+    assert pair.ttft_ms == pytest.approx((steps.prefill_s(512, 2) + step) * 1000)

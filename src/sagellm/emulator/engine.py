@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from sagellm.catalog import find_instance
 from sagellm.errors import InputError
 from sagellm.planner import Shape, StepModel
+from sagellm.planner import constants as k
 from sagellm.profiles.containers import generation
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
@@ -90,7 +91,7 @@ class Limits:
         chunking = gen == "tgi3" and env.get("PREFILL_CHUNKING", "1").lower() in ("1", "true")
         batch_size = num("MAX_BATCH_SIZE", 0) or None
         # Launcher defaults: TGI 3 4096 within the context; TGI 2 max_input_tokens + 50 (× batch size if set).
-        prefill = min(4096, context) if gen == "tgi3" else max_input * batch_size if batch_size else max_input + 50
+        prefill = min(k.DEFAULT_PREFILL_TOKENS, context) if gen == "tgi3" else max_input * batch_size if batch_size else max_input + 50
         return cls(
             max_input_tokens=max_input,
             max_total_tokens=total,

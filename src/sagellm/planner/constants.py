@@ -82,5 +82,9 @@ TGI_1 = StepConstants(
 # (CUDA_MEMORY_FRACTION 1.0; flash_causal_lm.warmup).
 RESERVED_GB_PER_GPU = 1.41
 
+# TGI 3's launcher default for MAX_BATCH_PREFILL_TOKENS (within the model's context): the prompt tokens one
+# prefill pass takes.
+DEFAULT_PREFILL_TOKENS = 4096
+
 # SageMaker real-time invocation timeout (not configurable for real-time endpoints).
 INVOCATION_TIMEOUT_S = 60.0

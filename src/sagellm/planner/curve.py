@@ -102,24 +102,35 @@ def step_time_notes(shape: Shape) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _prefill_passes(running: float, output_tokens: int, gen: Generation) -> tuple[float, float]:
+def _prefill_passes(running: float, payload: Payload, prefill_budget: int,
+                    gen: Generation) -> tuple[float, float]:
     """How the router batches prompts in a closed loop: (prefill passes per request lifetime, decode steps
     a prompt waits for its pass).
 
-    A prompt joins a running batch once floor(waiting_served_ratio × running) prompts are waiting, or after
-    max_waiting_tokens decode steps; a prompt that finds the batch empty goes at once. Below a minimum of
-    one, every prompt goes at once, in its own pass. At a ratio of 1 or more (TGI 1.x: 1.2) a closed loop
-    never queues that many, so requests run in waves: equal outputs finish together, the batch empties and
-    the whole wave is prefilled in one pass.
+    A router that admits waiting prompts at every step (ratio 0: TGI 3 with prefill chunking, vLLM) keeps
+    a closed loop's streams in the groups they started in: the bench starts them together, the first
+    passes take as many prompts as the prefill budget holds, and prompts prefilled together finish
+    together (equal outputs) and come back together. So a lifetime sees one pass per group, and never
+    more than one per decode step: out × (1 - e^(-running / out)) steps see an arrival when arrivals are
+    spread out (traffic whose outputs differ in length tends towards that bound).
+
+    A router with a ratio waits until floor(ratio × running) prompts are queued, or max_waiting_tokens
+    decode steps; a prompt that finds the batch empty goes at once, and below a minimum of one every prompt
+    goes alone. At a ratio of 1 or more (TGI 1.x: 1.2) a closed loop never queues that many, so requests
+    run in waves: equal outputs finish together, the batch empties and the whole wave is prefilled at once.
     """
+    out = max(1, payload.output_tokens)
+    if gen.waiting_served_ratio == 0:
+        groups = math.ceil(running * payload.input_tokens / max(1, prefill_budget))
+        return max(1.0, min(groups, out * -math.expm1(-running / out))), 0.0
     if gen.waiting_served_ratio * running < 1:
         return max(1.0, running), 0.0
     if gen.waiting_served_ratio >= 1:
         return 1.0, 0.0
-    finishing_per_step = running / output_tokens
+    finishing_per_step = running / out
     interval = min(gen.max_waiting_tokens, math.floor(gen.waiting_served_ratio * running) / finishing_per_step)
     interval = max(1.0, interval)
-    return min(running, max(1.0, output_tokens / interval)), (interval - 1) / 2
+    return min(running, max(1.0, out / interval)), (interval - 1) / 2
 
 
 def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
@@ -136,7 +147,7 @@ def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     batch = max(1, round(running))
     context = batch * (payload.input_tokens + out / 2)  # mean KV held while decoding
     step = steps.decode_step_s(batch, int(context))
-    passes, wait_steps = _prefill_passes(running, out, steps.generation)
+    passes, wait_steps = _prefill_passes(running, payload, shape.prefill_budget, steps.generation)
     group = running / passes
     pass_s = steps.prefill_s(round(group * payload.input_tokens), max(1, round(group)))
     own_prefill = steps.prefill_s(payload.input_tokens)

@@ -39,6 +39,7 @@ class Shape:
     max_concurrent_requests: int | None = None  # per copy; None = no admission limit
     max_batch_total_tokens: int | None = None  # per copy; None = what memory allows (TGI ≥ 1.4, vLLM)
     max_batch_size: int | None = None  # running sequences per copy; None = the KV budget decides
+    max_batch_prefill_tokens: int | None = None  # prompt tokens per prefill pass; None = TGI 3's default
     generation: str = DEFAULT_GENERATION  # server generation (generations.py): which constants, what physics
     calibration: Calibration | None = None  # measured correction for this model × instance × container
 
@@ -82,6 +83,12 @@ class Shape:
         if self.max_batch_total_tokens is None:
             return self.kv_capacity_tokens
         return min(self.max_batch_total_tokens, self.kv_capacity_tokens)
+
+    @property
+    def prefill_budget(self) -> int:
+        """Prompt tokens one prefill pass takes: the configured budget, else TGI 3's launcher default
+        (4096 within the context)."""
+        return self.max_batch_prefill_tokens or min(k.DEFAULT_PREFILL_TOKENS, self.model.max_context)
 
     def max_sequences(self, payload: Payload) -> int:
         """Concurrent sequences one copy can run: budget ÷ tokens reserved per sequence, capped by admission

@@ -12,6 +12,7 @@ from sagellm.catalog import Instance, Model, find_instance, find_model, instance
 from sagellm.catalog import models as catalog_models
 from sagellm.errors import InputError
 from sagellm.planner import Calibration, Payload, Shape, generation_of, max_concurrency_in_timeout, predict
+from sagellm.planner import constants as k
 from sagellm.profiles.calibration import load_calibration
 from sagellm.profiles.containers import (
     LMI_ENGINE,
@@ -37,7 +38,6 @@ from sagellm.profiles.validate import cap_errors, profile_errors, region_errors,
 # left to the SageMaker agent and the OS (write-up example: 13B on p4d → 10 vCPUs, 100 GiB per copy).
 IC_CPU_SHARE = 0.9
 IC_MEMORY_SHARE = 0.7
-DEFAULT_PREFILL_TOKENS = 4096  # TGI 3's default MAX_BATCH_PREFILL_TOKENS (launcher, within the context)
 # max_total_tokens: auto keeps the model's whole context unless the KV cache could not hold this many
 # full-length sequences at once (one long request must not shut every other caller out).
 FULL_LENGTH_SEQUENCES = 2
@@ -96,7 +96,8 @@ def _shape(copy: Copy, inst: Instance, container: str, *, copies: int, instance_
         model=copy.model, instance=inst, tp_degree=copy.tp, copies=copies, instance_count=instance_count,
         quantization=copy.quantization,
         max_concurrent_requests=None if container == "lmi" else copy.max_concurrent_requests,
-        max_batch_size=copy.max_batch_size, generation=generation, calibration=calibration,
+        max_batch_size=copy.max_batch_size, max_batch_prefill_tokens=copy.max_batch_prefill_tokens,
+        generation=generation, calibration=calibration,
     )
 
 
@@ -324,7 +325,7 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     batch_size = s.max_batch_size if main else None
     chunked = chunks_prefill(server, batch_size)
     # TGI 3's default prefill budget; a server that cannot chunk must prefill a whole prompt at once.
-    prefill_auto = min(DEFAULT_PREFILL_TOKENS, max_total) if chunked else max(max_input, DEFAULT_PREFILL_TOKENS)
+    prefill_auto = min(k.DEFAULT_PREFILL_TOKENS, max_total) if chunked else max(max_input, k.DEFAULT_PREFILL_TOKENS)
     prefill = pinned("max_batch_prefill_tokens", min(prefill_auto, max(kv, max_input)))
     limit = _per_copy_limit(replace(shape, max_batch_size=batch_size), payload) if fits else 1
     concurrent = pinned("max_concurrent_requests", max(1, limit))
