@@ -4,6 +4,7 @@ that find what a run left behind (moto resources, emulator children, CDK CLI pro
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -22,6 +23,7 @@ import pytest
 from sagellm.aws.local import LocalAws
 from sagellm.bench.responses import Outcome
 from sagellm.emulator import EmulatorProcess
+from sagellm.emulator.engine import CopyEngine, Sequence
 from sagellm.emulator.process import port_is_free
 
 REPO = Path(__file__).resolve().parents[1]
@@ -237,3 +239,22 @@ class FakeTransport:
         e2e = time.perf_counter() - t0
         return Outcome(ok=True, started=t0, e2e_s=e2e, output_tokens=max_new_tokens, ttft_s=e2e / 2,
                        token_gaps_s=[e2e / 2 / max_new_tokens] * (max_new_tokens - 1), status=200)
+
+
+class EngineTransport:
+    """Requests straight into one emulated model copy, without HTTP: tokens stamped on its simulated clock."""
+
+    def __init__(self, engine: CopyEngine, input_tokens: int):
+        self.engine = engine
+        self.input_tokens = input_tokens
+
+    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
+        t0 = time.perf_counter()
+        seq = Sequence(self.input_tokens, max_new_tokens, t0, None)
+        self.engine.submit(seq)
+        stamps = []
+        async for _ in seq.progress():
+            assert seq.last_token_s is not None
+            stamps.append(seq.last_token_s)
+        return Outcome(ok=True, started=t0, e2e_s=stamps[-1] - t0, output_tokens=len(stamps),
+                       ttft_s=stamps[0] - t0, token_gaps_s=[b - a for a, b in itertools.pairwise(stamps)], status=200)

@@ -11,13 +11,15 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bench_helpers import FakeTransport
+from bench_helpers import EngineTransport, FakeTransport
 from sagellm.bench.load import LevelProgress, LevelResult, StopRule, run_level, run_sweep
 from sagellm.bench.records import RecordLog, RequestRecord, read_records
 from sagellm.bench.summary import summarize, tokens_in_window
 from sagellm.bench.transports import TGI, HttpTransport
 from sagellm.bench.workload import Workload, WorkloadOptions
-from sagellm.planner import Payload
+from sagellm.catalog import find_instance, find_model
+from sagellm.emulator.engine import CopyEngine, Limits
+from sagellm.planner import Payload, Shape, StepModel, predict_point
 
 
 def workload(n_in: int = 16, n_out: int = 4) -> Workload:
@@ -67,7 +69,7 @@ def test_warmup_is_per_worker_logged_marked_and_excluded_from_the_budget() -> No
     assert level.window_start_s >= max(r.end_s for r in warm) - 1e-9
 
 
-def test_window_runs_from_the_end_of_the_ramp_to_the_first_idle_worker() -> None:
+def test_window_runs_from_the_end_of_the_ramp_to_the_ramp_workers_last_completion() -> None:
     results, records = sweep(FakeTransport(duration_s=(0.005, 0.03)), [4], requests_per_level=40)
     level = results[0]
     first_per_worker = {}
@@ -75,20 +77,54 @@ def test_window_runs_from_the_end_of_the_ramp_to_the_first_idle_worker() -> None
         first_per_worker.setdefault(r.worker, r)
     ramp_end = max(r.end_s for r in first_per_worker.values())
     assert level.window_start_s == pytest.approx(ramp_end, abs=2e-3)
-    # The first worker to find no work went idle at the end of its last request; the others were busy.
-    last_end_per_worker = {w: max(r.end_s for r in records if r.worker == w) for w in range(4)}
-    assert level.window_end_s == pytest.approx(min(last_end_per_worker.values()), abs=2e-3)
+    # It ends at the last completion, before the first worker went idle, of the worker that ended the
+    # ramp: whole request cycles of that worker (see the next test for why).
+    ramp_worker = max(first_per_worker.values(), key=lambda r: r.end_s).worker
+    first_idle = min(max(r.end_s for r in records if r.worker == w) for w in range(4))
+    cycle_end = max(r.end_s for r in records if r.worker == ramp_worker and r.end_s <= first_idle + 2e-3)
+    assert level.window_end_s == pytest.approx(cycle_end, abs=2e-3)
     assert level.window_end_s < level.ended_s
     assert level.started_s <= level.window_start_s < level.window_end_s
+
+
+def test_a_closed_loop_moving_in_phase_is_measured_over_whole_cycles() -> None:
+    # On a continuous-batching server equal-length streams stay in the groups their first prefill passes
+    # made: a cycle is every group's prefill pass in a row (decoding paused), then decoding only. The ramp
+    # ends with the last group's warm-up, after a prefill phase; a window that ran on to the first idle
+    # worker (the first group's) held one more decode phase than prefill phases: 16 % too high here.
+    # The engine is the emulator's (Llama 2 13B, TP 4 on ml.g5.12xlarge), 20× faster than real time.
+    shape = Shape(find_model("llama2-13b"), find_instance("ml.g5.12xlarge"), 4, generation="tgi-3")
+    scale = 0.05
+    engine = CopyEngine(StepModel(shape), Limits(4000, 4096, 4096, shape.kv_capacity_tokens, None, None), scale)
+
+    async def run() -> LevelResult:
+        engine.start()
+        try:
+            return await run_level(EngineTransport(engine, 1024), concurrency=24, requests=72, duration_s=None,
+                                   warmup=1, workload=workload(1024, 32), on_record=lambda r: None)
+        finally:
+            await engine.stop()
+
+    level = asyncio.run(run())
+    assert level.ramp_excluded
+    # The truth, from the requests inside the window: a closed loop with no pause between requests serves
+    # streams × tokens ÷ mean request time (Little's law), whatever the phase.
+    inside = [r for r in level.measured if level.window_start_s <= r.start_s and r.end_s <= level.window_end_s]
+    little = 24 * 32 / (sum(r.e2e_s for r in inside) / len(inside))
+    assert level.throughput_tokens_per_s == pytest.approx(little, rel=0.05)
+    assert level.throughput_tokens_per_s * scale == pytest.approx(  # ... which the planner predicts
+        predict_point(shape, Payload(1024, 32), 24).throughput_tokens_per_s, rel=0.05)
 
 
 def test_duration_level_measures_for_the_duration_after_the_ramp() -> None:
     results, records = sweep(FakeTransport(duration_s=(0.005, 0.01)), [3], requests_per_level=None,
                              duration_per_level_s=0.3, warmup=1)
     level = results[0]
-    assert level.ramp_excluded and level.window_s == pytest.approx(0.3)
+    # The window ends at the last completion before the deadline of the worker that ended the ramp (whole
+    # cycles of it): within one request (≤ 10 ms) of the duration.
+    assert level.ramp_excluded and 0.3 - 0.012 <= level.window_s <= 0.3 + 1e-9
     assert 20 < len(level.measured)
-    assert all(r.start_s < level.window_end_s for r in records)  # nothing sent after the deadline
+    assert all(r.start_s < level.window_start_s + 0.3 for r in records)  # nothing sent after the deadline
 
 
 def test_a_level_shorter_than_its_ramp_uses_the_whole_level_as_window() -> None:

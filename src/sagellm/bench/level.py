@@ -10,7 +10,11 @@ Shared by the closed loop (`load`) and the open loop (`arrivals`); definitions:
 - **Measured window** (throughput = output tokens ÷ window): from the end of the ramp until the first
   request that is no longer sent (the budget is spent, or the duration is over); after it the requests
   in flight drain (the tail). If a level is too short to have such a window, it is the whole level and
-  `ramp_excluded` is False.
+  `ramp_excluded` is False. A closed loop's window ends instead at the last completion, within it, of the
+  worker whose warm-up ended the ramp, so it spans whole request cycles: on a continuous-batching server
+  equal-length streams move in phase (prompts prefilled together finish together), and a cycle's prefill
+  passes bunch up while the rest of it only decodes, so a window that ends mid-cycle over-weights one
+  phase (13 % too high on the emulator at 99 streams, all prefills at one end of the window).
 - **Stop rule**: after a level, escalation stops when more than `max_error_rate` of its measured
   requests failed, or when any measured request timed out. Within a level, once such an outcome is
   certain (a timeout, or with a request budget more errors than the rate allows), no new requests are
@@ -121,6 +125,8 @@ class LevelBook:
         self.measured_errors = 0
         self.in_ramp = ramp_count  # ramp_done() calls still to come before the ramp ends
         self.ramp_end: float | None = None
+        self.ramp_worker: int | None = None  # closed loop: the worker whose warm-up ended the ramp
+        self.cycle_end: float | None = None  # ... and its latest completion of a request sent after the ramp
         self.deadline: float | None = None
         self.window_end: float | None = None
         self.stopping: str | None = None
@@ -146,11 +152,12 @@ class LevelBook:
             self.window_end = self.deadline if self.stopping is None and self.deadline is not None else now
         return False
 
-    def ramp_done(self) -> None:
+    def ramp_done(self, worker: int | None = None) -> None:
         """One of the ramp's completions (a worker's warm-up; an open loop's first requests) happened."""
         self.in_ramp -= 1
         if self.in_ramp == 0:
             self.ramp_end = time.perf_counter()
+            self.ramp_worker = worker
             if self.duration_s is not None:
                 self.deadline = self.ramp_end + self.duration_s
 
@@ -172,6 +179,11 @@ class LevelBook:
     def add(self, record: RequestRecord) -> None:
         """A request finished: book it, then hand it to `on_record` and report progress."""
         self.records.append(record)
+        if self.ramp_worker is not None and record.worker == self.ramp_worker and self.window_end is None:
+            now = time.perf_counter()
+            assert self.ramp_end is not None
+            if record.start_s + self.clock_zero >= self.ramp_end and (self.deadline is None or now <= self.deadline):
+                self.cycle_end = now
         if not record.ok:
             self.errors += 1
             self.measured_errors += not record.warmup
@@ -207,6 +219,8 @@ class LevelBook:
         """The finished level."""
         ended = time.perf_counter()
         start, end = self.ramp_end, self.window_end
+        if self.stopping is None and start is not None and end is not None and self.cycle_end is not None:
+            end = min(end, self.cycle_end)  # whole cycles (see the module docstring)
         ramp_excluded = start is not None and end is not None and end > start
         if not ramp_excluded:
             start, end = self.started, ended

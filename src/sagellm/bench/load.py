@@ -109,7 +109,7 @@ async def run_level(transport: Transport, *, concurrency: int, requests: int | N
             record = book.record(outcome, request, warmup=warming, worker=index)
             sent += 1
             if sent == max(warmup, 1):
-                book.ramp_done()
+                book.ramp_done(index)
             book.add(record)
 
     async def start(session: aiohttp.ClientSession, group: asyncio.TaskGroup) -> None:
