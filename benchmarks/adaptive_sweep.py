@@ -311,12 +311,16 @@ def emulator(n: int) -> None:
             knee, top_level = results["knee"], results["max_throughput"]
             lags = [lv["server_loop_lag_ms"] for lv in results["levels"] if lv.get("server_loop_lag_ms") is not None]
             spent[sweep] = s["endpoint_minutes"]
+            # How far the emulator is from the planner it replays, level by level (measured ÷ predicted).
+            agree = [lv["throughput_tokens_per_s"] / lv["predicted"]["throughput_tokens_per_s"]
+                     for lv in results["levels"] if lv.get("predicted") and lv["throughput_tokens_per_s"]]
             print(f"    --sweep {sweep}: exit {proc.returncode}, levels "
                   f"{[lv['concurrency'] for lv in results['levels']]}, {s['endpoint_minutes']:.2f} endpoint-min "
                   f"(doubling estimate {s['doubling_endpoint_minutes']}), knee {knee and knee['concurrency']}, max "
                   f"{top_level and top_level['concurrency']} at "
                   f"{top_level and round(top_level['throughput_tokens_per_s'])} tok/s, emulator loop lag max "
-                  f"{max(lags, default=0):.0f} ms", flush=True)
+                  f"{max(lags, default=0):.0f} ms, measured ÷ predicted throughput "
+                  f"{min(agree, default=0):.2f}–{max(agree, default=0):.2f}", flush=True)
         ratios.append(spent["adaptive"] / spent["doubling"])
         print(f"    adaptive ÷ doubling measured: {ratios[-1]:.2f}", flush=True)
     print(f"  {len(ratios)} shapes: ≤ 1/3 in {sum(r <= 1 / 3 for r in ratios)}; "
