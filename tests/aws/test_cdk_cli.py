@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,3 +138,21 @@ def test_failed_deploy_names_the_resource_and_leaves_nothing(
     assert "(AWS::SageMaker::Endpoint) CREATE_FAILED: Injected: insufficient capacity" in message
     assert "nothing left" in message
     assert aws.leftovers() == {}
+
+
+def test_stopping_the_cli_waits_for_every_process_of_its_group(tmp_path: Path) -> None:
+    # The CLI (a shell here, which SIGTERM ends at once) started a child that takes 0.5 s to exit (node
+    # finishing up). Stopping must not return while the child still runs: the bench would exit, or tear
+    # down, beside a CLI process still at work.
+    child = tmp_path / "child.py"
+    child.write_text("import signal, sys, time\n"
+                     "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.5), sys.exit(0)))\n"
+                     "print('ready', flush=True)\n"
+                     "time.sleep(60)\n")
+    proc = subprocess.Popen(["sh", "-c", f'"{sys.executable}" "{child}" & wait'], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    cdk_cli._kill(proc)
+    assert proc.returncode is not None
+    assert not cdk_cli._group_running(proc.pid)
+    assert processes_mentioning(str(child)) == []

@@ -8,6 +8,7 @@ local AWS: only `env` (the CLI's environment) differs. Nothing here knows about 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -152,14 +154,43 @@ def _run(args: list[str], env: dict[str, str], workdir: Path, timeout_s: float, 
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
+    """Stop the CLI's whole process group: SIGTERM, SIGKILL what still runs after the grace, and return only
+    once none of it runs. The leader exiting is not enough: its node children can outlive it."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=_KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     except ProcessLookupError:
-        pass
+        return
+    deadline = time.monotonic() + _KILL_GRACE_S
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=_KILL_GRACE_S)
+    while _group_running(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _group_running(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + _KILL_GRACE_S
+        while _group_running(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    proc.wait()
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of the group still runs; a zombie (exited, its parent not told yet) does not."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    proc_root = Path("/proc")
+    if not proc_root.is_dir():  # no procfs (macOS): the group answering a signal is all there is to know
+        return True
+    for stat in proc_root.glob("[0-9]*/stat"):
+        try:  # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if group == str(pgid) and state != "Z":
+            return True
+    return False
 
 
 def _last_error(output: str) -> str:
