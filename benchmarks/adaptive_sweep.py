@@ -2,6 +2,7 @@
 
     python benchmarks/adaptive_sweep.py                  # the planner study: 12 shapes × 8 stand-ins (~10 s)
     python benchmarks/adaptive_sweep.py --emulator 6     # ... and 6 shapes benched on the emulator (~45 min)
+    python benchmarks/adaptive_sweep.py --emulator 2 --emulator-skip 10   # ... the 11th and 12th only
     python benchmarks/adaptive_sweep.py --json out.json  # ... and the rows as JSON
 
 A stand-in for a real endpoint that differs from the prediction: the same shape with its step times scaled
@@ -289,10 +290,10 @@ def emulator_time_scale(profile: str, model: str, instance: str) -> tuple[float,
     return top.throughput_tokens_per_s, min(1.0, max(0.05, top.throughput_tokens_per_s / EMULATOR_EVENTS_PER_S))
 
 
-def emulator(n: int) -> None:
-    """Bench the `n` shapes the emulator can replay fastest (lowest predicted max) with both sweeps, at a
-    time scale it keeps up with, and compare the endpoint-minutes each recorded."""
-    picked = sorted((emulator_time_scale(*shape), shape) for shape in SHAPES)[:n]
+def emulator(n: int, skip: int = 0) -> None:
+    """Bench the `n` shapes the emulator can replay fastest (lowest predicted max; after the first `skip`)
+    with both sweeps, at a time scale it keeps up with, and compare the endpoint-minutes each recorded."""
+    picked = sorted((emulator_time_scale(*shape), shape) for shape in SHAPES)[skip:skip + n]
     print(f"\nagainst the local emulator ({EMULATOR_OUTPUT_TOKENS} output tokens; endpoint-minutes in simulated "
           f"time; time scale chosen so the emulator sends at most {EMULATOR_EVENTS_PER_S} tokens/s):")
     ratios = []
@@ -330,6 +331,8 @@ def emulator(n: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--emulator", type=int, default=0, help="also bench this many shapes on the emulator")
+    parser.add_argument("--emulator-skip", type=int, default=0, metavar="K",
+                        help="... after skipping the K fastest to replay (to split a long study into runs)")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
     print("how far each perturbation moves the curve (mean |error| at the doubling's levels, 12 shapes):")
@@ -348,7 +351,7 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=2))
     if args.emulator:
-        emulator(args.emulator)
+        emulator(args.emulator, args.emulator_skip)
     # Exit 1 if any run misses the knee or the max by more than 10 %; the cost is reported, not gated.
     return 0 if all(r.knee_power_ratio >= 0.9 and r.max_found >= 0.9 * r.max_true for r in rows) else 1
 
