@@ -1,7 +1,7 @@
 """The planner-guided sweep: which concurrency to measure next, given the prediction and what was measured.
 
 **Predict, measure, refit.** It measures the predicted knee, then the max-throughput target (the lowest
-load predicted to reach 97 % of the max: on a plateau the cheaper level). When each agrees with the
+load predicted to reach 95 % of the max: on a plateau the cheaper level). When each agrees with the
 prediction within 8 % (throughput and p50 ms/token; a level of the default length reads them only to a
 few per cent: the emulator, replaying the planner, reads 2–8 % off it), the sweep is done. As soon as a
 level departs, the prediction's step-time factors are refitted to every level so far (as `sagellm
@@ -55,9 +55,11 @@ from sagellm.planner import Point, knee_index
 
 TOLERANCE = 0.10  # a pick is bracketed when its measured neighbours are this close in concurrency
 AGREE = 0.08  # a measured level confirms a prediction when throughput and ms/token are each this close
-NEAR_MAX = 0.97  # the max-throughput target: the lowest load predicted to reach this share of the max
 REFITS = 2  # refits tried after departures before bracketing takes over
 COVER = 0.95  # a measured level covers a target it reaches this share of in value (knee power, max throughput)
+# The max-throughput target: the lowest load predicted to reach this share of the max. The share a level
+# needs to cover the max: aiming higher buys nothing the sweep counts, and costs (load grows fastest there).
+NEAR_MAX = COVER
 PLATEAU = 0.02  # throughput within this of a lower level's: the endpoint has saturated
 NEAR_STEP = 1.10  # first probe beside a predicted level
 FAR_STEP = 1.25  # probe beside a level the prediction did not point at

@@ -383,7 +383,7 @@ class Sweep(_Strict):
     doubling_endpoint_minutes: float | None = None  # adaptive: estimate for a doubling sweep to its first error
     budget_minutes: float | None = None  # --budget-minutes
     predicted_knee: int | None = None  # adaptive: the concurrency it started from
-    predicted_max: int | None = None  # adaptive: the lowest load predicted to reach 97 % of the max throughput
+    predicted_max: int | None = None  # adaptive: the lowest load predicted to reach 95 % of the max throughput
     outcome: str | None = None  # why the sweep ended
 
 
