@@ -4,6 +4,7 @@ that find what a run left behind (moto resources, emulator children, CDK CLI pro
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import os
@@ -22,6 +23,9 @@ import pytest
 
 from sagellm.aws.local import LocalAws
 from sagellm.bench.responses import Outcome
+from sagellm.bench.transports import Transport
+from sagellm.bench.workers import Deliver, Share, run_share
+from sagellm.bench.workload import Workload
 from sagellm.emulator import EmulatorProcess
 from sagellm.emulator.engine import CopyEngine, Sequence
 from sagellm.emulator.process import port_is_free
@@ -239,6 +243,25 @@ class FakeTransport:
         e2e = time.perf_counter() - t0
         return Outcome(ok=True, started=t0, e2e_s=e2e, output_tokens=max_new_tokens, ttft_s=e2e / 2,
                        token_gaps_s=[e2e / 2 / max_new_tokens] * (max_new_tokens - 1), status=200)
+
+
+class InProcessPool:
+    """Workers as tasks of this event loop, all on one transport: the coordinator's logic without processes."""
+
+    remote = False
+
+    def __init__(self, size: int, transport: Transport, workload: Workload):
+        self.size, self.offsets, self.transport, self.workload = size, [0.0] * size, transport, workload
+
+    async def run(self, shares: list[Share], deliver: Deliver) -> None:
+        await asyncio.gather(*(run_share(share, self.transport, self.workload, functools.partial(deliver, share.worker))
+                               for share in shares))
+
+    def sync_clocks(self) -> None:
+        """One clock: nothing to measure."""
+
+    def close(self) -> None:
+        """Nothing runs between levels."""
 
 
 class EngineTransport:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bench_helpers import EngineTransport, FakeTransport
+from bench_helpers import EngineTransport, FakeTransport, InProcessPool
+from sagellm.bench.coordinator import run_shared_level
 from sagellm.bench.load import LevelProgress, LevelResult, StopRule, run_level, run_sweep
 from sagellm.bench.records import RecordLog, RequestRecord, read_records
 from sagellm.bench.summary import summarize, tokens_in_window
@@ -87,21 +88,28 @@ def test_window_runs_from_the_end_of_the_ramp_to_the_ramp_workers_last_completio
     assert level.started_s <= level.window_start_s < level.window_end_s
 
 
-def test_a_closed_loop_moving_in_phase_is_measured_over_whole_cycles() -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_closed_loop_moving_in_phase_is_measured_over_whole_cycles(workers: int) -> None:
     # On a continuous-batching server equal-length streams stay in the groups their first prefill passes
     # made: a cycle is every group's prefill pass in a row (decoding paused), then decoding only. The ramp
     # ends with the last group's warm-up, after a prefill phase; a window that ran on to the first idle
     # worker (the first group's) held one more decode phase than prefill phases: 16 % too high here.
-    # The engine is the emulator's (Llama 2 13B, TP 4 on ml.g5.12xlarge), 20× faster than real time.
+    # The engine is the emulator's (Llama 2 13B, TP 4 on ml.g5.12xlarge), 20× faster than real time. With
+    # two workers (the coordinator's merge, workers in this loop) the merged window must be whole cycles too.
     shape = Shape(find_model("llama2-13b"), find_instance("ml.g5.12xlarge"), 4, generation="tgi-3")
     scale = 0.05
     engine = CopyEngine(StepModel(shape), Limits(4000, 4096, 4096, shape.kv_capacity_tokens, None, None), scale)
+    transport, work = EngineTransport(engine, 1024), workload(1024, 32)
+    options: dict[str, Any] = {"requests": 72, "duration_s": None, "warmup": 1, "workload": work,
+                               "on_record": lambda r: None}
 
     async def run() -> LevelResult:
         engine.start()
         try:
-            return await run_level(EngineTransport(engine, 1024), concurrency=24, requests=72, duration_s=None,
-                                   warmup=1, workload=workload(1024, 32), on_record=lambda r: None)
+            if workers == 1:
+                return await run_level(transport, concurrency=24, **options)
+            pool = InProcessPool(workers, transport, work)
+            return await run_shared_level(pool, load=24, open_loop=None, workers=workers, **options)
         finally:
             await engine.stop()
 

@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable
 
-from sagellm.bench.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
+from sagellm.bench.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule, cycle_end
 from sagellm.bench.load import OpenLoop
 from sagellm.bench.records import RequestRecord
 from sagellm.bench.summary import tokens_in_window
@@ -142,6 +142,9 @@ def _result(book: LevelBook, done: dict[int, Done], died: dict[int, str]) -> Lev
     ramp_excluded = bool(done) and all(d.ramp_excluded for d in done.values()) and max(starts) < min(ends)
     if ramp_excluded:
         start, end = max(starts), min(ends)
+        last = max(done.values(), key=lambda d: d.window_start_s).ramp_worker  # its ramp ended the level's
+        if book.stopping is None and last is not None:
+            end = cycle_end(result.records, last, start, end) or end  # whole cycles, as on one worker
     else:
         start, end = result.started_s, result.ended_s
     stopped = result.stopped_reason

@@ -37,6 +37,13 @@ from sagellm.bench.workload import Request
 from sagellm.results.schema import load_name
 
 
+def cycle_end(records: list[RequestRecord], worker: int, start_s: float, end_s: float) -> float | None:
+    """A closed loop's window end in whole cycles: the last completion by `end_s` of a request `worker` (the
+    one whose warm-up ended the ramp) sent from `start_s` on (seconds since the run's start)."""
+    return max((r.end_s for r in records if r.worker == worker and start_s <= r.start_s and r.end_s <= end_s),
+               default=None)
+
+
 @dataclass(frozen=True)
 class StopRule:
     """When a level says the endpoint is past its limit."""
@@ -79,6 +86,7 @@ class LevelResult:
     errors_by_kind: dict[str, int] = field(default_factory=dict)  # measured requests (warm-up excluded)
     request_rate: float | None = None
     repeat: int = 0
+    ramp_worker: int | None = None  # closed loop: the worker whose warm-up ended the ramp
 
     @property
     def load(self) -> str:
@@ -126,7 +134,6 @@ class LevelBook:
         self.in_ramp = ramp_count  # ramp_done() calls still to come before the ramp ends
         self.ramp_end: float | None = None
         self.ramp_worker: int | None = None  # closed loop: the worker whose warm-up ended the ramp
-        self.cycle_end: float | None = None  # ... and its latest completion of a request sent after the ramp
         self.deadline: float | None = None
         self.window_end: float | None = None
         self.stopping: str | None = None
@@ -179,11 +186,6 @@ class LevelBook:
     def add(self, record: RequestRecord) -> None:
         """A request finished: book it, then hand it to `on_record` and report progress."""
         self.records.append(record)
-        if self.ramp_worker is not None and record.worker == self.ramp_worker and self.window_end is None:
-            now = time.perf_counter()
-            assert self.ramp_end is not None
-            if record.start_s + self.clock_zero >= self.ramp_end and (self.deadline is None or now <= self.deadline):
-                self.cycle_end = now
         if not record.ok:
             self.errors += 1
             self.measured_errors += not record.warmup
@@ -219,21 +221,22 @@ class LevelBook:
         """The finished level."""
         ended = time.perf_counter()
         start, end = self.ramp_end, self.window_end
-        if self.stopping is None and start is not None and end is not None and self.cycle_end is not None:
-            end = min(end, self.cycle_end)  # whole cycles (see the module docstring)
+        z = self.clock_zero
+        if self.stopping is None and self.ramp_worker is not None and start is not None and end is not None:
+            last = cycle_end(self.records, self.ramp_worker, start - z, end - z)  # see the module docstring
+            end = end if last is None else last + z
         ramp_excluded = start is not None and end is not None and end > start
         if not ramp_excluded:
             start, end = self.started, ended
         assert start is not None and end is not None
         measured = [r for r in self.records if not r.warmup]
         errors = errors_by_kind(measured)
-        z = self.clock_zero
         return LevelResult(
             concurrency=self.concurrency, request_rate=self.request_rate, repeat=self.repeat,
             records=self.records, started_s=self.started - z, ended_s=ended - z, window_start_s=start - z,
             window_end_s=end - z, ramp_excluded=ramp_excluded, stopped_reason=self._stopped_reason(errors, len(measured)),
             window_output_tokens=tokens_in_window(measured, start - z, end - z),
-            errors_by_kind=errors,
+            errors_by_kind=errors, ramp_worker=self.ramp_worker,
         )
 
     def _stopped_reason(self, errors: dict[str, int], total: int) -> str | None:

@@ -18,8 +18,9 @@ measures; `--workers N` splits each level across N OS processes on this machine 
   offset = actor time − midpoint of the round trip, from the sample with the smallest round trip, so the
   error is at most half that round trip) and hands each actor the run's start on the actor's own clock.
 - **Window.** The level's measured window is when every worker applied its full share: from the last
-  worker's end of ramp to the first worker's end of window. Each worker applies the stop rule to its own
-  share; the level's result applies it to all records.
+  worker's end of ramp to the first worker's end of window; a closed loop's then ends, like one worker's
+  (`level`), at the last completion within it of the slot whose warm-up ended the last ramp. Each worker
+  applies the stop rule to its own share; the level's result applies it to all records.
 - **A dead worker** (its process exits, its actor dies): each request it had in flight becomes a record
   with error kind `client`, and the level's `stopped_reason` names the worker, which ends the sweep.
 """
@@ -113,6 +114,7 @@ class Done:
     started_s: float
     ended_s: float
     issued: int
+    ramp_worker: int | None = None  # closed loop: the level's slot whose warm-up ended this worker's ramp
 
 
 class _StridedWorkload(Workload):
@@ -157,8 +159,9 @@ async def run_share(share: Share, transport: Transport, workload: Workload, emit
     finally:
         ticker.cancel()
     issued = (work.issued - work.first) // work.step
+    ramp_worker = None if result.ramp_worker is None else result.ramp_worker + share.slot_offset
     emit(("done", Done(result.ramp_excluded, result.window_start_s, result.window_end_s, result.started_s,
-                       result.ended_s, issued)))
+                       result.ended_s, issued, ramp_worker)))
 
 
 class WorkerPool(Protocol):
