@@ -58,7 +58,7 @@ from sagellm.bench.adaptive import (
 from sagellm.bench.sweeps import doubling_estimate, predicted_minutes, refit_for
 from sagellm.planner import Calibration, Point, Shape, predict_point
 from sagellm.planner import constants as k
-from sagellm.profiles.resolve import design_for
+from sagellm.profiles import design_for
 
 LIMIT = 512
 DOUBLING = tuple(2 ** i for i in range(10))  # 1 … 512, the bench's default sweep

@@ -143,11 +143,11 @@ def profiles_show(
 ) -> None:
     """Print the resolved DeploymentPlan: environment, instance, count, kind, copies, scaling."""
     from sagellm.planner import step_time_notes
-    from sagellm.profiles.resolve import design_for, to_plan
+    from sagellm.profiles import design_for
 
     design = design_for(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
                         profiles_dir=profiles_dir)
-    plan = to_plan(design)
+    plan = design.plan()
     if json_out:
         print(plan.model_dump_json(indent=2))
         return
@@ -239,7 +239,7 @@ def plan(
     "kv_capacity_tokens_per_copy", "max_sequences_per_copy", "usd_per_h", "usd_per_1m_tokens_at_max_throughput"}}.
     """
     from sagellm.planner import predict
-    from sagellm.profiles.resolve import design_for, environment
+    from sagellm.profiles import design_for
 
     levels = _concurrency(concurrency)
     d = design_for(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
@@ -250,7 +250,7 @@ def plan(
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
              "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,
              "quantization": main.quantization, "container": f"{d.container} {d.container_version}"}
-    env = environment(main, d)
+    env = d.environment
     if json_out:
         print(json.dumps({"shape": shape, "environment": env, "curve": curve.to_dict()}, indent=2))
         return
@@ -520,12 +520,12 @@ def emulate(
     (/v1/completions, /v1/chat/completions, /v1/models), so any load tool can be pointed at it.
     Prompt tokens are counted as whitespace-separated words. Results from it are emulated, not measured.
     """
+    from sagellm import profiles
     from sagellm.emulator import run_emulator
-    from sagellm.profiles import resolve
 
     if not 0 < time_scale <= 1:
         raise InputError(f"--time-scale: {time_scale} must be in (0, 1]")
-    plan = resolve(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
+    plan = profiles.resolve(profile, model, instance, payload=_payload(input_tokens, output_tokens), region=region,
                    profiles_dir=profiles_dir)
     print(f"emulating {plan.profile}: {plan.primary.model_id} on {plan.instance_type} at http://127.0.0.1:{port} "
           f"(time scale {time_scale:g}); Ctrl-C to stop", file=sys.stderr)

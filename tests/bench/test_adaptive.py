@@ -28,7 +28,7 @@ from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import InputError
 from sagellm.planner import Calibration, Payload, Point, Shape, knee_of, predict, predict_point
 from sagellm.planner.constants import RESERVED_GB_PER_GPU
-from sagellm.profiles.resolve import design_for
+from sagellm.profiles import design_for
 
 Curve = Callable[[int], Measured]
 

@@ -19,9 +19,9 @@ import yaml
 from sagellm.bench.calibrate import calibrate_runs
 from sagellm.errors import InputError
 from sagellm.planner import Calibration, Payload, predict_point
+from sagellm.profiles import design_for
 from sagellm.profiles.calibration import calibration_path, load_calibration
 from sagellm.profiles.containers import PINNED
-from sagellm.profiles.resolve import design_for, environment
 from sagellm.results.schema import ERROR_KINDS, Level, Run, Stats, Teardown, write_results
 from sagellm.results.sweep import make_results
 
@@ -36,7 +36,7 @@ def measured_run(folder: Path, payload: Payload, *, truth: Calibration = TRUE, e
                  levels: tuple[int, ...] = LEVELS, error_rate: float = 0.0) -> Path:
     """A bench --out folder whose results.json is what an endpoint behaving like `truth` measures."""
     d = design_for("max-throughput", LLAMA2_7B, INSTANCE, payload=payload, profiles_dir=empty(folder.parent))
-    env = environment(d.copies[0], d)
+    env = d.environment
     true_shape = replace(d.shape(), calibration=truth)
     rows = []
     for c in levels:

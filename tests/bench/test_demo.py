@@ -9,7 +9,7 @@ import pytest
 
 from bench_helpers import results_of, sagellm
 from sagellm.planner import Payload, predict_point
-from sagellm.profiles.resolve import design_for
+from sagellm.profiles import design_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

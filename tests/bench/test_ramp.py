@@ -17,7 +17,7 @@ from sagellm.bench.records import RequestRecord
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import InputError
 from sagellm.planner import Payload, predict
-from sagellm.profiles.resolve import design_for
+from sagellm.profiles import design_for
 
 
 def test_the_default_steps_rise_from_below_one_instances_knee_to_above_the_fleets_maximum() -> None:

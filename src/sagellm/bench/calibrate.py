@@ -12,8 +12,8 @@ from pathlib import Path
 from sagellm import __version__
 from sagellm.errors import InputError
 from sagellm.planner import Observation, Payload, Shape, fit_calibration
+from sagellm.profiles import Design, design_for
 from sagellm.profiles.calibration import CalibrationFile, FittedRun, calibration_path, save_calibration
-from sagellm.profiles.resolve import Design, design_for
 from sagellm.results.schema import Results, load_results
 
 MAX_ERROR_RATE = 0.05  # levels with more errors measured something other than step times

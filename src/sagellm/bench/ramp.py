@@ -33,7 +33,7 @@ from sagellm.bench.transports import Transport
 from sagellm.bench.workload import Request, Workload
 from sagellm.errors import InputError
 from sagellm.planner import predict
-from sagellm.profiles.resolve import Design
+from sagellm.profiles import Design
 from sagellm.results.schema import Ramp, Run
 
 DEFAULT_STEPS = 8
@@ -169,4 +169,4 @@ class RampRun:
         offset = float(self.start["now_s"]) if self.start else 0.0
         return ramp_block(records, rates=self.rates, step_s=self.step_s, scaling=self.end, scaling_offset_s=offset,
                           initial_instances=run.instance_count or 1, slo_ms_per_token=slo,
-                          usd_per_instance_h=design.instance.price_per_h(run.region) if design else None)
+                          usd_per_instance_h=design.usd_per_instance_h if design else None)

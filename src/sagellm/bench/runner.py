@@ -29,8 +29,8 @@ from sagellm.bench.workers import pool_size, worker_pool
 from sagellm.bench.workload import Workload
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
+from sagellm.profiles import Design, design_for, profile_payload
 from sagellm.profiles.plan import DeploymentPlan
-from sagellm.profiles.resolve import Design, design_for, to_plan
 from sagellm.profiles.tokens import gated_without_secret
 from sagellm.results import sweep
 from sagellm.results.gate import gate, read_gate, sweep_levels
@@ -54,7 +54,8 @@ __all__ = ["BenchOptions", "BenchOutcome", "run_bench"]
 
 def _design(opts: BenchOptions, deployed: DeployedEndpoint | None) -> tuple[Design | None, Workload]:
     """The plan's design and the workload. The longest request the workload can send sizes the plan (its
-    token caps and admission limit must take every request); the mean request sizes the prediction.
+    token caps and admission limit must take every request); the mean request sizes the prediction. The
+    workload is built first, from the given payload or the profile's, so the profile is designed once.
 
     An existing endpoint (`deployed`) is designed as it runs: its profile and model (given, or from its tags),
     instance type and count. Without a catalog model (http target only) there is no design."""
@@ -62,16 +63,15 @@ def _design(opts: BenchOptions, deployed: DeployedEndpoint | None) -> tuple[Desi
         (opts.profile, opts.model)
     if not (profile and model):
         return None, Workload(opts.workload, opts.payload or DEFAULT_PAYLOAD)
-
-    def design(payload: Payload | None) -> Design:
-        return design_for(profile, model, deployed.instance_type if deployed else opts.instance, payload=payload,
-                          region=opts.region, profiles_dir=opts.profiles_dir,
-                          instance_count=deployed.instance_count if deployed else None)
-
-    first = design(opts.payload)
-    workload = Workload(opts.workload, first.payload)
+    default = opts.payload or profile_payload(profile, opts.profiles_dir)
+    workload = Workload(opts.workload, default)
     longest = Payload(*workload.longest())
-    return (first if longest == first.payload else design(longest)), workload
+    # The given payload (or none: the profile's) where the workload sends nothing longer, so that errors name
+    # the option or the profile line the lengths came from.
+    design = design_for(profile, model, deployed.instance_type if deployed else opts.instance,
+                        payload=opts.payload if longest == default else longest, region=opts.region,
+                        profiles_dir=opts.profiles_dir, instance_count=deployed.instance_count if deployed else None)
+    return design, workload
 
 
 def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
@@ -83,7 +83,7 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     deployed = read_endpoint(opts.endpoint_name, opts.inference_component, opts.region) if opts.endpoint_name \
         else None
     design, workload = _design(opts, deployed)
-    plan = to_plan(design, opts.hf_token_secret) if design else None
+    plan = design.plan(opts.hf_token_secret) if design else None
     if plan is not None and opts.target == "sagemaker" and deployed is None:
         # A gated model without a token would fail only after a paid start-up.
         missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
@@ -296,6 +296,6 @@ def _results(run: Run, design: Design | None, workload: Workload, levels: list[L
         stopped = f"interrupted after {len(levels)} level(s)"
     elif error:
         stopped = error
-    price = design.instance.price_per_h(run.region) if design else None
+    price = design.usd_per_instance_h if design else None
     return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, run.instance_count or 1),
                         teardown=teardown, slo_ms_per_token=slo, stopped_reason=stopped)

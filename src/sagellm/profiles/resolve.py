@@ -86,6 +86,20 @@ class Design:
                       instance_count=instance_count or self.instance_count, generation=self.generation,
                       calibration=self.calibration)
 
+    @property
+    def usd_per_instance_h(self) -> float | None:
+        """The on-demand price of one instance in the design's region, $/h."""
+        return self.instance.price_per_h(self.region)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The main model's container environment."""
+        return environment(self.copies[0], self)
+
+    def plan(self, hf_token_secret: str | None = None) -> DeploymentPlan:
+        """The DeploymentPlan to deploy (container images looked up; `hf_token_secret` overrides the profile's)."""
+        return to_plan(self, hf_token_secret)
+
 
 def _shape(copy: Copy, inst: Instance, container: str, *, copies: int, instance_count: int, generation: str,
            calibration: Calibration | None) -> Shape:
@@ -501,3 +515,9 @@ def resolve(profile: str, model: str, instance: str | None = None, *, payload: P
     design = design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
                         tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count)
     return to_plan(design, hf_token_secret)
+
+
+def profile_payload(profile: str, profiles_dir: Path | None = None) -> Payload:
+    """The payload a profile is sized for by default (what a run without its own lengths sends)."""
+    prof = load_profile(profile, all_sources(profiles_dir))
+    return Payload(prof.payload.input_tokens, prof.payload.output_tokens)
