@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from sagellm.errors import ExitStatus, InputError, SagellmError
 
@@ -24,6 +25,22 @@ results_app = typer.Typer(help="The results.json format.", no_args_is_help=True)
 app.add_typer(results_app, name="results")
 
 
+class PanelledCommand(TyperCommand):
+    """A command whose --help lists its options under their `rich_help_panel` headings, in the order they
+    first appear (the app's help is plain text, where Typer would put them all under "Options")."""
+
+    # Any: Typer ships its own click, whose context and formatter types it does not export.
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        panels: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                panels.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        for panel, records in panels.items():
+            with formatter.section(panel):
+                formatter.write_dl(records)
+
+
 def _print_version(value: bool) -> None:
     if value:
         from sagellm import __version__
@@ -37,19 +54,22 @@ def _main(version: Annotated[bool, typer.Option("--version", is_eager=True, call
                                                 help="print the version and exit")] = False) -> None:
     """Deploy, bench and predict LLM endpoints on Amazon SageMaker from named profiles."""
 
-ProfilesDir = Annotated[Path | None, typer.Option("--profiles-dir", help="folder with your own profile YAML "
-                                                     "(default: ./profiles when it exists)")]
-Region = Annotated[str, typer.Option("--region", help="AWS region (prices, image URIs)")]
-Instance = Annotated[str | None, typer.Option("--instance", help="instance type, e.g. ml.g5.12xlarge "
-                                                 "(default: the profile's)")]
+PROFILES_DIR_HELP = "folder with your own profile YAML (default: ./profiles when it exists)"
+REGION_HELP = "AWS region (prices, image URIs)"
+INSTANCE_HELP = "instance type, e.g. ml.g5.12xlarge (default: the profile's)"
+JSON_HELP = "machine-readable output on stdout"
+ALLOW_INCOMPARABLE_HELP = "compare with a baseline of another model, instance, container or workload anyway"
+ProfilesDir = Annotated[Path | None, typer.Option("--profiles-dir", help=PROFILES_DIR_HELP)]
+Region = Annotated[str, typer.Option("--region", help=REGION_HELP)]
+Instance = Annotated[str | None, typer.Option("--instance", help=INSTANCE_HELP)]
 Model = Annotated[str, typer.Option("--model", help="Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf")]
 InputTokens = Annotated[int | None, typer.Option("--input-tokens", help="prompt tokens per request "
                                                     "(default: the profile's payload, 256)")]
 OutputTokens = Annotated[int | None, typer.Option("--output-tokens", help="generated tokens per request "
                                                      "(default: the profile's payload, 256)")]
-Json = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
-AllowIncomparable = Annotated[bool, typer.Option("--allow-incomparable", help="compare with a baseline of another "
-                                                 "model, instance, container or workload anyway")]
+Json = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
+AllowIncomparable = Annotated[bool, typer.Option("--allow-incomparable", help=ALLOW_INCOMPARABLE_HELP)]
+SERVED = "Model & profile"  # the --help panel of what a bench serves
 INT32_MAX = 2**31 - 1  # AWS API integers (profiles.schema.INT32_MAX; kept here so --help never imports pydantic)
 
 
@@ -277,7 +297,7 @@ def calibrate(
 
 # ---------------------------------------------------------------- bench, gate, report
 
-@app.command(epilog="Examples:\n\n"
+@app.command(cls=PanelledCommand, epilog="Examples:\n\n"
              "  sagellm bench --profile max-throughput --model meta-llama/Llama-2-7b-hf --instance ml.g5.2xlarge "
              "--time-scale 0.1   # local, emulated\n\n"
              "  sagellm bench --profile replicas --model llama2-13b --instance ml.p4d.24xlarge --target sagemaker "
@@ -289,97 +309,117 @@ def calibrate(
              "  sagellm bench --target http --api openai --url http://localhost:8000 --concurrency 1,4,16 "
              "# an existing vLLM, no prediction")
 def bench(
-    profile: Annotated[str | None, typer.Option("--profile", help="profile name (optional for --target "
-                                                "http: with --model it predicts the run; with --endpoint-name: "
-                                                "default the endpoint's sagellm:profile tag)")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="catalog model, e.g. meta-llama/Llama-2-7b-hf "
-                                              "(optional for --target http; with --endpoint-name: default the "
-                                              "deployed one)")] = None,
-    instance: Instance = None,
-    target: Annotated[str, typer.Option("--target", help="local: embedded AWS (moto) + emulator · sagemaker: "
-                                        "your AWS account (credentials from the environment) · http: an "
-                                        "existing TGI/OpenAI-compatible server at --url")] = "local",
-    endpoint_name: Annotated[str | None, typer.Option("--endpoint-name", help="sagemaker target: bench this "
-                                                      "existing endpoint; nothing is deployed or deleted")] = None,
-    inference_component: Annotated[str | None, typer.Option("--inference-component", help="with "
-                                   "--endpoint-name: the component to invoke (default: its only one)")] = None,
-    url: Annotated[str | None, typer.Option("--url", help="server URL for --target http")] = None,
-    api: Annotated[str, typer.Option("--api", help="tgi (generate), chat (TGI Messages API; "
-                                     "/v1/chat/completions on an http target), openai (completions, http "
+    # Model & profile
+    profile: Annotated[str | None, typer.Option("--profile", rich_help_panel=SERVED, help="profile name (optional "
+                                                "for --target http: with --model it predicts the run; with "
+                                                "--endpoint-name: default the endpoint's sagellm:profile tag)")] = None,
+    model: Annotated[str | None, typer.Option("--model", rich_help_panel=SERVED, help="catalog model, e.g. "
+                                              "meta-llama/Llama-2-7b-hf (optional for --target http; with "
+                                              "--endpoint-name: default the deployed one)")] = None,
+    instance: Annotated[str | None, typer.Option("--instance", rich_help_panel=SERVED, help=INSTANCE_HELP)] = None,
+    region: Annotated[str, typer.Option("--region", rich_help_panel=SERVED, help=REGION_HELP)] = "us-east-1",
+    profiles_dir: Annotated[Path | None, typer.Option("--profiles-dir", rich_help_panel=SERVED,
+                                                      help=PROFILES_DIR_HELP)] = None,
+    hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", rich_help_panel=SERVED, help="Secrets "
+                               "Manager name or ARN of the Hugging Face token (gated models on the sagemaker "
+                               "target)")] = None,
+    # Target
+    target: Annotated[str, typer.Option("--target", rich_help_panel="Target", help="local: embedded AWS (moto) + "
+                                        "emulator · sagemaker: your AWS account (credentials from the "
+                                        "environment) · http: an existing TGI/OpenAI-compatible server at "
+                                        "--url")] = "local",
+    endpoint_name: Annotated[str | None, typer.Option("--endpoint-name", rich_help_panel="Target", help="sagemaker "
+                                                      "target: bench this existing endpoint; nothing is deployed "
+                                                      "or deleted")] = None,
+    inference_component: Annotated[str | None, typer.Option("--inference-component", rich_help_panel="Target",
+                                   help="with --endpoint-name: the component to invoke (default: its only "
+                                   "one)")] = None,
+    url: Annotated[str | None, typer.Option("--url", rich_help_panel="Target", help="server URL for --target "
+                                            "http")] = None,
+    api: Annotated[str, typer.Option("--api", rich_help_panel="Target", help="tgi (generate), chat (TGI Messages "
+                                     "API; /v1/chat/completions on an http target), openai (completions, http "
                                      "target) or auto (http: openai when the URL has /v1, else tgi)")] = "auto",
-    served_model: Annotated[str | None, typer.Option("--served-model", help="http target, OpenAI API: the "
-                            "model name the server serves (default: the one its /v1/models lists)")] = None,
-    input_tokens: Annotated[str | None, typer.Option("--input-tokens", help="prompt tokens per request: 512, "
-                                                     "512:64 (mean:stddev) or 256-1024 (min-max); default: "
-                                                     "the profile's payload")] = None,
-    output_tokens: Annotated[str | None, typer.Option("--output-tokens", help="generated tokens per request, "
-                                                      "same forms")] = None,
-    shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, help="open every prompt with the "
-                                               "same N tokens (to measure prefix caching on purpose)")] = 0,
-    dataset: Annotated[Path | None, typer.Option("--dataset", help="prompts from a JSONL file "
-                                                 "({\"prompt\", \"output_tokens\"} per line) or ShareGPT "
-                                                 "JSON")] = None,
-    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", help="folder with the model's "
-                                                   "tokenizer.json: prompts in real tokens (default: one "
-                                                   "token per word)")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="seed of the prompts and arrivals (same seed, "
-                                      "same requests)")] = 0,
-    concurrency: Annotated[str | None, typer.Option("--concurrency", help="closed-loop levels, in order; "
-                                                    "escalation stops at >5% errors or a timeout "
-                                                    "[default: 1,2,4,…,512, or adaptive]")] = None,
-    sweep: Annotated[str | None, typer.Option("--sweep", help="adaptive: start at the predicted knee and "
-                                              "max, refine where the measurement departs, stop once both are "
-                                              "bracketed within 10% · doubling: the --concurrency list "
-                                              "[default: adaptive with --profile and --model and no "
-                                              "--concurrency/--request-rate; else doubling]")] = None,
-    budget_minutes: Annotated[float | None, typer.Option("--budget-minutes", help="stop the sweep once it "
-                                                         "has spent this many endpoint-minutes (wall time × "
-                                                         "instances)")] = None,
-    request_rate: Annotated[str | None, typer.Option("--request-rate", help="open-loop levels instead, "
-                                                     "requests/s, e.g. 1,2,4,8")] = None,
-    arrivals: Annotated[str | None, typer.Option("--arrivals", help="open loop: constant or poisson "
-                                                 "[default: constant]")] = None,
-    max_in_flight: Annotated[int | None, typer.Option("--max-in-flight", help="open loop: requests in "
-                                                      "flight at most; later ones wait and are recorded "
-                                                      "late [default: 1024]")] = None,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="run each level N times; results give "
-                                         "the mean and spread")] = 1,
-    requests_per_level: Annotated[int | None, typer.Option("--requests-per-level", help="measured "
-                                  "requests per level (default: 3 × concurrency, or 60 s of arrivals; at "
-                                  "least 8)")] = None,
-    duration_per_level: Annotated[float | None, typer.Option("--duration-per-level", help="seconds per "
-                                  "level instead of a request count")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", help="warm-up requests per worker (open loop: "
-                                        "per level), excluded from the statistics")] = 1,
-    thresholds: Annotated[Path | None, typer.Option("--thresholds", help="YAML rules to gate on "
-                                                       "(see README)")] = None,
-    baseline: Annotated[Path | None, typer.Option("--baseline", help="results.json of an earlier run to "
-                                                     "compare against")] = None,
-    allow_incomparable: AllowIncomparable = False,
-    out: Annotated[Path, typer.Option("--out", help="folder for results.json, requests.jsonl, report.md, "
-                                      "curve.png, junit.xml, results.csv")] = Path("sagellm-results"),
-    keep: Annotated[bool, typer.Option("--keep", help="do not destroy the stack (sagemaker target)")] = False,
-    time_scale: Annotated[float, typer.Option("--time-scale", help="local emulator only: run simulated time "
-                                              "this much faster (0.1 = 10×); results are in simulated "
-                                              "time")] = 1.0,
-    slo: Annotated[float | None, typer.Option("--slo-ms-per-token", help="also report the highest "
-                                                 "throughput with p50 ms/token under this")] = None,
-    ramp: Annotated[bool | None, typer.Option("--ramp/--no-ramp", help="open-loop load rising in steps over "
-                                              "time, recording instances and latency per interval "
-                                              "[default: --ramp for a profile with autoscaling]")] = None,
-    instance_startup: Annotated[float | None, typer.Option("--instance-startup", help="local target, "
-                                "autoscaling: simulated seconds from a scale-out to the new instance "
-                                "InService [default: 525, see README]")] = None,
-    workers: Annotated[str, typer.Option("--workers", help="worker processes that share each level's load "
-                                         "(auto: one per 256 streams, at most one per core)")] = "1",
-    ray: Annotated[str | None, typer.Option("--ray", help="run the workers as Ray actors on the cluster at "
-                                            "this address (auto: a local cluster); needs "
-                                            "pip install 'sagellm[ray]'")] = None,
-    region: Region = "us-east-1",
-    profiles_dir: ProfilesDir = None,
-    hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", help="Secrets Manager name or ARN "
-                               "of the Hugging Face token (gated models on the sagemaker target)")] = None,
-    json_out: Json = False,
+    served_model: Annotated[str | None, typer.Option("--served-model", rich_help_panel="Target", help="http "
+                            "target, OpenAI API: the model name the server serves (default: the one its "
+                            "/v1/models lists)")] = None,
+    keep: Annotated[bool, typer.Option("--keep", rich_help_panel="Target", help="do not destroy the stack "
+                                       "(sagemaker target)")] = False,
+    time_scale: Annotated[float, typer.Option("--time-scale", rich_help_panel="Target", help="local emulator only: "
+                                              "run simulated time this much faster (0.1 = 10×); results are in "
+                                              "simulated time")] = 1.0,
+    instance_startup: Annotated[float | None, typer.Option("--instance-startup", rich_help_panel="Target",
+                                help="local target, autoscaling: simulated seconds from a scale-out to the new "
+                                "instance InService [default: 525, see README]")] = None,
+    # Workload
+    input_tokens: Annotated[str | None, typer.Option("--input-tokens", rich_help_panel="Workload", help="prompt "
+                                                     "tokens per request: 512, 512:64 (mean:stddev) or 256-1024 "
+                                                     "(min-max); default: the profile's payload")] = None,
+    output_tokens: Annotated[str | None, typer.Option("--output-tokens", rich_help_panel="Workload",
+                                                      help="generated tokens per request, same forms")] = None,
+    shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, rich_help_panel="Workload", help="open "
+                                               "every prompt with the same N tokens (to measure prefix caching "
+                                               "on purpose)")] = 0,
+    dataset: Annotated[Path | None, typer.Option("--dataset", rich_help_panel="Workload", help="prompts from a "
+                                                 "JSONL file ({\"prompt\", \"output_tokens\"} per line) or "
+                                                 "ShareGPT JSON")] = None,
+    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", rich_help_panel="Workload", help="folder with "
+                                                   "the model's tokenizer.json: prompts in real tokens (default: "
+                                                   "one token per word)")] = None,
+    seed: Annotated[int, typer.Option("--seed", rich_help_panel="Workload", help="seed of the prompts and "
+                                      "arrivals (same seed, same requests)")] = 0,
+    # Load
+    concurrency: Annotated[str | None, typer.Option("--concurrency", rich_help_panel="Load", help="closed-loop "
+                                                    "levels, in order; escalation stops at >5% errors or a "
+                                                    "timeout [default: 1,2,4,…,512, or adaptive]")] = None,
+    request_rate: Annotated[str | None, typer.Option("--request-rate", rich_help_panel="Load", help="open-loop "
+                                                     "levels instead, requests/s, e.g. 1,2,4,8")] = None,
+    arrivals: Annotated[str | None, typer.Option("--arrivals", rich_help_panel="Load", help="open loop: constant "
+                                                 "or poisson [default: constant]")] = None,
+    max_in_flight: Annotated[int | None, typer.Option("--max-in-flight", rich_help_panel="Load", help="open loop: "
+                                                      "requests in flight at most; later ones wait and are "
+                                                      "recorded late [default: 1024]")] = None,
+    ramp: Annotated[bool | None, typer.Option("--ramp/--no-ramp", rich_help_panel="Load", help="open-loop load "
+                                              "rising in steps over time, recording instances and latency per "
+                                              "interval [default: --ramp for a profile with autoscaling]")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, rich_help_panel="Load", help="run each level N times; "
+                                         "results give the mean and spread")] = 1,
+    requests_per_level: Annotated[int | None, typer.Option("--requests-per-level", rich_help_panel="Load",
+                                  help="measured requests per level (default: 3 × concurrency, or 60 s of "
+                                  "arrivals; at least 8)")] = None,
+    duration_per_level: Annotated[float | None, typer.Option("--duration-per-level", rich_help_panel="Load",
+                                  help="seconds per level instead of a request count")] = None,
+    warmup: Annotated[int, typer.Option("--warmup", rich_help_panel="Load", help="warm-up requests per worker "
+                                        "(open loop: per level), excluded from the statistics")] = 1,
+    # Sweep
+    sweep: Annotated[str | None, typer.Option("--sweep", rich_help_panel="Sweep", help="adaptive: start at the "
+                                              "predicted knee and max, refine where the measurement departs, "
+                                              "stop once both are bracketed within 10% · doubling: the "
+                                              "--concurrency list [default: adaptive with --profile and --model "
+                                              "and no --concurrency/--request-rate; else doubling]")] = None,
+    budget_minutes: Annotated[float | None, typer.Option("--budget-minutes", rich_help_panel="Sweep", help="stop "
+                                                         "the sweep once it has spent this many endpoint-minutes "
+                                                         "(wall time × instances)")] = None,
+    # Gate
+    thresholds: Annotated[Path | None, typer.Option("--thresholds", rich_help_panel="Gate", help="YAML rules to "
+                                                    "gate on (see README)")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", rich_help_panel="Gate", help="results.json of an "
+                                                  "earlier run to compare against")] = None,
+    allow_incomparable: Annotated[bool, typer.Option("--allow-incomparable", rich_help_panel="Gate",
+                                                     help=ALLOW_INCOMPARABLE_HELP)] = False,
+    slo: Annotated[float | None, typer.Option("--slo-ms-per-token", rich_help_panel="Gate", help="also report the "
+                                              "highest throughput with p50 ms/token under this")] = None,
+    # Output
+    out: Annotated[Path, typer.Option("--out", rich_help_panel="Output", help="folder for results.json, "
+                                      "requests.jsonl, report.md, curve.png, junit.xml, "
+                                      "results.csv")] = Path("sagellm-results"),
+    json_out: Annotated[bool, typer.Option("--json", rich_help_panel="Output", help=JSON_HELP)] = False,
+    # Workers
+    workers: Annotated[str, typer.Option("--workers", rich_help_panel="Workers", help="worker processes that "
+                                         "share each level's load (auto: one per 256 streams, at most one per "
+                                         "core)")] = "1",
+    ray: Annotated[str | None, typer.Option("--ray", rich_help_panel="Workers", help="run the workers as Ray "
+                                            "actors on the cluster at this address (auto: a local cluster); "
+                                            "needs pip install 'sagellm[ray]'")] = None,
 ) -> int:
     """Deploy a profile, sweep concurrency (closed loop) or request rates (open loop), report, gate, and
     always tear down.

@@ -1,2 +1,39 @@
-"""The measurement: targets, load, transports and responses, request records, per-level summaries,
-and the runner (deploy → sweep → report → gate → teardown)."""
+"""The bench: deploy (or reach) a target, measure levels of load, report, gate, tear down.
+
+Run one from Python by describing it with the specs (bench/specs.py) and calling `run`; the outcome holds
+the results and the exit status `sagellm bench` would end with::
+
+    from sagellm import bench
+
+    outcome = bench.run(bench.Bench(
+        serving=bench.Serving(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge"),
+        target=bench.Local(time_scale=0.05),  # the emulator, 20× faster than real time
+        load=bench.Closed(concurrency=(1, 4), requests_per_level=8),
+        output=bench.Output(Path("run-1"))))
+    print(outcome.exit_status.name, outcome.results.max_throughput)
+"""
+
+from sagellm.bench.options import BenchOutcome
+from sagellm.bench.runner import run
+from sagellm.bench.specs import (
+    Bench,
+    Closed,
+    Endpoint,
+    Gate,
+    Http,
+    Load,
+    Local,
+    Open,
+    Output,
+    Ramp,
+    RampIfAutoscaled,
+    SageMaker,
+    Serving,
+    Sweep,
+    Target,
+    Workers,
+    WorkloadOptions,
+)
+
+__all__ = ["Bench", "BenchOutcome", "Closed", "Endpoint", "Gate", "Http", "Load", "Local", "Open", "Output", "Ramp",
+           "RampIfAutoscaled", "SageMaker", "Serving", "Sweep", "Target", "Workers", "WorkloadOptions", "run"]

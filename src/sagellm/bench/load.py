@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
-from sagellm.bench.arrivals import ARRIVALS, Arrivals, run_rate_level
+from sagellm.bench.arrivals import Arrivals, run_rate_level
 from sagellm.bench.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.records import RequestRecord
 from sagellm.bench.transports import Transport
@@ -30,8 +30,7 @@ from sagellm.bench.workload import Workload
 if TYPE_CHECKING:
     from sagellm.bench.workers import WorkerPool
 
-__all__ = ["LevelProgress", "LevelResult", "OpenLoop", "StopRule", "default_budget", "run_level", "run_sweep",
-           "sweep_problems"]
+__all__ = ["LevelProgress", "LevelResult", "OpenLoop", "StopRule", "default_budget", "run_level", "run_sweep"]
 
 # Published sweeps send a few × concurrency requests per level (method.md §5).
 REQUESTS_PER_WORKER = 3
@@ -58,25 +57,6 @@ def default_budget(*, open_loop: bool) -> Callable[[float], int]:
     if open_loop:
         return lambda rate: max(MIN_REQUESTS_PER_LEVEL, math.ceil(SECONDS_PER_RATE_LEVEL * rate))
     return lambda c: max(MIN_REQUESTS_PER_LEVEL, REQUESTS_PER_WORKER * int(c))
-
-
-def sweep_problems(*, concurrency: Sequence[int], request_rate: Sequence[float], arrivals: str | None,
-                   max_in_flight: int | None, repeats: int) -> list[str]:
-    """What is wrong with the sweep's options, as `--flag: what (fix)` lines."""
-    out = []
-    if request_rate and concurrency:
-        out.append("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
-    if any(rate <= 0 for rate in request_rate):
-        out.append(f"--request-rate: {', '.join(f'{r:g}' for r in request_rate)}: each must be > 0 requests/s")
-    if not request_rate and (arrivals is not None or max_in_flight is not None):
-        out.append("--arrivals/--max-in-flight: only with --request-rate")
-    if arrivals is not None and arrivals not in ARRIVALS:
-        out.append(f"--arrivals: {arrivals!r} must be constant or poisson")
-    if max_in_flight is not None and max_in_flight < 1:
-        out.append("--max-in-flight: must be at least 1")
-    if repeats < 1:
-        out.append("--repeats: must be at least 1")
-    return out
 
 
 async def run_level(transport: Transport, *, concurrency: int, requests: int | None,

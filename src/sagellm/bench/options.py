@@ -1,19 +1,37 @@
-"""What `sagellm bench` was asked to do, checked before anything is deployed or written."""
+"""The flags of `sagellm bench` as given, and how they map onto the bench's specs (bench/specs.py)."""
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
-from sagellm.bench.load import sweep_problems
-from sagellm.bench.transports import APIS
-from sagellm.bench.workers import worker_problems
+from sagellm.bench.arrivals import Arrivals
+from sagellm.bench.load import MAX_IN_FLIGHT
+from sagellm.bench.specs import (
+    Bench,
+    Closed,
+    Endpoint,
+    Gate,
+    Http,
+    Load,
+    Local,
+    Open,
+    Output,
+    Ramp,
+    RampIfAutoscaled,
+    SageMaker,
+    Serving,
+    Sweep,
+    Target,
+    Workers,
+    level_problems,
+    pairing_problems,
+)
 from sagellm.bench.workload import WorkloadOptions
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
-from sagellm.profiles.tokens import token_errors
-from sagellm.results.report import writable_folder_errors
 from sagellm.results.schema import Results
 
 DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
@@ -21,7 +39,7 @@ DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an ht
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """Everything `sagellm bench` was asked to do."""
+    """The flags of `sagellm bench`, one field each (`to_bench` turns them into the specs it runs)."""
 
     profile: str | None = None  # optional for http (no prediction) and --endpoint-name (read from its tags)
     model: str | None = None  # a catalog model: labels the run and predicts it
@@ -70,58 +88,86 @@ class BenchOutcome:
     error: str | None = None
 
 
-def check_options(opts: BenchOptions) -> None:
-    """Reject contradictory options before anything is deployed."""
-    errors = []
-    if opts.target not in ("local", "sagemaker", "http"):
-        errors.append(f"--target: {opts.target!r} must be local, sagemaker or http")
-    if opts.target == "http" and not opts.url:
-        errors.append("--url: required with --target http (e.g. http://localhost:8080 for TGI)")
-    if opts.url and opts.target != "http":
-        errors.append("--url: only used with --target http")
-    if opts.time_scale != 1.0 and opts.target != "local":
-        errors.append("--time-scale: only the local emulator can compress time")
-    if not 0 < opts.time_scale <= 1:
-        errors.append(f"--time-scale: {opts.time_scale} must be in (0, 1]")
-    if opts.keep and opts.target == "local":
-        errors.append("--keep: the local AWS lives only as long as the bench; use `sagellm emulate` for a "
-                      "lasting local endpoint")
-    if opts.requests_per_level is not None and opts.duration_per_level_s is not None:
-        errors.append("--requests-per-level/--duration-per-level: give one, not both")
-    if opts.requests_per_level is not None and opts.requests_per_level < 1:
-        errors.append(f"--requests-per-level: {opts.requests_per_level} must be at least 1")
-    if opts.duration_per_level_s is not None and not 0 < opts.duration_per_level_s < math.inf:
-        errors.append(f"--duration-per-level: {opts.duration_per_level_s:g} must be a positive number of seconds")
-    if opts.budget_minutes is not None and not 0 < opts.budget_minutes < math.inf:
-        errors.append(f"--budget-minutes: {opts.budget_minutes:g} must be a positive number of endpoint-minutes")
-    if opts.warmup < 0:
-        errors.append(f"--warmup: {opts.warmup} must be 0 or more")
-    if opts.api not in (*APIS, "auto"):
-        errors.append(f"--api: {opts.api!r} must be tgi, openai, chat or auto")
-    elif opts.api == "openai" and opts.target != "http":
-        errors.append("--api openai: only with --target http (SageMaker endpoints take tgi or chat)")
-    if opts.served_model and opts.target != "http":
-        errors.append("--served-model: only used with --target http (the name an existing server serves)")
-    if opts.target != "http" and opts.endpoint_name is None and not (opts.profile and opts.model):
-        errors.append("--profile/--model: required: the profile and the catalog model to deploy (or bench a "
-                      "deployed endpoint: --target sagemaker --endpoint-name NAME)")
-    if opts.endpoint_name is not None and opts.target != "sagemaker":
-        errors.append("--endpoint-name: only with --target sagemaker")
-    if opts.inference_component is not None and opts.endpoint_name is None:
-        errors.append("--inference-component: only with --endpoint-name")
-    if opts.endpoint_name is not None and opts.keep:
-        errors.append("--keep: an existing endpoint is never deleted; leave --keep out")
-    if opts.target == "http" and bool(opts.profile) != bool(opts.model):
-        errors.append("--profile/--model: give both to label and predict the run, or neither (no prediction)")
-    errors += sweep_problems(concurrency=opts.concurrency, request_rate=opts.request_rate,
-                             arrivals=opts.arrivals, max_in_flight=opts.max_in_flight, repeats=opts.repeats)
-    if opts.hf_token_secret is not None:
-        errors.extend(token_errors({"hf_token_secret": opts.hf_token_secret}, lambda loc: "--hf-token-secret"))
-    if opts.ramp and opts.requests_per_level is not None:
-        errors.append("--requests-per-level: a ramp's steps last --duration-per-level seconds each")
-    if opts.instance_startup_s is not None and (opts.target != "local" or not opts.instance_startup_s > 0):
-        errors.append(f"--instance-startup: {opts.instance_startup_s:g} must be > 0 seconds, with --target local")
-    errors.extend(worker_problems(opts.workers, opts.ray))
-    errors.extend(writable_folder_errors(opts.out, "--out"))
+def to_bench(opts: BenchOptions) -> Bench:
+    """The bench the flags ask for; every problem of every flag in one InputError, before anything runs."""
+    errors = _misplaced(opts)
+    parts: dict[str, Any] = {}
+
+    def build(name: str, make: Callable[[], Any]) -> None:
+        try:
+            parts[name] = make()
+        except InputError as exc:
+            errors.extend(exc.messages)
+
+    build("target", lambda: _target(opts))
+    build("serving", lambda: Serving(profile=opts.profile, model=opts.model, instance=opts.instance,
+                                     payload=opts.payload, region=opts.region, profiles_dir=opts.profiles_dir,
+                                     hf_token_secret=opts.hf_token_secret))
+    if "target" in parts and "serving" in parts:
+        errors.extend(pairing_problems(parts["serving"], parts["target"]))
+    build("load", lambda: _load(opts))
+    build("sweep", lambda: Sweep(opts.sweep, opts.budget_minutes))
+    build("workers", lambda: Workers(opts.workers, opts.ray))
+    build("output", lambda: Output(opts.out, opts.command))
     if errors:
         raise InputError(errors)
+    return Bench(workload=opts.workload, gate=Gate(opts.thresholds, opts.baseline, opts.allow_incomparable,
+                                                   opts.slo_ms_per_token), **parts)
+
+
+def _misplaced(opts: BenchOptions) -> list[str]:
+    """Flags given to a target (or a load) they do not belong to."""
+    target, endpoint = opts.target, opts.endpoint_name is not None
+    wrong = [
+        (bool(opts.url) and target != "http", "--url: only used with --target http"),
+        (opts.time_scale != 1.0 and target != "local", "--time-scale: only the local emulator can compress time"),
+        (opts.keep and target == "local", ("--keep: the local AWS lives only as long as the bench; use `sagellm "
+                                          "emulate` for a lasting local endpoint")),
+        (bool(opts.served_model) and target != "http",
+         "--served-model: only used with --target http (the name an existing server serves)"),
+        (endpoint and target != "sagemaker", "--endpoint-name: only with --target sagemaker"),
+        (opts.inference_component is not None and not endpoint, "--inference-component: only with --endpoint-name"),
+        (endpoint and opts.keep, "--keep: an existing endpoint is never deleted; leave --keep out"),
+        (opts.instance_startup_s is not None and target != "local",
+         f"--instance-startup: {opts.instance_startup_s or 0:g} must be > 0 seconds, with --target local"),
+        (bool(opts.request_rate and opts.concurrency),
+         "--concurrency/--request-rate: give one, not both (closed loop or open loop)"),
+        (not opts.request_rate and (opts.arrivals is not None or opts.max_in_flight is not None),
+         "--arrivals/--max-in-flight: only with --request-rate"),
+        (bool(opts.ramp) and opts.requests_per_level is not None,
+         "--requests-per-level: a ramp's steps last --duration-per-level seconds each"),
+    ]
+    return [message for misplaced, message in wrong if misplaced]
+
+
+def _target(opts: BenchOptions) -> Target:
+    if opts.target == "http":
+        return Http(opts.url or "", opts.api, opts.served_model)
+    if opts.target == "sagemaker" and opts.endpoint_name is not None:
+        return Endpoint(opts.endpoint_name, opts.inference_component, opts.api)
+    if opts.target == "sagemaker":
+        return SageMaker(keep=opts.keep, api=opts.api)
+    if opts.target == "local":
+        return Local(opts.time_scale, opts.instance_startup_s, opts.api)
+    raise InputError(f"--target: {opts.target!r} must be local, sagemaker or http")
+
+
+def _load(opts: BenchOptions) -> Load:
+    """--ramp: a ramp; --no-ramp: the levels; neither: a ramp when the plan autoscales, else the levels."""
+    arrivals = cast(Arrivals, opts.arrivals or "constant")  # flag text: the spec refuses anything else
+    max_in_flight = opts.max_in_flight or MAX_IN_FLIGHT
+    if opts.ramp:
+        problems = level_problems(None, None, opts.warmup, opts.repeats)
+        if opts.repeats > 1:
+            problems.append("--repeats: a ramp runs once; --no-ramp repeats the levels of a sweep")
+        if problems:
+            raise InputError(problems)
+        return Ramp(opts.request_rate, arrivals, max_in_flight, step_s=opts.duration_per_level_s)
+    given: Closed | Open
+    if opts.request_rate:
+        given = Open(opts.request_rate, arrivals, max_in_flight, opts.requests_per_level, opts.duration_per_level_s,
+                     opts.warmup, opts.repeats)
+    else:
+        given = Closed(opts.concurrency, opts.requests_per_level, opts.duration_per_level_s, opts.warmup,
+                       opts.repeats)
+    return given if opts.ramp is False else RampIfAutoscaled(given)

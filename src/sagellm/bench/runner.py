@@ -1,12 +1,14 @@
-"""`sagellm bench`: deploy → sweep → report → gate → teardown, with teardown on every way out."""
+"""`sagellm bench`: plan the bench → deploy the target and measure → assemble the results, with teardown on
+every way out and the results written whatever happens."""
 
 from __future__ import annotations
 
 import shutil
 import traceback
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sagellm import __version__
@@ -14,26 +16,38 @@ from sagellm.aws.cleanup import this_process
 from sagellm.aws.endpoints import DeployedEndpoint
 from sagellm.bench.existing import read_endpoint, reconcile
 from sagellm.bench.interrupts import Interrupted, Interrupts
-from sagellm.bench.load import MAX_IN_FLIGHT, LevelResult, OpenLoop, StopRule, default_budget, run_sweep
+from sagellm.bench.load import LevelResult, OpenLoop, StopRule, default_budget, run_sweep
 from sagellm.bench.measured import levels_of, on_simulated_clock
-from sagellm.bench.options import DEFAULT_PAYLOAD, BenchOptions, BenchOutcome, check_options
+from sagellm.bench.options import DEFAULT_PAYLOAD, BenchOptions, BenchOutcome, to_bench
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_steps
 from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.server_metrics import ServerWatch
-from sagellm.bench.sweeps import Chooser, make_chooser, sweep_method, threshold_levels, with_sweep
+from sagellm.bench.specs import (
+    Bench,
+    Closed,
+    Endpoint,
+    Http,
+    Load,
+    Local,
+    Open,
+    Ramp,
+    RampIfAutoscaled,
+    SageMaker,
+    Serving,
+)
+from sagellm.bench.sweeps import Chooser, make_chooser, sweep_block, sweep_method, threshold_levels
 from sagellm.bench.targets import Target, api_for, check_reachable, choose_target
 from sagellm.bench.teardown import tear_down
 from sagellm.bench.verdict import target_failure
 from sagellm.bench.workers import pool_size, worker_pool
-from sagellm.bench.workload import Workload
+from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.errors import ExitStatus, InputError, SagellmError
-from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
-from sagellm.profiles import Design, design_for, profile_payload
-from sagellm.profiles.plan import DeploymentPlan
+from sagellm.planner import DEFAULT_CONCURRENCY, Payload, Shape, predict_point
+from sagellm.profiles import DeploymentPlan, Design, design_for, profile_payload
 from sagellm.profiles.tokens import gated_without_secret
 from sagellm.results import sweep
-from sagellm.results.gate import gate, read_gate, sweep_levels
+from sagellm.results.gate import Thresholds, gate, read_gate, sweep_levels
 from sagellm.results.report import write_report
 from sagellm.results.schema import (
     Failure,
@@ -49,167 +63,42 @@ from sagellm.results.schema import (
 )
 from sagellm.results.sweep import make_results
 
-__all__ = ["BenchOptions", "BenchOutcome", "run_bench"]
-
-
-def _design(opts: BenchOptions, deployed: DeployedEndpoint | None) -> tuple[Design | None, Workload]:
-    """The plan's design and the workload. The longest request the workload can send sizes the plan (its
-    token caps and admission limit must take every request); the mean request sizes the prediction. The
-    workload is built first, from the given payload or the profile's, so the profile is designed once.
-
-    An existing endpoint (`deployed`) is designed as it runs: its profile and model (given, or from its tags),
-    instance type and count. Without a catalog model (http target only) there is no design."""
-    profile, model = reconcile(deployed, opts.profile, opts.model, opts.instance) if deployed else \
-        (opts.profile, opts.model)
-    if not (profile and model):
-        return None, Workload(opts.workload, opts.payload or DEFAULT_PAYLOAD)
-    default = opts.payload or profile_payload(profile, opts.profiles_dir)
-    workload = Workload(opts.workload, default)
-    longest = Payload(*workload.longest())
-    # The given payload (or none: the profile's) where the workload sends nothing longer, so that errors name
-    # the option or the profile line the lengths came from.
-    design = design_for(profile, model, deployed.instance_type if deployed else opts.instance,
-                        payload=opts.payload if longest == default else longest, region=opts.region,
-                        profiles_dir=opts.profiles_dir, instance_count=deployed.instance_count if deployed else None)
-    return design, workload
+__all__ = ["BenchOptions", "BenchOutcome", "BenchPlan", "plan_bench", "run", "run_bench"]
 
 
 def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
-    """Run one bench; results are written whatever happens (a crash loses nothing finished)."""
+    """Run the bench `sagellm bench`'s flags ask for."""
+    return run(to_bench(opts), watch, say)
+
+
+def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
+    """Run one bench and write its results (results.json, requests.jsonl, report.md, …) to its output folder.
+
+    A notebook or another tool runs a bench without the CLI by building the specs and calling this; the
+    outcome carries the results and the exit status `sagellm bench` would end with. The target is torn down
+    on every way out, Ctrl-C included, and the results are written whatever happens. For example, the
+    emulated local target at 20× speed::
+
+        from sagellm import bench
+        outcome = bench.run(bench.Bench(
+            serving=bench.Serving(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge"),
+            target=bench.Local(time_scale=0.05), load=bench.Closed(concurrency=(1, 4), requests_per_level=8)))
+        print(outcome.exit_status, outcome.results.max_throughput)
+    """
     watch = watch or Watch(say=say)
-    say = watch.say
-    check_options(opts)
-    # Every input is validated before anything is deployed: a bad profile or thresholds file costs nothing.
-    deployed = read_endpoint(opts.endpoint_name, opts.inference_component, opts.region) if opts.endpoint_name \
-        else None
-    design, workload = _design(opts, deployed)
-    plan = design.plan(opts.hf_token_secret) if design else None
-    if plan is not None and opts.target == "sagemaker" and deployed is None:
-        # A gated model without a token would fail only after a paid start-up.
-        missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
-        if missing:
-            raise InputError([m.replace("pass -c hf_token_secret=", "pass --hf-token-secret ") for m in missing])
-    steps = ramp_steps(opts.ramp, opts.request_rate, design)
-    if steps and opts.repeats > 1:
-        raise InputError("--repeats: a ramp runs once; --no-ramp repeats the levels of a sweep")
-    if steps:
-        opts = replace(opts, request_rate=steps, concurrency=(), warmup=0, repeats=1)
-    method = sweep_method(opts.sweep, predicted=design is not None, open_loop=bool(opts.request_rate))
-    if method == "adaptive":
-        required = tuple(sorted(set(opts.concurrency) | set(threshold_levels(opts.thresholds))))
-        opts = replace(opts, concurrency=required)
-    elif not opts.request_rate and not opts.concurrency:
-        opts = replace(opts, concurrency=DEFAULT_CONCURRENCY)
-    run_id = uuid.uuid4().hex[:10]
-    run = _run(opts, plan, workload, datetime.now(UTC), run_id, deployed)
-    thresholds, baseline = read_gate(opts.thresholds, opts.baseline, run, sweep_levels(run),
-                                     allow_incomparable=opts.allow_incomparable)
-    if opts.target == "http":
-        check_reachable(opts.url or "")  # a closed port is one line, before anything is written
-    # Relative to where the bench was started, whatever folder the CDK CLI later runs in.
-    out = opts.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "requests.jsonl").unlink(missing_ok=True)
-    shutil.rmtree(out / "cdk", ignore_errors=True)  # this run's CDK work folder: never an older run's assembly
-    target = choose_target(opts.target, plan, model=run.model if plan else opts.model, url=opts.url, api=opts.api,
-                           served_model=opts.served_model, profiles_dir=opts.profiles_dir, workdir=out / "cdk",
-                           run=run_id, process=this_process(), time_scale=opts.time_scale, deployed=deployed,
-                           say=say, instance_startup_s=opts.instance_startup_s)
-    loop = _open_loop(opts)
-    ramp = RampRun(steps, opts.duration_per_level_s or DEFAULT_STEP_S, loop, target) if steps and loop else None
-    if plan is not None:
-        (out / "plan.json").write_text(plan.model_dump_json(indent=2) + "\n")
-
-    levels: list[LevelResult] = []
-    log = RecordLog(out / "requests.jsonl")
-    error: str | None = None
-    status = ExitStatus.OK
-
-    def on_record(record: RequestRecord) -> None:
-        record = on_simulated_clock(record, opts.time_scale, target.emulated)
-        log.append(record)
-        watch.record(record)
-
-    chooser = make_chooser(method, opts, design.shape() if design else None, workload.payload(),
-                           plan.initial_instance_count if plan else 1, baseline)
-    chooser = make_chooser(method, opts, design.shape() if design else None, workload.payload(),
-                           plan.initial_instance_count if plan else 1, baseline)
-    lags: dict[str, float] = {}
-    loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
-    servers: ServerWatch | None = None
-    server_blocks: dict[str, ServerMetrics] = {}
-
-    def on_level(level: LevelResult) -> None:
-        levels.append(level)
-        watch.end_level()
-        if servers is not None:
-            ended = datetime.now(UTC)
-            servers.level_done(level.load, ended - timedelta(seconds=level.ended_s - level.started_s), ended)
-        lag = loop_lag_ms()
-        if lag is not None:
-            lags[level.load] = lag
-
-    with Interrupts(say) as interrupts:
-        try:
-            with interrupts.armed():
-                if plan is not None:
-                    where = f"to the {target.kind} target" if target.deploys else f"on the {target.kind} target"
-                    watch.enter("deploying" if target.deploys else "reaching",
-                                f"{plan.profile} ({plan.instance_type} × {plan.initial_instance_count}) {where}")
-                transport = target.deploy()
-                servers = ServerWatch(target, transport, say)
-                watch.enter("measuring", f"endpoint {target.endpoint}, "
-                            + (ramp.describe() if ramp else chooser.describe()))
-                if ramp is not None:
-                    interrupts.run(ramp.run(transport, workload, on_record=on_record, on_progress=watch.progress,
-                                            on_level=on_level))
-                else:
-                    size = pool_size(opts.workers, opts.request_rate or opts.concurrency, open_loop=loop)
-                    run = run.model_copy(update={"workers": size, "ray": opts.ray})
-                    with worker_pool(size, transport, workload, opts.ray) as pool:
-                        interrupts.run(run_sweep(
-                            transport, workload=workload, open_loop=loop,
-                            requests_per_level=_budget(opts), duration_per_level_s=_duration(opts),
-                            warmup=opts.warmup, on_record=on_record, on_progress=watch.progress, on_level=on_level,
-                            stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=opts.repeats,
-                            choose=chooser, pool=pool, workers=opts.workers))
-                watch.enter("reading server metrics")
-                server_blocks = servers.finish()
-        except SagellmError as exc:
-            error, status = str(exc), exc.exit_status
-        except Interrupted:
-            error, status = "interrupted: stopped measuring, tore down", ExitStatus.INTERRUPTED
-        except Exception as exc:  # noqa: BLE001 - a bug or unforeseen failure: still tear down, keep results
-            (out / "error.log").write_text(traceback.format_exc())
-            error = f"unexpected {type(exc).__name__}: {exc} (traceback in {out / 'error.log'})"
-            status = ExitStatus.TARGET_FAILED
-        # From here on a signal is held, not raised: teardown and the results always finish.
-        log.close()
-        if target.deploys and not opts.keep:
-            watch.enter("tearing down")
-        teardown = tear_down(target, opts.keep)
-        if status == ExitStatus.OK and (failure := target_failure(levels)):
-            error, status = failure, ExitStatus.TARGET_FAILED
-        stopped = error  # why the sweep ended early: the run's own failure (a failed teardown is not one)
-        if teardown.status == "failed":
-            status = ExitStatus.TARGET_FAILED
-            error = f"TEARDOWN FAILED: {teardown.detail}"
-        slo = opts.slo_ms_per_token or (thresholds.slo_ms_per_token if thresholds else None)
+    planned = plan_bench(bench)
+    out = _fresh_folder(bench.output.out)
+    target = _target(planned, out, watch.say)
+    if planned.plan is not None:
+        (out / "plan.json").write_text(planned.plan.model_dump_json(indent=2) + "\n")
+    with Interrupts(watch.say) as interrupts:
+        measured = _measure(planned, target, out, watch, interrupts)
+        # From here on a signal is held, not raised: the results always finish.
         watch.enter("writing results", str(out))
-        run = _measured_run(run, target)
-        results = _results(run, design, workload, levels, lags, teardown, status, stopped, slo, chooser,
-                           server_blocks)
-        results = with_sweep(results, chooser, opts, design.shape() if design else None, workload.payload(),
-                             _budget(opts))
-        if ramp is not None:
-            results = results.model_copy(update={"ramp": ramp.block(levels, run, design, slo)})
-        if error is not None and status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED):
-            results = results.model_copy(update={"failure": Failure(exit_status=status, message=error)})
-        if thresholds is not None:
-            results = results.model_copy(update={"gate": gate(results, thresholds, baseline)})
+        results = assemble(planned, measured)
         write_results(out / "results.json", results)
         write_report(out, results)
-
+    status, error = measured.status, measured.error
     if interrupts.signum is not None and status not in (ExitStatus.INTERRUPTED, ExitStatus.TARGET_FAILED):
         # A signal held while tearing down or writing: both finished; the run still ends as interrupted.
         status = ExitStatus.INTERRUPTED
@@ -219,83 +108,358 @@ def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = 
     return BenchOutcome(results, status, error)
 
 
-def _budget(opts: BenchOptions) -> Any:
-    """Measured requests per level: as given, or the default for the level's load."""
-    if opts.duration_per_level_s is not None:
-        return None
-    return opts.requests_per_level or default_budget(open_loop=bool(opts.request_rate))
+# ------------------------------------------------------------------------------------------ plan (nothing deployed)
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What a bench will do, decided and checked before anything is deployed or written."""
+
+    bench: Bench
+    run_id: str  # tags what the run deploys (sagellm:bench-run)
+    deployed: DeployedEndpoint | None  # the existing endpoint an Endpoint target names
+    design: Design | None  # None without a catalog model (an http target only): no prediction
+    plan: DeploymentPlan | None
+    workload: Workload
+    load: Closed | Open | Ramp  # the load as it runs (a ramp decided, its steps predicted)
+    levels: tuple[float, ...]  # the levels it measures: concurrencies, request rates or the ramp's steps
+    method: str  # adaptive | doubling
+    run: Run  # what is measured, where and how (before the target tells the rest)
+    thresholds: Thresholds | None
+    baseline: Results | None
+
+    @property
+    def shape(self) -> Shape | None:
+        return self.design.shape() if self.design else None
+
+    @property
+    def open_loop(self) -> OpenLoop | None:
+        """The open loop's schedule (a ramp's too); None for a closed loop."""
+        if isinstance(self.load, Closed):
+            return None
+        return OpenLoop(self.levels, arrivals=self.load.arrivals,
+                        max_in_flight=self.load.max_in_flight, seed=self.bench.workload.seed,
+                        time_scale=self.bench.time_scale)
+
+    @property
+    def requests(self) -> Any:
+        """Measured requests per level: as given, or the default for the level's load (None: a duration)."""
+        load = self.load
+        if isinstance(load, Ramp) or load.duration_per_level_s is not None:
+            return None
+        return load.requests_per_level or default_budget(open_loop=isinstance(load, Open))
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds of wall time per level: the asked simulated seconds, compressed like the emulator's clock."""
+        simulated = None if isinstance(self.load, Ramp) else self.load.duration_per_level_s
+        return None if simulated is None else simulated * self.bench.time_scale
 
 
-def _open_loop(opts: BenchOptions) -> OpenLoop | None:
-    if not opts.request_rate:
-        return None
-    return OpenLoop(opts.request_rate, arrivals=opts.arrivals or "constant",  # type: ignore[arg-type]
-                    max_in_flight=opts.max_in_flight or MAX_IN_FLIGHT, seed=opts.workload.seed,
-                    time_scale=opts.time_scale)
+def plan_bench(bench: Bench) -> BenchPlan:
+    """Plan a bench: every input is read and checked here, so a bad profile, workload or thresholds file costs
+    nothing. Reads the profiles, the gate's files and an existing endpoint's description; deploys nothing."""
+    target = bench.target
+    deployed = read_endpoint(target.name, target.inference_component, bench.serving.region) \
+        if isinstance(target, Endpoint) else None
+    design, workload = _design(bench.serving, bench.workload, deployed)
+    plan = design.plan(bench.serving.hf_token_secret) if design else None
+    if plan is not None and isinstance(target, SageMaker):
+        # A gated model without a token would fail only after a paid start-up.
+        missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
+        if missing:
+            raise InputError([m.replace("pass -c hf_token_secret=", "pass --hf-token-secret ") for m in missing])
+    load = _load_as_run(bench.load, design)
+    method = sweep_method(bench.sweep.method, predicted=design is not None, open_loop=not isinstance(load, Closed))
+    levels = _levels(load, method, bench)
+    run_id = uuid.uuid4().hex[:10]
+    run = _run(bench, plan, workload, load, levels, deployed, run_id)
+    thresholds, baseline = read_gate(bench.gate.thresholds, bench.gate.baseline, run, sweep_levels(run),
+                                     allow_incomparable=bench.gate.allow_incomparable)
+    if isinstance(target, Http):
+        check_reachable(target.url)  # a closed port is one line, before anything is written
+    return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline)
 
 
-def _duration(opts: BenchOptions) -> float | None:
-    """Seconds of wall time per level: the asked simulated seconds, compressed like the emulator's clock."""
-    return None if opts.duration_per_level_s is None else opts.duration_per_level_s * opts.time_scale
+def _design(serving: Serving, options: WorkloadOptions,
+            deployed: DeployedEndpoint | None) -> tuple[Design | None, Workload]:
+    """The plan's design and the workload. The longest request the workload can send sizes the plan (its
+    token caps and admission limit must take every request); the mean request sizes the prediction. The
+    workload is built first, from the given payload or the profile's, so the profile is designed once.
+
+    An existing endpoint (`deployed`) is designed as it runs: its profile and model (given, or from its tags),
+    instance type and count. Without a catalog model (http target only) there is no design."""
+    profile, model = reconcile(deployed, serving.profile, serving.model, serving.instance) if deployed else \
+        (serving.profile, serving.model)
+    if not (profile and model):
+        return None, Workload(options, serving.payload or DEFAULT_PAYLOAD)
+    default = serving.payload or profile_payload(profile, serving.profiles_dir)
+    workload = Workload(options, default)
+    longest = Payload(*workload.longest())
+    # The given payload (or none: the profile's) where the workload sends nothing longer, so that errors name
+    # the option or the profile line the lengths came from.
+    design = design_for(profile, model, deployed.instance_type if deployed else serving.instance,
+                        payload=serving.payload if longest == default else longest, region=serving.region,
+                        profiles_dir=serving.profiles_dir,
+                        instance_count=deployed.instance_count if deployed else None)
+    return design, workload
 
 
-def _run(opts: BenchOptions, plan: DeploymentPlan | None, workload: Workload, started: datetime, run_id: str,
-         deployed: DeployedEndpoint | None) -> Run:
-    """What is measured, where and how (before deploying: `_measured_run` fills in what the target tells)."""
-    mean, loop = workload.payload(), _open_loop(opts)
-    emulated = opts.target == "local"
-    api = api_for(opts.api, opts.url if opts.target == "http" else None)
+def _load_as_run(load: Load, design: Design | None) -> Closed | Open | Ramp:
+    """The load as it will run: a ramp where the plan autoscales (unless the levels were asked for), its
+    steps predicted where none are given."""
+    if isinstance(load, RampIfAutoscaled):
+        if not (design and design.scaling):
+            return load.otherwise
+        given = load.otherwise
+        if given.repeats > 1:
+            raise InputError("--repeats: a ramp runs once; --no-ramp repeats the levels of a sweep")
+        if isinstance(given, Open):
+            load = Ramp(given.request_rate, given.arrivals, given.max_in_flight, given.duration_per_level_s)
+        else:
+            load = Ramp(step_s=given.duration_per_level_s)
+    if isinstance(load, Ramp) and not load.request_rate:
+        return Ramp(ramp_steps(True, (), design), load.arrivals, load.max_in_flight, load.step_s)
+    return load
+
+
+def _levels(load: Closed | Open | Ramp, method: str, bench: Bench) -> tuple[float, ...]:
+    """The levels the run measures. An adaptive sweep also measures the levels the thresholds name."""
+    if not isinstance(load, Closed):
+        return load.request_rate
+    if method == "adaptive":
+        return tuple(sorted(set(load.concurrency) | set(threshold_levels(bench.gate.thresholds))))
+    return load.concurrency or DEFAULT_CONCURRENCY
+
+
+def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Closed | Open | Ramp,
+         levels: tuple[float, ...], deployed: DeployedEndpoint | None, run_id: str) -> Run:
+    """What is measured, where and how (before deploying: `assemble` adds what the target told)."""
+    target, mean = bench.target, workload.payload()
+    emulated = isinstance(target, Local)
+    closed = isinstance(load, Closed)
     return Run(
-        profile=plan.profile if plan else None, model=plan.primary.model_id if plan else opts.served_model or "unknown",
+        profile=plan.profile if plan else None,
+        model=plan.primary.model_id if plan else getattr(target, "served_model", None) or "unknown",
         instance_type=plan.instance_type if plan else None,
         instance_count=plan.initial_instance_count if plan else None,
-        target=opts.target,  # type: ignore[arg-type]  # check_options-ed
-        emulated=emulated, time_scale=opts.time_scale, region=opts.region, bench_run=run_id,
+        target=target.kind,
+        emulated=emulated, time_scale=bench.time_scale, region=bench.serving.region, bench_run=run_id,
         # An existing endpoint runs the environment it was deployed with, whatever the profile says today.
         environment=deployed.environment if deployed else plan.environment if plan else {},
         # The served image without its registry (the same image is served from every region's registry).
-        container=None if opts.target == "http" or plan is None else plan.primary.image_uri.split("/", 1)[-1],
+        container=None if isinstance(target, Http) or plan is None else plan.primary.image_uri.split("/", 1)[-1],
         input_tokens=mean.input_tokens, output_tokens=mean.output_tokens,
-        concurrency=list(opts.concurrency), request_rate=list(opts.request_rate),
-        arrivals=loop.arrivals if loop else None, max_in_flight=loop.max_in_flight if loop else None,
-        repeats=opts.repeats, clock="emulator" if emulated else "client", workload=workload.describe(api),
-        tool_version=__version__, started_at=started, command=opts.command,
+        concurrency=list(levels) if closed else [], request_rate=[] if closed else list(levels),
+        arrivals=None if isinstance(load, Closed) else load.arrivals,
+        max_in_flight=None if isinstance(load, Closed) else load.max_in_flight,
+        repeats=1 if isinstance(load, Ramp) else load.repeats, clock="emulator" if emulated else "client",
+        workload=workload.describe(api_for(target.api, _url(bench))), tool_version=__version__,
+        started_at=datetime.now(UTC), command=bench.output.command,
     )
 
 
-def _measured_run(run: Run, target: Target) -> Run:
-    """The run with what only the reached target tells: its endpoint, whether it is emulated, the API it
-    spoke and the model it serves."""
-    served = getattr(target, "served_model", None)  # an http server's model name, known once reached
-    update: dict[str, Any] = {"ended_at": datetime.now(UTC), "endpoint": target.endpoint,
-                              "emulated": target.emulated, "clock": "emulator" if target.emulated else "client",
-                              "served_model": served}
+def _target(p: BenchPlan, out: Path, say: Say) -> Target:
+    """The target the bench names, ready to deploy (or reach); its CDK work folder is in the output folder."""
+    spec = p.bench.target
+    return choose_target(spec.kind, p.plan, model=p.run.model if p.plan else p.bench.serving.model,
+                         url=_url(p.bench), api=spec.api,
+                         served_model=spec.served_model if isinstance(spec, Http) else None,
+                         profiles_dir=p.bench.serving.profiles_dir, workdir=out / "cdk", run=p.run_id,
+                         process=this_process(), time_scale=p.bench.time_scale, deployed=p.deployed, say=say,
+                         instance_startup_s=spec.instance_startup_s if isinstance(spec, Local) else None)
+
+
+def _url(bench: Bench) -> str | None:
+    return bench.target.url if isinstance(bench.target, Http) else None
+
+
+def _fresh_folder(out: Path) -> Path:
+    """The output folder, resolved where the bench was started (whatever folder the CDK CLI later runs in),
+    without an earlier run's request log or CDK assembly."""
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "requests.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(out / "cdk", ignore_errors=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ measure (deployed)
+
+@dataclass
+class Measurement:
+    """What measuring left behind: the levels, how the run ended and what the target told."""
+
+    chooser: Chooser
+    ramp: RampRun | None
+    levels: list[LevelResult] = field(default_factory=list)
+    lags: dict[str, float] = field(default_factory=dict)  # the load generator's event-loop lag per level
+    server: dict[str, ServerMetrics] = field(default_factory=dict)
+    workers: int | None = None  # the sweep's pool, once it started
+    teardown: Teardown | None = None
+    status: ExitStatus = ExitStatus.OK
+    error: str | None = None
+    stopped: str | None = None  # why the sweep ended early: the run's own failure (a failed teardown is not one)
+    ended_at: datetime | None = None
+    # What only the reached target tells: its endpoint, whether it is emulated, the API it spoke, the model
+    # an http server serves.
+    endpoint: str | None = None
+    emulated: bool = False
+    api: str = "tgi"
+    served_model: str | None = None
+
+
+class _Recorder:
+    """Where a measurement's records and levels go: the request log, the progress display, the server's
+    metrics per level and the load generator's loop lag."""
+
+    def __init__(self, measurement: Measurement, out: Path, watch: Watch, target: Target, time_scale: float):
+        self.measurement, self.watch, self.target, self.time_scale = measurement, watch, target, time_scale
+        self.log = RecordLog(out / "requests.jsonl")
+        self.servers: ServerWatch | None = None
+        self._loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
+
+    def record(self, record: RequestRecord) -> None:
+        record = on_simulated_clock(record, self.time_scale, self.target.emulated)
+        self.log.append(record)
+        self.watch.record(record)
+
+    def level(self, level: LevelResult) -> None:
+        self.measurement.levels.append(level)
+        self.watch.end_level()
+        if self.servers is not None:
+            ended = datetime.now(UTC)
+            self.servers.level_done(level.load, ended - timedelta(seconds=level.ended_s - level.started_s), ended)
+        lag = self._loop_lag_ms()
+        if lag is not None:
+            self.measurement.lags[level.load] = lag
+
+
+def _measure(p: BenchPlan, target: Target, out: Path, watch: Watch, interrupts: Interrupts) -> Measurement:
+    """Deploy (or reach) the target, measure, read its metrics, tear it down; every failure is kept in the
+    measurement, none escapes (a bug's traceback goes to error.log)."""
+    chooser = make_chooser(p.method, p.bench.sweep, p.levels, p.shape, p.workload.payload(),
+                           p.plan.initial_instance_count if p.plan else 1, time_scale=p.bench.time_scale,
+                           emulated=isinstance(p.bench.target, Local), baseline=p.baseline)
+    loop = p.open_loop
+    ramp = RampRun(p.levels, p.load.step_s or DEFAULT_STEP_S, loop, target) \
+        if isinstance(p.load, Ramp) and loop else None
+    m = Measurement(chooser, ramp)
+    recorder = _Recorder(m, out, watch, target, p.bench.time_scale)
+    try:
+        with interrupts.armed():
+            _deploy_and_measure(p, target, recorder, watch, interrupts)
+    except SagellmError as exc:
+        m.error, m.status = str(exc), exc.exit_status
+    except Interrupted:
+        m.error, m.status = "interrupted: stopped measuring, tore down", ExitStatus.INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - a bug or unforeseen failure: still tear down, keep results
+        (out / "error.log").write_text(traceback.format_exc())
+        m.error = f"unexpected {type(exc).__name__}: {exc} (traceback in {out / 'error.log'})"
+        m.status = ExitStatus.TARGET_FAILED
+    # From here on a signal is held, not raised: teardown always finishes.
+    recorder.log.close()
+    keep = isinstance(p.bench.target, SageMaker) and p.bench.target.keep
+    if target.deploys and not keep:
+        watch.enter("tearing down")
+    m.teardown = tear_down(target, keep)
+    if m.status == ExitStatus.OK and (failure := target_failure(m.levels)):
+        m.error, m.status = failure, ExitStatus.TARGET_FAILED
+    m.stopped = m.error
+    if m.teardown.status == "failed":
+        m.status = ExitStatus.TARGET_FAILED
+        m.error = f"TEARDOWN FAILED: {m.teardown.detail}"
+    m.ended_at = datetime.now(UTC)
+    m.endpoint, m.emulated, m.api = target.endpoint, target.emulated, target.api.name
+    m.served_model = getattr(target, "served_model", None)  # an http server's model name, known once reached
+    return m
+
+
+def _deploy_and_measure(p: BenchPlan, target: Target, recorder: _Recorder, watch: Watch,
+                        interrupts: Interrupts) -> None:
+    m = recorder.measurement
+    if p.plan is not None:
+        where = f"to the {target.kind} target" if target.deploys else f"on the {target.kind} target"
+        watch.enter("deploying" if target.deploys else "reaching",
+                    f"{p.plan.profile} ({p.plan.instance_type} × {p.plan.initial_instance_count}) {where}")
+    transport = target.deploy()
+    recorder.servers = ServerWatch(target, transport, watch.say)
+    watch.enter("measuring", f"endpoint {target.endpoint}, "
+                + (m.ramp.describe() if m.ramp else m.chooser.describe()))
+    if m.ramp is not None:
+        interrupts.run(m.ramp.run(transport, p.workload, on_record=recorder.record, on_progress=watch.progress,
+                                  on_level=recorder.level))
+    else:
+        load, loop = p.load, p.open_loop
+        assert not isinstance(load, Ramp)  # a ramp runs as m.ramp
+        m.workers = pool_size(p.bench.workers.count, p.levels, open_loop=loop)
+        with worker_pool(m.workers, transport, p.workload, p.bench.workers.ray) as pool:
+            interrupts.run(run_sweep(
+                transport, workload=p.workload, open_loop=loop, requests_per_level=p.requests,
+                duration_per_level_s=p.duration_s, warmup=load.warmup, on_record=recorder.record,
+                on_progress=watch.progress, on_level=recorder.level,
+                stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=load.repeats,
+                choose=m.chooser, pool=pool, workers=p.bench.workers.count))
+    watch.enter("reading server metrics")
+    m.server = recorder.servers.finish()
+
+
+# ------------------------------------------------------------------------------------------ assemble (pure)
+
+def assemble(p: BenchPlan, m: Measurement) -> Results:
+    """The results of a measured bench, built once from its plan and its measurement; the gate then judges
+    them (it reads the results it is part of)."""
+    run = _measured_run(p, m)
+    slo = p.bench.gate.slo_ms_per_token or (p.thresholds.slo_ms_per_token if p.thresholds else None)
+    failed = m.error is not None and m.status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED)
+    assert m.teardown is not None  # _measure always tears down
+    results = make_results(
+        run, _levels_measured(p, m, run), usd_per_h=sweep.usd_per_h(p.design.usd_per_instance_h if p.design else None,
+                                                                     run.instance_count or 1),
+        teardown=m.teardown, slo_ms_per_token=slo, stopped_reason=_stopped_reason(m),
+        sweep=sweep_block(m.chooser, p.shape, p.workload.payload(), requests=p.requests,
+                          duration_s=None if isinstance(p.load, Ramp) else p.load.duration_per_level_s,
+                          warmup=0 if isinstance(p.load, Ramp) else p.load.warmup),
+        ramp=m.ramp.block(m.levels, run, p.design, slo) if m.ramp else None,
+        failure=Failure(exit_status=m.status, message=m.error or "") if failed else None)
+    if p.thresholds is None:
+        return results
+    return results.model_copy(update={"gate": gate(results, p.thresholds, p.baseline)})
+
+
+def _measured_run(p: BenchPlan, m: Measurement) -> Run:
+    """The planned run with what measuring told: when it ended, the target's endpoint and API, the workers
+    that sent the load and (adaptive) the levels it chose."""
+    run = p.run
+    update: dict[str, Any] = {"ended_at": m.ended_at, "endpoint": m.endpoint, "emulated": m.emulated,
+                              "clock": "emulator" if m.emulated else "client", "served_model": m.served_model}
     if run.workload is not None:
-        update["workload"] = run.workload.model_copy(update={"api": target.api.name})
+        update["workload"] = run.workload.model_copy(update={"api": m.api})
     if run.profile is None:
-        update["model"] = served or run.model
+        update["model"] = m.served_model or run.model
+    if m.workers is not None:
+        update |= {"workers": m.workers, "ray": p.bench.workers.ray}
+    if m.chooser.measured_concurrency is not None:
+        update["concurrency"] = m.chooser.measured_concurrency
     return run.model_copy(update=update)
 
 
-def _results(run: Run, design: Design | None, workload: Workload, levels: list[LevelResult],
-             lags: dict[str, float], teardown: Teardown, status: ExitStatus, error: str | None,
-             slo: float | None, chooser: Chooser, server: dict[str, ServerMetrics] | None = None) -> Results:
-    mean = workload.payload()
+def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
+    """The results' levels: measured, predicted (closed loop with a design) and the server's own metrics."""
+    shape, mean = p.shape, p.workload.payload()
 
     def predict(level: LevelSummary) -> Predicted | None:
         # The planner predicts closed loops; an open-loop level (or a run without a design) has no prediction.
-        if design is None or level.concurrency is None:
+        if shape is None or level.concurrency is None:
             return None
-        return predicted_from(predict_point(design.shape(), mean, level.concurrency))
+        return predicted_from(predict_point(shape, mean, level.concurrency))
 
-    measured: list[Level] = levels_of(levels, time_scale=run.time_scale, emulated=run.emulated,
-                                      predict=predict, lags=lags)
-    measured = [lv.model_copy(update={"server": (server or {}).get(lv.load)}) for lv in measured]
-    stopped = chooser.stopped_reason(levels)
-    if status == ExitStatus.INTERRUPTED:
-        stopped = f"interrupted after {len(levels)} level(s)"
-    elif error:
-        stopped = error
-    price = design.usd_per_instance_h if design else None
-    return make_results(run, measured, usd_per_h=sweep.usd_per_h(price, run.instance_count or 1),
-                        teardown=teardown, slo_ms_per_token=slo, stopped_reason=stopped)
+    levels = levels_of(m.levels, time_scale=run.time_scale, emulated=run.emulated, predict=predict, lags=m.lags)
+    return [lv.model_copy(update={"server": m.server.get(lv.load)}) for lv in levels]
+
+
+def _stopped_reason(m: Measurement) -> str | None:
+    """Why the sweep ended before its plan was through: an interrupt, the run's failure, or the sweep's own
+    reason (its budget, a failing level)."""
+    if m.status == ExitStatus.INTERRUPTED:
+        return f"interrupted after {len(m.levels)} level(s)"
+    return m.stopped or m.chooser.stopped_reason(m.levels)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sagellm.bench.adaptive import Measured, Plan, Predictor, Refit, next_level, plan_from_prediction
 from sagellm.bench.level import LevelResult
@@ -28,20 +28,39 @@ from sagellm.planner import (
     predict_point,
 )
 from sagellm.results.gate import load_thresholds
-from sagellm.results.schema import Results, Sweep, parse_load
+from sagellm.results.schema import Results, parse_load
+from sagellm.results.schema import Sweep as SweepBlock
 from sagellm.results.sweep import is_usable
-
-if TYPE_CHECKING:
-    from sagellm.bench.runner import BenchOptions
 
 SWEEPS = ("auto", "adaptive", "doubling")
 TIMEOUT_LEVEL_S = 120.0  # a level past the timeout: the warm-up request times out, then the first measured one
 
 
+def _method_problems(method: str) -> list[str]:
+    return [] if method in SWEEPS else [f"--sweep: {method!r} must be adaptive or doubling"]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """How a bench chooses its levels: `doubling` measures the load's list in order; `adaptive` starts at the
+    predicted knee and max and refines where the measurement departs; `auto` is adaptive where there is a
+    prediction to start from (closed loop). Either stops once it has spent `budget_minutes` endpoint-minutes."""
+
+    method: str = "auto"  # auto | adaptive | doubling
+    budget_minutes: float | None = None
+
+    def __post_init__(self) -> None:
+        errors = _method_problems(self.method)
+        if self.budget_minutes is not None and not 0 < self.budget_minutes < math.inf:
+            errors.append(f"--budget-minutes: {self.budget_minutes:g} must be a positive number of endpoint-minutes")
+        if errors:
+            raise InputError(errors)
+
+
 def sweep_method(sweep: str, *, predicted: bool, open_loop: bool) -> str:
     """`adaptive` or `doubling`: `auto` is adaptive where there is a prediction to start from (closed loop)."""
-    if sweep not in SWEEPS:
-        raise InputError(f"--sweep: {sweep!r} must be adaptive or doubling")
+    if problems := _method_problems(sweep):
+        raise InputError(problems)
     if sweep == "adaptive" and not predicted:
         raise InputError("--sweep adaptive: needs a prediction to start from: give --profile and --model "
                          "(or --sweep doubling)")
@@ -98,6 +117,11 @@ class Chooser:
         return (rest[0], "next in the list") if rest else (None, "every level measured")
 
     @property
+    def measured_concurrency(self) -> list[int] | None:
+        """The levels an adaptive sweep measured (its sweep, in the results' run); None for a list."""
+        return sorted(m.concurrency for m in self.measured) if self.plan is not None else None
+
+    @property
     def spent(self) -> float:
         return sum(m.endpoint_minutes for m in self.measured)
 
@@ -128,32 +152,29 @@ def threshold_levels(path: Path | None) -> list[int]:
     return [key for key in keys if isinstance(key, int)]
 
 
-def make_chooser(method: str, opts: BenchOptions, shape: Shape | None, payload: Payload, instances: int,
-                 baseline: Results | None = None) -> Chooser:
-    """The chooser of a bench: its list, or its plan from the prediction. An adaptive sweep also measures the
-    levels a baseline run has, so that the two have levels in common to compare."""
+def make_chooser(method: str, sweep: Sweep, levels: tuple[float, ...], shape: Shape | None, payload: Payload,
+                 instances: int, *, time_scale: float, emulated: bool, baseline: Results | None = None) -> Chooser:
+    """The chooser of a bench: its list of `levels`, or (adaptive) its plan from the prediction, which measures
+    the levels too. An adaptive sweep also measures the levels a baseline run has, so that the two have levels
+    in common to compare."""
     plan = None
     if method == "adaptive":
         assert shape is not None  # sweep_method: adaptive needs a prediction
         again = [lv.concurrency for lv in baseline.levels if lv.concurrency] if baseline else []
-        plan = adaptive_plan(shape, payload, [*opts.concurrency, *again], opts.budget_minutes)
-    levels: tuple[float, ...] = opts.request_rate or tuple(opts.concurrency)
-    return Chooser(method, levels, opts.time_scale, opts.target == "local", instances, opts.budget_minutes, plan)
+        plan = adaptive_plan(shape, payload, [*(int(lv) for lv in levels), *again], sweep.budget_minutes)
+    return Chooser(method, levels, time_scale, emulated, instances, sweep.budget_minutes, plan)
 
 
-def with_sweep(results: Results, chooser: Chooser, opts: BenchOptions, shape: Shape | None, payload: Payload,
-               requests: Any) -> Results:
-    """The results with the sweep's account; an adaptive run lists the levels it measured as its sweep."""
+def sweep_block(chooser: Chooser, shape: Shape | None, payload: Payload, *, requests: Any,
+                duration_s: float | None, warmup: int) -> SweepBlock:
+    """The results' account of the sweep; an adaptive one estimates what the doubling sweep would have spent."""
     estimate = None
     if chooser.plan is not None and shape is not None and chooser.measured:
         def minutes(point: Point) -> float:
             count = requests(point.concurrency) if callable(requests) else requests
-            return predicted_minutes(point, count, opts.duration_per_level_s, opts.warmup, chooser.instances)
+            return predicted_minutes(point, count, duration_s, warmup, chooser.instances)
         estimate = doubling_estimate(chooser.measured, lambda c: predict_point(shape, payload, c), minutes)
-    update: dict[str, Any] = {"sweep": sweep_record(chooser, estimate=estimate)}
-    if chooser.plan is not None:
-        update["run"] = results.run.model_copy(update={"concurrency": sorted(m.concurrency for m in chooser.measured)})
-    return results.model_copy(update=update)
+    return sweep_record(chooser, estimate=estimate)
 
 
 def measured(results: list[LevelResult], time_scale: float, emulated: bool, instances: int) -> list[Measured]:
@@ -238,10 +259,10 @@ def doubling_estimate(levels: Sequence[Measured], predict: Callable[[int], Point
     return total
 
 
-def sweep_record(chooser: Chooser, *, estimate: float | None) -> Sweep:
+def sweep_record(chooser: Chooser, *, estimate: float | None) -> SweepBlock:
     """The results' account of the sweep."""
     plan = chooser.plan
-    return Sweep(method=chooser.method,  # type: ignore[arg-type]
+    return SweepBlock(method=chooser.method,  # type: ignore[arg-type]
                  order=chooser.order,
                  endpoint_minutes=round(chooser.spent, 3),
                  doubling_endpoint_minutes=None if estimate is None else round(estimate, 3),

@@ -7,7 +7,20 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from sagellm.planner.curve import knee_index, usd_per_1m_tokens
-from sagellm.results.schema import Cost, Gate, Level, LevelSummary, Pick, Results, Run, Slo, Teardown
+from sagellm.results.schema import (
+    Cost,
+    Failure,
+    Gate,
+    Level,
+    LevelSummary,
+    Pick,
+    Ramp,
+    Results,
+    Run,
+    Slo,
+    Sweep,
+    Teardown,
+)
 
 # A level is "usable" (may be the knee, the max-throughput point or the best under an SLO) when none of
 # its requests hit the invocation timeout and at most this fraction of them failed for any reason: the
@@ -80,7 +93,8 @@ def _pick(level: LevelSummary | None, definition: str) -> Pick | None:
 
 def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, teardown: Teardown,
                  slo_ms_per_token: float | None = None, stopped_reason: str | None = None,
-                 gate: Gate | None = None, max_error_rate: float = MAX_ERROR_RATE) -> Results:
+                 gate: Gate | None = None, max_error_rate: float = MAX_ERROR_RATE, sweep: Sweep | None = None,
+                 ramp: Ramp | None = None, failure: Failure | None = None) -> Results:
     """Assemble results: knee, max-throughput point, SLO pick and cost derived from the levels."""
     best = max_throughput(levels, max_error_rate=max_error_rate)
     slo = None
@@ -102,4 +116,7 @@ def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, 
         teardown=teardown,
         gate=gate,
         stopped_reason=stopped_reason,
+        failure=failure,
+        ramp=ramp,
+        sweep=sweep,
     )

@@ -1,0 +1,280 @@
+"""A bench as typed specs: where it runs, what is served, how hard it is loaded, which levels it measures,
+what it gates on and where it writes.
+
+Each spec checks its own fields when it is built and raises one InputError listing every problem, and each
+target holds only its own options, so a bench that mixes them cannot be expressed. `sagellm bench` maps its
+flags onto these specs (bench/options.py); a notebook builds them directly and calls `sagellm.bench.run`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from sagellm.bench.arrivals import ARRIVALS, Arrivals
+from sagellm.bench.load import MAX_IN_FLIGHT
+from sagellm.bench.sweeps import Sweep
+from sagellm.bench.transports import APIS
+from sagellm.bench.workers import worker_problems
+from sagellm.bench.workload import WorkloadOptions
+from sagellm.errors import InputError
+from sagellm.planner import Payload
+from sagellm.profiles.tokens import token_errors
+from sagellm.results.report import writable_folder_errors
+
+__all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "Load", "Local", "Open", "Output", "Ramp", "RampIfAutoscaled",
+           "SageMaker", "Serving", "Sweep", "Target", "Workers", "WorkloadOptions"]
+
+TargetKind = Literal["local", "sagemaker", "http"]  # what results.json's run.target says
+
+
+def _raise(errors: list[str]) -> None:
+    if errors:
+        raise InputError(errors)
+
+
+def _api_problems(api: str, *, http: bool) -> list[str]:
+    if api not in (*APIS, "auto"):
+        return [f"--api: {api!r} must be tgi, openai, chat or auto"]
+    if api == "openai" and not http:
+        return ["--api openai: only with --target http (SageMaker endpoints take tgi or chat)"]
+    return []
+
+
+# ------------------------------------------------------------------------------------------ targets
+
+@dataclass(frozen=True)
+class Local:
+    """The local target: the profile deployed to an embedded AWS (moto) whose endpoint is the emulator."""
+
+    time_scale: float = 1.0  # run simulated time this much faster (0.1 = 10×); results are in simulated time
+    instance_startup_s: float | None = None  # autoscaling: simulated seconds from a scale-out to InService
+    api: str = "auto"  # tgi | chat | auto (tgi)
+    kind: ClassVar[TargetKind] = "local"
+
+    def __post_init__(self) -> None:
+        errors = _api_problems(self.api, http=False)
+        if not 0 < self.time_scale <= 1:
+            errors.append(f"--time-scale: {self.time_scale} must be in (0, 1]")
+        if self.instance_startup_s is not None and not self.instance_startup_s > 0:
+            errors.append(f"--instance-startup: {self.instance_startup_s:g} must be > 0 seconds, with --target local")
+        _raise(errors)
+
+
+@dataclass(frozen=True)
+class SageMaker:
+    """The sagemaker target: the profile deployed in your AWS account (its own stack), deleted afterwards."""
+
+    keep: bool = False  # leave the stack up
+    api: str = "auto"  # tgi | chat | auto (tgi)
+    kind: ClassVar[TargetKind] = "sagemaker"
+
+    def __post_init__(self) -> None:
+        _raise(_api_problems(self.api, http=False))
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An existing SageMaker endpoint: benched as it runs; nothing is deployed or deleted."""
+
+    name: str
+    inference_component: str | None = None  # the component to invoke (default: its only one)
+    api: str = "auto"  # tgi | chat | auto (tgi)
+    kind: ClassVar[TargetKind] = "sagemaker"
+
+    def __post_init__(self) -> None:
+        _raise(_api_problems(self.api, http=False))
+
+
+@dataclass(frozen=True)
+class Http:
+    """An existing TGI or OpenAI-compatible server at a URL."""
+
+    url: str
+    api: str = "auto"  # tgi | openai | chat | auto (openai when the URL has /v1, else tgi)
+    served_model: str | None = None  # the OpenAI `model` field (default: the one /v1/models lists)
+    kind: ClassVar[TargetKind] = "http"
+
+    def __post_init__(self) -> None:
+        errors = [] if self.url else ["--url: required with --target http (e.g. http://localhost:8080 for TGI)"]
+        _raise(errors + _api_problems(self.api, http=True))
+
+
+Target = Local | SageMaker | Endpoint | Http
+
+
+# ------------------------------------------------------------------------------------------ what is served
+
+@dataclass(frozen=True)
+class Serving:
+    """What is served: a profile and a catalog model on an instance type. Optional for an http target (then
+    the run is not predicted) and an existing endpoint (read from its tags)."""
+
+    profile: str | None = None
+    model: str | None = None  # a catalog model: labels the run and predicts it
+    instance: str | None = None  # default: the profile's
+    payload: Payload | None = None  # the lengths the plan is sized for; the workload's own lengths win
+    region: str = "us-east-1"
+    profiles_dir: Path | None = None
+    hf_token_secret: str | None = None  # Secrets Manager name or ARN (overrides the profile's)
+
+    def __post_init__(self) -> None:
+        if self.hf_token_secret is not None:
+            _raise(token_errors({"hf_token_secret": self.hf_token_secret}, lambda loc: "--hf-token-secret"))
+
+
+# ------------------------------------------------------------------------------------------ load
+
+def level_problems(requests: int | None, duration_s: float | None, warmup: int, repeats: int) -> list[str]:
+    """What is wrong with how each level is measured, as `--flag: what` lines."""
+    out = []
+    if requests is not None and duration_s is not None:
+        out.append("--requests-per-level/--duration-per-level: give one, not both")
+    if requests is not None and requests < 1:
+        out.append(f"--requests-per-level: {requests} must be at least 1")
+    if duration_s is not None and not 0 < duration_s < math.inf:
+        out.append(f"--duration-per-level: {duration_s:g} must be a positive number of seconds")
+    if warmup < 0:
+        out.append(f"--warmup: {warmup} must be 0 or more")
+    if repeats < 1:
+        out.append("--repeats: must be at least 1")
+    return out
+
+
+def _rate_problems(rates: tuple[float, ...], arrivals: Arrivals, max_in_flight: int) -> list[str]:
+    out = []
+    if any(rate <= 0 for rate in rates):
+        out.append(f"--request-rate: {', '.join(f'{r:g}' for r in rates)}: each must be > 0 requests/s")
+    if arrivals not in ARRIVALS:
+        out.append(f"--arrivals: {arrivals!r} must be constant or poisson")
+    if max_in_flight < 1:
+        out.append("--max-in-flight: must be at least 1")
+    return out
+
+
+@dataclass(frozen=True)
+class Closed:
+    """A closed loop: each level keeps `concurrency` requests in flight."""
+
+    concurrency: tuple[int, ...] = ()  # the levels, in order; empty: the sweep's (1, 2, 4, … 512, or adaptive)
+    requests_per_level: int | None = None  # None: 3 × concurrency (at least 8), unless a duration is given
+    duration_per_level_s: float | None = None  # simulated seconds per level instead of a request count
+    warmup: int = 1  # warm-up requests per worker, excluded from the statistics
+    repeats: int = 1
+
+    def __post_init__(self) -> None:
+        _raise(level_problems(self.requests_per_level, self.duration_per_level_s, self.warmup, self.repeats))
+
+
+@dataclass(frozen=True)
+class Open:
+    """An open loop: requests arrive at `request_rate` per second, whether earlier ones finished or not."""
+
+    request_rate: tuple[float, ...]  # the levels, requests/s
+    arrivals: Arrivals = "constant"  # constant | poisson
+    max_in_flight: int = MAX_IN_FLIGHT  # later arrivals wait and are recorded late
+    requests_per_level: int | None = None  # None: 60 s of arrivals (at least 8), unless a duration is given
+    duration_per_level_s: float | None = None
+    warmup: int = 1  # warm-up requests per level
+    repeats: int = 1
+
+    def __post_init__(self) -> None:
+        _raise(_rate_problems(self.request_rate, self.arrivals, self.max_in_flight)
+               + level_problems(self.requests_per_level, self.duration_per_level_s, self.warmup, self.repeats))
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """Open-loop load rising in steps over time, recording instances and latency per interval (once)."""
+
+    request_rate: tuple[float, ...] = ()  # the steps, requests/s; empty: from the planner's prediction
+    arrivals: Arrivals = "constant"
+    max_in_flight: int = MAX_IN_FLIGHT
+    step_s: float | None = None  # simulated seconds per step (None: bench/ramp.py's default)
+
+    def __post_init__(self) -> None:
+        errors = _rate_problems(self.request_rate, self.arrivals, self.max_in_flight)
+        if self.step_s is not None and not 0 < self.step_s < math.inf:
+            errors.append(f"--duration-per-level: {self.step_s:g} must be a positive number of seconds")
+        _raise(errors)
+
+
+@dataclass(frozen=True)
+class RampIfAutoscaled:
+    """A ramp when the plan has autoscaling (its steps: the rates given, or predicted), else `otherwise`."""
+
+    otherwise: Closed | Open = Closed()
+
+
+Load = Closed | Open | Ramp | RampIfAutoscaled
+
+
+# ------------------------------------------------------------------------------------------ gate, output, workers
+
+@dataclass(frozen=True)
+class Gate:
+    """What the run is judged by (the files are read before anything is deployed)."""
+
+    thresholds: Path | None = None  # YAML rules
+    baseline: Path | None = None  # results.json of an earlier run to compare against
+    allow_incomparable: bool = False  # compare with a baseline of another model, instance, container or workload
+    slo_ms_per_token: float | None = None  # also report the highest throughput with p50 ms/token under this
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where the results go and how the run is labelled."""
+
+    out: Path = Path("sagellm-results")
+    command: str = ""  # the command line that asked for the run, recorded in results.json
+
+    def __post_init__(self) -> None:
+        _raise(writable_folder_errors(self.out, "--out"))
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Who generates the load: worker processes (or Ray actors) sharing each level."""
+
+    count: int | None = 1  # None: auto (one per 256 streams, at most one per core)
+    ray: str | None = None  # a Ray cluster's address, or auto (a local one)
+
+    def __post_init__(self) -> None:
+        _raise(worker_problems(self.count, self.ray))
+
+
+def pairing_problems(serving: Serving, target: Target) -> list[str]:
+    """What the target needs of the serving spec: a deploying target deploys a profile and a model."""
+    if isinstance(target, Http):
+        if bool(serving.profile) != bool(serving.model):
+            return ["--profile/--model: give both to label and predict the run, or neither (no prediction)"]
+        return []
+    if not isinstance(target, Endpoint) and not (serving.profile and serving.model):
+        return [("--profile/--model: required: the profile and the catalog model to deploy (or bench a deployed "
+                "endpoint: --target sagemaker --endpoint-name NAME)")]
+    return []
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One bench: where it runs, what is served and sent, how hard, which levels, what it gates on, where it
+    writes. Every part checks itself when built; the bench checks that the target and what is served fit."""
+
+    serving: Serving = field(default_factory=Serving)
+    target: Target = field(default_factory=Local)
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    load: Load = field(default_factory=RampIfAutoscaled)
+    sweep: Sweep = field(default_factory=Sweep)
+    gate: Gate = field(default_factory=Gate)
+    output: Output = field(default_factory=Output)
+    workers: Workers = field(default_factory=Workers)
+
+    def __post_init__(self) -> None:
+        _raise(pairing_problems(self.serving, self.target))
+
+    @property
+    def time_scale(self) -> float:
+        """How much faster than real time the run goes (only the local emulator compresses time)."""
+        return self.target.time_scale if isinstance(self.target, Local) else 1.0

@@ -1,0 +1,80 @@
+"""The bench as a Python API: specs that check themselves when built, a plan made before anything is
+deployed, and a whole run without the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sagellm import bench
+from sagellm.bench.runner import plan_bench
+from sagellm.errors import ExitStatus, InputError
+from sagellm.planner import DEFAULT_CONCURRENCY, Payload
+
+MODEL, INSTANCE = "meta-llama/Llama-2-7b-hf", "ml.g5.2xlarge"
+
+
+def served(profile: str = "max-throughput") -> bench.Serving:
+    return bench.Serving(profile=profile, model=MODEL, instance=INSTANCE, payload=Payload(256, 32))
+
+
+def quiet(text: str) -> None:
+    """The bench's `say`, silenced."""
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: bench.Http(url=""), "--url: required with --target http"),
+    (lambda: bench.Local(api="openai"), "--api openai: only with --target http"),
+    (lambda: bench.Local(time_scale=2.0), "--time-scale: 2.0 must be in (0, 1]"),
+    (lambda: bench.Open((1.0,), arrivals="bursty"), "--arrivals: 'bursty' must be constant or poisson"),
+    (lambda: bench.Closed(requests_per_level=4, duration_per_level_s=1.0), "give one, not both"),
+    (lambda: bench.Sweep(budget_minutes=0.0), "--budget-minutes: 0 must be a positive number"),
+    (lambda: bench.Bench(target=bench.SageMaker()), "--profile/--model: required"),
+    (lambda: bench.Bench(serving=bench.Serving(profile="max-throughput"), target=bench.Http("http://127.0.0.1:9")),
+     "--profile/--model: give both"),
+])
+def test_a_spec_refuses_bad_values_when_built(build: object, message: str) -> None:
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        build()  # type: ignore[operator]
+
+
+def test_an_option_of_another_target_cannot_be_given() -> None:
+    with pytest.raises(TypeError):
+        bench.Local(url="http://localhost:8080")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        bench.Endpoint("prod-chat", keep=True)  # type: ignore[call-arg]
+
+
+def test_a_plan_decides_the_load_before_anything_is_deployed(tmp_path: Path) -> None:
+    doubling = plan_bench(bench.Bench(serving=served(), sweep=bench.Sweep("doubling"),
+                                      output=bench.Output(tmp_path / "out")))
+    assert (doubling.method, doubling.levels, doubling.run.concurrency) == (
+        "doubling", DEFAULT_CONCURRENCY, list(DEFAULT_CONCURRENCY))
+
+    autoscaled = plan_bench(bench.Bench(serving=served("autoscale"), output=bench.Output(tmp_path / "out")))
+    assert isinstance(autoscaled.load, bench.Ramp) and len(autoscaled.levels) == 8  # predicted steps
+    assert autoscaled.run.request_rate == list(autoscaled.levels) and autoscaled.run.repeats == 1
+
+    asked = plan_bench(bench.Bench(serving=served("autoscale"), load=bench.Closed((1, 2)),
+                                   output=bench.Output(tmp_path / "out")))
+    assert isinstance(asked.load, bench.Closed) and asked.method == "adaptive"
+    assert not (tmp_path / "out").exists()  # planning writes nothing
+
+
+@pytest.mark.integration
+def test_a_local_bench_runs_through_the_api_without_the_cli(tmp_path: Path) -> None:
+    outcome = bench.run(bench.Bench(
+        serving=served(), target=bench.Local(time_scale=0.05),
+        load=bench.Closed((1, 2), requests_per_level=4, warmup=0), sweep=bench.Sweep("doubling"),
+        output=bench.Output(tmp_path / "out")), say=quiet)
+
+    assert outcome.exit_status == ExitStatus.OK, outcome.error
+    results = outcome.results
+    assert (results.run.target, results.run.emulated, results.run.concurrency) == ("local", True, [1, 2])
+    assert [lv.concurrency for lv in results.levels] == [1, 2]
+    assert all(lv.ok == lv.requests == 4 and lv.predicted is not None for lv in results.levels)
+    assert results.teardown.status == "destroyed"
+    written = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert written["run"]["bench_run"] == results.run.bench_run
