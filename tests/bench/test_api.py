@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sagellm import bench
-from sagellm.bench.runner import plan_bench
+from sagellm.bench.planning import plan_bench
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
 

@@ -311,7 +311,7 @@ def test_bad_options_raise_before_anything_is_deployed(
 
     monkeypatch.setattr(runner, "choose_target", no_target)
 
-    with pytest.raises(runner.InputError, match=message):
+    with pytest.raises(InputError, match=message):
         run_bench(options(tmp_path / "out", **changes), say=quiet)
 
     assert not (tmp_path / "out").exists()
@@ -323,7 +323,7 @@ def test_a_rule_at_a_level_outside_the_sweep_is_refused_before_deploying(
     gates = tmp_path / "gates.yaml"
     gates.write_text("rules:\n  - {metric: error_rate, where: 16, max: 0.01}\n")
 
-    with pytest.raises(runner.InputError) as exc:
+    with pytest.raises(InputError) as exc:
         run_bench(options(tmp_path / "out", thresholds=gates), say=quiet)
 
     assert exc.value.messages == [(f"{gates}: rules[0].where: 16 is not a level of the sweep (1, 4); use one of "
@@ -340,7 +340,7 @@ def test_an_incomparable_baseline_is_refused_before_deploying(
     bench = options(tmp_path / "out", baseline=other_payload)
     assert RUN.model == bench.model and RUN.instance_type == bench.instance
 
-    with pytest.raises(runner.InputError) as exc:
+    with pytest.raises(InputError) as exc:
         run_bench(bench, say=quiet)
 
     [message] = exc.value.messages

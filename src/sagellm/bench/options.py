@@ -34,8 +34,6 @@ from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
 from sagellm.results.schema import Results
 
-DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
-
 
 @dataclass(frozen=True)
 class BenchOptions:

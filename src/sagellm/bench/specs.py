@@ -27,6 +27,7 @@ from sagellm.results.report import writable_folder_errors
 __all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "Load", "Local", "Open", "Output", "Ramp", "RampIfAutoscaled",
            "SageMaker", "Serving", "Sweep", "Target", "Workers", "WorkloadOptions"]
 
+DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
 TargetKind = Literal["local", "sagemaker", "http"]  # what results.json's run.target says
 
 

@@ -1,0 +1,192 @@
+"""Plan a bench: everything decided and every input checked before anything is deployed or written."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sagellm import __version__
+from sagellm.aws.endpoints import DeployedEndpoint
+from sagellm.bench.existing import read_endpoint, reconcile
+from sagellm.bench.load import OpenLoop, default_budget
+from sagellm.bench.ramp import ramp_steps
+from sagellm.bench.specs import (
+    DEFAULT_PAYLOAD,
+    Bench,
+    Closed,
+    Endpoint,
+    Http,
+    Load,
+    Local,
+    Open,
+    Ramp,
+    RampIfAutoscaled,
+    SageMaker,
+    Serving,
+)
+from sagellm.bench.sweeps import sweep_method, threshold_levels
+from sagellm.bench.targets import api_for, check_reachable
+from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.errors import InputError
+from sagellm.planner import DEFAULT_CONCURRENCY, Payload, Shape
+from sagellm.profiles import DeploymentPlan, Design, design_for, profile_payload
+from sagellm.profiles.tokens import gated_without_secret
+from sagellm.results.gate import Thresholds, read_gate, sweep_levels
+from sagellm.results.schema import Results, Run
+
+__all__ = ["BenchPlan", "plan_bench", "url_of"]
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """What a bench will do, decided and checked before anything is deployed or written."""
+
+    bench: Bench
+    run_id: str  # tags what the run deploys (sagellm:bench-run)
+    deployed: DeployedEndpoint | None  # the existing endpoint an Endpoint target names
+    design: Design | None  # None without a catalog model (an http target only): no prediction
+    plan: DeploymentPlan | None
+    workload: Workload
+    load: Closed | Open | Ramp  # the load as it runs (a ramp decided, its steps predicted)
+    levels: tuple[float, ...]  # the levels it measures: concurrencies, request rates or the ramp's steps
+    method: str  # adaptive | doubling
+    run: Run  # what is measured, where and how (before the target tells the rest)
+    thresholds: Thresholds | None
+    baseline: Results | None
+
+    @property
+    def shape(self) -> Shape | None:
+        return self.design.shape() if self.design else None
+
+    @property
+    def open_loop(self) -> OpenLoop | None:
+        """The open loop's schedule (a ramp's too); None for a closed loop."""
+        if isinstance(self.load, Closed):
+            return None
+        return OpenLoop(self.levels, arrivals=self.load.arrivals,
+                        max_in_flight=self.load.max_in_flight, seed=self.bench.workload.seed,
+                        time_scale=self.bench.time_scale)
+
+    @property
+    def requests(self) -> Any:
+        """Measured requests per level: as given, or the default for the level's load (None: a duration)."""
+        load = self.load
+        if isinstance(load, Ramp) or load.duration_per_level_s is not None:
+            return None
+        return load.requests_per_level or default_budget(open_loop=isinstance(load, Open))
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds of wall time per level: the asked simulated seconds, compressed like the emulator's clock."""
+        simulated = None if isinstance(self.load, Ramp) else self.load.duration_per_level_s
+        return None if simulated is None else simulated * self.bench.time_scale
+
+
+def plan_bench(bench: Bench) -> BenchPlan:
+    """Plan a bench: every input is read and checked here, so a bad profile, workload or thresholds file costs
+    nothing. Reads the profiles, the gate's files and an existing endpoint's description; deploys nothing."""
+    target = bench.target
+    deployed = read_endpoint(target.name, target.inference_component, bench.serving.region) \
+        if isinstance(target, Endpoint) else None
+    design, workload = _design(bench.serving, bench.workload, deployed)
+    plan = design.plan(bench.serving.hf_token_secret) if design else None
+    if plan is not None and isinstance(target, SageMaker):
+        # A gated model without a token would fail only after a paid start-up.
+        missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
+        if missing:
+            raise InputError([m.replace("pass -c hf_token_secret=", "pass --hf-token-secret ") for m in missing])
+    load = _load_as_run(bench.load, design)
+    method = sweep_method(bench.sweep.method, predicted=design is not None, open_loop=not isinstance(load, Closed))
+    levels = _levels(load, method, bench)
+    run_id = uuid.uuid4().hex[:10]
+    run = _run(bench, plan, workload, load, levels, deployed, run_id)
+    thresholds, baseline = read_gate(bench.gate.thresholds, bench.gate.baseline, run, sweep_levels(run),
+                                     allow_incomparable=bench.gate.allow_incomparable)
+    if isinstance(target, Http):
+        check_reachable(target.url)  # a closed port is one line, before anything is written
+    return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline)
+
+
+def _design(serving: Serving, options: WorkloadOptions,
+            deployed: DeployedEndpoint | None) -> tuple[Design | None, Workload]:
+    """The plan's design and the workload. The longest request the workload can send sizes the plan (its
+    token caps and admission limit must take every request); the mean request sizes the prediction. The
+    workload is built first, from the given payload or the profile's, so the profile is designed once.
+
+    An existing endpoint (`deployed`) is designed as it runs: its profile and model (given, or from its tags),
+    instance type and count. Without a catalog model (http target only) there is no design."""
+    profile, model = reconcile(deployed, serving.profile, serving.model, serving.instance) if deployed else \
+        (serving.profile, serving.model)
+    if not (profile and model):
+        return None, Workload(options, serving.payload or DEFAULT_PAYLOAD)
+    default = serving.payload or profile_payload(profile, serving.profiles_dir)
+    workload = Workload(options, default)
+    longest = Payload(*workload.longest())
+    # The given payload (or none: the profile's) where the workload sends nothing longer, so that errors name
+    # the option or the profile line the lengths came from.
+    design = design_for(profile, model, deployed.instance_type if deployed else serving.instance,
+                        payload=serving.payload if longest == default else longest, region=serving.region,
+                        profiles_dir=serving.profiles_dir,
+                        instance_count=deployed.instance_count if deployed else None)
+    return design, workload
+
+
+def _load_as_run(load: Load, design: Design | None) -> Closed | Open | Ramp:
+    """The load as it will run: a ramp where the plan autoscales (unless the levels were asked for), its
+    steps predicted where none are given."""
+    if isinstance(load, RampIfAutoscaled):
+        if not (design and design.scaling):
+            return load.otherwise
+        given = load.otherwise
+        if given.repeats > 1:
+            raise InputError("--repeats: a ramp runs once; --no-ramp repeats the levels of a sweep")
+        if isinstance(given, Open):
+            load = Ramp(given.request_rate, given.arrivals, given.max_in_flight, given.duration_per_level_s)
+        else:
+            load = Ramp(step_s=given.duration_per_level_s)
+    if isinstance(load, Ramp) and not load.request_rate:
+        return Ramp(ramp_steps(True, (), design), load.arrivals, load.max_in_flight, load.step_s)
+    return load
+
+
+def _levels(load: Closed | Open | Ramp, method: str, bench: Bench) -> tuple[float, ...]:
+    """The levels the run measures. An adaptive sweep also measures the levels the thresholds name."""
+    if not isinstance(load, Closed):
+        return load.request_rate
+    if method == "adaptive":
+        return tuple(sorted(set(load.concurrency) | set(threshold_levels(bench.gate.thresholds))))
+    return load.concurrency or DEFAULT_CONCURRENCY
+
+
+def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Closed | Open | Ramp,
+         levels: tuple[float, ...], deployed: DeployedEndpoint | None, run_id: str) -> Run:
+    """What is measured, where and how (before deploying: `assemble` adds what the target told)."""
+    target, mean = bench.target, workload.payload()
+    emulated = isinstance(target, Local)
+    closed = isinstance(load, Closed)
+    return Run(
+        profile=plan.profile if plan else None,
+        model=plan.primary.model_id if plan else getattr(target, "served_model", None) or "unknown",
+        instance_type=plan.instance_type if plan else None,
+        instance_count=plan.initial_instance_count if plan else None,
+        target=target.kind,
+        emulated=emulated, time_scale=bench.time_scale, region=bench.serving.region, bench_run=run_id,
+        # An existing endpoint runs the environment it was deployed with, whatever the profile says today.
+        environment=deployed.environment if deployed else plan.environment if plan else {},
+        # The served image without its registry (the same image is served from every region's registry).
+        container=None if isinstance(target, Http) or plan is None else plan.primary.image_uri.split("/", 1)[-1],
+        input_tokens=mean.input_tokens, output_tokens=mean.output_tokens,
+        concurrency=list(levels) if closed else [], request_rate=[] if closed else list(levels),
+        arrivals=None if isinstance(load, Closed) else load.arrivals,
+        max_in_flight=None if isinstance(load, Closed) else load.max_in_flight,
+        repeats=1 if isinstance(load, Ramp) else load.repeats, clock="emulator" if emulated else "client",
+        workload=workload.describe(api_for(target.api, url_of(bench))), tool_version=__version__,
+        started_at=datetime.now(UTC), command=bench.output.command,
+    )
+
+
+def url_of(bench: Bench) -> str | None:
+    """The URL of an http target (None for the others)."""
+    return bench.target.url if isinstance(bench.target, Http) else None
