@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sagellm.catalog import BYTES_PER_PARAM, Instance, Model
 from sagellm.planner import constants as k
 from sagellm.planner.generations import DEFAULT_GENERATION, generation
-
-if TYPE_CHECKING:
-    from sagellm.planner.calibration import Calibration
 
 
 @dataclass(frozen=True)
@@ -24,6 +20,22 @@ class Payload:
     def total_tokens(self) -> int:
         """Tokens one sequence holds in the KV cache at its end."""
         return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Multipliers on the step-time terms, fitted from measured runs of one model × instance × container."""
+
+    decode_floor: float = 1.0  # × the batch-independent part of a decode step (fixed cost, weight reads)
+    decode_per_sequence: float = 1.0  # × what the running sequences add (KV reads, per-sequence work)
+    prefill: float = 1.0  # × a prefill pass
+    source: str = ""  # where it came from, for the "calibrated" line
+
+    def describe(self) -> str:
+        """One line: the three factors and where they came from."""
+        text = (f"decode floor ×{self.decode_floor:.2f} · per sequence ×{self.decode_per_sequence:.2f} · "
+                f"prefill ×{self.prefill:.2f}")
+        return f"{text} ({self.source})" if self.source else text
 
 
 @dataclass(frozen=True)
