@@ -25,10 +25,12 @@ def commands(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ..
 def help_text(path: tuple[str, ...]) -> str:
     """What `sagellm … --help` prints, exactly as a user sees it."""
     result = CliRunner().invoke(app, [*path, "--help"], prog_name="sagellm", terminal_width=HELP_WIDTH,
-                                env={"COLUMNS": str(HELP_WIDTH), "NO_COLOR": "1", "TERM": "dumb"})
+                                env={"COLUMNS": str(HELP_WIDTH), "TERMINAL_WIDTH": str(HELP_WIDTH),
+                                     "NO_COLOR": "1", "TERM": "dumb"})
     if result.exit_code != 0:
         raise RuntimeError(f"sagellm {' '.join(path)} --help exited {result.exit_code}: {result.output}")
-    return result.output.rstrip()
+    # Rich pads every line to the full width (help panels); the padding is noise in a code block.
+    return "\n".join(line.rstrip() for line in result.output.splitlines()).strip("\n")
 
 
 def cli_page() -> str:
