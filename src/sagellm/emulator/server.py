@@ -58,6 +58,7 @@ from sagellm.emulator.engine import (
     Sequence,
 )
 from sagellm.emulator.formats import Ask
+from sagellm.engines import ErrorReply
 from sagellm.errors import InputError, TargetError
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import DeploymentPlan
@@ -72,11 +73,6 @@ _JSON = "application/json"
 _JSONLINES = "application/jsonlines"
 # InvokeEndpoint[WithResponseStream]: the request body may hold at most 6 MiB (API reference, Body).
 SAGEMAKER_MAX_PAYLOAD = 6 * 1024 * 1024
-# text-generation-launcher --payload-limit (PAYLOAD_LIMIT) default; axum answers 413 with this text.
-TGI_PAYLOAD_LIMIT = 2_000_000
-_TGI_PAYLOAD_TEXT = "Failed to buffer the request body: length limit exceeded"
-# LMI turns a generate body without max_new_tokens into a vLLM request of 30 (request_response_utils.py).
-LMI_DEFAULT_NEW_TOKENS = 30
 _ACCOUNT = "000000000000"
 _VARIANT = "AllTraffic"
 _SHUTDOWN = "the emulator is shutting down"
@@ -108,6 +104,10 @@ class _Reply:
     status: int
     content_type: str
     body: bytes
+
+
+def _reply_of(refusal: ErrorReply) -> _Reply:
+    return _Reply(refusal.status, refusal.content_type, refusal.body)
 
 
 def _model_error(reply: _Reply) -> web.Response:
@@ -290,8 +290,9 @@ class Emulator:
         self.component_names = {name: names.get(name, name) for name in self.models}
         self._by_component = {deployed: self.models[name] for name, deployed in self.component_names.items()}
         self.primary = self.models[plan.models[0].name]
-        self.lmi = plan.container == "lmi"
-        self.payload_limit = int(plan.primary.environment.get("PAYLOAD_LIMIT", TGI_PAYLOAD_LIMIT))
+        self.engine = self.primary.engine
+        self.lmi = plan.container == "lmi"  # LMI's reply formats (emulator.formats)
+        self.payload_limit = self.engine.payload_limit(plan.primary.environment)
         self.served = 0
         self._lag = _LoopLag()
         self._lag_task: asyncio.Task[None] | None = None
@@ -369,19 +370,12 @@ class Emulator:
     # -- errors, in each API's own shape --------------------------------------------------------------
 
     def _container_error(self, exc: RequestError) -> _Reply:
-        """The pinned server's error reply: TGI `{"error", "error_type"}`, LMI `{"error", "code"}`."""
-        if exc.status == 413 and not self.lmi:
-            return _Reply(413, "text/plain", _TGI_PAYLOAD_TEXT.encode())
-        if self.lmi:
-            status = 400 if exc.status == 422 else exc.status  # vLLM's validation errors are 400s
-            return _Reply(status, _JSON, json.dumps({"error": exc.message, "code": status}).encode())
-        return _Reply(exc.status, _JSON, json.dumps({"error": exc.message, "error_type": exc.error_type}).encode())
+        """The pinned server's error reply (TGI `{"error", "error_type"}`, LMI `{"error", "code"}`)."""
+        return _reply_of(self.engine.error_reply(exc.status, exc.error_type, exc.message))
 
     def _stream_refusal(self, exc: RequestError) -> _Reply:
-        """A refused stream as TGI sends it: HTTP 200 and one SSE error event (LMI refuses before streaming)."""
-        if self.lmi or exc.status == 413:
-            return self._container_error(exc)
-        return _Reply(200, _SSE, formats.sse({"error": exc.message, "error_type": exc.error_type}))
+        """A refused stream as the pinned server sends it (TGI: HTTP 200 and one SSE error event)."""
+        return _reply_of(self.engine.stream_refusal(exc.status, exc.error_type, exc.message))
 
     @web.middleware
     async def _errors(self, request: web.Request,
@@ -481,8 +475,9 @@ class Emulator:
 
     def _admit(self, model: ModelServer, ask: Ask, arrived_s: float, *, sagemaker: bool) -> _Call:
         deadline = arrived_s + INVOCATION_TIMEOUT_S * self.time_scale if sagemaker else None
-        if self.lmi and ask.api == "generate" and ask.max_new_tokens is None:
-            ask = replace(ask, max_new_tokens=LMI_DEFAULT_NEW_TOKENS)
+        default_new_tokens = self.engine.default_max_new_tokens()
+        if default_new_tokens is not None and ask.api == "generate" and ask.max_new_tokens is None:
+            ask = replace(ask, max_new_tokens=default_new_tokens)
         return _Call(model, ask, arrived_s, deadline)
 
     def _chunks(self, call: _Call, *, as_list: bool = True) -> tuple[str, AsyncIterator[bytes]]:
@@ -553,9 +548,13 @@ class Emulator:
 
     async def _read(self, request: web.Request) -> bytes:
         raw = await request.read()
-        if len(raw) > self.payload_limit and not self.lmi:
-            raise RequestError(413, "payload", _TGI_PAYLOAD_TEXT)
+        self._check_payload(raw)
         return raw
+
+    def _check_payload(self, raw: bytes) -> None:
+        """RequestError 413 for a body over the pinned server's payload limit."""
+        if self.payload_limit is not None and len(raw) > self.payload_limit:
+            raise RequestError(413, "payload", self.engine.payload_too_large)
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         ask = replace(formats.parse_tgi(await self._read(request)), stream=False)
@@ -604,8 +603,7 @@ class Emulator:
             return _too_large()
         self._invoked(arrived)
         try:
-            if len(raw) > self.payload_limit and not self.lmi:
-                raise RequestError(413, "payload", _TGI_PAYLOAD_TEXT)
+            self._check_payload(raw)
             ask = formats.parse(raw)
         except RequestError as exc:
             return self._container_error(exc)
