@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from sagellm.engines import images
 from sagellm.engines.images import version_key
@@ -106,6 +107,9 @@ class Engine(ABC):
     model_id_variables: tuple[str, ...]  # where the server reads the model id
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()
+    # Prometheus /metrics: a results name → the server's histogram (in seconds) or counter, newest name first.
+    histograms: ClassVar[dict[str, tuple[str, ...]]]
+    counters: ClassVar[dict[str, tuple[str, ...]]]
 
     @abstractmethod
     def generation(self, version: str | None) -> Generation:

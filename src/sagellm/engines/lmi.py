@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import ClassVar
 
 from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Variable, read_int
 
@@ -58,6 +59,19 @@ class Lmi(Engine):
     variables = VARIABLES
     model_id_variables = ("HF_MODEL_ID", "OPTION_MODEL_ID")
     queues = True
+    # vLLM 0.10–0.12's names (an http target's vLLM server too): Counters are served with `_total` appended;
+    # `time_per_output_token_seconds` became `inter_token_latency_seconds` in 0.11, so both, newest first.
+    histograms: ClassVar[dict[str, tuple[str, ...]]] = {
+        "e2e_latency_ms": ("vllm:e2e_request_latency_seconds",),
+        "ttft_ms": ("vllm:time_to_first_token_seconds",),
+        "itl_ms": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        "queue_time_ms": ("vllm:request_queue_time_seconds",),
+    }
+    counters: ClassVar[dict[str, tuple[str, ...]]] = {
+        "requests": ("vllm:request_success_total",),
+        "prompt_tokens": ("vllm:prompt_tokens_total",),
+        "generation_tokens": ("vllm:generation_tokens_total",),
+    }
 
     def generation(self, version: str | None) -> Generation:
         """Every LMI version sagellm models is one generation."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable
+from typing import ClassVar
 
 from sagellm.engines.engine import (
     Engine,
@@ -99,6 +100,18 @@ class Tgi(Engine):
     model_id_variables = ("HF_MODEL_ID",)
     queues = False
     payload_too_large = PAYLOAD_TOO_LARGE
+    # TGI 3.x's names. It has no TTFT histogram; tgi_request_mean_time_per_token_duration is inference time ÷
+    # generated tokens, prefill included, so it is reported as time_per_token_ms, not as ITL.
+    histograms: ClassVar[dict[str, tuple[str, ...]]] = {
+        "e2e_latency_ms": ("tgi_request_duration",),
+        "time_per_token_ms": ("tgi_request_mean_time_per_token_duration",),
+        "queue_time_ms": ("tgi_request_queue_duration",),
+    }
+    counters: ClassVar[dict[str, tuple[str, ...]]] = {
+        "requests": ("tgi_request_count",),
+        "prompt_tokens": ("tgi_request_input_length_sum",),
+        "generation_tokens": ("tgi_request_generated_tokens_sum",),
+    }
 
     def generation(self, version: str | None) -> Generation:
         """TGI 1.x for 0.x and 1.x; TGI 3 otherwise (an unpinned TGI is the newest: TGI 3)."""
