@@ -70,7 +70,6 @@ SERVER_TTFT_DETAIL = "sagellm_server_ttft_s"
 SERVER_E2E_DETAIL = "sagellm_server_e2e_s"
 _SSE = "text/event-stream"
 _JSON = "application/json"
-_JSONLINES = "application/jsonlines"
 # InvokeEndpoint[WithResponseStream]: the request body may hold at most 6 MiB (API reference, Body).
 SAGEMAKER_MAX_PAYLOAD = 6 * 1024 * 1024
 _ACCOUNT = "000000000000"
@@ -219,7 +218,7 @@ _CALL = web.RequestKey("sagellm_call", _Call)
 
 def _details(call: _Call, n_tokens: int) -> dict[str, object] | None:
     """TGI's (and LMI's) `details` with the emulator's timings, when the request asked for details."""
-    return formats.tgi_details(n_tokens, call.ask.input_tokens, call.timings()) if call.ask.details else None
+    return formats.generate_details(n_tokens, call.ask.input_tokens, call.timings()) if call.ask.details else None
 
 
 async def _token_events(call: _Call, token: Callable[[int], bytes], last: Callable[[int], bytes]
@@ -291,7 +290,6 @@ class Emulator:
         self._by_component = {deployed: self.models[name] for name, deployed in self.component_names.items()}
         self.primary = self.models[plan.models[0].name]
         self.engine = self.primary.engine
-        self.lmi = plan.container == "lmi"  # LMI's reply formats (emulator.formats)
         self.payload_limit = self.engine.payload_limit(plan.primary.environment)
         self.served = 0
         self._lag = _LoopLag()
@@ -489,20 +487,19 @@ class Emulator:
                 return _SSE, _openai_sse(call, model_id)
             return _JSON, _whole(call, lambda n: formats.openai_completion(
                 ask.api, _openai_id(ask.api), model_id, int(time.time()), n, ask.input_tokens, call.timings()))
-        if self.lmi:  # one object, or JSON lines when streamed
-            if ask.stream:
-                return _JSONLINES, _token_events(call, formats.lmi_stream_line,
-                                                 lambda i: formats.lmi_stream_line(i, _details(call, i + 1), last=True))
-            return _JSON, _whole(call, lambda n: formats.lmi_generate(n, _details(call, n)))
+        engine = self.engine
         if ask.stream:
-            return _SSE, _token_events(call, formats.tgi_stream_token,
-                                       lambda i: formats.tgi_stream_last(i, _details(call, i + 1)))
+            return engine.stream_content_type, _token_events(
+                call, lambda i: engine.stream_token(i, formats.token(i)),
+                lambda i: engine.stream_last(i, formats.token(i), formats.generated_text(i + 1),
+                                             _details(call, i + 1)))
 
-        def tgi(n: int) -> object:  # TGI's `/invocations` wraps the generate reply in a list; `/generate` not
-            body = formats.tgi_generate(n, _details(call, n))
-            return [body] if as_list else body
+        def body(n: int) -> object:
+            details = _details(call, n)
+            tokens = [formats.token(i) for i in range(n)] if details is not None else []
+            return engine.generate_body(formats.generated_text(n), details, tokens, invocations=as_list)
 
-        return _JSON, _whole(call, tgi)
+        return _JSON, _whole(call, body)
 
     # -- plain HTTP replies (TGI, LMI, OpenAI) ----------------------------------------------------------
 

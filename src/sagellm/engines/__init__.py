@@ -7,7 +7,7 @@ Engines take plain settings and return environments and behaviour: they import o
 from __future__ import annotations
 
 from sagellm.engines import lmi, tgi
-from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Variable
+from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Token, Variable
 from sagellm.engines.lmi import LMI
 from sagellm.engines.tgi import TGI
 from sagellm.engines.tgi_neuron import TGI_NEURON
@@ -21,7 +21,7 @@ GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, 
 
 __all__ = [
     "ENGINES", "GENERATIONS", "NEURON_ENGINES", "Engine", "ErrorReply", "Generation", "Limits", "Settings",
-    "Variable", "engine_for", "generation", "generation_of",
+    "Token", "Variable", "engine_for", "generation", "generation_of",
 ]
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from sagellm.engines import images
 from sagellm.engines.images import version_key
@@ -75,6 +75,14 @@ class Limits:
     max_batch_size: int | None  # running sequences; None: the KV budget alone decides
 
 
+class Token(NamedTuple):
+    """One generated token as a server reports it (a NamedTuple: one is made per token streamed)."""
+
+    id: int
+    text: str
+    logprob: float
+
+
 @dataclass(frozen=True)
 class ErrorReply:
     """A refusal as the server writes it: status, content type and body."""
@@ -107,6 +115,7 @@ class Engine(ABC):
     model_id_variables: tuple[str, ...]  # where the server reads the model id
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()
+    stream_content_type: str  # how a streamed generate reply is framed
     # Prometheus /metrics: a results name → the server's histogram (in seconds) or counter, newest name first.
     histograms: ClassVar[dict[str, tuple[str, ...]]]
     counters: ClassVar[dict[str, tuple[str, ...]]]
@@ -160,6 +169,19 @@ class Engine(ABC):
     def default_max_new_tokens(self) -> int | None:
         """What a generate body without max_new_tokens gets (None: up to the total-token cap)."""
         return None
+
+    @abstractmethod
+    def generate_body(self, text: str, details: dict[str, Any] | None, tokens: Sequence[Token], *,
+                      invocations: bool) -> Any:
+        """A whole generate reply (`details` and `tokens` only when the request asked for details)."""
+
+    @abstractmethod
+    def stream_token(self, index: int, token: Token) -> bytes:
+        """One piece of a streamed generate reply: the token at `index` (0-based), not the last."""
+
+    @abstractmethod
+    def stream_last(self, index: int, token: Token, text: str, details: dict[str, Any] | None) -> bytes:
+        """The last piece of a streamed generate reply: the last token, the whole text, `details` if asked."""
 
     @abstractmethod
     def error_reply(self, status: int, error_type: str, message: str) -> ErrorReply:

@@ -8,10 +8,10 @@ docs/containers.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
-from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Variable, read_int
+from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Token, Variable, read_int
 
 PINNED = "0.35.0"  # a redeploy never changes the server underneath an endpoint
 FRAMEWORK = "djl-lmi"
@@ -59,6 +59,7 @@ class Lmi(Engine):
     variables = VARIABLES
     model_id_variables = ("HF_MODEL_ID", "OPTION_MODEL_ID")
     queues = True
+    stream_content_type = "application/jsonlines"  # one JSON object per line, not server-sent events
     # vLLM 0.10–0.12's names (an http target's vLLM server too): Counters are served with `_total` appended;
     # `time_per_output_token_seconds` became `inter_token_latency_seconds` in 0.11, so both, newest first.
     histograms: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -112,6 +113,24 @@ class Lmi(Engine):
     def default_max_new_tokens(self) -> int | None:
         """LMI's 30 tokens for a generate body without max_new_tokens."""
         return DEFAULT_NEW_TOKENS
+
+    def generate_body(self, text: str, details: dict[str, Any] | None, tokens: Sequence[Token], *,
+                      invocations: bool) -> Any:
+        """One object on every route (TGI wraps its `/invocations` reply in a list)."""
+        out: dict[str, Any] = {"generated_text": text}
+        if details is not None:
+            out["details"] = {**details, "prefill": [], "tokens": [t._asdict() for t in tokens]}
+        return out
+
+    def stream_token(self, index: int, token: Token) -> bytes:
+        """One line of the streamed reply for a token that is not the last."""
+        line = {"index": index, "token": token._asdict(), "generated_text": None, "details": None}
+        return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+    def stream_last(self, index: int, token: Token, text: str, details: dict[str, Any] | None) -> bytes:
+        """The last line: the last token, the whole text and `details`."""
+        line = {"index": index, "token": token._asdict(), "generated_text": text, "details": details}
+        return json.dumps(line, separators=(",", ":")).encode() + b"\n"
 
     def error_reply(self, status: int, error_type: str, message: str) -> ErrorReply:
         """`{"error", "code"}`; vLLM's validation errors are 400s (TGI's 422s)."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from sagellm.engines.engine import (
     Engine,
@@ -21,6 +21,7 @@ from sagellm.engines.engine import (
     Generation,
     Limits,
     Settings,
+    Token,
     Variable,
     read_int,
     version_key,
@@ -100,6 +101,7 @@ class Tgi(Engine):
     model_id_variables = ("HF_MODEL_ID",)
     queues = False
     payload_too_large = PAYLOAD_TOO_LARGE
+    stream_content_type = "text/event-stream"  # server-sent events, `data:{...}` without a space
     # TGI 3.x's names. It has no TTFT histogram; tgi_request_mean_time_per_token_duration is inference time ÷
     # generated tokens, prefill included, so it is reported as time_per_token_ms, not as ITL.
     histograms: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -176,6 +178,27 @@ class Tgi(Engine):
             max_batch_size=None if chunking else batch_size,
         )
 
+    def generate_body(self, text: str, details: dict[str, Any] | None, tokens: Sequence[Token], *,
+                      invocations: bool) -> Any:
+        """`{"generated_text", "details"}`; `/invocations` wraps it in a list, `/generate` does not."""
+        out: dict[str, Any] = {"generated_text": text}
+        if details is not None:
+            out["details"] = {**details, "prefill": [], "tokens": [_token(t) for t in tokens]}
+        return [out] if invocations else out
+
+    def stream_token(self, index: int, token: Token) -> bytes:
+        """One `/generate_stream` event for a token that is not the last."""
+        # Rendered by hand: this runs once per token per stream, the emulator's hottest path.
+        return (f'data:{{"index":{index + 1},"token":{{"id":{token.id},"text":{json.dumps(token.text)},'
+                f'"logprob":{token.logprob},"special":false}},'
+                f'"generated_text":null,"details":null,"top_tokens":null}}\n\n').encode()
+
+    def stream_last(self, index: int, token: Token, text: str, details: dict[str, Any] | None) -> bytes:
+        """The last `/generate_stream` event: the last token, the whole text, and `details` if asked for."""
+        event = {"index": index + 1, "token": _token(token), "generated_text": text, "details": details,
+                 "top_tokens": None}
+        return f"data:{json.dumps(event, separators=(',', ':'))}\n\n".encode()
+
     def payload_limit(self, env: dict[str, str]) -> int | None:
         """PAYLOAD_LIMIT, or the launcher's 2 MB."""
         return read_int(env, "PAYLOAD_LIMIT", PAYLOAD_LIMIT)
@@ -193,6 +216,10 @@ class Tgi(Engine):
             return self.error_reply(status, error_type, message)
         event = json.dumps({"error": message, "error_type": error_type}, separators=(",", ":"))
         return ErrorReply(200, "text/event-stream", f"data:{event}\n\n".encode())
+
+
+def _token(token: Token) -> dict[str, Any]:
+    return {"id": token.id, "text": token.text, "logprob": token.logprob, "special": False}
 
 
 TGI = Tgi()
