@@ -24,6 +24,7 @@ def test_environment_adds_the_cores_and_batch_the_model_is_compiled_for() -> Non
 
 def test_the_batch_is_static_and_the_image_is_the_pinned_optimum_neuron_build() -> None:
     assert TGI_NEURON.limits("0.3.0", {"MAX_BATCH_SIZE": "4"}, 10_000, 4096).max_batch_size == 4
+    assert not TGI_NEURON.chunks_prefill(TGI.pinned, None)
     assert TGI_NEURON.image_version(TGI.pinned) == "0.3.0"
 
 

@@ -30,6 +30,10 @@ class TgiNeuron(Tgi):
             "HF_NUM_CORES": str(CORES_PER_CHIP * s.tensor_parallel), "HF_AUTO_CAST_TYPE": "bf16",
             "MAX_BATCH_SIZE": str(s.max_batch_size or s.max_concurrent_requests)}
 
+    def chunks_prefill(self, version: str | None, max_batch_size: int | None) -> bool:
+        """Never: the compiled batch takes whole prompts."""
+        return False
+
     def limits(self, version: str | None, env: dict[str, str], kv_tokens: int, context: int) -> Limits:
         """A static batch: MAX_BATCH_SIZE holds, no prefill chunking (the plan writes every other limit)."""
         return self._limits(env, kv_tokens, context, launcher_3=False)

@@ -188,7 +188,9 @@ def design(
     s = profile.serving
     quant = s.quantization
     kind = profile.container.kind
-    engine = ENGINES[kind]  # how the server reads its limits and batches (its Inferentia build alike)
+    # The caps are sized by the kind's GPU engine, an Inferentia plan's too (its environment and image are
+    # the Inferentia engine's: Design.engine).
+    engine = ENGINES[kind]
     version = profile.container.version or engine.pinned
     gen = engine.generation(version).name  # the planner's physics and constants for that server
 
