@@ -1,6 +1,7 @@
 """The emulator's HTTP server: SageMaker runtime, TGI/LMI and OpenAI-compatible routes over the simulated copies.
 
-What a client can tell apart is what the pinned server and SageMaker do on the wire (docs/containers.md):
+What a client can tell apart is what the pinned server and SageMaker do on the wire (docs/containers.md; the
+pinned server's reply and error formats are its engine's, sagellm.engines):
 - SageMaker runtime: `POST /endpoints/{name}/invocations` and `…/invocations-response-stream` (AWS
   event-stream: each piece of the container's reply in a `PayloadPart`). An unknown endpoint name is a
   `ValidationError`; the `X-Amzn-SageMaker-Inference-Component` header must name a component exactly
