@@ -1,7 +1,7 @@
 """Serving engines, one module each (tgi, lmi, tgi_neuron): pinned images, the variables each version reads,
 its environment, how it batches and admits, its wire format; and the one lookup from a container to them.
 
-Engines take plain settings and return environments and behaviour: they import only the catalog's level.
+Engines take plain settings and return environments and behaviour: no plan or profile type comes in.
 """
 
 from __future__ import annotations
