@@ -19,7 +19,8 @@ from sagellm.bench.summary import summarize, tokens_in_window
 from sagellm.bench.transports import TGI, HttpTransport
 from sagellm.bench.workload import Workload, WorkloadOptions
 from sagellm.catalog import find_instance, find_model
-from sagellm.emulator.engine import CopyEngine, Limits
+from sagellm.emulator.engine import CopyEngine
+from sagellm.engines import Limits
 from sagellm.planner import Payload, Shape, StepModel, predict_point
 
 
