@@ -22,10 +22,10 @@ import aiohttp
 import pytest
 
 from sagellm.aws.local import LocalAws
-from sagellm.bench.responses import Outcome
-from sagellm.bench.transports import Transport
-from sagellm.bench.workers import Deliver, Share, run_share
-from sagellm.bench.workload import Workload
+from sagellm.bench.client.responses import Outcome
+from sagellm.bench.client.transports import Transport
+from sagellm.bench.client.workload import Workload
+from sagellm.bench.load.workers import Deliver, Share, run_share
 from sagellm.emulator import EmulatorProcess
 from sagellm.emulator.engine import CopyEngine, Sequence
 from sagellm.emulator.process import port_is_free
