@@ -5,15 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from sagellm.planner import constants as k
+from sagellm.planner.correction import Calibration
 from sagellm.planner.generations import DEFAULT_GENERATION, MEASURED, Generation, generation
 from sagellm.planner.shape import Payload, Shape
 from sagellm.planner.steps import StepModel
-
-if TYPE_CHECKING:
-    from sagellm.planner.calibration import Calibration
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 

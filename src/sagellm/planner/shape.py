@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sagellm.catalog import BYTES_PER_PARAM, Instance, Model
 from sagellm.planner import constants as k
+from sagellm.planner.correction import Calibration
 from sagellm.planner.generations import DEFAULT_GENERATION, generation
-
-if TYPE_CHECKING:
-    from sagellm.planner.calibration import Calibration
 
 
 @dataclass(frozen=True)
