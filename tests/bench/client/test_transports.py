@@ -18,9 +18,9 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import (
     INFERENCE_COMPONENT_HEADER,
-    Outcome,
     SseLines,
     StreamState,
     classify_http_error,
@@ -264,14 +264,14 @@ def sagemaker_transport(fake: FakeEndpoint, **kwargs: Any) -> SageMakerTransport
                               base_backoff_s=0.001, max_backoff_s=0.002, **kwargs)
 
 
-def send_tgi(prompt: str, n: int = 5, token_gap_s: float = 0.0, timeout_s: float = 10.0) -> Outcome:
-    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> Outcome:
+def send_tgi(prompt: str, n: int = 5, token_gap_s: float = 0.0, timeout_s: float = 10.0) -> RequestRecord:
+    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> RequestRecord:
         return await HttpTransport(fake.url, TGI, timeout_s=timeout_s).send(session, prompt, n)
     return asyncio.run(with_endpoint(go, token_gap_s))
 
 
-def send_sagemaker(prompt: str, n: int = 5, **kwargs: Any) -> tuple[Outcome, FakeEndpoint]:
-    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[Outcome, FakeEndpoint]:
+def send_sagemaker(prompt: str, n: int = 5, **kwargs: Any) -> tuple[RequestRecord, FakeEndpoint]:
+    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[RequestRecord, FakeEndpoint]:
         return await sagemaker_transport(fake, **kwargs).send(session, prompt, n), fake
     return asyncio.run(with_endpoint(go))
 
@@ -290,11 +290,11 @@ def test_chat_chunks_count_content_not_the_opening_role_chunk_nor_the_usage_chun
     st = StreamState(0.0)
     openai_event(st, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                    "finish_reason": None}]}, 1.0)
-    assert st.events == 0 and st.ttft_s is None
+    assert st.events == 0 and st.record.ttft_s is None
     openai_event(st, {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}, 2.0)
     openai_event(st, {"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]}, 2.5)
     openai_event(st, {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}, 2.6)
-    assert (st.events, st.ttft_s, st.gaps_s, st.output_tokens, st.input_tokens, st.done) == (
+    assert (st.events, st.record.ttft_s, st.record.token_gaps_s, st.output_tokens, st.input_tokens, st.done) == (
         2, 2.0, [0.5], 2, 5, True)
 
 
@@ -383,7 +383,7 @@ def test_client_timeout_is_a_timeout_error() -> None:
 
 
 def test_connection_refused_is_an_error_not_an_exception() -> None:
-    async def go() -> Outcome:
+    async def go() -> RequestRecord:
         async with aiohttp.ClientSession() as session:
             return await HttpTransport("http://127.0.0.1:9", TGI).send(session, "ok", 3)
     out = asyncio.run(go())
@@ -395,7 +395,7 @@ def test_connection_refused_is_an_error_not_an_exception() -> None:
 
 
 def test_openai_counts_tokens_from_usage_when_present() -> None:
-    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[Outcome, dict[str, Any]]:
+    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[RequestRecord, dict[str, Any]]:
         return await HttpTransport(fake.url, COMPLETIONS, "m").send(session, "ok", 5), fake.requests[0]
     out, body = asyncio.run(with_endpoint(go))
     assert out.ok and out.output_tokens == 5 and out.input_tokens == 9 and len(out.token_gaps_s) == 4
@@ -403,14 +403,14 @@ def test_openai_counts_tokens_from_usage_when_present() -> None:
 
 
 def test_openai_without_usage_counts_token_events() -> None:
-    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> Outcome:
+    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> RequestRecord:
         return await HttpTransport(fake.url, COMPLETIONS, "m").send(session, "no_usage", 4)
     out = asyncio.run(with_endpoint(go))
-    assert out.ok and out.output_tokens == 4 and out.input_tokens is None
+    assert out.ok and out.output_tokens == 4 and out.input_tokens_by != "server"
 
 
 def test_openai_stream_ended_by_done_before_any_finish_reason_is_a_cut_stream() -> None:
-    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> Outcome:
+    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> RequestRecord:
         return await HttpTransport(fake.url, COMPLETIONS, "m").send(session, "cut", 8)
     out = asyncio.run(with_endpoint(go))
     assert not out.ok and out.error_kind == "other"
@@ -480,7 +480,7 @@ def test_sagemaker_throttling_gives_up_after_max_retries() -> None:
 
 
 def test_sagemaker_retry_wait_is_not_inside_the_measured_latency() -> None:
-    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[Outcome, float, float]:
+    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[RequestRecord, float, float]:
         transport = sagemaker_transport(fake)
         transport.base_backoff_s = transport.max_backoff_s = 0.5  # waits 0.25–0.5 s
         before = time.perf_counter()
@@ -488,7 +488,7 @@ def test_sagemaker_retry_wait_is_not_inside_the_measured_latency() -> None:
         return out, before, time.perf_counter()
     out, before, after = asyncio.run(with_endpoint(go))
     assert out.ok and out.retries == 1
-    assert out.started - before >= 0.25  # the timed attempt began after the backoff
+    assert out.start_s - before >= 0.25  # the timed attempt began after the backoff
     assert (after - before) - out.e2e_s >= 0.25  # and the backoff is not inside e2e
 
 
@@ -551,8 +551,8 @@ def emulator_plan(env: dict[str, str]) -> DeploymentPlan:
 
 
 def against_emulator(make: Callable[[str], Any], prompts: list[str], n: int = 6,
-                     env: dict[str, str] | None = None) -> list[Outcome]:
-    async def main() -> list[Outcome]:
+                     env: dict[str, str] | None = None) -> list[RequestRecord]:
+    async def main() -> list[RequestRecord]:
         emulator = Emulator(emulator_plan(env or {}), time_scale=0.05, endpoint_name="ep")
         async with emulator.listening() as url, aiohttp.ClientSession() as session:
             transport = make(url)

@@ -28,7 +28,6 @@ from tokenizers import Tokenizer
 
 from bench_helpers import INSTANCE, MODEL, request_lines, results_of, sagellm
 from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.responses import Outcome
 from sagellm.bench.client.summary import percentile, summarize
 from sagellm.bench.client.transports import CHAT, COMPLETIONS, Api, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
@@ -387,9 +386,9 @@ def server(request: pytest.FixtureRequest) -> Server:
     return Server(emu.url, MODEL)
 
 
-def send(server: Server, prompt_words: int, max_tokens: int, api: Api = COMPLETIONS) -> Outcome:
+def send(server: Server, prompt_words: int, max_tokens: int, api: Api = COMPLETIONS) -> RequestRecord:
     """One request through the bench's OpenAI transport (completions or chat)."""
-    async def go() -> Outcome:
+    async def go() -> RequestRecord:
         async with aiohttp.ClientSession() as session:
             return await HttpTransport(server.url, api, server.model).send(session, make_prompt(prompt_words),
                                                                           max_tokens)
@@ -405,7 +404,7 @@ def test_openai_streams_read_the_same_on_the_emulator_and_vllm(server: Server, a
     # early on a random model (see test_chat_and_rate_levels_count_the_servers_tokens).
     assert out.output_tokens == 16 if api is COMPLETIONS else 1 <= out.output_tokens <= 16
     # vLLM's tokenizer gives at least one token per word; chat adds its template's tokens.
-    assert out.input_tokens is not None and out.input_tokens >= 64
+    assert out.input_tokens_by == "server" and out.input_tokens >= 64
     assert out.ttft_s is not None and 0 < out.ttft_s < out.e2e_s
     # Token events after the first (a chunk may carry several; chat's role-only opening chunk is none).
     assert 1 <= len(out.token_gaps_s) <= out.output_tokens - 1

@@ -12,20 +12,31 @@ from sagellm.results.schema import ErrorKind, load_name
 TokenSource = Literal["server", "tokenizer", "words"]
 
 
+# Marks the fields that are durations or times on the client's clock (seconds): an emulated run's time scale
+# applies to them (load.measured.on_simulated_clock), so a new client timing is declared here once.
+CLIENT_SECONDS = {"client_seconds": True}
+
+
 @dataclass
 class RequestRecord:
-    """What one request did, timed on the client with time.perf_counter() (or on the emulator's clock)."""
+    """What one request did, timed on the client with time.perf_counter() (or on the emulator's clock).
 
-    concurrency: int | None  # the level: its concurrency (closed loop) ...
-    worker: int | None  # closed loop: the worker that sent it
-    start_s: float  # seconds since the run started
-    ok: bool
-    e2e_s: float
+    A transport returns it with the timings and tokens of the response (`start_s` then on perf_counter()'s
+    clock); the level that sent it places it (`level.LevelBook.record`): which level, worker and request,
+    and `start_s` in seconds since the run started.
+    """
+
+    concurrency: int | None = None  # the level: its concurrency (closed loop) ...
+    worker: int | None = None  # closed loop: the worker that sent it
+    start_s: float = field(default=0.0, metadata=CLIENT_SECONDS)  # seconds since the run started
+    ok: bool = False
+    e2e_s: float = field(default=0.0, metadata=CLIENT_SECONDS)
     output_tokens: int = 0  # as reported by the server, never re-tokenized
     input_tokens: int = 0
     input_tokens_by: TokenSource = "words"  # who counted input_tokens
-    ttft_s: float | None = None
-    token_gaps_s: list[float] = field(default_factory=list)  # between token events after the first
+    ttft_s: float | None = field(default=None, metadata=CLIENT_SECONDS)
+    # between token events after the first
+    token_gaps_s: list[float] = field(default_factory=list, metadata=CLIENT_SECONDS)
     status: int | None = None  # HTTP status where there was one
     error_kind: ErrorKind | None = None
     error: str | None = None
@@ -34,7 +45,8 @@ class RequestRecord:
     request_rate: float | None = None  # ... or its request rate (open loop)
     repeat: int = 0  # which run of the level (--repeats)
     request: int | None = None  # the workload's request index: its prompt is reproducible from the seed
-    late_s: float | None = None  # open loop: sent this long after its scheduled time
+    # open loop: sent this long after its scheduled time
+    late_s: float | None = field(default=None, metadata=CLIENT_SECONDS)
     # Timings the emulator stamps about itself, wall-clock seconds on its own clock (see README).
     server_ttft_s: float | None = None
     server_e2e_s: float | None = None

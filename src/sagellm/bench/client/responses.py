@@ -1,12 +1,12 @@
-"""What comes back from an endpoint: the per-request Outcome, SSE and AWS event-stream framing, TGI and
-OpenAI stream events (timed and counted in one place), and error classification."""
+"""What comes back from an endpoint: SSE and AWS event-stream framing, TGI and OpenAI stream events (timed
+and counted in one place, into the request's record), and error classification."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
+from sagellm.bench.client.records import RequestRecord
 from sagellm.results.schema import ErrorKind
 
 # Headers and stream-detail keys in which the emulator reports its own timings.
@@ -16,25 +16,6 @@ SERVER_TTFT_DETAIL = "sagellm_server_ttft_s"
 SERVER_E2E_DETAIL = "sagellm_server_e2e_s"
 
 INFERENCE_COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
-
-
-@dataclass
-class Outcome:
-    """What one request did, before the load generator adds which level and worker sent it."""
-
-    ok: bool
-    started: float  # perf_counter() when the (last) attempt began
-    e2e_s: float
-    output_tokens: int = 0
-    input_tokens: int | None = None  # as the server reported it, if it did
-    ttft_s: float | None = None
-    token_gaps_s: list[float] = field(default_factory=list)  # between token events after the first
-    status: int | None = None
-    error_kind: ErrorKind | None = None
-    error: str | None = None
-    retries: int = 0
-    server_ttft_s: float | None = None
-    server_e2e_s: float | None = None
 
 
 class Failed(Exception):
@@ -135,31 +116,43 @@ def classify_sagemaker_error(status: int, error_code: str | None, body: str) -> 
 
 
 class StreamState:
-    """Timing and token accounting of one streamed response."""
+    """Timing and token accounting of one streamed response: its timings go straight into its record."""
 
-    __slots__ = ("done", "events", "gaps_s", "input_tokens", "last", "output_tokens", "server_e2e_s",
-                 "server_ttft_s", "t0", "ttft_s")
+    __slots__ = ("done", "events", "input_tokens", "last", "output_tokens", "record")
 
     def __init__(self, t0: float):
-        self.t0 = t0
+        self.record = RequestRecord(start_s=t0)  # on perf_counter()'s clock until the level places it
         self.last: float | None = None
-        self.ttft_s: float | None = None
-        self.gaps_s: list[float] = []
         self.events = 0
         self.output_tokens: int | None = None
         self.input_tokens: int | None = None
-        self.server_ttft_s: float | None = None
-        self.server_e2e_s: float | None = None
         self.done = False
+
+    @property
+    def t0(self) -> float:
+        """perf_counter() when the attempt began."""
+        return self.record.start_s
 
     def token(self, now: float) -> None:
         """One token event arrived at `now`."""
         if self.last is None:
-            self.ttft_s = now - self.t0
+            self.record.ttft_s = now - self.t0
         else:
-            self.gaps_s.append(now - self.last)
+            self.record.token_gaps_s.append(now - self.last)
         self.last = now
         self.events += 1
+
+    def finish(self, end: float, *, ok: bool, status: int | None, error_kind: ErrorKind | None = None,
+               error: str | None = None) -> RequestRecord:
+        """The request's record, ended at `end`. A failed one keeps its partial timings (TTFT of a stream that
+        broke later is still informative), not its output tokens: only a finished request has a server count."""
+        r = self.record
+        r.ok, r.e2e_s, r.status, r.error_kind, r.error = ok, end - self.t0, status, error_kind, error
+        if ok:
+            r.output_tokens = self.output_tokens if self.output_tokens is not None else self.events
+        if self.input_tokens is not None:
+            r.input_tokens, r.input_tokens_by = self.input_tokens, "server"
+        return r
 
     def server_timings(self, source: Any) -> None:
         """Read the server's self-reported timings from headers or a details dict, where present."""
@@ -168,7 +161,7 @@ class StreamState:
             value = source.get(key)
             if value is not None:
                 try:
-                    setattr(self, attr, float(value))
+                    setattr(self.record, attr, float(value))
                 except (TypeError, ValueError):
                     pass
 

@@ -1,7 +1,7 @@
 """How one request reaches an endpoint: one client protocol, several transports, one stream parser.
 
-Every transport POSTs a streaming request with aiohttp and turns whatever comes back into an `Outcome`
-(it never raises, except on cancellation). The shared part is the timing and token accounting
+Every transport POSTs a streaming request with aiohttp and turns whatever comes back into a
+`RequestRecord` (it never raises, except on cancellation). The shared part is the timing and token accounting
 (`StreamState`), the SSE line splitter and the error classification. A transport is a framing (plain
 SSE over HTTP, or SageMaker's AWS event-stream messages wrapping the container's SSE lines) and an `Api`:
 the request body and the stream events it reads — TGI's generate (`/generate_stream`), OpenAI completions
@@ -17,7 +17,7 @@ Definitions (all with `time.perf_counter()`, one clock read per received chunk):
   asked for with `stream_options.include_usage`); only when the server reports none, the number of token
   events.
 - Retries (SageMaker throttling only) are counted in `retries`; the timings are those of the last
-  attempt, and `started` is when the last attempt began, so the backoff wait is neither hidden inside the
+  attempt, and `start_s` is when the last attempt began, so the backoff wait is neither hidden inside the
   latency nor silently dropped: it shows as a gap between the request's start and the previous one.
 """
 
@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
+from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import (
     INFERENCE_COMPONENT_HEADER,
     EventStreamLines,
     Failed,
-    Outcome,
     SseLines,
     StreamState,
     classify_http_error,
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 class Transport(Protocol):
     """Sends one generation request and measures it; never raises (errors become `ok=False`)."""
 
-    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
+    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> RequestRecord:
         """Send `prompt`, ask for `max_new_tokens`, and return what happened."""
         ...
 
@@ -122,7 +122,7 @@ class _StreamingTransport:
     def _http_error(self, resp: aiohttp.ClientResponse, body: str) -> tuple[ErrorKind, str]:
         return classify_http_error(resp.status, body)
 
-    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
+    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> RequestRecord:
         """Send one request; retry only what `_http_error` calls `throttled`, at most `max_retries` times."""
         retries = 0
         while True:
@@ -134,13 +134,13 @@ class _StreamingTransport:
             backoff = min(self.max_backoff_s, self.base_backoff_s * 2 ** (retries - 1))
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
 
-    async def _attempt(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
+    async def _attempt(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> RequestRecord:
         try:
             url, headers, body = self._request(prompt, max_new_tokens)
         except Exception as exc:  # noqa: BLE001 - e.g. expired credentials while signing; send never raises
             now = time.perf_counter()
-            return Outcome(ok=False, started=now, e2e_s=0.0, error_kind="other",
-                           error=f"could not build the request: {type(exc).__name__}: {exc}")
+            return RequestRecord(ok=False, start_s=now, e2e_s=0.0, error_kind="other",
+                                 error=f"could not build the request: {type(exc).__name__}: {exc}")
         t0 = time.perf_counter()
         st = StreamState(t0)
         status: int | None = None
@@ -183,21 +183,11 @@ class _StreamingTransport:
             return self._failed(st, "other", f"{type(exc).__name__}: {exc}", status)
         except Exception as exc:  # noqa: BLE001 - send never raises; cancellation still propagates
             return self._failed(st, "other", f"{type(exc).__name__}: {exc}", status)
-        return Outcome(
-            ok=True, started=t0, e2e_s=end - t0,
-            output_tokens=st.output_tokens if st.output_tokens is not None else st.events,
-            input_tokens=st.input_tokens, ttft_s=st.ttft_s, token_gaps_s=st.gaps_s, status=status,
-            server_ttft_s=st.server_ttft_s, server_e2e_s=st.server_e2e_s,
-        )
+        return st.finish(end, ok=True, status=status)
 
     @staticmethod
-    def _failed(st: StreamState, kind: ErrorKind, message: str, status: int | None) -> Outcome:
-        # Partial timings are kept (TTFT of a stream that broke later is still informative);
-        # output tokens are not: only a finished request has a server-reported count.
-        return Outcome(ok=False, started=st.t0, e2e_s=time.perf_counter() - st.t0, ttft_s=st.ttft_s,
-                       token_gaps_s=st.gaps_s, status=status, error_kind=kind, error=message,
-                       input_tokens=st.input_tokens, server_ttft_s=st.server_ttft_s,
-                       server_e2e_s=st.server_e2e_s)
+    def _failed(st: StreamState, kind: ErrorKind, message: str, status: int | None) -> RequestRecord:
+        return st.finish(time.perf_counter(), ok=False, status=status, error_kind=kind, error=message)
 
 
 class HttpTransport(_StreamingTransport):

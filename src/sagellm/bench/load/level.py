@@ -24,6 +24,7 @@ Shared by the closed loop (`closed_loop`) and the open loop (`open_loop`); defin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,6 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.responses import Outcome
 from sagellm.bench.client.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.client.workload import Request
 from sagellm.results.schema import load_name
@@ -168,20 +168,16 @@ class LevelBook:
             if self.duration_s is not None:
                 self.deadline = self.ramp_end + self.duration_s
 
-    def record(self, outcome: Outcome, request: Request, *, warmup: bool, worker: int | None = None,
+    def record(self, record: RequestRecord, request: Request, *, warmup: bool, worker: int | None = None,
                late_s: float | None = None) -> RequestRecord:
-        """The record of a finished request of this level; the server's token counts win where reported."""
-        o = outcome
-        by_server = o.input_tokens is not None
-        return RequestRecord(
-            concurrency=self.concurrency, request_rate=self.request_rate, repeat=self.repeat, worker=worker,
-            request=request.index,
-            start_s=o.started - self.clock_zero, ok=o.ok, e2e_s=o.e2e_s, output_tokens=o.output_tokens,
-            input_tokens=o.input_tokens if o.input_tokens is not None else request.input_tokens,
-            input_tokens_by="server" if by_server else request.counted_by, ttft_s=o.ttft_s,
-            token_gaps_s=o.token_gaps_s, status=o.status, error_kind=o.error_kind, error=o.error,
-            retries=o.retries, warmup=warmup, late_s=late_s, server_ttft_s=o.server_ttft_s,
-            server_e2e_s=o.server_e2e_s)
+        """A transport's record placed in this level: which level, worker and request sent it, its start in
+        seconds since the run started, and the workload's input token count where the server gave none."""
+        by_server = record.input_tokens_by == "server"
+        return dataclasses.replace(
+            record, concurrency=self.concurrency, request_rate=self.request_rate, repeat=self.repeat,
+            worker=worker, request=request.index, start_s=record.start_s - self.clock_zero, warmup=warmup,
+            late_s=late_s, input_tokens=record.input_tokens if by_server else request.input_tokens,
+            input_tokens_by=record.input_tokens_by if by_server else request.counted_by)
 
     def add(self, record: RequestRecord) -> None:
         """A request finished: book it, then hand it to `on_record` and report progress."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import summarize_runs
@@ -26,12 +27,14 @@ def on_simulated_clock(record: RequestRecord, time_scale: float, emulated: bool)
     if not emulated and factor == 1.0:
         return record
 
-    def scale(value: float | None) -> float | None:
+    def scale(value: float | list[float] | None) -> float | list[float] | None:
+        if isinstance(value, list):
+            return [v * factor for v in value]
         return None if value is None else value * factor
 
-    out = dataclasses.replace(
-        record, start_s=record.start_s * factor, e2e_s=record.e2e_s * factor, ttft_s=scale(record.ttft_s),
-        token_gaps_s=[gap * factor for gap in record.token_gaps_s], late_s=scale(record.late_s))
+    scaled: dict[str, Any] = {f.name: scale(getattr(record, f.name)) for f in dataclasses.fields(record)
+                              if f.metadata.get("client_seconds")}  # records.CLIENT_SECONDS
+    out = dataclasses.replace(record, **scaled)
     if emulated and record.server_ttft_s is not None and record.server_e2e_s is not None:
         out = dataclasses.replace(out, ttft_s=record.server_ttft_s * factor, e2e_s=record.server_e2e_s * factor,
                                   clock="emulator", client_e2e_s=record.e2e_s)

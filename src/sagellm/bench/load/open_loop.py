@@ -26,7 +26,6 @@ from typing import Literal
 import aiohttp
 
 from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.responses import Outcome
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
@@ -57,8 +56,8 @@ def arrival_times(rate: float, arrivals: Arrivals, rng: random.Random) -> Iterat
 
 
 async def send_due(transport: Transport, session: aiohttp.ClientSession, request: Request, due: float,
-                   slots: asyncio.Semaphore) -> tuple[Outcome, float]:
-    """Send a scheduled request (its in-flight slot already taken, freed here): its outcome and lateness."""
+                   slots: asyncio.Semaphore) -> tuple[RequestRecord, float]:
+    """Send a scheduled request (its in-flight slot already taken, freed here): its record and lateness."""
     try:
         late = time.perf_counter() - due
         return await transport.send(session, request.prompt, request.max_new_tokens), late
