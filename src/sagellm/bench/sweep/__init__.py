@@ -1,1 +1,2 @@
-"""Which levels a bench measures and in what order: the list, doubling and adaptive choosers, the sweep loop, the ramp."""
+"""Which levels a bench measures and in what order: the sweep loop, the list, doubling and adaptive
+choosers, the ramp."""
