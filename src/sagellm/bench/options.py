@@ -6,10 +6,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sagellm.bench.load import sweep_problems
-from sagellm.bench.transports import APIS
-from sagellm.bench.workers import worker_problems
-from sagellm.bench.workload import WorkloadOptions
+from sagellm.bench.client.transports import APIS
+from sagellm.bench.client.workload import WorkloadOptions
+from sagellm.bench.load.workers import worker_problems
+from sagellm.bench.sweep.run import sweep_problems
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
 from sagellm.profiles.tokens import token_errors

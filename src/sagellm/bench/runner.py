@@ -12,21 +12,25 @@ from typing import Any
 from sagellm import __version__
 from sagellm.aws.cleanup import this_process
 from sagellm.aws.endpoints import DeployedEndpoint
-from sagellm.bench.existing import read_endpoint, reconcile
+from sagellm.bench.client.records import RecordLog, RequestRecord
+from sagellm.bench.client.workload import Workload
 from sagellm.bench.interrupts import Interrupted, Interrupts
-from sagellm.bench.load import MAX_IN_FLIGHT, LevelResult, OpenLoop, StopRule, default_budget, run_sweep
-from sagellm.bench.measured import levels_of, on_simulated_clock
+from sagellm.bench.load.level import LevelResult, StopRule
+from sagellm.bench.load.measured import levels_of, on_simulated_clock
+from sagellm.bench.load.open_loop import OpenLoop
+from sagellm.bench.load.pools import worker_pool
+from sagellm.bench.load.workers import pool_size
 from sagellm.bench.options import DEFAULT_PAYLOAD, BenchOptions, BenchOutcome, check_options
 from sagellm.bench.progress import Say, Watch
-from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun, ramp_steps
-from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.server_metrics import ServerWatch
-from sagellm.bench.sweeps import Chooser, make_chooser, sweep_method, threshold_levels, with_sweep
-from sagellm.bench.targets import Target, api_for, check_reachable, choose_target
-from sagellm.bench.teardown import tear_down
+from sagellm.bench.sweep.choosers import Chooser, make_chooser, sweep_method, threshold_levels, with_sweep
+from sagellm.bench.sweep.ramp import DEFAULT_STEP_S, RampRun, ramp_steps
+from sagellm.bench.sweep.run import MAX_IN_FLIGHT, default_budget, run_sweep
+from sagellm.bench.targets.existing import read_endpoint, reconcile
+from sagellm.bench.targets.http import api_for, check_reachable
+from sagellm.bench.targets.target import Target, choose_target
+from sagellm.bench.targets.teardown import tear_down
 from sagellm.bench.verdict import target_failure
-from sagellm.bench.workers import pool_size, worker_pool
-from sagellm.bench.workload import Workload
 from sagellm.errors import ExitStatus, InputError, SagellmError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, predict_point
 from sagellm.profiles.plan import DeploymentPlan
