@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sagellm.bench.adaptive import (
+from sagellm.bench.sweep.adaptive import (
     Measured,
     Plan,
     measured_knee,
@@ -55,7 +55,7 @@ from sagellm.bench.adaptive import (
     next_level,
     plan_from_prediction,
 )
-from sagellm.bench.sweeps import doubling_estimate, predicted_minutes, refit_for
+from sagellm.bench.sweep.choosers import doubling_estimate, predicted_minutes, refit_for
 from sagellm.planner import Calibration, Point, Shape, predict_point
 from sagellm.planner import constants as k
 from sagellm.profiles import design_for

@@ -43,8 +43,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sagellm.bench.summary import percentile
-from sagellm.bench.transports import COMPLETIONS, HttpTransport
+from sagellm.bench.client.summary import percentile
+from sagellm.bench.client.transports import COMPLETIONS, HttpTransport
 from sagellm.emulator import make_prompt
 
 TARGET_P50_MS, TARGET_P99_MS = 1.0, 20.0

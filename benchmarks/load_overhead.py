@@ -56,12 +56,13 @@ from typing import Any
 
 import boto3
 
-from sagellm.bench.arrivals import run_rate_level
-from sagellm.bench.load import LevelResult, run_level
-from sagellm.bench.records import RequestRecord
-from sagellm.bench.summary import percentile
-from sagellm.bench.transports import COMPLETIONS, TGI, HttpTransport, SageMakerTransport, Transport
-from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.summary import percentile
+from sagellm.bench.client.transports import COMPLETIONS, TGI, HttpTransport, SageMakerTransport, Transport
+from sagellm.bench.client.workload import Workload, WorkloadOptions
+from sagellm.bench.load.closed_loop import run_level
+from sagellm.bench.load.level import LevelResult
+from sagellm.bench.load.open_loop import run_rate_level
 from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import EmulatorProcess
 from sagellm.planner import Payload, Shape, predict_point

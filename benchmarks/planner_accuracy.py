@@ -34,9 +34,9 @@ from sagellm.planner import (
     Payload,
     Shape,
     fit_calibration,
-    generations,
     predict_point,
 )
+from sagellm.planner import constants as planner_constants
 
 # A copy of ../shared/reference/calibration.csv, kept in the repository so the script runs on a clean clone.
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "calibration.csv"
@@ -194,14 +194,14 @@ def render(result: dict, out=sys.stdout) -> None:
 # --- fitting -----------------------------------------------------------------------------------
 
 def _current() -> dict[str, float]:
-    consts = generations.MEASURED[FITTED][0]
+    consts = planner_constants.MEASURED[FITTED][0]
     return {n: getattr(consts, n) for n in FIT}
 
 
 def _set(names: list[str], values) -> None:
     """Install constants for the measured generation (every prediction after this uses them)."""
-    consts, label = generations.MEASURED[FITTED]
-    generations.MEASURED[FITTED] = (replace(consts, **{n: float(v) for n, v in zip(names, values)}), label)
+    consts, label = planner_constants.MEASURED[FITTED]
+    planner_constants.MEASURED[FITTED] = (replace(consts, **{n: float(v) for n, v in zip(names, values)}), label)
 
 
 def _residuals(rows: list[Row]) -> list[float]:

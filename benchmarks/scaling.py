@@ -37,13 +37,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from pacing_server import Remote, Served, pacing_server_process
-from sagellm.bench.coordinator import run_shared_level
-from sagellm.bench.load import LevelResult, run_level
-from sagellm.bench.records import RequestRecord
-from sagellm.bench.summary import percentile
-from sagellm.bench.transports import TGI, HttpTransport
-from sagellm.bench.workers import worker_pool
-from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.summary import percentile
+from sagellm.bench.client.transports import TGI, HttpTransport
+from sagellm.bench.client.workload import Workload, WorkloadOptions
+from sagellm.bench.load.closed_loop import run_level
+from sagellm.bench.load.coordinator import run_shared_level
+from sagellm.bench.load.level import LevelResult
+from sagellm.bench.load.pools import worker_pool
 from sagellm.planner import Payload
 
 

@@ -22,10 +22,10 @@ import aiohttp
 import pytest
 
 from sagellm.aws.local import LocalAws
-from sagellm.bench.responses import Outcome
-from sagellm.bench.transports import Transport
-from sagellm.bench.workers import Deliver, Share, run_share
-from sagellm.bench.workload import Workload
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.transports import Transport
+from sagellm.bench.client.workload import Workload
+from sagellm.bench.load.workers import Deliver, Share, run_share
 from sagellm.emulator import EmulatorProcess
 from sagellm.emulator.engine import CopyEngine, Sequence
 from sagellm.emulator.process import port_is_free
@@ -215,7 +215,7 @@ class FakeTransport:
         self.sent = 0
         self.cancelled = 0
 
-    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
+    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> RequestRecord:
         t0 = time.perf_counter()
         self.sent += 1
         self.in_flight += 1
@@ -224,16 +224,16 @@ class FakeTransport:
         try:
             if self.in_flight > self.admit:
                 await asyncio.sleep(0)
-                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, status=429,
-                               error_kind="overloaded", error="Model is overloaded")
+                return RequestRecord(ok=False, start_s=t0, e2e_s=time.perf_counter() - t0, status=429,
+                                     error_kind="overloaded", error="Model is overloaded")
             if self.sent <= self.fail_first:
                 await asyncio.sleep(0.001)
-                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, status=422,
-                               error_kind="validation", error="Input validation error")
+                return RequestRecord(ok=False, start_s=t0, e2e_s=time.perf_counter() - t0, status=422,
+                                     error_kind="validation", error="Input validation error")
             if self.sent == self.timeout_at:
                 await asyncio.sleep(0.01)
-                return Outcome(ok=False, started=t0, e2e_s=time.perf_counter() - t0, error_kind="timeout",
-                               error="timed out")
+                return RequestRecord(ok=False, start_s=t0, e2e_s=time.perf_counter() - t0,
+                                     error_kind="timeout", error="timed out")
             await asyncio.sleep(random.uniform(*self.duration_s))
         except asyncio.CancelledError:
             self.cancelled += 1
@@ -241,8 +241,8 @@ class FakeTransport:
         finally:
             self.in_flight -= 1
         e2e = time.perf_counter() - t0
-        return Outcome(ok=True, started=t0, e2e_s=e2e, output_tokens=max_new_tokens, ttft_s=e2e / 2,
-                       token_gaps_s=[e2e / 2 / max_new_tokens] * (max_new_tokens - 1), status=200)
+        return RequestRecord(ok=True, start_s=t0, e2e_s=e2e, output_tokens=max_new_tokens, ttft_s=e2e / 2,
+                             token_gaps_s=[e2e / 2 / max_new_tokens] * (max_new_tokens - 1), status=200)
 
 
 class InProcessPool:
@@ -271,7 +271,7 @@ class EngineTransport:
         self.engine = engine
         self.input_tokens = input_tokens
 
-    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> Outcome:
+    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> RequestRecord:
         t0 = time.perf_counter()
         seq = Sequence(self.input_tokens, max_new_tokens, t0, None)
         self.engine.submit(seq)
@@ -279,5 +279,6 @@ class EngineTransport:
         async for _ in seq.progress():
             assert seq.last_token_s is not None
             stamps.append(seq.last_token_s)
-        return Outcome(ok=True, started=t0, e2e_s=stamps[-1] - t0, output_tokens=len(stamps),
-                       ttft_s=stamps[0] - t0, token_gaps_s=[b - a for a, b in itertools.pairwise(stamps)], status=200)
+        return RequestRecord(ok=True, start_s=t0, e2e_s=stamps[-1] - t0, output_tokens=len(stamps),
+                             ttft_s=stamps[0] - t0, token_gaps_s=[b - a for a, b in itertools.pairwise(stamps)],
+                             status=200)

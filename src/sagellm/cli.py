@@ -431,9 +431,9 @@ def bench(
     Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
     3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM).
     """
+    from sagellm.bench.client.workload import WorkloadOptions
     from sagellm.bench.progress import watching
     from sagellm.bench.runner import BenchOptions, run_bench
-    from sagellm.bench.workload import WorkloadOptions
     from sagellm.render import print_report
 
     if concurrency is not None and request_rate is not None:

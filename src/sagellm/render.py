@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from sagellm.engines import ENGINES
 from sagellm.planner import Curve
 from sagellm.profiles.plan import DeploymentPlan
 
@@ -72,7 +73,8 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
     c.print(t)
     c.print("ms/token = e2e ÷ output tokens · knee = max tokens/s ÷ ms/token · max = highest concurrency inside "
             "the timeout, admitted")
-    batch = env.get("MAX_BATCH_SIZE", env.get("OPTION_MAX_ROLLING_BATCH_SIZE"))
+    batch = next((env[name] for engine in ENGINES.values() for v in engine.variables if v.sets == "max_batch_size"
+                  for name in v.names if name in env), None)
     c.print(f"KV capacity {curve.kv_capacity_tokens} tokens per copy · {curve.max_sequences_per_copy} running "
             f"sequences at {curve.payload.total_tokens} tokens" + (f" (batch limit {batch})" if batch else "")
             + f" · admission MAX_CONCURRENT_REQUESTS={env.get('MAX_CONCURRENT_REQUESTS', '– (LMI queues)')}")

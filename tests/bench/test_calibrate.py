@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from sagellm.bench.calibrate import calibrate_runs
+from sagellm.engines.tgi import TGI
 from sagellm.errors import InputError
 from sagellm.planner import Calibration, Payload, predict_point
 from sagellm.profiles import design_for
 from sagellm.profiles.calibration import calibration_path, load_calibration
-from sagellm.profiles.containers import PINNED
 from sagellm.results.schema import ERROR_KINDS, Level, Run, Stats, Teardown, write_results
 from sagellm.results.sweep import make_results
 
@@ -88,7 +88,7 @@ def test_recovers_the_multipliers_of_an_endpoint_that_differs_from_the_predictio
     runs = [measured_run(tmp_path / "a", Payload(256, 256)), measured_run(tmp_path / "b", Payload(1024, 128))]
     lines = calibrate_runs(runs, profiles_in(tmp_path))
     assert len(lines) == 1 and lines[0].startswith("wrote ")
-    cal = load_calibration(tmp_path / "profiles", LLAMA2_7B, INSTANCE, "tgi", PINNED["tgi"])
+    cal = load_calibration(tmp_path / "profiles", LLAMA2_7B, INSTANCE, "tgi", TGI.pinned)
     assert cal is not None
     # Exact data: only the pull toward 1 keeps the fit off the truth; it covers most of the way.
     for name in ("decode_floor", "decode_per_sequence", "prefill"):
@@ -100,7 +100,7 @@ def test_recovers_the_multipliers_of_an_endpoint_that_differs_from_the_predictio
 def test_stores_a_reviewable_yaml_per_model_instance_and_container_next_to_the_profiles(tmp_path: Path) -> None:
     run = measured_run(tmp_path / "run-1", Payload(256, 256))
     calibrate_runs([run], profiles_in(tmp_path))
-    path = calibration_path(tmp_path / "profiles", LLAMA2_7B, INSTANCE, "tgi", PINNED["tgi"])
+    path = calibration_path(tmp_path / "profiles", LLAMA2_7B, INSTANCE, "tgi", TGI.pinned)
     assert path.parent == tmp_path / "profiles" / "calibration"
     assert path.name == "meta-llama--Llama-2-7b-hf__ml.g5.12xlarge__tgi-3.3.6.yaml"
     text = path.read_text()
@@ -116,7 +116,7 @@ def test_stores_a_reviewable_yaml_per_model_instance_and_container_next_to_the_p
 
 def test_a_calibration_from_one_run_improves_the_prediction_of_another(tmp_path: Path) -> None:
     calibrate_runs([measured_run(tmp_path / "a", Payload(256, 256))], profiles_in(tmp_path))
-    cal = load_calibration(tmp_path / "profiles", LLAMA2_7B, INSTANCE, "tgi", PINNED["tgi"])
+    cal = load_calibration(tmp_path / "profiles", LLAMA2_7B, INSTANCE, "tgi", TGI.pinned)
     other = Payload(1024, 128)
     d = design_for("max-throughput", LLAMA2_7B, INSTANCE, payload=other, profiles_dir=empty(tmp_path))
     truth, plain = replace(d.shape(), calibration=TRUE), replace(d.shape(), calibration=None)
@@ -209,7 +209,7 @@ def test_calibrate_without_runs_is_a_usage_error(tmp_path: Path) -> None:
 def test_a_damaged_calibration_file_makes_plan_exit_2_naming_file_and_field(tmp_path: Path) -> None:
     profiles = profiles_in(tmp_path)
     calibrate_runs([measured_run(tmp_path / "run", Payload(256, 256))], profiles)
-    path = calibration_path(profiles, LLAMA2_7B, INSTANCE, "tgi", PINNED["tgi"])
+    path = calibration_path(profiles, LLAMA2_7B, INSTANCE, "tgi", TGI.pinned)
     path.write_text(path.read_text().replace("decode_floor: ", "decode_floor: -"))
     line = assert_one_line_bad_input(sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B,
                                              "--instance", INSTANCE, "--profiles-dir", str(profiles), cwd=tmp_path))

@@ -24,9 +24,9 @@ from bench_helpers import INSTANCE, MODEL, Probe, install_probe, pid_alive, requ
 from sagellm.aws import cloudformation
 from sagellm.aws.local import LocalAws
 from sagellm.bench import runner
+from sagellm.bench.client.transports import HttpTransport, SageMakerTransport
+from sagellm.bench.client.workload import WorkloadOptions
 from sagellm.bench.runner import BenchOptions, BenchOutcome, run_bench
-from sagellm.bench.transports import HttpTransport, SageMakerTransport
-from sagellm.bench.workload import WorkloadOptions
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import Payload

@@ -14,7 +14,7 @@ import pytest
 from bench_helpers import INSTANCE, MODEL, Ran, bench_args, request_lines, results_of, sagellm
 from sagellm.aws.local import LocalAws
 from sagellm.bench.server_metrics import ServerWatch
-from sagellm.bench.stack_targets import SageMakerTarget
+from sagellm.bench.targets.stack import SageMakerTarget
 from sagellm.profiles import resolve
 
 # The server's ModelLatency and the client's e2e time the same requests on the emulator's clock, but the

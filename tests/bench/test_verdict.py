@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from bench_helpers import INSTANCE, MODEL, request_lines, results_of
-from sagellm.bench import targets
-from sagellm.bench.load import LevelResult
-from sagellm.bench.records import RequestRecord
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.transports import HttpTransport
+from sagellm.bench.load.level import LevelResult
 from sagellm.bench.runner import BenchOptions, run_bench
-from sagellm.bench.transports import HttpTransport
+from sagellm.bench.targets import http as http_target
 from sagellm.bench.verdict import target_failure
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus
@@ -78,7 +78,7 @@ def run_against(emulator: EmulatorProcess, out: Path, after: int, fault: Any) ->
     with pytest.MonkeyPatch.context() as monkeypatch:
         monkeypatch.setattr(HttpTransport, "send", send_then_fault)
         # A client timeout of 1 s instead of 60 s, so a hang shows quickly.
-        monkeypatch.setattr(targets, "HttpTransport", functools.partial(HttpTransport, timeout_s=1.0))
+        monkeypatch.setattr(http_target, "HttpTransport", functools.partial(HttpTransport, timeout_s=1.0))
         return run_bench(BenchOptions(
             profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, target="http",
             url=emulator.url, concurrency=(1, 2), requests_per_level=40, warmup=0, out=out), say=print)

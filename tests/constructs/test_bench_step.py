@@ -14,7 +14,7 @@ from aws_cdk import App, Stack
 from aws_cdk.assertions import Template
 
 from sagellm.constructs.bench_step import BENCH_TAG, DESCRIBE_ACTIONS
-from sagellm.constructs.llm_endpoint import INVOKE_ACTIONS
+from sagellm.constructs.role import INVOKE_ACTIONS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline_app.py"
 TAG = "LlmPipeline.Bench"

@@ -1,4 +1,5 @@
-"""Server generations (which constants, what physics, what `plan` says) and the calibration fit."""
+"""What the planner does with server generations (which constants, what physics, what `plan` says) and the
+calibration fit."""
 
 import math
 from dataclasses import replace
@@ -6,33 +7,24 @@ from dataclasses import replace
 import pytest
 
 from sagellm.catalog import find_instance, find_model
+from sagellm.engines import GENERATIONS
 from sagellm.planner import (
     Calibration,
     Observation,
     Payload,
     Shape,
     fit_calibration,
-    generation_of,
     predict,
     predict_point,
     step_time_notes,
 )
 from sagellm.planner.curve import _prefill_passes
-from sagellm.planner.generations import GENERATIONS
 
 P = Payload(256, 256)
 
 
 def shape(**kw) -> Shape:
     return Shape(find_model("llama2-7b"), find_instance("ml.g5.12xlarge"), 4, **kw)
-
-
-@pytest.mark.parametrize("container,version,expected", [
-    ("tgi", "1.0.3", "tgi-1"), ("tgi", "1.4.5", "tgi-1"), ("tgi", "0.9.3", "tgi-1"),
-    ("tgi", "2.0.0", "tgi-3"), ("tgi", "3.3.6", "tgi-3"), ("tgi", None, "tgi-3"), ("lmi", "0.33.0", "lmi"),
-])
-def test_a_pinned_container_maps_to_its_generation(container, version, expected):
-    assert generation_of(container, version) == expected
 
 
 def test_an_unknown_generation_fails_at_once():

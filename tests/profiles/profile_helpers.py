@@ -8,7 +8,8 @@ import pytest
 
 from sagellm.catalog import find_instance, find_model
 from sagellm.cli import main
-from sagellm.planner import Shape, generation_of
+from sagellm.engines import generation_of
+from sagellm.planner import Shape
 from sagellm.profiles import DeploymentPlan
 
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 from profile_helpers import LLAMA2_7B, run_cli
 
+from sagellm.engines import ENGINES
+from sagellm.engines.lmi import VLLM_ASYNC
 from sagellm.errors import InputError
 from sagellm.profiles import resolve
-from sagellm.profiles.containers import LMI_ENGINE, PINNED
 from sagellm.profiles.loader import MAX_FILE_BYTES, all_sources, load_profile
 from sagellm.profiles.resolve import Copy, design_for, environment
 from sagellm.profiles.schema import INT32_MAX, Profile
-from sagellm.profiles.validate import SETTINGS, profile_errors, validate_profile, with_values
+from sagellm.profiles.validate import profile_errors, validate_profile, with_values
 
 
 def validate(capsys, monkeypatch, *args: str) -> tuple[int, list[str]]:
@@ -188,10 +189,11 @@ def test_every_variable_the_plan_writes_is_owned_by_a_profile_field_in_the_alias
     main = plan.primary
     copy = Copy(main.model(), main.tp_degree, 1, "gptq", 256, 512, 4096, 8, 4)
     d = design_for("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
-    written = set(environment(copy, dataclasses.replace(d, container=container, container_version=PINNED[container])))
+    engine = ENGINES[container]
+    written = set(environment(copy, dataclasses.replace(d, container=container, container_version=engine.pinned)))
     # The engine choice and TGI 3's PREFILL_CHUNKING=0 beside a batch-size limit are sagellm's, not a profile's.
-    written -= {*LMI_ENGINE, "PREFILL_CHUNKING"}
-    owned = {names[0] for _, names, field in SETTINGS[container] if field}
+    written -= {*VLLM_ASYNC, "PREFILL_CHUNKING"}
+    owned = {v.names[0] for v in engine.variables if v.sets}
     assert written == owned
 
 

@@ -7,10 +7,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from sagellm.engines import ENGINES
 from sagellm.errors import InputError, TargetError
 
-# Where the serving containers sagellm deploys (TGI, LMI) read the model id.
-MODEL_ID_VARIABLES = ("HF_MODEL_ID", "OPTION_MODEL_ID")
+# Where the serving containers sagellm deploys read the model id (each engine's names, without repeats).
+MODEL_ID_VARIABLES = tuple(dict.fromkeys(v for e in ENGINES.values() for v in e.model_id_variables))
 
 
 @dataclass(frozen=True)

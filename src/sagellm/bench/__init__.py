@@ -3,6 +3,8 @@
 Run one from Python by describing it with the specs (bench/specs.py) and calling `run`; the outcome holds
 the results and the exit status `sagellm bench` would end with::
 
+    from pathlib import Path
+
     from sagellm import bench
 
     outcome = bench.run(bench.Bench(
@@ -11,6 +13,9 @@ the results and the exit status `sagellm bench` would end with::
         load=bench.Closed(concurrency=(1, 4), requests_per_level=8),
         output=bench.Output(Path("run-1"))))
     print(outcome.exit_status.name, outcome.results.max_throughput)
+
+Sub-packages, each importing only those below it: `sweep` and `targets` → `load` → `client`; above them the
+specs, then the planning, the flags and the runner.
 """
 
 from sagellm.bench.options import BenchOutcome

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from sagellm.bench.arrivals import Arrivals
-from sagellm.bench.load import MAX_IN_FLIGHT
+from sagellm.bench.client.workload import WorkloadOptions
+from sagellm.bench.load.open_loop import Arrivals
 from sagellm.bench.specs import (
     Bench,
     Closed,
@@ -29,7 +29,7 @@ from sagellm.bench.specs import (
     level_problems,
     pairing_problems,
 )
-from sagellm.bench.workload import WorkloadOptions
+from sagellm.bench.sweep.run import MAX_IN_FLIGHT
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
 from sagellm.results.schema import Results

@@ -9,9 +9,8 @@ from typing import Any
 
 from sagellm import __version__
 from sagellm.aws.endpoints import DeployedEndpoint
-from sagellm.bench.existing import read_endpoint, reconcile
-from sagellm.bench.load import OpenLoop, default_budget
-from sagellm.bench.ramp import ramp_steps
+from sagellm.bench.client.workload import Workload, WorkloadOptions
+from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.specs import (
     DEFAULT_PAYLOAD,
     Bench,
@@ -26,9 +25,11 @@ from sagellm.bench.specs import (
     SageMaker,
     Serving,
 )
-from sagellm.bench.sweeps import sweep_method, threshold_levels
-from sagellm.bench.targets import api_for, check_reachable
-from sagellm.bench.workload import Workload, WorkloadOptions
+from sagellm.bench.sweep.choosers import sweep_method, threshold_levels
+from sagellm.bench.sweep.ramp import ramp_steps
+from sagellm.bench.sweep.run import default_budget
+from sagellm.bench.targets.existing import read_endpoint, reconcile
+from sagellm.bench.targets.http import api_for, check_reachable
 from sagellm.errors import InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, Shape
 from sagellm.profiles import DeploymentPlan, Design, design_for, profile_payload

@@ -1,11 +1,8 @@
 """A server's Prometheus `/metrics` (vLLM, TGI): scraped before and after a level, the differences reported.
 
 Counters give their increase; histograms their increase in count and sum, so a mean over the level (bucket
-edges differ between servers and versions, so no percentiles are estimated). Names (vLLM 0.10–0.12 and TGI
-3.x, from their sources): vLLM serves Counters with `_total` appended; it renamed
-`time_per_output_token_seconds` to `inter_token_latency_seconds` in 0.11, so both are tried, newest first.
-TGI has no TTFT histogram; its `tgi_request_mean_time_per_token_duration` is inference time ÷ generated
-tokens, prefill included, so it is reported as `time_per_token_ms`, not as ITL.
+edges differ between servers and versions, so no percentiles are estimated). The metric names are each
+engine's (sagellm.engines: vLLM's in lmi, TGI's in tgi).
 """
 
 from __future__ import annotations
@@ -15,24 +12,24 @@ import urllib.request
 from collections import defaultdict
 from datetime import datetime
 
+from sagellm.engines import ENGINES
 from sagellm.errors import TargetError
 from sagellm.results.schema import ServerMetric, ServerMetrics, ServerStats
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)")
 
-# results name → (unit, candidate histograms in seconds, newest name first)
+# results name → unit, in the order the results list them
+HISTOGRAM_UNITS = {"e2e_latency_ms": "ms", "ttft_ms": "ms", "itl_ms": "ms", "time_per_token_ms": "ms",
+                   "queue_time_ms": "ms"}
+COUNTER_UNITS = {"requests": "count", "prompt_tokens": "tokens", "generation_tokens": "tokens"}
+# results name → (unit, every engine's candidate histograms in seconds / samples whose increase is reported)
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "e2e_latency_ms": ("ms", ("vllm:e2e_request_latency_seconds", "tgi_request_duration")),
-    "ttft_ms": ("ms", ("vllm:time_to_first_token_seconds",)),
-    "itl_ms": ("ms", ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")),
-    "time_per_token_ms": ("ms", ("tgi_request_mean_time_per_token_duration",)),
-    "queue_time_ms": ("ms", ("vllm:request_queue_time_seconds", "tgi_request_queue_duration")),
+    key: (unit, tuple(n for e in ENGINES.values() for n in e.histograms.get(key, ())))
+    for key, unit in HISTOGRAM_UNITS.items()
 }
-# results name → (unit, candidate samples whose increase is reported)
 COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "requests": ("count", ("vllm:request_success_total", "tgi_request_count")),
-    "prompt_tokens": ("tokens", ("vllm:prompt_tokens_total", "tgi_request_input_length_sum")),
-    "generation_tokens": ("tokens", ("vllm:generation_tokens_total", "tgi_request_generated_tokens_sum")),
+    key: (unit, tuple(n for e in ENGINES.values() for n in e.counters.get(key, ())))
+    for key, unit in COUNTER_UNITS.items()
 }
 
 

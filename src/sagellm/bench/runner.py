@@ -11,21 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from sagellm.aws.cleanup import this_process
+from sagellm.bench.client.records import RecordLog, RequestRecord
 from sagellm.bench.interrupts import Interrupted, Interrupts
-from sagellm.bench.load import LevelResult, StopRule, run_sweep
-from sagellm.bench.measured import levels_of, on_simulated_clock
+from sagellm.bench.load.level import LevelResult, StopRule
+from sagellm.bench.load.measured import levels_of, on_simulated_clock
+from sagellm.bench.load.pools import worker_pool
+from sagellm.bench.load.workers import pool_size
 from sagellm.bench.options import BenchOptions, BenchOutcome, to_bench
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
 from sagellm.bench.progress import Say, Watch
-from sagellm.bench.ramp import DEFAULT_STEP_S, RampRun
-from sagellm.bench.records import RecordLog, RequestRecord
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.specs import Bench, Http, Local, Ramp, SageMaker
-from sagellm.bench.sweeps import Chooser, make_chooser, sweep_block
-from sagellm.bench.targets import Target, choose_target
-from sagellm.bench.teardown import tear_down
+from sagellm.bench.sweep.choosers import Chooser, make_chooser, sweep_block
+from sagellm.bench.sweep.ramp import DEFAULT_STEP_S, RampRun
+from sagellm.bench.sweep.run import run_sweep
+from sagellm.bench.targets.target import Target, choose_target
+from sagellm.bench.targets.teardown import tear_down
 from sagellm.bench.verdict import target_failure
-from sagellm.bench.workers import pool_size, worker_pool
 from sagellm.errors import ExitStatus, SagellmError
 from sagellm.planner import predict_point
 from sagellm.results import sweep

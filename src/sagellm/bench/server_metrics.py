@@ -17,10 +17,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sagellm.bench import prometheus
-from sagellm.bench.existing import ExistingEndpoint
-from sagellm.bench.stack_targets import LocalTarget, SageMakerTarget
-from sagellm.bench.targets import HttpTarget, Target
-from sagellm.bench.transports import Transport
+from sagellm.bench.client.transports import Transport
+from sagellm.bench.targets.existing import ExistingEndpoint
+from sagellm.bench.targets.http import HttpTarget
+from sagellm.bench.targets.stack import LocalTarget, SageMakerTarget
+from sagellm.bench.targets.target import Target
 from sagellm.errors import TargetError
 from sagellm.results.schema import ServerMetric, ServerMetrics, ServerStats
 

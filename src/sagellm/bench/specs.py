@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from sagellm.bench.arrivals import ARRIVALS, Arrivals
-from sagellm.bench.load import MAX_IN_FLIGHT
-from sagellm.bench.sweeps import Sweep
-from sagellm.bench.transports import APIS
-from sagellm.bench.workers import worker_problems
-from sagellm.bench.workload import WorkloadOptions
+from sagellm.bench.client.transports import APIS
+from sagellm.bench.client.workload import WorkloadOptions
+from sagellm.bench.load.open_loop import ARRIVALS, Arrivals
+from sagellm.bench.load.workers import worker_problems
+from sagellm.bench.sweep.choosers import Sweep
+from sagellm.bench.sweep.run import MAX_IN_FLIGHT
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.tokens import token_errors

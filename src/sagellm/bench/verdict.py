@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sagellm.bench.load import LevelResult
-from sagellm.bench.records import RequestRecord
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.load.level import LevelResult
 from sagellm.results.sweep import MAX_ERROR_RATE
 
 

@@ -16,7 +16,8 @@ from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from sagellm.constructs.llm_endpoint import INVOKE_ACTIONS, LlmEndpoint
+from sagellm.constructs.llm_endpoint import LlmEndpoint
+from sagellm.constructs.role import INVOKE_ACTIONS
 from sagellm.errors import InputError
 
 # What `sagellm bench --endpoint-name` reads to label, predict and price the run (aws/endpoints.py), and

@@ -18,7 +18,7 @@ from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
 from sagellm.constructs.inference_component import component_name, inference_component
 from sagellm.constructs.metrics import EndpointMetrics
 from sagellm.constructs.model import container_model
-from sagellm.constructs.role import ecr_repository_arn, execution_role
+from sagellm.constructs.role import INVOKE_ACTIONS, ecr_repository_arn, execution_role
 from sagellm.constructs.scaling import (
     COMPONENT_COPIES,
     CONCURRENT_REQUESTS_PER_COPY,
@@ -32,7 +32,6 @@ from sagellm.profiles.schema import TIMEOUT_RANGE_S, VOLUME_RANGE_GB  # SageMake
 from sagellm.profiles.tokens import gated_without_secret, token_errors
 
 _COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
-INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 
 
 class LlmEndpoint(Construct, EndpointMetrics):

@@ -17,6 +17,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from sagellm.constructs.endpoint import VARIANT_NAME
+from sagellm.constructs.role import INVOKE_ACTIONS
 
 SAGEMAKER = "AWS/SageMaker"
 ENDPOINTS = "/aws/sagemaker/Endpoints"
@@ -108,6 +109,4 @@ class ImportedLlmEndpoint(Construct, EndpointMetrics):
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         """Allow `grantee` to invoke this endpoint (plain and streaming), and nothing else."""
-        from sagellm.constructs.llm_endpoint import INVOKE_ACTIONS
-
         return iam.Grant.add_to_principal(grantee=grantee, actions=INVOKE_ACTIONS, resource_arns=[self.endpoint_arn])

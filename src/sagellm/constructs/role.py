@@ -18,6 +18,8 @@ _ECR_URI = re.compile(
 METRIC_NAMESPACES = ["/aws/sagemaker/Endpoints", "/aws/sagemaker/InferenceComponents"]
 # Log groups SageMaker writes a container's logs to: the endpoint's, and an inference component's own.
 LOG_PREFIXES = ("/aws/sagemaker/Endpoints", "/aws/sagemaker/InferenceComponents")
+# What `grant_invoke` allows on an endpoint: plain and streaming invocations, nothing else.
+INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 
 
 def ecr_repository_arn(image_uri: str) -> str | None:

@@ -18,13 +18,11 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from sagellm.catalog import find_instance
+from sagellm.engines import Limits, engine_for
 from sagellm.errors import InputError
 from sagellm.planner import Shape, StepModel
-from sagellm.planner import constants as k
-from sagellm.profiles.containers import generation
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
 _MAX_DEBT_S = 0.05  # real seconds an engine may run behind its schedule before it stops catching up
@@ -48,59 +46,6 @@ class InvocationTimeout(Exception):
 
 class Cancelled(Exception):
     """The emulator stopped while the request was in flight."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """A copy's serving limits, as the pinned server reads its environment (docs/containers.md)."""
-
-    max_input_tokens: int
-    max_total_tokens: int
-    max_batch_prefill_tokens: int
-    max_batch_total_tokens: int  # KV budget: what is free after warm-up; each sequence reserves input + max_new
-    max_concurrent_requests: int | None  # TGI rejects above it (429); None: never rejects (LMI queues)
-    max_batch_size: int | None  # running sequences; None: the KV budget alone decides
-
-    @classmethod
-    def from_environment(cls, container: str, version: str | None, env: dict[str, str], shape: Shape) -> Limits:
-        """TGI or LMI limits, with that server generation's defaults where a variable is unset."""
-        def num(name: str, default: int) -> int:
-            value = env.get(name)
-            if value is None:
-                return default
-            try:
-                return int(value)
-            except ValueError:
-                raise InputError(f"environment: {name}: {value!r} is not an integer") from None
-
-        context = shape.model.max_context
-        # Every generation sagellm models sizes the KV cache from the memory free after warm-up
-        # (TGI ignores MAX_BATCH_TOTAL_TOKENS for flash-attention models).
-        kv = shape.kv_capacity_tokens
-        gen = generation(container, version)
-        if gen == "lmi":
-            total = num("OPTION_MAX_MODEL_LEN", context)
-            # LMI's default rolling batch in async mode is 32 sequences (LmiConfigRecommender).
-            return cls(max_input_tokens=total - 1, max_total_tokens=total,
-                       max_batch_prefill_tokens=num("OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS", total),
-                       max_batch_total_tokens=kv, max_concurrent_requests=None,
-                       max_batch_size=num("OPTION_MAX_ROLLING_BATCH_SIZE", 32))
-        # TGI 3 warm-up: max_total_tokens = min(KV cache, context); input = total - 1.
-        total = num("MAX_TOTAL_TOKENS", min(kv, context) if gen == "tgi3" else context)
-        max_input = num("MAX_INPUT_TOKENS", num("MAX_INPUT_LENGTH", total - 1))
-        chunking = gen == "tgi3" and env.get("PREFILL_CHUNKING", "1").lower() in ("1", "true")
-        batch_size = num("MAX_BATCH_SIZE", 0) or None
-        # Launcher defaults: TGI 3 4096 within the context; TGI 2 max_input_tokens + 50 (× batch size if set).
-        prefill = min(k.DEFAULT_PREFILL_TOKENS, context) if gen == "tgi3" else max_input * batch_size if batch_size else max_input + 50
-        return cls(
-            max_input_tokens=max_input,
-            max_total_tokens=total,
-            max_batch_prefill_tokens=num("MAX_BATCH_PREFILL_TOKENS", prefill),
-            max_batch_total_tokens=kv,
-            max_concurrent_requests=num("MAX_CONCURRENT_REQUESTS", 128),
-            # The router ignores MAX_BATCH_SIZE while it chunks prefills (backends/v3/src/backend.rs).
-            max_batch_size=None if chunking else batch_size,
-        )
 
 
 class Sequence:
@@ -311,11 +256,13 @@ class ModelServer:
 
     def __init__(self, plan: DeploymentPlan, deployment: ModelDeployment, time_scale: float):
         self.deployment = deployment
-        shape = Shape(model=deployment.model(),
-                      instance=find_instance(plan.instance_type), tp_degree=deployment.tp_degree,
+        instance = find_instance(plan.instance_type)
+        shape = Shape(model=deployment.model(), instance=instance, tp_degree=deployment.tp_degree,
                       quantization=deployment.quantization)
-        self.limits = Limits.from_environment(plan.container, plan.container_version, deployment.environment,
-                                              shape)
+        # The pinned server reads its limits from the environment, with its own defaults where one is unset.
+        self.engine = engine_for(plan.container, neuron=instance.is_neuron)
+        self.limits = self.engine.limits(plan.container_version, deployment.environment, shape.kv_capacity_tokens,
+                                    shape.model.max_context)
         if self.limits.max_batch_total_tokens <= 0:
             raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
                              f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")

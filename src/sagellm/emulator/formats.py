@@ -1,4 +1,4 @@
-"""What the emulator reads and writes: the token-count rule, request bodies, TGI, LMI and OpenAI replies.
+"""What the emulator reads and writes: the token-count rule, request bodies, generated tokens, OpenAI replies.
 
 Token rule (no tokenizer): a prompt's token count is its number of whitespace-separated words
 (`len(text.split())`); an OpenAI prompt given as a list of token ids counts one token per id.
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sagellm.emulator.engine import RequestError
+from sagellm.engines import Token
 
 # A fixed sentence repeated to length, like the published benchmarks' prompts (method.md §5).
 _WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "again")
@@ -159,56 +160,15 @@ def sse(data: dict[str, Any], *, space: bool = False) -> bytes:
     return f"{prefix}{json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _tgi_token(index: int) -> dict[str, Any]:
-    return {"id": _TOKEN_ID_BASE + index % len(_WORDS), "text": token_text(index), "logprob": -0.1,
-            "special": False}
+def token(index: int) -> Token:
+    """The generated token at `index` (0-based), as the servers report it: id, text, log-probability."""
+    return Token(_TOKEN_ID_BASE + index % len(_WORDS), token_text(index), -0.1)
 
 
-def tgi_details(n_tokens: int, input_tokens: int, timings: dict[str, float]) -> dict[str, Any]:
-    """TGI's `details` plus the emulator's own timings (`sagellm_server_ttft_s`, `sagellm_server_e2e_s`)."""
+def generate_details(n_tokens: int, input_tokens: int, timings: dict[str, float]) -> dict[str, Any]:
+    """TGI's (and LMI's) `details` plus the emulator's own timings (`sagellm_server_ttft_s`, …_e2e_s)."""
     return {"finish_reason": "length", "generated_tokens": n_tokens, "seed": None,
             "input_length": input_tokens, **timings}
-
-
-def tgi_generate(n_tokens: int, details: dict[str, Any] | None) -> dict[str, Any]:
-    """TGI's `/generate` reply (`/invocations` wraps it in a list)."""
-    out: dict[str, Any] = {"generated_text": generated_text(n_tokens)}
-    if details is not None:
-        out["details"] = {**details, "prefill": [], "tokens": [_tgi_token(i) for i in range(n_tokens)]}
-    return out
-
-
-def tgi_stream_token(index: int) -> bytes:
-    """One `/generate_stream` event for a token that is not the last."""
-    # Rendered by hand: this runs once per token per stream, the emulator's hottest path.
-    return (f'data:{{"index":{index + 1},"token":{{"id":{_TOKEN_ID_BASE + index % len(_WORDS)},'
-            f'"text":"{token_text(index)}","logprob":-0.1,"special":false}},'
-            f'"generated_text":null,"details":null,"top_tokens":null}}\n\n').encode()
-
-
-def tgi_stream_last(index: int, details: dict[str, Any] | None) -> bytes:
-    """The last `/generate_stream` event: the last token, the whole text, and `details` if asked for."""
-    return sse({"index": index + 1, "token": _tgi_token(index), "generated_text": generated_text(index + 1),
-                "details": details, "top_tokens": None})
-
-
-def lmi_generate(n_tokens: int, details: dict[str, Any] | None) -> dict[str, Any]:
-    """LMI's `/invocations` reply: one object (TGI wraps it in a list)."""
-    out: dict[str, Any] = {"generated_text": generated_text(n_tokens)}
-    if details is not None:
-        out["details"] = {**details, "prefill": [], "tokens": [_lmi_token(i) for i in range(n_tokens)]}
-    return out
-
-
-def _lmi_token(index: int) -> dict[str, Any]:
-    return {"id": _TOKEN_ID_BASE + index % len(_WORDS), "text": token_text(index), "logprob": -0.1}
-
-
-def lmi_stream_line(index: int, details: dict[str, Any] | None = None, *, last: bool = False) -> bytes:
-    """One line of LMI's streamed reply (`application/jsonlines`); the last adds the text and `details`."""
-    line = {"index": index, "token": _lmi_token(index), "generated_text": generated_text(index + 1) if last else None,
-            "details": details if last else None}
-    return json.dumps(line, separators=(",", ":")).encode() + b"\n"
 
 
 def openai_error(status: int, message: str) -> dict[str, Any]:

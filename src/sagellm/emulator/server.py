@@ -1,6 +1,7 @@
 """The emulator's HTTP server: SageMaker runtime, TGI/LMI and OpenAI-compatible routes over the simulated copies.
 
-What a client can tell apart is what the pinned server and SageMaker do on the wire (docs/containers.md):
+What a client can tell apart is what the pinned server and SageMaker do on the wire (docs/containers.md; the
+pinned server's reply and error formats are its engine's, sagellm.engines):
 - SageMaker runtime: `POST /endpoints/{name}/invocations` and `…/invocations-response-stream` (AWS
   event-stream: each piece of the container's reply in a `PayloadPart`). An unknown endpoint name is a
   `ValidationError`; the `X-Amzn-SageMaker-Inference-Component` header must name a component exactly
@@ -58,6 +59,7 @@ from sagellm.emulator.engine import (
     Sequence,
 )
 from sagellm.emulator.formats import Ask
+from sagellm.engines import ErrorReply
 from sagellm.errors import InputError, TargetError
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import DeploymentPlan
@@ -69,14 +71,8 @@ SERVER_TTFT_DETAIL = "sagellm_server_ttft_s"
 SERVER_E2E_DETAIL = "sagellm_server_e2e_s"
 _SSE = "text/event-stream"
 _JSON = "application/json"
-_JSONLINES = "application/jsonlines"
 # InvokeEndpoint[WithResponseStream]: the request body may hold at most 6 MiB (API reference, Body).
 SAGEMAKER_MAX_PAYLOAD = 6 * 1024 * 1024
-# text-generation-launcher --payload-limit (PAYLOAD_LIMIT) default; axum answers 413 with this text.
-TGI_PAYLOAD_LIMIT = 2_000_000
-_TGI_PAYLOAD_TEXT = "Failed to buffer the request body: length limit exceeded"
-# LMI turns a generate body without max_new_tokens into a vLLM request of 30 (request_response_utils.py).
-LMI_DEFAULT_NEW_TOKENS = 30
 _ACCOUNT = "000000000000"
 _VARIANT = "AllTraffic"
 _SHUTDOWN = "the emulator is shutting down"
@@ -108,6 +104,10 @@ class _Reply:
     status: int
     content_type: str
     body: bytes
+
+
+def _reply_of(refusal: ErrorReply) -> _Reply:
+    return _Reply(refusal.status, refusal.content_type, refusal.body)
 
 
 def _model_error(reply: _Reply) -> web.Response:
@@ -219,7 +219,7 @@ _CALL = web.RequestKey("sagellm_call", _Call)
 
 def _details(call: _Call, n_tokens: int) -> dict[str, object] | None:
     """TGI's (and LMI's) `details` with the emulator's timings, when the request asked for details."""
-    return formats.tgi_details(n_tokens, call.ask.input_tokens, call.timings()) if call.ask.details else None
+    return formats.generate_details(n_tokens, call.ask.input_tokens, call.timings()) if call.ask.details else None
 
 
 async def _token_events(call: _Call, token: Callable[[int], bytes], last: Callable[[int], bytes]
@@ -290,8 +290,8 @@ class Emulator:
         self.component_names = {name: names.get(name, name) for name in self.models}
         self._by_component = {deployed: self.models[name] for name, deployed in self.component_names.items()}
         self.primary = self.models[plan.models[0].name]
-        self.lmi = plan.container == "lmi"
-        self.payload_limit = int(plan.primary.environment.get("PAYLOAD_LIMIT", TGI_PAYLOAD_LIMIT))
+        self.engine = self.primary.engine
+        self.payload_limit = self.engine.payload_limit(plan.primary.environment)
         self.served = 0
         self._lag = _LoopLag()
         self._lag_task: asyncio.Task[None] | None = None
@@ -369,19 +369,12 @@ class Emulator:
     # -- errors, in each API's own shape --------------------------------------------------------------
 
     def _container_error(self, exc: RequestError) -> _Reply:
-        """The pinned server's error reply: TGI `{"error", "error_type"}`, LMI `{"error", "code"}`."""
-        if exc.status == 413 and not self.lmi:
-            return _Reply(413, "text/plain", _TGI_PAYLOAD_TEXT.encode())
-        if self.lmi:
-            status = 400 if exc.status == 422 else exc.status  # vLLM's validation errors are 400s
-            return _Reply(status, _JSON, json.dumps({"error": exc.message, "code": status}).encode())
-        return _Reply(exc.status, _JSON, json.dumps({"error": exc.message, "error_type": exc.error_type}).encode())
+        """The pinned server's error reply (TGI `{"error", "error_type"}`, LMI `{"error", "code"}`)."""
+        return _reply_of(self.engine.error_reply(exc.status, exc.error_type, exc.message))
 
     def _stream_refusal(self, exc: RequestError) -> _Reply:
-        """A refused stream as TGI sends it: HTTP 200 and one SSE error event (LMI refuses before streaming)."""
-        if self.lmi or exc.status == 413:
-            return self._container_error(exc)
-        return _Reply(200, _SSE, formats.sse({"error": exc.message, "error_type": exc.error_type}))
+        """A refused stream as the pinned server sends it (TGI: HTTP 200 and one SSE error event)."""
+        return _reply_of(self.engine.stream_refusal(exc.status, exc.error_type, exc.message))
 
     @web.middleware
     async def _errors(self, request: web.Request,
@@ -481,8 +474,9 @@ class Emulator:
 
     def _admit(self, model: ModelServer, ask: Ask, arrived_s: float, *, sagemaker: bool) -> _Call:
         deadline = arrived_s + INVOCATION_TIMEOUT_S * self.time_scale if sagemaker else None
-        if self.lmi and ask.api == "generate" and ask.max_new_tokens is None:
-            ask = replace(ask, max_new_tokens=LMI_DEFAULT_NEW_TOKENS)
+        default_new_tokens = self.engine.default_max_new_tokens()
+        if default_new_tokens is not None and ask.api == "generate" and ask.max_new_tokens is None:
+            ask = replace(ask, max_new_tokens=default_new_tokens)
         return _Call(model, ask, arrived_s, deadline)
 
     def _chunks(self, call: _Call, *, as_list: bool = True) -> tuple[str, AsyncIterator[bytes]]:
@@ -494,20 +488,19 @@ class Emulator:
                 return _SSE, _openai_sse(call, model_id)
             return _JSON, _whole(call, lambda n: formats.openai_completion(
                 ask.api, _openai_id(ask.api), model_id, int(time.time()), n, ask.input_tokens, call.timings()))
-        if self.lmi:  # one object, or JSON lines when streamed
-            if ask.stream:
-                return _JSONLINES, _token_events(call, formats.lmi_stream_line,
-                                                 lambda i: formats.lmi_stream_line(i, _details(call, i + 1), last=True))
-            return _JSON, _whole(call, lambda n: formats.lmi_generate(n, _details(call, n)))
+        engine = self.engine
         if ask.stream:
-            return _SSE, _token_events(call, formats.tgi_stream_token,
-                                       lambda i: formats.tgi_stream_last(i, _details(call, i + 1)))
+            return engine.stream_content_type, _token_events(
+                call, lambda i: engine.stream_token(i, formats.token(i)),
+                lambda i: engine.stream_last(i, formats.token(i), formats.generated_text(i + 1),
+                                             _details(call, i + 1)))
 
-        def tgi(n: int) -> object:  # TGI's `/invocations` wraps the generate reply in a list; `/generate` not
-            body = formats.tgi_generate(n, _details(call, n))
-            return [body] if as_list else body
+        def body(n: int) -> object:
+            details = _details(call, n)
+            tokens = [formats.token(i) for i in range(n)] if details is not None else []
+            return engine.generate_body(formats.generated_text(n), details, tokens, invocations=as_list)
 
-        return _JSON, _whole(call, tgi)
+        return _JSON, _whole(call, body)
 
     # -- plain HTTP replies (TGI, LMI, OpenAI) ----------------------------------------------------------
 
@@ -553,9 +546,13 @@ class Emulator:
 
     async def _read(self, request: web.Request) -> bytes:
         raw = await request.read()
-        if len(raw) > self.payload_limit and not self.lmi:
-            raise RequestError(413, "payload", _TGI_PAYLOAD_TEXT)
+        self._check_payload(raw)
         return raw
+
+    def _check_payload(self, raw: bytes) -> None:
+        """RequestError 413 for a body over the pinned server's payload limit."""
+        if self.payload_limit is not None and len(raw) > self.payload_limit:
+            raise RequestError(413, "payload", self.engine.payload_too_large)
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         ask = replace(formats.parse_tgi(await self._read(request)), stream=False)
@@ -604,8 +601,7 @@ class Emulator:
             return _too_large()
         self._invoked(arrived)
         try:
-            if len(raw) > self.payload_limit and not self.lmi:
-                raise RequestError(413, "payload", _TGI_PAYLOAD_TEXT)
+            self._check_payload(raw)
             ask = formats.parse(raw)
         except RequestError as exc:
             return self._container_error(exc)

@@ -13,12 +13,11 @@ from sagellm.planner.curve import (
     step_time_notes,
     usd_per_1m_tokens,
 )
-from sagellm.planner.generations import DEFAULT_GENERATION, GENERATIONS, generation_of
 from sagellm.planner.shape import Payload, Shape
 from sagellm.planner.steps import StepModel
 
 __all__ = [
-    "DEFAULT_CONCURRENCY", "DEFAULT_GENERATION", "GENERATIONS", "Calibration", "Curve", "Observation", "Payload",
-    "Point", "Shape", "StepModel", "fit_calibration", "generation_of", "knee_index", "knee_of",
+    "DEFAULT_CONCURRENCY", "Calibration", "Curve", "Observation", "Payload", "Point", "Shape", "StepModel",
+    "fit_calibration", "knee_index", "knee_of",
     "max_concurrency_in_timeout", "predict", "predict_point", "step_time_notes", "usd_per_1m_tokens",
 ]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sagellm.planner.curve import predict_point
-from sagellm.planner.shape import Payload, Shape
+from sagellm.planner.shape import Calibration, Payload, Shape
 
 # Bounds on a multiplier: a term off by more than 2× means the model's structure, not its constants, misses
 # this shape; a correction that large would mislead other payloads more than it helps (see the accuracy
@@ -25,22 +25,6 @@ MIN_FACTOR, MAX_FACTOR = 0.5, 2.0
 # Runs measure ms/token and throughput (nearly the same information in a closed loop) far better than they
 # separate the three terms, so the pull keeps the terms a run barely sees where the physics put them.
 PRIOR_WEIGHT = 0.01
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Multipliers on the step-time terms, fitted from measured runs of one model × instance × container."""
-
-    decode_floor: float = 1.0  # × the batch-independent part of a decode step (fixed cost, weight reads)
-    decode_per_sequence: float = 1.0  # × what the running sequences add (KV reads, per-sequence work)
-    prefill: float = 1.0  # × a prefill pass
-    source: str = ""  # where it came from, for the "calibrated" line
-
-    def describe(self) -> str:
-        """One line: the three factors and where they came from."""
-        text = (f"decode floor ×{self.decode_floor:.2f} · per sequence ×{self.decode_per_sequence:.2f} · "
-                f"prefill ×{self.prefill:.2f}")
-        return f"{text} ({self.source})" if self.source else text
 
 
 _TERMS = (Calibration(1.0, 0.0, 0.0), Calibration(0.0, 1.0, 0.0), Calibration(0.0, 0.0, 1.0))

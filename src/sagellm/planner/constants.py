@@ -1,7 +1,7 @@
 """Every tuned constant of the performance model: what it means and how it was obtained.
 
-The step-time constants are fitted per server generation (`generations.py` says which generation uses
-which set). TGI_1 was fitted with `python benchmarks/planner_accuracy.py --fit` (scipy least squares on the
+The step-time constants are fitted per server generation (each engine's generation says whose set it
+uses; MEASURED below says what each set was fitted on). TGI_1 was fitted with `python benchmarks/planner_accuracy.py --fit` (scipy least squares on the
 log errors of ms/token and throughput of the 113 rows of benchmarks/data/calibration.csv: AWS JumpStart
 Llama 2 7B sweeps on g5.2xlarge/g5.12xlarge/g5.48xlarge/p4d, and Hugging Face's TGI 1.0.3 Llama 2
 7B/13B/70B fp16 + GPTQ benchmark), starting from and weakly pulled toward the physics priors listed in that
@@ -73,6 +73,13 @@ TGI_1 = StepConstants(
     prefill_mfu=0.9,  # fit (upper bound): the catalog's 70 TFLOPS for A10G is likely conservative
 )
 
+# What each measured generation's constants were fitted on (the `plan` output names it).
+MEASURED: dict[str, tuple[StepConstants, str]] = {
+    "tgi-1": (TGI_1, "113 published SageMaker measurements (AWS JumpStart, Hugging Face TGI 1.0.3)"),
+}
+# The generation a shape is predicted for when its caller names none: the measured one.
+DEFAULT_GENERATION = "tgi-1"
+
 # --- memory (not fitted) ----------------------------------------------------------------------
 # Per-GPU memory the server cannot give to weights or KV cache: CUDA context, kernels, the allocator and
 # the warm-up prefill's activations. Derived from a published figure: TGI 0.9.1 sized the KV cache of
@@ -81,10 +88,6 @@ TGI_1 = StepConstants(
 # 2023-07-06): 24.15 − 13.48 − 9.26 = 1.41 GB. TGI 1.x then gives ALL the rest to the KV cache
 # (CUDA_MEMORY_FRACTION 1.0; flash_causal_lm.warmup).
 RESERVED_GB_PER_GPU = 1.41
-
-# TGI 3's launcher default for MAX_BATCH_PREFILL_TOKENS (within the model's context): the prompt tokens one
-# prefill pass takes.
-DEFAULT_PREFILL_TOKENS = 4096
 
 # SageMaker real-time invocation timeout (not configurable for real-time endpoints).
 INVOCATION_TIMEOUT_S = 60.0

@@ -5,15 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
+from sagellm.engines import Generation, generation
 from sagellm.planner import constants as k
-from sagellm.planner.generations import DEFAULT_GENERATION, MEASURED, Generation, generation
-from sagellm.planner.shape import Payload, Shape
+from sagellm.planner.shape import Calibration, Payload, Shape
 from sagellm.planner.steps import StepModel
-
-if TYPE_CHECKING:
-    from sagellm.planner.calibration import Calibration
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -49,7 +45,7 @@ class Curve:
     knee: Point | None = None
     max_throughput: Point | None = None
     notes: tuple[str, ...] = field(default=())
-    generation: str = DEFAULT_GENERATION  # the server generation predicted for
+    generation: str = k.DEFAULT_GENERATION  # the server generation predicted for
     calibration: Calibration | None = None  # the measured correction applied, if any
 
     def usd_per_1m_tokens(self, point: Point | None) -> float | None:
@@ -79,7 +75,7 @@ def step_times(name: str, calibration: Calibration | None) -> dict:
         "generation": gen.name,
         "server": gen.label,
         "calibrated_for": generation(gen.constants_from).label,
-        "measured_on": MEASURED[gen.constants_from][1],
+        "measured_on": k.MEASURED[gen.constants_from][1],
         "extrapolated": not gen.calibrated,
         "calibration": None if calibration is None else {
             "decode_floor": calibration.decode_floor, "decode_per_sequence": calibration.decode_per_sequence,

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sagellm.catalog import BYTES_PER_PARAM, Instance, Model
+from sagellm.engines import generation
+from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
 from sagellm.planner import constants as k
-from sagellm.planner.generations import DEFAULT_GENERATION, generation
-
-if TYPE_CHECKING:
-    from sagellm.planner.calibration import Calibration
 
 
 @dataclass(frozen=True)
@@ -27,6 +24,22 @@ class Payload:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Multipliers on the step-time terms, fitted from measured runs of one model × instance × container."""
+
+    decode_floor: float = 1.0  # × the batch-independent part of a decode step (fixed cost, weight reads)
+    decode_per_sequence: float = 1.0  # × what the running sequences add (KV reads, per-sequence work)
+    prefill: float = 1.0  # × a prefill pass
+    source: str = ""  # where it came from, for the "calibrated" line
+
+    def describe(self) -> str:
+        """One line: the three factors and where they came from."""
+        text = (f"decode floor ×{self.decode_floor:.2f} · per sequence ×{self.decode_per_sequence:.2f} · "
+                f"prefill ×{self.prefill:.2f}")
+        return f"{text} ({self.source})" if self.source else text
+
+
+@dataclass(frozen=True)
 class Shape:
     """One serving shape: a model on an instance, split into copies of `tp_degree` accelerators."""
 
@@ -40,7 +53,7 @@ class Shape:
     max_batch_total_tokens: int | None = None  # per copy; None = what memory allows (TGI ≥ 1.4, vLLM)
     max_batch_size: int | None = None  # running sequences per copy; None = the KV budget decides
     max_batch_prefill_tokens: int | None = None  # prompt tokens per prefill pass; None = TGI 3's default
-    generation: str = DEFAULT_GENERATION  # server generation (generations.py): which constants, what physics
+    generation: str = k.DEFAULT_GENERATION  # server generation (sagellm.engines): which constants, what physics
     calibration: Calibration | None = None  # measured correction for this model × instance × container
 
     def __post_init__(self) -> None:
@@ -88,7 +101,7 @@ class Shape:
     def prefill_budget(self) -> int:
         """Prompt tokens one prefill pass takes: the configured budget, else TGI 3's launcher default
         (4096 within the context)."""
-        return self.max_batch_prefill_tokens or min(k.DEFAULT_PREFILL_TOKENS, self.model.max_context)
+        return self.max_batch_prefill_tokens or min(DEFAULT_PREFILL_TOKENS, self.model.max_context)
 
     def max_sequences(self, payload: Payload) -> int:
         """Concurrent sequences one copy can run: budget ÷ tokens reserved per sequence, capped by admission

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from sagellm.planner.constants import StepConstants
-from sagellm.planner.generations import Generation, constants_of, generation
+from sagellm.engines import Generation, generation
+from sagellm.planner.constants import MEASURED, StepConstants
 from sagellm.planner.shape import Shape
 
 _ACT_BYTES = 2.0  # activations travel between shards in 16-bit
@@ -26,7 +26,7 @@ class StepModel:
     @cached_property
     def k(self) -> StepConstants:
         """The fitted constants this shape's server generation uses."""
-        return constants_of(self.shape.generation)
+        return MEASURED[self.generation.constants_from][0]
 
     @cached_property
     def generation(self) -> Generation:

@@ -40,7 +40,7 @@ class CalibrationFile(BaseModel):
     model: str
     instance_type: str
     container: str
-    container_version: str | None = Field(description="the pinned image version (profiles.containers.PINNED by default)")
+    container_version: str | None = Field(description="the pinned image version (the engine's pinned version by default)")
     generation: str
     decode_floor: float = Field(gt=0)
     decode_per_sequence: float = Field(gt=0)

@@ -10,18 +10,11 @@ from typing import Any
 from sagellm import __version__
 from sagellm.catalog import Instance, Model, find_instance, find_model, instances
 from sagellm.catalog import models as catalog_models
+from sagellm.engines import ENGINES, NEURON_ENGINES, Engine, Settings, engine_for
+from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
 from sagellm.errors import InputError
-from sagellm.planner import Calibration, Payload, Shape, generation_of, max_concurrency_in_timeout, predict
-from sagellm.planner import constants as k
+from sagellm.planner import Calibration, Payload, Shape, max_concurrency_in_timeout, predict
 from sagellm.profiles.calibration import load_calibration
-from sagellm.profiles.containers import (
-    LMI_ENGINE,
-    PINNED,
-    PINNED_NEURON,
-    chunks_prefill,
-    generation,
-    image_uri,
-)
 from sagellm.profiles.loader import Source, Where, all_sources, load_profile, local_models
 from sagellm.profiles.plan import (
     ComputeRequirements,
@@ -72,17 +65,17 @@ class Design:
     container: str  # tgi | lmi
     container_version: str  # the pinned image version
     notes: tuple[str, ...] = field(default=())
-    generation: str = "tgi-3"  # the planner's generation for the container (planner.generation_of)
+    generation: str = "tgi-3"  # the engine's generation at the pinned version (sagellm.engines)
     calibration: Calibration | None = None  # the main model's measured correction, if one is stored
 
     @property
-    def server(self) -> str:
-        """What the pinned server reads and how it batches (`tgi3`, `tgi2`, `lmi`; profiles.containers)."""
-        return generation(self.container, self.container_version)
+    def engine(self) -> Engine:
+        """The serving engine: what the pinned server reads, how it batches, its image (sagellm.engines)."""
+        return engine_for(self.container, neuron=self.instance.is_neuron)
 
     def shape(self, instance_count: int | None = None) -> Shape:
         """The planner shape of the main model (copies × instances, admission and batch limits applied)."""
-        return _shape(self.copies[0], self.instance, self.container, copies=self.copies[0].copies,
+        return _shape(self.copies[0], self.instance, self.engine, copies=self.copies[0].copies,
                       instance_count=instance_count or self.instance_count, generation=self.generation,
                       calibration=self.calibration)
 
@@ -101,7 +94,7 @@ class Design:
         return to_plan(self, hf_token_secret)
 
 
-def _shape(copy: Copy, inst: Instance, container: str, *, copies: int, instance_count: int, generation: str,
+def _shape(copy: Copy, inst: Instance, engine: Engine, *, copies: int, instance_count: int, generation: str,
            calibration: Calibration | None) -> Shape:
     """The planner shape of a copy as its server runs it: the KV budget is what memory allows (no server
     generation sagellm pins honours MAX_BATCH_TOTAL_TOKENS for flash-attention models); TGI refuses above its
@@ -109,7 +102,7 @@ def _shape(copy: Copy, inst: Instance, container: str, *, copies: int, instance_
     return Shape(
         model=copy.model, instance=inst, tp_degree=copy.tp, copies=copies, instance_count=instance_count,
         quantization=copy.quantization,
-        max_concurrent_requests=None if container == "lmi" else copy.max_concurrent_requests,
+        max_concurrent_requests=None if engine.queues else copy.max_concurrent_requests,
         max_batch_size=copy.max_batch_size, max_batch_prefill_tokens=copy.max_batch_prefill_tokens,
         generation=generation, calibration=calibration,
     )
@@ -209,16 +202,18 @@ def design(
     s = profile.serving
     quant = s.quantization
     kind = profile.container.kind
-    version = profile.container.version or PINNED[kind]
-    server = generation(kind, version)  # what the server reads and how it batches (profiles.containers)
-    gen = generation_of(kind, version)  # the planner's constants for that server (planner.generations)
+    # The caps are sized by the kind's GPU engine, an Inferentia plan's too (its environment and image are
+    # the Inferentia engine's: Design.engine).
+    engine = ENGINES[kind]
+    version = profile.container.version or engine.pinned
+    gen = engine.generation(version).name  # the planner's physics and constants for that server
 
     inst_name = instance if instance is not None else _pinned(profile.instance_type)
     if inst_name is None:
         inst = _choose_instance(profile, model, payload, region, gen)
     else:
         inst = find_instance(inst_name, where("instance_type"))
-    if inst.is_neuron and kind == "lmi":
+    if inst.is_neuron and kind not in NEURON_ENGINES:
         errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
                       "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
     gpus = inst.n_accelerators
@@ -232,7 +227,8 @@ def design(
         xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
         xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
         extras.append(_caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload,
-                            profile, where, errors, prefix=f"components.extra_models[{i}]", server=server))
+                            profile, where, errors, prefix=f"components.extra_models[{i}]", engine=engine,
+                            version=version))
         used += extra.tensor_parallel * extra.copies
 
     # TP degree: pinned, or the planner's choice.
@@ -264,12 +260,13 @@ def design(
                   calibration=calibration)
     if shape.memory_shortfall_gb > 0:
         errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid))
-    main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving", server=server)
+    main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving", engine=engine,
+                 version=version)
     copies_all = (main, *extras)
 
     scaling = None
     if profile.autoscaling is not None:
-        scaling = _scaling(profile, main, inst, payload, region, ic, kind, gen, calibration, where, errors)
+        scaling = _scaling(profile, main, inst, payload, region, ic, engine, gen, calibration, where, errors)
     if errors:
         raise InputError(errors)
     return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version, generation=gen,
@@ -316,7 +313,7 @@ def _misfit(model: Model, inst: Instance, tp: int, quant: str, shape: Shape, pay
 
 
 def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payload: Payload, profile: Profile,
-          where: Where, errors: list[str], prefix: str, server: str) -> Copy:
+          where: Where, errors: list[str], prefix: str, engine: Engine, version: str) -> Copy:
     """Resolve one model's token caps, prefill budget and admission limit; validate them and the payload.
 
     The caps are the application's limits (what the model's context and the KV cache allow); the payload
@@ -337,14 +334,14 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     max_total = pinned("max_total_tokens", min(context, max(roomy, payload.total_tokens)))
     max_input = pinned("max_input_tokens", max(1, max_total - payload.output_tokens))
     batch_size = s.max_batch_size if main else None
-    chunked = chunks_prefill(server, batch_size)
+    chunked = engine.chunks_prefill(version, batch_size)
     # TGI 3's default prefill budget; a server that cannot chunk must prefill a whole prompt at once.
-    prefill_auto = min(k.DEFAULT_PREFILL_TOKENS, max_total) if chunked else max(max_input, k.DEFAULT_PREFILL_TOKENS)
+    prefill_auto = min(DEFAULT_PREFILL_TOKENS, max_total) if chunked else max(max_input, DEFAULT_PREFILL_TOKENS)
     prefill = pinned("max_batch_prefill_tokens", min(prefill_auto, max(kv, max_input)))
     limit = _per_copy_limit(replace(shape, max_batch_size=batch_size), payload) if fits else 1
     concurrent = pinned("max_concurrent_requests", max(1, limit))
-    if server == "lmi" and batch_size is None:
-        batch_size = concurrent  # LMI queues instead of refusing: its rolling batch is the running limit
+    if engine.queues and batch_size is None:
+        batch_size = concurrent  # a server that queues instead of refusing runs at most its batch
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
 
     errors.extend(cap_errors(max_input, max_total, prefill, w, chunked))
@@ -368,7 +365,7 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
 
 
 def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, region: str, ic: bool,
-             container: str, gen: str, calibration: Calibration | None, where: Where,
+             engine: Engine, gen: str, calibration: Calibration | None, where: Where,
              errors: list[str]) -> ScalingPlan:
     a = profile.autoscaling
     assert a is not None
@@ -380,7 +377,7 @@ def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, reg
     target = a.target_value
     if target == "auto":
         # Concurrent requests per model container (one instance, or one copy): the knee of one container.
-        shape = _shape(main, inst, container, copies=1 if ic else main.copies, instance_count=1, generation=gen,
+        shape = _shape(main, inst, engine, copies=1 if ic else main.copies, instance_count=1, generation=gen,
                        calibration=calibration)
         sweep = tuple(2**i for i in range(13) if 2**i <= max(1, main.max_concurrent_requests * shape.copies))
         knee = predict(shape, payload, sweep, region).knee
@@ -390,38 +387,14 @@ def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, reg
 
 
 def environment(copy: Copy, d: Design) -> dict[str, str]:
-    """The container environment of one model: only variables the pinned server reads (docs/containers.md)."""
-    p = d.profile
-    if d.container == "lmi":
-        env = {
-            "HF_MODEL_ID": copy.model.hf_id,
-            **LMI_ENGINE,
-            "OPTION_TENSOR_PARALLEL_DEGREE": str(copy.tp),
-            "OPTION_MAX_MODEL_LEN": str(copy.max_total_tokens),
-            "OPTION_MAX_ROLLING_BATCH_SIZE": str(copy.max_batch_size or copy.max_concurrent_requests),
-            "OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS": str(copy.max_batch_prefill_tokens),
-        }
-        if copy.quantization != "none":
-            env["OPTION_QUANTIZE"] = copy.quantization
-        return env | dict(p.serving.environment)
-    env = {
-        "HF_MODEL_ID": copy.model.hf_id,
-        "SM_NUM_GPUS": str(copy.tp),
-        "MAX_INPUT_TOKENS": str(copy.max_input_tokens),
-        "MAX_TOTAL_TOKENS": str(copy.max_total_tokens),
-        "MAX_BATCH_PREFILL_TOKENS": str(copy.max_batch_prefill_tokens),
-        "MAX_CONCURRENT_REQUESTS": str(copy.max_concurrent_requests),
-    }
-    if copy.quantization != "none":
-        env["HF_MODEL_QUANTIZE"] = copy.quantization
-    if copy.max_batch_size is not None:
-        env["MAX_BATCH_SIZE"] = str(copy.max_batch_size)
-        if d.server == "tgi3":
-            env["PREFILL_CHUNKING"] = "0"  # TGI 3 ignores MAX_BATCH_SIZE while it chunks prefills
-    if d.instance.is_neuron:  # optimum-neuron compiles for a fixed batch and NeuronCore count (2 per chip)
-        env |= {"HF_NUM_CORES": str(2 * copy.tp), "HF_AUTO_CAST_TYPE": "bf16",
-                "MAX_BATCH_SIZE": str(copy.max_batch_size or copy.max_concurrent_requests)}
-    return env | dict(p.serving.environment)
+    """The container environment of one model: what the plan sets, then the profile's own variables."""
+    settings = Settings(
+        model_id=copy.model.hf_id, version=d.container_version, tensor_parallel=copy.tp,
+        quantization=copy.quantization, max_input_tokens=copy.max_input_tokens,
+        max_total_tokens=copy.max_total_tokens, max_batch_prefill_tokens=copy.max_batch_prefill_tokens,
+        max_concurrent_requests=copy.max_concurrent_requests, max_batch_size=copy.max_batch_size,
+    )
+    return d.engine.environment(settings) | dict(d.profile.serving.environment)
 
 
 def _weights_gb(copy: Copy) -> float:
@@ -431,8 +404,7 @@ def _weights_gb(copy: Copy) -> float:
 def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
     """Turn a design into the DeploymentPlan: the pinned image, environments, guards, instance bounds."""
     p, inst = d.profile, d.instance
-    neuron = inst.is_neuron
-    image = image_uri(d.container, d.container_version, d.region, neuron)
+    image = d.engine.image_uri(d.container_version, d.region)
     ic = p.endpoint_kind == "inference-component"
     names: list[str] = []
     models = []
@@ -475,7 +447,7 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
     tags = {"sagellm:profile": p.name, "sagellm:model": d.copies[0].model.hf_id, "sagellm:version": __version__}
     return DeploymentPlan(
         profile=p.name, region=d.region, container=d.container,
-        container_version=PINNED_NEURON if neuron else d.container_version, instance_type=inst.instance_type,
+        container_version=d.engine.image_version(d.container_version), instance_type=inst.instance_type,
         initial_instance_count=d.instance_count, endpoint_kind=p.endpoint_kind, models=tuple(models),
         scaling=d.scaling, instance_scaling=_instance_scaling(models, d) if ic else None,
         startup_health_check_timeout_s=startup, model_data_download_timeout_s=download, volume_size_gb=volume,

@@ -6,12 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sagellm.engines import tgi
+
 # Bounds the services accept: a value outside them would fail only after a paid deploy (or at the
 # container's start). Sources: botocore's SageMaker and Application Auto Scaling service models
 # (botocore/data/*/service-2.json) and TGI's launcher (launcher/src/main.rs, v3.3).
 INT32_MAX = 2**31 - 1  # AWS API `Integer` members (instance counts, CopyCount, capacities, cooldowns) are 32-bit
-U32_MAX = 2**32 - 1  # TGI parses MAX_BATCH_PREFILL/TOTAL_TOKENS as u32 and compares the token caps with them as u32
-TGI_MAX_CONCURRENT = 2**61 - 1  # TGI's router: tokio Semaphore::new(MAX_CONCURRENT_REQUESTS) panics above usize::MAX >> 3
+U32_MAX = tgi.MAX_TOKENS  # the token caps: TGI reads them as u32
+TGI_MAX_CONCURRENT = tgi.MAX_CONCURRENT_REQUESTS
 TIMEOUT_RANGE_S = (60, 3600)  # ProductionVariant ContainerStartupHealthCheck/ModelDataDownload TimeoutInSeconds
 VOLUME_RANGE_GB = (1, 512)  # ProductionVariantVolumeSizeInGB
 TARGET_VALUE_MAX = 2.0**360  # TargetTrackingScalingPolicyConfiguration.TargetValue: at most 2^360

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sagellm.catalog import find_instance
+from sagellm.engines import ENGINES
 from sagellm.errors import InputError
-from sagellm.profiles.containers import PINNED, chunks_prefill, environment_errors, generation, version_errors
 from sagellm.profiles.loader import Source, Where, load_profile
 from sagellm.profiles.schema import Profile
 
@@ -33,36 +33,18 @@ ENV_MAX, ENV_VALUE_MAX = 100, 1024
 TAGS_MAX = 50 - 4
 TAG_CHARS = set(" _.:/=+-@")
 
-# One server setting: its names in the container's environment, and the profile field that sets it (None: the
-# environment is its only place). TGI: launcher/src/main.rs (MAX_INPUT_LENGTH is the legacy name of
-# MAX_INPUT_TOKENS and the launcher refuses both at once) and sagemaker-entrypoint.sh (it copies HF_MODEL_ID,
-# SM_NUM_GPUS, HF_MODEL_QUANTIZE, HF_MODEL_REVISION, HF_MODEL_TRUST_REMOTE_CODE over MODEL_ID, NUM_SHARD,
-# QUANTIZE, REVISION, TRUST_REMOTE_CODE). LMI: djl-serving docs/lmi/lmi_environment_variable_instruction.md
-# (HF_MODEL_ID = OPTION_MODEL_ID, TENSOR_PARALLEL_DEGREE = OPTION_TENSOR_PARALLEL_DEGREE).
+# The profile field behind each setting the plan owns (an engine's Variable.sets names the setting; the
+# engine says under which names its server reads it).
 MODEL = "the model you deploy (--model, -c model)"
-SETTINGS: dict[str, tuple[tuple[str, tuple[str, ...], str | None], ...]] = {
-    "tgi": (
-        ("model id", ("HF_MODEL_ID", "MODEL_ID"), MODEL),
-        ("shard count", ("SM_NUM_GPUS", "NUM_SHARD"), "serving.tensor_parallel"),
-        ("quantization", ("HF_MODEL_QUANTIZE", "QUANTIZE"), "serving.quantization"),
-        ("max input tokens", ("MAX_INPUT_TOKENS", "MAX_INPUT_LENGTH"), "serving.max_input_tokens"),
-        ("max total tokens", ("MAX_TOTAL_TOKENS",), "serving.max_total_tokens"),
-        ("prefill budget", ("MAX_BATCH_PREFILL_TOKENS",), "serving.max_batch_prefill_tokens"),
-        ("batch size", ("MAX_BATCH_SIZE",), "serving.max_batch_size"),
-        ("admission limit", ("MAX_CONCURRENT_REQUESTS",), "serving.max_concurrent_requests"),
-        ("model revision", ("HF_MODEL_REVISION", "REVISION"), None),
-        ("remote code", ("HF_MODEL_TRUST_REMOTE_CODE", "TRUST_REMOTE_CODE"), None),
-    ),
-    "lmi": (
-        ("model id", ("HF_MODEL_ID", "OPTION_MODEL_ID"), MODEL),
-        ("tensor parallel degree", ("OPTION_TENSOR_PARALLEL_DEGREE", "TENSOR_PARALLEL_DEGREE"),
-         "serving.tensor_parallel"),
-        ("quantization", ("OPTION_QUANTIZE",), "serving.quantization"),
-        ("max model length", ("OPTION_MAX_MODEL_LEN",), "serving.max_total_tokens"),
-        ("rolling batch size", ("OPTION_MAX_ROLLING_BATCH_SIZE",), "serving.max_batch_size"),
-        ("prefill budget", ("OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS",), "serving.max_batch_prefill_tokens"),
-        ("remote code", ("HF_TRUST_REMOTE_CODE", "OPTION_TRUST_REMOTE_CODE"), None),
-    ),
+PROFILE_FIELDS = {
+    "model_id": MODEL,
+    "tensor_parallel": "serving.tensor_parallel",
+    "quantization": "serving.quantization",
+    "max_input_tokens": "serving.max_input_tokens",
+    "max_total_tokens": "serving.max_total_tokens",
+    "max_batch_prefill_tokens": "serving.max_batch_prefill_tokens",
+    "max_batch_size": "serving.max_batch_size",
+    "max_concurrent_requests": "serving.max_concurrent_requests",
 }
 
 
@@ -88,8 +70,10 @@ def _environment(profile: Profile, where: Callable[[str], str]) -> list[str]:
         elif len(value) > ENV_VALUE_MAX:
             errors.append(f"{where(f'serving.environment.{key}')}: {len(value)} characters; SageMaker takes at "
                           f"most {ENV_VALUE_MAX} per value")
-    for setting, names, field in SETTINGS.get(profile.container.kind, ()):
-        given = [n for n in names if n in env]
+    variables = ENGINES[profile.container.kind].variables
+    for variable in variables:
+        setting, field = variable.setting, PROFILE_FIELDS[variable.sets] if variable.sets else None
+        given = [n for n in variable.names if n in env]
         if not given:
             continue
         place = f"{where(f'serving.environment.{given[0]}')}: {env[given[0]]!r}"
@@ -101,7 +85,7 @@ def _environment(profile: Profile, where: Callable[[str], str]) -> list[str]:
         elif len({env[n] for n in given}) > 1:
             errors.append(f"{place}: these disagree, and both set the server's {setting} (only one wins); "
                           "keep one of them")
-    owned = sum(1 for _, _, field in SETTINGS.get(profile.container.kind, ()) if field)
+    owned = sum(1 for variable in variables if variable.sets)
     if len(env) + owned > ENV_MAX:
         errors.append(f"{where('serving.environment')}: {len(env)} variables; SageMaker takes {ENV_MAX} per "
                       f"container and the plan sets {owned}: keep at most {ENV_MAX - owned}")
@@ -148,21 +132,21 @@ def _token_caps(profile: Profile, where: Callable[[str], str]) -> list[str]:
     if max_input == "auto" or max_total == "auto":
         return []
     prefill = s.max_batch_prefill_tokens if s.max_batch_prefill_tokens != "auto" else max_input
-    server = generation(profile.container.kind, profile.container.version)
+    engine = ENGINES[profile.container.kind]
     return cap_errors(max_input, max_total, prefill, lambda f: where(f"serving.{f}"),
-                      chunks_prefill(server, s.max_batch_size))
+                      engine.chunks_prefill(profile.container.version, s.max_batch_size))
 
 
 def _container(profile: Profile, where: Callable[[str], str]) -> list[str]:
     """An exact, modelled container version; an environment of variables that server reads."""
-    kind = profile.container.kind
-    version = profile.container.version or PINNED[kind]
+    engine = ENGINES[profile.container.kind]
+    version = profile.container.version or engine.pinned
     try:
-        errors = version_errors(kind, version, where("container.version")) if profile.container.version else []
+        errors = engine.version_errors(version, where("container.version")) if profile.container.version else []
     except InputError as exc:  # the SDK's image tables are missing
         return exc.messages
     named = {k: v for k, v in profile.serving.environment.items() if ENV_KEY.match(k)}  # bad names: _environment
-    return errors + environment_errors(kind, version, named, lambda name: where(f"serving.environment.{name}"))
+    return errors + engine.environment_errors(version, named, lambda name: where(f"serving.environment.{name}"))
 
 
 def _instance_type(profile: Profile, where: Callable[[str], str]) -> list[str]:

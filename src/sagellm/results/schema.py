@@ -159,7 +159,7 @@ class Run(_Strict):
     repeats: int = 1  # runs of each level
     workers: int = 1  # load-generator processes of the sweep (--workers; auto sizes it for the busiest level)
     ray: str | None = None  # the Ray cluster they ran on (--ray), None for processes on this machine
-    # Where request timings come from: the client's clock, or the emulator's simulated clock (see README).
+    # Where request timings come from: the client's clock, or the emulator's simulated clock (docs/emulator.md).
     clock: Literal["client", "emulator"] = "client"
     workload: Workload | None = None
     tool_version: str

@@ -1,0 +1,157 @@
+"""Per-level summary of request records: percentiles, per-request ITL, tokens counted where their events fall,
+and the spread of repeated runs of a level."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from sagellm.bench.client.records import RequestRecord
+from sagellm.results.schema import ERROR_KINDS, LevelSummary, Spread, Stats
+
+# Metrics whose spread across repeats is reported (each repeat's own value).
+SPREAD_METRICS: tuple[str, ...] = (
+    "throughput_tokens_per_s", "requests_per_s", "error_rate",
+    *(f"{m}.{s}" for m in ("latency_ms_per_token", "ttft_ms", "itl_ms", "e2e_s")
+      for s in ("p50", "p90", "p95", "p99", "mean")),
+)
+
+# One run of a level: its records and the window its throughput is measured over.
+Run = tuple[Sequence[RequestRecord], float, float]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0–100), linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def stats(values: Sequence[float]) -> Stats:
+    """p50, p90, p95, p99 and mean of a sample."""
+    if not values:
+        return Stats()
+    return Stats(p50=percentile(values, 50), p90=percentile(values, 90), p95=percentile(values, 95),
+                 p99=percentile(values, 99), mean=sum(values) / len(values))
+
+
+def tokens_in_window(records: Sequence[RequestRecord], start_s: float, end_s: float) -> float:
+    """Output tokens of ok requests generated in [start_s, end_s], spread evenly over each one's token events."""
+    total = 0.0
+    for r in records:
+        if not r.ok or r.output_tokens <= 0:
+            continue
+        if r.ttft_s is None:  # no token events (not streamed): all tokens at the end
+            total += r.output_tokens if start_s <= r.end_s <= end_s else 0
+            continue
+        first = r.start_s + r.ttft_s
+        if first > end_s or r.end_s < start_s:
+            continue
+        per_event = r.output_tokens / (1 + len(r.token_gaps_s))
+        if start_s <= first and r.end_s <= end_s:
+            total += r.output_tokens
+            continue
+        t = first
+        inside = 1 if start_s <= t <= end_s else 0
+        for gap in r.token_gaps_s:
+            t += gap
+            if t > end_s:
+                break
+            if t >= start_s:
+                inside += 1
+        total += inside * per_event
+    return total
+
+
+def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window_end_s: float) -> LevelSummary:
+    """Summarize one run of a level; throughput counts the tokens generated inside the window.
+
+    Counting tokens where their events fall, not requests where they complete, matters: a batching
+    server keeps a closed loop's requests in phase, so they complete in waves that a window edge
+    would cut whole.
+    """
+    return summarize_runs([(records, window_start_s, window_end_s)])
+
+
+def errors_by_kind(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Failed requests by kind, every kind present (zero included)."""
+    errors: dict[str, int] = dict.fromkeys(ERROR_KINDS, 0)
+    for r in records:
+        if not r.ok:
+            errors[r.error_kind or "other"] += 1
+    return errors
+
+
+def summarize_runs(runs: Sequence[Run]) -> LevelSummary:
+    """Summarize a level run once or more (`--repeats`): every request of every run in the statistics,
+    throughput over the runs' windows together, and with several runs the spread of each run's own figures."""
+    records = [r for run, _, _ in runs for r in run]
+    levels = {r.load for r in records}
+    if len(levels) != 1:
+        raise ValueError(f"records must belong to exactly one level, got {sorted(levels)}")
+    for _, start, end in runs:
+        if end <= start:
+            raise ValueError(f"empty window [{start}, {end}]")
+    first = records[0]
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    errors = errors_by_kind(measured)
+    window_s = sum(end - start for _, start, end in runs)
+    tokens = sum(tokens_in_window([r for r in run if not r.warmup], start, end) for run, start, end in runs)
+    mean_tokens = sum(r.output_tokens for r in ok) / len(ok) if ok else 0
+    itl = [r.itl_s * 1000 for r in ok if r.itl_s is not None]
+    overhead = [(r.client_e2e_s - r.server_e2e_s) * 1000 for r in ok
+                if r.client_e2e_s is not None and r.server_e2e_s is not None]
+    late = [r.late_s * 1000 for r in measured if r.late_s is not None]
+    sent = sum(1 for run, start, end in runs for r in run if not r.warmup and start <= r.start_s <= end)
+    open_loop = first.request_rate is not None
+    return LevelSummary(
+        concurrency=first.concurrency if not open_loop else None, request_rate=first.request_rate,
+        repeats=len(runs),
+        requests=len(measured),
+        ok=len(ok),
+        errors=errors,
+        error_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+        retries=sum(r.retries for r in measured),
+        window_s=window_s,
+        output_tokens=tokens,
+        throughput_tokens_per_s=tokens / window_s,
+        requests_per_s=tokens / mean_tokens / window_s if mean_tokens else 0.0,
+        latency_ms_per_token=stats([r.e2e_s / r.output_tokens * 1000 for r in ok if r.output_tokens > 0]),
+        ttft_ms=stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
+        itl_ms=stats(itl),
+        tpot_ms=stats(itl),
+        token_gap_ms=stats([gap * 1000 for r in ok for gap in r.token_gaps_s]),
+        e2e_s=stats([r.e2e_s for r in ok]),
+        request_input_tokens=stats([float(r.input_tokens) for r in ok]),
+        request_output_tokens=stats([float(r.output_tokens) for r in ok]),
+        lateness_ms=stats(late) if open_loop else None,
+        achieved_request_rate=sent / window_s if open_loop else None,
+        client_overhead_ms=stats(overhead) if overhead else None,
+        spread=spread([summarize_runs([run]) for run in runs]) if len(runs) > 1 else None,
+    )
+
+
+def _value(summary: LevelSummary, metric: str) -> float | None:
+    obj: Any = summary
+    for part in metric.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def spread(summaries: Sequence[LevelSummary]) -> dict[str, Spread]:
+    """Mean, sample standard deviation, min and max of each SPREAD_METRICS figure across runs of a level."""
+    out = {}
+    for metric in SPREAD_METRICS:
+        values = [v for s in summaries if (v := _value(s, metric)) is not None]
+        if values:
+            out[metric] = Spread(mean=statistics.fmean(values),
+                                 stddev=statistics.stdev(values) if len(values) > 1 else 0.0,
+                                 min=min(values), max=max(values))
+    return out

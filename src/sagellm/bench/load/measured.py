@@ -1,0 +1,62 @@
+"""From what the sweep measured to results levels: which clock the timings come from, repeats, predictions.
+
+Emulated runs take request timings from the emulator's simulated clock: it stamps each request's first
+and last token on its engine's schedule (`sagellm_server_ttft_s`/`_e2e_s`), so TTFT, e2e and the
+per-request ITL are those of the simulation, free of the client's jitter, which a time scale of 0.1
+would otherwise multiply by ten. What the client saw stays in the record (`client_e2e_s`, wall-clock),
+and the difference is reported as client overhead in wall-clock milliseconds. Requests without the
+stamps (refused before a token) keep the client's timings. Start times, token gaps and lateness are the
+client's, scaled to simulated seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.summary import summarize_runs
+from sagellm.bench.load.level import LevelResult
+from sagellm.results.schema import Level, LevelSummary, Predicted
+
+
+def on_simulated_clock(record: RequestRecord, time_scale: float, emulated: bool) -> RequestRecord:
+    """A record of an emulated run in simulated seconds, timed by the emulator where it stamped the request."""
+    factor = 1.0 / time_scale
+    if not emulated and factor == 1.0:
+        return record
+
+    def scale(value: float | list[float] | None) -> float | list[float] | None:
+        if isinstance(value, list):
+            return [v * factor for v in value]
+        return None if value is None else value * factor
+
+    scaled: dict[str, Any] = {f.name: scale(getattr(record, f.name)) for f in dataclasses.fields(record)
+                              if f.metadata.get("client_seconds")}  # records.CLIENT_SECONDS
+    out = dataclasses.replace(record, **scaled)
+    if emulated and record.server_ttft_s is not None and record.server_e2e_s is not None:
+        out = dataclasses.replace(out, ttft_s=record.server_ttft_s * factor, e2e_s=record.server_e2e_s * factor,
+                                  clock="emulator", client_e2e_s=record.e2e_s)
+    return out
+
+
+def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bool,
+              predict: Callable[[LevelSummary], Predicted | None],
+              lags: dict[str, float]) -> list[Level]:
+    """One results level per level key (its repeats together), in the order measured; levels without a
+    measured request are left out."""
+    runs: dict[str, list[LevelResult]] = {}
+    for lv in results:
+        runs.setdefault(lv.load, []).append(lv)
+    factor = 1.0 / time_scale
+    out = []
+    for load, repeats in runs.items():
+        parts = [([on_simulated_clock(r, time_scale, emulated) for r in lv.records],
+                  lv.window_start_s * factor, lv.window_end_s * factor)
+                 for lv in repeats if any(not r.warmup for r in lv.records)]
+        if not parts:
+            continue
+        s = summarize_runs(parts)
+        out.append(Level(**s.model_dump(), predicted=predict(s), server_loop_lag_ms=lags.get(load)))
+    return out

@@ -1,0 +1,136 @@
+"""The `ramp` block of results.json: a time series per interval, the scaling events, and what they add up to.
+
+All times are simulated seconds from the ramp's first request (the records' clock). The emulator reports
+its scaling events on its own simulated clock; `scaling_offset_s` (its clock when the ramp started)
+moves them onto the ramp's. Definitions (README "Autoscaling under a ramp"):
+- a request belongs to the interval it was *sent* in; `achieved_rps` counts ok completions instead;
+- over the SLO: an ok request slower than `slo_ms_per_token` (e2e ÷ output tokens), and an interval whose
+  p50 ms/token is over it or that has a failed request;
+- while scaling: from a scale-out to the last of its instances InService (desired > in service);
+- instance-minutes: instances in service over the ramp (billing while an instance starts is not counted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.summary import stats
+from sagellm.results.schema import Ramp, RampInterval, ScalingEvent, ScalingPolicy
+
+DEFAULT_INTERVAL_S = 30.0  # half a metric period: fine enough to see an instance join
+
+
+def _ms_per_token(r: RequestRecord) -> float | None:
+    return r.e2e_s * 1000 / r.output_tokens if r.ok and r.output_tokens else None
+
+
+def _capacity_at(events: Sequence[ScalingEvent], t_s: float, initial: int | None) -> tuple[int | None, int | None]:
+    """Desired and in-service instances at `t_s` (the last event at or before it)."""
+    desired = in_service = initial
+    for e in events:
+        if e.t_s > t_s:
+            break
+        desired, in_service = e.desired, e.in_service
+    return desired, in_service
+
+
+def _scaling_windows(events: Sequence[ScalingEvent], end_s: float) -> list[tuple[float, float]]:
+    """Spans where a scale-out was under way (desired above in service)."""
+    out: list[tuple[float, float]] = []
+    start: float | None = None
+    for e in events:
+        if e.desired > e.in_service and start is None:
+            start = e.t_s
+        elif e.desired <= e.in_service and start is not None:
+            out.append((start, e.t_s))
+            start = None
+    if start is not None:
+        out.append((start, end_s))
+    return out
+
+
+def _instance_minutes(events: Sequence[ScalingEvent], initial: int, end_s: float) -> float:
+    t, n, total = 0.0, initial, 0.0
+    for e in events:
+        if e.t_s <= 0:
+            n = e.in_service
+            continue
+        if e.t_s >= end_s:
+            break
+        total += n * (e.t_s - t)
+        t, n = e.t_s, e.in_service
+    return (total + n * (end_s - t)) / 60
+
+
+def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step_s: float,
+               scaling: dict[str, Any] | None, scaling_offset_s: float, initial_instances: int,
+               slo_ms_per_token: float | None, usd_per_instance_h: float | None,
+               interval_s: float = DEFAULT_INTERVAL_S) -> Ramp:
+    """The ramp's time series and figures from its records (simulated clock) and the emulator's scaling state."""
+    simulated = bool(scaling and scaling.get("simulated"))
+    events = [ScalingEvent(t_s=e["t_s"] - scaling_offset_s, kind=e["kind"], desired=e["desired"],
+                           in_service=e["in_service"], detail=e.get("detail", ""))
+              for e in (scaling or {}).get("events", [])] if simulated else []
+    policy = None
+    if simulated and scaling is not None:
+        p = scaling["policy"]
+        policy = ScalingPolicy(metric=p["metric"], target_value=p["target"], min_capacity=p["min_capacity"],
+                               max_capacity=p["max_capacity"], scale_out_cooldown_s=p["scale_out_cooldown_s"],
+                               scale_in_cooldown_s=p["scale_in_cooldown_s"], period_s=p["period_s"],
+                               out_datapoints=p["out_datapoints"], in_datapoints=p["in_datapoints"],
+                               metric_delay_s=p["metric_delay_s"], instance_startup_s=p["instance_startup_s"])
+    sent = sorted((r for r in records if not r.warmup), key=lambda r: r.start_s)
+    end_s = max([len(rates) * step_s, *(r.end_s for r in sent)])
+    initial = initial_instances
+    known = initial if simulated else None
+
+    def over_slo(r: RequestRecord) -> bool:
+        mpt = _ms_per_token(r)
+        return slo_ms_per_token is not None and mpt is not None and mpt > slo_ms_per_token
+
+    intervals = []
+    for i in range(math.ceil(end_s / interval_s)):
+        lo, hi = i * interval_s, (i + 1) * interval_s
+        batch = [r for r in sent if lo <= r.start_s < hi]
+        ok = [r for r in batch if r.ok]
+        done = sum(1 for r in sent if r.ok and lo <= r.end_s < hi)
+        desired, in_service = _capacity_at(events, hi, known)
+        intervals.append(RampInterval(
+            start_s=lo, offered_rps=len(batch) / interval_s, achieved_rps=done / interval_s,
+            instances_desired=desired, instances_in_service=in_service, requests=len(batch),
+            errors=len(batch) - len(ok),
+            above_slo=sum(map(over_slo, ok)) if slo_ms_per_token is not None else None,
+            ttft_ms=stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
+            e2e_s=stats([r.e2e_s for r in ok]),
+            ms_per_token=stats([m for r in ok if (m := _ms_per_token(r)) is not None])))
+
+    def first(kind: str) -> float | None:
+        return next((e.t_s for e in events if e.kind == kind), None)
+
+    breach, scale_out = first("breach"), first("scale-out")
+    in_service_at = next((e.t_s for e in events if e.kind == "in-service" and scale_out is not None
+                          and e.t_s >= scale_out), None)
+    violated = recovered = None
+    if slo_ms_per_token is not None:
+        def bad(iv: RampInterval) -> bool:
+            return iv.errors > 0 or (iv.ms_per_token.p50 is not None and iv.ms_per_token.p50 > slo_ms_per_token)
+        violated = next((iv.start_s for iv in intervals if iv.requests and bad(iv)), None)
+        if violated is not None:
+            recovered = next((iv.start_s for iv in intervals
+                              if iv.start_s > violated and iv.requests and not bad(iv)), None)
+    windows = _scaling_windows(events, end_s)
+    scaling_sent = [r for r in sent if any(a <= r.start_s < b for a, b in windows)]
+    minutes = _instance_minutes(events, initial, end_s)
+    return Ramp(
+        rates=list(rates), step_s=step_s, interval_s=interval_s, scaling="simulated" if simulated else "none",
+        policy=policy, intervals=intervals, events=events, first_breach_s=breach, first_scale_out_s=scale_out,
+        first_in_service_s=in_service_at,
+        breach_to_in_service_s=in_service_at - breach if in_service_at is not None and breach is not None else None,
+        slo_ms_per_token=slo_ms_per_token, slo_violated_s=violated, slo_recovered_s=recovered,
+        requests_while_scaling=len(scaling_sent), failed_while_scaling=sum(not r.ok for r in scaling_sent),
+        above_slo_while_scaling=sum(map(over_slo, scaling_sent)) if slo_ms_per_token is not None else None,
+        instance_minutes=minutes,
+        cost_usd=minutes / 60 * usd_per_instance_h if usd_per_instance_h is not None else None)

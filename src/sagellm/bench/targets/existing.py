@@ -1,0 +1,79 @@
+"""`--target sagemaker --endpoint-name NAME`: bench an endpoint someone else deployed, as it is.
+
+Nothing is created or deleted. What is deployed (instance type and count, the container environment, the
+`sagellm:profile`/`sagellm:model` tags) labels the run, sizes the prediction and prices it; profile, model and
+instance given on the command line must agree with it.
+"""
+
+from __future__ import annotations
+
+from sagellm.aws.endpoints import DeployedEndpoint, describe_endpoint
+from sagellm.bench.client.transports import TGI, Api, SageMakerTransport, Transport
+from sagellm.bench.targets.http import runtime_is_emulated
+from sagellm.catalog import find_model
+from sagellm.errors import InputError
+from sagellm.results.schema import Teardown
+
+
+def read_endpoint(name: str, component: str | None, region: str) -> DeployedEndpoint:
+    """Describe the endpoint in `region` with the caller's credentials."""
+    import boto3
+
+    return describe_endpoint(boto3.Session(region_name=region).client("sagemaker"), name, component)
+
+
+def reconcile(deployed: DeployedEndpoint, profile: str | None, model: str | None,
+              instance: str | None) -> tuple[str, str]:
+    """The run's profile and model: what is deployed, unless given; given values must agree with it."""
+    name, errors = deployed.name, []
+    tagged = deployed.tags.get("sagellm:profile")
+    if profile and tagged and profile != tagged:
+        errors.append(f"--profile: {profile!r}, but endpoint {name} was deployed with {tagged!r} (its "
+                      "sagellm:profile tag); leave --profile out")
+    if not (profile or tagged):
+        errors.append(f"--profile: endpoint {name} carries no sagellm:profile tag; name the profile it was "
+                      "deployed with (it sizes the prediction)")
+    served = deployed.model_id
+    if model and served and _hf_id(model) != served:
+        errors.append(f"--model: {model!r}, but endpoint {name} serves {served!r}; leave --model out")
+    if not (model or served):
+        errors.append(f"--model: endpoint {name} names no model (no sagellm:model tag or HF_MODEL_ID); give "
+                      "the Hugging Face id it serves")
+    if instance and instance != deployed.instance_type:
+        errors.append(f"--instance: {instance!r}, but endpoint {name} runs on {deployed.instance_type!r}; "
+                      "leave --instance out")
+    if errors:
+        raise InputError(errors)
+    return str(profile or tagged), str(model or served)
+
+
+def _hf_id(model: str) -> str:
+    """A catalog alias as its Hugging Face id; other ids as given."""
+    try:
+        return find_model(model, "--model").hf_id
+    except InputError:
+        return model
+
+
+class ExistingEndpoint:
+    """An in-service SageMaker endpoint: invoked as deployed; nothing deployed, nothing deleted."""
+
+    kind = "sagemaker"
+    emulated = False
+    deploys = False
+
+    def __init__(self, deployed: DeployedEndpoint, region: str, *, api: Api = TGI):
+        self.deployed, self.region, self.api = deployed, region, api
+        self.endpoint: str | None = deployed.name
+
+    def deploy(self) -> Transport:
+        self.emulated = runtime_is_emulated()
+        return SageMakerTransport(self.deployed.name, self.region, api=self.api,
+                                  inference_component=self.deployed.inference_component)
+
+    def teardown(self) -> Teardown:
+        return Teardown(status="not-applicable",
+                        detail=f"existing endpoint {self.deployed.name}: nothing deployed, nothing deleted")
+
+    def may_be_left(self) -> list[str]:
+        return []

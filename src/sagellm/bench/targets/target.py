@@ -1,0 +1,60 @@
+"""Where the bench sends load, and which target a run gets.
+
+- `local`: the embedded local AWS and the emulator (stack.LocalTarget);
+- `sagemaker`: an AWS account, deploying the bench's own stack (stack.SageMakerTarget), or an existing
+  endpoint with `--endpoint-name` (existing.ExistingEndpoint: nothing deployed or deleted);
+- `http`: an existing TGI or OpenAI-compatible server (http.HttpTarget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from sagellm.aws.endpoints import DeployedEndpoint
+from sagellm.bench.client.transports import APIS, Api, Transport
+from sagellm.bench.targets.existing import ExistingEndpoint
+from sagellm.bench.targets.http import HttpTarget, api_for
+from sagellm.bench.targets.stack import LocalTarget, SageMakerTarget
+from sagellm.profiles.plan import DeploymentPlan
+from sagellm.results.schema import Teardown
+
+
+class Target(Protocol):
+    """A place to bench: deploy() gives a transport; teardown() undoes what deploy() created."""
+
+    kind: str
+    emulated: bool
+    endpoint: str | None
+    api: Api  # what requests say (decided by deploy() for an http server asked for `auto`)
+    deploys: bool  # whether it creates anything (that teardown must delete)
+
+    def deploy(self) -> Transport: ...
+
+    def teardown(self) -> Teardown: ...
+
+    def may_be_left(self) -> list[str]:
+        """What may be left when teardown itself failed midway."""
+        ...
+
+
+def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None, url: str | None, api: str,
+                  served_model: str | None, profiles_dir: Path | None, workdir: Path, run: str, process: str,
+                  time_scale: float, deployed: DeployedEndpoint | None, say: Callable[[str], None],
+                  instance_startup_s: float | None = None) -> Target:
+    """The target a run asked for (`deployed`: the existing endpoint `--endpoint-name` named)."""
+    if target == "http":
+        return HttpTarget(url or "", api, served_model, model)
+    assert plan is not None and model is not None  # the runner's checks: deploying targets need both
+    chosen = APIS[api_for(api, None)]  # SageMaker endpoints: auto is TGI's generate
+    if deployed is not None:
+        return ExistingEndpoint(deployed, plan.region, api=chosen)
+
+    def cdk_line(line: str) -> None:
+        say(f"  cdk │ {line}")
+
+    if target == "sagemaker":
+        return SageMakerTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, api=chosen)
+    return LocalTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen,
+                       instance_startup_s=instance_startup_s)

@@ -1,0 +1,46 @@
+"""Serving engines, one module each (tgi, lmi, tgi_neuron): pinned images, the variables each version reads,
+its environment, how it batches and admits, its wire format; and the one lookup from a container to them.
+
+Engines take plain settings and return environments and behaviour: no plan or profile type comes in.
+"""
+
+from __future__ import annotations
+
+from sagellm.engines import lmi, tgi
+from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Token, Variable
+from sagellm.engines.lmi import LMI
+from sagellm.engines.tgi import TGI
+from sagellm.engines.tgi_neuron import TGI_NEURON
+from sagellm.errors import InputError
+
+# By the profile's container.kind: the GPU engine, and the one on Inferentia where the kind has an image there.
+ENGINES: dict[str, Engine] = {"tgi": TGI, "lmi": LMI}
+NEURON_ENGINES: dict[str, Engine] = {"tgi": TGI_NEURON}
+# Every generation the planner knows, the measured one (TGI 1.x) included.
+GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, lmi.GENERATION)}
+
+__all__ = [
+    "ENGINES", "GENERATIONS", "NEURON_ENGINES", "Engine", "ErrorReply", "Generation", "Limits", "Settings",
+    "Token", "Variable", "engine_for", "generation", "generation_of",
+]
+
+
+def engine_for(kind: str, *, neuron: bool = False) -> Engine:
+    """The engine of a container kind on GPUs, or on Inferentia (InputError where it has no image there)."""
+    engines = NEURON_ENGINES if neuron else ENGINES
+    if kind not in engines:
+        raise InputError(f"no {kind!r} engine{' on Inferentia' if neuron else ''} (known: {', '.join(engines)})")
+    return engines[kind]
+
+
+def generation(name: str) -> Generation:
+    """A generation by name (ValueError naming the known ones)."""
+    try:
+        return GENERATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown server generation {name!r} (known: {', '.join(GENERATIONS)})") from None
+
+
+def generation_of(kind: str, version: str | None = None) -> str:
+    """The generation of a pinned container: its kind and image version (None: the newest, as TGI 3)."""
+    return ENGINES[kind].generation(version).name

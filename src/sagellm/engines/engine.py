@@ -1,0 +1,192 @@
+"""What every serving engine answers: its generation, the settings it is given, the limits it runs with."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+from sagellm.engines import images
+from sagellm.engines.images import version_key
+from sagellm.errors import InputError
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One server generation: its label, the measured constants it uses, and how it batches."""
+
+    name: str  # "tgi-1"
+    label: str  # "TGI 1.x"
+    constants_from: str  # the generation whose fitted constants it uses (itself when it has measurements)
+    # Passes of up to this many token rows compute EVERY expert of a mixture-of-experts layer (0: none).
+    # TGI 1.x's Mixtral (flash_mixtral_modeling.py, v1.3.4–v1.4.5) runs `dense_forward` — a bmm over all
+    # experts — unless more than 256 tokens are in the pass; TGI 2.0+ and vLLM use a fused MoE kernel that
+    # reads only the experts the tokens were routed to.
+    moe_dense_max_tokens: int = 0
+    # Router: prompts wait until floor(ratio × running) of them are queued, or `max_waiting_tokens` decode
+    # steps have passed since the last prefill (TGI's WAITING_SERVED_RATIO / MAX_WAITING_TOKENS). TGI's
+    # launcher defaults the ratio to 1.2 up to v1.4 (whole waves in a closed loop). TGI 3 chunks prefills
+    # by default for flash-attention models and then ignores both: waiting prompts join the batch at every
+    # step (backends/v3/src/backend.rs, v3.3.6), as vLLM does (0). Only a profile that turns chunking off
+    # (PREFILL_CHUNKING=0, beside MAX_BATCH_SIZE) gets TGI 3's ratio of 0.3, which the planner does not model.
+    waiting_served_ratio: float = 0.3
+    max_waiting_tokens: int = 20
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether this generation's constants were fitted on measurements of this generation."""
+        return self.constants_from == self.name
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One model copy as the plan serves it, in plain values: what an engine turns into its environment."""
+
+    model_id: str
+    version: str  # the pinned image version
+    tensor_parallel: int
+    quantization: str  # none | gptq | awq | …
+    max_input_tokens: int
+    max_total_tokens: int
+    max_batch_prefill_tokens: int
+    max_concurrent_requests: int
+    max_batch_size: int | None  # running sequences; None: the KV cache decides
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One server setting: its names in the environment, and the Settings field the plan sets it from."""
+
+    setting: str  # "shard count"
+    names: tuple[str, ...]  # the server's name first, then the aliases it also reads
+    sets: str | None  # a Settings field; None: the environment is its only place
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A copy's serving limits, as the pinned server reads its environment (docs/containers.md)."""
+
+    max_input_tokens: int
+    max_total_tokens: int
+    max_batch_prefill_tokens: int
+    max_batch_total_tokens: int  # KV budget: what is free after warm-up; each sequence reserves input + max_new
+    max_concurrent_requests: int | None  # TGI rejects above it (429); None: never rejects (LMI queues)
+    max_batch_size: int | None  # running sequences; None: the KV budget alone decides
+
+
+class Token(NamedTuple):
+    """One generated token as a server reports it (a NamedTuple: one is made per token streamed)."""
+
+    id: int
+    text: str
+    logprob: float
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """A refusal as the server writes it: status, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+def read_int(env: dict[str, str], name: str, default: int) -> int:
+    """An integer variable of a container environment, or `default` where it is unset."""
+    value = env.get(name)
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"environment: {name}: {value!r} is not an integer") from None
+
+
+class Engine(ABC):
+    """A serving engine: its pinned image, what it reads, how it batches and admits, what it says on the wire."""
+
+    kind: str  # the profile's container.kind
+    label: str  # "TGI", "LMI"
+    framework: str  # the SageMaker SDK's image table
+    pinned: str  # the version sagellm pins
+    oldest: tuple[int, ...]  # the oldest version whose behaviour docs/containers.md describes
+    variables: tuple[Variable, ...]  # the settings the plan owns, and the aliases beside them
+    model_id_variables: tuple[str, ...]  # where the server reads the model id
+    queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
+    payload_too_large = ""  # the refusal of a body over payload_limit()
+    stream_content_type: str  # how a streamed generate reply is framed
+    # Prometheus /metrics: a results name → the server's histogram (in seconds) or counter, newest name first.
+    histograms: ClassVar[dict[str, tuple[str, ...]]]
+    counters: ClassVar[dict[str, tuple[str, ...]]]
+
+    @abstractmethod
+    def generation(self, version: str | None) -> Generation:
+        """The generation of this engine at `version` (None: the pinned one)."""
+
+    @abstractmethod
+    def chunks_prefill(self, version: str | None, max_batch_size: int | None) -> bool:
+        """Whether the server splits long prompts over several prefill passes."""
+
+    @abstractmethod
+    def environment(self, s: Settings) -> dict[str, str]:
+        """The variables the plan sets for one copy (the profile's own environment goes on top)."""
+
+    @abstractmethod
+    def environment_errors(self, version: str, env: dict[str, str], where: Callable[[str], str]) -> list[str]:
+        """`serving.environment` variables the pinned server does not read, or reads without effect."""
+
+    @abstractmethod
+    def limits(self, version: str | None, env: dict[str, str], kv_tokens: int, context: int) -> Limits:
+        """The limits a copy runs with: its environment, with this server's defaults where a variable is unset."""
+
+    def image_version(self, version: str) -> str:
+        """The image version deployed for the pinned server version."""
+        return version
+
+    def version_errors(self, version: str, where: str) -> list[str]:
+        """A pinned version the SDK tables do not know exactly, or older than sagellm models."""
+        versions = images.versions(self.framework)
+        if version not in versions:
+            alias = images.alias(self.framework, version)
+            hint = f"use the exact version {alias}" if alias else f"known: {', '.join(versions[-5:])}"
+            return [f"{where}: {version!r} is not an exact {self.framework} image version ({hint})"]
+        if version_key(version) < self.oldest:
+            oldest = ".".join(map(str, self.oldest))
+            message = (f"sagellm models {self.kind} {oldest} and newer (pinned default: {self.pinned}); "
+                       "see docs/containers.md")
+            return [f"{where}: {version!r}: {message}"]
+        return []
+
+    def image_uri(self, version: str, region: str) -> str:
+        """The ECR image URI of the pinned server `version` in `region`."""
+        return images.uri(self.framework, self.image_version(version), region)
+
+    def payload_limit(self, env: dict[str, str]) -> int | None:
+        """The largest request body the server takes (None: no limit of its own)."""
+        return None
+
+    def default_max_new_tokens(self) -> int | None:
+        """What a generate body without max_new_tokens gets (None: up to the total-token cap)."""
+        return None
+
+    @abstractmethod
+    def generate_body(self, text: str, details: dict[str, Any] | None, tokens: Sequence[Token], *,
+                      invocations: bool) -> Any:
+        """A whole generate reply (`details` and `tokens` only when the request asked for details)."""
+
+    @abstractmethod
+    def stream_token(self, index: int, token: Token) -> bytes:
+        """One piece of a streamed generate reply: the token at `index` (0-based), not the last."""
+
+    @abstractmethod
+    def stream_last(self, index: int, token: Token, text: str, details: dict[str, Any] | None) -> bytes:
+        """The last piece of a streamed generate reply: the last token, the whole text, `details` if asked."""
+
+    @abstractmethod
+    def error_reply(self, status: int, error_type: str, message: str) -> ErrorReply:
+        """A refused request as the server answers it."""
+
+    def stream_refusal(self, status: int, error_type: str, message: str) -> ErrorReply:
+        """A refused streamed generate request as the server answers it."""
+        return self.error_reply(status, error_type, message)

@@ -1,0 +1,141 @@
+"""AWS LMI (djl-serving) running vLLM: what it reads, how it batches and queues, what it answers.
+
+LMI ≥ 0.33 runs vLLM through its async OpenAI service when told so; sagellm names that engine explicitly
+instead of relying on LMI's auto-detection (which would also cap the batch at 32 sequences). Sources in
+docs/containers.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Token, Variable, read_int
+
+PINNED = "0.35.0"  # a redeploy never changes the server underneath an endpoint
+FRAMEWORK = "djl-lmi"
+OLDEST = (0, 33, 0)  # the oldest version whose behaviour docs/containers.md describes
+
+# The vLLM engine through the async OpenAI service (LMI's own choice for vLLM-capable models).
+VLLM_ASYNC = {
+    "OPTION_ENTRYPOINT": "djl_python.lmi_vllm.vllm_async_service",
+    "OPTION_ASYNC_MODE": "true",
+    "OPTION_ROLLING_BATCH": "disable",
+}
+# LMI's default rolling batch in async mode is 32 sequences (LmiConfigRecommender).
+DEFAULT_ROLLING_BATCH_SIZE = 32
+# LMI turns a generate body without max_new_tokens into a vLLM request of 30 (request_response_utils.py).
+DEFAULT_NEW_TOKENS = 30
+
+# vLLM queues every request and admits waiting prompts at every step, chunking long ones.
+GENERATION = Generation("lmi", "LMI (vLLM)", "tgi-1", waiting_served_ratio=0.0)
+
+READS = frozenset({"HF_MODEL_ID", "HF_MODEL_REVISION", "HF_TOKEN", "TENSOR_PARALLEL_DEGREE",
+                   "PIPELINE_PARALLEL_DEGREE"})
+PREFIXES = ("OPTION_", "SERVING_")  # option.* (vLLM engine arguments pass through) and server settings
+# djl-serving docs/lmi/lmi_environment_variable_instruction.md (HF_MODEL_ID = OPTION_MODEL_ID,
+# TENSOR_PARALLEL_DEGREE = OPTION_TENSOR_PARALLEL_DEGREE).
+VARIABLES = (
+    Variable("model id", ("HF_MODEL_ID", "OPTION_MODEL_ID"), "model_id"),
+    Variable("tensor parallel degree", ("OPTION_TENSOR_PARALLEL_DEGREE", "TENSOR_PARALLEL_DEGREE"),
+             "tensor_parallel"),
+    Variable("quantization", ("OPTION_QUANTIZE",), "quantization"),
+    Variable("max model length", ("OPTION_MAX_MODEL_LEN",), "max_total_tokens"),
+    Variable("rolling batch size", ("OPTION_MAX_ROLLING_BATCH_SIZE",), "max_batch_size"),
+    Variable("prefill budget", ("OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS",), "max_batch_prefill_tokens"),
+    Variable("remote code", ("HF_TRUST_REMOTE_CODE", "OPTION_TRUST_REMOTE_CODE"), None),
+)
+
+
+class Lmi(Engine):
+    """AWS LMI with vLLM's async engine: queues instead of refusing; its rolling batch is the running limit."""
+
+    kind = "lmi"
+    label = "LMI"
+    framework = FRAMEWORK
+    pinned = PINNED
+    oldest = OLDEST
+    variables = VARIABLES
+    model_id_variables = ("HF_MODEL_ID", "OPTION_MODEL_ID")
+    queues = True
+    stream_content_type = "application/jsonlines"  # one JSON object per line, not server-sent events
+    # vLLM 0.10–0.12's names (an http target's vLLM server too): Counters are served with `_total` appended;
+    # `time_per_output_token_seconds` became `inter_token_latency_seconds` in 0.11, so both, newest first.
+    histograms: ClassVar[dict[str, tuple[str, ...]]] = {
+        "e2e_latency_ms": ("vllm:e2e_request_latency_seconds",),
+        "ttft_ms": ("vllm:time_to_first_token_seconds",),
+        "itl_ms": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        "queue_time_ms": ("vllm:request_queue_time_seconds",),
+    }
+    counters: ClassVar[dict[str, tuple[str, ...]]] = {
+        "requests": ("vllm:request_success_total",),
+        "prompt_tokens": ("vllm:prompt_tokens_total",),
+        "generation_tokens": ("vllm:generation_tokens_total",),
+    }
+
+    def generation(self, version: str | None) -> Generation:
+        """Every LMI version sagellm models is one generation."""
+        return GENERATION
+
+    def chunks_prefill(self, version: str | None, max_batch_size: int | None) -> bool:
+        """vLLM always chunks long prompts."""
+        return True
+
+    def environment(self, s: Settings) -> dict[str, str]:
+        """The vLLM engine named explicitly, its limits as LMI options."""
+        env = {
+            "HF_MODEL_ID": s.model_id,
+            **VLLM_ASYNC,
+            "OPTION_TENSOR_PARALLEL_DEGREE": str(s.tensor_parallel),
+            "OPTION_MAX_MODEL_LEN": str(s.max_total_tokens),
+            "OPTION_MAX_ROLLING_BATCH_SIZE": str(s.max_batch_size or s.max_concurrent_requests),
+            "OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS": str(s.max_batch_prefill_tokens),
+        }
+        if s.quantization != "none":
+            env["OPTION_QUANTIZE"] = s.quantization
+        return env
+
+    def environment_errors(self, version: str, env: dict[str, str], where: Callable[[str], str]) -> list[str]:
+        """Names outside what LMI reads: its few plain names, OPTION_* and SERVING_*."""
+        return [f"{where(name)}: LMI {version} does not read it (it reads HF_MODEL_ID, TENSOR_PARALLEL_DEGREE, "
+                "OPTION_* and SERVING_*); see docs/containers.md"
+                for name in env if name not in READS and not name.startswith(PREFIXES)]
+
+    def limits(self, version: str | None, env: dict[str, str], kv_tokens: int, context: int) -> Limits:
+        """vLLM's limits: the model length, the rolling batch; it never refuses for load."""
+        total = read_int(env, "OPTION_MAX_MODEL_LEN", context)
+        return Limits(max_input_tokens=total - 1, max_total_tokens=total,
+                      max_batch_prefill_tokens=read_int(env, "OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS", total),
+                      max_batch_total_tokens=kv_tokens, max_concurrent_requests=None,
+                      max_batch_size=read_int(env, "OPTION_MAX_ROLLING_BATCH_SIZE", DEFAULT_ROLLING_BATCH_SIZE))
+
+    def default_max_new_tokens(self) -> int | None:
+        """LMI's 30 tokens for a generate body without max_new_tokens."""
+        return DEFAULT_NEW_TOKENS
+
+    def generate_body(self, text: str, details: dict[str, Any] | None, tokens: Sequence[Token], *,
+                      invocations: bool) -> Any:
+        """One object on every route (TGI wraps its `/invocations` reply in a list)."""
+        out: dict[str, Any] = {"generated_text": text}
+        if details is not None:
+            out["details"] = {**details, "prefill": [], "tokens": [t._asdict() for t in tokens]}
+        return out
+
+    def stream_token(self, index: int, token: Token) -> bytes:
+        """One line of the streamed reply for a token that is not the last."""
+        line = {"index": index, "token": token._asdict(), "generated_text": None, "details": None}
+        return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+    def stream_last(self, index: int, token: Token, text: str, details: dict[str, Any] | None) -> bytes:
+        """The last line: the last token, the whole text and `details`."""
+        line = {"index": index, "token": token._asdict(), "generated_text": text, "details": details}
+        return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+    def error_reply(self, status: int, error_type: str, message: str) -> ErrorReply:
+        """`{"error", "code"}`; vLLM's validation errors are 400s (TGI's 422s)."""
+        status = 400 if status == 422 else status
+        return ErrorReply(status, "application/json", json.dumps({"error": message, "code": status}).encode())
+
+
+LMI = Lmi()

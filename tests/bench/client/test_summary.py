@@ -1,0 +1,112 @@
+"""summarize() on synthetic records."""
+
+from __future__ import annotations
+
+import pytest
+
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.summary import percentile, summarize
+from sagellm.results.schema import Stats
+
+
+def rec(*, c: int = 4, start: float = 1.0, e2e: float = 1.0, tokens: int = 100, ok: bool = True,
+        **kw) -> RequestRecord:
+    return RequestRecord(concurrency=c, worker=0, start_s=start, ok=ok, e2e_s=e2e, output_tokens=tokens, **kw)
+
+
+def test_percentiles_interpolate_linearly_between_ranks() -> None:
+    data = [float(v) for v in range(10, 0, -1)]  # 1..10, unsorted on purpose
+    assert percentile(data, 50) == pytest.approx(5.5)
+    assert percentile(data, 90) == pytest.approx(9.1)
+    assert percentile(data, 99) == pytest.approx(9.91)
+    assert percentile(data, 0) == 1.0 and percentile(data, 100) == 10.0
+
+
+def test_percentile_of_one_value_is_that_value_and_of_none_is_none() -> None:
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([], 50) is None
+
+
+def test_ms_per_token_is_e2e_over_output_tokens_of_each_ok_request() -> None:
+    records = [rec(e2e=1.0, tokens=100), rec(e2e=2.0, tokens=100), rec(e2e=6.0, tokens=200),
+               rec(ok=False, e2e=0.01, tokens=0, error_kind="overloaded")]
+    s = summarize(records, window_start_s=0, window_end_s=10)
+    assert s.latency_ms_per_token.p50 == pytest.approx(20.0)  # 10, 20, 30 ms/token
+    assert s.latency_ms_per_token.mean == pytest.approx(20.0)
+    assert s.latency_ms_per_token.p95 == pytest.approx(29.0)
+    assert s.latency_ms_per_token.p99 == pytest.approx(29.8)
+    assert s.e2e_s.p50 == pytest.approx(2.0)
+
+
+def test_warmup_records_are_left_out_of_every_statistic() -> None:
+    records = [rec(e2e=50.0, warmup=True, ttft_s=9.0, retries=3), rec(ok=False, warmup=True, error_kind="other"),
+               rec(e2e=1.0, ttft_s=0.1)]
+    s = summarize(records, window_start_s=0, window_end_s=100)
+    assert (s.requests, s.ok, s.error_rate, s.retries) == (1, 1, 0.0, 0)
+    assert s.latency_ms_per_token.p99 == pytest.approx(10.0)
+    assert s.ttft_ms.p50 == pytest.approx(100.0)
+    assert s.output_tokens == 100
+
+
+def test_errors_are_counted_by_kind_and_an_unclassified_failure_counts_as_other() -> None:
+    records = [rec(), rec(ok=False, error_kind="overloaded"), rec(ok=False, error_kind="overloaded"),
+               rec(ok=False, error_kind="timeout"), rec(ok=False, error_kind=None)]
+    s = summarize(records, window_start_s=0, window_end_s=10)
+    assert s.errors == {"overloaded": 2, "validation": 0, "timeout": 1, "throttled": 0, "client": 0, "other": 1}
+    assert s.error_rate == pytest.approx(0.8)
+
+
+def test_throughput_counts_tokens_of_ok_requests_completed_inside_the_window() -> None:
+    records = [
+        rec(start=0.0, e2e=1.5, tokens=100),  # ends at 1.5, before the window: ramp
+        rec(start=1.0, e2e=2.0, tokens=200),  # ends at 3.0: in
+        rec(start=2.0, e2e=8.0, tokens=300),  # ends at 10.0: in (the end is inclusive)
+        rec(start=9.0, e2e=3.0, tokens=400),  # ends at 12.0: tail
+        rec(start=3.0, e2e=1.0, tokens=0, ok=False, error_kind="other"),
+    ]
+    s = summarize(records, window_start_s=2.0, window_end_s=10.0)
+    assert s.output_tokens == 500
+    assert s.throughput_tokens_per_s == pytest.approx(500 / 8)
+    assert s.requests_per_s == pytest.approx(2 / 8)
+    assert s.window_s == 8.0
+    assert s.ok == 4  # latency statistics still use every measured ok request
+
+
+def test_itl_is_per_request_e2e_minus_ttft_over_tokens_minus_one_and_gaps_are_kept_apart() -> None:
+    steady = rec(ttft_s=0.1, e2e=1.0, tokens=10, token_gaps_s=[0.1] * 9)  # 100 ms per token
+    chunked = rec(ttft_s=0.2, e2e=2.0, tokens=10, token_gaps_s=[0.0, 0.0, 0.6] * 3)  # 200 ms, 3 per chunk
+    records = [steady, chunked, rec(ttft_s=0.1, e2e=0.1, tokens=1),  # one token: no ITL
+               rec(ok=False, error_kind="timeout", ttft_s=0.1, e2e=9.0, tokens=0, token_gaps_s=[9.0])]
+    s = summarize(records, window_start_s=0, window_end_s=10)
+    assert (s.itl_ms.p50, s.itl_ms.mean, s.itl_ms.p95) == pytest.approx((150.0, 150.0, 195.0))
+    assert s.tpot_ms == s.itl_ms
+    # The pooled gaps are another distribution: a third of the chunked request's gaps are 0 ms.
+    assert s.token_gap_ms.p50 == pytest.approx(100.0) and s.token_gap_ms.mean == pytest.approx(150.0)
+    assert percentile([0.0, 0.0, 600.0] * 3, 50) == 0.0
+
+
+def test_client_overhead_is_client_minus_server_e2e_where_the_emulator_timed_the_request() -> None:
+    records = [rec(client_e2e_s=1.002, server_e2e_s=1.0), rec(client_e2e_s=1.006, server_e2e_s=1.0),
+               rec(e2e=5.0)]
+    s = summarize(records, window_start_s=0, window_end_s=10)
+    assert s.client_overhead_ms is not None
+    assert s.client_overhead_ms.p50 == pytest.approx(4.0)
+    assert summarize([rec()], window_start_s=0, window_end_s=10).client_overhead_ms is None
+
+
+def test_retries_are_totalled() -> None:
+    s = summarize([rec(retries=2), rec(retries=1, ok=False, error_kind="throttled")],
+                  window_start_s=0, window_end_s=10)
+    assert s.retries == 3
+
+
+def test_a_level_with_no_ok_request_has_empty_statistics() -> None:
+    s = summarize([rec(ok=False, error_kind="validation")], window_start_s=0, window_end_s=10)
+    assert s.latency_ms_per_token == Stats() and s.throughput_tokens_per_s == 0.0 and s.error_rate == 1.0
+
+
+def test_rejects_records_of_several_levels_and_an_empty_window() -> None:
+    with pytest.raises(ValueError, match=r"exactly one level, got \['1', '2'\]"):
+        summarize([rec(c=1), rec(c=2)], window_start_s=0, window_end_s=1)
+    with pytest.raises(ValueError, match="empty window"):
+        summarize([rec()], window_start_s=5, window_end_s=5)

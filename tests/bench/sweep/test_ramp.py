@@ -1,0 +1,183 @@
+"""`bench --ramp`: the steps, one continuous schedule, the ramp block's figures, and a local ramp that scales out."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench_helpers import MODEL, FakeTransport, results_of, sagellm
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.workload import Workload, WorkloadOptions
+from sagellm.bench.load.open_loop import OpenLoop
+from sagellm.bench.sweep.ramp import ramp_rates, ramp_steps, run_ramp
+from sagellm.bench.sweep.ramp_figures import ramp_block
+from sagellm.errors import InputError
+from sagellm.planner import Payload, predict
+from sagellm.profiles import design_for
+
+
+def test_the_default_steps_rise_from_below_one_instances_knee_to_above_the_fleets_maximum() -> None:
+    design = design_for("autoscale", MODEL, "ml.g5.2xlarge", payload=Payload(256, 256))
+    assert design.scaling is not None
+    one = predict(design.shape(instance_count=1), design.payload, tuple(2**i for i in range(13)), design.region)
+    assert one.knee is not None and one.max_throughput is not None
+    rates = ramp_rates(design, steps=6)
+    assert len(rates) == 6 and list(rates) == sorted(rates)
+    assert rates[0] < one.knee.requests_per_s
+    assert rates[-1] > design.scaling.max_capacity * one.max_throughput.requests_per_s
+
+
+def test_a_plan_with_autoscaling_ramps_by_default_and_no_ramp_or_a_fixed_profile_sweeps() -> None:
+    autoscale = design_for("autoscale", MODEL, "ml.g5.2xlarge", payload=Payload(256, 256))
+    fixed = design_for("max-throughput", MODEL, "ml.g5.2xlarge", payload=Payload(256, 256))
+    assert ramp_steps(None, (), autoscale) == ramp_rates(autoscale)
+    assert ramp_steps(False, (), autoscale) == ()
+    assert ramp_steps(None, (1.0, 2.0), fixed) == ()
+    assert ramp_steps(True, (1.0, 2.0), fixed) == (1.0, 2.0)
+    with pytest.raises(InputError, match="--ramp: give --request-rate steps"):
+        ramp_steps(True, (), None)
+
+
+def test_the_steps_run_back_to_back_on_one_schedule_without_draining_between_them() -> None:
+    # Requests last 40–60 ms; steps last 100 ms: a sweep would wait for each level's requests to return.
+    transport = FakeTransport(duration_s=(0.04, 0.06))
+    records: list[RequestRecord] = []
+    loop = OpenLoop((100.0, 200.0, 300.0), max_in_flight=256)
+    levels = asyncio.run(run_ramp(transport, workload=Workload(WorkloadOptions(), Payload(8, 4)), loop=loop,
+                                  step_s=0.1, on_record=records.append))
+    assert [lv.request_rate for lv in levels] == [100.0, 200.0, 300.0]
+    assert [len(lv.records) for lv in levels] == [10, 20, 30]
+    windows = [t for lv in levels for t in (lv.window_start_s, lv.window_end_s)]
+    assert windows == pytest.approx([0, 0.1, 0.1, 0.2, 0.2, 0.3])
+    # The second step starts on time while the first step's requests are still in flight.
+    first_of_second = min(r.start_s for r in levels[1].records)
+    last_end_of_first = max(r.end_s for r in levels[0].records)
+    assert first_of_second == pytest.approx(0.1, abs=0.02)
+    assert first_of_second < last_end_of_first
+    assert len(records) == 60
+
+
+def record(start_s: float, e2e_s: float = 1.0, ok: bool = True) -> RequestRecord:
+    return RequestRecord(concurrency=None, request_rate=1.0, worker=None, start_s=start_s, ok=ok, e2e_s=e2e_s,
+                         output_tokens=20 if ok else 0, ttft_s=0.1 if ok else None)
+
+
+def scaling_state(offset: float) -> dict[str, Any]:
+    """The emulator's /autoscaling reply: its clock runs `offset` s ahead of the ramp's."""
+    policy = {"metric": "InvocationsPerInstance", "target": 60.0, "min_capacity": 1, "max_capacity": 2,
+              "scale_out_cooldown_s": 60.0, "scale_in_cooldown_s": 300.0, "period_s": 60.0, "out_datapoints": 3,
+              "in_datapoints": 15, "metric_delay_s": 60.0, "instance_startup_s": 120.0}
+    events = [(100.0, "breach", 1, 1), (280.0, "alarm-high", 1, 1), (280.0, "scale-out", 2, 1),
+              (400.0, "in-service", 2, 2)]
+    return {"simulated": True, "now_s": 900.0, "policy": policy,
+            "events": [{"t_s": t + offset, "kind": k, "desired": d, "in_service": n, "detail": ""}
+                       for t, k, d, n in events]}
+
+
+def test_the_ramp_block_puts_scaling_on_the_ramps_clock_and_adds_up_its_figures() -> None:
+    # One request every 10 s for 600 s; 100 ms/token (2 s e2e) while one instance serves, 40 ms/token after.
+    records = [record(t, e2e_s=2.0 if t < 400 else 0.8) for t in range(0, 600, 10)]
+    records[30] = record(300.0, ok=False)  # one failure while scaling out
+    ramp = ramp_block(records, rates=[0.1, 0.1], step_s=300.0, scaling=scaling_state(offset=50.0),
+                      scaling_offset_s=50.0, initial_instances=1, slo_ms_per_token=50.0, usd_per_instance_h=6.0,
+                      interval_s=60.0)
+    assert ramp.scaling == "simulated" and ramp.policy is not None and ramp.policy.instance_startup_s == 120.0
+    assert (ramp.first_breach_s, ramp.first_scale_out_s, ramp.first_in_service_s) == (100.0, 280.0, 400.0)
+    assert ramp.breach_to_in_service_s == 300.0
+    assert [iv.instances_in_service for iv in ramp.intervals] == [1, 1, 1, 1, 1, 1, 2, 2, 2, 2]
+    assert [iv.instances_desired for iv in ramp.intervals] == [1, 1, 1, 1, 2, 2, 2, 2, 2, 2]
+    assert all(iv.requests == 6 and iv.offered_rps == pytest.approx(0.1) for iv in ramp.intervals)
+    assert ramp.intervals[5].errors == 1
+    assert ramp.intervals[0].ms_per_token.p50 == pytest.approx(100.0)
+    assert ramp.intervals[7].ms_per_token.p50 == pytest.approx(40.0)
+    assert (ramp.slo_violated_s, ramp.slo_recovered_s) == (0.0, 420.0)  # 360–420 still has four slow requests
+    # Sent while scaling out (280–400): 280 … 390, twelve requests, one failed, the other eleven above the SLO.
+    assert (ramp.requests_while_scaling, ramp.failed_while_scaling, ramp.above_slo_while_scaling) == (12, 1, 11)
+    # One instance for 400 s, two for the last 200 s (the ramp ends at 600 s): 800 instance-seconds.
+    assert ramp.instance_minutes == pytest.approx(800 / 60)
+    assert ramp.cost_usd == pytest.approx(800 / 3600 * 6.0)
+
+
+def test_without_simulated_scaling_the_ramp_says_so_and_counts_the_fixed_fleet() -> None:
+    records = [record(t) for t in range(0, 120, 10)]
+    ramp = ramp_block(records, rates=[0.1], step_s=120.0, scaling=None, scaling_offset_s=0.0,
+                      initial_instances=3, slo_ms_per_token=None, usd_per_instance_h=None, interval_s=60.0)
+    assert (ramp.scaling, ramp.policy, ramp.events) == ("none", None, [])
+    assert [iv.instances_in_service for iv in ramp.intervals] == [None, None]
+    assert (ramp.first_breach_s, ramp.breach_to_in_service_s, ramp.slo_violated_s) == (None, None, None)
+    assert ramp.above_slo_while_scaling is None and ramp.cost_usd is None
+    assert ramp.instance_minutes == pytest.approx(3 * 2.0)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--ramp", "--request-rate", "1,2", "--requests-per-level", "5"], "--requests-per-level: a ramp's steps"),
+    (["--request-rate", "1,2", "--instance-startup", "0"], "--instance-startup: 0 must be > 0 seconds"),
+    (["--request-rate", "1,2", "--repeats", "2"], "--repeats: a ramp runs once"),
+    (["--ramp", "--concurrency", "1,2"], "--ramp/--concurrency: a ramp is open loop"),
+])
+def test_bad_ramp_options_are_one_line_and_exit_2(tmp_path: Path, extra: list[str], message: str) -> None:
+    ran = sagellm("bench", "--profile", "autoscale", "--model", MODEL, "--instance", "ml.g5.2xlarge",
+                  "--out", str(tmp_path / "out"), *extra)
+    assert ran.returncode == 2, ran.stderr
+    assert message in ran.stderr and "Traceback" not in ran.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# The autoscale profile, sized so that a few requests a second breach its target (60 invocations per
+# instance per minute) and one instance may become two: the standard target (the planner's knee, ~7 req/s
+# per instance at 32 output tokens) would need thousands of requests before anything scales.
+SMALL_AUTOSCALE = """\
+name: autoscale-small
+extends: autoscale
+initial_instance_count: 1
+autoscaling:
+  min_capacity: 1
+  max_capacity: 2
+  target_value: 60
+  scale_out_cooldown_s: 60
+"""
+
+
+@pytest.mark.integration
+def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_and_the_latency(
+        tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "autoscale-small.yaml").write_text(SMALL_AUTOSCALE)
+    out = tmp_path / "out"
+    # 96-token replies at time scale 0.1: one instance then runs about twice the sequences two do, a
+    # latency gap of ~25 % (10 ms/token). With 32 tokens at 0.05 the gap was ~10 %, and one busy-machine
+    # run in four saw the emulator's lag invert it.
+    ran = sagellm("bench", "--profile", "autoscale-small", "--profiles-dir", str(profiles), "--model", MODEL,
+                  "--instance", "ml.g5.2xlarge", "--time-scale", "0.1", "--output-tokens", "96",
+                  "--request-rate", "0.5,3,3.5,4", "--duration-per-level", "120", "--instance-startup", "60",
+                  "--slo-ms-per-token", "40", "--out", str(out), timeout=240)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    ramp = results_of(out)["ramp"]
+    assert ramp["scaling"] == "simulated" and ramp["rates"] == [0.5, 3.0, 3.5, 4.0]
+    kinds = [e["kind"] for e in ramp["events"]]
+    assert "scale-out" in kinds and kinds.index("in-service") > kinds.index("scale-out")
+    # The measured delay is the simulation's, end to end through the bench: the breaching period and two
+    # more above the target (3 datapoints), 60 s to act on the third, then 60 s of instance start-up.
+    assert ramp["breach_to_in_service_s"] == pytest.approx(2 * 60 + 60 + 60, abs=0.5)
+    assert ramp["first_scale_out_s"] < ramp["first_in_service_s"] <= 480
+    # One instance before the new one is in service, two after; the load kept coming meanwhile.
+    ivs = ramp["intervals"]
+    before = [iv for iv in ivs if 150 <= iv["start_s"] and iv["start_s"] + 30 <= ramp["first_in_service_s"]]
+    after = [iv for iv in ivs if iv["start_s"] >= ramp["first_in_service_s"] and iv["start_s"] + 30 <= 480]
+    assert before and after
+    assert {iv["instances_in_service"] for iv in before} == {1}
+    assert {iv["instances_in_service"] for iv in after} == {2}
+    assert ramp["requests_while_scaling"] > 0 and ramp["above_slo_while_scaling"] is not None
+    # Past one instance's knee the latency is higher than once two instances share the load.
+    slow = statistics.mean(iv["ms_per_token"]["p50"] for iv in before)
+    fast = statistics.mean(iv["ms_per_token"]["p50"] for iv in after)
+    assert slow > fast
+    report = (out / "report.md").read_text()
+    assert "## Ramp" in report and "breach → new instance InService" in report and "| scale-out |" in report
+    assert (out / "ramp.png").stat().st_size > 10_000
+    assert ramp["cost_usd"] > 0 and ramp["instance_minutes"] > 8  # 1 instance × 8 minutes at least

@@ -1,0 +1,66 @@
+"""Pinned images (the SDK's tables, per region and partition), exact versions, what each server reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from sagellm.engines import ENGINES, images
+from sagellm.engines.lmi import LMI
+from sagellm.engines.tgi import TGI
+from sagellm.engines.tgi_neuron import TGI_NEURON
+
+REGIONS = ("us-east-1", "cn-north-1")
+
+
+@pytest.mark.integration  # the SDK takes ~1 s per lookup
+@pytest.mark.parametrize("kind", ["tgi", "lmi"])
+def test_image_uri_is_what_the_sagemaker_sdk_returns_for_every_modelled_version(kind: str) -> None:
+    from sagemaker.core import image_uris  # the tables' owner, imported here only to cross-check
+
+    engine = ENGINES[kind]
+    framework = engine.framework
+    checked = 0
+    modelled = [v for v in images.table(framework)["versions"] if not engine.version_errors(v, "")]
+    for version in modelled:
+        for region in REGIONS:
+            try:
+                want = image_uris.retrieve(framework, region=region, version=version, image_scope="inference")
+            except ValueError:
+                continue  # not published there
+            assert engine.image_uri(version, region) == want, (version, region)
+            checked += 1
+    assert checked >= 2 * len(modelled) - 2 and len(modelled) >= 5
+
+
+def test_neuron_image_is_the_pinned_optimum_neuron_build_of_tgi_3_3_6() -> None:
+    from sagemaker.core import image_uris
+
+    want = image_uris.retrieve("huggingface-llm-neuronx", region="us-east-1", version="0.3.0",
+                               image_scope="inference")
+    assert TGI_NEURON.image_uri(TGI.pinned, "us-east-1") == want
+    assert "optimum3.3.6" in want
+
+
+def test_version_must_be_exact_and_modelled() -> None:
+    assert TGI.version_errors("3.3", "p.yaml:3: container.version") == [
+        "p.yaml:3: container.version: '3.3' is not an exact huggingface-llm image version (use the exact version 3.3.6)"
+    ]
+    assert TGI.version_errors("1.4.5", "container.version") == [
+        ("container.version: '1.4.5': sagellm models tgi 2.0.0 and newer (pinned default: 3.3.6); see "
+        "docs/containers.md")
+    ]
+    [unknown] = LMI.version_errors("9.9.9", "container.version")
+    assert unknown.startswith("container.version: '9.9.9' is not an exact djl-lmi image version (known: ")
+    assert LMI.version_errors("0.35.0", "container.version") == []
+
+
+def test_environment_holds_only_what_the_pinned_server_reads() -> None:
+    where = "serving.environment.{}".format
+    assert TGI.environment_errors("3.3.6", {"MAX_WAITING_TOKEN": "30", "CUDA_GRAPHS": "0"}, where) == [
+        "serving.environment.MAX_WAITING_TOKEN: TGI 3.3.6 does not read it; did you mean MAX_WAITING_TOKENS?"
+    ]
+    assert LMI.environment_errors("0.35.0", {"OPTION_GPU_MEMORY_UTILIZATION": "0.85", "MAX_INPUT_TOKENS": "1"},
+                              where) == [
+        ("serving.environment.MAX_INPUT_TOKENS: LMI 0.35.0 does not read it (it reads HF_MODEL_ID, "
+        "TENSOR_PARALLEL_DEGREE, OPTION_* and SERVING_*); see docs/containers.md")
+    ]
