@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sagellm import bench
+from sagellm.bench.options import BenchOptions, to_bench
 from sagellm.bench.planning import plan_bench
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
@@ -45,6 +46,20 @@ def test_an_option_of_another_target_cannot_be_given() -> None:
         bench.Local(url="http://localhost:8080")  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         bench.Endpoint("prod-chat", keep=True)  # type: ignore[call-arg]
+
+
+def test_the_flags_map_onto_specs_with_every_problem_in_one_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as caught:
+        to_bench(BenchOptions(profile="max-throughput", target="http", url="http://127.0.0.1:9", time_scale=0.5,
+                              max_in_flight=0, request_rate=(1.0,), concurrency=(), out=tmp_path / "out"))
+    assert caught.value.messages == [
+        "--time-scale: only the local emulator can compress time",
+        "--profile/--model: give both to label and predict the run, or neither (no prediction)",
+        "--max-in-flight: must be at least 1"]
+
+    mapped = to_bench(BenchOptions(target="sagemaker", endpoint_name="prod-chat", request_rate=(1.0, 2.0),
+                                   concurrency=(), ramp=False, out=tmp_path / "out"))
+    assert mapped.target == bench.Endpoint("prod-chat") and mapped.load == bench.Open((1.0, 2.0))
 
 
 def test_a_plan_decides_the_load_before_anything_is_deployed(tmp_path: Path) -> None:

@@ -153,7 +153,7 @@ def _target(opts: BenchOptions) -> Target:
 def _load(opts: BenchOptions) -> Load:
     """--ramp: a ramp; --no-ramp: the levels; neither: a ramp when the plan autoscales, else the levels."""
     arrivals = cast(Arrivals, opts.arrivals or "constant")  # flag text: the spec refuses anything else
-    max_in_flight = opts.max_in_flight or MAX_IN_FLIGHT
+    max_in_flight = MAX_IN_FLIGHT if opts.max_in_flight is None else opts.max_in_flight
     if opts.ramp:
         problems = level_problems(None, None, opts.warmup, opts.repeats)
         if opts.repeats > 1:
