@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sagellm import __version__
 from sagellm.aws.endpoints import DeployedEndpoint
@@ -59,6 +59,7 @@ class BenchPlan:
 
     @property
     def shape(self) -> Shape | None:
+        """The planner's shape of the served model (None without a design)."""
         return self.design.shape() if self.design else None
 
     @property
@@ -71,7 +72,7 @@ class BenchPlan:
                         time_scale=self.bench.time_scale)
 
     @property
-    def requests(self) -> Any:
+    def requests(self) -> int | Callable[[float], int] | None:
         """Measured requests per level: as given, or the default for the level's load (None: a duration)."""
         load = self.load
         if isinstance(load, Ramp) or load.duration_per_level_s is not None:

@@ -12,7 +12,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of
@@ -165,8 +164,8 @@ def make_chooser(method: str, sweep: Sweep, levels: tuple[float, ...], shape: Sh
     return Chooser(method, levels, time_scale, emulated, instances, sweep.budget_minutes, plan)
 
 
-def sweep_block(chooser: Chooser, shape: Shape | None, payload: Payload, *, requests: Any,
-                duration_s: float | None, warmup: int) -> SweepBlock:
+def sweep_block(chooser: Chooser, shape: Shape | None, payload: Payload, *,
+                requests: int | Callable[[float], int] | None, duration_s: float | None, warmup: int) -> SweepBlock:
     """The results' account of the sweep; an adaptive one estimates what the doubling sweep would have spent."""
     estimate = None
     if chooser.plan is not None and shape is not None and chooser.measured:
