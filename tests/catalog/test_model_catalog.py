@@ -73,13 +73,24 @@ def test_model_lookup_ignores_case() -> None:
 
 
 def test_unknown_model_lists_close_matches_and_how_to_supply_an_architecture() -> None:
+    # Not a Hub id (no owner/): the catalog's suggestions alone.
     with pytest.raises(InputError) as exc:
-        find_model("meta-llama/Llama-2-7b-hfx")
+        find_model("Llama-2-7b-hfx")
     assert exc.value.messages == [
-        ("model: unknown model 'meta-llama/Llama-2-7b-hfx': did you mean meta-llama/Llama-2-7b-hf, "
+        ("model: unknown model 'Llama-2-7b-hfx': did you mean meta-llama/Llama-2-7b-hf, "
          "meta-llama/Llama-2-70b-hf, meta-llama/Llama-2-13b-hf? (or give its architecture under "
          "'architecture:' in the profile)")
     ]
+
+
+def test_an_unknown_hub_id_names_the_catalog_models_close_to_it() -> None:
+    # Offline in tests, with an empty cache (conftest): the Hub is not asked.
+    with pytest.raises(InputError) as exc:
+        find_model("meta-llama/Llama-2-7b-hfx")
+    [line] = exc.value.messages
+    assert line.startswith("model: meta-llama/Llama-2-7b-hfx: not in the catalog; offline")
+    assert line.endswith("(catalog models close to it: meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-70b-hf, "
+                         "meta-llama/Llama-2-13b-hf)")
 
 
 def test_unknown_model_error_names_where_the_id_came_from() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -15,6 +16,8 @@ from sagellm.errors import InputError
 # The catalog's families, plus GPU families outside it that a hand-built plan may name.
 NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.", "ml.p5en.",
                  "ml.g4dn.", "ml.p3dn.", "ml.trn1.", "ml.trn1n.")
+# A Hugging Face repository id: owner/name of letters, digits, '-', '_', '.' (the Hub's own rule).
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 # Bytes per weight/KV element by quantization (method.md §4); 4-bit keeps ~0.5 B plus scales.
 BYTES_PER_PARAM = {"none": 2.0, "fp8": 1.0, "eetq": 1.0, "bitsandbytes": 1.0, "gptq": 0.5, "awq": 0.5}
 
@@ -37,6 +40,10 @@ class Model:
     alias: str | None = None
     parallel_attention: bool = False  # attention and MLP side by side: one all-reduce per layer under TP
     gated: bool = False  # the Hub serves the weights only with a token of an account that accepted the licence
+    architecture: str | None = None  # the transformers class (config.json `architectures`), where known
+    dtype: str | None = None  # the weights' dtype in config.json (torch_dtype), where known
+    sliding_window: int | None = None  # tokens a sliding-window attention layer sees, where the config has one
+    source: str = "catalog"  # where the facts come from: the catalog, or a config.json from the Hub
 
     @property
     def active_b(self) -> float:
@@ -154,10 +161,20 @@ def _suggest(value: str, choices: list[str]) -> str:
 
 
 def find_model(name: str, where: str = "model") -> Model:
-    """Look a model up by Hugging Face id or alias (case-insensitive)."""
+    """Look a model up by Hugging Face id or alias (case-insensitive); an `owner/name` id outside the catalog
+    is read from its config.json on the Hugging Face Hub (sagellm.catalog.hub)."""
     by_key = {m.hf_id.lower(): m for m in models().values()}
     by_key.update({m.alias.lower(): m for m in models().values() if m.alias})
     hit = by_key.get(name.lower())
+    if hit is None and HUB_ID.fullmatch(name):
+        from sagellm.catalog.hub import hub_model
+
+        try:
+            return hub_model(name)
+        except InputError as exc:
+            close = difflib.get_close_matches(name, list(models()), n=3, cutoff=0.5)
+            hint = f" (catalog models close to it: {', '.join(close)})" if close else ""
+            raise InputError([f"{where}: {m}{hint}" for m in exc.messages]) from None
     if hit is None:
         raise InputError(
             f"{where}: unknown model {name!r}: {_suggest(name, list(models()))} "
