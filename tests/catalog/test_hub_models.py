@@ -133,11 +133,13 @@ def _raising(name: str):
     ("GatedRepoError", "is gated on the Hugging Face Hub: accept its licence on huggingface.co/org/model"),
     ("RepositoryNotFoundError", "is neither in the catalog (`sagellm models`) nor on the Hugging Face Hub"),
     ("EntryNotFoundError", "the repository has no config.json"),
+    ("LocalEntryNotFoundError", "the Hugging Face Hub is unreachable and its config.json is not cached"),
 ])
 def test_hub_refusals_are_one_line_each(error: str, says: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The Hub is out of reach here: its answers are raised as huggingface_hub raises them.
+    # The Hub is out of reach here: its answers are raised as huggingface_hub raises them, online.
     import huggingface_hub
 
+    monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", _raising(error))
 
     with pytest.raises(InputError) as exc:

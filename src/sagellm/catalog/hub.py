@@ -8,11 +8,12 @@ HF_HUB_OFFLINE=1 (or `--offline`) reads the cache only. The parameter count is e
 from __future__ import annotations
 
 import json
+import logging
 import os
 from functools import cache
 from typing import Any
 
-from sagellm.catalog import Model
+from sagellm.catalog.model import Model
 from sagellm.errors import InputError
 
 # Families whose config leaves tie_word_embeddings out because their class defaults it to true
@@ -115,6 +116,10 @@ def _download_config(hf_id: str) -> str:
     )
 
     where = hf_id
+    # huggingface_hub logs each retry of an unreachable Hub as a warning; the failure is sagellm's one line.
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
     # Most specific first: a gated repository is a RepositoryNotFoundError, a cache miss an EntryNotFoundError.
     try:
         path: str = hf_hub_download(hf_id, "config.json", local_files_only=offline(),
@@ -136,6 +141,8 @@ def _download_config(hf_id: str) -> str:
                          "architecture under 'architecture:' in the profile") from None
     except HfHubHTTPError as exc:
         raise InputError(f"{where}: the Hugging Face Hub answered {' '.join(str(exc).split())[:200]}") from None
+    finally:
+        hub_logger.setLevel(level)
 
 
 @cache
