@@ -268,7 +268,7 @@ def plan(
 
 @app.command("models", epilog="Examples:\n\n"
              "  sagellm models\n\n"
-             "  sagellm models --model mistralai/Mistral-7B-Instruct-v0.3   # a Hub model: read from its config.json\n\n"
+             "  sagellm models --model Qwen/Qwen2.5-7B-Instruct   # outside the catalog: read from its config.json\n\n"
              "  sagellm --offline models --model Qwen/Qwen2.5-7B-Instruct --quantization awq --json")
 def models_command(
     model: Annotated[str | None, typer.Option("--model", help="a catalog model or any Hugging Face id: its "

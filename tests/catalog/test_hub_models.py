@@ -102,12 +102,12 @@ def test_a_catalog_model_is_never_looked_up_on_the_hub(hub: Path) -> None:
 
 def test_offline_with_nothing_cached_is_one_line_saying_how_to_fix_it() -> None:
     with pytest.raises(InputError) as exc:
-        find_model("mistralai/Mistral-7B-Instruct-v0.3", "--model")
+        find_model("Qwen/Qwen2.5-7B-Instruct", "--model")
 
     [line] = exc.value.messages
-    assert line.startswith("--model: mistralai/Mistral-7B-Instruct-v0.3: not in the catalog; offline "
+    assert line.startswith("--model: Qwen/Qwen2.5-7B-Instruct: not in the catalog; offline "
                            "(HF_HUB_OFFLINE or --offline) and its config.json is not in the Hugging Face cache")
-    assert "catalog models close to it: mistralai/Mistral-7B-v0.1" in line
+    assert "catalog models close to it: Qwen/Qwen2.5-7B" in line
 
 
 def test_a_config_that_is_not_a_decoder_llm_says_which_field_is_missing() -> None:

@@ -96,3 +96,17 @@ def test_an_unknown_hub_id_names_the_catalog_models_close_to_it() -> None:
 def test_unknown_model_error_names_where_the_id_came_from() -> None:
     with pytest.raises(InputError, match=r"^--model: unknown model 'gpt-5'"):
         find_model("gpt-5", "--model")
+
+
+@pytest.mark.parametrize("hf_id", ["mistralai/Mistral-7B-Instruct-v0.3", "meta-llama/Llama-3.1-8B-Instruct",
+                                   "meta-llama/Llama-3.3-70B-Instruct", "google/gemma-2-9b-it",
+                                   "deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "Qwen/Qwen3-32B", "microsoft/phi-4"])
+def test_current_open_models_are_in_the_catalog_offline(hf_id: str) -> None:
+    # issue 22: these were "unknown model"; the catalog answers without the Hub (tests run offline).
+    assert find_model(hf_id).source == "catalog"
+
+
+def test_an_instruct_variant_has_its_base_architecture_where_their_configs_agree() -> None:
+    base, instruct = models()["meta-llama/Llama-3.1-8B"], models()["meta-llama/Llama-3.1-8B-Instruct"]
+    assert (base.params_b, base.n_layers, base.n_kv_heads, base.max_context) == (
+        instruct.params_b, instruct.n_layers, instruct.n_kv_heads, instruct.max_context)

@@ -80,11 +80,11 @@ def test_min_cost_picks_an_instance_that_models_says_fits(tmp_path: Path, hub_en
 
 
 def test_offline_with_nothing_cached_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    done = sagellm("--offline", "models", "--model", "mistralai/Mistral-7B-Instruct-v0.3", cwd=tmp_path)
+    done = sagellm("--offline", "models", "--model", "Qwen/Qwen2.5-7B-Instruct", cwd=tmp_path)
 
     assert done.returncode == 2 and done.stdout == ""
     [line] = done.stderr.splitlines()
-    assert line.startswith("sagellm: error: --model: mistralai/Mistral-7B-Instruct-v0.3: not in the catalog; "
+    assert line.startswith("sagellm: error: --model: Qwen/Qwen2.5-7B-Instruct: not in the catalog; "
                            "offline")
 
 
