@@ -9,6 +9,16 @@ import pytest
 from sagellm.aws.local import LocalAws
 
 
+@pytest.fixture(autouse=True)
+def _no_hugging_face_hub(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reaches the Hugging Face Hub or the user's cache: offline, over an empty cache of its own."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("hf-cache")))
+    from sagellm.catalog.hub import hub_model
+
+    hub_model.cache_clear()
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalAws]:
     """A local AWS per test module (moto's state is process-global: one server at a time)."""

@@ -94,3 +94,20 @@ def print_report(directory: Path) -> None:
     console.print(Markdown(text) if console.is_terminal else text)
     console.print(f"\nwritten to {directory}/: results.json, requests.jsonl, report.md, curve.png, junit.xml, "
                   "results.csv")
+
+
+def print_table(columns: list[str], rows: list[list[str]], right: tuple[str, ...] = ()) -> None:
+    """Rows under column heads: a rich table in a terminal; plain aligned text, never wrapped, when piped."""
+    console = Console(highlight=False)
+    if console.is_terminal:
+        t = Table(box=None, pad_edge=False)
+        for col in columns:
+            t.add_column(col, justify="right" if col in right else "left", overflow="fold")
+        for row in rows:
+            t.add_row(*row)
+        console.print(t)
+        return
+    widths = [max(len(str(x)) for x in [col, *(r[i] for r in rows)]) for i, col in enumerate(columns)]
+    for row in [columns, *rows]:
+        cells = [cell.rjust(w) if col in right else cell.ljust(w) for cell, w, col in zip(row, widths, columns)]
+        print("  ".join(cells).rstrip())

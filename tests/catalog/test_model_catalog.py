@@ -73,15 +73,40 @@ def test_model_lookup_ignores_case() -> None:
 
 
 def test_unknown_model_lists_close_matches_and_how_to_supply_an_architecture() -> None:
+    # Not a Hub id (no owner/): the catalog's suggestions alone.
     with pytest.raises(InputError) as exc:
-        find_model("meta-llama/Llama-2-7b-hfx")
+        find_model("Llama-2-7b-hfx")
     assert exc.value.messages == [
-        ("model: unknown model 'meta-llama/Llama-2-7b-hfx': did you mean meta-llama/Llama-2-7b-hf, "
+        ("model: unknown model 'Llama-2-7b-hfx': did you mean meta-llama/Llama-2-7b-hf, "
          "meta-llama/Llama-2-70b-hf, meta-llama/Llama-2-13b-hf? (or give its architecture under "
          "'architecture:' in the profile)")
     ]
 
 
+def test_an_unknown_hub_id_names_the_catalog_models_close_to_it() -> None:
+    # Offline in tests, with an empty cache (conftest): the Hub is not asked.
+    with pytest.raises(InputError) as exc:
+        find_model("meta-llama/Llama-2-7b-hfx")
+    [line] = exc.value.messages
+    assert line.startswith("model: meta-llama/Llama-2-7b-hfx: not in the catalog; offline")
+    assert line.endswith("(catalog models close to it: meta-llama/Llama-2-7b-hf, meta-llama/Llama-2-70b-hf, "
+                         "meta-llama/Llama-2-13b-hf)")
+
+
 def test_unknown_model_error_names_where_the_id_came_from() -> None:
     with pytest.raises(InputError, match=r"^--model: unknown model 'gpt-5'"):
         find_model("gpt-5", "--model")
+
+
+@pytest.mark.parametrize("hf_id", ["mistralai/Mistral-7B-Instruct-v0.3", "meta-llama/Llama-3.1-8B-Instruct",
+                                   "meta-llama/Llama-3.3-70B-Instruct", "google/gemma-2-9b-it",
+                                   "deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "Qwen/Qwen3-32B", "microsoft/phi-4"])
+def test_current_open_models_are_in_the_catalog_offline(hf_id: str) -> None:
+    # issue 22: these were "unknown model"; the catalog answers without the Hub (tests run offline).
+    assert find_model(hf_id).source == "catalog"
+
+
+def test_an_instruct_variant_has_its_base_architecture_where_their_configs_agree() -> None:
+    base, instruct = models()["meta-llama/Llama-3.1-8B"], models()["meta-llama/Llama-3.1-8B-Instruct"]
+    assert (base.params_b, base.n_layers, base.n_kv_heads, base.max_context) == (
+        instruct.params_b, instruct.n_layers, instruct.n_kv_heads, instruct.max_context)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from sagellm.engines import ENGINES, images
@@ -15,7 +18,8 @@ REGIONS = ("us-east-1", "cn-north-1")
 @pytest.mark.integration  # the SDK takes ~1 s per lookup
 @pytest.mark.parametrize("kind", ["tgi", "lmi"])
 def test_image_uri_is_what_the_sagemaker_sdk_returns_for_every_modelled_version(kind: str) -> None:
-    from sagemaker.core import image_uris  # the tables' owner, imported here only to cross-check
+    # The tables' owner (the dev extra installs it), imported only to cross-check the shipped copies.
+    image_uris = pytest.importorskip("sagemaker.core.image_uris")
 
     engine = ENGINES[kind]
     framework = engine.framework
@@ -32,13 +36,31 @@ def test_image_uri_is_what_the_sagemaker_sdk_returns_for_every_modelled_version(
     assert checked >= 2 * len(modelled) - 2 and len(modelled) >= 5
 
 
+@pytest.mark.integration
 def test_neuron_image_is_the_pinned_optimum_neuron_build_of_tgi_3_3_6() -> None:
-    from sagemaker.core import image_uris
+    image_uris = pytest.importorskip("sagemaker.core.image_uris")
 
     want = image_uris.retrieve("huggingface-llm-neuronx", region="us-east-1", version="0.3.0",
                                image_scope="inference")
     assert TGI_NEURON.image_uri(TGI.pinned, "us-east-1") == want
     assert "optimum3.3.6" in want
+
+
+def test_neuron_image_is_the_optimum_neuron_build_of_the_pinned_tgi() -> None:
+    # The SDK's tag for huggingface-llm-neuronx 0.3.0 in us-east-1 (what the integration test above checks).
+    assert TGI_NEURON.image_uri(TGI.pinned, "us-east-1") == (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-tgi-inference:"
+        "2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04")
+
+
+def test_image_tables_are_read_without_the_sagemaker_sdk() -> None:
+    # Blocking the SDK's import proves the shipped tables stand alone (a lean install has no SDK).
+    code = ("import sys; sys.modules['sagemaker'] = None\n"
+            "from sagellm.engines.tgi import TGI\nprint(TGI.image_uri(TGI.pinned, 'eu-west-1'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("763104351884.dkr.ecr.eu-west-1.amazonaws.com/huggingface-pytorch-tgi-inference:")
 
 
 def test_version_must_be_exact_and_modelled() -> None:

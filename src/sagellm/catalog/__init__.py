@@ -4,52 +4,24 @@ from __future__ import annotations
 
 import csv
 import difflib
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from sagellm.catalog.model import BYTES_PER_PARAM, Model
 from sagellm.errors import InputError
+
+__all__ = ["BYTES_PER_PARAM", "HUB_ID", "NVME_FAMILIES", "Instance", "Model", "find_instance", "find_model",
+           "has_local_nvme", "instances", "models"]
 
 # Families with local NVMe instance storage (AWS "Instance store volumes"; Inf2 is EBS-only): SageMaker
 # encrypts it in hardware and refuses both KmsKeyId and VolumeSizeInGB for them (CreateEndpointConfig).
 # The catalog's families, plus GPU families outside it that a hand-built plan may name.
 NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.", "ml.p5en.",
                  "ml.g4dn.", "ml.p3dn.", "ml.trn1.", "ml.trn1n.")
-# Bytes per weight/KV element by quantization (method.md §4); 4-bit keeps ~0.5 B plus scales.
-BYTES_PER_PARAM = {"none": 2.0, "fp8": 1.0, "eetq": 1.0, "bitsandbytes": 1.0, "gptq": 0.5, "awq": 0.5}
-
-
-@dataclass(frozen=True)
-class Model:
-    """A model architecture, from its Hugging Face config."""
-
-    hf_id: str
-    params_b: float
-    n_layers: int
-    hidden_size: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    max_context: int
-    active_params_b: float | None = None
-    n_experts: int = 1
-    experts_per_token: int = 1
-    alias: str | None = None
-    parallel_attention: bool = False  # attention and MLP side by side: one all-reduce per layer under TP
-    gated: bool = False  # the Hub serves the weights only with a token of an account that accepted the licence
-
-    @property
-    def active_b(self) -> float:
-        """Parameters touched per token (MoE reads only its active experts)."""
-        return self.active_params_b or self.params_b
-
-    def kv_bytes_per_token(self, bytes_per_elem: float = 2.0) -> float:
-        """KV cache bytes per token: 2 (K and V) × layers × KV heads × head dim × bytes."""
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * bytes_per_elem
-
-    def weight_bytes(self, quantization: str = "none") -> float:
-        """Bytes of weights at a quantization."""
-        return self.params_b * 1e9 * BYTES_PER_PARAM[quantization]
+# A Hugging Face repository id: owner/name of letters, digits, '-', '_', '.' (the Hub's own rule).
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 @dataclass(frozen=True)
@@ -154,10 +126,20 @@ def _suggest(value: str, choices: list[str]) -> str:
 
 
 def find_model(name: str, where: str = "model") -> Model:
-    """Look a model up by Hugging Face id or alias (case-insensitive)."""
+    """Look a model up by Hugging Face id or alias (case-insensitive); an `owner/name` id outside the catalog
+    is read from its config.json on the Hugging Face Hub (sagellm.catalog.hub)."""
     by_key = {m.hf_id.lower(): m for m in models().values()}
     by_key.update({m.alias.lower(): m for m in models().values() if m.alias})
     hit = by_key.get(name.lower())
+    if hit is None and HUB_ID.fullmatch(name):
+        from sagellm.catalog.hub import hub_model
+
+        try:
+            return hub_model(name)
+        except InputError as exc:
+            close = difflib.get_close_matches(name, list(models()), n=3, cutoff=0.5)
+            hint = f" (catalog models close to it: {', '.join(close)})" if close else ""
+            raise InputError([f"{where}: {m}{hint}" for m in exc.messages]) from None
     if hit is None:
         raise InputError(
             f"{where}: unknown model {name!r}: {_suggest(name, list(models()))} "

@@ -1,6 +1,8 @@
-"""The SageMaker SDK's image URI tables (`sagemaker/core/image_uri_config/*.json`), read as data.
+"""The SageMaker SDK's image URI tables (`sagemaker/core/image_uri_config/*.json`), shipped as package data.
 
-Importing the SDK costs seconds on `cdk synth`'s path; its tables are plain JSON.
+sagellm/engines/data/ holds the tables of the frameworks its engines name, copied from the SDK by
+scripts/refresh_image_tables.py (each file names the SDK version it came from): the SDK itself is no
+dependency.
 """
 
 from __future__ import annotations
@@ -8,8 +10,7 @@ from __future__ import annotations
 import json
 import re
 from functools import cache
-from importlib.util import find_spec
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 from sagellm.errors import InputError
@@ -20,21 +21,16 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.-]", version))
 
 
-def _tables_dir() -> Path:
-    """Where the SageMaker SDK keeps its image URI tables (found without importing the SDK)."""
-    spec = find_spec("sagemaker")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        folder = Path(root) / "core" / "image_uri_config"
-        if folder.is_dir():
-            return folder
-    raise InputError("container: the SageMaker SDK's image tables are missing (pip install sagemaker-core)")
-
-
 @cache
 def table(framework: str) -> dict[str, Any]:
     """The inference table of one framework (`huggingface-llm`, `djl-lmi`, …)."""
-    data = json.loads((_tables_dir() / f"{framework}.json").read_text())
-    return data.get("inference", data)
+    try:
+        text = resources.files("sagellm.engines").joinpath("data", f"{framework}.json").read_text()
+    except FileNotFoundError:
+        raise InputError(f"container: no {framework} image table in sagellm (known: huggingface-llm, djl-lmi, "
+                         "huggingface-llm-neuronx)") from None
+    data: dict[str, Any] = json.loads(text)
+    return data
 
 
 def versions(framework: str) -> list[str]:

@@ -13,11 +13,12 @@ from sagellm.planner.curve import (
     step_time_notes,
     usd_per_1m_tokens,
 )
+from sagellm.planner.fit import fits, fitting_tps, valid_tp
 from sagellm.planner.shape import Payload, Shape
 from sagellm.planner.steps import StepModel
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "Calibration", "Curve", "Observation", "Payload", "Point", "Shape", "StepModel",
-    "fit_calibration", "knee_index", "knee_of",
-    "max_concurrency_in_timeout", "predict", "predict_point", "step_time_notes", "usd_per_1m_tokens",
+    "fit_calibration", "fits", "fitting_tps", "knee_index", "knee_of",
+    "max_concurrency_in_timeout", "predict", "predict_point", "step_time_notes", "usd_per_1m_tokens", "valid_tp",
 ]

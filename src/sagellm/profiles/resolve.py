@@ -13,7 +13,16 @@ from sagellm.catalog import models as catalog_models
 from sagellm.engines import ENGINES, NEURON_ENGINES, Engine, Settings, engine_for
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
 from sagellm.errors import InputError
-from sagellm.planner import Calibration, Payload, Shape, max_concurrency_in_timeout, predict
+from sagellm.planner import (
+    Calibration,
+    Payload,
+    Shape,
+    fits,
+    fitting_tps,
+    max_concurrency_in_timeout,
+    predict,
+    valid_tp,
+)
 from sagellm.profiles.calibration import load_calibration
 from sagellm.profiles.loader import Source, Where, all_sources, load_profile, local_models
 from sagellm.profiles.plan import (
@@ -119,23 +128,6 @@ def _model(model_id: str, arch: Architecture | None, local: dict[str, Architectu
     return Model(hf_id=model_id, **arch.model_dump())
 
 
-def _valid_tp(model: Model, gpus: int) -> list[int]:
-    """TP degrees the server can shard this model at on this instance (divisors of GPUs and heads)."""
-    out = []
-    for tp in range(1, gpus + 1):
-        if gpus % tp or model.n_heads % tp:
-            continue
-        if model.n_kv_heads > 1 and (tp > model.n_kv_heads or model.n_kv_heads % tp):
-            continue
-        out.append(tp)
-    return out
-
-
-def _fits(model: Model, instance: Instance, tp: int, quant: str, payload: Payload) -> bool:
-    shape = Shape(model, instance, tp, quantization=quant)
-    return shape.memory_shortfall_gb == 0 and shape.max_sequences(payload) >= 1
-
-
 def _per_copy_limit(shape: Shape, payload: Payload) -> int:
     single = replace(shape, copies=1, instance_count=1, max_concurrent_requests=None)
     return max_concurrency_in_timeout(single, payload)
@@ -149,7 +141,7 @@ def _choose_instance(profile: Profile, model: Model, payload: Payload, region: s
         price = inst.price_per_h(region)
         if inst.is_neuron or price is None:
             continue  # Neuron needs compiled artefacts; unpriced types can't be ranked
-        tps = [tp for tp in _valid_tp(model, inst.n_accelerators) if _fits(model, inst, tp, quant, payload)]
+        tps = fitting_tps(model, inst, quant, payload)
         if not tps:
             continue
         tp = max(tps)
@@ -233,7 +225,7 @@ def design(
 
     # TP degree: pinned, or the planner's choice.
     tp_pin = tensor_parallel if tensor_parallel is not None else _pinned(s.tensor_parallel)
-    valid = _valid_tp(model, gpus)
+    valid = valid_tp(model, gpus)
     if tp_pin is not None:
         tp = tp_pin
         if gpus % tp or tp > gpus:
@@ -283,7 +275,7 @@ def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus
     """TP per copy with the best predicted instance throughput inside the timeout (copies = GPUs ÷ TP)."""
     best: tuple[float, int] | None = None
     for tp in valid:
-        if tp > gpus or not _fits(model, inst, tp, quant, payload):
+        if tp > gpus or not fits(model, inst, tp, quant, payload):
             continue
         shape = Shape(model, inst, tp, copies=gpus // tp, quantization=quant, generation=gen)
         limit = _per_copy_limit(shape, payload)
@@ -298,12 +290,12 @@ def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus
 def _misfit(model: Model, inst: Instance, tp: int, quant: str, shape: Shape, payload: Payload, where: str,
             valid: list[int]) -> str:
     """Say how much memory is missing and what would fit."""
-    fixes = [f"tensor_parallel {t}" for t in valid if t > tp and _fits(model, inst, t, quant, payload)]
-    if quant == "none" and _fits(model, inst, tp, "gptq", payload):
+    fixes = [f"tensor_parallel {t}" for t in valid if t > tp and fits(model, inst, t, quant, payload)]
+    if quant == "none" and fits(model, inst, tp, "gptq", payload):
         fixes.append("serving.quantization: gptq (or awq)")
     bigger = sorted(
         (i for i in instances().values() if not i.is_neuron and any(
-            _fits(model, i, t, quant, payload) for t in _valid_tp(model, i.n_accelerators))),
+            fits(model, i, t, quant, payload) for t in valid_tp(model, i.n_accelerators))),
         key=lambda i: i.price_per_h("us-east-1") or 1e9,
     )[:3]
     fixes += [i.instance_type for i in bigger]

@@ -1,0 +1,157 @@
+"""A model outside the catalog, read from its Hugging Face `config.json` (huggingface_hub, imported lazily).
+
+The Hub's own cache holds what was read (HF_HUB_CACHE / HF_HOME); HF_TOKEN opens gated repositories;
+HF_HUB_OFFLINE=1 (or `--offline`) reads the cache only. The parameter count is estimated from the config
+(embeddings, attention, MLP or experts per layer, the LM head), so a plan is the same online and offline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from functools import cache
+from typing import Any
+
+from sagellm.catalog.model import Model
+from sagellm.errors import InputError
+
+# Families whose config leaves tie_word_embeddings out because their class defaults it to true
+# (transformers' Gemma/Gemma2/Gemma3 configs); every other family here defaults to untied.
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")
+# Families with attention and MLP side by side, read from the same input (one all-reduce per layer).
+PARALLEL_ATTENTION_KEYS = ("parallel_attn",)
+
+
+def offline() -> bool:
+    """Whether the Hub may not be contacted (HF_HUB_OFFLINE, as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config (multimodal configs nest it under `text_config`)."""
+    nested = config.get("text_config")
+    return {**config, **nested} if isinstance(nested, dict) else config
+
+
+def _first(config: dict[str, Any], *keys: str) -> Any:
+    """The first of several names a family gives the same fact (Llama's vs Falcon's vs GPT's)."""
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return None
+
+
+def estimate_params(config: dict[str, Any]) -> tuple[float, float]:
+    """(total, active) parameters in billions from a config: embeddings, attention, MLP or experts, LM head.
+
+    Norms and biases are left out (under 0.1 % of a 1B+ model); a vision tower of a multimodal model is not
+    counted (sagellm serves the text model)."""
+    c = _text_config(config)
+    hidden, layers = c["hidden_size"], c["num_hidden_layers"]
+    heads = c["num_attention_heads"]
+    kv_heads = c.get("num_key_value_heads") or heads
+    head_dim = c.get("head_dim") or hidden // heads
+    vocab = c["vocab_size"]
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)  # q and o, k and v
+    experts = _first(c, "num_local_experts", "num_experts") or 1
+    per_token = _first(c, "num_experts_per_tok", "num_experts_per_token") or 1
+    expert_inter = _first(c, "moe_intermediate_size", "intermediate_size") or 4 * hidden
+    # SwiGLU/GeGLU MLPs have three matrices (gate, up, down); GPT-style ones two.
+    matrices = 2 if c.get("model_type") in ("falcon", "gpt2", "gpt_neox", "gpt_bigcode") else 3
+    expert = matrices * hidden * expert_inter
+    shared = matrices * hidden * (c.get("shared_expert_intermediate_size") or 0)
+    router = hidden * experts if experts > 1 else 0
+    tied = c.get("tie_word_embeddings", c.get("model_type") in TIED_BY_DEFAULT)
+    embeddings = vocab * hidden * (1 if tied else 2)
+    total = embeddings + layers * (attention + experts * expert + shared + router)
+    active = embeddings + layers * (attention + per_token * expert + shared + router)
+    return round(total / 1e9, 2), round(active / 1e9, 2)
+
+
+def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False) -> Model:
+    """A catalog Model from a Hugging Face config.json (fields named as transformers names them)."""
+    c = _text_config(config)
+    try:
+        hidden, heads = c["hidden_size"], c["num_attention_heads"]
+        total, active = estimate_params(config)
+        n_layers = c["num_hidden_layers"]
+        max_context = _first(c, "max_position_embeddings", "max_sequence_length", "seq_length", "n_positions")
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        raise InputError(f"{hf_id}: its config.json has no {exc} (a decoder LLM config names hidden_size, "
+                         "num_hidden_layers, num_attention_heads, vocab_size); give its architecture under "
+                         "'architecture:' in the profile") from None
+    experts = _first(c, "num_local_experts", "num_experts") or 1
+    window = c.get("sliding_window") if c.get("use_sliding_window", True) else None
+    return Model(
+        hf_id=hf_id,
+        params_b=total,
+        active_params_b=active if experts > 1 else None,
+        n_layers=n_layers,
+        hidden_size=hidden,
+        n_heads=heads,
+        n_kv_heads=c.get("num_key_value_heads") or heads,
+        head_dim=c.get("head_dim") or hidden // heads,
+        max_context=int(max_context or 0),
+        n_experts=experts,
+        experts_per_token=_first(c, "num_experts_per_tok", "num_experts_per_token") or 1,
+        parallel_attention=any(c.get(k) for k in PARALLEL_ATTENTION_KEYS),
+        gated=gated,
+        architecture=(config.get("architectures") or [c.get("model_type")])[0],
+        dtype=_first(config, "torch_dtype", "dtype") or _first(c, "torch_dtype", "dtype"),
+        sliding_window=window if isinstance(window, int) else None,
+        source="config.json from the Hugging Face Hub (parameters estimated from it)",
+    )
+
+
+def _download_config(hf_id: str) -> str:
+    """The path of the model's config.json in the Hub cache, fetched when allowed; one line per failure."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    where = hf_id
+    # huggingface_hub logs each retry of an unreachable Hub as a warning; the failure is sagellm's one line.
+    hub_logger = logging.getLogger("huggingface_hub")
+    level = hub_logger.level
+    hub_logger.setLevel(logging.ERROR)
+    # Most specific first: a gated repository is a RepositoryNotFoundError, a cache miss an EntryNotFoundError.
+    try:
+        path: str = hf_hub_download(hf_id, "config.json", local_files_only=offline(),
+                                    cache_dir=os.environ.get("HF_HUB_CACHE") or None)
+        return path
+    except GatedRepoError:
+        raise InputError(f"{where} is gated on the Hugging Face Hub: accept its licence on huggingface.co/{hf_id} "
+                         "and set HF_TOKEN to a token of that account") from None
+    except RepositoryNotFoundError:
+        raise InputError(f"{where} is neither in the catalog (`sagellm models`) nor on the Hugging Face Hub "
+                         "(check the id; a private repository needs HF_TOKEN)") from None
+    except LocalEntryNotFoundError:
+        how = ("offline (HF_HUB_OFFLINE or --offline) and its config.json is not in the Hugging Face cache"
+               if offline() else "the Hugging Face Hub is unreachable and its config.json is not cached")
+        raise InputError(f"{where}: not in the catalog; {how}: run once online, or give its architecture under "
+                         "'architecture:' in the profile") from None
+    except EntryNotFoundError:
+        raise InputError(f"{where}: the repository has no config.json (not a transformers model); give its "
+                         "architecture under 'architecture:' in the profile") from None
+    except HfHubHTTPError as exc:
+        raise InputError(f"{where}: the Hugging Face Hub answered {' '.join(str(exc).split())[:200]}") from None
+    finally:
+        hub_logger.setLevel(level)
+
+
+@cache
+def hub_model(hf_id: str) -> Model:
+    """A model outside the catalog from its config.json on the Hugging Face Hub (or in its cache); errors are
+    one line each, without the `where:` prefix the caller adds."""
+    with open(_download_config(hf_id), encoding="utf-8") as f:
+        try:
+            config = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{hf_id}: its cached config.json is not JSON ({exc})") from None
+    return model_from_config(hf_id, config)

@@ -1,0 +1,45 @@
+"""A model architecture as sagellm reasons about it (from the catalog or a Hugging Face config.json)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Bytes per weight/KV element by quantization (method.md §4); 4-bit keeps ~0.5 B plus scales.
+BYTES_PER_PARAM = {"none": 2.0, "fp8": 1.0, "eetq": 1.0, "bitsandbytes": 1.0, "gptq": 0.5, "awq": 0.5}
+
+
+@dataclass(frozen=True)
+class Model:
+    """A model architecture, from its Hugging Face config."""
+
+    hf_id: str
+    params_b: float
+    n_layers: int
+    hidden_size: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    max_context: int
+    active_params_b: float | None = None
+    n_experts: int = 1
+    experts_per_token: int = 1
+    alias: str | None = None
+    parallel_attention: bool = False  # attention and MLP side by side: one all-reduce per layer under TP
+    gated: bool = False  # the Hub serves the weights only with a token of an account that accepted the licence
+    architecture: str | None = None  # the transformers class (config.json `architectures`), where known
+    dtype: str | None = None  # the weights' dtype in config.json (torch_dtype), where known
+    sliding_window: int | None = None  # tokens a sliding-window attention layer sees, where the config has one
+    source: str = "catalog"  # where the facts come from: the catalog, or a config.json from the Hub
+
+    @property
+    def active_b(self) -> float:
+        """Parameters touched per token (MoE reads only its active experts)."""
+        return self.active_params_b or self.params_b
+
+    def kv_bytes_per_token(self, bytes_per_elem: float = 2.0) -> float:
+        """KV cache bytes per token: 2 (K and V) × layers × KV heads × head dim × bytes."""
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * bytes_per_elem
+
+    def weight_bytes(self, quantization: str = "none") -> float:
+        """Bytes of weights at a quantization."""
+        return self.params_b * 1e9 * BYTES_PER_PARAM[quantization]
