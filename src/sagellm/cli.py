@@ -379,6 +379,8 @@ def bench(
     profiles_dir: ProfilesDir = None,
     hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", help="Secrets Manager name or ARN "
                                "of the Hugging Face token (gated models on the sagemaker target)")] = None,
+    cdk_cli: Annotated[Path | None, typer.Option("--cdk-cli", help="the AWS CDK CLI to deploy with (or "
+                                                 "SAGELLM_CDK_CLI; default: found, else fetched once)")] = None,
     json_out: Json = False,
 ) -> int:
     """Deploy a profile, sweep concurrency (closed loop) or request rates (open loop), report, gate, and
@@ -396,6 +398,10 @@ def bench(
     from sagellm.bench.runner import BenchOptions, run_bench
     from sagellm.render import print_report
 
+    if cdk_cli is not None:  # where the CDK CLI is looked up (aws/cdk_cli_lookup.py), in this run's processes
+        import os
+
+        os.environ["SAGELLM_CDK_CLI"] = str(cdk_cli.resolve())
     if concurrency is not None and request_rate is not None:
         raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
     if concurrency is not None and ramp:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -200,3 +201,16 @@ def test_it_fetches_the_pinned_cli_from_the_npm_registry_once_even_when_two_runs
     before = len(said)
     assert fetch_cli(cache_dir(env), environ=env, say=said.append) == script
     assert len(said) == before  # cached: nothing fetched, nothing said
+
+
+def test_the_benchs_cdk_cli_option_is_the_first_place_looked(tmp_path: Path) -> None:
+    sagellm = Path(sys.executable).with_name("sagellm")
+    env = {k: v for k, v in os.environ.items() if k != "SAGELLM_CDK_CLI"}
+
+    done = subprocess.run([str(sagellm), "bench", "--profile", "max-throughput", "--model", "tiiuae/falcon-7b",
+                           "--cdk-cli", "nope/cdk", "--out", "out"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].startswith(
+        f"sagellm: error: SAGELLM_CDK_CLI (or --cdk-cli): {tmp_path / 'nope' / 'cdk'}: not an executable file")
