@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from importlib.metadata import version
 
 from aws_cdk import ArnFormat, CfnOutput, Stack, Tags, Token, pipelines
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from sagellm import __version__
 from sagellm.constructs.llm_endpoint import LlmEndpoint
 from sagellm.constructs.role import INVOKE_ACTIONS
 from sagellm.errors import InputError
@@ -50,7 +50,7 @@ class BenchStep(pipelines.CodeBuildStep):
     """
 
     def __init__(self, scope: Construct, id: str, *, endpoint: LlmEndpoint, thresholds: str,
-                 input: pipelines.IFileSetProducer | None = None, install: str = f"sagellm=={__version__}",
+                 input: pipelines.IFileSetProducer | None = None, install: str = f"sagellm=={version('sagellm')}",
                  bench_args: Sequence[str] = (), out: str = "sagellm-results",
                  cache: codebuild.Cache | None = None) -> None:
         pipeline_stack, endpoint_stack = Stack.of(scope), Stack.of(endpoint)
