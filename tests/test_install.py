@@ -1,7 +1,7 @@
 """sagellm installed with pip (not editable) into a fresh virtualenv runs `sagellm bench` from an empty folder.
 
-Outside a checkout it takes the CDK CLI from PATH (as `npm install -g aws-cdk@…` puts it there) and says how to
-get the pinned one when there is none."""
+Outside a checkout it takes the CDK CLI from PATH (as `npm install -g aws-cdk@…` puts it there), else fetches the
+pinned one into the user cache, with no Node.js on PATH; offline with nothing cached it says how to get it."""
 
 from __future__ import annotations
 
@@ -68,14 +68,45 @@ def test_from_an_empty_folder_it_benches_with_the_cdk_on_path(installed: Path, t
     assert f"--app '{installed.parent}/python" in log and " -m sagellm.cdk_app'" in log  # its own app
 
 
-def test_without_a_cdk_cli_it_says_in_one_line_how_to_get_it_and_deploys_nothing(
+def test_offline_without_a_cdk_cli_it_says_in_one_line_how_to_get_it_and_deploys_nothing(
         installed: Path, tmp_path: Path) -> None:
-    done = subprocess.run([str(installed), *bench_args(Path("out"))], cwd=tmp_path, env=clean_env([]),
+    env = clean_env([]) | {"XDG_CACHE_HOME": str(tmp_path / "cache"), "npm_config_cache": str(tmp_path / "npm"),
+                           "npm_config_registry": "http://127.0.0.1:9/", "npm_config_fetch_retries": "0"}
+
+    done = subprocess.run([str(installed), *bench_args(Path("out"))], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
 
-    assert done.returncode == 3
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"sagellm: error: no AWS CDK CLI found (sagellm deploys through it): install it with `npm install -g "
-        f"aws-cdk@{CDK_CLI_VERSION}`, or run from a sagellm checkout after `npm ci`")
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"sagellm: error: could not fetch the AWS CDK CLI {CDK_CLI_VERSION} ")
+    assert last.endswith(f"install it with `npm install -g aws-cdk@{CDK_CLI_VERSION}` (or point SAGELLM_CDK_CLI "
+                         f"at a cdk 2.x ≥ {CDK_CLI_VERSION})")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_with_no_node_on_path_it_fetches_the_cli_benches_then_inits_an_app_that_synthesizes(
+        installed: Path, tmp_path: Path) -> None:
+    bench_dir, cache = tmp_path / "bench", tmp_path / "cache"
+    bench_dir.mkdir()
+    # Only the virtualenv on PATH (as when it is active): no node, npm or cdk; the CLI's shell is /bin/sh.
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")} | {
+        "PATH": str(installed.parent), "XDG_CACHE_HOME": str(cache), "npm_config_cache": str(tmp_path / "npm")}
+
+    done = subprocess.run([str(installed), *bench_args(Path("out"))], cwd=bench_dir, env=env,
+                          capture_output=True, text=True, timeout=1200, check=False)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"sagellm: fetching the AWS CDK CLI {CDK_CLI_VERSION} into {cache / 'sagellm'}" in done.stderr
+    assert results_of(bench_dir / "out")["teardown"]["status"] == "destroyed"
+
+    init = subprocess.run([str(installed), "init", "app"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert init.returncode == 0, init.stderr
+    synth = subprocess.run([str(installed), "cdk", "synth", "--quiet", "-c", "profile=max-throughput",
+                            "-c", "model=tiiuae/falcon-7b"], cwd=tmp_path / "app",
+                           env=env | {"CDK_HOME": str(tmp_path / "cdk-home"), "CDK_DISABLE_CLI_TELEMETRY": "1"},
+                           capture_output=True, text=True, timeout=600, check=False)
+    assert synth.returncode == 0, synth.stderr[-3000:]
+    assert (tmp_path / "app" / "cdk.out" / "sagellm-max-throughput-falcon-7b.template.json").is_file()
+    assert "fetching" not in synth.stderr  # the cached CLI

