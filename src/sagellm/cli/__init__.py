@@ -1,0 +1,75 @@
+"""The `sagellm` command: thin commands that parse, call the library, render. Heavy imports stay lazy.
+
+One module per command group; importing them registers their commands on the app."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from sagellm.cli import bench, catalog, plan, profiles, project, results, serve  # noqa: F401  (registers them)
+from sagellm.cli.app import app
+from sagellm.errors import ExitStatus, SagellmError
+
+__all__ = ["app", "main"]
+
+
+def _usage_line(exc: typer.TyperException, argv: list[str]) -> str:
+    """A usage error as one line: the option, the value given, what is wrong, where to read more."""
+    text = exc.format_message()
+    param = getattr(exc, "param", None)
+    option = getattr(exc, "option_name", None)
+    if isinstance(exc, typer.BadParameter) and param is not None and param.opts and "Missing" not in text:
+        flag = param.opts[0]
+        given = _given(argv, param.opts)
+        text = f"{flag}: {given!r}: {exc.message}" if given is not None else f"{flag}: {exc.message}"
+    elif option and getattr(exc, "possibilities", None) is not None:
+        close = sorted(exc.possibilities)  # type: ignore[attr-defined]
+        text = f"{option}: no such option" + (f"; did you mean {', '.join(close)}?" if close else "")
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "sagellm"
+    return f"{' '.join(text.split())} (see `{command} --help`)"
+
+
+def _given(argv: list[str], opts: list[str]) -> str | None:
+    """The value given on the command line for an option (`--x 1` or `--x=1`)."""
+    for i, arg in enumerate(argv):
+        if arg in opts and i + 1 < len(argv):
+            return argv[i + 1]
+        name, _, value = arg.partition("=")
+        if name in opts and _:
+            return value
+    return None
+
+
+def main() -> None:
+    """Entry point: expected errors become one line on stderr and an exit code; --debug shows tracebacks."""
+    debug = "--debug" in sys.argv
+    if debug:
+        sys.argv.remove("--debug")
+    try:
+        result = app(standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.exit(ExitStatus.INTERRUPTED)
+    except typer.TyperException as exc:  # usage errors (typer ships its own click)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # type: ignore[attr-defined]
+        else:
+            print(f"sagellm: error: {_usage_line(exc, sys.argv)}", file=sys.stderr)
+        sys.exit(ExitStatus.BAD_INPUT)
+    except SagellmError as exc:
+        if debug:
+            raise
+        for line in str(exc).splitlines():
+            print(f"sagellm: error: {line}", file=sys.stderr)
+        sys.exit(exc.exit_status)
+    except Exception as exc:  # a bug: one line (exit 3, never 1, which means "gate failed")
+        if debug:
+            raise
+        print(f"sagellm: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        sys.exit(ExitStatus.TARGET_FAILED)
+    sys.exit(result if isinstance(result, int) else ExitStatus.OK)

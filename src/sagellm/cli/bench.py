@@ -1,0 +1,259 @@
+"""`sagellm bench` (deploy → sweep → report → gate → teardown) and `sagellm cleanup` (what killed benches left)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sagellm.cli.app import PanelledCommand, app
+from sagellm.cli.options import (
+    ALLOW_INCOMPARABLE_HELP,
+    INSTANCE_HELP,
+    JSON_HELP,
+    PROFILES_DIR_HELP,
+    REGION_HELP,
+    SERVED,
+    Region,
+    concurrency_levels,
+    rate_levels,
+    worker_count,
+)
+from sagellm.errors import InputError
+
+
+@app.command(cls=PanelledCommand, epilog="Examples:\n\n"
+             "  sagellm bench --profile max-throughput --model meta-llama/Llama-2-7b-hf --instance ml.g5.2xlarge "
+             "--time-scale 0.1   # local, emulated\n\n"
+             "  sagellm bench --profile replicas --model llama2-13b --instance ml.p4d.24xlarge --target sagemaker "
+             "--thresholds gates.yaml --out run-42   # real account, gated\n\n"
+             "  sagellm bench --target sagemaker --endpoint-name prod-chat --thresholds gates.yaml "
+             "  # an existing endpoint, nothing deployed\n\n"
+             "  sagellm bench --profile max-throughput --model llama2-7b --target http --url http://localhost:8080 "
+             "# an existing TGI\n\n"
+             "  sagellm bench --target http --api openai --url http://localhost:8000 --concurrency 1,4,16 "
+             "# an existing vLLM, no prediction")
+def bench(
+    # Model & profile
+    profile: Annotated[str | None, typer.Option("--profile", rich_help_panel=SERVED, help="profile name (optional "
+                                                "for --target http: with --model it predicts the run; with "
+                                                "--endpoint-name: default the endpoint's sagellm:profile tag)")] = None,
+    model: Annotated[str | None, typer.Option("--model", rich_help_panel=SERVED, help="catalog model, e.g. "
+                                              "meta-llama/Llama-2-7b-hf (optional for --target http; with "
+                                              "--endpoint-name: default the deployed one)")] = None,
+    instance: Annotated[str | None, typer.Option("--instance", rich_help_panel=SERVED, help=INSTANCE_HELP)] = None,
+    region: Annotated[str, typer.Option("--region", rich_help_panel=SERVED, help=REGION_HELP)] = "us-east-1",
+    profiles_dir: Annotated[Path | None, typer.Option("--profiles-dir", rich_help_panel=SERVED,
+                                                      help=PROFILES_DIR_HELP)] = None,
+    hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", rich_help_panel=SERVED, help="Secrets "
+                               "Manager name or ARN of the Hugging Face token (gated models on the sagemaker "
+                               "target)")] = None,
+    # Target
+    target: Annotated[str, typer.Option("--target", rich_help_panel="Target", help="local: embedded AWS (moto) + "
+                                        "emulator · sagemaker: your AWS account (credentials from the "
+                                        "environment) · http: an existing TGI/OpenAI-compatible server at "
+                                        "--url")] = "local",
+    endpoint_name: Annotated[str | None, typer.Option("--endpoint-name", rich_help_panel="Target", help="sagemaker "
+                                                      "target: bench this existing endpoint; nothing is deployed "
+                                                      "or deleted")] = None,
+    inference_component: Annotated[str | None, typer.Option("--inference-component", rich_help_panel="Target",
+                                   help="with --endpoint-name: the component to invoke (default: its only "
+                                   "one)")] = None,
+    url: Annotated[str | None, typer.Option("--url", rich_help_panel="Target", help="server URL for --target "
+                                            "http")] = None,
+    api: Annotated[str, typer.Option("--api", rich_help_panel="Target", help="tgi (generate), chat (TGI Messages "
+                                     "API; /v1/chat/completions on an http target), openai (completions, http "
+                                     "target) or auto (http: openai when the URL has /v1, else tgi)")] = "auto",
+    served_model: Annotated[str | None, typer.Option("--served-model", rich_help_panel="Target", help="http "
+                            "target, OpenAI API: the model name the server serves (default: the one its "
+                            "/v1/models lists)")] = None,
+    keep: Annotated[bool, typer.Option("--keep", rich_help_panel="Target", help="do not destroy the stack "
+                                       "(sagemaker target)")] = False,
+    time_scale: Annotated[float, typer.Option("--time-scale", rich_help_panel="Target", help="local emulator only: "
+                                              "run simulated time this much faster (0.1 = 10×); results are in "
+                                              "simulated time")] = 1.0,
+    instance_startup: Annotated[float | None, typer.Option("--instance-startup", rich_help_panel="Target",
+                                help="local target, autoscaling: simulated seconds from a scale-out to the new "
+                                "instance InService [default: 525, see docs/ramp.md]")] = None,
+    cdk_cli: Annotated[Path | None, typer.Option("--cdk-cli", rich_help_panel="Target", help="the AWS CDK CLI to "
+                                                 "deploy with (or SAGELLM_CDK_CLI; default: found, else fetched "
+                                                 "once)")] = None,
+    # Workload
+    input_tokens: Annotated[str | None, typer.Option("--input-tokens", rich_help_panel="Workload", help="prompt "
+                                                     "tokens per request: 512, 512:64 (mean:stddev) or 256-1024 "
+                                                     "(min-max); default: the profile's payload")] = None,
+    output_tokens: Annotated[str | None, typer.Option("--output-tokens", rich_help_panel="Workload",
+                                                      help="generated tokens per request, same forms")] = None,
+    shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, rich_help_panel="Workload", help="open "
+                                               "every prompt with the same N tokens (to measure prefix caching "
+                                               "on purpose)")] = 0,
+    dataset: Annotated[Path | None, typer.Option("--dataset", rich_help_panel="Workload", help="prompts from a "
+                                                 "JSONL file ({\"prompt\", \"output_tokens\"} per line) or "
+                                                 "ShareGPT JSON")] = None,
+    tokenizer: Annotated[Path | None, typer.Option("--tokenizer", rich_help_panel="Workload", help="folder with "
+                                                   "the model's tokenizer.json: prompts in real tokens (default: "
+                                                   "one token per word)")] = None,
+    seed: Annotated[int, typer.Option("--seed", rich_help_panel="Workload", help="seed of the prompts and "
+                                      "arrivals (same seed, same requests)")] = 0,
+    # Load
+    concurrency: Annotated[str | None, typer.Option("--concurrency", rich_help_panel="Load", help="closed-loop "
+                                                    "levels, in order; escalation stops at >5% errors or a "
+                                                    "timeout [default: 1,2,4,…,512, or adaptive]")] = None,
+    request_rate: Annotated[str | None, typer.Option("--request-rate", rich_help_panel="Load", help="open-loop "
+                                                     "levels instead, requests/s, e.g. 1,2,4,8")] = None,
+    arrivals: Annotated[str | None, typer.Option("--arrivals", rich_help_panel="Load", help="open loop: constant "
+                                                 "or poisson [default: constant]")] = None,
+    max_in_flight: Annotated[int | None, typer.Option("--max-in-flight", rich_help_panel="Load", help="open loop: "
+                                                      "requests in flight at most; later ones wait and are "
+                                                      "recorded late [default: 1024]")] = None,
+    ramp: Annotated[bool | None, typer.Option("--ramp/--no-ramp", rich_help_panel="Load", help="open-loop load "
+                                              "rising in steps over time, recording instances and latency per "
+                                              "interval [default: --ramp for a profile with autoscaling]")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, rich_help_panel="Load", help="run each level N times; "
+                                         "results give the mean and spread")] = 1,
+    requests_per_level: Annotated[int | None, typer.Option("--requests-per-level", rich_help_panel="Load",
+                                  help="measured requests per level (default: 3 × concurrency, or 60 s of "
+                                  "arrivals; at least 8)")] = None,
+    duration_per_level: Annotated[float | None, typer.Option("--duration-per-level", rich_help_panel="Load",
+                                  help="seconds per level instead of a request count")] = None,
+    warmup: Annotated[int, typer.Option("--warmup", rich_help_panel="Load", help="warm-up requests per worker "
+                                        "(open loop: per level), excluded from the statistics")] = 1,
+    # Sweep
+    sweep: Annotated[str | None, typer.Option("--sweep", rich_help_panel="Sweep", help="adaptive: start at the "
+                                              "predicted knee and max, refine where the measurement departs, "
+                                              "stop once both are bracketed within 10% · doubling: the "
+                                              "--concurrency list [default: adaptive with --profile and --model "
+                                              "and no --concurrency/--request-rate; else doubling]")] = None,
+    budget_minutes: Annotated[float | None, typer.Option("--budget-minutes", rich_help_panel="Sweep", help="stop "
+                                                         "the sweep once it has spent this many endpoint-minutes "
+                                                         "(wall time × instances)")] = None,
+    # Gate
+    thresholds: Annotated[Path | None, typer.Option("--thresholds", rich_help_panel="Gate", help="YAML rules to "
+                                                    "gate on (see docs/gate.md)")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", rich_help_panel="Gate", help="results.json of an "
+                                                  "earlier run to compare against")] = None,
+    allow_incomparable: Annotated[bool, typer.Option("--allow-incomparable", rich_help_panel="Gate",
+                                                     help=ALLOW_INCOMPARABLE_HELP)] = False,
+    slo: Annotated[float | None, typer.Option("--slo-ms-per-token", rich_help_panel="Gate", help="also report the "
+                                              "highest throughput with p50 ms/token under this")] = None,
+    # Output
+    out: Annotated[Path, typer.Option("--out", rich_help_panel="Output", help="folder for results.json, "
+                                      "requests.jsonl, report.md, curve.png, junit.xml, "
+                                      "results.csv")] = Path("sagellm-results"),
+    json_out: Annotated[bool, typer.Option("--json", rich_help_panel="Output", help=JSON_HELP)] = False,
+    # Workers
+    workers: Annotated[str, typer.Option("--workers", rich_help_panel="Workers", help="worker processes that "
+                                         "share each level's load (auto: one per 256 streams, at most one per "
+                                         "core)")] = "1",
+    ray: Annotated[str | None, typer.Option("--ray", rich_help_panel="Workers", help="run the workers as Ray "
+                                            "actors on the cluster at this address (auto: a local cluster); "
+                                            "needs pip install 'sagellm[ray]'")] = None,
+) -> int:
+    """Deploy a profile, sweep concurrency (closed loop) or request rates (open loop), report, gate, and
+    always tear down.
+
+    The sagemaker target deploys the bench's own stack (tagged sagellm:bench-run) and deletes exactly that
+    stack, or benches an existing endpoint (--endpoint-name) without deploying or deleting anything.
+    Relative paths resolve against the current folder; nothing else is read from it.
+
+    Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
+    3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM).
+    """
+    from sagellm.bench.client.workload import WorkloadOptions
+    from sagellm.bench.progress import watching
+    from sagellm.bench.runner import BenchOptions, run_bench
+    from sagellm.render import print_report
+
+    if cdk_cli is not None:  # where the CDK CLI is looked up (aws/cdk_cli_lookup.py), in this run's processes
+        import os
+
+        os.environ["SAGELLM_CDK_CLI"] = str(cdk_cli.resolve())
+    if concurrency is not None and request_rate is not None:
+        raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
+    if concurrency is not None and ramp:
+        raise InputError("--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp")
+    rates = rate_levels(request_rate)
+    method = sweep or ("auto" if concurrency is None and request_rate is None else "doubling")
+    opts = BenchOptions(
+        profile=profile, model=model, instance=instance, target=target, endpoint_name=endpoint_name,
+        inference_component=inference_component, url=url, api=api, served_model=served_model,
+        workload=WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, shared_prefix=shared_prefix,
+                                 dataset=dataset, tokenizer=tokenizer, seed=seed),
+        concurrency=() if rates or concurrency is None else concurrency_levels(concurrency), sweep=method,
+        budget_minutes=budget_minutes,
+        request_rate=rates, arrivals=arrivals, max_in_flight=max_in_flight, repeats=repeats,
+        requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
+        thresholds=thresholds, baseline=baseline, allow_incomparable=allow_incomparable, out=out, keep=keep,
+        region=region, profiles_dir=profiles_dir, hf_token_secret=hf_token_secret,
+        time_scale=time_scale, slo_ms_per_token=slo, command=" ".join(["sagellm", *sys.argv[1:]]),
+        # --concurrency asks for a closed-loop sweep: no ramp unless --ramp says so.
+        ramp=ramp if ramp is not None else (False if concurrency is not None else None),
+        instance_startup_s=instance_startup, workers=worker_count(workers), ray=ray,
+    )
+    with watching() as watch:
+        outcome = run_bench(opts, watch)
+    if json_out:
+        print(outcome.results.model_dump_json(indent=2))
+    else:
+        print_report(out)
+    if outcome.error:
+        print(f"sagellm: error: {outcome.error}", file=sys.stderr)
+    return int(outcome.exit_status)
+
+
+@app.command(epilog="Examples:\n\n"
+             "  sagellm cleanup --dry-run               # list bench stacks and what would be deleted\n\n"
+             "  sagellm cleanup --older-than 6h --yes   # in a scheduled job: delete without asking")
+def cleanup(
+    older_than: Annotated[str, typer.Option("--older-than", help="only stacks older than this: 30m, 2h, 1d")]
+    = "1h",
+    region: Region = "us-east-1",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list, do not delete")] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="delete without asking")] = False,
+) -> None:
+    """Delete the stacks bench runs left behind (a killed bench, --keep): whole stacks, through CloudFormation.
+
+    Only stacks tagged sagellm:bench-run (set by `sagellm bench` alone) are considered; stacks deployed with
+    `cdk deploy` or a team's own LlmEndpoint are never touched. A bench stack is kept while its bench still
+    runs on this machine or while it is younger than --older-than. Shows what it will delete and asks first.
+    """
+    import boto3
+
+    from sagellm.aws.cleanup import delete_leftovers, find_leftovers
+    from sagellm.errors import TargetError
+
+    seconds = _duration(older_than)
+    session = boto3.Session(region_name=region)
+    survey = find_leftovers(session, seconds)
+    for stack, reason in survey.kept:
+        print(f"keep    {stack}: {reason}")
+    for line in survey.unreadable:
+        print(f"skip    {line} (could not read it)")
+    for stack in survey.leftovers:
+        print(f"delete  {stack}")
+    if not survey.leftovers:
+        print(f"no bench stacks older than {older_than} to delete in {region}")
+    elif not dry_run:
+        if not yes:
+            if not sys.stdin.isatty():
+                raise InputError(f"--yes: {len(survey.leftovers)} stack(s) to delete and no terminal to ask; "
+                                 "pass --yes to delete them")
+            if not typer.confirm(f"Delete {len(survey.leftovers)} stack(s) and everything in them?"):
+                print("nothing deleted")
+                return
+        failures = delete_leftovers(session, survey.leftovers)
+        if failures:
+            raise TargetError(f"could not delete: {'; '.join(failures)}")
+        print(f"deleted {len(survey.leftovers)} stack(s)")
+    if survey.unreadable:
+        raise TargetError(f"could not read {len(survey.unreadable)} listed stack(s); they were skipped")
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return float(text[:-1]) * units[text[-1]]
+    except (KeyError, ValueError, IndexError):
+        raise InputError(f"--older-than: {text!r} must be a number with s, m, h or d (e.g. 2h)") from None

@@ -1,0 +1,86 @@
+"""Options several commands share, and the parsers of their values (one InputError line each)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sagellm.errors import InputError
+
+PROFILES_DIR_HELP = "folder with your own profile YAML (default: ./profiles when it exists)"
+REGION_HELP = "AWS region (prices, image URIs)"
+INSTANCE_HELP = "instance type, e.g. ml.g5.12xlarge (default: the profile's)"
+JSON_HELP = "machine-readable output on stdout"
+ALLOW_INCOMPARABLE_HELP = "compare with a baseline of another model, instance, container or workload anyway"
+ProfilesDir = Annotated[Path | None, typer.Option("--profiles-dir", help=PROFILES_DIR_HELP)]
+Region = Annotated[str, typer.Option("--region", help=REGION_HELP)]
+Instance = Annotated[str | None, typer.Option("--instance", help=INSTANCE_HELP)]
+Model = Annotated[str, typer.Option("--model", help="Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf")]
+InputTokens = Annotated[int | None, typer.Option("--input-tokens", help="prompt tokens per request "
+                                                    "(default: the profile's payload, 256)")]
+OutputTokens = Annotated[int | None, typer.Option("--output-tokens", help="generated tokens per request "
+                                                     "(default: the profile's payload, 256)")]
+Json = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
+AllowIncomparable = Annotated[bool, typer.Option("--allow-incomparable", help=ALLOW_INCOMPARABLE_HELP)]
+SERVED = "Model & profile"  # the --help panel of what a bench serves
+INT32_MAX = 2**31 - 1  # AWS API integers (profiles.schema.INT32_MAX; kept here so --help never imports pydantic)
+
+
+def payload_from(input_tokens: int | None, output_tokens: int | None):
+    from sagellm.planner import Payload
+    from sagellm.profiles.schema import U32_MAX
+
+    given = {"--input-tokens": input_tokens, "--output-tokens": output_tokens}
+    errors = [f"{flag}: {value} is out of range; give a number of tokens from 1 to {U32_MAX}"
+              for flag, value in given.items() if value is not None and not 1 <= value <= U32_MAX]
+    if errors:
+        raise InputError(errors)
+    if input_tokens is None and output_tokens is None:
+        return None
+    return Payload(input_tokens or 256, output_tokens or 256)
+
+
+def _levels(text: str, option: str, parse: type[int | float], how: str) -> tuple:
+    """A comma-separated list of positive levels, each once; InputError repeating the bad part otherwise."""
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise InputError(f"{option}: {text!r} has no level; {how}")
+    if "" in parts:
+        raise InputError(f"{option}: {text!r} has an empty level between commas; {how}")
+    values = []
+    for part in parts:
+        try:
+            values.append(parse(part))
+        except ValueError:
+            kind = "a whole number" if parse is int else "a number"
+            raise InputError(f"{option}: {text!r}: {part!r} is not {kind}; {how}") from None
+    if not all(0 < v < float("inf") for v in values):
+        raise InputError(f"{option}: {text!r}: {min(values, key=lambda v: v > 0)} is not a level; {how}")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise InputError(f"{option}: {text!r}: {twice[0]:g} is given twice; list each level once")
+    return tuple(values)
+
+
+def rate_levels(text: str | None) -> tuple[float, ...]:
+    return () if text is None else _levels(text, "--request-rate", float,
+                                              "give rates > 0 (requests/s) separated by commas, e.g. 0.5,1,2")
+
+
+def worker_count(text: str) -> int | None:
+    """`auto` (None) or a whole number ≥ 1."""
+    if text.strip() == "auto":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InputError(f"--workers: {text!r} must be auto or a whole number ≥ 1 (e.g. --workers 4)")
+    return value
+
+
+def concurrency_levels(text: str) -> tuple[int, ...]:
+    return _levels(text, "--concurrency", int, "give levels ≥ 1 separated by commas, e.g. 1,2,4,8")

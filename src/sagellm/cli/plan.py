@@ -1,0 +1,91 @@
+"""`sagellm plan` (the predicted curve) and `sagellm calibrate` (the planner corrected by measured runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sagellm.cli.app import app
+from sagellm.cli.options import (
+    INT32_MAX,
+    InputTokens,
+    Instance,
+    Json,
+    Model,
+    OutputTokens,
+    ProfilesDir,
+    Region,
+    concurrency_levels,
+    payload_from,
+)
+
+
+@app.command(epilog="Examples:\n\n"
+             "  sagellm plan --profile max-throughput --model meta-llama/Llama-2-7b-hf --instance ml.g5.2xlarge\n\n"
+             "  sagellm plan --profile replicas --model llama2-13b --instance ml.p4d.24xlarge --tensor-parallel 1\n\n"
+             "  sagellm plan --profile min-latency --model llama2-70b --instance ml.p4d.24xlarge --input-tokens 2048 --json")
+def plan(
+    profile: Annotated[str, typer.Option("--profile", help="profile name")],
+    model: Model,
+    instance: Instance = None,
+    tensor_parallel: Annotated[int | None, typer.Option("--tensor-parallel", min=1, max=INT32_MAX,
+                                                           help="GPUs per copy (overrides the profile)")] = None,
+    replicas: Annotated[int | None, typer.Option("--replicas", min=1, max=INT32_MAX, help="copies per instance "
+                                                    "(inference components)")] = None,
+    instance_count: Annotated[int | None, typer.Option("--instance-count", min=1, max=INT32_MAX,
+                                                          help="instances behind the endpoint")] = None,
+    input_tokens: InputTokens = None,
+    output_tokens: OutputTokens = None,
+    concurrency: Annotated[str, typer.Option("--concurrency", help="endpoint-wide levels")] =
+    "1,2,4,8,16,32,64,128,256,512",
+    region: Region = "us-east-1",
+    profiles_dir: ProfilesDir = None,
+    json_out: Json = False,
+) -> None:
+    """Predict the latency–throughput curve of a profile before paying for a GPU hour.
+
+    Per concurrency: ms/token (e2e ÷ output tokens, the published definition), TTFT, ITL, e2e, tokens/s,
+    and whether requests would exceed the 60 s invocation timeout; plus KV capacity, the knee
+    (max throughput ÷ latency), the max-throughput point inside the timeout and $/1M tokens.
+
+    --json prints {"shape": {...}, "environment": {...}, "curve": {"points": [...], "knee", "max_throughput",
+    "kv_capacity_tokens_per_copy", "max_sequences_per_copy", "usd_per_h", "usd_per_1m_tokens_at_max_throughput"}}.
+    """
+    from sagellm.planner import predict
+    from sagellm.profiles import design_for
+
+    levels = concurrency_levels(concurrency)
+    d = design_for(profile, model, instance, payload=payload_from(input_tokens, output_tokens), region=region,
+                   profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
+                   instance_count=instance_count)
+    curve = predict(d.shape(), d.payload, levels, region)
+    main = d.copies[0]
+    shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
+             "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,
+             "quantization": main.quantization, "container": f"{d.container} {d.container_version}"}
+    env = d.environment
+    if json_out:
+        print(json.dumps({"shape": shape, "environment": env, "curve": curve.to_dict()}, indent=2))
+        return
+    from sagellm.render import print_curve
+
+    print_curve(shape, env, curve)
+
+
+@app.command(epilog="Example:\n\n  sagellm calibrate run-42 run-43   # bench --out folders (or their results.json)")
+def calibrate(
+    runs: Annotated[list[Path], typer.Argument(help="bench --out folders or results.json files of measured runs")],
+    profiles_dir: ProfilesDir = None,
+) -> None:
+    """Fit the planner's step times to measured runs; store one correction per model × instance × container.
+
+    Writes <profiles_dir>/calibration/*.yaml (review them like code); `plan`, `profiles show` and every
+    profile's auto values then use it and say so. Emulated runs are refused: they only replay the planner.
+    """
+    from sagellm.bench.calibrate import calibrate_runs
+
+    for line in calibrate_runs(runs, profiles_dir):
+        print(line)

@@ -1,0 +1,87 @@
+"""`sagellm gate`, `sagellm report` and `sagellm results schema`: a finished run's results."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sagellm.cli.app import app, results_app
+from sagellm.cli.options import (
+    AllowIncomparable,
+    Json,
+)
+from sagellm.errors import ExitStatus, InputError
+
+
+@app.command()
+def gate(
+    results: Annotated[Path, typer.Argument(help="results.json of a finished run")],
+    thresholds: Annotated[Path | None, typer.Option("--thresholds", help="YAML rules")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="results.json to compare against")] = None,
+    allow_incomparable: AllowIncomparable = False,
+    out: Annotated[Path | None, typer.Option("--out", help="folder for the verdict: results.json, report.md, "
+                                             "junit.xml, curve.png, results.csv (default: gate/ beside RESULTS; "
+                                             "never the run's own folder)")] = None,
+    json_out: Json = False,
+) -> int:
+    """Evaluate thresholds (and/or a baseline) on a finished run; the run's own files are left as they are.
+
+    Exit 0 pass, 1 fail (every violation printed), 2 bad input (thresholds, a level the run never planned,
+    a baseline that is not comparable), or the run's own 3/130 when it failed or was interrupted.
+    """
+    from sagellm.results.gate import gate as evaluate
+    from sagellm.results.gate import planned_levels, read_gate
+    from sagellm.results.report import write_report
+    from sagellm.results.schema import load_results, write_results
+
+    out = out or results.parent / "gate"
+    if out.resolve() == results.parent.resolve():
+        raise InputError(f"--out: {out} is the run's own folder and its files would be overwritten "
+                         "(pick another folder, or leave --out out for gate/ beside it)")
+    run = load_results(results)
+    rules, base = read_gate(thresholds, baseline, run.run, planned_levels(run), allow_incomparable=allow_incomparable)
+    if rules is None:
+        raise InputError("--thresholds/--baseline: nothing to check (give a thresholds file, a baseline, or both)")
+    verdict = evaluate(run, rules, base)
+    updated = run.model_copy(update={"gate": verdict})
+    out.mkdir(parents=True, exist_ok=True)
+    write_results(out / "results.json", updated)
+    write_report(out, updated)
+    if json_out:
+        print(verdict.model_dump_json(indent=2))
+    else:
+        for v in verdict.violations:
+            print(f"FAIL {v.rule}: {v.message}")
+        for difference in verdict.incomparable:
+            print(f"NOTE baseline differs (--allow-incomparable): {difference}")
+        print(f"{'PASS' if verdict.passed else 'FAIL'}: {len(verdict.rules)} rule(s), "
+              f"{len(verdict.violations)} violation(s); written to {out}/")
+    if run.failure is not None:  # an incomplete run never passes, whatever its rules say
+        print(f"sagellm: error: the run did not complete: {run.failure.message}", file=sys.stderr)
+        return run.failure.exit_status
+    return int(ExitStatus.OK if verdict.passed else ExitStatus.GATE_FAILED)
+
+
+@results_app.command("schema")
+def results_schema() -> None:
+    """Print the JSON Schema of results.json (generated from the pydantic model the bench writes)."""
+    from sagellm.results.schema import Results
+
+    print(json.dumps(Results.model_json_schema(), indent=2))
+
+
+@app.command()
+def report(
+    directory: Annotated[Path, typer.Argument(help="a bench --out folder holding results.json")],
+) -> None:
+    """Re-render report.md, curve.png, junit.xml and results.csv from results.json, and print the report."""
+    from sagellm.render import print_report
+    from sagellm.results.report import write_report
+    from sagellm.results.schema import load_results
+
+    write_report(directory, load_results(directory / "results.json"))
+    print_report(directory)

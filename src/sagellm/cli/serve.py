@@ -1,0 +1,70 @@
+"""`sagellm emulate` and `sagellm local-aws`: the local endpoint and the local AWS, standalone."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from sagellm.cli.app import app
+from sagellm.cli.options import (
+    InputTokens,
+    Instance,
+    Model,
+    OutputTokens,
+    ProfilesDir,
+    Region,
+    payload_from,
+)
+from sagellm.errors import InputError
+
+
+@app.command()
+def emulate(
+    profile: Annotated[str, typer.Option("--profile", help="profile name")],
+    model: Model,
+    instance: Instance = None,
+    port: Annotated[int, typer.Option("--port", help="loopback port")] = 8080,
+    endpoint_name: Annotated[str | None, typer.Option("--endpoint-name", help="the one endpoint name the "
+                             "SageMaker routes answer to (default: sagellm-<profile>)")] = None,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="run simulated time faster (0.1 = 10×)")] = 1.0,
+    input_tokens: InputTokens = None,
+    output_tokens: OutputTokens = None,
+    region: Region = "us-east-1",
+    profiles_dir: ProfilesDir = None,
+) -> None:
+    """Serve an emulated endpoint for a profile on 127.0.0.1 (foreground, Ctrl-C to stop).
+
+    Speaks the SageMaker runtime (/endpoints/NAME/invocations[-response-stream]), the pinned container's
+    routes (TGI: /generate, /generate_stream, /invocations, /info, /health; LMI: /invocations) and OpenAI
+    (/v1/completions, /v1/chat/completions, /v1/models), so any load tool can be pointed at it.
+    Prompt tokens are counted as whitespace-separated words. Results from it are emulated, not measured.
+    """
+    from sagellm import profiles
+    from sagellm.emulator import run_emulator
+
+    if not 0 < time_scale <= 1:
+        raise InputError(f"--time-scale: {time_scale} must be in (0, 1]")
+    plan = profiles.resolve(profile, model, instance, payload=payload_from(input_tokens, output_tokens), region=region,
+                   profiles_dir=profiles_dir)
+    print(f"emulating {plan.profile}: {plan.primary.model_id} on {plan.instance_type} at http://127.0.0.1:{port} "
+          f"(time scale {time_scale:g}); Ctrl-C to stop", file=sys.stderr)
+    run_emulator(plan, port=port, time_scale=time_scale, endpoint_name=endpoint_name)
+
+
+@app.command("local-aws")
+def local_aws(
+    port: Annotated[int, typer.Option("--port", help="loopback port")] = 4566,
+    region: Region = "us-east-1",
+) -> None:
+    """Serve sagellm's local AWS on 127.0.0.1 (foreground, Ctrl-C to stop): moto extended for SageMaker
+    inference components, autoscaling and rollbacks, already CDK-bootstrapped.
+
+    Point `sagellm bench --target sagemaker`, `cdk deploy` and `sagellm cleanup` at it with
+    AWS_ENDPOINT_URL=http://localhost:PORT and any credentials; point the runtime
+    (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME) at `sagellm emulate`. Its state lives as long as the command.
+    """
+    from sagellm.aws.local import serve
+
+    serve(port, region, say=lambda text: print(text, file=sys.stderr))
