@@ -690,3 +690,19 @@ def test_an_lmi_plan_deploys_the_pinned_lmi_image_with_the_vllm_engine_named(tmp
         },
     )
     assert plan.environment["OPTION_ENTRYPOINT"] == "djl_python.lmi_vllm.vllm_async_service"
+
+
+def endpoint_ids(plan: DeploymentPlan) -> set[str]:
+    return set(synth(plan).find_resources(ENDPOINT))
+
+
+def test_only_a_scaled_variant_gets_a_new_endpoint_for_a_new_instance_type(plans) -> None:
+    """SageMaker refuses UpdateEndpoint to change a scaled variant's instance type; an unscaled one updates."""
+    scaled_plan, fixed = plans["autoscale"], plans["max-throughput"]
+    assert endpoint_ids(scaled_plan) != endpoint_ids(scaled_plan.model_copy(update={"instance_type": "ml.g6.2xlarge"}))
+    assert endpoint_ids(fixed) == endpoint_ids(fixed.model_copy(update={"instance_type": "ml.g6.2xlarge"}))
+    [endpoint] = synth(scaled_plan).find_resources(ENDPOINT).values()
+    # Updates keep the instance count the scaler set.
+    assert endpoint["Properties"]["RetainAllVariantProperties"] is True
+    [endpoint] = synth(fixed).find_resources(ENDPOINT).values()
+    assert "RetainAllVariantProperties" not in endpoint["Properties"]

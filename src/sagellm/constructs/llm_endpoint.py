@@ -241,7 +241,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
             if not Token.is_unresolved(m.image_uri) and ecr_repository_arn(m.image_uri) is None:
                 errors.append(
                     f"{where}.image_uri: {m.image_uri!r} is not an ECR image URI "
-                    "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)"
+                    "(<account>.dkr.ecr.<region>.<the region's DNS suffix, e.g. amazonaws.com>/<repository>:<tag>)"
                 )
             if instance_based and (m.compute is not None or m.copy_count != 1):
                 warn(
