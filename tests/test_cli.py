@@ -209,7 +209,7 @@ def test_plan_flags_override_tp_copies_and_instance_count(tmp_path: Path) -> Non
     assert (out["shape"]["tensor_parallel"], out["shape"]["copies_per_instance"], out["shape"]["instance_count"]) \
         == (2, 4, 2)
     assert out["environment"]["SM_NUM_GPUS"] == "2"
-    assert out["curve"]["usd_per_h"] == pytest.approx(2 * 37.688)
+    assert out["curve"]["usd_per_h"] == pytest.approx(2 * 25.2513)
 
 
 def test_plan_prints_a_table_for_people(tmp_path: Path) -> None:

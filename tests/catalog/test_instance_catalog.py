@@ -9,6 +9,8 @@ from sagellm.errors import InputError
 
 # From shared/reference/instances.csv:
 # type -> (accelerators, accelerator, GB each, GB/s each, TFLOPS each, vCPUs, host GiB, $/h us-east-1).
+# P4d, P4de and P5 carry the post-June-2025 figures the reference gives (the only list with a p4de price):
+# one list for the three, so that p4de is not cheaper than p4d by mixing two lists.
 REFERENCE = {
     "ml.g5.2xlarge": (1, "A10G", 24, 600, 70, 8, 32, 1.515),
     "ml.g5.12xlarge": (4, "A10G", 24, 600, 70, 48, 192, 7.09),
@@ -16,9 +18,9 @@ REFERENCE = {
     "ml.g6.12xlarge": (4, "L4", 24, 300, 121, 48, 192, 5.752),
     "ml.g6e.xlarge": (1, "L40S", 48, 864, 362, 4, 32, 2.61),
     "ml.g6e.48xlarge": (8, "L40S", 48, 864, 362, 192, 1536, 37.66),
-    "ml.p4d.24xlarge": (8, "A100-40GB", 40, 1555, 312, 96, 1152, 37.688),
+    "ml.p4d.24xlarge": (8, "A100-40GB", 40, 1555, 312, 96, 1152, 25.2513),
     "ml.p4de.24xlarge": (8, "A100-80GB", 80, 2039, 312, 96, 1152, 31.5641),
-    "ml.p5.48xlarge": (8, "H100-80GB", 80, 3350, 989, 192, 2048, 113.068),
+    "ml.p5.48xlarge": (8, "H100-80GB", 80, 3350, 989, 192, 2048, 63.296),
     "ml.inf2.48xlarge": (12, "Inferentia2", 32, 820, 190, 192, 768, 15.58),
 }
 
@@ -35,6 +37,11 @@ def test_instance_facts_match_the_reference(name: str) -> None:
     assert (i.n_accelerators, i.accelerator, i.mem_per_accel_gb, i.bw_per_accel_gbps, i.tflops_per_accel,
             i.vcpus, i.host_mem_gib) == (n, accel, mem, bw, tflops, vcpus, host)
     assert i.price_per_h("us-east-1") == pytest.approx(price)
+
+
+def test_the_80_gb_a100_costs_more_than_the_40_gb_one() -> None:
+    catalog = instances()
+    assert catalog["ml.p4de.24xlarge"].price_per_h("us-east-1") > catalog["ml.p4d.24xlarge"].price_per_h("us-east-1")
 
 
 def test_every_instance_has_positive_accelerators_memory_bandwidth_and_host_resources() -> None:

@@ -151,3 +151,21 @@ def test_app_with_bad_context_values_exits_2_with_one_line_per_key(tmp_path):
          "and hyphens, starting with a letter, at most 128 characters"),
         "sagellm: bad cdk context: bootstrapless: 'yes' must be true or false",
     ]
+
+
+@pytest.mark.parametrize(
+    ("profile", "model", "instance", "region", "missing"),
+    [
+        ("replicas", "meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge", "eu-west-3", "AWS::SageMaker::InferenceComponent"),
+        ("max-throughput", "meta-llama/Llama-2-7b-hf", None, "me-central-1", "AWS::SageMaker::Model"),
+    ],
+)
+def test_cdk_synth_where_cloudformation_lacks_a_resource_is_sagellms_one_line(
+        profile, model, instance, region, missing, tmp_path):
+    context = [f"profile={profile}", f"model={model}", f"hf_token_secret={HF_SECRET}", f"region={region}"]
+    result = cdk_synth(tmp_path, *context, *([f"instance={instance}"] if instance else []))
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sagellm:")]
+    assert len(lines) == 1 and missing in lines[0] and region in lines[0], result.stderr
+    # Before CDK's own check of resource types per region could speak.
+    assert "ValidationError" not in result.stderr and "Traceback" not in result.stderr

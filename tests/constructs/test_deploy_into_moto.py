@@ -8,10 +8,12 @@ import json
 import pytest
 from aws_cdk import BootstraplessSynthesizer, Stack
 from aws_cdk.assertions import Template
-from construct_plans import cdk_app, two_model_plan
+from construct_plans import HF_SECRET, cdk_app, two_model_plan
 
 from sagellm.aws.local import LocalAws
 from sagellm.constructs import LlmEndpoint
+from sagellm.profiles import resolve
+from sagellm.stacks import EndpointStack
 
 pytestmark = pytest.mark.integration
 
@@ -36,4 +38,41 @@ def test_two_endpoints_of_one_model_in_one_stack_deploy_and_delete(server: Local
     assert len(deployed) == 4 and len(sagemaker.list_endpoints()["Endpoints"]) == 2
 
     cfn.delete_stack(StackName="sagellm-shared")
+    assert server.leftovers() == {}
+
+
+def autoscale_template(instance: str) -> str:
+    """The autoscale stack's template on `instance` (as `-c instance=…` makes it)."""
+    plan = resolve("autoscale", "meta-llama/Llama-2-7b-hf", instance, hf_token_secret=HF_SECRET)
+    stack = EndpointStack(cdk_app(), "Stack", plan=plan, stack_name="sagellm-autoscale",
+                          synthesizer=BootstraplessSynthesizer())
+    return json.dumps(Template.from_stack(stack).to_json())
+
+
+def test_a_new_instance_type_on_an_autoscaled_endpoint_replaces_the_endpoint_and_its_scaling(
+        server: LocalAws) -> None:
+    """SageMaker refuses UpdateEndpoint to change the instance type of a variant registered as a scalable target;
+    the stack therefore makes a new endpoint (its logical id carries the instance type), moves the scaling to it
+    and deletes the old one. What moto cannot show: SageMaker's refusal itself (moto updates anything),
+    CloudFormation's replacement order (moto points the new endpoint at the old config's name), and the policy
+    following its target (moto re-creates a resource only when its own JSON changes, not when a Ref it holds
+    resolves anew, so the policy goes with the old target). What it shows: one endpoint, the new one, and the
+    scalable target on it, with the update complete and nothing left after deletion."""
+    server.reset()
+    cfn, sagemaker = server.client("cloudformation"), server.client("sagemaker")
+    autoscaling = server.client("application-autoscaling")
+    cfn.create_stack(StackName="sagellm-autoscale", TemplateBody=autoscale_template("ml.g6.xlarge"),
+                     Capabilities=["CAPABILITY_IAM"])
+    [before] = [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]
+
+    cfn.update_stack(StackName="sagellm-autoscale", TemplateBody=autoscale_template("ml.g6.2xlarge"),
+                     Capabilities=["CAPABILITY_IAM"])
+    assert cfn.describe_stacks(StackName="sagellm-autoscale")["Stacks"][0]["StackStatus"] == "UPDATE_COMPLETE"
+    [after] = [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]
+    assert "LlmEndpointMlG6Xlarge" in before and "LlmEndpointMlG62xlarge" in after
+    [target] = autoscaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+    assert target["ResourceId"] == f"endpoint/{after}/variant/AllTraffic"
+    assert target["MinCapacity"] >= 1
+
+    cfn.delete_stack(StackName="sagellm-autoscale")
     assert server.leftovers() == {}

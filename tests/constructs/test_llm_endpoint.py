@@ -26,6 +26,7 @@ from construct_plans import (
 from sagellm.constructs import LlmEndpoint
 from sagellm.errors import InputError
 from sagellm.profiles import DeploymentPlan
+from sagellm.profiles.plan import pascal
 
 MODEL = "AWS::SageMaker::Model"
 CONFIG = "AWS::SageMaker::EndpointConfig"
@@ -81,6 +82,11 @@ def test_variant_carries_instance_type_count_and_startup_guards(profile, plans, 
                         "InitialVariantWeight": 1,
                         "ContainerStartupHealthCheckTimeoutInSeconds": plan.startup_health_check_timeout_s,
                         "ModelDataDownloadTimeoutInSeconds": plan.model_data_download_timeout_s,
+                        # Several instances may serve (two from the start, or the scaler's): least outstanding
+                        # requests routing, else SageMaker's default.
+                        **({"RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}}
+                           if plan.initial_instance_count > 1 or (plan.scaling and plan.scaling.max_capacity > 1)
+                           else {}),
                     }
                 )
             ],
@@ -188,6 +194,8 @@ def test_replicas_endpoint_config_has_execution_role_and_no_model(plans, templat
                         "VariantName": "AllTraffic",
                         "InstanceType": plan.instance_type,
                         "InitialInstanceCount": plan.initial_instance_count,
+                        # Two copies serve: least outstanding requests routing.
+                        "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"},
                     }
                 )
             ],
@@ -471,10 +479,12 @@ def test_given_role_is_used_and_no_role_is_created():
 
 
 @pytest.mark.parametrize("profile", ["max-throughput", "replicas", "autoscale"])
-def test_children_have_short_fixed_ids_and_resources_have_no_physical_names(profile, stacks, templates):
+def test_children_have_short_fixed_ids_and_resources_have_no_physical_names(profile, plans, stacks, templates):
     ids = {child.node.id for child in stacks[profile].endpoint.node.children}
+    # A scaled instance-based endpoint is named by its instance type: a new type makes a new endpoint.
+    endpoint = f"Endpoint{pascal(plans[profile].instance_type)}" if profile == "autoscale" else "Endpoint"
     expected = (
-        {"Role", "Config", "Endpoint"}
+        {"Role", "Config", endpoint}
         | ({"ModelLlama213b", "ComponentLlama213b"} if profile == "replicas" else {"Model"})
         | ({"Scaling"} if profile == "autoscale" else set())
     )
@@ -680,3 +690,19 @@ def test_an_lmi_plan_deploys_the_pinned_lmi_image_with_the_vllm_engine_named(tmp
         },
     )
     assert plan.environment["OPTION_ENTRYPOINT"] == "djl_python.lmi_vllm.vllm_async_service"
+
+
+def endpoint_ids(plan: DeploymentPlan) -> set[str]:
+    return set(synth(plan).find_resources(ENDPOINT))
+
+
+def test_only_a_scaled_variant_gets_a_new_endpoint_for_a_new_instance_type(plans) -> None:
+    """SageMaker refuses UpdateEndpoint to change a scaled variant's instance type; an unscaled one updates."""
+    scaled_plan, fixed = plans["autoscale"], plans["max-throughput"]
+    assert endpoint_ids(scaled_plan) != endpoint_ids(scaled_plan.model_copy(update={"instance_type": "ml.g6.2xlarge"}))
+    assert endpoint_ids(fixed) == endpoint_ids(fixed.model_copy(update={"instance_type": "ml.g6.2xlarge"}))
+    [endpoint] = synth(scaled_plan).find_resources(ENDPOINT).values()
+    # Updates keep the instance count the scaler set.
+    assert endpoint["Properties"]["RetainAllVariantProperties"] is True
+    [endpoint] = synth(fixed).find_resources(ENDPOINT).values()
+    assert "RetainAllVariantProperties" not in endpoint["Properties"]

@@ -20,7 +20,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "alarm_app.py"
 
 
 def _stack() -> Stack:
-    return Stack(App(), "Stack", stack_name="sagellm-test", env={"account": "111122223333", "region": "eu-west-1"})
+    return Stack(App(), "Stack", stack_name="sagellm-test", env={"account": "111122223333", "region": "us-east-1"})
 
 
 def _alarm(stack: Stack, metric: object) -> dict[str, object]:
@@ -96,7 +96,7 @@ def test_inference_component_endpoints_measure_by_component() -> None:
 def test_an_endpoint_by_name_has_the_same_metrics_and_grants_invoke_on_its_arn() -> None:
     stack = _stack()
     imported = LlmEndpoint.from_endpoint_name(stack, "Other", "prod-chat")
-    arn = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":sagemaker:eu-west-1:111122223333:endpoint/prod-chat"]]}
+    arn = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":sagemaker:us-east-1:111122223333:endpoint/prod-chat"]]}
     assert stack.resolve(imported.endpoint_arn) == arn
     role = iam.Role(stack, "Caller", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
     imported.grant_invoke(role)

@@ -329,6 +329,25 @@ class ScalableTarget(_Declared, CloudFormationModel):
         if backend._scalable_target_exists(resource_id, dimension):
             backend.deregister_scalable_target(namespace, resource_id, dimension)
 
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[override]
+        cls,
+        original_resource: ScalableTarget,
+        new_resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+    ) -> ScalableTarget:
+        # ResourceId, ScalableDimension and ServiceNamespace are create-only (the resource schema's
+        # createOnlyProperties): CloudFormation replaces the target; other changes re-register it in place.
+        props = cloudformation_json["Properties"]
+        new = (props["ServiceNamespace"], props["ResourceId"], props["ScalableDimension"])
+        if new != (original_resource.namespace, original_resource.resource_id, original_resource.dimension):
+            cls.delete_from_cloudformation_json(
+                original_resource.physical_resource_id, {}, account_id, region_name
+            )
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
+
 
 class ScalingPolicy(_Declared, CloudFormationModel):
     """AWS::ApplicationAutoScaling::ScalingPolicy, put through moto's applicationautoscaling backend."""
@@ -373,6 +392,20 @@ class ScalingPolicy(_Declared, CloudFormationModel):
         )
         key = (resource_name, namespace, resource_id, dimension)
         return cls(policy.policy_arn, key)  # type: ignore[abstract]
+
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[override]
+        cls,
+        original_resource: ScalingPolicy,
+        new_resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+    ) -> ScalingPolicy:
+        # A policy on another target is a new policy (ScalingTargetId is create-only); PutScalingPolicy on the
+        # same target and name updates it in place.
+        original_resource.delete(account_id, region_name)
+        return cls.create_from_cloudformation_json(new_resource_name, cloudformation_json, account_id, region_name)
 
     def delete(self, account_id: str, region_name: str) -> None:
         name, namespace, resource_id, dimension = self.key

@@ -12,6 +12,16 @@ from sagellm.profiles.plan import DeploymentPlan
 VARIANT_NAME = "AllTraffic"
 
 
+def serves_several(plan: DeploymentPlan) -> bool:
+    """Whether more than one container (instance, or inference-component copy) may serve the endpoint."""
+    most = plan.scaling.max_capacity if plan.scaling is not None else 1
+    if plan.endpoint_kind == "instance":
+        return max(plan.initial_instance_count, most) > 1
+    instances = plan.instance_scaling.max_instance_count if plan.instance_scaling is not None else 1
+    copies = max(most, *(m.copy_count for m in plan.models))
+    return max(plan.initial_instance_count, instances, copies) > 1
+
+
 def endpoint_config(
     scope: Construct,
     id: str,
@@ -37,6 +47,11 @@ def endpoint_config(
         ),
         model_data_download_timeout_in_seconds=plan.model_data_download_timeout_s if instance_based else None,
         volume_size_in_gb=plan.volume_size_gb,
+        # TGI refuses above its admission limit (429): with several containers serving, send each request to
+        # the one with the fewest in flight rather than at random (SageMaker's default).
+        routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(
+            routing_strategy="LEAST_OUTSTANDING_REQUESTS"
+        ) if serves_several(plan) else None,
         # Inference components beyond what the starting instances hold: SageMaker adds instances for them.
         managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
             status="ENABLED",

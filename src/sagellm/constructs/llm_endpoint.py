@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from aws_cdk import Annotations, SecretValue, Tags, Token
+from aws_cdk import Annotations, SecretValue, Stack, Tags, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -14,11 +14,12 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from sagellm.catalog import has_local_nvme, instances
+from sagellm.catalog.regions import endpoint_types, missing_types_errors, partition
 from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
 from sagellm.constructs.inference_component import component_name, inference_component
 from sagellm.constructs.metrics import EndpointMetrics
 from sagellm.constructs.model import container_model
-from sagellm.constructs.role import INVOKE_ACTIONS, ecr_repository_arn, execution_role
+from sagellm.constructs.role import INVOKE_ACTIONS, VpcNetwork, ecr_repository_arn, execution_role
 from sagellm.constructs.scaling import (
     COMPONENT_COPIES,
     CONCURRENT_REQUESTS_PER_COPY,
@@ -77,15 +78,17 @@ class LlmEndpoint(Construct, EndpointMetrics):
             Tags.of(self).add(key, value)
 
         own_role = role is None
+        vpc_config = self._vpc_config(vpc, subnets, security_groups)
         self.role: iam.IRole = role or execution_role(
             self,
             "Role",
             image_uris=[m.image_uri for m in plan.models],
             kms_key=kms_key,
             inference_components=plan.endpoint_kind == "inference-component",
+            network=VpcNetwork(list(vpc_config.subnets), list(vpc_config.security_group_ids))
+            if vpc_config is not None else None,
         )
         hf_token = _hf_token(hf_token_secret, plan.hf_token_secret)
-        vpc_config = self._vpc_config(vpc, subnets, security_groups)
 
         def model(id: str, index: int) -> sagemaker.CfnModel:
             cfn = container_model(
@@ -98,9 +101,9 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 network_isolation=network_isolation,
             )
             if own_role:
-                # SageMaker checks the role's permissions when it creates the model and pulls the image:
-                # wait for the policy, not only the role.
-                cfn.node.add_dependency(self.role)
+                # SageMaker checks the role's permissions when it creates the model and pulls the image: wait
+                # for the policy too (the role itself is a dependency already, through its ARN).
+                cfn.node.add_dependency(self.role.node.find_child("DefaultPolicy"))
             return cfn
 
         instance_based = plan.endpoint_kind == "instance"
@@ -116,9 +119,17 @@ class LlmEndpoint(Construct, EndpointMetrics):
             network_isolation=network_isolation,
         )
         if own_role and not instance_based:
-            config.node.add_dependency(self.role)
+            config.node.add_dependency(self.role.node.find_child("DefaultPolicy"))
+        # An instance-based variant registered as a scalable target: SageMaker refuses UpdateEndpoint to change
+        # its instance type ("must be deregistered as scalable targets ... before they can ... have their instance
+        # type updated"), so a new instance type makes a new endpoint (a new logical id: CloudFormation creates it,
+        # moves the scaling to it, then deletes the old one). Other updates keep the instance count the scaler set.
+        scaled_variant = instance_based and plan.scaling is not None
         endpoint = sagemaker.CfnEndpoint(
-            self, "Endpoint", endpoint_config_name=config.attr_endpoint_config_name
+            self,
+            f"Endpoint{pascal(plan.instance_type)}" if scaled_variant else "Endpoint",
+            endpoint_config_name=config.attr_endpoint_config_name,
+            retain_all_variant_properties=True if scaled_variant else None,
         )
         self.endpoint: sagemaker.CfnEndpoint = endpoint
         self.endpoint_name: str = endpoint.attr_endpoint_name
@@ -214,6 +225,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
             Annotations.of(self).add_warning_v2(f"sagellm:{warning_id}", message)
 
         instance_based = plan.endpoint_kind == "instance"
+        errors.extend(self._region_errors(warn))
 
         if instance_based and len(plan.models) != 1:
             errors.append(
@@ -229,7 +241,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
             if not Token.is_unresolved(m.image_uri) and ecr_repository_arn(m.image_uri) is None:
                 errors.append(
                     f"{where}.image_uri: {m.image_uri!r} is not an ECR image URI "
-                    "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)"
+                    "(<account>.dkr.ecr.<region>.<the region's DNS suffix, e.g. amazonaws.com>/<repository>:<tag>)"
                 )
             if instance_based and (m.compute is not None or m.copy_count != 1):
                 warn(
@@ -304,6 +316,13 @@ class LlmEndpoint(Construct, EndpointMetrics):
         errors.extend(_placement_errors(plan))
         if vpc is None and (subnets is not None or security_groups):
             errors.append("subnets/security_groups: given without a vpc")
+        if vpc is not None and not network_isolation:
+            warn(
+                "VpcEgress",
+                "vpc: the container's traffic leaves through these subnets: TGI and LMI download the weights from "
+                "the Hugging Face Hub, so give the subnets a route out (a NAT gateway), or serve the model data "
+                "from S3 through an S3 gateway endpoint",
+            )
         if network_isolation:
             warn(
                 "NetworkIsolation",
@@ -313,6 +332,34 @@ class LlmEndpoint(Construct, EndpointMetrics):
 
         if errors:
             raise InputError([f"{self.node.path}: {message}" for message in errors])
+
+    def _region_errors(self, warn: Callable[[str, str], None]) -> list[str]:
+        """The plan must have been resolved for the stack's region, and CloudFormation offer its resources there.
+
+        The plan's image, prices and instance choice are those of `plan.region`; an image from another region
+        would fail only at deploy time, after the role exists.
+        """
+        plan = self.plan
+        stack = Stack.of(self)
+        region = stack.region
+        if Token.is_unresolved(region):
+            warn(
+                "RegionAgnosticStack",
+                f"stack {stack.node.id} names no region: the plan's image and prices are those of {plan.region}; "
+                f"deploy it there, or give the stack env=Environment(region={plan.region!r})",
+            )
+            region = plan.region
+        elif region != plan.region:
+            return [(
+                f"plan.region: the plan was resolved for {plan.region} (its image, prices and instance choice) but "
+                f"stack {stack.node.id} deploys to {region}; resolve it with region={region!r}"
+            )]
+        try:
+            partition(region, "plan.region")
+        except InputError as exc:
+            return exc.messages
+        types = endpoint_types(plan.endpoint_kind == "inference-component")
+        return missing_types_errors(region, types, "plan.region")
 
 
 def _plan_path(loc: tuple[str, ...]) -> str:

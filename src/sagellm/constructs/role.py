@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from aws_cdk import Acknowledgment, ArnFormat, Stack, Token, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-# <account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]
+from sagellm.catalog.regions import find_partition
+
+# <account>.dkr.ecr.<region>.<the partition's DNS suffix>/<repository>[:tag|@digest]
 _ECR_URI = re.compile(
-    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?P<cn>\.cn)?/(?P<repo>[^:@]+)"
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.(?P<suffix>[a-z0-9.-]+)/(?P<repo>[^:@]+)"
 )
 # SageMaker's own metric namespaces; PutMetricData has no resource-level permissions, so the
 # namespace condition is the only way to narrow it.
@@ -27,13 +30,16 @@ def ecr_repository_arn(image_uri: str) -> str | None:
     match = _ECR_URI.match(image_uri)
     if match is None:
         return None
-    partition = "aws-cn" if match["cn"] else "aws"
-    return f"arn:{partition}:ecr:{match['region']}:{match['account']}:repository/{match['repo']}"
+    # The ARN's partition is the region's (aws-us-gov, aws-cn, aws-iso, ...), and the host must be in it.
+    partition = find_partition(match["region"])
+    if partition is None or partition.dns_suffix != match["suffix"]:
+        return None
+    return f"arn:{partition.name}:ecr:{match['region']}:{match['account']}:repository/{match['repo']}"
 
 
 def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key: kms.IKey | None,
-                   inference_components: bool = False) -> iam.Role:
-    """A least-privilege SageMaker execution role for the given images (and key, when given).
+                   inference_components: bool = False, network: VpcNetwork | None = None) -> iam.Role:
+    """A least-privilege SageMaker execution role for the given images (and key, and VPC, when given).
 
     An inference component's container logs to `/aws/sagemaker/InferenceComponents/<component name>`, not
     to the endpoint's log group: those endpoints get that prefix too.
@@ -82,6 +88,7 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
             conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACES}},
         )
     )
+    vpc_findings = _allow_network_interfaces(role, stack, network) if network is not None else []
     if kms_key is not None:
         # The endpoint's storage volume is encrypted with the key under the role's identity.
         kms_key.grant(
@@ -92,7 +99,9 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
         iam_acknowledgment(
             "Resource::*",
             "ecr:GetAuthorizationToken and cloudwatch:PutMetricData support no resource-level permissions; "
-            "PutMetricData is narrowed by a cloudwatch:namespace condition instead.",
+            "PutMetricData is narrowed by a cloudwatch:namespace condition instead. With a VPC: ec2:Describe* "
+            "support no resource-level permissions, and DeleteNetworkInterfacePermission names only a "
+            "permission id SageMaker created.",
         ),
         *(
             iam_acknowledgment(
@@ -105,8 +114,60 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
             )
             for prefix in prefixes
         ),
+        *vpc_findings,
     )
     return role
+
+
+@dataclass(frozen=True)
+class VpcNetwork:
+    """Where SageMaker attaches the containers' network interfaces: subnet and security group ids."""
+
+    subnet_ids: list[str]
+    security_group_ids: list[str]
+
+
+def _allow_network_interfaces(role: iam.Role, stack: Stack, network: VpcNetwork) -> list[Acknowledgment]:
+    """What SageMaker needs for a VpcConfig: create its network interfaces in the given subnets and security
+    groups, and describe the VPC ("Give SageMaker AI Hosted Endpoints Access to Resources in Your Amazon VPC",
+    https://docs.aws.amazon.com/sagemaker/latest/dg/host-vpc.html). Returns the cdk-nag acknowledgments."""
+    def ec2_arn(resource: str, name: str) -> str:
+        return stack.format_arn(service="ec2", resource=resource, resource_name=name)
+
+    interfaces = ec2_arn("network-interface", "*")
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="CreateEndpointNetworkInterfaces",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[interfaces, *(ec2_arn("subnet", s) for s in network.subnet_ids),
+                       *(ec2_arn("security-group", g) for g in network.security_group_ids)],
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="ManageEndpointNetworkInterfaces",
+            actions=["ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface"],
+            resources=[interfaces],
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="DescribeEndpointNetwork",
+            actions=["ec2:DeleteNetworkInterfacePermission", "ec2:DescribeDhcpOptions",
+                     "ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSubnets",
+                     "ec2:DescribeVpcs"],
+            resources=["*"],
+        )
+    )
+    return [
+        iam_acknowledgment(
+            f"Resource::arn:{_nag_label(stack.partition, 'AWS::Partition')}:ec2:"
+            f"{_nag_label(stack.region, 'AWS::Region')}:{_nag_label(stack.account, 'AWS::AccountId')}"
+            ":network-interface/*",
+            "SageMaker creates the containers' network interfaces itself, so their ids exist only at deploy "
+            "time; scoped to this account and region, and creation to the given subnets and security groups.",
+        ),
+    ]
 
 
 def iam_acknowledgment(finding: str, reason: str) -> Acknowledgment:

@@ -13,6 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from sagellm.catalog.regions import partition
 from sagellm.errors import InputError
 
 
@@ -56,5 +57,6 @@ def uri(framework: str, version: str, region: str) -> str:
     py = (entry.get("py_versions") or [None])[0]
     suffix = (entry.get("container_version") or {}).get(processor)
     tag = "-".join(p for p in (entry.get("tag_prefix", version), processor, py, suffix) if p)
-    domain = "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"  # the aws-cn partition
+    # The registry host's DNS suffix is the partition's (amazonaws.com.cn, c2s.ic.gov, ...), as the SDK builds it.
+    domain = partition(region).dns_suffix
     return f"{registry}.dkr.ecr.{region}.{domain}/{entry['repository']}:{tag}"

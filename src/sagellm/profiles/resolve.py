@@ -184,7 +184,7 @@ def design(
     where = Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
     # The one validation path first (what `profiles validate` runs), on the profile as overridden.
     overrides = {path: value for path, (_, value) in given.items() if value is not None and path != "payload"}
-    problems = region_errors(region) + profile_errors(with_values(profile, overrides), where)
+    problems = region_errors(region, profile.endpoint_kind) + profile_errors(with_values(profile, overrides), where)
     if problems:
         raise InputError(problems)
     errors: list[str] = []

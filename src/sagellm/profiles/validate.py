@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sagellm.catalog import find_instance
+from sagellm.catalog.regions import endpoint_types, missing_types_errors, partition
 from sagellm.engines import ENGINES
 from sagellm.errors import InputError
 from sagellm.profiles.loader import Source, Where, load_profile
@@ -198,12 +199,16 @@ def profile_errors(profile: Profile, where: Callable[[str], str]) -> list[str]:
     return [error for check in CHECKS for error in check(profile, where)]
 
 
-def region_errors(region: str) -> list[str]:
-    """A region name that cannot be one (an unknown but well-formed one fails at the image lookup)."""
-    if REGION.match(region):
-        return []
-    return [f"region: {region!r} is not an AWS region name; use one such as us-east-1 or eu-west-1"]
-
+def region_errors(region: str, endpoint_kind: str = "instance") -> list[str]:
+    """A region that cannot be one, that no partition knows, or where CloudFormation lacks the endpoint's
+    resources (a region without the image fails at the image lookup)."""
+    if not REGION.match(region):
+        return [f"region: {region!r} is not an AWS region name; use one such as us-east-1 or eu-west-1"]
+    try:
+        partition(region)
+    except InputError as exc:
+        return exc.messages
+    return missing_types_errors(region, endpoint_types(endpoint_kind == "inference-component"))
 
 def validate_profile(name: str, sources: dict[str, Source]) -> list[str]:
     """`profiles validate` for one profile: read, merge `extends`, schema, then every check."""

@@ -1,0 +1,71 @@
+"""Regions: partitions from botocore, and the resource-type table checked against cfn-lint's own data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cfnlint
+import pytest
+
+from sagellm.catalog.regions import (
+    _MISSING_TYPES,
+    ENDPOINT,
+    INFERENCE_COMPONENT,
+    Partition,
+    endpoint_types,
+    find_partition,
+    missing_types_errors,
+    partition,
+)
+from sagellm.errors import InputError
+
+SAGEMAKER_TYPES = endpoint_types(inference_components=True)
+PROVIDERS = Path(cfnlint.__file__).parent / "data" / "schemas" / "providers"
+
+
+@pytest.mark.parametrize(
+    ("region", "expected"),
+    [
+        ("us-east-1", Partition("aws", "amazonaws.com")),
+        ("us-gov-west-1", Partition("aws-us-gov", "amazonaws.com")),
+        ("cn-north-1", Partition("aws-cn", "amazonaws.com.cn")),
+        ("us-iso-east-1", Partition("aws-iso", "c2s.ic.gov")),
+        ("us-isob-east-1", Partition("aws-iso-b", "sc2s.sgov.gov")),
+        ("eusc-de-east-1", Partition("aws-eusc", "amazonaws.eu")),
+        ("eu-west-9", Partition("aws", "amazonaws.com")),  # not launched yet: by botocore's region pattern
+    ],
+)
+def test_partition_comes_from_botocore(region: str, expected: Partition) -> None:
+    assert partition(region) == expected
+
+
+def test_a_region_in_no_partition_is_one_line() -> None:
+    assert find_partition("xx-north-9") is None
+    with pytest.raises(InputError, match=r"^plan\.region: 'xx-north-9' belongs to no AWS partition"):
+        partition("xx-north-9", "plan.region")
+
+
+def test_missing_types_match_the_installed_cfn_lint() -> None:
+    """The table is what cfn-lint's per-region schemas say (regions it copies from us-east-1 say nothing)."""
+    us_east_1 = set(json.loads((PROVIDERS / "us-east-1.json").read_text()))
+    derived = {}
+    for path in sorted(PROVIDERS.glob("*-*-*.json")):
+        types = set(json.loads(path.read_text()))
+        if path.stem != "us-east-1" and types == us_east_1:
+            continue  # no data of its own
+        missing = tuple(t for t in (ENDPOINT, "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Model",
+                                    INFERENCE_COMPONENT) if t not in types)
+        if missing:
+            derived[path.stem] = missing
+    assert {r: set(t) for r, t in derived.items()} == {r: set(t) for r, t in _MISSING_TYPES.items()}
+
+
+def test_missing_types_are_one_line_naming_region_and_type() -> None:
+    assert missing_types_errors("eu-west-3", endpoint_types(False)) == []
+    assert missing_types_errors("eu-west-3", SAGEMAKER_TYPES) == [
+        ("region: CloudFormation offers no AWS::SageMaker::InferenceComponent in eu-west-3; use endpoint_kind: "
+        "instance (a profile without inference components) or a region such as us-east-1")
+    ]
+    [line] = missing_types_errors("me-central-1", endpoint_types(False))
+    assert line.startswith("region: CloudFormation offers no AWS::SageMaker::Model, ") and "me-central-1" in line
