@@ -19,7 +19,7 @@ demo: setup
 		--instance ml.g5.2xlarge --time-scale 0.1 --out sagellm-results/demo
 
 test: setup
-	.venv/bin/ruff check src tests app.py benchmarks docs
+	.venv/bin/ruff check src tests app.py benchmarks docs scripts
 	.venv/bin/mypy src
 	.venv/bin/lint-imports
 	# The docs site, strict: a broken link or anchor, or a page left out of the nav, fails the build. The CLI
