@@ -198,9 +198,12 @@ def test_split_is_proportional_and_exact() -> None:
 def test_a_level_through_a_local_ray_cluster_sends_every_request_once() -> None:
     pytest.importorskip("ray")
     work, records = workload(), []
+    sigterm = signal.getsignal(signal.SIGTERM)
     with pacing_server_process(itl_s=0.004, ttft_s=0.02) as remote, \
             worker_pool(2, HttpTransport(remote.url, TGI), work, ray_address="auto") as pool:
         assert pool is not None and pool.remote
+        # ray.init installs its own SIGTERM handler in the driver; the bench's must stay the one that answers.
+        assert signal.getsignal(signal.SIGTERM) is sigterm
         assert all(abs(offset) < 0.05 for offset in pool.offsets)  # one machine: the clocks agree
         levels = sweep(remote.url, work, records, pool, concurrency=[4], requests_per_level=12, warmup=1,
                        workers=2)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -90,12 +92,18 @@ class RayPool:
         self.started_here = not ray.is_initialized()
         if self.started_here:
             _check_reachable(address)
+            # ray.init gives the driver its own SIGTERM handler (sys.exit); the bench's (teardown, results,
+            # exit 130) must stay the one that answers, so it is put back.
+            sigterm = signal.getsignal(signal.SIGTERM)
             try:
                 ray.init(address=None if address == "auto" else address, include_dashboard=False,
                          log_to_driver=False, configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise TargetError(f"--ray {address}: no Ray cluster could be reached or started: "
                                   f"{_first_line(exc)} (start one with `ray start --head`)") from None
+            finally:
+                if sigterm is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, sigterm)
         # SPREAD: across the cluster's nodes, so that no one machine drives more than its share.
         actor: Any = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(ShareActor)
         self.actors: list[Any] = [actor.remote(transport, workload) for _ in range(size)]
