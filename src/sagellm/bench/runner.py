@@ -3,6 +3,7 @@ every way out and the results written whatever happens."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import traceback
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from sagellm.results.schema import (
     Level,
     LevelSummary,
     Predicted,
+    PredictedPoint,
     Results,
     Run,
     ServerMetrics,
@@ -71,6 +73,8 @@ def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> Ben
     """
     watch = watch or Watch(say=say)
     planned = plan_bench(bench)
+    for note in planned.notes:
+        watch.say(note)
     out = _fresh_folder(bench.output.out)
     target = _target(planned, out, watch.say)
     if planned.plan is not None:
@@ -251,9 +255,22 @@ def assemble(p: BenchPlan, m: Measurement) -> Results:
                           warmup=0 if isinstance(p.load, Ramp) else p.load.warmup),
         ramp=m.ramp.block(m.levels, run, p.design, slo) if m.ramp else None,
         failure=Failure(exit_status=m.status, message=m.error or "") if failed else None)
+    results = results.model_copy(update={"predicted_curve": _predicted_curve(p, results.levels)})
     if p.thresholds is None:
         return results
     return results.model_copy(update={"gate": gate(results, p.thresholds, p.baseline)})
+
+
+def _predicted_curve(p: BenchPlan, levels: list[Level]) -> list[PredictedPoint]:
+    """The prediction from concurrency 1 to twice the highest level measured (admitted loads only), on a grid
+    fine enough to draw it as a line (closed loop with a design; empty otherwise)."""
+    measured = [lv.concurrency for lv in levels if lv.concurrency is not None]
+    if p.shape is None or not measured:
+        return []
+    grid = sorted({max(1, round(1.15 ** i)) for i in range(round(math.log(2 * max(measured), 1.15)) + 1)})
+    points = [predict_point(p.shape, p.workload.payload(), c) for c in grid]
+    return [PredictedPoint(concurrency=pt.concurrency, **predicted_from(pt).model_dump())
+            for pt in points if not pt.rejected]
 
 
 def _measured_run(p: BenchPlan, m: Measurement) -> Run:

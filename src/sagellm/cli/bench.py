@@ -200,6 +200,11 @@ def bench(
         print_report(out)
     if outcome.error:
         print(f"sagellm: error: {outcome.error}", file=sys.stderr)
+    if outcome.results.gate is not None:  # the violated rules last on stderr, where a CI log shows them
+        from sagellm.results.gate import violation_lines
+
+        for line in violation_lines(outcome.results.gate):
+            print(line, file=sys.stderr)
     return int(outcome.exit_status)
 
 

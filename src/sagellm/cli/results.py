@@ -34,7 +34,7 @@ def gate(
     a baseline that is not comparable), or the run's own 3/130 when it failed or was interrupted.
     """
     from sagellm.results.gate import gate as evaluate
-    from sagellm.results.gate import planned_levels, read_gate
+    from sagellm.results.gate import planned_levels, read_gate, violation_lines
     from sagellm.results.report import write_report
     from sagellm.results.schema import load_results, write_results
 
@@ -54,8 +54,8 @@ def gate(
     if json_out:
         print(verdict.model_dump_json(indent=2))
     else:
-        for v in verdict.violations:
-            print(f"FAIL {v.rule}: {v.message}")
+        for line in violation_lines(verdict):
+            print(line)
         for difference in verdict.incomparable:
             print(f"NOTE baseline differs (--allow-incomparable): {difference}")
         print(f"{'PASS' if verdict.passed else 'FAIL'}: {len(verdict.rules)} rule(s), "
