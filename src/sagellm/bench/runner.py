@@ -48,6 +48,7 @@ from sagellm.results.schema import (
     write_results,
 )
 from sagellm.results.sweep import make_results
+from sagellm.results.tracking import log_run
 
 __all__ = ["BenchOptions", "BenchOutcome", "run", "run_bench"]
 
@@ -87,6 +88,8 @@ def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> Ben
         write_results(out / "results.json", results)
         write_report(out, results)
     status, error = measured.status, measured.error
+    if bench.output.mlflow:
+        status, error = _log_to_mlflow(out, results, bench.output.mlflow, watch, status, error)
     if interrupts.signum is not None and status not in (ExitStatus.INTERRUPTED, ExitStatus.TARGET_FAILED):
         # A signal held while tearing down or writing: both finished; the run still ends as interrupted.
         status = ExitStatus.INTERRUPTED
@@ -94,6 +97,20 @@ def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> Ben
     elif status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
         status = ExitStatus.GATE_FAILED
     return BenchOutcome(results, status, error)
+
+
+def _log_to_mlflow(out: Path, results: Results, uri: str, watch: Watch, status: ExitStatus,
+                   error: str | None) -> tuple[ExitStatus, str | None]:
+    """Log the written run to MLflow; a server that cannot take it fails an otherwise clean run (exit 3), the
+    results staying on disk for `sagellm report DIR --mlflow URI`."""
+    watch.enter("logging to MLflow", uri)
+    try:
+        watch.say(f"MLflow run {log_run(out, results, uri)} at {uri}")
+    except SagellmError as exc:
+        if status == ExitStatus.OK:
+            return exc.exit_status, f"{exc} (results in {out}; retry with sagellm report {out} --mlflow {uri})"
+        watch.say(str(exc))
+    return status, error
 
 
 def _target(p: BenchPlan, out: Path, say: Say) -> Target:

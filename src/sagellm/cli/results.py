@@ -11,6 +11,7 @@ import typer
 
 from sagellm.cli.app import app, results_app
 from sagellm.cli.options import (
+    MLFLOW_HELP,
     AllowIncomparable,
     Json,
 )
@@ -77,11 +78,19 @@ def results_schema() -> None:
 @app.command()
 def report(
     directory: Annotated[Path, typer.Argument(help="a bench --out folder holding results.json")],
+    mlflow: Annotated[str | None, typer.Option("--mlflow", help=MLFLOW_HELP)] = None,
 ) -> None:
-    """Re-render report.md, curve.png, junit.xml and results.csv from results.json, and print the report."""
+    """Re-render report.md, curve.png, junit.xml and results.csv from results.json, and print the report
+    (and, with --mlflow, log the finished run to an MLflow tracking server)."""
     from sagellm.render import print_report
     from sagellm.results.report import write_report
     from sagellm.results.schema import load_results
+    from sagellm.results.tracking import log_run, mlflow_problems
 
-    write_report(directory, load_results(directory / "results.json"))
+    if problems := mlflow_problems(mlflow):
+        raise InputError(problems)
+    results = load_results(directory / "results.json")
+    write_report(directory, results)
     print_report(directory)
+    if mlflow:
+        print(f"MLflow run {log_run(directory, results, mlflow)} at {mlflow}", file=sys.stderr)
