@@ -14,9 +14,12 @@ node_modules/.installed: package.json package-lock.json
 
 setup: .venv/.installed node_modules/.installed
 
+# The adaptive sweep measures the predicted knee and max; the listed levels around them draw the curve (below the
+# knee, and past it where the queue builds), so the plot compares a curve with the prediction, not one point.
 demo: setup
 	.venv/bin/sagellm bench --profile max-throughput --model meta-llama/Llama-2-7b-hf \
-		--instance ml.g5.2xlarge --time-scale 0.1 --out sagellm-results/demo
+		--instance ml.g5.2xlarge --time-scale 0.1 --sweep adaptive --concurrency 1,4,16,64 \
+		--out sagellm-results/demo
 
 test: setup
 	.venv/bin/ruff check src tests app.py benchmarks docs scripts

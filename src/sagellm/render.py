@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from sagellm.engines import ENGINES
@@ -13,7 +15,12 @@ from sagellm.profiles.plan import DeploymentPlan
 
 
 def _console() -> Console:
-    return Console(highlight=False, width=120)
+    # soft_wrap: a long line (an image URI, a tag list) stays one line, for the terminal or a pipe to wrap;
+    # piped, tables get room to stay whole rather than rich's default 80 columns.
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = 1000
+    return console
 
 
 def print_plan(plan: DeploymentPlan, notes: tuple[str, ...] = ()) -> None:
@@ -28,9 +35,9 @@ def print_plan(plan: DeploymentPlan, notes: tuple[str, ...] = ()) -> None:
         c.print(f"\n[bold]{m.name}[/]  {m.model_id}  TP {m.tp_degree}"
                 + (f" · {m.copy_count} copies × ({m.compute.accelerators} accelerators, {m.compute.cpu_cores:g} "
                    f"CPUs, {m.compute.min_memory_mib} MiB)" if m.compute else ""))
-        c.print(f"  image {m.image_uri}")
+        c.print(f"  image {escape(m.image_uri)}")
         for key, value in m.environment.items():
-            c.print(f"  {key}={value}")
+            c.print(escape(f"  {key}={value}"))
     if plan.scaling:
         s = plan.scaling
         unit = "concurrent requests per copy" if plan.endpoint_kind == "inference-component" else \
@@ -39,9 +46,9 @@ def print_plan(plan: DeploymentPlan, notes: tuple[str, ...] = ()) -> None:
                 f"cooldowns in {s.scale_in_cooldown_s} s / out {s.scale_out_cooldown_s} s")
     if plan.hf_token_secret:
         c.print(f"HF token from Secrets Manager: {plan.hf_token_secret}")
-    c.print("tags " + ", ".join(f"{k}={v}" for k, v in plan.tags.items()))
+    c.print(escape("tags " + ", ".join(f"{k}={v}" for k, v in plan.tags.items())))
     for text in notes:
-        c.print(f"note: {text}")
+        c.print(f"note: {text}", markup=False)
 
 
 def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
@@ -82,18 +89,37 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
         best = curve.usd_per_1m_tokens(curve.max_throughput)
         c.print(f"${curve.usd_per_h:.2f}/h" + (f" · ${best:.2f} per 1M tokens at max throughput" if best else ""))
     for text in curve.notes:
-        c.print(f"note: {text}")
+        c.print(f"note: {text}", markup=False)
 
 
 def print_report(directory: Path) -> None:
-    """Print report.md of a bench folder (rendered Markdown on a terminal, plain text otherwise)."""
+    """Print report.md of a bench folder: the Markdown as written when stdout is not a terminal (a pipe, a CI
+    log); in a terminal its prose rendered, its tables and image links printed whole."""
     from rich.markdown import Markdown
 
     text = (directory / "report.md").read_text(encoding="utf-8")
-    console = Console(highlight=False, width=120)
-    console.print(Markdown(text) if console.is_terminal else text)
-    console.print(f"\nwritten to {directory}/: results.json, requests.jsonl, report.md, curve.png, junit.xml, "
-                  "results.csv")
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        sys.stdout.write(text)
+    else:
+        for block, verbatim in markdown_blocks(text):
+            console.print(block, markup=False) if verbatim else console.print(Markdown(block))
+    done = (f"\nwritten to {directory}/: results.json, requests.jsonl, report.md, curve.png, junit.xml, "
+            "results.csv")
+    print(done) if not console.is_terminal else console.print(done, markup=False)
+
+
+def markdown_blocks(text: str) -> list[tuple[str, bool]]:
+    """The report cut into (block, verbatim) runs: tables and image links verbatim, since rich's Markdown
+    squeezes a table to the terminal's width and drops an image's target; the prose between them rendered."""
+    blocks: list[tuple[str, bool]] = []
+    for line in text.splitlines():
+        verbatim = line.startswith(("|", "!["))
+        if blocks and blocks[-1][1] == verbatim:
+            blocks[-1] = (blocks[-1][0] + "\n" + line, verbatim)
+        else:
+            blocks.append((line, verbatim))
+    return blocks
 
 
 def print_table(columns: list[str], rows: list[list[str]], right: tuple[str, ...] = ()) -> None:

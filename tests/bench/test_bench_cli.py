@@ -260,6 +260,9 @@ def test_failing_threshold_and_baseline_regression_exit_1_with_every_violation(g
     assert report.startswith("**FAIL** — ")
     assert f"`{FAILING_RULE}`" in report and f"`{baseline_rule}`" in report
     assert ran.stdout.startswith("**FAIL** — ")  # the report is printed
+    # ... and the violated rules are the last lines on stderr, as `sagellm gate` prints them (where CI shows it)
+    tail = ran.stderr.strip().splitlines()[-len(gate["violations"]):]
+    assert tail == [f"FAIL {v['rule']}: {v['message']}" for v in gate["violations"]], ran.stderr[-2000:]
     assert results_of(out)["teardown"]["status"] == "destroyed"
     assert_nothing_running(ran, out)
 
@@ -614,6 +617,23 @@ def test_http_target_benches_an_existing_server_without_deploying(
     records = request_lines(out)
     assert len(records) == 8 and all(r["ok"] and r["output_tokens"] == 32 for r in records)
     assert not (out / "cdk").exists()
+
+
+@pytest.mark.integration
+def test_http_target_without_an_instance_is_measured_not_predicted_and_says_so_once(
+        emulator: EmulatorProcess, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = bench_args(out)
+    args = [a for i, a in enumerate(args) if a not in ("--time-scale", "0.05", "--instance")
+            and args[i - 1] != "--instance"]
+
+    ran = sagellm(*args, "--target", "http", "--url", emulator.url)
+
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stderr.count("no prediction without --instance") == 1, ran.stderr
+    results = results_of(out)
+    assert results["levels"] and all(lv["predicted"] is None for lv in results["levels"])
+    assert results["predicted_curve"] == []
 
 
 # ---------------------------------------------------------------------------------------------- cleanup

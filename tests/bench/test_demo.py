@@ -26,6 +26,8 @@ def test_demo_reports_simulated_time_without_client_jitter(tmp_path: Path) -> No
     args = demo_args()
     assert "--time-scale" in args and args[args.index("--time-scale") + 1] == "0.1"
     args[args.index("--out") + 1] = str(tmp_path / "demo")
+    for flag in ("--sweep", "--concurrency"):  # the demo's own levels, replaced by three quick ones
+        del args[args.index(flag):args.index(flag) + 2]
     ran = sagellm(*args, "--concurrency", "1,2,16", timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     results = results_of(tmp_path / "demo")
@@ -51,3 +53,20 @@ def test_demo_reports_simulated_time_without_client_jitter(tmp_path: Path) -> No
 
     # What the client adds is reported beside, in wall-clock milliseconds, not folded into the timings.
     assert all(lv["client_overhead_ms"]["p50"] > 0 for lv in levels.values())
+
+
+@pytest.mark.integration
+def test_demo_measures_five_levels_around_the_knee_on_the_predicted_curve(tmp_path: Path) -> None:
+    args = demo_args()
+    args[args.index("--out") + 1] = str(tmp_path / "demo")
+
+    ran = sagellm(*args, timeout=600)
+
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    results = results_of(tmp_path / "demo")
+    levels = [lv["concurrency"] for lv in results["levels"]]
+    knee = results["knee"]["concurrency"]
+    assert len(levels) >= 5 and min(levels) < knee < max(levels), (levels, knee)
+    curve = [p["concurrency"] for p in results["predicted_curve"]]
+    assert curve[0] == 1 and curve[-1] >= max(levels) and len(curve) >= 20
+    assert "never reached saturation" not in (tmp_path / "demo" / "report.md").read_text()

@@ -68,7 +68,7 @@ def test_results_json_has_the_contract_top_level_keys(tmp_path: Path) -> None:
     write_results(path, results())
     data = json.loads(path.read_text())
     assert list(data) == ["schema_version", "run", "levels", "knee", "max_throughput", "slo", "cost",
-                          "teardown", "gate", "stopped_reason", "failure", "ramp", "sweep"]
+                          "teardown", "gate", "stopped_reason", "failure", "ramp", "sweep", "predicted_curve"]
     assert data["schema_version"] == 2
     assert data["run"]["started_at"] == "2025-01-02T03:04:05Z"
     assert set(data["levels"][0]) >= {"concurrency", "request_rate", "repeats", "requests", "errors",

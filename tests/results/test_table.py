@@ -8,7 +8,7 @@ import io
 from results_helpers import LEVELS, RUN, results
 from sagellm.results.schema import ERROR_KINDS, Level, Stats, Teardown
 from sagellm.results.sweep import make_results
-from sagellm.results.table import cells, render_csv
+from sagellm.results.table import IDENTITY, cells, render_csv
 
 
 def rows(text: str) -> list[dict[str, str]]:
@@ -31,7 +31,7 @@ def test_every_field_of_a_level_is_a_column_in_field_order() -> None:
     header = next(csv.reader(io.StringIO(render_csv(results()))))
 
     stats = list(Stats.model_fields)
-    assert header[:4] == ["concurrency", "request_rate", "repeats", "requests"]
+    assert header[:9] == [*IDENTITY, "concurrency", "request_rate"]
     assert [f"ttft_ms.{s}" for s in stats] == [h for h in header if h.startswith("ttft_ms.")]
     assert [f"errors.{k}" for k in ERROR_KINDS] == [h for h in header if h.startswith("errors.")]
     assert {"window_s", "server_loop_lag_ms", "predicted.within_timeout"} <= set(header)
@@ -42,7 +42,8 @@ def test_a_run_without_levels_still_has_the_header() -> None:
     empty = make_results(RUN, [], usd_per_h=None, teardown=Teardown(status="not-applicable"))
 
     lines = render_csv(empty).splitlines()
-    assert len(lines) == 1 and lines[0].startswith("concurrency,request_rate,repeats,requests,ok,")
+    assert len(lines) == 1 and lines[0].startswith("run_id,model,profile,instance_type,instance_count,target,"
+                                                   "started_at,concurrency,request_rate,repeats,requests,ok,")
 
 
 def test_a_field_added_to_the_level_model_becomes_a_column() -> None:
@@ -53,3 +54,11 @@ def test_a_field_added_to_the_level_model_becomes_a_column() -> None:
 
     assert cells(Wider, wide)["queue_ms.p50"] == 7.5
     assert list(cells(Wider, None))[-len(Stats.model_fields):] == [f"queue_ms.{s}" for s in Stats.model_fields]
+
+
+def test_every_row_carries_the_runs_identity_so_runs_concatenate() -> None:
+    run = RUN.model_copy(update={"bench_run": "run-42"})
+    table = rows(render_csv(results().model_copy(update={"run": run})))
+
+    assert {(row["run_id"], row["model"], row["profile"], row["instance_type"]) for row in table} == {
+        ("run-42", run.model, run.profile, run.instance_type)}

@@ -69,6 +69,7 @@ class BenchOptions:
     time_scale: float = 1.0
     slo_ms_per_token: float | None = None
     command: str = ""
+    mlflow: str | None = None  # an MLflow tracking URI to log the run to
     sweep: str = "doubling"  # doubling | adaptive | auto (adaptive where predicted: bench/sweeps.py)
     budget_minutes: float | None = None  # endpoint-minutes the sweep may spend
     workers: int | None = 1  # worker processes (Ray actors with `ray`) per level; None: auto (see workers)
@@ -106,7 +107,7 @@ def to_bench(opts: BenchOptions) -> Bench:
     build("load", lambda: _load(opts))
     build("sweep", lambda: Sweep(opts.sweep, opts.budget_minutes))
     build("workers", lambda: Workers(opts.workers, opts.ray))
-    build("output", lambda: Output(opts.out, opts.command))
+    build("output", lambda: Output(opts.out, opts.command, opts.mlflow))
     if errors:
         raise InputError(errors)
     return Bench(workload=opts.workload, gate=Gate(opts.thresholds, opts.baseline, opts.allow_incomparable,

@@ -56,6 +56,7 @@ class BenchPlan:
     run: Run  # what is measured, where and how (before the target tells the rest)
     thresholds: Thresholds | None
     baseline: Results | None
+    notes: tuple[str, ...] = ()  # said once before deploying (e.g. why nothing is predicted)
 
     @property
     def shape(self) -> Shape | None:
@@ -92,7 +93,10 @@ def plan_bench(bench: Bench) -> BenchPlan:
     target = bench.target
     deployed = read_endpoint(target.name, target.inference_component, bench.serving.region) \
         if isinstance(target, Endpoint) else None
-    design, workload = _design(bench.serving, bench.workload, deployed)
+    # An http server runs on hardware sagellm cannot see: predicting for the profile's default instance would
+    # set a measurement beside a prediction for another machine, so only a named instance is predicted.
+    unseen = isinstance(target, Http) and bool(bench.serving.profile) and bench.serving.instance is None
+    design, workload = _design(bench.serving, bench.workload, deployed, predict=not unseen)
     plan = design.plan(bench.serving.hf_token_secret) if design else None
     if plan is not None and isinstance(target, SageMaker):
         # A gated model without a token would fail only after a paid start-up.
@@ -108,11 +112,17 @@ def plan_bench(bench: Bench) -> BenchPlan:
                                      allow_incomparable=bench.gate.allow_incomparable)
     if isinstance(target, Http):
         check_reachable(target.url)  # a closed port is one line, before anything is written
-    return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline)
+    notes = (NO_INSTANCE,) if unseen else ()
+    return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline,
+                     notes)
 
 
-def _design(serving: Serving, options: WorkloadOptions,
-            deployed: DeployedEndpoint | None) -> tuple[Design | None, Workload]:
+NO_INSTANCE = ("--target http: no prediction without --instance (the instance type the server runs on); the run "
+               "is measured and labelled, not predicted")
+
+
+def _design(serving: Serving, options: WorkloadOptions, deployed: DeployedEndpoint | None, *,
+            predict: bool = True) -> tuple[Design | None, Workload]:
     """The plan's design and the workload. The longest request the workload can send sizes the plan (its
     token caps and admission limit must take every request); the mean request sizes the prediction. The
     workload is built first, from the given payload or the profile's, so the profile is designed once.
@@ -123,6 +133,8 @@ def _design(serving: Serving, options: WorkloadOptions,
         (serving.profile, serving.model)
     if not (profile and model):
         return None, Workload(options, serving.payload or DEFAULT_PAYLOAD)
+    if not predict:
+        return None, Workload(options, serving.payload or profile_payload(profile, serving.profiles_dir))
     default = serving.payload or profile_payload(profile, serving.profiles_dir)
     workload = Workload(options, default)
     longest = Payload(*workload.longest())
@@ -170,7 +182,8 @@ def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Cl
     closed = isinstance(load, Closed)
     return Run(
         profile=plan.profile if plan else None,
-        model=plan.primary.model_id if plan else getattr(target, "served_model", None) or "unknown",
+        model=plan.primary.model_id if plan else getattr(target, "served_model", None) or bench.serving.model
+        or "unknown",
         instance_type=plan.instance_type if plan else None,
         instance_count=plan.initial_instance_count if plan else None,
         target=target.kind,

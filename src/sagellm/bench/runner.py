@@ -3,6 +3,7 @@ every way out and the results written whatever happens."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import traceback
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from sagellm.results.schema import (
     Level,
     LevelSummary,
     Predicted,
+    PredictedPoint,
     Results,
     Run,
     ServerMetrics,
@@ -46,6 +48,7 @@ from sagellm.results.schema import (
     write_results,
 )
 from sagellm.results.sweep import make_results
+from sagellm.results.tracking import log_run
 
 __all__ = ["BenchOptions", "BenchOutcome", "run", "run_bench"]
 
@@ -71,6 +74,8 @@ def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> Ben
     """
     watch = watch or Watch(say=say)
     planned = plan_bench(bench)
+    for note in planned.notes:
+        watch.say(note)
     out = _fresh_folder(bench.output.out)
     target = _target(planned, out, watch.say)
     if planned.plan is not None:
@@ -83,6 +88,8 @@ def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> Ben
         write_results(out / "results.json", results)
         write_report(out, results)
     status, error = measured.status, measured.error
+    if bench.output.mlflow:
+        status, error = _log_to_mlflow(out, results, bench.output.mlflow, watch, status, error)
     if interrupts.signum is not None and status not in (ExitStatus.INTERRUPTED, ExitStatus.TARGET_FAILED):
         # A signal held while tearing down or writing: both finished; the run still ends as interrupted.
         status = ExitStatus.INTERRUPTED
@@ -90,6 +97,20 @@ def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> Ben
     elif status == ExitStatus.OK and results.gate is not None and not results.gate.passed:
         status = ExitStatus.GATE_FAILED
     return BenchOutcome(results, status, error)
+
+
+def _log_to_mlflow(out: Path, results: Results, uri: str, watch: Watch, status: ExitStatus,
+                   error: str | None) -> tuple[ExitStatus, str | None]:
+    """Log the written run to MLflow; a server that cannot take it fails an otherwise clean run (exit 3), the
+    results staying on disk for `sagellm report DIR --mlflow URI`."""
+    watch.enter("logging to MLflow", uri)
+    try:
+        watch.say(f"MLflow run {log_run(out, results, uri)} at {uri}")
+    except SagellmError as exc:
+        if status == ExitStatus.OK:
+            return exc.exit_status, f"{exc} (results in {out}; retry with sagellm report {out} --mlflow {uri})"
+        watch.say(str(exc))
+    return status, error
 
 
 def _target(p: BenchPlan, out: Path, say: Say) -> Target:
@@ -251,9 +272,22 @@ def assemble(p: BenchPlan, m: Measurement) -> Results:
                           warmup=0 if isinstance(p.load, Ramp) else p.load.warmup),
         ramp=m.ramp.block(m.levels, run, p.design, slo) if m.ramp else None,
         failure=Failure(exit_status=m.status, message=m.error or "") if failed else None)
+    results = results.model_copy(update={"predicted_curve": _predicted_curve(p, results.levels)})
     if p.thresholds is None:
         return results
     return results.model_copy(update={"gate": gate(results, p.thresholds, p.baseline)})
+
+
+def _predicted_curve(p: BenchPlan, levels: list[Level]) -> list[PredictedPoint]:
+    """The prediction from concurrency 1 to twice the highest level measured (admitted loads only), on a grid
+    fine enough to draw it as a line (closed loop with a design; empty otherwise)."""
+    measured = [lv.concurrency for lv in levels if lv.concurrency is not None]
+    if p.shape is None or not measured:
+        return []
+    grid = sorted({max(1, round(1.15 ** i)) for i in range(round(math.log(2 * max(measured), 1.15)) + 1)})
+    points = [predict_point(p.shape, p.workload.payload(), c) for c in grid]
+    return [PredictedPoint(concurrency=pt.concurrency, **predicted_from(pt).model_dump())
+            for pt in points if not pt.rejected]
 
 
 def _measured_run(p: BenchPlan, m: Measurement) -> Run:

@@ -23,6 +23,7 @@ from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.tokens import token_errors
 from sagellm.results.report import writable_folder_errors
+from sagellm.results.tracking import mlflow_problems
 
 __all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "Load", "Local", "Open", "Output", "Ramp", "RampIfAutoscaled",
            "SageMaker", "Serving", "Sweep", "Target", "Workers", "WorkloadOptions"]
@@ -230,9 +231,10 @@ class Output:
 
     out: Path = Path("sagellm-results")
     command: str = ""  # the command line that asked for the run, recorded in results.json
+    mlflow: str | None = None  # an MLflow tracking URI: the run is logged there once its results are written
 
     def __post_init__(self) -> None:
-        _raise(writable_folder_errors(self.out, "--out"))
+        _raise(writable_folder_errors(self.out, "--out") + mlflow_problems(self.mlflow))
 
 
 @dataclass(frozen=True)

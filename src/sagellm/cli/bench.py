@@ -13,6 +13,7 @@ from sagellm.cli.options import (
     ALLOW_INCOMPARABLE_HELP,
     INSTANCE_HELP,
     JSON_HELP,
+    MLFLOW_HELP,
     PROFILES_DIR_HELP,
     REGION_HELP,
     SERVED,
@@ -143,6 +144,8 @@ def bench(
                                       "requests.jsonl, report.md, curve.png, junit.xml, "
                                       "results.csv")] = Path("sagellm-results"),
     json_out: Annotated[bool, typer.Option("--json", rich_help_panel="Output", help=JSON_HELP)] = False,
+    mlflow: Annotated[str | None, typer.Option("--mlflow", envvar="MLFLOW_TRACKING_URI", rich_help_panel="Output",
+                                               help=MLFLOW_HELP)] = None,
     # Workers
     workers: Annotated[str, typer.Option("--workers", rich_help_panel="Workers", help="worker processes that "
                                          "share each level's load (auto: one per 256 streams, at most one per "
@@ -187,7 +190,7 @@ def bench(
         requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
         thresholds=thresholds, baseline=baseline, allow_incomparable=allow_incomparable, out=out, keep=keep,
         region=region, profiles_dir=profiles_dir, hf_token_secret=hf_token_secret,
-        time_scale=time_scale, slo_ms_per_token=slo, command=" ".join(["sagellm", *sys.argv[1:]]),
+        time_scale=time_scale, slo_ms_per_token=slo, mlflow=mlflow, command=" ".join(["sagellm", *sys.argv[1:]]),
         # --concurrency asks for a closed-loop sweep: no ramp unless --ramp says so.
         ramp=ramp if ramp is not None else (False if concurrency is not None else None),
         instance_startup_s=instance_startup, workers=worker_count(workers), ray=ray,
@@ -200,6 +203,11 @@ def bench(
         print_report(out)
     if outcome.error:
         print(f"sagellm: error: {outcome.error}", file=sys.stderr)
+    if outcome.results.gate is not None:  # the violated rules last on stderr, where a CI log shows them
+        from sagellm.results.gate import violation_lines
+
+        for line in violation_lines(outcome.results.gate):
+            print(line, file=sys.stderr)
     return int(outcome.exit_status)
 
 

@@ -13,6 +13,8 @@ PROFILES_DIR_HELP = "folder with your own profile YAML (default: ./profiles when
 REGION_HELP = "AWS region (prices, image URIs)"
 INSTANCE_HELP = "instance type, e.g. ml.g5.12xlarge (default: the profile's)"
 JSON_HELP = "machine-readable output on stdout"
+MLFLOW_HELP = ("log the run to the MLflow tracking server at this URI (parameters, metrics per level with step = "
+               "concurrency, knee and max, report/plot/results as artifacts); needs pip install 'sagellm[mlflow]'")
 ALLOW_INCOMPARABLE_HELP = "compare with a baseline of another model, instance, container or workload anyway"
 ProfilesDir = Annotated[Path | None, typer.Option("--profiles-dir", help=PROFILES_DIR_HELP)]
 Region = Annotated[str, typer.Option("--region", help=REGION_HELP)]

@@ -11,6 +11,7 @@ import typer
 
 from sagellm.cli.app import app, results_app
 from sagellm.cli.options import (
+    MLFLOW_HELP,
     AllowIncomparable,
     Json,
 )
@@ -34,7 +35,7 @@ def gate(
     a baseline that is not comparable), or the run's own 3/130 when it failed or was interrupted.
     """
     from sagellm.results.gate import gate as evaluate
-    from sagellm.results.gate import planned_levels, read_gate
+    from sagellm.results.gate import planned_levels, read_gate, violation_lines
     from sagellm.results.report import write_report
     from sagellm.results.schema import load_results, write_results
 
@@ -54,8 +55,8 @@ def gate(
     if json_out:
         print(verdict.model_dump_json(indent=2))
     else:
-        for v in verdict.violations:
-            print(f"FAIL {v.rule}: {v.message}")
+        for line in violation_lines(verdict):
+            print(line)
         for difference in verdict.incomparable:
             print(f"NOTE baseline differs (--allow-incomparable): {difference}")
         print(f"{'PASS' if verdict.passed else 'FAIL'}: {len(verdict.rules)} rule(s), "
@@ -77,11 +78,19 @@ def results_schema() -> None:
 @app.command()
 def report(
     directory: Annotated[Path, typer.Argument(help="a bench --out folder holding results.json")],
+    mlflow: Annotated[str | None, typer.Option("--mlflow", help=MLFLOW_HELP)] = None,
 ) -> None:
-    """Re-render report.md, curve.png, junit.xml and results.csv from results.json, and print the report."""
+    """Re-render report.md, curve.png, junit.xml and results.csv from results.json, and print the report
+    (and, with --mlflow, log the finished run to an MLflow tracking server)."""
     from sagellm.render import print_report
     from sagellm.results.report import write_report
     from sagellm.results.schema import load_results
+    from sagellm.results.tracking import log_run, mlflow_problems
 
-    write_report(directory, load_results(directory / "results.json"))
+    if problems := mlflow_problems(mlflow):
+        raise InputError(problems)
+    results = load_results(directory / "results.json")
+    write_report(directory, results)
     print_report(directory)
+    if mlflow:
+        print(f"MLflow run {log_run(directory, results, mlflow)} at {mlflow}", file=sys.stderr)

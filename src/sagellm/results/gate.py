@@ -444,3 +444,9 @@ def gate(results: Results, thresholds: Thresholds, baseline: Results | None = No
     violations = evaluate(results, thresholds, baseline)
     return Gate(passed=not violations, rules=rules, violations=violations,
                 incomparable=differences(results.run, baseline.run) if baseline is not None else [])
+
+
+def violation_lines(verdict: Gate) -> list[str]:
+    """The lines a verdict is printed as where CI shows it, one per violated rule (`sagellm gate`, and the last
+    lines on stderr of a failing `sagellm bench`)."""
+    return [f"FAIL {v.rule}: {v.message}" for v in verdict.violations]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from sagellm.results.schema import Level, Results
+from sagellm.results.sweep import knee_at_top
 
 # The server's own per-request latency: SageMaker's ModelLatency, or a vLLM/TGI e2e histogram's mean.
 _SERVER_LATENCY = ("model_latency_ms", "e2e_latency_ms")
@@ -31,27 +32,27 @@ def plot_curve(results: Results, path: Path) -> None:
 
     run = results.run
     server = [(lv, s) for lv in results.levels if (s := _server_latency(lv)) is not None]
-    fig = Figure(figsize=(8, 9.5 if server else 5.5), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(2, 1, 1) if server else fig.add_subplot()
-
     measured = [lv for lv in results.levels if lv.latency_ms_per_token.p50 is not None]
+    # TTFT beside ms/token where there is a predicted curve to read it against.
+    cols = 2 if results.predicted_curve and measured else 1
+    fig = Figure(figsize=(8 if cols == 1 else 14, 9.5 if server else 5.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(2 if server else 1, cols, 1)
+
     xs = [lv.throughput_tokens_per_s for lv in measured]
     ys = [lv.latency_ms_per_token.p50 or 0.0 for lv in measured]
-    ax.plot(xs, ys, "o-", color="tab:blue", label="measured (p50)")
+    ax.plot(xs, ys, "o", color="tab:blue", label="measured (p50)")
     for lv, x, y in zip(measured, xs, ys, strict=True):
         ax.annotate(lv.load, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
 
-    predicted = [lv.predicted for lv in results.levels if lv.predicted is not None]
-    if predicted:
-        ax.plot([p.throughput_tokens_per_s for p in predicted], [p.ms_per_token for p in predicted],
-                "s--", color="tab:gray", markersize=4, alpha=0.8, label="predicted")
+    _predicted_line(ax, results, "ms_per_token")
 
     if results.knee is not None:
         k = results.knee
         ax.plot([k.throughput_tokens_per_s], [k.ms_per_token_p50], "o", markersize=14, markerfacecolor="none",
                 markeredgecolor="tab:red", markeredgewidth=2, label="knee")
-        ax.annotate(f"knee: {k.describe_load()}\n{k.throughput_tokens_per_s:.0f} tok/s, "
+        top = " (highest level measured:\nthe sweep never reached saturation)" if knee_at_top(results) else ""
+        ax.annotate(f"knee: {k.describe_load()}{top}\n{k.throughput_tokens_per_s:.0f} tok/s, "
                     f"{k.ms_per_token_p50:.1f} ms/token", (k.throughput_tokens_per_s, k.ms_per_token_p50),
                     textcoords="offset points", xytext=(-10, 25), ha="right", fontsize=8, color="tab:red",
                     arrowprops={"arrowstyle": "->", "color": "tab:red"})
@@ -76,10 +77,41 @@ def plot_curve(results: Results, path: Path) -> None:
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="best")
+    if cols == 2:
+        _ttft_panel(fig.add_subplot(2 if server else 1, cols, 2), results, measured)
     if server:
         _server_panel(fig.add_subplot(2, 1, 2), server)
     fig.tight_layout()
     fig.savefig(path, format="png")
+
+
+def _predicted_line(ax: Any, results: Results, metric: str) -> None:
+    """The predicted curve as a line over the whole range (older results: the prediction at measured levels)."""
+    curve = [(p.throughput_tokens_per_s, getattr(p, metric)) for p in results.predicted_curve if p.within_timeout]
+    if curve:
+        ax.plot(*zip(*curve, strict=True), "-", color="tab:gray", alpha=0.8, label="predicted")
+        return
+    at_levels = [lv.predicted for lv in results.levels if lv.predicted is not None]
+    if at_levels:
+        ax.plot([p.throughput_tokens_per_s for p in at_levels], [getattr(p, metric) for p in at_levels],
+                "s--", color="tab:gray", markersize=4, alpha=0.8, label="predicted")
+
+
+def _ttft_panel(ax: Any, results: Results, measured: list[Level]) -> None:
+    """TTFT p50 against throughput beside ms/token: the metric a prefill-bound endpoint departs on first."""
+    _predicted_line(ax, results, "ttft_ms")
+    ax.plot([lv.throughput_tokens_per_s for lv in measured], [lv.ttft_ms.p50 or 0.0 for lv in measured], "o",
+            color="tab:blue", label="measured (p50)")
+    for lv in measured:
+        ax.annotate(lv.load, (lv.throughput_tokens_per_s, lv.ttft_ms.p50 or 0.0), textcoords="offset points",
+                    xytext=(5, 5), fontsize=8)
+    ax.set_title("time to first token", fontsize=10)
+    ax.set_xlabel("throughput (output tokens/s)")
+    ax.set_ylabel("TTFT ms")
+    ax.grid(True, alpha=0.3)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="best")
 
 
 def _server_panel(ax: Any, server: list[tuple[Level, tuple[str, float | None, float | None]]]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sagellm.results.junit import render_junit
 from sagellm.results.plot import plot_curve
+from sagellm.results.prediction import FLAG, assumed, departures, flag
 from sagellm.results.ramp_report import plot_ramp, render_ramp
 from sagellm.results.schema import (
     ERROR_KINDS,
@@ -19,6 +20,7 @@ from sagellm.results.schema import (
     Stats,
     Sweep,
 )
+from sagellm.results.sweep import knee_at_top
 from sagellm.results.table import render_csv
 
 
@@ -63,7 +65,7 @@ def _header(results: Results) -> list[str]:
         f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens (mean)" + _workload(run),
         f"- Load: {_load(run)} · timings from the {run.clock}'s clock"
         + (" (simulated time; client overhead in wall-clock ms)" if run.clock == "emulator" else ""),
-        *_sweep(results.sweep),
+        *_sweep(results.sweep, confirmed_only_by=_differing(results)),
         f"- Started {run.started_at.isoformat(timespec='seconds')} · ended {ended} · sagellm {run.tool_version}",
         f"- Command: `{run.command}`",
         "- Environment: " + (", ".join(f"`{k}={v}`" for k, v in sorted(run.environment.items())) or "–"),
@@ -90,8 +92,14 @@ def _load(run: Run) -> str:
     return f"closed loop at concurrency {', '.join(map(str, run.concurrency))}{tail}"
 
 
-def _sweep(sweep: Sweep | None) -> list[str]:
-    """The sweep's line: how levels were chosen and what they cost."""
+def _differing(results: Results) -> str:
+    """The metrics more than FLAG off their prediction at some level, named once each."""
+    return ", ".join(dict.fromkeys(d.metric for lv in results.levels for d in departures(lv)))
+
+
+def _sweep(sweep: Sweep | None, confirmed_only_by: str = "") -> list[str]:
+    """The sweep's line: how levels were chosen and what they cost; a sweep the prediction 'confirmed' (by
+    throughput and ms/token) says which other metrics differ."""
     if sweep is None:
         return []
     text = f"- Sweep: {sweep.method}, {sweep.endpoint_minutes:.2f} endpoint-minutes"
@@ -102,7 +110,24 @@ def _sweep(sweep: Sweep | None) -> list[str]:
                  f"the order {', '.join(sweep.order)}")
     if sweep.budget_minutes is not None:
         text += f" · budget {sweep.budget_minutes:g} endpoint-minutes"
-    return [text + (f" · {sweep.outcome}" if sweep.outcome else "")]
+    outcome = sweep.outcome or ""
+    if "confirmed" in outcome and confirmed_only_by:
+        outcome += (f" (by tokens/s and p50 ms/token; more than {FLAG:.0%} off elsewhere: {confirmed_only_by}, "
+                    "see Prediction)")
+    return [text + (f" · {outcome}" if outcome else "")]
+
+
+def _prediction(results: Results) -> list[str]:
+    """Every metric more than FLAG off its prediction, with what the prediction assumed; or that none is."""
+    off = [d for lv in results.levels for d in departures(lv)]
+    if not any(lv.predicted for lv in results.levels):
+        return []
+    run = results.run
+    if not off:
+        return [(f"- Prediction: every predicted metric within {FLAG:.0%} of the measurement "
+                 "(tokens/s, requests/s, p50 ms/token, TTFT, ITL, e2e)")]
+    return [(f"- **Prediction off by more than {FLAG:.0%}** (it assumed {assumed(run)}): "
+             + "; ".join(d.describe() for d in off))]
 
 
 def _pick(name: str, pick: Pick | None) -> str:
@@ -125,19 +150,22 @@ def _highlights(results: Results) -> list[str]:
         if cost.usd_per_1m_tokens is not None else "$/1M tokens: n/a"
     per_h = f"${cost.usd_per_h:,.2f}/h" if cost.usd_per_h is not None else "$/h: n/a (no catalog price)"
     lines.append(f"- Cost: {per_h} · {per_1m}")
-    return lines
+    if knee_at_top(results):
+        lines.append("- The knee is the highest level measured: the sweep never reached saturation "
+                     "(the true knee may lie higher)")
+    return lines + _prediction(results)
 
 
 _STATS = tuple(Stats.model_fields)  # every statistic a distribution holds gets a column
 
 
-def _row(name: str, stats: Stats, predicted: float | None, digits: int = 1) -> str:
+def _row(name: str, stats: Stats, predicted: float | None, digits: int = 1, mark: str = "") -> str:
     values = " | ".join(_n(getattr(stats, s), digits) for s in _STATS)
-    return f"| {name} | {values} | {_n(predicted, digits)} |"
+    return f"| {name} | {values} | {_n(predicted, digits)}{mark} |"
 
 
-def _scalar_row(name: str, value: float | None, predicted: float | None, digits: int = 1) -> str:
-    return f"| {name} | {_n(value, digits)} |" + " |" * (len(_STATS) - 1) + f" {_n(predicted, digits)} |"
+def _scalar_row(name: str, value: float | None, predicted: float | None, digits: int = 1, mark: str = "") -> str:
+    return f"| {name} | {_n(value, digits)} |" + " |" * (len(_STATS) - 1) + f" {_n(predicted, digits)}{mark} |"
 
 
 _SPREAD_SHOWN = ("throughput_tokens_per_s", "latency_ms_per_token.p50", "ttft_ms.p50", "ttft_ms.p95",
@@ -156,15 +184,18 @@ def _level(level: Level) -> list[str]:
         "",
         "| metric | " + " | ".join(_STATS) + " | predicted |",
         "|---|" + "---:|" * (len(_STATS) + 1),
-        _row("ms/token (e2e ÷ tokens)", level.latency_ms_per_token, p.ms_per_token if p else None),
-        _row("TTFT ms", level.ttft_ms, p.ttft_ms if p else None),
-        _row("ITL ms (per request, = TPOT)", level.itl_ms, p.itl_ms if p else None),
+        _row("ms/token (e2e ÷ tokens)", level.latency_ms_per_token, p.ms_per_token if p else None,
+             mark=flag(level, "ms/token p50")),
+        _row("TTFT ms", level.ttft_ms, p.ttft_ms if p else None, mark=flag(level, "TTFT p50 ms")),
+        _row("ITL ms (per request, = TPOT)", level.itl_ms, p.itl_ms if p else None, mark=flag(level, "ITL p50 ms")),
         _row("token gaps ms (pooled)", level.token_gap_ms, None),
-        _row("e2e s", level.e2e_s, p.e2e_s if p else None, digits=2),
+        _row("e2e s", level.e2e_s, p.e2e_s if p else None, digits=2, mark=flag(level, "e2e p50 s")),
         _row("input tokens", level.request_input_tokens, None, digits=0),
         _row("output tokens", level.request_output_tokens, None, digits=0),
-        _scalar_row("throughput tokens/s", level.throughput_tokens_per_s, p.throughput_tokens_per_s if p else None),
-        _scalar_row("requests/s", level.requests_per_s, p.requests_per_s if p else None, digits=2),
+        _scalar_row("throughput tokens/s", level.throughput_tokens_per_s, p.throughput_tokens_per_s if p else None,
+                    mark=flag(level, "tokens/s")),
+        _scalar_row("requests/s", level.requests_per_s, p.requests_per_s if p else None, digits=2,
+                    mark=flag(level, "requests/s")),
     ]
     if level.lateness_ms is not None:
         lines.append(_row("lateness ms (sent − scheduled)", level.lateness_ms, None, digits=2))
@@ -207,7 +238,8 @@ def _overview(results: Results) -> list[str]:
         p = lv.predicted
         lines.append(
             f"| {lv.load} | {_n(lv.throughput_tokens_per_s)} | {_n(p.throughput_tokens_per_s if p else None)}"
-            f" | {_n(lv.latency_ms_per_token.p50)} | {_n(p.ms_per_token if p else None)}"
+            f"{flag(lv, 'tokens/s')} | {_n(lv.latency_ms_per_token.p50)} | {_n(p.ms_per_token if p else None)}"
+            f"{flag(lv, 'ms/token p50')}"
             f" | {_n(lv.latency_ms_per_token.p90)} | {_n(lv.latency_ms_per_token.p99)} | {_n(lv.ttft_ms.p50)}"
             f" | {_n(lv.itl_ms.p50)} | {lv.error_rate:.1%} |")
     return lines + [""]

@@ -181,6 +181,12 @@ class Predicted(_Strict):
     within_timeout: bool
 
 
+class PredictedPoint(Predicted):
+    """One point of the predicted curve over the whole range the run spans (drawn as a line in curve.png)."""
+
+    concurrency: int
+
+
 def predicted_from(point: Point) -> Predicted:
     """The prediction block of a level from a planner Point."""
     return Predicted(
@@ -403,6 +409,7 @@ class Results(_Strict):
     failure: Failure | None = None  # None when the run went through (its gate may still have failed)
     ramp: Ramp | None = None  # `bench --ramp` only
     sweep: Sweep | None = None  # how levels were chosen, endpoint-minutes spent (None in older files)
+    predicted_curve: list[PredictedPoint] = []  # closed loop with a prediction: from 1 past the highest level
 
     def level(self, where: int | str) -> Level | None:
         """The measured level named `where` (a concurrency such as 16, or a rate such as `4/s`), if reached."""

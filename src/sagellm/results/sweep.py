@@ -120,3 +120,11 @@ def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, 
         ramp=ramp,
         sweep=sweep,
     )
+
+
+def knee_at_top(results: Results) -> bool:
+    """Whether the knee is the highest load measured: the sweep never reached saturation, so the true knee may
+    lie higher."""
+    if results.knee is None or not results.levels:
+        return False
+    return max(results.levels, key=lambda lv: lv.load_value).load == results.knee.load

@@ -1,4 +1,5 @@
-"""results.csv: one row per level, one column per field of the level (nested fields dotted: `ttft_ms.p50`)."""
+"""results.csv: one row per level, the run's identity first (so several runs' CSVs concatenate), then one column
+per field of the level (nested fields dotted: `ttft_ms.p50`)."""
 
 from __future__ import annotations
 
@@ -36,10 +37,21 @@ def cells(model: type[BaseModel], value: BaseModel | None, prefix: str = "") -> 
     return out
 
 
+IDENTITY = ("run_id", "model", "profile", "instance_type", "instance_count", "target", "started_at")
+
+
+def identity(results: Results) -> dict[str, Any]:
+    """The columns that say which run a row comes from."""
+    run = results.run
+    return dict(zip(IDENTITY, (run.bench_run, run.model, run.profile, run.instance_type, run.instance_count,
+                               run.target, run.started_at.isoformat(timespec="seconds")), strict=True))
+
+
 def render_csv(results: Results) -> str:
-    """Every measured level as a row; the header is the union of their columns, in field order."""
-    rows = [cells(type(level), level) for level in results.levels]
-    header = list(dict.fromkeys(key for row in rows for key in row)) or list(cells(Level, None))
+    """Every measured level as a row, after the run's identity; the header is the union of their columns, in
+    field order."""
+    rows = [identity(results) | cells(type(level), level) for level in results.levels]
+    header = list(dict.fromkeys(key for row in rows for key in row)) or [*IDENTITY, *cells(Level, None)]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=header, lineterminator="\n")
     writer.writeheader()
