@@ -52,6 +52,13 @@ def recommend(
     region: Region = "us-east-1",
     out: Annotated[Path, typer.Option("--out", help="folder for frontier.md, recommendation.json, frontier.png "
                                       "and profiles/<pick>.yaml")] = Path("recommendation"),
+    verify: Annotated[int, typer.Option("--verify", min=0, max=20, help="bench the K cheapest candidates "
+                                        "predicted to meet the SLO on the local emulator and re-rank on what "
+                                        "was measured")] = 0,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="--verify: run the emulator's simulated "
+                                              "time this much faster (0.05 = 20×)")] = 0.05,
+    budget_minutes: Annotated[float, typer.Option("--budget-minutes", help="--verify: start no bench after "
+                                                  "this many minutes")] = 30.0,
     json_out: Json = False,
 ) -> None:
     """Search every deployment of a model in the catalog and pick the cheapest predicted to meet the SLO.
@@ -59,7 +66,8 @@ def recommend(
     Candidates: instance type × TP × inference-component copies × instance count × engine (× quantization),
     each predicted by the planner at the target load. Writes the frontier ($/h and $/1M tokens against the
     SLO), recommendation.json (every candidate, the pick, why each other lost), frontier.png and the pick as a
-    profile extending the matching standard profile. Exit 0: a pick; 1: nothing meets the SLO (the closest
+    profile extending the matching standard profile. --verify K benches the K cheapest on the local emulator
+    (at the target load and one step above), one at a time, and re-ranks on the measured numbers. Exit 0: a pick; 1: nothing meets the SLO (the closest
     candidate and its gap per rule are named); 2: bad input.
     """
     from sagellm.catalog import find_model
@@ -93,6 +101,10 @@ def recommend(
     engine_names = _names(engines, "--engines")
     problems += [f"--engines: unknown engine {e!r} (known: {', '.join(ENGINES)})" for e in engine_names
                  if e not in ENGINES]
+    if not 0 < time_scale <= 1:
+        problems.append(f"--time-scale: {time_scale:g} must be in (0, 1]")
+    if not budget_minutes > 0:
+        problems.append(f"--budget-minutes: {budget_minutes:g} must be > 0")
     if quantization is not None and quantization not in QUANTIZATIONS:
         problems.append(f"--quantization: unknown {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
     if problems:
@@ -108,16 +120,27 @@ def recommend(
     found = search(space, load, rules)
     peak = Load(request_rate=peak_rate) if peak_rate is not None else None
     rec = choose(found, load, rules, payload, peak)
-    data = write_all(rec, catalog_model.hf_id, out)
     elapsed = time.monotonic() - started
+    if verify and rec.pick is not None:
+        from sagellm.recommend.verify import verify as verify_candidates
+
+        verify_candidates(rec, catalog_model.hf_id, verify, out, time_scale=time_scale,
+                          budget_minutes=budget_minutes, say=lambda line: print(line, file=sys.stderr))
+    data = write_all(rec, catalog_model.hf_id, out)
     if json_out:
         print(json.dumps(data, indent=2, default=str))
     else:
         print(frontier_markdown(rec))
         print(f"{len(rec.candidates)} candidates predicted in {elapsed:.1f} s; wrote {out}/frontier.md, "
               f"recommendation.json, frontier.png")
+        for v in rec.verification:
+            ratios = ", ".join(f"{label} ×{r:.2f}" for label, r in v["measured_over_predicted"].items()
+                               if r is not None)
+            state = "meets" if v["meets_slo_measured"] else "misses"
+            print(f"verified {v['deployment']}: {state} the SLO as measured; measured ÷ predicted: {ratios or '–'}")
     if rec.pick is None:
-        lines = [f"sagellm: nothing is predicted to meet the SLO at {load.name}"]
+        how = "measured" if rec.verification else "predicted"
+        lines = [f"sagellm: nothing is {how} to meet the SLO at {load.name}"]
         if rec.closest is not None:
             gaps = "; ".join(g.describe() for g in rec.closest.gaps) or rec.reason(rec.closest)
             lines.append(f"closest: {rec.closest.label()}: {gaps}")

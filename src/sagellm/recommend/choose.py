@@ -4,11 +4,12 @@ the Pareto frontier, and why each other candidate lost."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from sagellm.planner import Payload
 from sagellm.profiles import Design
-from sagellm.recommend.search import MAX_INSTANCES, Candidate, Search, evaluate
+from sagellm.recommend.search import MAX_INSTANCES, Candidate, Config, Search, evaluate
 from sagellm.recommend.slo import Load, tightness
 from sagellm.results.gate import Rule
 
@@ -38,6 +39,9 @@ class Recommendation:
     design: Design | None  # the pick's design (for its profile)
     notes: list[str]
     skipped_for_peak: dict[int, str]  # id(candidate) → why a cheaper SLO-meeting candidate was passed over
+    designs: dict[Config, Design] = field(default_factory=dict)  # every config's design (to size and write)
+    measured_misses: dict[int, str] = field(default_factory=dict)  # id(candidate) → what --verify measured
+    verification: list[dict[str, Any]] = field(default_factory=list)  # --verify: one entry per bench
 
     @property
     def frontier(self) -> list[Candidate]:
@@ -52,6 +56,8 @@ class Recommendation:
             return candidate.problem
         if candidate.gaps:
             return "; ".join(g.describe() for g in candidate.gaps)
+        if id(candidate) in self.measured_misses:
+            return self.measured_misses[id(candidate)]
         if id(candidate) in self.skipped_for_peak:
             return self.skipped_for_peak[id(candidate)]
         if self.pick is not None and self.pick.usd_per_h > 0:
@@ -120,4 +126,4 @@ def choose(found: Search, load: Load, rules: Sequence[Rule], payload: Payload,
         load=load, rules=tuple(rules), payload=payload, candidates=found.candidates, pick=pick,
         closest=None if pick is not None else closest(found.candidates), peak=sizing,
         design=found.designs[pick.config] if pick is not None else None, notes=list(found.notes),
-        skipped_for_peak=skipped)
+        skipped_for_peak=skipped, designs=found.designs)

@@ -113,6 +113,7 @@ def recommendation_json(rec: Recommendation, model_id: str, profile: Path | None
         "closest": (_candidate(rec.closest, rec) | {"gaps": gaps}) if rec.closest is not None else None,
         "frontier": [c.label() for c in rec.frontier],
         "notes": rec.notes,
+        "verify": rec.verification or None,
         "candidates": [_candidate(c, rec) for c in rec.candidates],
     }
 
