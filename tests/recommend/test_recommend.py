@@ -195,3 +195,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, slo, message):
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("sagellm: error: ") and message in lines[0], lines
     assert not (tmp_path / "recommendation").exists()
+
+
+def test_a_rule_without_where_applies_at_the_target_load_and_one_with_where_at_its_own(tmp_path):
+    from sagellm.recommend import load_slo
+    from sagellm.recommend.search import Candidate, Config, evaluate
+
+    slo = slo_file(tmp_path, "rules:\n  - {metric: itl_ms.p50, max: 40}\n"
+                             "  - {metric: itl_ms.p50, where: 64, max: 1000}\n  - {metric: cost.usd_per_h, max: 5}\n")
+    rules = load_slo(slo, Load(concurrency=8)).rules
+    assert [r.where for r in rules] == [8, 64, None]
+    design = design_for("max-throughput", "llama2-7b", "ml.g5.2xlarge")
+    candidate = Candidate(Config("ml.g5.2xlarge", "instance", 1, 1, "tgi", "none"), 1, 1.515)
+    evaluate(candidate, design.shape(), Payload(), Load(concurrency=8), rules)
+    at8, at64 = predict_point(design.shape(), Payload(), 8), predict_point(design.shape(), Payload(), 64)
+    assert candidate.values == {rules[0].label: at8.itl_ms, rules[1].label: at64.itl_ms, rules[2].label: 1.515}
+    assert at64.itl_ms > at8.itl_ms

@@ -55,7 +55,7 @@ class Gap:
 
 def load_slo(path: Path, load: Load) -> Thresholds:
     """Read the SLO: a level rule without `where` applies at the target load; only predictable rules."""
-    thresholds = load_thresholds(path, default_where=load.name)
+    thresholds = load_thresholds(path, default_where=load.concurrency or load.name)
     problems = []
     for i, rule in enumerate(thresholds.rules):
         if rule.metric not in PREDICTABLE:
