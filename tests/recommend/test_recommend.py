@@ -211,3 +211,15 @@ def test_a_rule_without_where_applies_at_the_target_load_and_one_with_where_at_i
     at8, at64 = predict_point(design.shape(), Payload(), 8), predict_point(design.shape(), Payload(), 64)
     assert candidate.values == {rules[0].label: at8.itl_ms, rules[1].label: at64.itl_ms, rules[2].label: 1.515}
     assert at64.itl_ms > at8.itl_ms
+
+
+def test_a_rule_at_a_load_nothing_sustains_is_a_miss_not_a_crash(tmp_path):
+    slo = slo_file(tmp_path, "rules:\n  - {metric: error_rate, max: 0}\n"
+                             "  - {metric: ttft_ms.p90, where: 100000/s, max: 800}\n")
+    result = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "4", "--thresholds", str(slo),
+                     "--families", "g5", "--out", "rec", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "no prediction there (that load cannot be sustained)" in result.stderr.splitlines()[1]
+    data = json.loads((tmp_path / "rec" / "recommendation.json").read_text())
+    assert data["closest"]["gaps"] == {"ttft_ms.p90@100000/s <= 800": {"predicted": None, "gap_pct": 100.0}}
+    assert (tmp_path / "rec" / "frontier.png").is_file()

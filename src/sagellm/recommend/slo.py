@@ -43,11 +43,13 @@ class Gap:
     """A rule a candidate misses, with its predicted value and by how much (relative to the limit)."""
 
     rule: Rule
-    value: float
+    value: float | None  # None: not predictable there (the load named by the rule cannot be sustained)
     relative: float  # 0.35 = 35 % on the wrong side of the limit
 
     def describe(self) -> str:
         """`misses ttft_ms.p90 by 35 % (1080 against max 800)`."""
+        if self.value is None:
+            return f"misses {self.rule.label}: no prediction there (that load cannot be sustained)"
         bound = f"max {self.rule.max:g}" if self.rule.max is not None and self.value > self.rule.max \
             else f"min {self.rule.min:g}"
         return f"misses {self.rule.metric} by {self.relative * 100:.0f} % ({self.value:.4g} against {bound})"
@@ -95,11 +97,12 @@ def predicted_value(metric: str, point: Point, usd_per_h: float | None) -> float
 def gap_of(rule: Rule, value: float | None) -> Gap | None:
     """How far a value lies outside the rule (None: inside it); an unknown value misses by 100 %."""
     if value is None:
-        return Gap(rule, float("nan"), 1.0)
+        return Gap(rule, None, 1.0)
+    # Against a limit of 0 (error_rate max 0) a relative gap is undefined: count it as 100 %.
     if rule.max is not None and value > rule.max:
-        return Gap(rule, value, (value - rule.max) / rule.max if rule.max > 0 else float("inf"))
+        return Gap(rule, value, (value - rule.max) / rule.max if rule.max > 0 else 1.0)
     if rule.min is not None and value < rule.min:
-        return Gap(rule, value, (rule.min - value) / rule.min if rule.min > 0 else float("inf"))
+        return Gap(rule, value, (rule.min - value) / rule.min if rule.min > 0 else 1.0)
     return None
 
 

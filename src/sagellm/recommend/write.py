@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -127,20 +128,24 @@ def plot_frontier(rec: Recommendation, path: Path) -> None:
     fig = Figure(figsize=(8, 5.5), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    predicted = [c for c in rec.candidates if c.problem is None]
+    # Only finite, positive tightness goes on the log axis (a rule at an unsustainable load has none).
+    predicted = [c for c in rec.candidates if c.problem is None and 0 < worst_tightness(c, rec.rules) < math.inf]
     for meets, color, label in ((True, "tab:green", "meets the SLO"), (False, "tab:gray", "misses it")):
         group = [c for c in predicted if c.meets == meets]
         ax.scatter([c.usd_per_h for c in group], [worst_tightness(c, rec.rules) for c in group], s=12,
                    color=color, alpha=0.6, label=label)
-    front = rec.frontier
+    front = [c for c in rec.frontier if c in predicted]
     ax.step([c.usd_per_h for c in front], [worst_tightness(c, rec.rules) for c in front], where="post",
             color="tab:blue", label="frontier")
-    if rec.pick is not None:
+    if rec.pick is not None and rec.pick in predicted:
         ax.scatter([rec.pick.usd_per_h], [worst_tightness(rec.pick, rec.rules)], marker="*", s=250,
                    color="tab:red", zorder=5, label=f"pick: {rec.pick.label()}")
     ax.axhline(1.0, color="tab:red", linestyle="--", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    if predicted:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no candidate with a prediction to plot", ha="center", transform=ax.transAxes)
     ax.set_xlabel("$/h (whole endpoint)")
     ax.set_ylabel("worst SLO metric ÷ its limit (≤ 1 meets)")
     ax.set_title(f"Predicted frontier at {rec.load.name}")
