@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from sagellm.cli import bench, catalog, plan, profiles, project, results, serve  # noqa: F401  (registers them)
+from sagellm.cli import bench, catalog, plan, profiles, project, recommend, results, serve  # noqa: F401 (registers)
 from sagellm.cli.app import app
 from sagellm.errors import ExitStatus, SagellmError
 

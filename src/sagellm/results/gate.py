@@ -147,7 +147,7 @@ def _metric_problem(metric: Any) -> str | None:
     return f"{metric!r} is not a known metric ({hint})"
 
 
-def _rule_problems(raw: Any, i: int) -> list[str]:
+def _rule_problems(raw: Any, i: int, default_where: Where | None = None) -> list[str]:
     at = f"rules[{i}]"
     if not isinstance(raw, dict):
         return [f"{at}: expected a mapping with metric, where and min/max, got {raw!r}"]
@@ -157,7 +157,7 @@ def _rule_problems(raw: Any, i: int) -> list[str]:
         out.append(f"{at}.metric: missing (add a metric path such as latency_ms_per_token.p90)")
     elif problem := _metric_problem(metric):
         out.append(f"{at}.metric: {problem}")
-    where = raw.get("where")
+    where = raw.get("where", default_where if metric in LEVEL_METRICS else None)
     if isinstance(where, str) and where.isdigit():
         where = int(where)
     if metric in RUN_METRICS and where is not None:
@@ -203,8 +203,11 @@ def _baseline_problems(raw: Any, base_dir: Path) -> list[str]:
     return out
 
 
-def load_thresholds(path: Path) -> Thresholds:
-    """Read a thresholds YAML; InputError listing every problem as `file: field: what (fix)`."""
+def load_thresholds(path: Path, default_where: Where | None = None) -> Thresholds:
+    """Read a thresholds YAML; InputError listing every problem as `file: field: what (fix)`.
+
+    `default_where` is the level a level rule without `where` applies at (`sagellm recommend`: the target load).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -234,7 +237,9 @@ def load_thresholds(path: Path) -> Thresholds:
         problems.append("nothing to check: add rules (e.g. {metric: error_rate, where: max, max: 0.01}) "
                         "or a baseline")
     for i, raw in enumerate(rules):
-        problems += _rule_problems(raw, i)
+        problems += _rule_problems(raw, i, default_where)
+        if default_where is not None and isinstance(raw, dict) and raw.get("metric") in LEVEL_METRICS:
+            raw.setdefault("where", default_where)
     if "baseline" in data:
         problems += _baseline_problems(data["baseline"], path.parent)
     slo = data.get("slo_ms_per_token")

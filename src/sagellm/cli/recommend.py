@@ -1,0 +1,156 @@
+"""`sagellm recommend`: the cheapest deployment predicted to meet an SLO at a load, written as a profile."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sagellm.cli.app import app
+from sagellm.cli.options import INT32_MAX, InputTokens, Json, Model, OutputTokens, Region
+from sagellm.errors import ExitStatus, InputError
+
+QUANTIZATIONS = ("none", "gptq", "awq", "bitsandbytes", "eetq", "fp8")  # profiles.schema.Quantization
+
+
+def _names(text: str | None, option: str) -> tuple[str, ...]:
+    """`a,b` → ('a', 'b'); an empty item is bad input."""
+    if text is None:
+        return ()
+    items = tuple(t.strip() for t in text.split(","))
+    if not all(items):
+        raise InputError(f"{option}: {text!r} has an empty item (give a comma-separated list)")
+    return items
+
+
+@app.command(epilog="Examples:\n\n"
+             "  sagellm recommend --model llama2-7b --request-rate 2 --thresholds slo.yaml --out rec\n\n"
+             "  sagellm recommend --model llama2-13b --concurrency 32 --thresholds slo.yaml --families g5,g6e\n\n"
+             "  sagellm recommend --model llama2-7b --request-rate 2 --peak-rate 6 --thresholds slo.yaml --json")
+def recommend(
+    model: Model,
+    thresholds: Annotated[Path, typer.Option("--thresholds", help="the SLO: a thresholds file in the gate's "
+                                             "language; a rule without `where` applies at the target load")],
+    request_rate: Annotated[float | None, typer.Option("--request-rate", help="target load: requests/s, open "
+                                                       "loop (Poisson arrivals)")] = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, max=INT32_MAX, help="target load: "
+                                                    "concurrent requests, closed loop")] = None,
+    peak_rate: Annotated[float | None, typer.Option("--peak-rate", help="requests/s at peak: the profile "
+                                                    "autoscales from the target load's count to the peak's")] = None,
+    input_tokens: InputTokens = None,
+    output_tokens: OutputTokens = None,
+    instances: Annotated[str | None, typer.Option("--instances", help="only these instance types "
+                                                  "(comma-separated)")] = None,
+    families: Annotated[str | None, typer.Option("--families", help="only these families, e.g. g5,g6e")] = None,
+    engines: Annotated[str, typer.Option("--engines", help="serving engines to search")] = "tgi,lmi",
+    quantization: Annotated[str | None, typer.Option("--quantization", help="also search this weight "
+                                                     "quantization (gptq, awq, fp8, …)")] = None,
+    region: Region = "us-east-1",
+    out: Annotated[Path, typer.Option("--out", help="folder for frontier.md, recommendation.json, frontier.png "
+                                      "and profiles/<pick>.yaml")] = Path("recommendation"),
+    verify: Annotated[int, typer.Option("--verify", min=0, max=20, help="bench the K cheapest candidates "
+                                        "predicted to meet the SLO on the local emulator and re-rank on what "
+                                        "was measured")] = 0,
+    time_scale: Annotated[float, typer.Option("--time-scale", help="--verify: run the emulator's simulated "
+                                              "time this much faster (0.05 = 20×)")] = 0.05,
+    budget_minutes: Annotated[float, typer.Option("--budget-minutes", help="--verify: start no bench after "
+                                                  "this many minutes")] = 30.0,
+    json_out: Json = False,
+) -> None:
+    """Search every deployment of a model in the catalog and pick the cheapest predicted to meet the SLO.
+
+    Candidates: instance type × TP × inference-component copies × instance count × engine (× quantization),
+    each predicted by the planner at the target load. Writes the frontier ($/h and $/1M tokens against the
+    SLO), recommendation.json (every candidate, the pick, why each other lost), frontier.png and the pick as a
+    profile extending the matching standard profile. --verify K benches the K cheapest on the local emulator
+    (at the target load and one step above), one at a time, and re-ranks on the measured numbers. Exit 0: a pick; 1: nothing meets the SLO (the closest
+    candidate and its gap per rule are named); 2: bad input.
+    """
+    from sagellm.catalog import find_model
+    from sagellm.planner import Payload
+    from sagellm.recommend import (
+        ENGINES,
+        Load,
+        Space,
+        choose,
+        frontier_markdown,
+        instance_types,
+        load_slo,
+        search,
+        write_all,
+    )
+
+    started = time.monotonic()
+    problems = []
+    if (request_rate is None) == (concurrency is None):
+        problems.append("--request-rate / --concurrency: give exactly one target load (requests/s, or concurrent "
+                        "requests)")
+    for flag, rate in (("--request-rate", request_rate), ("--peak-rate", peak_rate)):
+        if rate is not None and not rate > 0:
+            problems.append(f"{flag}: {rate:g} is not a positive number of requests per second")
+    if peak_rate is not None and request_rate is None:
+        problems.append("--peak-rate: needs --request-rate (autoscaling sizes from a rate to a peak rate)")
+    elif peak_rate is not None and request_rate is not None and peak_rate < request_rate:
+        problems.append(f"--peak-rate: {peak_rate:g}/s is below --request-rate {request_rate:g}/s")
+    if instances and families:
+        problems.append("--instances / --families: give one or the other")
+    engine_names = _names(engines, "--engines")
+    problems += [f"--engines: unknown engine {e!r} (known: {', '.join(ENGINES)})" for e in engine_names
+                 if e not in ENGINES]
+    if not 0 < time_scale <= 1:
+        problems.append(f"--time-scale: {time_scale:g} must be in (0, 1]")
+    if not budget_minutes > 0:
+        problems.append(f"--budget-minutes: {budget_minutes:g} must be > 0")
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        problems.append(f"--quantization: unknown {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
+    if problems:
+        raise InputError(problems)
+    load = Load(concurrency=concurrency, request_rate=request_rate)
+    rules = load_slo(thresholds, load).rules
+    catalog_model = find_model(model, "--model")
+    payload = Payload(input_tokens or 256, output_tokens or 256)
+    quants = ("none",) if quantization in (None, "none") else ("none", quantization)
+    space = Space(catalog_model, payload, instance_types(_names(instances, "--instances"),
+                                                        _names(families, "--families")),
+                  tuple(dict.fromkeys(engine_names)), quants, region)
+    found = search(space, load, rules)
+    peak = Load(request_rate=peak_rate) if peak_rate is not None else None
+    rec = choose(found, load, rules, payload, peak)
+    elapsed = time.monotonic() - started
+    if verify and rec.pick is not None:
+        from sagellm.recommend.verify import verify as verify_candidates
+
+        verify_candidates(rec, catalog_model.hf_id, verify, out, time_scale=time_scale,
+                          budget_minutes=budget_minutes, say=lambda line: print(line, file=sys.stderr))
+    data = write_all(rec, catalog_model.hf_id, out)
+    if json_out:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(frontier_markdown(rec))
+        print(f"{len(rec.candidates)} candidates predicted in {elapsed:.1f} s; wrote {out}/frontier.md, "
+              f"recommendation.json, frontier.png")
+        for v in rec.verification:
+            ratios = ", ".join(f"{label} ×{r:.2f}" for label, r in v["measured_over_predicted"].items()
+                               if r is not None)
+            state = "meets" if v["meets_slo_measured"] else "misses"
+            print(f"verified {v['deployment']}: {state} the SLO as measured; measured ÷ predicted: {ratios or '–'}")
+    if rec.pick is None:
+        how = "measured" if rec.verification else "predicted"
+        lines = [f"sagellm: nothing is {how} to meet the SLO at {load.name}"]
+        if rec.closest is not None:
+            gaps = "; ".join(g.describe() for g in rec.closest.gaps) or rec.reason(rec.closest)
+            lines.append(f"closest: {rec.closest.label()}: {gaps}")
+        for line in lines:
+            print(line, file=sys.stderr)
+        raise typer.Exit(ExitStatus.GATE_FAILED)
+    if not json_out:
+        pick = rec.pick
+        print(f"pick: {pick.label()}: ${pick.usd_per_h:.2f}/h at {load.name} "
+              f"(profile: {data['profile']})")
+        if rec.peak is not None:
+            print(f"autoscaling {rec.peak.min_capacity}..{rec.peak.max_capacity}, target "
+                  f"{rec.peak.target_value:g} concurrent requests per container, sized for {rec.peak.peak.name}")

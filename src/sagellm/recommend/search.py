@@ -1,0 +1,271 @@
+"""The search: every deployable shape of the model in the catalog, predicted at the target load."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from sagellm.catalog import Instance, Model, find_instance, instances
+from sagellm.errors import InputError
+from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, valid_tp
+from sagellm.profiles import Design, design_for
+from sagellm.recommend.slo import Gap, Load, gap_of, predicted_value
+from sagellm.results.gate import Rule
+
+ENGINES = ("tgi", "lmi")
+# Most instances one endpoint is sized to (SageMaker quotas are usually lower; beyond this, say so).
+MAX_INSTANCES = 64
+# The standard profile each endpoint kind extends (inference components: copies = GPUs ÷ TP).
+BASE_PROFILE = {"instance": "max-throughput", "inference-component": "replicas"}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One deployable shape before its instance count: where, how split, on which server."""
+
+    instance_type: str
+    endpoint_kind: str  # instance | inference-component
+    tp: int
+    copies: int  # per instance
+    engine: str
+    quantization: str
+
+    def describe(self) -> str:
+        """`ml.g5.12xlarge IC 4×TP1 tgi`."""
+        split = f"IC {self.copies}×TP{self.tp}" if self.endpoint_kind == "inference-component" else f"TP{self.tp}"
+        quant = f" {self.quantization}" if self.quantization != "none" else ""
+        return f"{self.instance_type} {split} {self.engine}{quant}"
+
+
+@dataclass
+class Candidate:
+    """A config at an instance count, with its prediction at the target load and how it fares."""
+
+    config: Config
+    instance_count: int
+    usd_per_h: float  # the whole fleet, on demand
+    concurrency: int | None = None  # endpoint-wide concurrency at the target load (Little's law for a rate)
+    point: Point | None = None
+    values: dict[str, float | None] = field(default_factory=dict)  # rule label → predicted value
+    gaps: list[Gap] = field(default_factory=list)
+    problem: str | None = None  # does not fit, refused by the profile, cannot sustain the load
+
+    @property
+    def meets(self) -> bool:
+        """Predicted to meet every rule of the SLO at the target load."""
+        return self.problem is None and not self.gaps
+
+    @property
+    def usd_per_1m_tokens(self) -> float | None:
+        """$ per 1M output tokens at the target load."""
+        if self.point is None or self.point.throughput_tokens_per_s <= 0:
+            return None
+        return 1e6 / self.point.throughput_tokens_per_s / 3600 * self.usd_per_h
+
+    def label(self) -> str:
+        """The config and its count: `2 × ml.g5.2xlarge TP1 tgi`."""
+        return f"{self.instance_count} × {self.config.describe()}"
+
+
+def concurrency_for_rate(shape: Shape, payload: Payload, rate: float) -> int | None:
+    """Little's law N = rate × e2e(N) at its fixed point: the smallest endpoint concurrency whose predicted
+    requests/s reach the rate (requests/s = N ÷ e2e grows with N up to saturation, so bisection finds it);
+    None where even a saturated endpoint cannot sustain the rate inside the timeout."""
+    per_copy = max(1, shape.max_sequences(payload))
+    if shape.max_concurrent_requests is not None:
+        per_copy = min(per_copy, shape.max_concurrent_requests)
+    top = shape.total_copies * per_copy
+    saturated = predict_point(shape, payload, top)
+    if saturated.requests_per_s < rate or not saturated.within_timeout:
+        return None
+    lo, hi = 0, top  # rps(lo) < rate ≤ rps(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if predict_point(shape, payload, mid).requests_per_s >= rate:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def predict_at(shape: Shape, payload: Payload, load: Load) -> tuple[int | None, Point | None, str | None]:
+    """(concurrency, point, problem) of a shape at a load."""
+    if load.request_rate is not None:
+        n = concurrency_for_rate(shape, payload, load.request_rate)
+        if n is None:
+            return None, None, f"cannot sustain {load.name} inside the 60 s timeout"
+    else:
+        assert load.concurrency is not None
+        n = load.concurrency
+    point = predict_point(shape, payload, n)
+    if point.rejected:
+        return n, point, (f"{n} concurrent requests exceed the admission limit of "
+                          f"{shape.max_concurrent_requests} per copy (TGI answers 429)")
+    if not point.within_timeout:
+        return n, point, f"requests take {point.e2e_s:.0f} s, past the 60 s invocation timeout"
+    return n, point, None
+
+
+def evaluate(candidate: Candidate, shape: Shape, payload: Payload, load: Load, rules: Sequence[Rule]) -> None:
+    """Predict a candidate at the target load (and at any other load a rule names) and check every rule."""
+    candidate.concurrency, candidate.point, candidate.problem = predict_at(shape, payload, load)
+    if candidate.point is None or candidate.problem is not None:
+        return
+    points: dict[str, Point | None] = {load.name: candidate.point}
+    for rule in rules:
+        where = load.name if rule.where is None else str(rule.where)
+        if where not in points:
+            points[where] = predict_at(shape, payload, Load.at(where))[1]
+        at = points[where]
+        value = predicted_value(rule.metric, at, candidate.usd_per_h) if at is not None else None
+        candidate.values[rule.label] = value
+        if (gap := gap_of(rule, value)) is not None:
+            candidate.gaps.append(gap)
+
+
+@dataclass(frozen=True)
+class Space:
+    """What to search: the model, the payload, the instance types, the engines, the quantizations."""
+
+    model: Model
+    payload: Payload
+    instance_types: tuple[Instance, ...]
+    engines: tuple[str, ...] = ENGINES
+    quantizations: tuple[str, ...] = ("none",)
+    region: str = "us-east-1"
+
+
+def instance_types(names: Sequence[str] = (), families: Sequence[str] = ()) -> tuple[Instance, ...]:
+    """The catalog's instance types, or those named (`--instances`), or those of some families (`--families`)."""
+    if names:
+        return tuple(find_instance(n, "--instances") for n in names)
+    catalog = list(instances().values())
+    if not families:
+        return tuple(catalog)
+    out, unknown = [], []
+    for fam in families:
+        prefix = f"ml.{fam.removeprefix('ml.').rstrip('.')}."
+        hits = [i for i in catalog if i.instance_type.startswith(prefix)]
+        out += hits
+        if not hits:
+            unknown.append(fam)
+    if unknown:
+        known = sorted({i.instance_type.split(".")[1] for i in catalog})
+        raise InputError(f"--families: {', '.join(unknown)}: no such family in the catalog (known: {', '.join(known)})")
+    return tuple(out)
+
+
+def base_profiles(folder: Path, engines: Sequence[str], quantizations: Sequence[str]) -> dict[tuple[str, str, str], str]:
+    """Write one profile per endpoint kind × engine × quantization, extending the standard one (design_for
+    pins the rest); → {(kind, engine, quantization): profile name}."""
+    names = {}
+    for kind, standard in BASE_PROFILE.items():
+        for engine in engines:
+            for quant in quantizations:
+                name = f"recommend-{standard}-{engine}-{quant}"
+                body = {"name": name, "extends": standard, "container": {"kind": engine},
+                        "serving": {"quantization": quant}}
+                (folder / f"{name}.yaml").write_text(yaml.safe_dump(body, sort_keys=False))
+                names[(kind, engine, quant)] = name
+    return names
+
+
+def configs(space: Space, inst: Instance, quant: str) -> Iterator[Config]:
+    """Every config of one instance type: each fitting TP on an instance endpoint, and as inference-component
+    copies (GPUs ÷ TP, two or more: one copy is the instance endpoint again), on each engine."""
+    for engine in space.engines:
+        for tp in fitting_tps(space.model, inst, quant, space.payload):
+            yield Config(inst.instance_type, "instance", tp, 1, engine, quant)
+            if inst.n_accelerators // tp >= 2:
+                yield Config(inst.instance_type, "inference-component", tp, inst.n_accelerators // tp, engine, quant)
+
+
+@dataclass
+class Search:
+    """Every candidate, and the designs behind the configs (to size a peak and write the pick)."""
+
+    candidates: list[Candidate]
+    designs: dict[Config, Design]
+    notes: list[str]
+
+
+def _count_range(design: Design, config: Config, space: Space, load: Load) -> range:
+    """Instance counts worth predicting: from the fewest that could carry the load; one for inference
+    components (a pinned profile places all copies of one instance; more need autoscaling)."""
+    if config.endpoint_kind == "inference-component":
+        return range(1, 2)
+    if load.request_rate is None:
+        return range(1, MAX_INSTANCES + 1)
+    one = design.shape(1)
+    per_copy = max(1, one.max_sequences(space.payload))
+    if one.max_concurrent_requests is not None:
+        per_copy = min(per_copy, one.max_concurrent_requests)
+    rps = predict_point(one, space.payload, one.total_copies * per_copy).requests_per_s
+    start = max(1, math.ceil(load.request_rate / rps)) if rps > 0 else MAX_INSTANCES
+    return range(min(start, MAX_INSTANCES), MAX_INSTANCES + 1)
+
+
+def search(space: Space, load: Load, rules: Sequence[Rule],
+           progress: Callable[[str], None] | None = None) -> Search:
+    """Predict every config of every instance type at the target load, from its fewest instances up to the
+    first count that meets the SLO (or until more instances no longer lower the per-copy load)."""
+    candidates: list[Candidate] = []
+    designs: dict[Config, Design] = {}
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="sagellm-recommend-") as tmp:
+        profiles = base_profiles(Path(tmp), space.engines, space.quantizations)
+        for inst in space.instance_types:
+            price = inst.price_per_h(space.region)
+            if inst.is_neuron:
+                notes.append(f"{inst.instance_type}: not searched (Inferentia needs compiled artefacts and the "
+                             "planner's step times are GPU measurements)")
+                continue
+            if price is None:
+                notes.append(f"{inst.instance_type}: not searched (no price in {space.region})")
+                continue
+            if progress:
+                progress(inst.instance_type)
+            for quant in space.quantizations:
+                found = list(configs(space, inst, quant))
+                if not found:
+                    tps = valid_tp(space.model, inst.n_accelerators)
+                    config = Config(inst.instance_type, "instance", max(tps, default=1), 1, "-", quant)
+                    candidates.append(Candidate(config, 1, price, problem=(
+                        f"does not fit: {space.model.hf_id} ({quant}) with one {space.payload.input_tokens}+"
+                        f"{space.payload.output_tokens}-token sequence needs more than the "
+                        f"{inst.n_accelerators} × {inst.mem_per_accel_gb:g} GB of {inst.instance_type}")))
+                    continue
+                for config in found:
+                    candidates += _candidates(config, space, load, rules, profiles, Path(tmp), designs)
+    return Search(candidates, designs, notes)
+
+
+def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
+                profiles: dict[tuple[str, str, str], str], folder: Path,
+                designs: dict[Config, Design]) -> list[Candidate]:
+    inst = find_instance(config.instance_type)
+    price = inst.price_per_h(space.region) or 0.0
+    ic = config.endpoint_kind == "inference-component"
+    try:
+        design = design_for(profiles[(config.endpoint_kind, config.engine, config.quantization)],
+                            space.model.hf_id, config.instance_type, payload=space.payload, region=space.region,
+                            profiles_dir=folder, tensor_parallel=config.tp, copies=config.copies if ic else None,
+                            instance_count=1)
+    except InputError as exc:
+        return [Candidate(config, 1, price, problem=f"refused by the profile: {exc.messages[0]}")]
+    designs[config] = design
+    out = []
+    for count in _count_range(design, config, space, load):
+        candidate = Candidate(config, count, price * count)
+        shape = design.shape(count)
+        evaluate(candidate, shape, space.payload, load, rules)
+        out.append(candidate)
+        per_copy = (candidate.concurrency or 0) / shape.total_copies
+        if candidate.meets or (candidate.concurrency is not None and per_copy <= 1):
+            break  # more instances only cost more, or no longer lower the load on a copy
+    return out

@@ -1,0 +1,166 @@
+"""What a recommendation leaves in --out: frontier.md, recommendation.json, frontier.png, the pick's profile."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sagellm.profiles import design_for
+from sagellm.recommend.choose import Recommendation, worst_tightness
+from sagellm.recommend.search import BASE_PROFILE, Candidate
+
+MODEL_NOTE = ("predicted by the planner's steady-state mean model: every percentile reads the mean, and an open-loop "
+              "rate is turned into the concurrency Little's law gives (N = rate × e2e(N)), so Poisson queueing "
+              "beyond the mean is not in the figures; bench the pick before trusting a tight percentile")
+
+
+def profile_name(model_id: str) -> str:
+    """`recommended-llama-2-7b-hf`: a profile name from the model id."""
+    return "recommended-" + re.sub(r"[^a-z0-9]+", "-", model_id.split("/")[-1].lower()).strip("-")
+
+
+def profile_body(rec: Recommendation, model_id: str) -> dict[str, Any]:
+    """The pick as a profile: the matching standard profile with instance, TP, copies, count and engine pinned."""
+    pick = rec.pick
+    assert pick is not None
+    c = pick.config
+    ic = c.endpoint_kind == "inference-component"
+    extends = BASE_PROFILE[c.endpoint_kind] if rec.peak is None or ic else "autoscale"
+    serving: dict[str, Any] = {"tensor_parallel": c.tp}
+    if c.quantization != "none":
+        serving["quantization"] = c.quantization
+    body: dict[str, Any] = {
+        "name": profile_name(model_id),
+        "description": f"sagellm recommend: {model_id} at {rec.load.name}, {pick.label()}",
+        "extends": extends,
+        "container": {"kind": c.engine},
+        "instance_type": c.instance_type,
+        "initial_instance_count": pick.instance_count,
+        "serving": serving,
+    }
+    if ic:
+        body["components"] = {"copies": c.copies}
+    if rec.peak is not None:
+        body["autoscaling"] = {"min_capacity": rec.peak.min_capacity, "max_capacity": rec.peak.max_capacity,
+                               "target_value": rec.peak.target_value}
+    body["payload"] = {"input_tokens": rec.payload.input_tokens, "output_tokens": rec.payload.output_tokens}
+    return body
+
+
+def write_profile(rec: Recommendation, model_id: str, folder: Path) -> Path:
+    """Write the pick's profile into `folder` and resolve it through the one validation path (what `profiles
+    validate` and `cdk synth` run): a profile the recommendation cannot deploy is a bug, not a file."""
+    body = profile_body(rec, model_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{body['name']}.yaml"
+    header = f"# Written by `sagellm recommend`; {MODEL_NOTE}.\n"
+    path.write_text(header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    design_for(body["name"], model_id, payload=rec.payload, region=rec.design.region if rec.design else "us-east-1",
+               profiles_dir=folder)
+    return path
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def frontier_markdown(rec: Recommendation) -> str:
+    """The frontier as a Markdown table: $/h and $/1M tokens against each SLO rule, the pick marked."""
+    head = ["", "deployment", "$/h", "$/1M tokens", *(r.label for r in rec.rules), "meets SLO"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in rec.frontier:
+        mark = "**pick**" if c is rec.pick else ""
+        cells = [mark, c.label(), _fmt(c.usd_per_h), _fmt(c.usd_per_1m_tokens),
+                 *(_fmt(c.values.get(r.label)) for r in rec.rules), "yes" if c.meets else "no"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _candidate(c: Candidate, rec: Recommendation) -> dict[str, Any]:
+    return {
+        "deployment": c.label(),
+        **asdict(c.config),
+        "instance_count": c.instance_count,
+        "usd_per_h": c.usd_per_h,
+        "usd_per_1m_tokens": c.usd_per_1m_tokens,
+        "concurrency": c.concurrency,
+        "prediction": asdict(c.point) if c.point is not None else None,
+        "slo": c.values,
+        "meets_slo": c.meets,
+        "why_not": rec.reason(c) or None,
+    }
+
+
+def recommendation_json(rec: Recommendation, model_id: str, profile: Path | None) -> dict[str, Any]:
+    """Every candidate with its prediction, the pick, the frontier, and why each loser lost."""
+    gaps = None
+    if rec.closest is not None:
+        gaps = {g.rule.label: {"predicted": g.value, "gap_pct": round(g.relative * 100, 1)} for g in rec.closest.gaps}
+    return {
+        "model": model_id,
+        "payload": asdict(rec.payload),
+        "load": asdict(rec.load),
+        "slo": [r.label for r in rec.rules],
+        "model_note": MODEL_NOTE,
+        "pick": _candidate(rec.pick, rec) if rec.pick is not None else None,
+        "profile": str(profile) if profile is not None else None,
+        "peak": asdict(rec.peak) | {"peak": asdict(rec.peak.peak)} if rec.peak is not None else None,
+        "closest": (_candidate(rec.closest, rec) | {"gaps": gaps}) if rec.closest is not None else None,
+        "frontier": [c.label() for c in rec.frontier],
+        "notes": rec.notes,
+        "verify": rec.verification or None,
+        "candidates": [_candidate(c, rec) for c in rec.candidates],
+    }
+
+
+def plot_frontier(rec: Recommendation, path: Path) -> None:
+    """frontier.png: every predicted candidate's $/h against its worst SLO tightness, the frontier and the pick."""
+    # Object-oriented Agg canvas imported here: no pyplot state, no cost unless a plot is drawn.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 5.5), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    # Only finite, positive tightness goes on the log axis (a rule at an unsustainable load has none).
+    predicted = [c for c in rec.candidates if c.problem is None and 0 < worst_tightness(c, rec.rules) < math.inf]
+    for meets, color, label in ((True, "tab:green", "meets the SLO"), (False, "tab:gray", "misses it")):
+        group = [c for c in predicted if c.meets == meets]
+        ax.scatter([c.usd_per_h for c in group], [worst_tightness(c, rec.rules) for c in group], s=12,
+                   color=color, alpha=0.6, label=label)
+    front = [c for c in rec.frontier if c in predicted]
+    ax.step([c.usd_per_h for c in front], [worst_tightness(c, rec.rules) for c in front], where="post",
+            color="tab:blue", label="frontier")
+    if rec.pick is not None and rec.pick in predicted:
+        ax.scatter([rec.pick.usd_per_h], [worst_tightness(rec.pick, rec.rules)], marker="*", s=250,
+                   color="tab:red", zorder=5, label=f"pick: {rec.pick.label()}")
+    ax.axhline(1.0, color="tab:red", linestyle="--", linewidth=1)
+    if predicted:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no candidate with a prediction to plot", ha="center", transform=ax.transAxes)
+    ax.set_xlabel("$/h (whole endpoint)")
+    ax.set_ylabel("worst SLO metric ÷ its limit (≤ 1 meets)")
+    ax.set_title(f"Predicted frontier at {rec.load.name}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def write_all(rec: Recommendation, model_id: str, out: Path) -> dict[str, Any]:
+    """Write every output into `out`; → the JSON written."""
+    out.mkdir(parents=True, exist_ok=True)
+    profile = write_profile(rec, model_id, out / "profiles") if rec.pick is not None else None
+    (out / "frontier.md").write_text(frontier_markdown(rec), encoding="utf-8")
+    data = recommendation_json(rec, model_id, profile)
+    (out / "recommendation.json").write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n",
+                                             encoding="utf-8")
+    plot_frontier(rec, out / "frontier.png")
+    return data
