@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from bench_helpers import (
+    AS_FROM_A_TERMINAL,
     INSTANCE,
     MODEL,
     SAGELLM,
@@ -502,7 +503,8 @@ def interrupt(tmp_path: Path, sig: int, ready: str, *, concurrency: str, again: 
     out = tmp_path / "out"
     started = time.monotonic()
     # `trap "" INT` then exec: the bench inherits an ignored SIGINT, exactly as a background job does.
-    shell = ["sh", "-c", 'trap "" INT; exec "$0" "$@"'] if sigint_ignored else []
+    # Otherwise the bench starts as from a terminal, whatever this test run inherited.
+    shell = ["sh", "-c", 'trap "" INT; exec "$0" "$@"'] if sigint_ignored else AS_FROM_A_TERMINAL
     proc = subprocess.Popen([*shell, SAGELLM, *bench_args(out, concurrency=concurrency, requests="30")],
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             cwd=tmp_path)

@@ -1,8 +1,9 @@
-"""SIGINT and SIGTERM during a bench: the first one stops the work; teardown and results always finish.
+"""SIGINT, SIGTERM and SIGHUP during a bench: the first one stops the work; teardown and results always finish.
 
 SIGTERM is handled directly, not turned into SIGINT: a job started in the background (`cmd &` in a script,
 many CI runners) ignores SIGINT, and a re-raised SIGINT would then do nothing while the CI's SIGKILL follows.
-A SIGINT that was ignored when the bench started stays ignored.
+SIGHUP (a closed terminal, a dropped SSH session) would otherwise end the process with its stack still up.
+A SIGINT or SIGHUP that was ignored when the bench started (`cmd &`, `nohup`) stays ignored.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Interrupts:
-    """While entered, SIGTERM/SIGINT are caught. Inside `armed()` the first one raises `Interrupted` (inside
+    """While entered, SIGTERM/SIGINT/SIGHUP are caught. Inside `armed()` the first one raises `Interrupted` (inside
     `run()` it cancels the coroutine first); anywhere else, and after the first, a signal is remembered and
     said, never raised, so teardown and writing results cannot be cut short."""
 
@@ -36,9 +37,8 @@ class Interrupts:
         self.signum: int | None = None  # the first signal received
         self._armed = False
         self._previous: dict[int, Any] = {}
-        self._signals = [signal.SIGTERM]
-        if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
-            self._signals.append(signal.SIGINT)
+        self._signals = [signal.SIGTERM, *(s for s in (signal.SIGINT, signal.SIGHUP)
+                                           if signal.getsignal(s) != signal.SIG_IGN)]
 
     def __enter__(self) -> Self:
         self._previous = {s: signal.getsignal(s) for s in self._signals}
@@ -52,7 +52,7 @@ class Interrupts:
 
     @property
     def name(self) -> str | None:
-        """The first signal's name (SIGTERM, SIGINT), or None."""
+        """The first signal's name (SIGTERM, SIGINT, SIGHUP), or None."""
         return None if self.signum is None else signal.Signals(self.signum).name
 
     def _install(self) -> None:
