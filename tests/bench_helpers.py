@@ -64,10 +64,10 @@ class Ran:
 # this test run was started: `nohup … &` and many CI runners start it with both ignored, and an ignored
 # signal is inherited across exec. A re-exec rather than preexec_fn, which is unsafe while this process
 # runs threads.
-AS_FROM_A_TERMINAL = [sys.executable, "-I", "-S", "-c",
-                      "import os, signal, sys\n"
-                      "for s in (signal.SIGINT, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
-                      "os.execv(sys.argv[1], sys.argv[1:])"]
+AS_FROM_A_TERMINAL = [sys.executable, "-I", "-S", "-c", (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+    "os.execv(sys.argv[1], sys.argv[1:])")]
 
 
 def spawn(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen[str]:
