@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from sagellm.errors import ExitStatus, InputError, SagellmError
+from sagellm.scratch import run_scratch
 
 app = typer.Typer(
     help="Deploy, bench and predict LLM endpoints on Amazon SageMaker from named profiles.\n\n"
@@ -639,7 +640,8 @@ def main() -> None:
     if debug:
         sys.argv.remove("--debug")
     try:
-        result = app(standalone_mode=False)
+        with run_scratch():  # every temporary file of the command and its children, removed on the way out
+            result = app(standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):

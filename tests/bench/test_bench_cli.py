@@ -4,6 +4,7 @@ subprocess, its exit code, its out folder, and what it leaves running (nothing).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -496,7 +497,7 @@ def test_http_target_at_a_closed_port_fails_in_one_line_with_exit_3_and_writes_n
 # ------------------------------------------------------------------------------ interrupted mid-sweep
 
 def interrupt(tmp_path: Path, sig: int, ready: str, *, concurrency: str, again: bool = False,
-              sigint_ignored: bool = False) -> tuple[Ran, Path]:
+              sigint_ignored: bool = False, env: dict[str, str] | None = None) -> tuple[Ran, Path]:
     """Start a long local bench, wait until `ready` ('record' or 'level') shows in requests.jsonl, signal it;
     optionally once more right after (it must be held: teardown is not interruptible). With `sigint_ignored`
     the bench starts with SIGINT ignored, as `cmd &` in a script and many CI runners start jobs."""
@@ -507,7 +508,7 @@ def interrupt(tmp_path: Path, sig: int, ready: str, *, concurrency: str, again: 
     shell = ["sh", "-c", 'trap "" INT; exec "$0" "$@"'] if sigint_ignored else AS_FROM_A_TERMINAL
     proc = subprocess.Popen([*shell, SAGELLM, *bench_args(out, concurrency=concurrency, requests="30")],
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            cwd=tmp_path)
+                            cwd=tmp_path, env=env)
 
     def reached() -> bool:
         records = request_lines(out)
@@ -558,6 +559,24 @@ def test_sigterm_mid_sweep_tears_down_and_exits_130_even_when_sigint_is_ignored(
     assert results["stopped_reason"] == "interrupted after 0 level(s)"
     assert (out / "curve.png").read_bytes().startswith(PNG_MAGIC)
     assert_nothing_running(ran, out)
+
+
+@pytest.mark.integration
+def test_a_hang_up_mid_sweep_tears_down_writes_results_and_exits_130(tmp_path: Path) -> None:
+    # A closed terminal or a dropped SSH session: SIGHUP to a bench started as from a terminal.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    ran, out = interrupt(tmp_path, signal.SIGHUP, "record", concurrency="1", env={**os.environ, "TMPDIR": str(scratch)})
+
+    assert ran.returncode == 130, ran.stderr[-3000:]
+    assert "Traceback" not in ran.stderr
+    assert ran.stderr.strip().splitlines()[-1] == "sagellm: error: interrupted: stopped measuring, tore down"
+    results = results_of(out)
+    assert results["teardown"]["status"] == "destroyed"  # the stack was deleted before the local AWS stopped
+    assert results["stopped_reason"] == "interrupted after 0 level(s)"
+    assert results["failure"]["exit_status"] == 130
+    assert_nothing_running(ran, out)
+    assert list(scratch.iterdir()) == []  # the run's temporary files went with it
 
 
 @pytest.mark.integration
