@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -577,6 +580,50 @@ def test_a_hang_up_mid_sweep_tears_down_writes_results_and_exits_130(tmp_path: P
     assert results["failure"]["exit_status"] == 130
     assert_nothing_running(ran, out)
     assert list(scratch.iterdir()) == []  # the run's temporary files went with it
+
+
+@pytest.mark.integration
+def test_when_its_terminal_hangs_up_the_bench_still_tears_down_and_writes_results(tmp_path: Path) -> None:
+    # A real hang-up: the terminal the bench writes to goes away (writing to it fails from then on, EIO), and
+    # the bench gets SIGHUP, as the kernel sends it to a terminal's session.
+    out = tmp_path / "out"
+    master, terminal = pty.openpty()
+    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, SAGELLM, *bench_args(out, concurrency="1", requests="30")],
+                            stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, cwd=tmp_path)
+    os.close(terminal)
+    stop_reading = threading.Event()
+
+    def read_the_terminal() -> None:  # as a terminal does; a full one would block the bench's writes
+        while not stop_reading.is_set():
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    os.read(master, 65536)
+                except OSError:
+                    return
+
+    reader = threading.Thread(target=read_the_terminal, daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: proc.poll() is not None or bool(request_lines(out)), 300, "the bench's first record")
+        assert proc.poll() is None, "the bench ended before its terminal hung up"
+    finally:
+        stop_reading.set()
+        reader.join()
+        os.close(master)  # the terminal hangs up
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGHUP)
+        try:
+            proc.wait(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert proc.returncode == 130
+    results = results_of(out)
+    assert results["teardown"]["status"] == "destroyed"
+    assert results["stopped_reason"] == "interrupted after 0 level(s)"
+    assert emulator_children_of(proc.pid) == [] and processes_mentioning(str(out)) == []
 
 
 @pytest.mark.integration

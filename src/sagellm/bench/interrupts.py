@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Callable, Coroutine, Iterator
 from types import FrameType, TracebackType
@@ -37,10 +38,13 @@ class Interrupts:
         self.signum: int | None = None  # the first signal received
         self._armed = False
         self._previous: dict[int, Any] = {}
+        self._terminal_fds: list[int] = []
         self._signals = [signal.SIGTERM, *(s for s in (signal.SIGINT, signal.SIGHUP)
                                            if signal.getsignal(s) != signal.SIG_IGN)]
 
     def __enter__(self) -> Self:
+        # Asked now: once the terminal hangs up, isatty() says False.
+        self._terminal_fds = [fd for fd in (1, 2) if os.isatty(fd)]
         self._previous = {s: signal.getsignal(s) for s in self._signals}
         self._install()
         return self
@@ -59,7 +63,17 @@ class Interrupts:
         for s in self._signals:
             signal.signal(s, self._on_signal)
 
+    def _heard(self, signum: int) -> None:
+        if signum == signal.SIGHUP:
+            # The terminal is gone and writing to it fails (EIO): what is said from now on goes nowhere,
+            # rather than an OSError cutting teardown short. Pipes and files (nohup, CI logs) are kept.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            for fd in self._terminal_fds:
+                os.dup2(devnull, fd)
+            os.close(devnull)
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._heard(signum)
         first = self.signum is None
         if first:
             self.signum = signum
@@ -97,6 +111,7 @@ class Interrupts:
             assert task is not None
 
             def on_signal(signum: int) -> None:
+                self._heard(signum)
                 if self.signum is None:
                     self.signum = signum
                     task.cancel()
