@@ -70,7 +70,8 @@ def test_a_signal_ignored_when_the_bench_started_stays_ignored(
 def test_a_hang_up_stops_the_work_like_sigterm() -> None:
     previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # the default ends the process: caught inside
     try:
-        with Interrupts(print) as interrupts, pytest.raises(Interrupted), interrupts.armed():
+        # No output fds: this test run's own terminal stays (test_bench_cli hangs up a real one).
+        with Interrupts(print, output_fds=()) as interrupts, pytest.raises(Interrupted), interrupts.armed():
             signal.raise_signal(signal.SIGHUP)
             time.sleep(5)  # not reached: the handler raises
         assert interrupts.name == "SIGHUP"

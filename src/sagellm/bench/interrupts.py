@@ -33,8 +33,9 @@ class Interrupts:
     `run()` it cancels the coroutine first); anywhere else, and after the first, a signal is remembered and
     said, never raised, so teardown and writing results cannot be cut short."""
 
-    def __init__(self, say: Callable[[str], None]):
+    def __init__(self, say: Callable[[str], None], output_fds: tuple[int, ...] = (1, 2)):
         self.say = say
+        self.output_fds = output_fds  # those of them on a terminal go to /dev/null after a hang-up
         self.signum: int | None = None  # the first signal received
         self._armed = False
         self._previous: dict[int, Any] = {}
@@ -44,7 +45,7 @@ class Interrupts:
 
     def __enter__(self) -> Self:
         # Asked now: once the terminal hangs up, isatty() says False.
-        self._terminal_fds = [fd for fd in (1, 2) if os.isatty(fd)]
+        self._terminal_fds = [fd for fd in self.output_fds if os.isatty(fd)]
         self._previous = {s: signal.getsignal(s) for s in self._signals}
         self._install()
         return self
