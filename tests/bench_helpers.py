@@ -60,10 +60,21 @@ class Ran:
     wall_s: float
 
 
+# Runs a command with SIGINT and SIGHUP at their defaults, as a command typed at a terminal starts, however
+# this test run was started: `nohup … &` and many CI runners start it with both ignored, and an ignored
+# signal is inherited across exec. A re-exec rather than preexec_fn, which is unsafe while this process
+# runs threads.
+AS_FROM_A_TERMINAL = [sys.executable, "-I", "-S", "-c", (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+    "os.execv(sys.argv[1], sys.argv[1:])")]
+
+
 def spawn(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen[str]:
-    """Start the `sagellm` console script in the background (for signals)."""
-    return subprocess.Popen([SAGELLM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=cwd or REPO, env=env, stdin=subprocess.DEVNULL)
+    """Start the `sagellm` console script in the background (for signals), as from a terminal: Ctrl-C
+    (SIGINT) and a hang-up (SIGHUP) act on it, as they would on a user's."""
+    return subprocess.Popen([*AS_FROM_A_TERMINAL, SAGELLM, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd or REPO, env=env, stdin=subprocess.DEVNULL)
 
 
 def finish(proc: subprocess.Popen[str], started: float, timeout: float = 120) -> Ran:

@@ -4,11 +4,15 @@ subprocess, its exit code, its out folder, and what it leaves running (nothing).
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import select
 import shutil
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -19,6 +23,7 @@ from typing import Any
 import pytest
 
 from bench_helpers import (
+    AS_FROM_A_TERMINAL,
     INSTANCE,
     MODEL,
     SAGELLM,
@@ -498,17 +503,18 @@ def test_http_target_at_a_closed_port_fails_in_one_line_with_exit_3_and_writes_n
 # ------------------------------------------------------------------------------ interrupted mid-sweep
 
 def interrupt(tmp_path: Path, sig: int, ready: str, *, concurrency: str, again: bool = False,
-              sigint_ignored: bool = False) -> tuple[Ran, Path]:
+              sigint_ignored: bool = False, env: dict[str, str] | None = None) -> tuple[Ran, Path]:
     """Start a long local bench, wait until `ready` ('record' or 'level') shows in requests.jsonl, signal it;
     optionally once more right after (it must be held: teardown is not interruptible). With `sigint_ignored`
     the bench starts with SIGINT ignored, as `cmd &` in a script and many CI runners start jobs."""
     out = tmp_path / "out"
     started = time.monotonic()
     # `trap "" INT` then exec: the bench inherits an ignored SIGINT, exactly as a background job does.
-    shell = ["sh", "-c", 'trap "" INT; exec "$0" "$@"'] if sigint_ignored else []
+    # Otherwise the bench starts as from a terminal, whatever this test run inherited.
+    shell = ["sh", "-c", 'trap "" INT; exec "$0" "$@"'] if sigint_ignored else AS_FROM_A_TERMINAL
     proc = subprocess.Popen([*shell, SAGELLM, *bench_args(out, concurrency=concurrency, requests="30")],
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            cwd=tmp_path)
+                            cwd=tmp_path, env=env)
 
     def reached() -> bool:
         records = request_lines(out)
@@ -559,6 +565,68 @@ def test_sigterm_mid_sweep_tears_down_and_exits_130_even_when_sigint_is_ignored(
     assert results["stopped_reason"] == "interrupted after 0 level(s)"
     assert (out / "curve.png").read_bytes().startswith(PNG_MAGIC)
     assert_nothing_running(ran, out)
+
+
+@pytest.mark.integration
+def test_a_hang_up_mid_sweep_tears_down_writes_results_and_exits_130(tmp_path: Path) -> None:
+    # A closed terminal or a dropped SSH session: SIGHUP to a bench started as from a terminal.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    ran, out = interrupt(tmp_path, signal.SIGHUP, "record", concurrency="1", env={**os.environ, "TMPDIR": str(scratch)})
+
+    assert ran.returncode == 130, ran.stderr[-3000:]
+    assert "Traceback" not in ran.stderr
+    assert ran.stderr.strip().splitlines()[-1] == "sagellm: error: interrupted: stopped measuring, tore down"
+    results = results_of(out)
+    assert results["teardown"]["status"] == "destroyed"  # the stack was deleted before the local AWS stopped
+    assert results["stopped_reason"] == "interrupted after 0 level(s)"
+    assert results["failure"]["exit_status"] == 130
+    assert_nothing_running(ran, out)
+    assert list(scratch.iterdir()) == []  # the run's temporary files went with it
+
+
+@pytest.mark.integration
+def test_when_its_terminal_hangs_up_the_bench_still_tears_down_and_writes_results(tmp_path: Path) -> None:
+    # A real hang-up: the terminal the bench writes to goes away (writing to it fails from then on, EIO), and
+    # the bench gets SIGHUP, as the kernel sends it to a terminal's session.
+    out = tmp_path / "out"
+    master, terminal = pty.openpty()
+    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, SAGELLM, *bench_args(out, concurrency="1", requests="30")],
+                            stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, cwd=tmp_path)
+    os.close(terminal)
+    stop_reading = threading.Event()
+
+    def read_the_terminal() -> None:  # as a terminal does; a full one would block the bench's writes
+        while not stop_reading.is_set():
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    os.read(master, 65536)
+                except OSError:
+                    return
+
+    reader = threading.Thread(target=read_the_terminal, daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: proc.poll() is not None or bool(request_lines(out)), 300, "the bench's first record")
+        assert proc.poll() is None, "the bench ended before its terminal hung up"
+    finally:
+        stop_reading.set()
+        reader.join()
+        os.close(master)  # the terminal hangs up
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGHUP)
+        try:
+            proc.wait(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    assert proc.returncode == 130
+    results = results_of(out)
+    assert results["teardown"]["status"] == "destroyed"
+    assert results["stopped_reason"] == "interrupted after 0 level(s)"
+    assert emulator_children_of(proc.pid) == [] and processes_mentioning(str(out)) == []
 
 
 @pytest.mark.integration

@@ -1,5 +1,5 @@
-"""Signals during a bench: SIGTERM works when SIGINT is ignored; a signal during teardown or while results are
-written is held, both finish, and the run ends in 130."""
+"""Signals during a bench: SIGTERM works when SIGINT is ignored; a signal ignored at the start stays ignored;
+a signal during teardown or while results are written is held, both finish, and the run ends in 130."""
 
 from __future__ import annotations
 
@@ -36,6 +36,50 @@ def sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.fixture
+def ctrl_c_default() -> Iterator[None]:
+    """SIGINT as a process started from a terminal has it (Python's KeyboardInterrupt), however this test run
+    was started: `nohup … &` and many CI runners start it with SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
+def sighup_ignored() -> Iterator[None]:
+    """SIGHUP ignored, as under `nohup`."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_a_signal_ignored_when_the_bench_started_stays_ignored(
+        sig: signal.Signals, sigint_ignored: None, sighup_ignored: None) -> None:
+    with Interrupts(print) as interrupts, interrupts.armed():
+        signal.raise_signal(sig)  # ignored: nothing raised, nothing remembered
+        assert signal.getsignal(sig) == signal.SIG_IGN
+    assert interrupts.signum is None
+    assert signal.getsignal(sig) == signal.SIG_IGN
+
+
+def test_a_hang_up_stops_the_work_like_sigterm() -> None:
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # the default ends the process: caught inside
+    try:
+        # No output fds: this test run's own terminal stays (test_bench_cli hangs up a real one).
+        with Interrupts(print, output_fds=()) as interrupts, pytest.raises(Interrupted), interrupts.armed():
+            signal.raise_signal(signal.SIGHUP)
+            time.sleep(5)  # not reached: the handler raises
+        assert interrupts.name == "SIGHUP"
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL  # put back
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
 def test_sigterm_stops_the_work_when_sigint_is_ignored(sigint_ignored: None) -> None:
     with Interrupts(print) as interrupts, pytest.raises(Interrupted), interrupts.armed():
         signal.raise_signal(signal.SIGTERM)
@@ -56,7 +100,7 @@ def test_sigterm_cancels_a_running_coroutine_and_raises_after_the_loop_ended(sig
     assert time.monotonic() - started < 10
 
 
-def test_outside_the_armed_part_a_signal_is_held_and_said() -> None:
+def test_outside_the_armed_part_a_signal_is_held_and_said(ctrl_c_default: None) -> None:
     said: list[str] = []
     with Interrupts(said.append) as interrupts:
         signal.raise_signal(signal.SIGINT)  # e.g. during teardown: nothing raised
@@ -98,7 +142,7 @@ def test_sigterm_during_teardown_finishes_it_writes_results_and_ends_in_130(
 
 @pytest.mark.integration
 def test_ctrl_c_while_the_report_is_written_finishes_it_and_ends_in_130(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ctrl_c_default: None) -> None:
     signal_before(monkeypatch, runner, "write_report", signal.SIGINT)
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=PAYLOAD)
 

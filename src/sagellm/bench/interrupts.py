@@ -1,14 +1,16 @@
-"""SIGINT and SIGTERM during a bench: the first one stops the work; teardown and results always finish.
+"""SIGINT, SIGTERM and SIGHUP during a bench: the first one stops the work; teardown and results always finish.
 
 SIGTERM is handled directly, not turned into SIGINT: a job started in the background (`cmd &` in a script,
 many CI runners) ignores SIGINT, and a re-raised SIGINT would then do nothing while the CI's SIGKILL follows.
-A SIGINT that was ignored when the bench started stays ignored.
+SIGHUP (a closed terminal, a dropped SSH session) would otherwise end the process with its stack still up.
+A SIGINT or SIGHUP that was ignored when the bench started (`cmd &`, `nohup`) stays ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Callable, Coroutine, Iterator
 from types import FrameType, TracebackType
@@ -27,20 +29,23 @@ class Interrupted(KeyboardInterrupt):
 
 
 class Interrupts:
-    """While entered, SIGTERM/SIGINT are caught. Inside `armed()` the first one raises `Interrupted` (inside
+    """While entered, SIGTERM/SIGINT/SIGHUP are caught. Inside `armed()` the first one raises `Interrupted` (inside
     `run()` it cancels the coroutine first); anywhere else, and after the first, a signal is remembered and
     said, never raised, so teardown and writing results cannot be cut short."""
 
-    def __init__(self, say: Callable[[str], None]):
+    def __init__(self, say: Callable[[str], None], output_fds: tuple[int, ...] = (1, 2)):
         self.say = say
+        self.output_fds = output_fds  # those of them on a terminal go to /dev/null after a hang-up
         self.signum: int | None = None  # the first signal received
         self._armed = False
         self._previous: dict[int, Any] = {}
-        self._signals = [signal.SIGTERM]
-        if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
-            self._signals.append(signal.SIGINT)
+        self._terminal_fds: list[int] = []
+        self._signals = [signal.SIGTERM, *(s for s in (signal.SIGINT, signal.SIGHUP)
+                                           if signal.getsignal(s) != signal.SIG_IGN)]
 
     def __enter__(self) -> Self:
+        # Asked now: once the terminal hangs up, isatty() says False.
+        self._terminal_fds = [fd for fd in self.output_fds if os.isatty(fd)]
         self._previous = {s: signal.getsignal(s) for s in self._signals}
         self._install()
         return self
@@ -52,14 +57,24 @@ class Interrupts:
 
     @property
     def name(self) -> str | None:
-        """The first signal's name (SIGTERM, SIGINT), or None."""
+        """The first signal's name (SIGTERM, SIGINT, SIGHUP), or None."""
         return None if self.signum is None else signal.Signals(self.signum).name
 
     def _install(self) -> None:
         for s in self._signals:
             signal.signal(s, self._on_signal)
 
+    def _heard(self, signum: int) -> None:
+        if signum == signal.SIGHUP:
+            # The terminal is gone and writing to it fails (EIO): what is said from now on goes nowhere,
+            # rather than an OSError cutting teardown short. Pipes and files (nohup, CI logs) are kept.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            for fd in self._terminal_fds:
+                os.dup2(devnull, fd)
+            os.close(devnull)
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._heard(signum)
         first = self.signum is None
         if first:
             self.signum = signum
@@ -97,6 +112,7 @@ class Interrupts:
             assert task is not None
 
             def on_signal(signum: int) -> None:
+                self._heard(signum)
                 if self.signum is None:
                     self.signum = signum
                     task.cancel()

@@ -8,15 +8,25 @@ from sagellm.results.sweep import MAX_ERROR_RATE
 
 
 def unanswered(record: RequestRecord) -> bool:
-    """A request the endpoint never answered: no token came, and no HTTP response (refused, reset) or a timeout."""
-    return not record.ok and record.ttft_s is None and (record.status is None or record.error_kind == "timeout")
+    """A request the endpoint did not answer: no token and no HTTP response (refused, reset), or a timeout
+    after the endpoint went silent on it."""
+    return not record.ok and ((record.ttft_s is None and record.status is None) or went_silent(record))
+
+
+def went_silent(record: RequestRecord) -> bool:
+    """A timeout with nothing heard in the second half of the wait: no token at all, or a stream that stopped
+    (a hung endpoint). A stream still sending tokens when the client gave up is slow, not silent: saturation."""
+    if record.error_kind != "timeout":
+        return False
+    heard_s = 0.0 if record.ttft_s is None else record.ttft_s + sum(record.token_gaps_s)
+    return record.e2e_s - heard_s > record.e2e_s / 2
 
 
 def target_failure(levels: list[LevelResult]) -> str | None:
     """One line when the target failed rather than the workload finding its limits, else None.
 
     Failed: no request succeeded at all; or the sweep stopped at a level where, after the run's last success,
-    every request went unanswered (the endpoint crashed or hung mid-sweep), or where more requests than the
+    every request went unanswered (the endpoint crashed or hung mid-sweep, streams in flight included), or where more requests than the
     error limit failed as `other` (streams cut short, connections reset, 5xx). Errors the endpoint answered as
     its limits (429, 422, throttling, its own timeout) are findings, for the report and the gate."""
     records = [r for level in levels for r in level.records]  # in the order they completed

@@ -11,6 +11,7 @@ import typer
 from sagellm.cli import bench, catalog, plan, profiles, project, recommend, results, serve  # noqa: F401 (registers)
 from sagellm.cli.app import app
 from sagellm.errors import ExitStatus, SagellmError
+from sagellm.scratch import run_scratch
 
 __all__ = ["app", "main"]
 
@@ -49,7 +50,8 @@ def main() -> None:
     if debug:
         sys.argv.remove("--debug")
     try:
-        result = app(standalone_mode=False)
+        with run_scratch():  # every temporary file of the command and its children, removed on the way out
+            result = app(standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):

@@ -162,7 +162,7 @@ def bench(
     Relative paths resolve against the current folder; nothing else is read from it.
 
     Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
-    3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM).
+    3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM, SIGHUP).
     """
     from sagellm.bench.client.workload import WorkloadOptions
     from sagellm.bench.progress import watching

@@ -102,9 +102,12 @@ def test_a_rate_level_sends_its_budget_on_schedule_and_measures_after_the_ramp()
     starts = sorted(r.start_s for r in records)
     assert starts[-1] - starts[0] >= 0.32 - 0.003
     # The ramp ends when the first three (the warm-up) have completed; the window when the 34th is due.
-    first_three = sorted(r.end_s for r in records)[2]
-    assert level.ramp_excluded and level.window_start_s == pytest.approx(first_three, abs=0.003)
-    assert level.window_end_s == pytest.approx(level.started_s + 0.33, abs=0.01)
+    # Asserted by order, not wall-clock closeness, which a loaded machine stretches: the level books a
+    # completion before it awaits anything again, so no request finishes between the third and the window.
+    ends = sorted(r.end_s for r in records)
+    assert level.ramp_excluded and level.window_start_s >= ends[2] - 1e-9
+    assert not [t for t in ends if ends[2] + 1e-9 < t < level.window_start_s - 1e-9]
+    assert level.started_s + 0.33 - 1e-9 <= level.window_end_s <= level.ended_s
     assert level.load == "100/s"
 
 
