@@ -26,6 +26,8 @@ from sagellm.planner import (
 from sagellm.profiles.calibration import load_calibration
 from sagellm.profiles.loader import Source, Where, all_sources, load_profile, local_models
 from sagellm.profiles.plan import (
+    CONCURRENT_REQUESTS_PER_COPY,
+    CONCURRENT_REQUESTS_PER_MODEL,
     ComputeRequirements,
     DeploymentPlan,
     InstanceScaling,
@@ -375,7 +377,8 @@ def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, reg
         knee = predict(shape, payload, sweep, region).knee
         target = float(knee.concurrency) if knee is not None else 1.0
     return ScalingPlan(min_capacity=a.min_capacity, max_capacity=a.max_capacity, target_value=target,
-                       scale_in_cooldown_s=a.scale_in_cooldown_s, scale_out_cooldown_s=a.scale_out_cooldown_s)
+                       scale_in_cooldown_s=a.scale_in_cooldown_s, scale_out_cooldown_s=a.scale_out_cooldown_s,
+                       metric=CONCURRENT_REQUESTS_PER_COPY if ic else CONCURRENT_REQUESTS_PER_MODEL)
 
 
 def environment(copy: Copy, d: Design) -> dict[str, str]:
