@@ -51,6 +51,9 @@ def test_the_ramp_section_gives_the_delay_the_slo_the_requests_while_scaling_and
     assert "| cost of the run | $0.46 |" in section
     assert "| 5:00.0 | scale-out | 2 | 1 |" in section
     assert "instance start-up 525 s" in section
+    # The deployed policy's metric and what its target counts.
+    assert "`SageMakerVariantConcurrentRequestsPerModelHighResolution` (target 60 requests in flight per instance" \
+        in section
     table = section[section.index("| time | offered /s"):].splitlines()
     rows = [ln for ln in table[2:] if ln.startswith("| ")]
     assert len(rows) == 32
