@@ -40,9 +40,9 @@ def print_plan(plan: DeploymentPlan, notes: tuple[str, ...] = ()) -> None:
             c.print(escape(f"  {key}={value}"))
     if plan.scaling:
         s = plan.scaling
-        unit = "concurrent requests per copy" if plan.endpoint_kind == "inference-component" else \
-            "invocations per instance per minute"
-        c.print(f"\nautoscaling {s.min_capacity}..{s.max_capacity}, target {s.target_value:g} {unit}, "
+        unit = "per copy" if plan.endpoint_kind == "inference-component" else "per instance"
+        c.print(f"\nautoscaling {s.min_capacity}..{s.max_capacity}, target {s.target_value:g} requests in flight "
+                f"{unit} ({s.metric}, every {s.period_s} s), "
                 f"cooldowns in {s.scale_in_cooldown_s} s / out {s.scale_out_cooldown_s} s")
     if plan.hf_token_secret:
         c.print(f"HF token from Secrets Manager: {plan.hf_token_secret}")

@@ -685,6 +685,26 @@ def test_http_target_benches_an_existing_server_without_deploying(
     records = request_lines(out)
     assert len(records) == 8 and all(r["ok"] and r["output_tokens"] == 32 for r in records)
     assert not (out / "cdk").exists()
+    assert results["run"]["time_scale"] == 0.05  # the emulator's, read from it: timings in simulated time
+
+
+@pytest.mark.integration
+def test_an_http_bench_of_a_compressed_emulator_matches_the_prediction_in_simulated_time(tmp_path: Path) -> None:
+    # The emulator runs 10× faster than real time; the bench reads its time scale (it is no local target)
+    # and converts what it measures into simulated time, as on the local target.
+    plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(256, 32))
+    out = tmp_path / "out"
+    with EmulatorProcess(plan, time_scale=0.1) as emu:
+        args = [a for a in bench_args(out, concurrency="1", requests="8", warmup="1") if a not in ("--time-scale", "0.05")]
+        ran = sagellm(*args, "--target", "http", "--url", emu.url + "/v1", "--api", "openai")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    results = results_of(out)
+    assert (results["run"]["emulated"], results["run"]["time_scale"]) == (True, 0.1)
+    [level] = results["levels"]
+    measured, predicted = level["throughput_tokens_per_s"], level["predicted"]["throughput_tokens_per_s"]
+    assert measured == pytest.approx(predicted, rel=0.05), (measured, predicted)
+    assert level["ttft_ms"]["p50"] == pytest.approx(level["predicted"]["ttft_ms"], rel=0.25)
+    assert "(emulated, time scale 0.1)" in (out / "report.md").read_text()
 
 
 @pytest.mark.integration

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from aws_cdk import App
     from aws_cdk.assertions import Template
 
-from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment, ScalingPlan
+from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment
 
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
 CDK_CONTEXT = json.loads((Path(__file__).resolve().parents[2] / "cdk.json").read_text())["context"]
@@ -115,7 +115,7 @@ def two_model_plan(**changes: object) -> DeploymentPlan:
 
 
 def scaled(plan: DeploymentPlan, **scaling: object) -> DeploymentPlan:
-    """`plan` with target tracking (defaults: 1..4, target 100)."""
+    """`plan` with target tracking (defaults: 1..4, target 100, on the metric of the plan's endpoint kind)."""
     values: dict[str, object] = {"min_capacity": 1, "max_capacity": 4, "target_value": 100.0}
     values.update(scaling)
-    return plan.model_copy(update={"scaling": ScalingPlan.model_validate(values)})
+    return DeploymentPlan.model_validate({**plan.model_dump(), "scaling": values})

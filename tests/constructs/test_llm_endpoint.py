@@ -179,6 +179,26 @@ def test_autoscale_starts_with_several_instances_and_tracks_concurrent_requests_
     template.resource_count_is("AWS::IAM::Role", 1)  # no extra role for Application Auto Scaling
 
 
+def test_the_emulator_simulates_the_policy_the_autoscale_stack_deploys(plans, templates):
+    # One source: the local ramp's target tracking reads the same plan fields the construct deploys.
+    from sagellm.emulator import Emulator
+
+    plan = plans["autoscale"]
+    (policy,) = templates["autoscale"].find_resources(POLICY).values()
+    deployed = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    emulator = Emulator(plan)
+    assert emulator.autoscaling is not None
+    simulated = emulator.autoscaling.to_dict()["policy"]
+    assert simulated["metric"] == deployed["PredefinedMetricSpecification"]["PredefinedMetricType"]
+    assert simulated["target"] == deployed["TargetValue"]
+    assert simulated["scale_in_cooldown_s"] == deployed["ScaleInCooldown"]
+    assert simulated["scale_out_cooldown_s"] == deployed["ScaleOutCooldown"]
+    assert simulated["period_s"] == 10  # the high-resolution metric's datapoints
+    (target,) = templates["autoscale"].find_resources(TARGET).values()
+    assert (simulated["min_capacity"], simulated["max_capacity"]) == (
+        target["Properties"]["MinCapacity"], target["Properties"]["MaxCapacity"])
+
+
 # --- inference components ----------------------------------------------------------------------
 
 

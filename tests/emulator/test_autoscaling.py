@@ -1,4 +1,7 @@
-"""Target tracking on a fake clock: the formula, alarm evaluation periods, delays, cooldowns, clamping."""
+"""Target tracking on a fake clock: the formula, alarm evaluation periods, delays, cooldowns, clamping.
+
+The tests hold every request 60 s, so requests in flight per instance equal the old invocations per
+instance per minute, and use 60 s periods to keep the arithmetic readable."""
 
 from __future__ import annotations
 
@@ -7,24 +10,40 @@ import math
 import pytest
 
 from sagellm.emulator.autoscaling import INSTANCE_STARTUP_S, Policy, TargetTracking
+from sagellm.profiles.plan import CONCURRENT_REQUESTS_PER_MODEL, ScalingPlan
+
+HOLD_S = 60.0  # how long each driven request stays in flight
+_held: dict[int, list[float]] = {}  # per loop: when its requests in flight end
 
 
 def policy(**kw: float) -> Policy:
-    """60 invocations per instance per minute, 1–4 instances; short delays unless a test asks otherwise."""
-    base: dict = {"target": 60.0, "min_capacity": 1, "max_capacity": 4, "scale_out_cooldown_s": 60.0,
-                  "scale_in_cooldown_s": 300.0, "instance_startup_s": 300.0, "metric_delay_s": 60.0}
+    """60 requests in flight per instance, 1–4 instances, 60 s periods; short delays unless a test asks."""
+    base: dict = {"metric": CONCURRENT_REQUESTS_PER_MODEL, "target": 60.0, "min_capacity": 1, "max_capacity": 4,
+                  "period_s": 60.0, "scale_out_cooldown_s": 60.0, "scale_in_cooldown_s": 300.0,
+                  "instance_startup_s": 300.0, "metric_delay_s": 60.0}
     return Policy(**{**base, **kw})
 
 
-def drive(tt: TargetTracking, rate_per_s: float, until_s: float, step_s: float = 0.5) -> None:
-    """Invocations at a constant rate from the loop's current time until `until_s`."""
+def _finish(tt: TargetTracking, held: list[float], t_s: float) -> None:
+    for end in sorted(e for e in held if e <= t_s):
+        tt.finished(end)
+        held.remove(end)
+
+
+def drive(tt: TargetTracking, rate_per_s: float, until_s: float, step_s: float = 0.5,
+          hold_s: float = HOLD_S) -> None:
+    """Requests at a constant rate from the loop's current time until `until_s`, each held `hold_s`."""
+    held = _held.setdefault(id(tt), [])
     start = tt.now_s
     t, sent = start + step_s / 2, 0  # mid-step: never on a period boundary
     while t < until_s:
+        _finish(tt, held, t)
         due = math.floor(rate_per_s * (t - start) + 0.5)
         for _ in range(due - sent):
-            tt.invoked(t)
+            tt.started(t)
+            held.append(t + hold_s)
         sent, t = due, t + step_s
+    _finish(tt, held, until_s)
     tt.advance(until_s)
 
 
@@ -42,9 +61,9 @@ def test_the_desired_capacity_is_ceil_of_in_service_times_metric_over_target_cla
     assert tt.wanted(0.0) == 1  # clamped to min
 
 
-def test_the_metric_is_invocations_per_instance_summed_per_one_minute_period() -> None:
+def test_the_metric_is_requests_in_flight_per_instance_at_each_period_end() -> None:
     tt = TargetTracking(policy(), in_service=2)
-    drive(tt, 2.0, 120.0)  # 120 invocations a minute over 2 instances: 60 per instance
+    drive(tt, 2.0, 120.0)  # 2 req/s held 60 s: 120 in flight over 2 instances, 60 per instance
     assert [d.end_s for d in tt.datapoints] == [60.0, 120.0]
     assert [d.value for d in tt.datapoints] == pytest.approx([60.0, 60.0])
     assert "breach" not in kinds(tt)  # at the target, not above it
@@ -120,17 +139,36 @@ def test_the_scale_in_cooldown_blocks_a_second_scale_in() -> None:
     assert ins[0] == 960.0 and all(t >= 960.0 + 900.0 for t in ins[1:])
 
 
-def test_a_period_without_invocations_has_no_datapoint_and_breaks_an_alarm() -> None:
+def test_an_idle_period_reports_zero_in_flight_and_breaks_an_alarm() -> None:
     tt = TargetTracking(policy(), in_service=2)
     drive(tt, 3.0, 120.0)
-    tt.advance(180.0)  # a silent minute
+    drive(tt, 0.0, 180.0)  # a silent minute: the last requests end before 180 s
     drive(tt, 3.0, 240.0)
-    assert tt.datapoints[2].value is None
+    assert tt.datapoints[2].value == 0.0
     tt.advance(300.0)
     assert "scale-out" not in kinds(tt)
 
 
 def test_the_default_startup_is_the_published_end_to_end_figure() -> None:
     assert INSTANCE_STARTUP_S == 525.0
-    assert Policy(target=1.0, min_capacity=1, max_capacity=2).instance_startup_s == 525.0
-    assert math.isclose(Policy(target=1.0, min_capacity=1, max_capacity=2).period_s, 60.0)
+    scaling = ScalingPlan(min_capacity=1, max_capacity=2, target_value=1.0)
+    assert Policy.of(scaling).instance_startup_s == 525.0
+
+
+def test_the_policy_is_the_plans_metric_target_period_and_cooldowns() -> None:
+    scaling = ScalingPlan(min_capacity=2, max_capacity=4, target_value=32.0, scale_in_cooldown_s=300,
+                          scale_out_cooldown_s=60)
+    p = Policy.of(scaling)
+    assert (p.metric, p.target, p.period_s) == ("SageMakerVariantConcurrentRequestsPerModelHighResolution", 32.0, 10)
+    assert (p.min_capacity, p.max_capacity, p.scale_out_cooldown_s, p.scale_in_cooldown_s) == (2, 4, 60, 300)
+
+
+def test_about_two_in_flight_per_instance_never_scales_and_well_above_the_target_does() -> None:
+    # A ramp at 4 req/s, each request 1 s long, over 2 instances: ~2 in flight per instance against 32.
+    scaling = ScalingPlan(min_capacity=2, max_capacity=4, target_value=32.0)
+    calm, busy = (TargetTracking(Policy.of(scaling), in_service=2) for _ in range(2))
+    drive(calm, 4.0, 900.0, hold_s=1.0)
+    drive(busy, 4.0, 300.0, hold_s=30.0)  # 120 in flight, 60 per instance
+    assert max(d.value for d in calm.datapoints) <= 3 and "scale-out" not in kinds(calm)
+    assert calm.desired == 2
+    assert "scale-out" in kinds(busy) and busy.desired == 4

@@ -1,4 +1,5 @@
-"""The emulator's simulated target tracking: SageMaker invocations drive it, new capacity joins the pool."""
+"""The emulator's simulated target tracking: SageMaker invocations in flight drive it, new capacity joins the
+pool."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ SCALING = {"min_capacity": 1, "max_capacity": 2, "target_value": 1.0, "scale_out
 
 
 def scaling_plan(kind: str = "instance", scaling: dict[str, Any] | None = SCALING) -> DeploymentPlan:
-    """Llama 2 7B on one ml.g5.2xlarge that may become two, on a target of one invocation per instance
-    per minute."""
+    """Llama 2 7B on one ml.g5.2xlarge that may become two, on a target of one request in flight per
+    instance."""
     model = {"name": "llama2-7b", "model_id": "meta-llama/Llama-2-7b-hf", "image_uri": "tgi:emulated",
              "tp_degree": 1, "environment": {"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"}}
     return DeploymentPlan.model_validate({
@@ -42,15 +43,25 @@ async def state(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
         return dict(await resp.json())
 
 
-def test_sagemaker_invocations_breach_the_target_and_a_second_instance_joins_the_pool() -> None:
-    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
-        before = await state(session, url)
-        body = {"inputs": make_prompt(16), "parameters": {"max_new_tokens": 4}}
-        # One invocation every 12 simulated seconds (5 a minute, the target is 1) for 6 simulated minutes.
-        for _ in range(30):
+async def keep_in_flight(session: aiohttp.ClientSession, url: str, streams: int, simulated_s: float) -> None:
+    """`streams` invocations in flight back to back for `simulated_s` simulated seconds."""
+    body = {"inputs": make_prompt(16), "parameters": {"max_new_tokens": 64}}
+    loop = asyncio.get_running_loop()
+    end = loop.time() + simulated_s * TIME_SCALE
+
+    async def one_stream() -> None:
+        while loop.time() < end:
             async with session.post(f"{url}/endpoints/ep/invocations", json=body) as resp:
                 assert resp.status == 200
-            await asyncio.sleep(12 * TIME_SCALE)
+                await resp.read()
+
+    await asyncio.gather(*(one_stream() for _ in range(streams)))
+
+
+def test_requests_in_flight_above_the_target_scale_out_and_a_second_instance_joins_the_pool() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
+        before = await state(session, url)
+        await keep_in_flight(session, url, streams=4, simulated_s=240.0)  # 4 in flight, the target is 1
         after = await state(session, url)
         copies = len(emulator.primary.copies)
         served = [c.completed for c in emulator.primary.copies]
@@ -58,15 +69,29 @@ def test_sagemaker_invocations_breach_the_target_and_a_second_instance_joins_the
 
     before, after, copies, served = serve(scaling_plan(), scenario, instance_startup_s=30.0)
     assert before["simulated"] and (before["desired"], before["in_service"]) == (1, 1)
-    assert before["policy"]["target"] == 1.0 and before["policy"]["instance_startup_s"] == 30.0
+    policy = before["policy"]
+    assert policy["metric"] == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+    assert (policy["target"], policy["period_s"], policy["instance_startup_s"]) == (1.0, 10, 30.0)
     kinds = [e["kind"] for e in after["events"]]
     assert kinds[:4] == ["breach", "alarm-high", "scale-out", "in-service"]
+    assert after["events"][0]["detail"].startswith("SageMakerVariantConcurrentRequestsPerModelHighResolution")
     out, joined = after["events"][2], after["events"][3]
     assert joined["t_s"] - out["t_s"] == 30.0  # the start-up delay, on the simulated clock
     assert (after["desired"], after["in_service"]) == (2, 2)
-    assert all(d["value"] is None or d["value"] > 1 for d in after["datapoints"][:3])
+    assert max(d["value"] for d in after["datapoints"][:3]) > 1
     assert copies == 2
     assert served[1] > 0  # the new instance's copy took requests
+
+
+def test_two_in_flight_per_instance_under_the_target_never_scale() -> None:
+    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
+        await keep_in_flight(session, url, streams=2, simulated_s=180.0)
+        return await state(session, url)
+
+    calm = {**SCALING, "target_value": 32.0}
+    after = serve(scaling_plan(scaling=calm), scenario, instance_startup_s=30.0)
+    assert after["datapoints"] and max(d["value"] for d in after["datapoints"]) <= 2
+    assert [e["kind"] for e in after["events"]] == [] and after["desired"] == 1
 
 
 def test_a_plan_without_autoscaling_or_on_inference_components_is_not_simulated() -> None:

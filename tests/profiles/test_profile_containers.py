@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from profile_helpers import LLAMA2_7B
 
+from sagellm.engines.tgi_neuron import COMPILED_BATCH_SIZES
 from sagellm.errors import InputError
 from sagellm.profiles import resolve
 
@@ -63,3 +64,22 @@ def test_resolving_a_plan_never_imports_the_sagemaker_sdk() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
+
+
+@pytest.mark.parametrize("profile", ["max-throughput", "min-latency", "min-cost", "autoscale"])
+@pytest.mark.parametrize("instance", ["ml.inf2.8xlarge", "ml.inf2.48xlarge"])
+def test_an_inferentia_plan_asks_for_a_batch_size_the_neuron_cache_holds(profile: str, instance: str) -> None:
+    # With all four of MAX_BATCH_SIZE, MAX_TOTAL_TOKENS, HF_NUM_CORES, HF_AUTO_CAST_TYPE set, TGI's neuron
+    # entry point loads the compiled model of exactly that batch: the admission limit (256) has none.
+    plan = resolve(profile, LLAMA2_7B, instance)
+    batch = int(plan.environment["MAX_BATCH_SIZE"])
+    assert batch in COMPILED_BATCH_SIZES
+    assert batch <= int(plan.environment["MAX_CONCURRENT_REQUESTS"])  # the rest queue in TGI
+
+
+def test_an_inferentia_batch_size_without_a_compiled_model_is_refused_in_one_line(write, team_dir: Path) -> None:
+    path = write("b.yaml", "name: b\nextends: max-throughput\nserving:\n  max_batch_size: 256\n")
+    with pytest.raises(InputError) as exc:
+        resolve("b", LLAMA2_7B, "ml.inf2.8xlarge", profiles_dir=team_dir)
+    assert f"{path}:4: serving.max_batch_size: 256 has no compiled model on Inferentia; use one of " \
+           "1, 4, 8, 16, 32 or auto" in exc.value.messages

@@ -9,10 +9,10 @@ from sagellm.results.report import render_markdown, write_report
 from sagellm.results.schema import Ramp, RampInterval, Results, ScalingEvent, ScalingPolicy, Stats, Teardown
 from sagellm.results.sweep import make_results
 
-POLICY = ScalingPolicy(metric="InvocationsPerInstance", target_value=60.0, min_capacity=1, max_capacity=2,
+POLICY = ScalingPolicy(metric="SageMakerVariantConcurrentRequestsPerModelHighResolution", target_value=60.0, min_capacity=1, max_capacity=2,
                        scale_out_cooldown_s=60.0, scale_in_cooldown_s=300.0, period_s=60.0, out_datapoints=3,
                        in_datapoints=15, metric_delay_s=60.0, instance_startup_s=525.0)
-EVENTS = [ScalingEvent(t_s=120.0, kind="breach", desired=1, in_service=1, detail="InvocationsPerInstance 90 > 60"),
+EVENTS = [ScalingEvent(t_s=120.0, kind="breach", desired=1, in_service=1, detail="SageMakerVariantConcurrentRequestsPerModelHighResolution 90 > 60"),
           ScalingEvent(t_s=300.0, kind="scale-out", desired=2, in_service=1),
           ScalingEvent(t_s=825.0, kind="in-service", desired=2, in_service=2)]
 
@@ -51,6 +51,9 @@ def test_the_ramp_section_gives_the_delay_the_slo_the_requests_while_scaling_and
     assert "| cost of the run | $0.46 |" in section
     assert "| 5:00.0 | scale-out | 2 | 1 |" in section
     assert "instance start-up 525 s" in section
+    # The deployed policy's metric and what its target counts.
+    assert "`SageMakerVariantConcurrentRequestsPerModelHighResolution` (target 60 requests in flight per instance" \
+        in section
     table = section[section.index("| time | offered /s"):].splitlines()
     rows = [ln for ln in table[2:] if ln.startswith("| ")]
     assert len(rows) == 32

@@ -29,7 +29,7 @@ from sagellm.bench.sweep.choosers import sweep_method, threshold_levels
 from sagellm.bench.sweep.ramp import ramp_steps
 from sagellm.bench.sweep.run import default_budget
 from sagellm.bench.targets.existing import read_endpoint, reconcile
-from sagellm.bench.targets.http import api_for, check_reachable
+from sagellm.bench.targets.http import api_for, check_reachable, emulator_time_scale, runtime_time_scale
 from sagellm.errors import InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, Shape
 from sagellm.profiles import DeploymentPlan, Design, design_for, profile_payload
@@ -57,6 +57,9 @@ class BenchPlan:
     thresholds: Thresholds | None
     baseline: Results | None
     notes: tuple[str, ...] = ()  # said once before deploying (e.g. why nothing is predicted)
+    # Simulated seconds per wall second of the emulator measured (1.0: real time, or no emulator): the local
+    # target's own, or the one an emulator behind the http or SageMaker-runtime URL says it runs at.
+    time_scale: float = 1.0
 
     @property
     def shape(self) -> Shape | None:
@@ -70,7 +73,7 @@ class BenchPlan:
             return None
         return OpenLoop(self.levels, arrivals=self.load.arrivals,
                         max_in_flight=self.load.max_in_flight, seed=self.bench.workload.seed,
-                        time_scale=self.bench.time_scale)
+                        time_scale=self.time_scale)
 
     @property
     def requests(self) -> int | Callable[[float], int] | None:
@@ -84,7 +87,7 @@ class BenchPlan:
     def duration_s(self) -> float | None:
         """Seconds of wall time per level: the asked simulated seconds, compressed like the emulator's clock."""
         simulated = None if isinstance(self.load, Ramp) else self.load.duration_per_level_s
-        return None if simulated is None else simulated * self.bench.time_scale
+        return None if simulated is None else simulated * self.time_scale
 
 
 def plan_bench(bench: Bench) -> BenchPlan:
@@ -107,14 +110,27 @@ def plan_bench(bench: Bench) -> BenchPlan:
     method = sweep_method(bench.sweep.method, predicted=design is not None, open_loop=not isinstance(load, Closed))
     levels = _levels(load, method, bench)
     run_id = uuid.uuid4().hex[:10]
-    run = _run(bench, plan, workload, load, levels, deployed, run_id)
+    scale = emulator_scale(bench)
+    run = _run(bench, plan, workload, load, levels, deployed, run_id, scale)
     thresholds, baseline = read_gate(bench.gate.thresholds, bench.gate.baseline, run, sweep_levels(run),
                                      allow_incomparable=bench.gate.allow_incomparable)
     if isinstance(target, Http):
         check_reachable(target.url)  # a closed port is one line, before anything is written
     notes = (NO_INSTANCE,) if unseen else ()
     return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline,
-                     notes)
+                     notes, time_scale=run.time_scale)
+
+
+def emulator_scale(bench: Bench) -> float | None:
+    """The time scale of the emulator the bench measures, or None where it measures no emulator: the local
+    target's, or what the emulator behind an http URL or the SageMaker runtime says (timings are converted
+    to simulated time the same way on every target)."""
+    target = bench.target
+    if isinstance(target, Local):
+        return target.time_scale
+    if isinstance(target, Http):
+        return emulator_time_scale(target.url)
+    return runtime_time_scale()
 
 
 NO_INSTANCE = ("--target http: no prediction without --instance (the instance type the server runs on); the run "
@@ -175,10 +191,10 @@ def _levels(load: Closed | Open | Ramp, method: str, bench: Bench) -> tuple[floa
 
 
 def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Closed | Open | Ramp,
-         levels: tuple[float, ...], deployed: DeployedEndpoint | None, run_id: str) -> Run:
+         levels: tuple[float, ...], deployed: DeployedEndpoint | None, run_id: str, scale: float | None) -> Run:
     """What is measured, where and how (before deploying: `assemble` adds what the target told)."""
     target, mean = bench.target, workload.payload()
-    emulated = isinstance(target, Local)
+    emulated = scale is not None
     closed = isinstance(load, Closed)
     return Run(
         profile=plan.profile if plan else None,
@@ -187,7 +203,7 @@ def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Cl
         instance_type=plan.instance_type if plan else None,
         instance_count=plan.initial_instance_count if plan else None,
         target=target.kind,
-        emulated=emulated, time_scale=bench.time_scale, region=bench.serving.region, bench_run=run_id,
+        emulated=emulated, time_scale=scale or 1.0, region=bench.serving.region, bench_run=run_id,
         # An existing endpoint runs the environment it was deployed with, whatever the profile says today.
         environment=deployed.environment if deployed else plan.environment if plan else {},
         # The served image without its registry (the same image is served from every region's registry).

@@ -120,7 +120,7 @@ def _target(p: BenchPlan, out: Path, say: Say) -> Target:
                          url=url_of(p.bench), api=spec.api,
                          served_model=spec.served_model if isinstance(spec, Http) else None,
                          profiles_dir=p.bench.serving.profiles_dir, workdir=out / "cdk", run=p.run_id,
-                         process=this_process(), time_scale=p.bench.time_scale, deployed=p.deployed, say=say,
+                         process=this_process(), time_scale=p.time_scale, deployed=p.deployed, say=say,
                          instance_startup_s=spec.instance_startup_s if isinstance(spec, Local) else None)
 
 
@@ -189,13 +189,13 @@ def _measure(p: BenchPlan, target: Target, out: Path, watch: Watch, interrupts: 
     """Deploy (or reach) the target, measure, read its metrics, tear it down; every failure is kept in the
     measurement, none escapes (a bug's traceback goes to error.log)."""
     chooser = make_chooser(p.method, p.bench.sweep, p.levels, p.shape, p.workload.payload(),
-                           p.plan.initial_instance_count if p.plan else 1, time_scale=p.bench.time_scale,
-                           emulated=isinstance(p.bench.target, Local), baseline=p.baseline)
+                           p.plan.initial_instance_count if p.plan else 1, time_scale=p.time_scale,
+                           emulated=p.run.emulated, baseline=p.baseline)
     loop = p.open_loop
     ramp = RampRun(p.levels, p.load.step_s or DEFAULT_STEP_S, loop, target) \
         if isinstance(p.load, Ramp) and loop else None
     m = Measurement(chooser, ramp)
-    recorder = _Recorder(m, out, watch, target, p.bench.time_scale)
+    recorder = _Recorder(m, out, watch, target, p.time_scale)
     try:
         with interrupts.armed():
             _deploy_and_measure(p, target, recorder, watch, interrupts)

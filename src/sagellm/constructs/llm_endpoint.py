@@ -22,8 +22,6 @@ from sagellm.constructs.model import container_model
 from sagellm.constructs.role import INVOKE_ACTIONS, VpcNetwork, ecr_repository_arn, execution_role
 from sagellm.constructs.scaling import (
     COMPONENT_COPIES,
-    CONCURRENT_REQUESTS_PER_COPY,
-    CONCURRENT_REQUESTS_PER_MODEL,
     VARIANT_INSTANCES,
     Scaling,
 )
@@ -145,7 +143,6 @@ class LlmEndpoint(Construct, EndpointMetrics):
                     "Scaling",
                     resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}",
                     dimension=VARIANT_INSTANCES,
-                    metric=CONCURRENT_REQUESTS_PER_MODEL,
                     scaling=plan.scaling,
                 )
             return
@@ -170,7 +167,6 @@ class LlmEndpoint(Construct, EndpointMetrics):
                     f"Scaling{suffix}",
                     resource_id=f"inference-component/{name}",
                     dimension=COMPONENT_COPIES,
-                    metric=CONCURRENT_REQUESTS_PER_COPY,
                     scaling=plan.scaling,
                 )
                 # The resource id is a plain name, not a reference: order it after the component.

@@ -9,11 +9,6 @@ from sagellm.profiles.plan import ScalingPlan
 
 VARIANT_INSTANCES = "sagemaker:variant:DesiredInstanceCount"
 COMPONENT_COPIES = "sagemaker:inference-component:DesiredCopyCount"
-# Concurrent requests per model container, sampled every 10 s and including those queued in the container
-# (for streamed replies, until the last token): the signal for long generations. Invocations per minute
-# count a two-minute stream once.
-CONCURRENT_REQUESTS_PER_MODEL = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
-CONCURRENT_REQUESTS_PER_COPY = "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"
 
 
 class Scaling(Construct):
@@ -26,7 +21,6 @@ class Scaling(Construct):
         *,
         resource_id: str,
         dimension: str,
-        metric: str,
         scaling: ScalingPlan,
     ) -> None:
         super().__init__(scope, id)
@@ -51,7 +45,7 @@ class Scaling(Construct):
             target_tracking_scaling_policy_configuration=appscaling.CfnScalingPolicy.TargetTrackingScalingPolicyConfigurationProperty(
                 target_value=scaling.target_value,
                 predefined_metric_specification=appscaling.CfnScalingPolicy.PredefinedMetricSpecificationProperty(
-                    predefined_metric_type=metric
+                    predefined_metric_type=scaling.metric
                 ),
                 scale_in_cooldown=scaling.scale_in_cooldown_s,
                 scale_out_cooldown=scaling.scale_out_cooldown_s,

@@ -5,10 +5,12 @@ never changes a desired capacity), so the emulator runs the whole loop itself:
 metric → alarms → desired capacity → new instances after their start-up delay. The behaviour and
 where each figure comes from (README "Autoscaling under a ramp" lists the same):
 
-- **Metric**: `InvocationsPerInstance`, what the profile's policy tracks (`SageMakerVariantInvocationsPerInstance`):
-  each invocation adds 1 ÷ the instances in service, summed over 1-minute periods (the metric is published
-  at a 1-minute frequency, statistic Sum; https://docs.aws.amazon.com/sagemaker/latest/dg/monitoring-cloudwatch.html).
-  A period without invocations has no datapoint.
+- **Metric**: the plan's (`ScalingPlan.metric`, what the construct deploys): concurrent requests in flight
+  per instance (`SageMakerVariantConcurrentRequestsPerModelHighResolution`), from arrival at the variant to
+  the last byte of the reply, divided by the instances in service. A datapoint every `period_s` (10 s: the
+  high-resolution metrics are emitted every 10 seconds,
+  https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-add-code-define.html), sampled at the
+  period's end; an idle variant reports 0.
 - **Alarms**: scale-out when 3 consecutive datapoints are above the target, scale-in when 15 are below
   90 % of it. AWS does not publish these counts for SageMaker; they are the alarms Application Auto Scaling
   creates for target tracking on other services (and the ones moto models for ECS), see
@@ -41,7 +43,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-PERIOD_S = 60.0  # InvocationsPerInstance is published once a minute
+from sagellm.profiles.plan import ScalingPlan
+
 OUT_DATAPOINTS = 3  # scale-out alarm: this many datapoints above the target
 IN_DATAPOINTS = 15  # scale-in alarm: this many datapoints below IN_FRACTION × target
 IN_FRACTION = 0.9
@@ -53,19 +56,27 @@ EventKind = Literal["breach", "alarm-high", "alarm-low", "scale-out", "scale-in"
 
 @dataclass(frozen=True)
 class Policy:
-    """A target-tracking policy on `InvocationsPerInstance`, with the simulation's delays."""
+    """A target-tracking policy on concurrent requests in flight per instance, with the simulation's delays."""
 
-    target: float  # invocations per instance per minute
+    metric: str  # the predefined metric type (the plan's, as deployed)
+    target: float  # requests in flight per instance
     min_capacity: int
     max_capacity: int
+    period_s: float  # one datapoint per period
     scale_out_cooldown_s: float = 300.0
     scale_in_cooldown_s: float = 300.0
     instance_startup_s: float = INSTANCE_STARTUP_S
     metric_delay_s: float = METRIC_DELAY_S
-    period_s: float = PERIOD_S
     out_datapoints: int = OUT_DATAPOINTS
     in_datapoints: int = IN_DATAPOINTS
-    metric: str = "InvocationsPerInstance"
+
+    @classmethod
+    def of(cls, scaling: ScalingPlan, instance_startup_s: float = INSTANCE_STARTUP_S) -> Policy:
+        """The policy a plan deploys (metric, target, bounds, period, cooldowns), with the simulation's delays."""
+        return cls(metric=scaling.metric, target=scaling.target_value, min_capacity=scaling.min_capacity,
+                   max_capacity=scaling.max_capacity, period_s=scaling.period_s,
+                   scale_out_cooldown_s=scaling.scale_out_cooldown_s,
+                   scale_in_cooldown_s=scaling.scale_in_cooldown_s, instance_startup_s=instance_startup_s)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (the emulator's `/autoscaling` reply)."""
@@ -86,7 +97,7 @@ class Event:
 @dataclass
 class _Datapoint:
     end_s: float  # the period's end
-    value: float | None  # Sum of the period, None where the period had no invocation
+    value: float  # requests in flight per instance at the period's end
 
 
 @dataclass
@@ -100,8 +111,7 @@ class TargetTracking:
     events: list[Event] = field(default_factory=list)
     datapoints: list[_Datapoint] = field(default_factory=list)
     _period_start_s: float = field(init=False)
-    _sum: float = 0.0
-    _invoked: bool = False
+    in_flight: int = 0  # requests the variant holds (queued or generating)
     _pending: list[float] = field(default_factory=list)  # InService times of instances starting up
     _last_out_done_s: float = -math.inf
     _last_in_s: float = -math.inf
@@ -117,11 +127,15 @@ class TargetTracking:
         """Whether a scale-out is still starting instances (the endpoint is Updating)."""
         return bool(self._pending)
 
-    def invoked(self, t_s: float) -> None:
-        """One invocation at `t_s`: it adds 1 ÷ instances in service to the current period's Sum."""
+    def started(self, t_s: float) -> None:
+        """A request reached the variant at `t_s`."""
         self.advance(t_s)
-        self._sum += 1.0 / self.in_service
-        self._invoked = True
+        self.in_flight += 1
+
+    def finished(self, t_s: float) -> None:
+        """A request's reply ended (or failed) at `t_s`."""
+        self.advance(t_s)
+        self.in_flight = max(0, self.in_flight - 1)
 
     def advance(self, t_s: float) -> int:
         """Run the loop up to `t_s` (period ends, evaluations, instances coming in service), in time order;
@@ -150,11 +164,11 @@ class TargetTracking:
         return self.in_service - before
 
     def _close_period(self, end_s: float) -> None:
-        value = self._sum if self._invoked else None
+        value = self.in_flight / self.in_service
         self.datapoints.append(_Datapoint(end_s, value))
-        self._sum, self._invoked, self._period_start_s = 0.0, False, end_s
+        self._period_start_s = end_s
         self._evaluations.append((end_s + self.policy.metric_delay_s, len(self.datapoints) - 1))
-        if value is not None and value > self.policy.target and not self._breached:
+        if value > self.policy.target and not self._breached:
             self._breached = True  # the first datapoint above the target (acted on after the metric delay)
             self.events.append(Event(end_s, "breach", self.desired, self.in_service,
                                      f"{self.policy.metric} {value:.1f} > target {self.policy.target:g}"))
@@ -166,10 +180,10 @@ class TargetTracking:
         high = last[-p.out_datapoints:]
         low = last[-p.in_datapoints:]
         newest = last[-1]
-        if len(high) == p.out_datapoints and all(v is not None and v > p.target for v in high):
-            self._scale_out(newest or 0.0)
-        elif len(low) == p.in_datapoints and all(v is not None and v < IN_FRACTION * p.target for v in low):
-            self._scale_in(newest or 0.0)
+        if len(high) == p.out_datapoints and all(v > p.target for v in high):
+            self._scale_out(newest)
+        elif len(low) == p.in_datapoints and all(v < IN_FRACTION * p.target for v in low):
+            self._scale_in(newest)
 
     def wanted(self, metric: float) -> int:
         """Target tracking's capacity for a metric value: ceil(in service × metric ÷ target), clamped."""

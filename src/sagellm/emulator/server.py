@@ -22,8 +22,9 @@ pinned server's reply and error formats are its engine's, sagellm.engines):
 - `GET /autoscaling`: the simulated target tracking of a plan with autoscaling (`autoscaling` module):
   policy, simulated clock now, desired and in-service instances, events and metric datapoints.
 
-Self-reported timings (from arrival to the first and to the last token on the engine's schedule, the
-simulated clock, in wall seconds: divide by the time scale for simulated seconds; see `engine`):
+Self-reported timings (from arrival to the first and to the last token on the engine's schedule), in one
+clock: wall seconds, like the client's own timings; divide by the time scale for simulated seconds (the bench
+reads the scale from `/info` on every target and converts; see `engine`):
 `X-Sagellm-Server-Ttft-S` / `X-Sagellm-Server-E2e-S` headers on non-streamed replies;
 `sagellm_server_ttft_s` / `sagellm_server_e2e_s` in the last stream event's `details` (TGI and LMI,
 when `details` is asked for) or at the top of the last token chunk (OpenAI). Every reply carries
@@ -41,7 +42,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 
 from aiohttp import web
@@ -412,12 +413,20 @@ class Emulator:
             self._apply_scaling(self.simulated_now_s())
             await asyncio.sleep(self.time_scale)
 
-    def _invoked(self, arrived_s: float) -> None:
-        """An InvokeEndpoint call reached the variant: it counts in InvocationsPerInstance."""
-        if self.autoscaling is not None:
-            now = (arrived_s - self._zero) / self.time_scale
-            self._apply_scaling(now)
-            self.autoscaling.invoked(now)
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """An InvokeEndpoint call held by the variant, from arrival to its reply's end: it counts in the
+        concurrent-requests metric the scaling policy tracks."""
+        if self.autoscaling is None:
+            yield
+            return
+        self._apply_scaling(self.simulated_now_s())
+        self.autoscaling.started(self.simulated_now_s())
+        try:
+            yield
+        finally:
+            self._apply_scaling(self.simulated_now_s())
+            self.autoscaling.finished(self.simulated_now_s())
 
     async def _autoscaling(self, request: web.Request) -> web.Response:
         if self.autoscaling is None:
@@ -599,7 +608,6 @@ class Emulator:
         raw = await request.read()
         if len(raw) > SAGEMAKER_MAX_PAYLOAD:
             return _too_large()
-        self._invoked(arrived)
         try:
             self._check_payload(raw)
             ask = formats.parse(raw)
@@ -613,6 +621,10 @@ class Emulator:
         return call
 
     async def _sm_invocations(self, request: web.Request) -> web.StreamResponse:
+        with self._in_flight():
+            return await self._sm_invocation(request)
+
+    async def _sm_invocation(self, request: web.Request) -> web.StreamResponse:
         call = await self._sm_call(request)
         if isinstance(call, web.Response):
             return call
@@ -633,6 +645,10 @@ class Emulator:
         return web.Response(body=body, headers={**self._sm_headers(content_type), **call.timing_headers()})
 
     async def _sm_stream(self, request: web.Request) -> web.StreamResponse:
+        with self._in_flight():
+            return await self._sm_streamed(request)
+
+    async def _sm_streamed(self, request: web.Request) -> web.StreamResponse:
         call = await self._sm_call(request)
         if isinstance(call, web.Response):
             return call
@@ -752,15 +768,11 @@ class Emulator:
 def _target_tracking(plan: DeploymentPlan, instance_startup_s: float | None) -> TargetTracking | None:
     """The simulated scaling loop of an instance-based plan with autoscaling (None otherwise).
 
-    Inference components scale copies on a high-resolution concurrency metric; that loop is not simulated."""
+    Inference components scale copies on concurrent requests per copy; that loop is not simulated."""
     scaling = plan.scaling
     if scaling is None or plan.endpoint_kind != "instance":
         return None
-    policy = Policy(target=scaling.target_value, min_capacity=scaling.min_capacity,
-                    max_capacity=scaling.max_capacity, scale_out_cooldown_s=scaling.scale_out_cooldown_s,
-                    scale_in_cooldown_s=scaling.scale_in_cooldown_s)
-    if instance_startup_s is not None:
-        policy = replace(policy, instance_startup_s=instance_startup_s)
+    policy = Policy.of(scaling) if instance_startup_s is None else Policy.of(scaling, instance_startup_s)
     return TargetTracking(policy, in_service=plan.initial_instance_count)
 
 

@@ -115,6 +115,8 @@ class Engine(ABC):
     model_id_variables: tuple[str, ...]  # where the server reads the model id
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()
+    # Batch sizes a model can be compiled for ahead of time (Inferentia); empty: the batch is dynamic.
+    compiled_batch_sizes: tuple[int, ...] = ()
     stream_content_type: str  # how a streamed generate reply is framed
     # Prometheus /metrics: a results name → the server's histogram (in seconds) or counter, newest name first.
     histograms: ClassVar[dict[str, tuple[str, ...]]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from sagellm.catalog import Instance, Model, find_model, models
 from sagellm.profiles.schema import Architecture
@@ -43,17 +43,26 @@ class ModelDeployment(_Frozen):
         return Model(hf_id=self.model_id, **self.architecture.model_dump())
 
 
+# Application Auto Scaling's predefined high-resolution metrics: concurrent requests per model container
+# (an instance's model, or one inference-component copy), including those queued in the container and, for
+# streamed replies, until the last token; emitted every 10 s
+# (https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-add-code-define.html).
+CONCURRENT_REQUESTS_PER_MODEL = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
+CONCURRENT_REQUESTS_PER_COPY = "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"
+HIGH_RESOLUTION_PERIOD_S = 10
+
+
 class ScalingPlan(_Frozen):
     """Application Auto Scaling bounds (instances, or copies for inference components) and target tracking."""
 
     min_capacity: int
     max_capacity: int
-    # Concurrent requests in flight per model container, sampled every 10 s: per instance
-    # (SageMakerVariantConcurrentRequestsPerModelHighResolution) or per copy
-    # (SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution); the planner's knee.
+    # Concurrent requests in flight per model container (per instance, or per copy); the planner's knee.
     target_value: float
     scale_in_cooldown_s: int = 300
     scale_out_cooldown_s: int = 60
+    metric: str = CONCURRENT_REQUESTS_PER_MODEL  # the predefined metric type the policy tracks
+    period_s: int = HIGH_RESOLUTION_PERIOD_S  # how often the metric has a datapoint
 
 
 class InstanceScaling(_Frozen):
@@ -113,6 +122,25 @@ class DeploymentPlan(_Frozen):
     input_tokens: int  # the payload the plan was sized for
     output_tokens: int
     tags: dict[str, str]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scaling_metric_of_the_kind(cls, data: object) -> object:
+        """A hand-written plan's scaling without a metric tracks what its endpoint kind scales on."""
+        if isinstance(data, dict) and isinstance(data.get("scaling"), dict) and "metric" not in data["scaling"]:
+            metric = CONCURRENT_REQUESTS_PER_COPY if data.get("endpoint_kind") == "inference-component" \
+                else CONCURRENT_REQUESTS_PER_MODEL
+            data = {**data, "scaling": {**data["scaling"], "metric": metric}}
+        return data
+
+    @model_validator(mode="after")
+    def _scaling_metric_fits_the_kind(self) -> DeploymentPlan:
+        wanted = CONCURRENT_REQUESTS_PER_COPY if self.endpoint_kind == "inference-component" \
+            else CONCURRENT_REQUESTS_PER_MODEL
+        if self.scaling is not None and self.scaling.metric != wanted:
+            raise ValueError(f"scaling.metric: {self.scaling.metric} does not scale an {self.endpoint_kind} "
+                             f"endpoint; use {wanted}")
+        return self
 
     @property
     def primary(self) -> ModelDeployment:

@@ -26,6 +26,8 @@ from sagellm.planner import (
 from sagellm.profiles.calibration import load_calibration
 from sagellm.profiles.loader import Source, Where, all_sources, load_profile, local_models
 from sagellm.profiles.plan import (
+    CONCURRENT_REQUESTS_PER_COPY,
+    CONCURRENT_REQUESTS_PER_MODEL,
     ComputeRequirements,
     DeploymentPlan,
     InstanceScaling,
@@ -252,8 +254,10 @@ def design(
                   calibration=calibration)
     if shape.memory_shortfall_gb > 0:
         errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid))
+    # An Inferentia model runs a batch compiled ahead of time: one of the sizes its engine can load.
+    compiled = NEURON_ENGINES[kind].compiled_batch_sizes if inst.is_neuron and kind in NEURON_ENGINES else ()
     main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving", engine=engine,
-                 version=version)
+                 version=version, compiled=compiled)
     copies_all = (main, *extras)
 
     scaling = None
@@ -305,7 +309,8 @@ def _misfit(model: Model, inst: Instance, tp: int, quant: str, shape: Shape, pay
 
 
 def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payload: Payload, profile: Profile,
-          where: Where, errors: list[str], prefix: str, engine: Engine, version: str) -> Copy:
+          where: Where, errors: list[str], prefix: str, engine: Engine, version: str,
+          compiled: tuple[int, ...] = ()) -> Copy:
     """Resolve one model's token caps, prefill budget and admission limit; validate them and the payload.
 
     The caps are the application's limits (what the model's context and the KV cache allow); the payload
@@ -335,6 +340,12 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     if engine.queues and batch_size is None:
         batch_size = concurrent  # a server that queues instead of refusing runs at most its batch
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
+    if compiled and batch_size not in compiled:
+        if batch_size is not None:
+            errors.append(f"{w('max_batch_size')}: {batch_size} has no compiled model on Inferentia; use one of "
+                          f"{', '.join(map(str, compiled))} or auto")
+        # The largest compiled batch within the admission limit; the requests beyond it queue in TGI.
+        batch_size = max((b for b in compiled if b <= concurrent), default=compiled[0])
 
     errors.extend(cap_errors(max_input, max_total, prefill, w, chunked))
     if max_total > context:
@@ -375,7 +386,8 @@ def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, reg
         knee = predict(shape, payload, sweep, region).knee
         target = float(knee.concurrency) if knee is not None else 1.0
     return ScalingPlan(min_capacity=a.min_capacity, max_capacity=a.max_capacity, target_value=target,
-                       scale_in_cooldown_s=a.scale_in_cooldown_s, scale_out_cooldown_s=a.scale_out_cooldown_s)
+                       scale_in_cooldown_s=a.scale_in_cooldown_s, scale_out_cooldown_s=a.scale_out_cooldown_s,
+                       metric=CONCURRENT_REQUESTS_PER_COPY if ic else CONCURRENT_REQUESTS_PER_MODEL)
 
 
 def environment(copy: Copy, d: Design) -> dict[str, str]:

@@ -88,8 +88,8 @@ class Autoscaling(_Strict):
 
     min_capacity: Count = 1
     max_capacity: Count = 4
-    target_value: Annotated[float, Field(gt=0, le=TARGET_VALUE_MAX, allow_inf_nan=False)] | Auto = Field("auto", description="invocations per instance per minute (instance "
-                                       "endpoints) or concurrent requests per copy (inference components); "
+    target_value: Annotated[float, Field(gt=0, le=TARGET_VALUE_MAX, allow_inf_nan=False)] | Auto = Field("auto", description="requests in flight per instance (instance "
+                                       "endpoints) or per copy (inference components); "
                                        "auto = the planner's knee")
     scale_in_cooldown_s: Cooldown = 300
     scale_out_cooldown_s: Cooldown = 60

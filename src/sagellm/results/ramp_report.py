@@ -26,8 +26,8 @@ def render_ramp(ramp: Ramp) -> list[str]:
              f"Steps of {ramp.step_s:g} s: " + ", ".join(f"{r:g}/s" for r in ramp.rates)
              + f" · intervals of {ramp.interval_s:g} s · times are m:ss from the ramp's start (simulated)", ""]
     if p is not None:
-        lines += [(f"Scaling: **simulated** target tracking on `{p.metric}` (target {p.target_value:g} per "
-                  f"instance per {p.period_s:g} s, {p.min_capacity}–{p.max_capacity} instances; alarms "
+        lines += [(f"Scaling: **simulated** target tracking on `{p.metric}` (target {p.target_value:g} requests in "
+                  f"flight per instance, a datapoint every {p.period_s:g} s, {p.min_capacity}–{p.max_capacity} instances; alarms "
                   f"{p.out_datapoints} datapoints above / {p.in_datapoints} below 90 %, acted on "
                   f"{p.metric_delay_s:g} s after the period; cooldowns out {p.scale_out_cooldown_s:g} s / in "
                   f"{p.scale_in_cooldown_s:g} s; instance start-up {p.instance_startup_s:g} s)"), ""]

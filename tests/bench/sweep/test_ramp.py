@@ -68,7 +68,7 @@ def record(start_s: float, e2e_s: float = 1.0, ok: bool = True) -> RequestRecord
 
 def scaling_state(offset: float) -> dict[str, Any]:
     """The emulator's /autoscaling reply: its clock runs `offset` s ahead of the ramp's."""
-    policy = {"metric": "InvocationsPerInstance", "target": 60.0, "min_capacity": 1, "max_capacity": 2,
+    policy = {"metric": "SageMakerVariantConcurrentRequestsPerModelHighResolution", "target": 60.0, "min_capacity": 1, "max_capacity": 2,
               "scale_out_cooldown_s": 60.0, "scale_in_cooldown_s": 300.0, "period_s": 60.0, "out_datapoints": 3,
               "in_datapoints": 15, "metric_delay_s": 60.0, "instance_startup_s": 120.0}
     events = [(100.0, "breach", 1, 1), (280.0, "alarm-high", 1, 1), (280.0, "scale-out", 2, 1),
@@ -127,9 +127,9 @@ def test_bad_ramp_options_are_one_line_and_exit_2(tmp_path: Path, extra: list[st
     assert not (tmp_path / "out").exists()
 
 
-# The autoscale profile, sized so that a few requests a second breach its target (60 invocations per
-# instance per minute) and one instance may become two: the standard target (the planner's knee, ~7 req/s
-# per instance at 32 output tokens) would need thousands of requests before anything scales.
+# The autoscale profile, sized so that a few requests a second breach its target (4 requests in flight per
+# instance; 3 req/s of 96-token replies hold ~6 or more) and one instance may become two, while 0.5 req/s
+# (~1 in flight) does not: the standard target (the planner's knee, 32 in flight) would need far more load.
 SMALL_AUTOSCALE = """\
 name: autoscale-small
 extends: autoscale
@@ -137,7 +137,7 @@ initial_instance_count: 1
 autoscaling:
   min_capacity: 1
   max_capacity: 2
-  target_value: 60
+  target_value: 4
   scale_out_cooldown_s: 60
 """
 
@@ -161,9 +161,10 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
     assert ramp["scaling"] == "simulated" and ramp["rates"] == [0.5, 3.0, 3.5, 4.0]
     kinds = [e["kind"] for e in ramp["events"]]
     assert "scale-out" in kinds and kinds.index("in-service") > kinds.index("scale-out")
-    # The measured delay is the simulation's, end to end through the bench: the breaching period and two
-    # more above the target (3 datapoints), 60 s to act on the third, then 60 s of instance start-up.
-    assert ramp["breach_to_in_service_s"] == pytest.approx(2 * 60 + 60 + 60, abs=0.5)
+    # The measured delay is the simulation's, end to end through the bench: the breaching 10 s datapoint and
+    # two more above the target (3 datapoints), 60 s to act on the third, then 60 s of instance start-up.
+    assert ramp["breach_to_in_service_s"] == pytest.approx(2 * 10 + 60 + 60, abs=0.5)
+    assert ramp["policy"]["metric"] == "SageMakerVariantConcurrentRequestsPerModelHighResolution"
     assert ramp["first_scale_out_s"] < ramp["first_in_service_s"] <= 480
     # One instance before the new one is in service, two after; the load kept coming meanwhile.
     ivs = ramp["intervals"]

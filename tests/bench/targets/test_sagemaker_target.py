@@ -177,6 +177,11 @@ def test_benches_an_existing_endpoint_without_creating_or_deleting_anything(acco
     assert run["environment"]["HF_MODEL_ID"] == MODEL
     assert results["teardown"]["status"] == "not-applicable"
     assert results["levels"][0]["predicted"] is not None and results["cost"]["usd_per_h"] > 0
+    # The runtime is an emulator at time scale 0.1: the bench reads it and measures in simulated time (the
+    # SDK's per-call overhead, ×10 in simulated time, is what the wider tolerance leaves room for).
+    assert (run["emulated"], run["time_scale"]) == (True, 0.1)
+    first = results["levels"][0]
+    assert first["throughput_tokens_per_s"] == pytest.approx(first["predicted"]["throughput_tokens_per_s"], rel=0.2)
     assert account.contents() == before
     assert not (tmp_path / "out" / "cdk").exists()
 

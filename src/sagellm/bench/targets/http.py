@@ -28,6 +28,23 @@ def says_emulated(url: str) -> bool:
     return isinstance(info, dict) and info.get("emulated") is True
 
 
+def emulator_time_scale(url: str) -> float | None:
+    """The time scale of sagellm's emulator at `url` (its `/info`, the same figure as every reply's
+    `X-Sagellm-Time-Scale`), or None when the server is no emulator or does not answer."""
+    _, info = _get_json(f"{url.rstrip('/').removesuffix('/v1')}/info")
+    if not (isinstance(info, dict) and info.get("emulated") is True):
+        return None
+    scale = info.get("time_scale", 1.0)
+    return float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0
+
+
+def runtime_time_scale() -> float | None:
+    """The time scale of the emulator the SageMaker runtime points at (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME), or
+    None where it points at no emulator."""
+    url = os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME")
+    return emulator_time_scale(url) if url else None
+
+
 def http_address(url: str) -> tuple[str, int]:
     """Host and port of an http(s) server URL; an input error when the URL is not one."""
     parts = urllib.parse.urlsplit(url)
