@@ -6,13 +6,16 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from sagellm.cli.app import app
 from sagellm.cli.options import INT32_MAX, InputTokens, Json, Model, OutputTokens, Region
 from sagellm.errors import ExitStatus, InputError
+
+if TYPE_CHECKING:
+    from sagellm.recommend import Recommendation
 
 QUANTIZATIONS = ("none", "gptq", "awq", "bitsandbytes", "eetq", "fp8")  # profiles.schema.Quantization
 
@@ -72,43 +75,12 @@ def recommend(
     """
     from sagellm.catalog import find_model
     from sagellm.planner import Payload
-    from sagellm.recommend import (
-        ENGINES,
-        Load,
-        Space,
-        choose,
-        frontier_markdown,
-        instance_types,
-        load_slo,
-        search,
-        write_all,
-    )
+    from sagellm.recommend import Load, Space, choose, instance_types, load_slo, search, write_all
 
     started = time.monotonic()
-    problems = []
-    if (request_rate is None) == (concurrency is None):
-        problems.append("--request-rate / --concurrency: give exactly one target load (requests/s, or concurrent "
-                        "requests)")
-    for flag, rate in (("--request-rate", request_rate), ("--peak-rate", peak_rate)):
-        if rate is not None and not rate > 0:
-            problems.append(f"{flag}: {rate:g} is not a positive number of requests per second")
-    if peak_rate is not None and request_rate is None:
-        problems.append("--peak-rate: needs --request-rate (autoscaling sizes from a rate to a peak rate)")
-    elif peak_rate is not None and request_rate is not None and peak_rate < request_rate:
-        problems.append(f"--peak-rate: {peak_rate:g}/s is below --request-rate {request_rate:g}/s")
-    if instances and families:
-        problems.append("--instances / --families: give one or the other")
     engine_names = _names(engines, "--engines")
-    problems += [f"--engines: unknown engine {e!r} (known: {', '.join(ENGINES)})" for e in engine_names
-                 if e not in ENGINES]
-    if not 0 < time_scale <= 1:
-        problems.append(f"--time-scale: {time_scale:g} must be in (0, 1]")
-    if not budget_minutes > 0:
-        problems.append(f"--budget-minutes: {budget_minutes:g} must be > 0")
-    if quantization is not None and quantization not in QUANTIZATIONS:
-        problems.append(f"--quantization: unknown {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
-    if problems:
-        raise InputError(problems)
+    _check_options(request_rate, concurrency, peak_rate, bool(instances and families), engine_names, time_scale,
+                   budget_minutes, quantization)
     load = Load(concurrency=concurrency, request_rate=request_rate)
     rules = load_slo(thresholds, load).rules
     catalog_model = find_model(model, "--model")
@@ -130,27 +102,82 @@ def recommend(
     if json_out:
         print(json.dumps(data, indent=2, default=str))
     else:
-        print(frontier_markdown(rec))
-        print(f"{len(rec.candidates)} candidates predicted in {elapsed:.1f} s; wrote {out}/frontier.md, "
-              f"recommendation.json, frontier.png")
-        for v in rec.verification:
-            ratios = ", ".join(f"{label} ×{r:.2f}" for label, r in v["measured_over_predicted"].items()
-                               if r is not None)
-            state = "meets" if v["meets_slo_measured"] else "misses"
-            print(f"verified {v['deployment']}: {state} the SLO as measured; measured ÷ predicted: {ratios or '–'}")
+        _print_frontier(rec, out, elapsed)
     if rec.pick is None:
-        how = "measured" if rec.verification else "predicted"
-        lines = [f"sagellm: nothing is {how} to meet the SLO at {load.name}"]
-        if rec.closest is not None:
-            gaps = "; ".join(g.describe() for g in rec.closest.gaps) or rec.reason(rec.closest)
-            lines.append(f"closest: {rec.closest.label()}: {gaps}")
-        for line in lines:
-            print(line, file=sys.stderr)
-        raise typer.Exit(ExitStatus.GATE_FAILED)
+        _exit_nothing_meets(rec)
     if not json_out:
-        pick = rec.pick
-        print(f"pick: {pick.label()}: ${pick.usd_per_h:.2f}/h at {load.name} "
-              f"(profile: {data['profile']})")
-        if rec.peak is not None:
-            print(f"autoscaling {rec.peak.min_capacity}..{rec.peak.max_capacity}, target "
-                  f"{rec.peak.target_value:g} concurrent requests per container, sized for {rec.peak.peak.name}")
+        _print_pick(rec, data)
+
+
+def _check_options(request_rate: float | None, concurrency: int | None, peak_rate: float | None,
+                   instances_and_families: bool, engine_names: tuple[str, ...], time_scale: float,
+                   budget_minutes: float, quantization: str | None) -> None:
+    """Every problem with the options at once, as bad input."""
+    from sagellm.recommend import ENGINES
+
+    problems = _load_problems(request_rate, concurrency, peak_rate)
+    if instances_and_families:
+        problems.append("--instances / --families: give one or the other")
+    problems += [f"--engines: unknown engine {e!r} (known: {', '.join(ENGINES)})" for e in engine_names
+                 if e not in ENGINES]
+    if not 0 < time_scale <= 1:
+        problems.append(f"--time-scale: {time_scale:g} must be in (0, 1]")
+    if not budget_minutes > 0:
+        problems.append(f"--budget-minutes: {budget_minutes:g} must be > 0")
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        problems.append(f"--quantization: unknown {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
+    if problems:
+        raise InputError(problems)
+
+
+def _load_problems(request_rate: float | None, concurrency: int | None, peak_rate: float | None) -> list[str]:
+    """What is wrong with the target load and the peak."""
+    problems = []
+    if (request_rate is None) == (concurrency is None):
+        problems.append("--request-rate / --concurrency: give exactly one target load (requests/s, or concurrent "
+                        "requests)")
+    for flag, rate in (("--request-rate", request_rate), ("--peak-rate", peak_rate)):
+        if rate is not None and not rate > 0:
+            problems.append(f"{flag}: {rate:g} is not a positive number of requests per second")
+    if peak_rate is not None and request_rate is None:
+        problems.append("--peak-rate: needs --request-rate (autoscaling sizes from a rate to a peak rate)")
+    elif peak_rate is not None and request_rate is not None and peak_rate < request_rate:
+        problems.append(f"--peak-rate: {peak_rate:g}/s is below --request-rate {request_rate:g}/s")
+    return problems
+
+
+def _print_frontier(rec: Recommendation, out: Path, elapsed: float) -> None:
+    """The frontier table, what was written, and each verified candidate's measured ÷ predicted."""
+    from sagellm.recommend import frontier_markdown
+
+    print(frontier_markdown(rec))
+    print(f"{len(rec.candidates)} candidates predicted in {elapsed:.1f} s; wrote {out}/frontier.md, "
+          f"recommendation.json, frontier.png")
+    for v in rec.verification:
+        ratios = ", ".join(f"{label} ×{r:.2f}" for label, r in v["measured_over_predicted"].items()
+                           if r is not None)
+        state = "meets" if v["meets_slo_measured"] else "misses"
+        print(f"verified {v['deployment']}: {state} the SLO as measured; measured ÷ predicted: {ratios or '–'}")
+
+
+def _exit_nothing_meets(rec: Recommendation) -> NoReturn:
+    """Exit 1, naming the closest candidate and its gap per rule."""
+    how = "measured" if rec.verification else "predicted"
+    lines = [f"sagellm: nothing is {how} to meet the SLO at {rec.load.name}"]
+    if rec.closest is not None:
+        gaps = "; ".join(g.describe() for g in rec.closest.gaps) or rec.reason(rec.closest)
+        lines.append(f"closest: {rec.closest.label()}: {gaps}")
+    for line in lines:
+        print(line, file=sys.stderr)
+    raise typer.Exit(ExitStatus.GATE_FAILED)
+
+
+def _print_pick(rec: Recommendation, data: dict[str, Any]) -> None:
+    """The pick, its price at the load, its profile, and its autoscaling with a peak."""
+    pick = rec.pick
+    assert pick is not None
+    print(f"pick: {pick.label()}: ${pick.usd_per_h:.2f}/h at {rec.load.name} "
+          f"(profile: {data['profile']})")
+    if rec.peak is not None:
+        print(f"autoscaling {rec.peak.min_capacity}..{rec.peak.max_capacity}, target "
+              f"{rec.peak.target_value:g} concurrent requests per container, sized for {rec.peak.peak.name}")

@@ -1,0 +1,48 @@
+"""The recommend study (benchmarks/recommend_study.py) on one published group: it runs, and its figures mean what
+they say."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _study() -> ModuleType:
+    sys.path.insert(0, str(BENCHMARKS))  # the study imports planner_accuracy beside it
+    try:
+        spec = importlib.util.spec_from_file_location("recommend_study", BENCHMARKS / "recommend_study.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_study_on_the_jumpstart_long_prompt_group() -> None:
+    study = _study()
+    rows = study.load_rows(study.DEFAULT_CSV)
+    outcomes = study.run_study(rows, only="js llama2-7b 3840/256")
+    published = {math.ceil(r.ms_per_token) for r in rows if r.source == "jumpstart" and r.input_tokens == 3840
+                 and r.ms_per_token is not None and r.throughput is not None}
+    assert [o.target_ms for o in outcomes] == sorted(published)
+    for o in outcomes:
+        # the published cheapest met its target, and the cost ratio is the recommendation over it
+        assert o.published_usd_per_1m > 0
+        if o.recommended_usd_per_1m is not None:
+            assert o.cost_ratio == o.recommended_usd_per_1m / o.published_usd_per_1m
+            assert o.matched == (o.recommended_instance == o.published.split()[0])
+    # the loosest target: one g5.2xlarge at its published throughput, the published cheapest itself
+    loosest = outcomes[-1]
+    assert loosest.published.startswith("ml.g5.2xlarge") and loosest.matched and loosest.cost_from == "published"
+    share, median_ratio = study.agreement(outcomes)
+    assert 0 < share <= 1 and median_ratio is not None and median_ratio > 0
+    text = study.table(outcomes)
+    assert text.count("\n") == len(outcomes) + 1 and "js llama2-7b 3840/256" in text
+
