@@ -231,8 +231,14 @@ def test_bench_writes_report_curve_and_junit(happy: tuple[Ran, Path]) -> None:
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("5", "0", "0", "0")
     assert case_names(out) == ["bench run", *results_of(out)["gate"]["rules"]]
     csv = (out / "results.csv").read_text().splitlines()
-    # concurrency, request_rate (empty: closed loop), repeats, requests, ok
-    assert len(csv) == 3 and csv[1].startswith("1,,1,4,4,") and csv[2].startswith("4,,1,4,4,")
+    run = results_of(out)["run"]
+    # Each row opens with the run's identity (so runs' CSVs concatenate), then concurrency, request_rate (empty:
+    # closed loop), repeats, requests, ok.
+    identity = [row.split(",")[:6] for row in csv[1:]]
+    levels = [row.split(",", 7)[7] for row in csv[1:]]
+    assert len(csv) == 3 and csv[0].startswith("run_id,model,profile,instance_type,instance_count,target,started_at,")
+    assert identity == [[run["bench_run"], run["model"], run["profile"], run["instance_type"], "1", "local"]] * 2
+    assert levels[0].startswith("1,,1,4,4,") and levels[1].startswith("4,,1,4,4,")
 
 
 # --------------------------------------------------------------------------------------------- the gate
