@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sagellm.bench.client.records import RequestRecord
@@ -71,26 +72,84 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
                interval_s: float = DEFAULT_INTERVAL_S) -> Ramp:
     """The ramp's time series and figures from its records (simulated clock) and the emulator's scaling state."""
     simulated = bool(scaling and scaling.get("simulated"))
-    events = [ScalingEvent(t_s=e["t_s"] - scaling_offset_s, kind=e["kind"], desired=e["desired"],
-                           in_service=e["in_service"], detail=e.get("detail", ""))
-              for e in (scaling or {}).get("events", [])] if simulated else []
-    policy = None
-    if simulated and scaling is not None:
-        p = scaling["policy"]
-        policy = ScalingPolicy(metric=p["metric"], target_value=p["target"], min_capacity=p["min_capacity"],
-                               max_capacity=p["max_capacity"], scale_out_cooldown_s=p["scale_out_cooldown_s"],
-                               scale_in_cooldown_s=p["scale_in_cooldown_s"], period_s=p["period_s"],
-                               out_datapoints=p["out_datapoints"], in_datapoints=p["in_datapoints"],
-                               metric_delay_s=p["metric_delay_s"], instance_startup_s=p["instance_startup_s"])
+    events = _events(scaling, scaling_offset_s) if simulated else []
     sent = sorted((r for r in records if not r.warmup), key=lambda r: r.start_s)
     end_s = max([len(rates) * step_s, *(r.end_s for r in sent)])
-    initial = initial_instances
-    known = initial if simulated else None
+    slo = _Slo(slo_ms_per_token)
+    intervals = _intervals(sent, events, end_s, interval_s, initial_instances if simulated else None, slo)
+    breach, scale_out = _first(events, "breach"), _first(events, "scale-out")
+    in_service_at = next((e.t_s for e in events if e.kind == "in-service" and scale_out is not None
+                          and e.t_s >= scale_out), None)
+    violated, recovered = slo.violated_and_recovered(intervals)
+    windows = _scaling_windows(events, end_s)
+    scaling_sent = [r for r in sent if any(a <= r.start_s < b for a, b in windows)]
+    minutes = _instance_minutes(events, initial_instances, end_s)
+    return Ramp(
+        rates=list(rates), step_s=step_s, interval_s=interval_s, scaling="simulated" if simulated else "none",
+        policy=_policy(scaling) if simulated else None, intervals=intervals, events=events,
+        first_breach_s=breach, first_scale_out_s=scale_out, first_in_service_s=in_service_at,
+        breach_to_in_service_s=in_service_at - breach if in_service_at is not None and breach is not None else None,
+        slo_ms_per_token=slo_ms_per_token, slo_violated_s=violated, slo_recovered_s=recovered,
+        requests_while_scaling=len(scaling_sent), failed_while_scaling=sum(not r.ok for r in scaling_sent),
+        above_slo_while_scaling=slo.count_above(scaling_sent), instance_minutes=minutes,
+        cost_usd=minutes / 60 * usd_per_instance_h if usd_per_instance_h is not None else None)
 
-    def over_slo(r: RequestRecord) -> bool:
+
+def _events(scaling: dict[str, Any] | None, offset_s: float) -> list[ScalingEvent]:
+    """The emulator's scaling events, on the ramp's clock."""
+    return [ScalingEvent(t_s=e["t_s"] - offset_s, kind=e["kind"], desired=e["desired"],
+                         in_service=e["in_service"], detail=e.get("detail", ""))
+            for e in (scaling or {}).get("events", [])]
+
+
+def _policy(scaling: dict[str, Any] | None) -> ScalingPolicy | None:
+    """The policy the emulator simulated, as the results record it."""
+    if scaling is None:
+        return None
+    p = scaling["policy"]
+    return ScalingPolicy(metric=p["metric"], target_value=p["target"], min_capacity=p["min_capacity"],
+                         max_capacity=p["max_capacity"], scale_out_cooldown_s=p["scale_out_cooldown_s"],
+                         scale_in_cooldown_s=p["scale_in_cooldown_s"], period_s=p["period_s"],
+                         out_datapoints=p["out_datapoints"], in_datapoints=p["in_datapoints"],
+                         metric_delay_s=p["metric_delay_s"], instance_startup_s=p["instance_startup_s"])
+
+
+def _first(events: Sequence[ScalingEvent], kind: str) -> float | None:
+    """When the first event of this kind happened (None: never)."""
+    return next((e.t_s for e in events if e.kind == kind), None)
+
+
+@dataclass(frozen=True)
+class _Slo:
+    """The ramp's ms/token SLO, if one was given: which requests and intervals break it."""
+
+    ms_per_token: float | None
+
+    def above(self, r: RequestRecord) -> bool:
         mpt = _ms_per_token(r)
-        return slo_ms_per_token is not None and mpt is not None and mpt > slo_ms_per_token
+        return self.ms_per_token is not None and mpt is not None and mpt > self.ms_per_token
 
+    def count_above(self, records: Sequence[RequestRecord]) -> int | None:
+        return sum(map(self.above, records)) if self.ms_per_token is not None else None
+
+    def violated_and_recovered(self, intervals: Sequence[RampInterval]) -> tuple[float | None, float | None]:
+        """The first interval that broke the SLO (an error, or p50 ms/token above it), and the first good one after."""
+        if self.ms_per_token is None:
+            return None, None
+        limit = self.ms_per_token
+
+        def bad(iv: RampInterval) -> bool:
+            return iv.errors > 0 or (iv.ms_per_token.p50 is not None and iv.ms_per_token.p50 > limit)
+        violated = next((iv.start_s for iv in intervals if iv.requests and bad(iv)), None)
+        if violated is None:
+            return None, None
+        return violated, next((iv.start_s for iv in intervals if iv.start_s > violated and iv.requests and not bad(iv)),
+                              None)
+
+
+def _intervals(sent: Sequence[RequestRecord], events: Sequence[ScalingEvent], end_s: float, interval_s: float,
+               known: int | None, slo: _Slo) -> list[RampInterval]:
+    """Fixed-length intervals from the ramp's start: load offered and served, capacity, latency."""
     intervals = []
     for i in range(math.ceil(end_s / interval_s)):
         lo, hi = i * interval_s, (i + 1) * interval_s
@@ -101,36 +160,8 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
         intervals.append(RampInterval(
             start_s=lo, offered_rps=len(batch) / interval_s, achieved_rps=done / interval_s,
             instances_desired=desired, instances_in_service=in_service, requests=len(batch),
-            errors=len(batch) - len(ok),
-            above_slo=sum(map(over_slo, ok)) if slo_ms_per_token is not None else None,
+            errors=len(batch) - len(ok), above_slo=slo.count_above(ok),
             ttft_ms=stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
             e2e_s=stats([r.e2e_s for r in ok]),
             ms_per_token=stats([m for r in ok if (m := _ms_per_token(r)) is not None])))
-
-    def first(kind: str) -> float | None:
-        return next((e.t_s for e in events if e.kind == kind), None)
-
-    breach, scale_out = first("breach"), first("scale-out")
-    in_service_at = next((e.t_s for e in events if e.kind == "in-service" and scale_out is not None
-                          and e.t_s >= scale_out), None)
-    violated = recovered = None
-    if slo_ms_per_token is not None:
-        def bad(iv: RampInterval) -> bool:
-            return iv.errors > 0 or (iv.ms_per_token.p50 is not None and iv.ms_per_token.p50 > slo_ms_per_token)
-        violated = next((iv.start_s for iv in intervals if iv.requests and bad(iv)), None)
-        if violated is not None:
-            recovered = next((iv.start_s for iv in intervals
-                              if iv.start_s > violated and iv.requests and not bad(iv)), None)
-    windows = _scaling_windows(events, end_s)
-    scaling_sent = [r for r in sent if any(a <= r.start_s < b for a, b in windows)]
-    minutes = _instance_minutes(events, initial, end_s)
-    return Ramp(
-        rates=list(rates), step_s=step_s, interval_s=interval_s, scaling="simulated" if simulated else "none",
-        policy=policy, intervals=intervals, events=events, first_breach_s=breach, first_scale_out_s=scale_out,
-        first_in_service_s=in_service_at,
-        breach_to_in_service_s=in_service_at - breach if in_service_at is not None and breach is not None else None,
-        slo_ms_per_token=slo_ms_per_token, slo_violated_s=violated, slo_recovered_s=recovered,
-        requests_while_scaling=len(scaling_sent), failed_while_scaling=sum(not r.ok for r in scaling_sent),
-        above_slo_while_scaling=sum(map(over_slo, scaling_sent)) if slo_ms_per_token is not None else None,
-        instance_minutes=minutes,
-        cost_usd=minutes / 60 * usd_per_instance_h if usd_per_instance_h is not None else None)
+    return intervals
