@@ -22,12 +22,6 @@ def api_for(api: str, url: str | None) -> str:
     return "openai" if url and "/v1" in url else "tgi"
 
 
-def says_emulated(url: str) -> bool:
-    """Whether the server is sagellm's emulator (its TGI `/info` says so), so results are labelled right."""
-    _, info = _get_json(f"{url.rstrip('/').removesuffix('/v1')}/info")
-    return isinstance(info, dict) and info.get("emulated") is True
-
-
 def emulator_time_scale(url: str) -> float | None:
     """The time scale of sagellm's emulator at `url` (its `/info`, the same figure as every reply's
     `X-Sagellm-Time-Scale`), or None when the server is no emulator or does not answer."""
@@ -96,8 +90,7 @@ def served_models(base: str) -> list[str] | None:
 
 def runtime_is_emulated() -> bool:
     """Whether the SageMaker runtime was pointed (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME) at sagellm's emulator."""
-    url = os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME")
-    return bool(url) and says_emulated(url or "")
+    return runtime_time_scale() is not None  # the emulator's /info says so, with its time scale
 
 
 class HttpTarget:
