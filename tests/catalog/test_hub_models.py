@@ -147,3 +147,88 @@ def test_hub_refusals_are_one_line_each(error: str, says: str, monkeypatch: pyte
 
     [line] = exc.value.messages
     assert line.startswith("model: org/model") and says in line
+
+
+def _recording_download(calls: list[dict], path: Path | None = None):
+    """hf_hub_download that records how it was asked, then serves `path` or misses the cache as offline."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def download(*args: object, **kwargs: object) -> str:
+        calls.append(kwargs)
+        if path is None:
+            raise LocalEntryNotFoundError("not cached")
+        return str(path)
+    return download
+
+
+def test_a_hub_whose_name_does_not_resolve_is_read_from_the_cache_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without this, huggingface_hub retries an unresolvable name five times (24 s) before the same answer.
+    import socket
+
+    import huggingface_hub
+
+    def no_dns(*args: object, **kwargs: object) -> None:
+        raise socket.gaierror(-2, "Name or service not known")
+
+    calls: list[dict] = []
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recording_download(calls))
+    hub_model.cache_clear()
+
+    with pytest.raises(InputError) as exc:
+        find_model("org/model", "model")
+
+    assert [c["local_files_only"] for c in calls] == [True]
+    [line] = exc.value.messages
+    assert "the Hugging Face Hub is unreachable and its config.json is not cached" in line
+
+
+def test_behind_a_proxy_the_name_is_left_to_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    import huggingface_hub
+
+    def must_not_resolve(*args: object, **kwargs: object) -> None:
+        raise AssertionError("resolved the Hub's name locally behind a proxy")
+
+    calls: list[dict] = []
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setattr(socket, "getaddrinfo", must_not_resolve)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recording_download(calls))
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, hf_id: type("Info", (), {"gated": False}))
+    hub_model.cache_clear()
+
+    with pytest.raises(InputError):
+        find_model("org/model", "model")
+
+    assert [c["local_files_only"] for c in calls] == [False]
+
+
+def test_a_gated_hub_model_is_known_gated_online_and_remembered_offline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A gated model read from the Hub needs HF_TOKEN in its container too: the plan must know it is gated.
+    import huggingface_hub
+
+    from sagellm.catalog import hub
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config(next(iter(c.stem for c in CONFIGS.glob("*.json"))))), encoding="utf-8")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hub, "_hub_resolves", lambda: True)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _recording_download([], cfg))
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info",
+                        lambda self, hf_id: type("Info", (), {"gated": "manual" if hf_id == "org/gated" else False}))
+    hub_model.cache_clear()
+
+    assert hub_model("org/gated").gated and not hub_model("org/open").gated
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_model.cache_clear()
+    assert hub_model("org/gated").gated and not hub_model("org/open").gated
+    assert json.loads((tmp_path / "cache" / "sagellm" / "hub-gated.json").read_text()) == {
+        "org/gated": True, "org/open": False}

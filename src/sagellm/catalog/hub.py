@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from functools import cache
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sagellm.catalog.model import Model
 from sagellm.errors import InputError
@@ -26,6 +29,64 @@ PARALLEL_ATTENTION_KEYS = ("parallel_attn",)
 def offline() -> bool:
     """Whether the Hub may not be contacted (HF_HUB_OFFLINE, as huggingface_hub reads it)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _hub_resolves() -> bool:
+    """Whether the Hub's host name resolves; False when it does not (no network, no DNS), so that sagellm reads
+    the cache at once instead of sitting through huggingface_hub's five retries (24 s) of a lookup that cannot
+    succeed. Behind a proxy the proxy resolves names, so that is left to huggingface_hub."""
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    from huggingface_hub import constants
+
+    host = urlsplit(constants.ENDPOINT).hostname
+    try:
+        socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    return True
+
+
+def _gated_records() -> Path:
+    """Where sagellm remembers which Hub models are gated (`$XDG_CACHE_HOME/sagellm/hub-gated.json`), so that an
+    offline plan still knows that its deployment needs HF_TOKEN."""
+    root = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(root) if os.path.isabs(root) else Path.home() / ".cache"  # the XDG spec ignores a relative one
+    return base / "sagellm" / "hub-gated.json"
+
+
+def _read_gated() -> dict[str, bool]:
+    try:
+        records = json.loads(_gated_records().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in records.items() if isinstance(v, bool)} if isinstance(records, dict) else {}
+
+
+def is_gated(hf_id: str, *, online: bool) -> bool:
+    """Whether the model's repository is gated (its weights need HF_TOKEN in the container too): asked of the
+    Hub when online and remembered, else what was remembered (not gated when never asked)."""
+    records = _read_gated()
+    if online:
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import HfHubHTTPError
+
+        try:
+            gated = bool(HfApi().model_info(hf_id).gated)  # False, or "auto"/"manual" approval
+        except (HfHubHTTPError, OSError):
+            return records.get(hf_id, False)
+        if records.get(hf_id) is not gated:
+            records[hf_id] = gated
+            path = _gated_records()
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(records, indent=1, sort_keys=True), encoding="utf-8")
+                tmp.replace(path)  # atomic: a concurrent run reads the old map or the new one
+            except OSError:
+                pass  # remembering is a convenience; the answer stands for this run
+        return gated
+    return records.get(hf_id, False)
 
 
 def _text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -104,8 +165,8 @@ def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False
     )
 
 
-def _download_config(hf_id: str) -> str:
-    """The path of the model's config.json in the Hub cache, fetched when allowed; one line per failure."""
+def _download_config(hf_id: str, local_only: bool) -> str:
+    """The path of the model's config.json in the Hub cache, fetched unless `local_only`; one line per failure."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -122,7 +183,7 @@ def _download_config(hf_id: str) -> str:
     hub_logger.setLevel(logging.ERROR)
     # Most specific first: a gated repository is a RepositoryNotFoundError, a cache miss an EntryNotFoundError.
     try:
-        path: str = hf_hub_download(hf_id, "config.json", local_files_only=offline(),
+        path: str = hf_hub_download(hf_id, "config.json", local_files_only=local_only,
                                     cache_dir=os.environ.get("HF_HUB_CACHE") or None)
         return path
     except GatedRepoError:
@@ -149,9 +210,10 @@ def _download_config(hf_id: str) -> str:
 def hub_model(hf_id: str) -> Model:
     """A model outside the catalog from its config.json on the Hugging Face Hub (or in its cache); errors are
     one line each, without the `where:` prefix the caller adds."""
-    with open(_download_config(hf_id), encoding="utf-8") as f:
+    online = not offline() and _hub_resolves()
+    with open(_download_config(hf_id, local_only=not online), encoding="utf-8") as f:
         try:
             config = json.load(f)
         except json.JSONDecodeError as exc:
             raise InputError(f"{hf_id}: its cached config.json is not JSON ({exc})") from None
-    return model_from_config(hf_id, config)
+    return model_from_config(hf_id, config, gated=is_gated(hf_id, online=online))
