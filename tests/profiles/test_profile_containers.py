@@ -144,3 +144,20 @@ def test_the_planner_holds_the_compiled_batch_of_whole_sequences() -> None:
     shape, copy = d.shape(), d.copies[0]
     assert (shape.max_batch_size, shape.batch_token_budget) == (copy.max_batch_size,
                                                                 copy.max_batch_size * copy.max_total_tokens)
+
+
+def test_an_extra_model_on_inferentia_needs_a_compiled_shape_too(write, team_dir: Path) -> None:
+    write("x.yaml", """
+        name: x
+        extends: replicas
+        serving: {tensor_parallel: 1}
+        components:
+          copies: 1
+          extra_models:
+            - {model: meta-llama/Llama-3.2-3B, tensor_parallel: 1}
+            - {model: Qwen/Qwen2.5-7B, tensor_parallel: 1}
+        """)
+    with pytest.raises(InputError) as exc:
+        resolve("x", LLAMA31_8B, "ml.inf2.24xlarge", profiles_dir=team_dir)
+    [message] = exc.value.messages
+    assert "components.extra_models: [1] Qwen/Qwen2.5-7B has no compiled model for 2 NeuronCores" in message

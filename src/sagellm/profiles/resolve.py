@@ -224,9 +224,14 @@ def design(
     for i, extra in enumerate(profile.components.extra_models):
         xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
         xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
+        xshapes = _compiled(neuron, xm, extra.tensor_parallel)
+        if xshapes == ():
+            errors.append(f"{where('components.extra_models')}: [{i}] {xm.hf_id} has no compiled model for "
+                          f"{CORES_PER_CHIP * extra.tensor_parallel} NeuronCores in the neuron cache; see "
+                          "docs/containers.md for the models and shapes compiled for Inferentia")
         extras.append(_caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload,
                             profile, where, errors, prefix=f"components.extra_models[{i}]", engine=neuron or engine,
-                            version=version, shapes=_compiled(neuron, xm, extra.tensor_parallel)))
+                            version=version, shapes=xshapes))
         used += extra.tensor_parallel * extra.copies
 
     # TP degree: pinned, or the planner's choice.
