@@ -209,11 +209,8 @@ def design(
         inst = _choose_instance(profile, model, payload, region, gen)
     else:
         inst = find_instance(inst_name, where("instance_type"))
-    if inst.is_neuron and kind not in NEURON_ENGINES:
-        errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
-                      "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
     # Inferentia serves a shape compiled ahead of time: the engine that sizes the caps is the neuron one.
-    neuron = NEURON_ENGINES[kind] if inst.is_neuron and kind in NEURON_ENGINES else None
+    neuron = _neuron_engine(kind, inst, where, errors)
     gpus = inst.n_accelerators
     count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"
@@ -224,11 +221,8 @@ def design(
     for i, extra in enumerate(profile.components.extra_models):
         xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
         xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
-        xshapes = _compiled(neuron, xm, extra.tensor_parallel)
-        if xshapes == ():
-            errors.append(f"{where('components.extra_models')}: [{i}] {xm.hf_id} has no compiled model for "
-                          f"{CORES_PER_CHIP * extra.tensor_parallel} NeuronCores in the neuron cache; see "
-                          "docs/containers.md for the models and shapes compiled for Inferentia")
+        xshapes = _extra_shapes(neuron, xm, extra.tensor_parallel, f"{where('components.extra_models')}: [{i}]",
+                                errors)
         extras.append(_caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload,
                             profile, where, errors, prefix=f"components.extra_models[{i}]", engine=neuron or engine,
                             version=version, shapes=xshapes))
@@ -236,14 +230,7 @@ def design(
 
     # TP degree: pinned, or the planner's choice.
     tp_pin = tensor_parallel if tensor_parallel is not None else _pinned(s.tensor_parallel)
-    valid = valid_tp(model, gpus)
-    if neuron:
-        # Inferentia: a compiled shape shows the core count shards the model (optimum-neuron pads attention
-        # heads that do not divide it); auto TP picks among those the model is compiled for.
-        valid = [t for t in range(1, gpus + 1) if gpus % t == 0]
-    # Auto TP on Inferentia: a core count compiled for the profile's pinned batch and length (else for any).
-    candidates = ([t for t in valid if _compiled(neuron, model, t, s)] or [t for t in valid if _compiled(neuron, model, t)]
-                  if neuron else valid)
+    valid, candidates = _tp_choices(neuron, model, gpus, s)
     if tp_pin is not None:
         tp = tp_pin
         if gpus % tp or tp > gpus:
@@ -258,7 +245,7 @@ def design(
     else:
         tp = max(candidates or valid or [1])
     shapes = _compiled(neuron, model, tp)
-    if shapes == ():
+    if shapes == ():  # nothing to check the rest against: this line says what would run
         raise InputError([*errors, _uncompiled(model, inst, tp if tp_pin is not None else None, where)])
 
     copies_pin = copies if copies is not None else _pinned(profile.components.copies)
@@ -287,6 +274,17 @@ def design(
                   calibration=calibration)
 
 
+def _neuron_engine(kind: str, inst: Instance, where: Where, errors: list[str]) -> Engine | None:
+    """The engine of `kind` on an Inferentia instance (None on a GPU; an error where the kind has no image)."""
+    if not inst.is_neuron:
+        return None
+    if kind not in NEURON_ENGINES:
+        errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
+                      "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
+        return None
+    return NEURON_ENGINES[kind]
+
+
 def _compiled(neuron: Engine | None, model: Model, tp: int, pins: Serving | None = None) -> tuple[CompiledShape, ...] | None:
     """The shapes `model` is compiled for on `tp` Inferentia chips, those of `pins`' batch and length if given
     (None: not Inferentia, the batch is dynamic)."""
@@ -295,6 +293,31 @@ def _compiled(neuron: Engine | None, model: Model, tp: int, pins: Serving | None
     return tuple(c for c in neuron.compiled_shapes(model.hf_id) or () if c.num_cores == CORES_PER_CHIP * tp and (
         pins is None or (pins.max_batch_size in (None, c.batch_size)
                          and pins.max_total_tokens in ("auto", c.sequence_length))))
+
+
+def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving) -> tuple[list[int], list[int]]:
+    """The TP degrees that shard `model` on `gpus` accelerators, and those auto TP picks from.
+
+    On Inferentia a compiled shape shows that a core count shards the model (optimum-neuron pads attention heads
+    that do not divide it): auto picks a core count compiled for the profile's pinned batch and length, else
+    one compiled for any.
+    """
+    if neuron is None:
+        valid = valid_tp(model, gpus)
+        return valid, valid
+    valid = [t for t in range(1, gpus + 1) if gpus % t == 0]
+    pinned = [t for t in valid if _compiled(neuron, model, t, pins)]
+    return valid, pinned or [t for t in valid if _compiled(neuron, model, t)]
+
+
+def _extra_shapes(neuron: Engine | None, model: Model, tp: int, where: str,
+                  errors: list[str]) -> tuple[CompiledShape, ...] | None:
+    """The compiled shapes of an extra model on Inferentia; none is an error."""
+    shapes = _compiled(neuron, model, tp)
+    if shapes == ():
+        errors.append(f"{where} {model.hf_id} has no compiled model for {CORES_PER_CHIP * tp} NeuronCores in the "
+                      "neuron cache; see docs/containers.md for the models and shapes compiled for Inferentia")
+    return shapes
 
 
 def _uncompiled(model: Model, inst: Instance, tp: int | None, where: Where) -> str:
