@@ -13,6 +13,7 @@ from sagellm.catalog import instances, models
 from sagellm.engines import CompiledShape
 from sagellm.engines.tgi_neuron import compiled_table
 from sagellm.errors import InputError
+from sagellm.planner import predict
 from sagellm.profiles import design_for, resolve
 
 LLAMA31_8B = "meta-llama/Llama-3.1-8B"
@@ -140,10 +141,16 @@ def test_a_model_the_neuron_cache_lacks_is_refused_naming_the_way_out() -> None:
 
 
 def test_the_planner_holds_the_compiled_batch_of_whole_sequences() -> None:
-    d = design_for("max-throughput", LLAMA31_8B, "ml.inf2.48xlarge")
+    d = design_for("max-throughput", LLAMA31_8B, "ml.inf2.8xlarge")
     shape, copy = d.shape(), d.copies[0]
     assert (shape.max_batch_size, shape.batch_token_budget) == (copy.max_batch_size,
                                                                 copy.max_batch_size * copy.max_total_tokens)
+    # The predicted curve saturates at the compiled batch: beyond it requests queue and throughput stays flat.
+    batch = copy.max_batch_size
+    points = predict(shape, d.payload, (batch, 2 * batch, 4 * batch)).points
+    assert [p.running_per_copy for p in points] == [batch] * 3
+    assert [p.queued_per_copy for p in points] == [0, batch, 3 * batch]
+    assert points[0].throughput_tokens_per_s == pytest.approx(points[-1].throughput_tokens_per_s)
 
 
 def test_an_extra_model_on_inferentia_needs_a_compiled_shape_too(write, team_dir: Path) -> None:
