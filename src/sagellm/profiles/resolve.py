@@ -245,8 +245,8 @@ def design(
     else:
         tp = max(candidates or valid or [1])
     shapes = _compiled(neuron, model, tp)
-    if shapes == ():  # nothing to check the rest against: this line says what would run
-        raise InputError([*errors, _uncompiled(model, inst, tp if tp_pin is not None else None, where)])
+    if neuron and shapes == ():  # nothing to check the rest against: this line says what would run
+        raise InputError([*errors, _uncompiled(neuron, model, inst, tp if tp_pin is not None else None, where)])
 
     copies_pin = copies if copies is not None else _pinned(profile.components.copies)
     n_copies = copies_pin or (max(1, (gpus - used) // tp) if ic else 1)
@@ -285,7 +285,8 @@ def _neuron_engine(kind: str, inst: Instance, where: Where, errors: list[str]) -
     return NEURON_ENGINES[kind]
 
 
-def _compiled(neuron: Engine | None, model: Model, tp: int, pins: Serving | None = None) -> tuple[CompiledShape, ...] | None:
+def _compiled(neuron: Engine | None, model: Model, tp: int,
+              pins: Serving | None = None) -> tuple[CompiledShape, ...] | None:
     """The shapes `model` is compiled for on `tp` Inferentia chips, those of `pins`' batch and length if given
     (None: not Inferentia, the batch is dynamic)."""
     if neuron is None:
@@ -296,12 +297,9 @@ def _compiled(neuron: Engine | None, model: Model, tp: int, pins: Serving | None
 
 
 def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving) -> tuple[list[int], list[int]]:
-    """The TP degrees that shard `model` on `gpus` accelerators, and those auto TP picks from.
-
-    On Inferentia a compiled shape shows that a core count shards the model (optimum-neuron pads attention heads
-    that do not divide it): auto picks a core count compiled for the profile's pinned batch and length, else
-    one compiled for any.
-    """
+    """The TP degrees that shard `model` on `gpus` accelerators, and those auto TP picks from."""
+    # On Inferentia a compiled shape shows that a core count shards the model (optimum-neuron pads attention
+    # heads that do not divide it): auto picks one compiled for the profile's pinned batch and length, else any.
     if neuron is None:
         valid = valid_tp(model, gpus)
         return valid, valid
@@ -320,10 +318,10 @@ def _extra_shapes(neuron: Engine | None, model: Model, tp: int, where: str,
     return shapes
 
 
-def _uncompiled(model: Model, inst: Instance, tp: int | None, where: Where) -> str:
+def _uncompiled(neuron: Engine, model: Model, inst: Instance, tp: int | None, where: Where) -> str:
     """Say that the neuron cache has no compiled model for this model at the pinned TP (None: at any TP the
     instance allows), and what it has."""
-    shapes = NEURON_ENGINES["tgi"].compiled_shapes(model.hf_id) or ()
+    shapes = neuron.compiled_shapes(model.hf_id) or ()
     if not shapes:
         return (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache of the pinned "
                 "Inferentia image (optimum-neuron 0.3.0), so its server would stop with 'No cached version found'; "
@@ -440,7 +438,8 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
         # TGI's neuron entry point fills an unset prefill budget with batch × max input tokens (tgi_env.py).
         prefill = pinned("max_batch_prefill_tokens", batch_size * max_input)
         static = replace(shape, max_batch_size=batch_size, max_batch_total_tokens=batch_size * max_total)
-        concurrent = pinned("max_concurrent_requests", max(batch_size, _per_copy_limit(static, payload) if fits else 1))
+        static_limit = _per_copy_limit(static, payload) if fits else 1
+        concurrent = pinned("max_concurrent_requests", max(batch_size, static_limit))
 
     errors.extend(cap_errors(max_input, max_total, prefill, w, chunked))
     if max_total > context:
