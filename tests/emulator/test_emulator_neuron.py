@@ -6,17 +6,37 @@ import asyncio
 from typing import Any
 
 import aiohttp
-from emulator_helpers import LLAMA2_7B, run, tgi_body
+import pytest
+from emulator_helpers import run, tgi_body
 
 from sagellm.emulator import Emulator
-from sagellm.engines.tgi_neuron import COMPILED_BATCH_SIZES
-from sagellm.profiles import resolve
+from sagellm.emulator.engine import ModelServer
+from sagellm.profiles import design_for, resolve
+
+LLAMA31_8B = "meta-llama/Llama-3.1-8B"  # compiled for batch 8 × 4096 tokens on one chip, batch 32 on four
+
+
+@pytest.mark.parametrize(("model_id", "instance"), [(LLAMA31_8B, "ml.inf2.8xlarge"), (LLAMA31_8B, "ml.inf2.48xlarge"),
+                                                    ("meta-llama/Llama-2-7b-hf", "ml.inf2.xlarge"),
+                                                    ("Qwen/Qwen2.5-14B", "ml.inf2.48xlarge")])
+def test_the_emulator_and_the_planner_run_the_plans_compiled_shape(model_id: str, instance: str) -> None:
+    design = design_for("max-throughput", model_id, instance)
+    plan = design.plan()
+    env = plan.environment
+    limits = ModelServer(plan, plan.primary, time_scale=1.0).limits
+    batch, length = int(env["MAX_BATCH_SIZE"]), int(env["MAX_TOTAL_TOKENS"])
+    # Static batch = the compiled batch; context = the compiled sequence length; KV = batch × sequence length.
+    assert (limits.max_batch_size, limits.max_total_tokens, limits.max_batch_total_tokens) == (batch, length,
+                                                                                              batch * length)
+    assert limits.max_input_tokens == int(env["MAX_INPUT_TOKENS"]) < length
+    shape = design.shape()
+    assert (shape.max_batch_size, shape.batch_token_budget) == (limits.max_batch_size, limits.max_batch_total_tokens)
 
 
 def test_an_inferentia_plan_runs_at_most_its_compiled_batch_and_queues_the_rest() -> None:
-    p = resolve("max-throughput", LLAMA2_7B, "ml.inf2.8xlarge")
+    p = resolve("max-throughput", LLAMA31_8B, "ml.inf2.8xlarge")
     batch = int(p.environment["MAX_BATCH_SIZE"])
-    assert batch in COMPILED_BATCH_SIZES and batch < int(p.environment["MAX_CONCURRENT_REQUESTS"])
+    assert batch == 8 and batch < int(p.environment["MAX_CONCURRENT_REQUESTS"])
     sent = batch + 8
 
     async def scenario(s: aiohttp.ClientSession, url: str, emulator: Emulator) -> tuple[list[int], list[Any]]:

@@ -1,34 +1,63 @@
-"""TGI on Inferentia2 (optimum-neuron): its own image, a compiled static batch; and the lookup that finds it."""
+"""TGI on Inferentia2 (optimum-neuron): its own image, a compiled static shape; and the lookup that finds it."""
 
+import json
 from dataclasses import replace
+from importlib import resources
 
 import pytest
 
-from sagellm.engines import Settings, engine_for
+from sagellm.catalog import models
+from sagellm.engines import CompiledShape, Settings, engine_for
 from sagellm.engines.lmi import LMI
 from sagellm.engines.tgi import TGI
-from sagellm.engines.tgi_neuron import TGI_NEURON
+from sagellm.engines.tgi_neuron import TGI_NEURON, compiled_table
 from sagellm.errors import InputError
 
-SETTINGS = Settings(model_id="meta-llama/Llama-2-7b-hf", version="3.3.6", tensor_parallel=2, quantization="none",
-                    max_input_tokens=3072, max_total_tokens=4096, max_batch_prefill_tokens=4096,
-                    max_concurrent_requests=16, max_batch_size=None)
+# Llama 3.1 8B is compiled for batch 8 × 4096 tokens on 2 cores (one chip) and batch 16 on 8 cores.
+SETTINGS = Settings(model_id="meta-llama/Llama-3.1-8B", version="3.3.6", tensor_parallel=1, quantization="none",
+                    max_input_tokens=3840, max_total_tokens=4096, max_batch_prefill_tokens=30720,
+                    max_concurrent_requests=32, max_batch_size=8)
 
 
-def test_environment_adds_the_cores_and_batch_the_model_is_compiled_for() -> None:
+def test_environment_writes_the_compiled_shape_cores_batch_and_cast_type() -> None:
     env = TGI_NEURON.environment(SETTINGS)
-    assert env == TGI.environment(SETTINGS) | {"HF_NUM_CORES": "4", "HF_AUTO_CAST_TYPE": "bf16",
-                                               "MAX_BATCH_SIZE": "16"}
-    assert TGI_NEURON.environment(replace(SETTINGS, max_batch_size=4))["MAX_BATCH_SIZE"] == "4"
+    assert env == TGI.environment(SETTINGS) | {"HF_NUM_CORES": "2", "HF_AUTO_CAST_TYPE": "bf16",
+                                               "MAX_BATCH_SIZE": "8"}
+    four_chips = TGI_NEURON.environment(replace(SETTINGS, tensor_parallel=4, max_batch_size=16))
+    assert (four_chips["HF_NUM_CORES"], four_chips["MAX_BATCH_SIZE"]) == ("8", "16")
 
 
-def test_the_batch_is_static_and_the_image_is_the_pinned_optimum_neuron_build() -> None:
-    assert TGI_NEURON.limits("0.3.0", {"MAX_BATCH_SIZE": "4"}, 10_000, 4096).max_batch_size == 4
+@pytest.mark.parametrize("change", [{"max_batch_size": 256}, {"max_total_tokens": 8192}, {"tensor_parallel": 2},
+                                    {"model_id": "Qwen/Qwen2.5-7B"}])
+def test_a_shape_the_neuron_cache_lacks_is_never_written(change: dict) -> None:
+    with pytest.raises(InputError, match="no compiled model of batch"):
+        TGI_NEURON.environment(replace(SETTINGS, **change))
+
+
+def test_the_limits_are_the_compiled_batch_of_whole_sequences() -> None:
+    # The warm-up reports batch × sequence length as the KV budget (generator.py `warmup`), not free memory.
+    env = {"MAX_BATCH_SIZE": "4", "MAX_TOTAL_TOKENS": "4096", "MAX_INPUT_TOKENS": "3840"}
+    limits = TGI_NEURON.limits("0.3.0", env, 1_000_000, 131072)
+    assert (limits.max_batch_size, limits.max_total_tokens, limits.max_batch_total_tokens) == (4, 4096, 4 * 4096)
+    # The entry point's default prefill budget: batch × max input tokens.
+    assert limits.max_batch_prefill_tokens == 4 * 3840
     assert not TGI_NEURON.chunks_prefill(TGI.pinned, None)
     assert TGI_NEURON.image_version(TGI.pinned) == "0.3.0"
 
 
+def test_the_compiled_table_names_catalog_models_and_whole_shapes() -> None:
+    raw = json.loads(resources.files("sagellm.engines").joinpath("data", "neuron-compiled.json").read_text())
+    assert raw["source"] and raw["image"].startswith("huggingface-llm-neuronx 0.3.0")
+    table = compiled_table()
+    assert set(table) <= set(models())
+    for shapes in table.values():
+        assert shapes and all(isinstance(s, CompiledShape) and s.num_cores % 2 == 0 and s.sequence_length > 1
+                              and s.auto_cast_type in ("bf16", "fp16") for s in shapes)
+    assert CompiledShape(8, 4096, 2, "bf16").describe() == "batch 8 × 4096 tokens on 2 cores (bf16)"
+
+
 def test_the_lookup_finds_the_engine_of_a_kind_on_each_accelerator() -> None:
     assert (engine_for("tgi"), engine_for("lmi"), engine_for("tgi", neuron=True)) == (TGI, LMI, TGI_NEURON)
+    assert TGI.compiled_shapes("meta-llama/Llama-3.1-8B") is None  # a GPU batches dynamically
     with pytest.raises(InputError, match="no 'lmi' engine on Inferentia"):
         engine_for("lmi", neuron=True)

@@ -9,9 +9,14 @@ from pathlib import Path
 import pytest
 from profile_helpers import LLAMA2_7B
 
-from sagellm.engines.tgi_neuron import COMPILED_BATCH_SIZES
+from sagellm.catalog import instances, models
+from sagellm.engines import CompiledShape
+from sagellm.engines.tgi_neuron import compiled_table
 from sagellm.errors import InputError
-from sagellm.profiles import resolve
+from sagellm.planner import predict
+from sagellm.profiles import design_for, resolve
+
+LLAMA31_8B = "meta-llama/Llama-3.1-8B"
 
 
 def test_default_plan_pins_tgi_3_3_6_and_records_it() -> None:
@@ -66,20 +71,100 @@ def test_resolving_a_plan_never_imports_the_sagemaker_sdk() -> None:
 
 
 
-@pytest.mark.parametrize("profile", ["max-throughput", "min-latency", "min-cost", "autoscale"])
-@pytest.mark.parametrize("instance", ["ml.inf2.8xlarge", "ml.inf2.48xlarge"])
-def test_an_inferentia_plan_asks_for_a_batch_size_the_neuron_cache_holds(profile: str, instance: str) -> None:
-    # With all four of MAX_BATCH_SIZE, MAX_TOTAL_TOKENS, HF_NUM_CORES, HF_AUTO_CAST_TYPE set, TGI's neuron
-    # entry point loads the compiled model of exactly that batch: the admission limit (256) has none.
-    plan = resolve(profile, LLAMA2_7B, instance)
-    batch = int(plan.environment["MAX_BATCH_SIZE"])
-    assert batch in COMPILED_BATCH_SIZES
-    assert batch <= int(plan.environment["MAX_CONCURRENT_REQUESTS"])  # the rest queue in TGI
+NEURON_INSTANCES = [i for i in instances() if i.startswith("ml.inf2.")]
 
 
-def test_an_inferentia_batch_size_without_a_compiled_model_is_refused_in_one_line(write, team_dir: Path) -> None:
-    path = write("b.yaml", "name: b\nextends: max-throughput\nserving:\n  max_batch_size: 256\n")
+@pytest.mark.parametrize("instance", NEURON_INSTANCES)
+def test_an_inferentia_plan_writes_a_shape_the_neuron_cache_holds_or_is_refused_in_one_line(instance: str) -> None:
+    # With all six variables set, TGI's neuron entry point skips its lookup and the server exports exactly that
+    # shape: batch, sequence length, cores and cast type must be one the cache has compiled for the model.
+    planned = set()
+    for model_id in models():
+        try:
+            plan = resolve("max-throughput", model_id, instance)
+        except InputError as exc:
+            # Not compiled for Inferentia, or too large for this instance's memory: one line either way.
+            [message] = exc.messages
+            assert "no compiled model" in message or "GB usable" in message, message
+            continue
+        env = plan.environment
+        shape = CompiledShape(int(env["MAX_BATCH_SIZE"]), int(env["MAX_TOTAL_TOKENS"]), int(env["HF_NUM_CORES"]),
+                              env["HF_AUTO_CAST_TYPE"])
+        assert shape in compiled_table()[model_id], (model_id, shape)
+        assert int(env["MAX_INPUT_TOKENS"]) < shape.sequence_length  # the entry point's compatibility check
+        assert shape.batch_size <= int(env["MAX_CONCURRENT_REQUESTS"])  # the rest queue in TGI
+        planned.add(model_id)
+    assert planned <= set(compiled_table())
+    if instance == "ml.inf2.48xlarge":
+        assert planned == set(compiled_table())  # every compiled model is planned on the largest instance
+
+
+@pytest.mark.parametrize("profile", ["max-throughput", "min-latency", "autoscale", "replicas"])
+def test_each_standard_profile_plans_a_compiled_shape(profile: str) -> None:
+    plan = resolve(profile, LLAMA31_8B, "ml.inf2.48xlarge")
+    env = plan.environment
+    shape = CompiledShape(int(env["MAX_BATCH_SIZE"]), int(env["MAX_TOTAL_TOKENS"]), int(env["HF_NUM_CORES"]), "bf16")
+    assert shape in compiled_table()[LLAMA31_8B]
+
+
+PINNED_UNCOMPILED = {
+    "max_batch_size: 256": ("serving.max_batch_size: 256 has no compiled model on Inferentia (compiled: batch 4 × "
+                            "4096 tokens on 8 cores (bf16); batch 8 × 4096"),
+    "max_total_tokens: 8192": "serving.max_total_tokens: 8192 is not a compiled sequence length on Inferentia",
+    "tensor_parallel: 2": ("serving.tensor_parallel: 2: meta-llama/Llama-3.1-8B has no compiled model for 4 "
+                           "NeuronCores in the neuron cache (compiled: "),
+}
+
+
+@pytest.mark.parametrize(("line", "says"), PINNED_UNCOMPILED.items())
+def test_a_pinned_shape_without_a_compiled_model_is_refused_in_one_line(write, team_dir: Path, line: str,
+                                                                       says: str) -> None:
+    path = write("b.yaml", f"name: b\nextends: max-throughput\nserving:\n  {line}\n")
     with pytest.raises(InputError) as exc:
-        resolve("b", LLAMA2_7B, "ml.inf2.8xlarge", profiles_dir=team_dir)
-    assert f"{path}:4: serving.max_batch_size: 256 has no compiled model on Inferentia; use one of " \
-           "1, 4, 8, 16, 32 or auto" in exc.value.messages
+        resolve("b", LLAMA31_8B, "ml.inf2.48xlarge", profiles_dir=team_dir)
+    [message] = exc.value.messages
+    assert message.startswith(f"{path}:4: {says}"), message
+
+
+def test_a_model_the_neuron_cache_lacks_is_refused_naming_the_way_out() -> None:
+    with pytest.raises(InputError) as exc:
+        resolve("max-throughput", "Qwen/Qwen2.5-7B", "ml.inf2.8xlarge")
+    [message] = exc.value.messages
+    assert message.startswith("instance: Qwen/Qwen2.5-7B has no compiled model in the neuron cache of the pinned "
+                              "Inferentia image") and "use a GPU instance type" in message
+    with pytest.raises(InputError) as exc:
+        resolve("max-throughput", "meta-llama/Llama-3.1-70B", "ml.inf2.24xlarge")
+    assert exc.value.messages == [
+        ("instance: meta-llama/Llama-3.1-70B has no compiled model in the neuron cache that fits the 6 chip(s) of "
+        "ml.inf2.24xlarge (compiled: batch 1 × 4096 tokens on 24 cores (bf16); batch 4 × 4096 tokens on 24 cores "
+        "(bf16)); use tensor_parallel 12 on ml.inf2.48xlarge")]
+
+
+def test_the_planner_holds_the_compiled_batch_of_whole_sequences() -> None:
+    d = design_for("max-throughput", LLAMA31_8B, "ml.inf2.8xlarge")
+    shape, copy = d.shape(), d.copies[0]
+    assert (shape.max_batch_size, shape.batch_token_budget) == (copy.max_batch_size,
+                                                                copy.max_batch_size * copy.max_total_tokens)
+    # The predicted curve saturates at the compiled batch: beyond it requests queue and throughput stays flat.
+    batch = copy.max_batch_size
+    points = predict(shape, d.payload, (batch, 2 * batch, 4 * batch)).points
+    assert [p.running_per_copy for p in points] == [batch] * 3
+    assert [p.queued_per_copy for p in points] == [0, batch, 3 * batch]
+    assert points[0].throughput_tokens_per_s == pytest.approx(points[-1].throughput_tokens_per_s)
+
+
+def test_an_extra_model_on_inferentia_needs_a_compiled_shape_too(write, team_dir: Path) -> None:
+    write("x.yaml", """
+        name: x
+        extends: replicas
+        serving: {tensor_parallel: 1}
+        components:
+          copies: 1
+          extra_models:
+            - {model: meta-llama/Llama-3.2-3B, tensor_parallel: 1}
+            - {model: Qwen/Qwen2.5-7B, tensor_parallel: 1}
+        """)
+    with pytest.raises(InputError) as exc:
+        resolve("x", LLAMA31_8B, "ml.inf2.24xlarge", profiles_dir=team_dir)
+    [message] = exc.value.messages
+    assert "components.extra_models: [1] Qwen/Qwen2.5-7B has no compiled model for 2 NeuronCores" in message

@@ -7,7 +7,16 @@ Engines take plain settings and return environments and behaviour: no plan or pr
 from __future__ import annotations
 
 from sagellm.engines import lmi, tgi
-from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Token, Variable
+from sagellm.engines.engine import (
+    CompiledShape,
+    Engine,
+    ErrorReply,
+    Generation,
+    Limits,
+    Settings,
+    Token,
+    Variable,
+)
 from sagellm.engines.lmi import LMI
 from sagellm.engines.tgi import TGI
 from sagellm.engines.tgi_neuron import TGI_NEURON
@@ -20,7 +29,7 @@ NEURON_ENGINES: dict[str, Engine] = {"tgi": TGI_NEURON}
 GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, lmi.GENERATION)}
 
 __all__ = [
-    "ENGINES", "GENERATIONS", "NEURON_ENGINES", "Engine", "ErrorReply", "Generation", "Limits", "Settings",
+    "ENGINES", "GENERATIONS", "NEURON_ENGINES", "CompiledShape", "Engine", "ErrorReply", "Generation", "Limits", "Settings",
     "Token", "Variable", "engine_for", "generation", "generation_of",
 ]
 

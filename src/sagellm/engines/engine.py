@@ -55,6 +55,22 @@ class Settings:
 
 
 @dataclass(frozen=True)
+class CompiledShape:
+    """A configuration a model is compiled for ahead of time (Inferentia): its static batch and sequence
+    length, the NeuronCores it is split over and the precision it was cast to."""
+
+    batch_size: int
+    sequence_length: int  # MAX_TOTAL_TOKENS: prompt + generated tokens of one sequence
+    num_cores: int
+    auto_cast_type: str
+
+    def describe(self) -> str:
+        """'batch 4 × 4096 tokens on 2 cores (bf16)'."""
+        return (f"batch {self.batch_size} × {self.sequence_length} tokens on {self.num_cores} cores "
+                f"({self.auto_cast_type})")
+
+
+@dataclass(frozen=True)
 class Variable:
     """One server setting: its names in the environment, and the Settings field the plan sets it from."""
 
@@ -115,8 +131,6 @@ class Engine(ABC):
     model_id_variables: tuple[str, ...]  # where the server reads the model id
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()
-    # Batch sizes a model can be compiled for ahead of time (Inferentia); empty: the batch is dynamic.
-    compiled_batch_sizes: tuple[int, ...] = ()
     stream_content_type: str  # how a streamed generate reply is framed
     # Prometheus /metrics: a results name → the server's histogram (in seconds) or counter, newest name first.
     histograms: ClassVar[dict[str, tuple[str, ...]]]
@@ -141,6 +155,14 @@ class Engine(ABC):
     @abstractmethod
     def limits(self, version: str | None, env: dict[str, str], kv_tokens: int, context: int) -> Limits:
         """The limits a copy runs with: its environment, with this server's defaults where a variable is unset."""
+
+    def compiled_shapes(self, model_id: str) -> tuple[CompiledShape, ...] | None:
+        """The shapes `model_id` is compiled for ahead of time; None: the server batches dynamically."""
+        return None
+
+    def compiled_kv_tokens(self, max_batch_size: int | None, max_total_tokens: int) -> int | None:
+        """The KV budget a compiled model holds (its batch × sequence length); None: what memory allows."""
+        return None
 
     def image_version(self, version: str) -> str:
         """The image version deployed for the pinned server version."""

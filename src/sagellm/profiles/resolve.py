@@ -10,8 +10,9 @@ from typing import Any
 from sagellm import __version__
 from sagellm.catalog import Instance, Model, find_instance, find_model, instances
 from sagellm.catalog import models as catalog_models
-from sagellm.engines import ENGINES, NEURON_ENGINES, Engine, Settings, engine_for
+from sagellm.engines import ENGINES, NEURON_ENGINES, CompiledShape, Engine, Settings, engine_for
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
+from sagellm.engines.tgi_neuron import CORES_PER_CHIP
 from sagellm.errors import InputError
 from sagellm.planner import (
     Calibration,
@@ -35,7 +36,7 @@ from sagellm.profiles.plan import (
     ScalingPlan,
     instances_for,
 )
-from sagellm.profiles.schema import Architecture, Profile
+from sagellm.profiles.schema import Architecture, Profile, Serving
 from sagellm.profiles.validate import cap_errors, profile_errors, region_errors, with_values
 
 # Share of the instance's vCPUs and host memory handed to inference-component copies; the rest is
@@ -115,6 +116,7 @@ def _shape(copy: Copy, inst: Instance, engine: Engine, *, copies: int, instance_
         quantization=copy.quantization,
         max_concurrent_requests=None if engine.queues else copy.max_concurrent_requests,
         max_batch_size=copy.max_batch_size, max_batch_prefill_tokens=copy.max_batch_prefill_tokens,
+        max_batch_total_tokens=engine.compiled_kv_tokens(copy.max_batch_size, copy.max_total_tokens),
         generation=generation, calibration=calibration,
     )
 
@@ -207,9 +209,8 @@ def design(
         inst = _choose_instance(profile, model, payload, region, gen)
     else:
         inst = find_instance(inst_name, where("instance_type"))
-    if inst.is_neuron and kind not in NEURON_ENGINES:
-        errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
-                      "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
+    # Inferentia serves a shape compiled ahead of time: the engine that sizes the caps is the neuron one.
+    neuron = _neuron_engine(kind, inst, where, errors)
     gpus = inst.n_accelerators
     count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"
@@ -220,14 +221,16 @@ def design(
     for i, extra in enumerate(profile.components.extra_models):
         xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
         xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
+        xshapes = _extra_shapes(neuron, xm, extra.tensor_parallel, f"{where('components.extra_models')}: [{i}]",
+                                errors)
         extras.append(_caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload,
-                            profile, where, errors, prefix=f"components.extra_models[{i}]", engine=engine,
-                            version=version))
+                            profile, where, errors, prefix=f"components.extra_models[{i}]", engine=neuron or engine,
+                            version=version, shapes=xshapes))
         used += extra.tensor_parallel * extra.copies
 
     # TP degree: pinned, or the planner's choice.
     tp_pin = tensor_parallel if tensor_parallel is not None else _pinned(s.tensor_parallel)
-    valid = valid_tp(model, gpus)
+    valid, candidates = _tp_choices(neuron, model, gpus, s)
     if tp_pin is not None:
         tp = tp_pin
         if gpus % tp or tp > gpus:
@@ -238,9 +241,12 @@ def design(
                           f"(attention heads: {model.n_heads}, KV heads: {model.n_kv_heads}; valid: "
                           f"{', '.join(map(str, valid)) or 'none'})")
     elif ic:
-        tp = _best_ic_tp(model, inst, quant, payload, gpus - used, valid, gen) or (max(valid) if valid else 1)
+        tp = _best_ic_tp(model, inst, quant, payload, gpus - used, candidates, gen) or (max(valid) if valid else 1)
     else:
-        tp = max(valid) if valid else 1
+        tp = max(candidates or valid or [1])
+    shapes = _compiled(neuron, model, tp)
+    if neuron and shapes == ():  # nothing to check the rest against: this line says what would run
+        raise InputError([*errors, _uncompiled(neuron, model, inst, tp if tp_pin is not None else None, where)])
 
     copies_pin = copies if copies is not None else _pinned(profile.components.copies)
     n_copies = copies_pin or (max(1, (gpus - used) // tp) if ic else 1)
@@ -254,19 +260,104 @@ def design(
                   calibration=calibration)
     if shape.memory_shortfall_gb > 0:
         errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid))
-    # An Inferentia model runs a batch compiled ahead of time: one of the sizes its engine can load.
-    compiled = NEURON_ENGINES[kind].compiled_batch_sizes if inst.is_neuron and kind in NEURON_ENGINES else ()
-    main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving", engine=engine,
-                 version=version, compiled=compiled)
+    main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving",
+                 engine=neuron or engine, version=version, shapes=shapes)
     copies_all = (main, *extras)
 
     scaling = None
     if profile.autoscaling is not None:
-        scaling = _scaling(profile, main, inst, payload, region, ic, engine, gen, calibration, where, errors)
+        scaling = _scaling(profile, main, inst, payload, region, ic, neuron or engine, gen, calibration, where,
+                           errors)
     if errors:
         raise InputError(errors)
     return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version, generation=gen,
                   calibration=calibration)
+
+
+def _neuron_engine(kind: str, inst: Instance, where: Where, errors: list[str]) -> Engine | None:
+    """The engine of `kind` on an Inferentia instance (None on a GPU; an error where the kind has no image)."""
+    if not inst.is_neuron:
+        return None
+    if kind not in NEURON_ENGINES:
+        errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
+                      "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
+        return None
+    return NEURON_ENGINES[kind]
+
+
+def _compiled(neuron: Engine | None, model: Model, tp: int,
+              pins: Serving | None = None) -> tuple[CompiledShape, ...] | None:
+    """The shapes `model` is compiled for on `tp` Inferentia chips, those of `pins`' batch and length if given
+    (None: not Inferentia, the batch is dynamic)."""
+    if neuron is None:
+        return None
+    return tuple(c for c in neuron.compiled_shapes(model.hf_id) or () if c.num_cores == CORES_PER_CHIP * tp and (
+        pins is None or (pins.max_batch_size in (None, c.batch_size)
+                         and pins.max_total_tokens in ("auto", c.sequence_length))))
+
+
+def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving) -> tuple[list[int], list[int]]:
+    """The TP degrees that shard `model` on `gpus` accelerators, and those auto TP picks from."""
+    # On Inferentia a compiled shape shows that a core count shards the model (optimum-neuron pads attention
+    # heads that do not divide it): auto picks one compiled for the profile's pinned batch and length, else any.
+    if neuron is None:
+        valid = valid_tp(model, gpus)
+        return valid, valid
+    valid = [t for t in range(1, gpus + 1) if gpus % t == 0]
+    pinned = [t for t in valid if _compiled(neuron, model, t, pins)]
+    return valid, pinned or [t for t in valid if _compiled(neuron, model, t)]
+
+
+def _extra_shapes(neuron: Engine | None, model: Model, tp: int, where: str,
+                  errors: list[str]) -> tuple[CompiledShape, ...] | None:
+    """The compiled shapes of an extra model on Inferentia; none is an error."""
+    shapes = _compiled(neuron, model, tp)
+    if shapes == ():
+        errors.append(f"{where} {model.hf_id} has no compiled model for {CORES_PER_CHIP * tp} NeuronCores in the "
+                      "neuron cache; see docs/containers.md for the models and shapes compiled for Inferentia")
+    return shapes
+
+
+def _uncompiled(neuron: Engine, model: Model, inst: Instance, tp: int | None, where: Where) -> str:
+    """Say that the neuron cache has no compiled model for this model at the pinned TP (None: at any TP the
+    instance allows), and what it has."""
+    shapes = neuron.compiled_shapes(model.hf_id) or ()
+    if not shapes:
+        return (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache of the pinned "
+                "Inferentia image (optimum-neuron 0.3.0), so its server would stop with 'No cached version found'; "
+                "use a GPU instance type (docs/containers.md lists the models compiled for Inferentia)")
+    compiled = "; ".join(c.describe() for c in shapes)
+    runs = []
+    for chips in sorted({c.num_cores // CORES_PER_CHIP for c in shapes}):
+        names = [i.instance_type for i in instances().values() if i.is_neuron and i.n_accelerators % chips == 0]
+        runs.append(f"tensor_parallel {chips} on {' or '.join(names)}")
+    if tp is None:
+        place = (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache that fits the "
+                 f"{inst.n_accelerators} chip(s) of {inst.instance_type}")
+    else:
+        place = (f"{where('serving.tensor_parallel')}: {tp}: {model.hf_id} has no compiled model for "
+                 f"{CORES_PER_CHIP * tp} NeuronCores in the neuron cache")
+    return f"{place} (compiled: {compiled}); use {'; '.join(runs)}"
+
+
+def _pick_compiled(shapes: tuple[CompiledShape, ...], max_total: int, batch_size: int | None, concurrent: int,
+                   w: Any, errors: list[str]) -> CompiledShape | None:
+    """The compiled shape of sequence length `max_total`: the pinned batch, or the largest within the admission
+    limit (requests beyond it queue in TGI); a shape the cache lacks is refused, naming those it has."""
+    compiled = "; ".join(c.describe() for c in shapes)
+    at_length = [c for c in shapes if c.sequence_length == max_total]
+    if not at_length:
+        errors.append(f"{w('max_total_tokens')}: {max_total} is not a compiled sequence length on Inferentia "
+                      f"(compiled: {compiled}); use auto")
+        return None
+    if batch_size is not None:
+        match = next((c for c in at_length if c.batch_size == batch_size), None)
+        if match is None:
+            errors.append(f"{w('max_batch_size')}: {batch_size} has no compiled model on Inferentia (compiled: "
+                          f"{compiled}); use auto or one of those batch sizes")
+        return match
+    within = [c for c in at_length if c.batch_size <= concurrent]
+    return max(within, key=lambda c: c.batch_size) if within else min(at_length, key=lambda c: c.batch_size)
 
 
 def _pinned(value: Any) -> Any:
@@ -310,11 +401,12 @@ def _misfit(model: Model, inst: Instance, tp: int, quant: str, shape: Shape, pay
 
 def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payload: Payload, profile: Profile,
           where: Where, errors: list[str], prefix: str, engine: Engine, version: str,
-          compiled: tuple[int, ...] = ()) -> Copy:
+          shapes: tuple[CompiledShape, ...] | None = None) -> Copy:
     """Resolve one model's token caps, prefill budget and admission limit; validate them and the payload.
 
     The caps are the application's limits (what the model's context and the KV cache allow); the payload
-    is the workload: it sizes the admission limit and must fit under the caps.
+    is the workload: it sizes the admission limit and must fit under the caps. On Inferentia (`shapes`: what
+    the model is compiled for at this core count) the sequence length and batch are a compiled shape's.
     """
     s = profile.serving
     main = prefix == "serving"
@@ -328,7 +420,8 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     context = model.max_context
     # A multiple of 256 when the KV cache is what limits it (TGI 3's largest KV block size).
     roomy = kv // FULL_LENGTH_SEQUENCES // 256 * 256
-    max_total = pinned("max_total_tokens", min(context, max(roomy, payload.total_tokens)))
+    max_total = pinned("max_total_tokens", max(c.sequence_length for c in shapes) if shapes else
+                       min(context, max(roomy, payload.total_tokens)))
     max_input = pinned("max_input_tokens", max(1, max_total - payload.output_tokens))
     batch_size = s.max_batch_size if main else None
     chunked = engine.chunks_prefill(version, batch_size)
@@ -340,12 +433,13 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     if engine.queues and batch_size is None:
         batch_size = concurrent  # a server that queues instead of refusing runs at most its batch
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
-    if compiled and batch_size not in compiled:
-        if batch_size is not None:
-            errors.append(f"{w('max_batch_size')}: {batch_size} has no compiled model on Inferentia; use one of "
-                          f"{', '.join(map(str, compiled))} or auto")
-        # The largest compiled batch within the admission limit; the requests beyond it queue in TGI.
-        batch_size = max((b for b in compiled if b <= concurrent), default=compiled[0])
+    if shapes and (compiled := _pick_compiled(shapes, max_total, batch_size, concurrent, w, errors)):
+        batch_size = compiled.batch_size
+        # TGI's neuron entry point fills an unset prefill budget with batch × max input tokens (tgi_env.py).
+        prefill = pinned("max_batch_prefill_tokens", batch_size * max_input)
+        static = replace(shape, max_batch_size=batch_size, max_batch_total_tokens=batch_size * max_total)
+        static_limit = _per_copy_limit(static, payload) if fits else 1
+        concurrent = pinned("max_concurrent_requests", max(batch_size, static_limit))
 
     errors.extend(cap_errors(max_input, max_total, prefill, w, chunked))
     if max_total > context:
