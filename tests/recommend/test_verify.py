@@ -13,7 +13,7 @@ from sagellm.catalog import find_model
 from sagellm.planner import Payload
 from sagellm.recommend import Load, Space, choose, instance_types, search
 from sagellm.recommend.slo import gap_of
-from sagellm.recommend.verify import Verified, _rerank
+from sagellm.recommend.verify import LOCAL_REPLAYS_PLANNER, Verification, Verified, _rerank
 from sagellm.results.gate import Rule
 
 SAGELLM = Path(sys.executable).parent / "sagellm"
@@ -30,14 +30,15 @@ def test_a_candidate_measured_to_miss_loses_the_pick_to_the_next_cheapest(tmp_pa
     missed = Verified(first, tmp_path / "run-1", measured={rules[0].label: 55.0},
                       gaps=[gap for gap in [gap_of(rules[0], 55.0)] if gap])
     passed = Verified(second, tmp_path / "run-2", measured={rules[0].label: 30.0})
-    _rerank(rec, [missed, passed])
+    done = Verification("local", [missed, passed])
+    _rerank(rec, done)
     assert rec.pick is second
     assert rec.reason(first) == "measured: misses itl_ms.p50 by 38 % (55 against max 40)"
-    assert [v["meets_slo_measured"] for v in rec.verification] == [False, True]
-    assert rec.verification[1]["measured_over_predicted"][rules[0].label] == pytest.approx(
-        30.0 / second.values[rules[0].label])
+    benches = done.to_dict()["candidates"]
+    assert [v["meets_slo_measured"] for v in benches] == [False, True]
+    assert benches[1]["measured_over_predicted"][rules[0].label] == pytest.approx(30.0 / second.values[rules[0].label])
     # Nothing measured to meet: no pick, the closest is named.
-    _rerank(rec, [missed])
+    _rerank(rec, Verification("local", [missed]))
     assert rec.pick is None and rec.closest is first
 
 
@@ -51,8 +52,9 @@ def test_verify_2_benches_two_candidates_on_the_local_emulator_and_tears_both_do
         cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "rec" / "recommendation.json").read_text())
-    verified = data["verify"]
+    verified = data["verify"]["candidates"]
     assert len(verified) == 2
+    assert data["verify"]["target"] == "local" and data["verify"]["correction"] == [LOCAL_REPLAYS_PLANNER]
     runs = sorted((tmp_path / "rec" / "verify").glob("run-*/results.json"))
     assert len(runs) == 2
     stacks = set()
