@@ -71,3 +71,89 @@ def test_verify_2_benches_two_candidates_on_the_local_emulator_and_tears_both_do
     costs = {c["deployment"]: c["usd_per_h"] for c in data["candidates"]}
     assert data["pick"]["deployment"] == min(passing, key=costs.__getitem__)
     assert "measured ÷ predicted" in result.stdout
+
+
+def sagellm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SAGELLM), *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--verify", "1", "--target", "sagemaker", "--time-scale", "0.1"),
+     "--time-scale: only with --target local (a SageMaker endpoint runs in real time)"),
+    (("--target", "sagemaker",), "--target: only with --verify K (it sets how the candidates are benched)"),
+    (("--budget-minutes", "5",), "--budget-minutes: only with --verify K (it sets how the candidates are benched)"),
+    (("--verify", "1", "--hf-token-secret", "hf"),
+     "--hf-token-secret: only with --target sagemaker (the local emulator loads no weights)"),
+    (("--verify", "1", "--target", "aws"), "--target: 'aws' must be local or sagemaker"),
+])
+def test_verify_options_out_of_place_are_one_line_of_bad_input(tmp_path, args, message):
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("rules:\n  - {metric: itl_ms.p50, max: 40}\n")
+    result = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "4", "--thresholds", str(slo), *args,
+                     cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"sagellm: error: {message}"]
+    assert not (tmp_path / "recommendation").exists()
+
+
+def finalists_of(load: Load, tmp_path: Path):
+    rules = (Rule(metric="itl_ms.p50", where=load.name, max=60),)
+    found = search(Space(find_model("llama2-7b"), Payload(), instance_types(("ml.g5.2xlarge", "ml.g6e.xlarge")),
+                         engines=("tgi",), profiles_dir=tmp_path / "profiles"), load, rules)
+    return choose(found, load, rules, Payload())
+
+
+def test_an_interrupted_bench_ends_the_verify_and_starts_no_other(tmp_path, monkeypatch):
+    from sagellm import bench
+    from sagellm.bench.options import BenchOutcome
+    from sagellm.errors import ExitStatus
+    from sagellm.recommend.verify import verify
+
+    rec = finalists_of(Load(concurrency=4), tmp_path)
+    started = []
+
+    def interrupted(spec, say=None):
+        started.append(spec)
+        return BenchOutcome(None, ExitStatus.INTERRUPTED, "interrupted: stopped measuring, tore down")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bench, "run", interrupted)
+    said: list[str] = []
+    done = verify(rec, "meta-llama/Llama-2-7b-hf", 2, tmp_path / "out", target=bench.SageMaker(), budget_minutes=30,
+                  say=said.append, profiles_dir=tmp_path / "profiles")
+    assert len(started) == 1 and done.interrupted
+    assert said[-1] == "verify: interrupted: stopped measuring, tore down; no other candidate benched"
+    assert done.correction == [] and not (tmp_path / "profiles" / "calibration").exists()
+    assert rec.verification["interrupted"] is True and rec.pick is None
+
+
+def test_before_the_first_deploy_the_cost_at_most_is_said(tmp_path):
+    from sagellm.recommend.verify import cost_line, finalists
+
+    rec = finalists_of(Load(concurrency=4), tmp_path)
+    chosen = finalists(rec, 2)
+    dearest = max(c.usd_per_h for c in chosen)
+    line = cost_line(chosen, 30, "eu-west-1")
+    assert line.startswith("verify on sagemaker (eu-west-1): 2 deployment(s) in your account, one at a time; at most "
+                           f"about ${dearest / 2:.2f} on demand (${dearest:.2f}/h, the dearest, × the 30-min budget")
+
+
+def test_a_stored_correction_moves_the_next_recommends_prediction_and_is_named(tmp_path):
+    from sagellm.engines.tgi import TGI
+    from sagellm.profiles.calibration import CalibrationFile, calibration_path, save_calibration
+
+    load = Load(concurrency=4)
+    before = finalists_of(load, tmp_path)
+    label = "itl_ms.p50@4 <= 60"
+    g5 = next(c for c in before.candidates if c.config.instance_type == "ml.g5.2xlarge" and c.instance_count == 1)
+    path = calibration_path(tmp_path / "profiles", "meta-llama/Llama-2-7b-hf", "ml.g5.2xlarge", "tgi", TGI.pinned)
+    save_calibration(path, CalibrationFile(
+        model="meta-llama/Llama-2-7b-hf", instance_type="ml.g5.2xlarge", container="tgi",
+        container_version=TGI.pinned, generation="tgi-3", decode_floor=1.5, decode_per_sequence=1.5, prefill=1.0,
+        runs=[], error_pct_before={}, error_pct_after={}, sagellm_version="test"))
+
+    after = finalists_of(load, tmp_path)
+    moved = next(c for c in after.candidates if c.config == g5.config and c.instance_count == 1)
+    other = [(c.config, c.values) for c in after.candidates if c.config.instance_type == "ml.g6e.xlarge"]
+    assert moved.values[label] > 1.3 * g5.values[label]
+    assert other == [(c.config, c.values) for c in before.candidates if c.config.instance_type == "ml.g6e.xlarge"]
+    assert f"ml.g5.2xlarge tgi: predicted with the measured correction stored in {path.parent}" in after.notes

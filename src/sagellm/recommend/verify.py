@@ -145,7 +145,9 @@ def verify(rec: Recommendation, model_id: str, k: int, out: Path, *, target: ben
         outcome = bench.run(bench.Bench(
             serving=bench.Serving(profile=body["name"], model=model_id, profiles_dir=profiles, region=region,
                                   hf_token_secret=hf_token_secret),
-            target=target, load=_bench_load(rec.load), output=bench.Output(folder / f"run-{i}")),
+            # The two levels asked for and no others (an adaptive sweep would go on to the knee and the max).
+            target=target, load=_bench_load(rec.load), sweep=bench.Sweep(method="doubling"),
+            output=bench.Output(folder / f"run-{i}")),
             # In the user's account, deploy and teardown progress (and "tearing down — please wait") are shown.
             say=say if target.kind == "sagemaker" else lambda _line: None)
         done.benches.append(_verified(candidate, folder / f"run-{i}", outcome.results, outcome.error, rec))
