@@ -107,7 +107,7 @@ def test_an_interrupted_bench_ends_the_verify_and_starts_no_other(tmp_path, monk
     from sagellm import bench
     from sagellm.bench.options import BenchOutcome
     from sagellm.errors import ExitStatus
-    from sagellm.recommend.verify import verify
+    from sagellm.recommend.verify import finalists, verify
 
     rec = finalists_of(Load(concurrency=4), tmp_path)
     started = []
@@ -123,7 +123,8 @@ def test_an_interrupted_bench_ends_the_verify_and_starts_no_other(tmp_path, monk
     assert len(started) == 1 and done.interrupted
     assert said[-1] == "verify: interrupted: stopped measuring, tore down; no other candidate benched"
     assert done.correction == [] and not (tmp_path / "profiles" / "calibration").exists()
-    assert rec.verification["interrupted"] is True and rec.pick is None
+    # Re-ranked on nothing: the interrupted bench measured nothing about its candidate.
+    assert rec.verification["interrupted"] is True and rec.pick is finalists(rec, 1)[0] and not rec.measured_misses
 
 
 def test_before_the_first_deploy_the_cost_at_most_is_said(tmp_path):

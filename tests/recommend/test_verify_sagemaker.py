@@ -19,7 +19,7 @@ import boto3
 import pytest
 import yaml
 
-from bench_helpers import MODEL, SAGELLM, free_port, sagellm, wait_for
+from bench_helpers import AS_FROM_A_TERMINAL, MODEL, SAGELLM, free_port, sagellm, wait_for
 from sagellm.emulator import EmulatorProcess
 from sagellm.engines.tgi import TGI
 from sagellm.planner import Payload
@@ -68,11 +68,15 @@ def stacks(env: dict[str, str]) -> set[str]:
     return {s["StackName"] for s in cfn.describe_stacks()["Stacks"] if s["StackStatus"] != "DELETE_COMPLETE"}
 
 
-def recommend(env: dict[str, str], cwd: Path, out: str, *extra: str) -> dict[str, Any]:
+def recommend_args(cwd: Path, out: str, *extra: str) -> list[str]:
     (cwd / "slo.yaml").write_text("rules:\n  - {metric: itl_ms.p50, max: 400}\n")
-    ran = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "2", "--output-tokens", "32",
-                  "--thresholds", "slo.yaml", "--instances", ",".join(CANDIDATES), "--engines", "tgi",
-                  "--profiles-dir", "team", "--out", out, *extra, env=env, cwd=cwd, timeout=1000)
+    return ["recommend", "--model", "llama2-7b", "--concurrency", "2", "--output-tokens", "32", "--thresholds",
+            "slo.yaml", "--instances", ",".join(CANDIDATES), "--engines", "tgi", "--profiles-dir", "team", "--out",
+            out, *extra]
+
+
+def recommend(env: dict[str, str], cwd: Path, out: str, *extra: str) -> dict[str, Any]:
+    ran = sagellm(*recommend_args(cwd, out, *extra), env=env, cwd=cwd, timeout=1000)
     assert ran.returncode == 0, ran.stderr[-3000:]
     data: dict[str, Any] = json.loads((cwd / out / "recommendation.json").read_text())
     data["stderr"] = ran.stderr
@@ -119,3 +123,34 @@ def test_verify_2_on_sagemaker_deploys_and_deletes_two_stacks_and_stores_the_cor
         truth = v["measured"][ITL]
         assert abs(second[deployment] - truth) < abs(first[deployment] - truth) / 2
     assert any("predicted with the measured correction stored in team/calibration" in n for n in again["notes"])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_first_bench_tears_its_stack_down_and_starts_no_other(
+        account: dict[str, str], tmp_path: Path, signum: int) -> None:
+    before = stacks(account)
+    args = recommend_args(tmp_path, "rec", "--verify", "2", "--target", "sagemaker", "--hf-token-secret",
+                          TOKEN_SECRET)
+    with (tmp_path / "stderr.log").open("w") as err:
+        proc = subprocess.Popen([*AS_FROM_A_TERMINAL, SAGELLM, *args], cwd=tmp_path, env=account,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        try:
+            wait_for(lambda: bool(stacks(account) - before) or proc.poll() is not None, 600, "the first stack",
+                     poll_s=0.2)
+            assert proc.poll() is None, (tmp_path / "stderr.log").read_text()[-3000:]
+            proc.send_signal(signum)
+            returncode = proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    stderr = (tmp_path / "stderr.log").read_text()
+
+    assert returncode == 130, stderr[-3000:]
+    assert stacks(account) == before  # the one in flight torn down
+    assert not (tmp_path / "rec" / "verify" / "run-2").exists()  # and no other started
+    assert "no other candidate benched" in stderr and "Traceback" not in stderr
+    data = json.loads((tmp_path / "rec" / "recommendation.json").read_text())
+    assert data["verify"]["interrupted"] is True and data["verify"]["correction"] == []
+    assert data["pick"]["deployment"] == "1 × ml.g5.2xlarge TP1 tgi"  # the prediction stands, unverified
+    assert not (tmp_path / "team").exists()

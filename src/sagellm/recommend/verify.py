@@ -40,6 +40,11 @@ class Verification:
     interrupted: bool = False  # a signal stopped the bench in flight (torn down); no other was started
     correction: list[str] = field(default_factory=list)  # calibrate's lines per file written, or why none
 
+    @property
+    def ranked(self) -> list[Verified]:
+        """The benches to re-rank on: an interrupted one measured nothing about its candidate."""
+        return self.benches[:-1] if self.interrupted else self.benches
+
     def to_dict(self) -> dict[str, Any]:
         """JSON form for recommendation.json."""
         return {"target": self.target, "interrupted": self.interrupted, "correction": self.correction,
@@ -217,7 +222,7 @@ def _fixed(rec: Recommendation, candidate: Candidate) -> Recommendation:
 def _rerank(rec: Recommendation, done: Verification) -> None:
     """The cheapest candidate measured to meet the SLO (and sizable for the peak) becomes the pick; when none
     measured does, there is no pick and the closest is the verified one with the smallest measured miss."""
-    verified = done.benches
+    verified = done.ranked
     if not verified:
         return
     for v in verified:
