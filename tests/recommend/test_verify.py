@@ -158,3 +158,18 @@ def test_a_stored_correction_moves_the_next_recommends_prediction_and_is_named(t
     assert moved.values[label] > 1.3 * g5.values[label]
     assert other == [(c.config, c.values) for c in before.candidates if c.config.instance_type == "ml.g6e.xlarge"]
     assert f"ml.g5.2xlarge tgi: predicted with the measured correction stored in {path.parent}" in after.notes
+
+
+def test_no_correction_is_stored_from_the_local_emulator_an_open_loop_or_no_finished_bench(tmp_path):
+    from sagellm.recommend.verify import OPEN_LOOP_UNFITTABLE, _store_correction
+
+    rec = finalists_of(Load(concurrency=4), tmp_path)
+    failed = Verified(rec.pick, tmp_path / "run-1", error="deploy failed")
+    team = tmp_path / "profiles"
+    assert _store_correction(Verification("local", [failed]), Load(concurrency=4), tmp_path, team) == \
+        [LOCAL_REPLAYS_PLANNER]
+    assert _store_correction(Verification("sagemaker", [failed]), Load(request_rate=2), tmp_path, team) == \
+        [OPEN_LOOP_UNFITTABLE]
+    assert _store_correction(Verification("sagemaker", [failed]), Load(concurrency=4), tmp_path, team) == \
+        ["not stored: no bench finished"]
+    assert not (team / "calibration").exists()

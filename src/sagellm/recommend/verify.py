@@ -32,26 +32,6 @@ OPEN_LOOP_UNFITTABLE = ("not stored: open-loop levels have no concurrency for th
 
 
 @dataclass
-class Verification:
-    """What `--verify` did: where it benched, each bench, whether it was cut short, and the correction."""
-
-    target: str  # local | sagemaker
-    benches: list[Verified] = field(default_factory=list)
-    interrupted: bool = False  # a signal stopped the bench in flight (torn down); no other was started
-    correction: list[str] = field(default_factory=list)  # calibrate's lines per file written, or why none
-
-    @property
-    def ranked(self) -> list[Verified]:
-        """The benches to re-rank on: an interrupted one measured nothing about its candidate."""
-        return self.benches[:-1] if self.interrupted else self.benches
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form for recommendation.json."""
-        return {"target": self.target, "interrupted": self.interrupted, "correction": self.correction,
-                "candidates": [v.to_dict() for v in self.benches]}
-
-
-@dataclass
 class Verified:
     """One candidate benched: what it measured at the target load against what was predicted."""
 
@@ -80,6 +60,26 @@ class Verified:
         return {"deployment": self.candidate.label(), "results": str(self.results), "measured": self.measured,
                 "measured_over_predicted": self.ratios(), "headroom": self.headroom,
                 "meets_slo_measured": self.meets, "error": self.error}
+
+
+@dataclass
+class Verification:
+    """What `--verify` did: where it benched, each bench, whether it was cut short, and the correction."""
+
+    target: str  # local | sagemaker
+    benches: list[Verified] = field(default_factory=list)
+    interrupted: bool = False  # a signal stopped the bench in flight (torn down); no other was started
+    correction: list[str] = field(default_factory=list)  # calibrate's lines per file written, or why none
+
+    @property
+    def ranked(self) -> list[Verified]:
+        """The benches to re-rank on: an interrupted one measured nothing about its candidate."""
+        return self.benches[:-1] if self.interrupted else self.benches
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for recommendation.json."""
+        return {"target": self.target, "interrupted": self.interrupted, "correction": self.correction,
+                "candidates": [v.to_dict() for v in self.benches]}
 
 
 def step_above(load: Load) -> Load:
@@ -197,21 +197,25 @@ def _verified(candidate: Candidate, result_dir: Path, results: Results, error: s
 
 
 def _store_correction(done: Verification, load: Load, verify_profiles: Path, profiles_dir: Path | None) -> list[str]:
-    """Fit and store the step-time correction from the finished benches through `sagellm calibrate`'s own path;
-    → the lines it wrote, or the one line saying why nothing was stored."""
+    """Fit and store the step-time correction from the finished benches through `sagellm calibrate`'s own path,
+    one model × instance type × engine at a time; → the lines it wrote, or one line per group saying why not."""
     from sagellm.bench.calibrate import calibrate_runs
 
-    runs = [v.results for v in done.benches if v.error is None]
     if done.target != "sagemaker":
         return [LOCAL_REPLAYS_PLANNER]
     if load.request_rate is not None:
         return [OPEN_LOOP_UNFITTABLE]
-    if not runs:
-        return ["not stored: no bench finished"]
-    try:
-        return calibrate_runs(runs, profiles_dir, runs_profiles_dir=verify_profiles, accept_emulated=True)
-    except InputError as exc:
-        return [f"not stored: {exc.messages[0]}"]
+    groups: dict[tuple[str, str], list[Path]] = {}
+    for v in done.benches:
+        if v.error is None:
+            groups.setdefault((v.candidate.config.instance_type, v.candidate.config.engine), []).append(v.results)
+    lines = []
+    for (instance_type, engine), runs in groups.items():
+        try:
+            lines += calibrate_runs(runs, profiles_dir, runs_profiles_dir=verify_profiles, accept_emulated=True)
+        except InputError as exc:
+            lines.append(f"not stored for {instance_type} {engine}: {exc.messages[0]}")
+    return lines or ["not stored: no bench finished"]
 
 
 def _fixed(rec: Recommendation, candidate: Candidate) -> Recommendation:
