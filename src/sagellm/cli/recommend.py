@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from sagellm.cli.app import app
-from sagellm.cli.options import INT32_MAX, InputTokens, Json, Model, OutputTokens, ProfilesDir, Region
+from sagellm.cli.options import INT32_MAX, InputTokens, Json, Model, OutputTokens, Region
 from sagellm.errors import ExitStatus, InputError
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ def _names(text: str | None, option: str) -> tuple[str, ...]:
 @app.command(epilog="Examples:\n\n"
              "  sagellm recommend --model llama2-7b --request-rate 2 --thresholds slo.yaml --out rec\n\n"
              "  sagellm recommend --model llama2-13b --concurrency 32 --thresholds slo.yaml --families g5,g6e\n\n"
-             "  sagellm recommend --model llama2-7b --request-rate 2 --peak-rate 6 --thresholds slo.yaml --json")
+             "  sagellm recommend --model llama2-7b --request-rate 2 --peak-rate 6 --thresholds slo.yaml --json\n\n"
+             "  sagellm recommend --model llama2-7b --concurrency 8 --thresholds slo.yaml --verify 2 --target sagemaker "
+             "--hf-token-secret prod/huggingface/token")
 def recommend(
     model: Model,
     thresholds: Annotated[Path, typer.Option("--thresholds", help="the SLO: a thresholds file in the gate's "
@@ -73,7 +75,10 @@ def recommend(
     hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", help="--verify --target sagemaker: "
                                                         "Secrets Manager name or ARN of the Hugging Face token "
                                                         "(gated models)")] = None,
-    profiles_dir: ProfilesDir = None,
+    profiles_dir: Annotated[Path | None, typer.Option("--profiles-dir", help="the team's profiles folder: "
+                                                      "predictions use its calibration/ corrections, and "
+                                                      "--verify --target sagemaker stores one there (default: "
+                                                      "./profiles)")] = None,
     json_out: Json = False,
 ) -> None:
     """Search every deployment of a model in the catalog and pick the cheapest predicted to meet the SLO.
