@@ -156,6 +156,8 @@ def verify(rec: Recommendation, model_id: str, k: int, out: Path, *, target: ben
             # In the user's account, deploy and teardown progress (and "tearing down — please wait") are shown.
             say=say if target.kind == "sagemaker" else lambda _line: None)
         done.benches.append(_verified(candidate, folder / f"run-{i}", outcome.results, outcome.error, rec))
+        # The bench catches signals only while it runs; between benches no stack exists and a signal ends
+        # recommend with nothing to tear down.
         if outcome.exit_status == ExitStatus.INTERRUPTED:
             done.interrupted = True
             say(f"verify: {outcome.error}; no other candidate benched")
