@@ -135,6 +135,13 @@ def test_skips_levels_with_too_many_errors_and_refuses_a_run_without_usable_ones
         calibrate_runs([run], profiles_in(tmp_path))
 
 
+def test_one_usable_level_is_not_enough_to_fit_and_no_file_is_written(tmp_path: Path) -> None:
+    run = measured_run(tmp_path / "one", Payload(256, 256), levels=(4,))
+    with pytest.raises(InputError, match="1 closed-loop level.*a fit needs at least 2"):
+        calibrate_runs([run], profiles_in(tmp_path))
+    assert not (tmp_path / "profiles" / "calibration").exists()
+
+
 # ---------------------------------------------------------------- used by plan and profiles show
 
 def test_plan_and_profiles_show_use_the_calibration_and_say_so(tmp_path: Path) -> None:

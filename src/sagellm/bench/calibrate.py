@@ -17,6 +17,8 @@ from sagellm.profiles.calibration import CalibrationFile, FittedRun, calibration
 from sagellm.results.schema import Results, load_results
 
 MAX_ERROR_RATE = 0.05  # levels with more errors measured something other than step times
+# Three multipliers from one level fit its three metrics exactly and nothing else: a file no one should trust.
+MIN_LEVELS = 2
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,12 @@ def _int_env(env: dict[str, str], *names: str) -> int | None:
     return None
 
 
-def _load(run: Path, profiles_dir: Path | None) -> _Run:
+def _load(run: Path, profiles_dir: Path | None, accept_emulated: bool) -> _Run:
     """Read a run and rebuild the serving shape it measured (its profile, with the limits it deployed)."""
     path = _results_path(run)
     results = load_results(path)
     r = results.run
-    if r.emulated:
+    if r.emulated and not accept_emulated:
         raise InputError(f"{path}: run.emulated is true: an emulated run only replays the planner; calibrate "
                          "from a run against a real endpoint (--target sagemaker or http)")
     if not r.profile or not r.instance_type:  # an http run of a server sagellm did not deploy
@@ -89,15 +91,22 @@ def _percent(errors: dict[str, float]) -> str:
     return ", ".join(f"{names[k]} {v:.1f}%" for k, v in errors.items())
 
 
-def calibrate_runs(runs: Sequence[Path], profiles_dir: Path | None) -> list[str]:
-    """Fit and store one calibration per model × instance type × container; one line per file written."""
-    loaded = [_load(run, profiles_dir) for run in runs]
+def calibrate_runs(runs: Sequence[Path], profiles_dir: Path | None, *, runs_profiles_dir: Path | None = None,
+                   accept_emulated: bool = False) -> list[str]:
+    """Fit and store one calibration per model × instance type × container in `profiles_dir`; one line per file
+    written. The runs' profiles are read from `runs_profiles_dir` (default `profiles_dir`); `recommend --verify
+    --target sagemaker` accepts what the SageMaker runtime it was pointed at measured, an emulator included."""
+    loaded = [_load(run, runs_profiles_dir or profiles_dir, accept_emulated) for run in runs]
     groups: dict[tuple[str, str, str, str | None], list[_Run]] = {}
     for run in loaded:
         groups.setdefault(run.key, []).append(run)
     lines = []
     for (model, instance_type, container, version), members in groups.items():
         observations = [obs for run in members for obs in _observations(run)]
+        if 0 < len(observations) < MIN_LEVELS:  # none at all: the fit says why
+            raise InputError(f"{', '.join(str(r.path) for r in members)}: {len(observations)} closed-loop level(s) "
+                             f"with under {MAX_ERROR_RATE:.0%} errors; a fit needs at least {MIN_LEVELS} (bench "
+                             "more --concurrency levels; open-loop levels have no concurrency to fit)")
         try:
             fit = fit_calibration(observations)
         except ValueError as exc:

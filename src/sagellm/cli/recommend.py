@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from sagellm.recommend import Recommendation
 
 QUANTIZATIONS = ("none", "gptq", "awq", "bitsandbytes", "eetq", "fp8")  # profiles.schema.Quantization
+TARGETS = ("local", "sagemaker")
+DEFAULT_TIME_SCALE = 0.05
+DEFAULT_BUDGET_MINUTES = 30.0
 
 
 def _names(text: str | None, option: str) -> tuple[str, ...]:
@@ -33,7 +36,9 @@ def _names(text: str | None, option: str) -> tuple[str, ...]:
 @app.command(epilog="Examples:\n\n"
              "  sagellm recommend --model llama2-7b --request-rate 2 --thresholds slo.yaml --out rec\n\n"
              "  sagellm recommend --model llama2-13b --concurrency 32 --thresholds slo.yaml --families g5,g6e\n\n"
-             "  sagellm recommend --model llama2-7b --request-rate 2 --peak-rate 6 --thresholds slo.yaml --json")
+             "  sagellm recommend --model llama2-7b --request-rate 2 --peak-rate 6 --thresholds slo.yaml --json\n\n"
+             "  sagellm recommend --model llama2-7b --concurrency 8 --thresholds slo.yaml --verify 2 --target sagemaker "
+             "--hf-token-secret prod/huggingface/token")
 def recommend(
     model: Model,
     thresholds: Annotated[Path, typer.Option("--thresholds", help="the SLO: a thresholds file in the gate's "
@@ -56,12 +61,24 @@ def recommend(
     out: Annotated[Path, typer.Option("--out", help="folder for frontier.md, recommendation.json, frontier.png "
                                       "and profiles/<pick>.yaml")] = Path("recommendation"),
     verify: Annotated[int, typer.Option("--verify", min=0, max=20, help="bench the K cheapest candidates "
-                                        "predicted to meet the SLO on the local emulator and re-rank on what "
-                                        "was measured")] = 0,
-    time_scale: Annotated[float, typer.Option("--time-scale", help="--verify: run the emulator's simulated "
-                                              "time this much faster (0.05 = 20×)")] = 0.05,
-    budget_minutes: Annotated[float, typer.Option("--budget-minutes", help="--verify: start no bench after "
-                                                  "this many minutes")] = 30.0,
+                                        "predicted to meet the SLO on --target and re-rank on what was "
+                                        "measured")] = 0,
+    target: Annotated[str, typer.Option("--target", help="--verify: local (embedded AWS + emulator) or "
+                                        "sagemaker (your AWS account: deploys, benches and deletes one stack "
+                                        "at a time; stores the measured correction)")] = "local",
+    time_scale: Annotated[float | None, typer.Option("--time-scale", help="--verify --target local: run the "
+                                                     "emulator's simulated time this much faster (default "
+                                                     f"{DEFAULT_TIME_SCALE:g} = 20×)")] = None,
+    budget_minutes: Annotated[float | None, typer.Option("--budget-minutes", help="--verify: start no bench after "
+                                                         f"this many minutes (default {DEFAULT_BUDGET_MINUTES:g})")]
+    = None,
+    hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", help="--verify --target sagemaker: "
+                                                        "Secrets Manager name or ARN of the Hugging Face token "
+                                                        "(gated models)")] = None,
+    profiles_dir: Annotated[Path | None, typer.Option("--profiles-dir", help="the team's profiles folder: "
+                                                      "predictions use its calibration/ corrections, and "
+                                                      "--verify --target sagemaker stores one there (default: "
+                                                      "./profiles)")] = None,
     json_out: Json = False,
 ) -> None:
     """Search every deployment of a model in the catalog and pick the cheapest predicted to meet the SLO.
@@ -69,9 +86,11 @@ def recommend(
     Candidates: instance type × TP × inference-component copies × instance count × engine (× quantization),
     each predicted by the planner at the target load. Writes the frontier ($/h and $/1M tokens against the
     SLO), recommendation.json (every candidate, the pick, why each other lost), frontier.png and the pick as a
-    profile extending the matching standard profile. --verify K benches the K cheapest on the local emulator
-    (at the target load and one step above), one at a time, and re-ranks on the measured numbers. Exit 0: a pick; 1: nothing meets the SLO (the closest
-    candidate and its gap per rule are named); 2: bad input.
+    profile extending the matching standard profile. Predictions use the corrections stored in
+    <profiles-dir>/calibration/. --verify K benches the K cheapest on --target (at the target load and one step
+    above), one at a time, and re-ranks on the measured numbers; on sagemaker it stores the measured correction
+    as `sagellm calibrate` does. Exit 0: a pick; 1: nothing meets the SLO (the closest candidate and its gap per
+    rule are named); 2: bad input; 130: interrupted (the bench in flight torn down).
     """
     from sagellm.catalog import find_model
     from sagellm.planner import Payload
@@ -79,8 +98,8 @@ def recommend(
 
     started = time.monotonic()
     engine_names = _names(engines, "--engines")
-    _check_options(request_rate, concurrency, peak_rate, bool(instances and families), engine_names, time_scale,
-                   budget_minutes, quantization)
+    _check_options(request_rate, concurrency, peak_rate, bool(instances and families), engine_names, quantization)
+    _check_verify_options(verify, target, time_scale, budget_minutes, hf_token_secret)
     load = Load(concurrency=concurrency, request_rate=request_rate)
     rules = load_slo(thresholds, load).rules
     catalog_model = find_model(model, "--model")
@@ -88,30 +107,67 @@ def recommend(
     quants = ("none",) if quantization in (None, "none") else ("none", quantization)
     space = Space(catalog_model, payload, instance_types(_names(instances, "--instances"),
                                                         _names(families, "--families")),
-                  tuple(dict.fromkeys(engine_names)), quants, region)
+                  tuple(dict.fromkeys(engine_names)), quants, region, profiles_dir)
     found = search(space, load, rules)
     peak = Load(request_rate=peak_rate) if peak_rate is not None else None
     rec = choose(found, load, rules, payload, peak)
     elapsed = time.monotonic() - started
+    interrupted = False
     if verify and rec.pick is not None:
-        from sagellm.recommend.verify import verify as verify_candidates
-
-        verify_candidates(rec, catalog_model.hf_id, verify, out, time_scale=time_scale,
-                          budget_minutes=budget_minutes, say=lambda line: print(line, file=sys.stderr))
+        interrupted = _verify(rec, catalog_model.hf_id, verify, out, target, time_scale, budget_minutes, region,
+                              hf_token_secret, profiles_dir)
     data = write_all(rec, catalog_model.hf_id, out)
     if json_out:
         print(json.dumps(data, indent=2, default=str))
     else:
         _print_frontier(rec, out, elapsed)
+    if interrupted:
+        raise typer.Exit(ExitStatus.INTERRUPTED)
     if rec.pick is None:
         _exit_nothing_meets(rec)
     if not json_out:
         _print_pick(rec, data)
 
 
+def _verify(rec: Recommendation, model_id: str, k: int, out: Path, target: str, time_scale: float | None,
+            budget_minutes: float | None, region: str, hf_token_secret: str | None,
+            profiles_dir: Path | None) -> bool:
+    """Bench the finalists on the target and re-rank; → whether a signal cut it short."""
+    from sagellm import bench
+    from sagellm.recommend.verify import verify as verify_candidates
+
+    spec = bench.SageMaker() if target == "sagemaker" else bench.Local(time_scale=time_scale or DEFAULT_TIME_SCALE)
+    done = verify_candidates(rec, model_id, k, out, target=spec, budget_minutes=budget_minutes or
+                             DEFAULT_BUDGET_MINUTES, say=lambda line: print(line, file=sys.stderr), region=region,
+                             hf_token_secret=hf_token_secret, profiles_dir=profiles_dir)
+    return done.interrupted
+
+
+def _check_verify_options(verify: int, target: str, time_scale: float | None, budget_minutes: float | None,
+                          hf_token_secret: str | None) -> None:
+    """--verify's own options: each only where it applies, as bad input."""
+    problems = []
+    if target not in TARGETS:
+        problems.append(f"--target: {target!r} must be local or sagemaker")
+    given = {"--target": target != "local", "--time-scale": time_scale is not None,
+             "--budget-minutes": budget_minutes is not None, "--hf-token-secret": hf_token_secret is not None}
+    if not verify:
+        problems += [f"{flag}: only with --verify K (it sets how the candidates are benched)"
+                     for flag, there in given.items() if there]
+    if target == "sagemaker" and time_scale is not None:
+        problems.append("--time-scale: only with --target local (a SageMaker endpoint runs in real time)")
+    if target == "local" and hf_token_secret is not None and verify:
+        problems.append("--hf-token-secret: only with --target sagemaker (the local emulator loads no weights)")
+    if time_scale is not None and not 0 < time_scale <= 1:
+        problems.append(f"--time-scale: {time_scale:g} must be in (0, 1]")
+    if budget_minutes is not None and not budget_minutes > 0:
+        problems.append(f"--budget-minutes: {budget_minutes:g} must be > 0")
+    if problems:
+        raise InputError(problems)
+
+
 def _check_options(request_rate: float | None, concurrency: int | None, peak_rate: float | None,
-                   instances_and_families: bool, engine_names: tuple[str, ...], time_scale: float,
-                   budget_minutes: float, quantization: str | None) -> None:
+                   instances_and_families: bool, engine_names: tuple[str, ...], quantization: str | None) -> None:
     """Every problem with the options at once, as bad input."""
     from sagellm.recommend import ENGINES
 
@@ -120,10 +176,6 @@ def _check_options(request_rate: float | None, concurrency: int | None, peak_rat
         problems.append("--instances / --families: give one or the other")
     problems += [f"--engines: unknown engine {e!r} (known: {', '.join(ENGINES)})" for e in engine_names
                  if e not in ENGINES]
-    if not 0 < time_scale <= 1:
-        problems.append(f"--time-scale: {time_scale:g} must be in (0, 1]")
-    if not budget_minutes > 0:
-        problems.append(f"--budget-minutes: {budget_minutes:g} must be > 0")
     if quantization is not None and quantization not in QUANTIZATIONS:
         problems.append(f"--quantization: unknown {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
     if problems:
@@ -147,17 +199,12 @@ def _load_problems(request_rate: float | None, concurrency: int | None, peak_rat
 
 
 def _print_frontier(rec: Recommendation, out: Path, elapsed: float) -> None:
-    """The frontier table, what was written, and each verified candidate's measured ÷ predicted."""
+    """The frontier table (with what --verify measured) and what was written."""
     from sagellm.recommend import frontier_markdown
 
     print(frontier_markdown(rec))
     print(f"{len(rec.candidates)} candidates predicted in {elapsed:.1f} s; wrote {out}/frontier.md, "
           f"recommendation.json, frontier.png")
-    for v in rec.verification:
-        ratios = ", ".join(f"{label} ×{r:.2f}" for label, r in v["measured_over_predicted"].items()
-                           if r is not None)
-        state = "meets" if v["meets_slo_measured"] else "misses"
-        print(f"verified {v['deployment']}: {state} the SLO as measured; measured ÷ predicted: {ratios or '–'}")
 
 
 def _exit_nothing_meets(rec: Recommendation) -> NoReturn:

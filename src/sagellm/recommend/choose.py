@@ -41,7 +41,7 @@ class Recommendation:
     skipped_for_peak: dict[int, str]  # id(candidate) → why a cheaper SLO-meeting candidate was passed over
     designs: dict[Config, Design] = field(default_factory=dict)  # every config's design (to size and write)
     measured_misses: dict[int, str] = field(default_factory=dict)  # id(candidate) → what --verify measured
-    verification: list[dict[str, Any]] = field(default_factory=list)  # --verify: one entry per bench
+    verification: dict[str, Any] = field(default_factory=dict)  # --verify: target, benches, correction
 
     @property
     def frontier(self) -> list[Candidate]:

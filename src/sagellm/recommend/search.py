@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from sagellm.catalog import Instance, Model, find_instance, instances
 from sagellm.errors import InputError
 from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, valid_tp
 from sagellm.profiles import Design, design_for
+from sagellm.profiles.calibration import calibration_dir
 from sagellm.recommend.slo import Gap, Load, gap_of, predicted_value
 from sagellm.results.gate import Rule
 
@@ -138,6 +140,7 @@ class Space:
     engines: tuple[str, ...] = ENGINES
     quantizations: tuple[str, ...] = ("none",)
     region: str = "us-east-1"
+    profiles_dir: Path | None = None  # whose calibration/ corrects the predictions (./profiles by default)
 
 
 def instance_types(names: Sequence[str] = (), families: Sequence[str] = ()) -> tuple[Instance, ...]:
@@ -219,6 +222,8 @@ def search(space: Space, load: Load, rules: Sequence[Rule],
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sagellm-recommend-") as tmp:
         profiles = base_profiles(Path(tmp), space.engines, space.quantizations)
+        if calibration_dir(space.profiles_dir).is_dir():  # the stored corrections, as `plan` reads them
+            shutil.copytree(calibration_dir(space.profiles_dir), calibration_dir(Path(tmp)))
         for inst in space.instance_types:
             price = inst.price_per_h(space.region)
             if inst.is_neuron:
@@ -242,6 +247,10 @@ def search(space: Space, load: Load, rules: Sequence[Rule],
                     continue
                 for config in found:
                     candidates += _candidates(config, space, load, rules, profiles, Path(tmp), designs)
+    corrected = dict.fromkeys(f"{c.instance_type} {c.engine}" for c, d in designs.items() if d.calibration)
+    if corrected:
+        notes.append(f"{', '.join(corrected)}: predicted with the measured correction stored in "
+                     f"{calibration_dir(space.profiles_dir)}")
     return Search(candidates, designs, notes)
 
 

@@ -79,7 +79,22 @@ def frontier_markdown(rec: Recommendation) -> str:
         cells = [mark, c.label(), _fmt(c.usd_per_h), _fmt(c.usd_per_1m_tokens),
                  *(_fmt(c.values.get(r.label)) for r in rec.rules), "yes" if c.meets else "no"]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _verified_markdown(rec)) + "\n"
+
+
+def _verified_markdown(rec: Recommendation) -> list[str]:
+    """--verify: where it benched, each verified candidate's measured ÷ predicted, and the correction."""
+    if not rec.verification:
+        return []
+    v = rec.verification
+    lines = ["", f"Verified on the {v['target']} target (measured ÷ predicted at {rec.load.name}):", ""]
+    for bench in v["candidates"]:
+        ratios = ", ".join(f"{label} ×{r:.2f}" for label, r in bench["measured_over_predicted"].items()
+                           if r is not None)
+        state = "meets" if bench["meets_slo_measured"] else "misses"
+        lines.append(f"- {bench['deployment']}: {state} the SLO as measured; {ratios or bench['error'] or '–'}")
+    lines += ["", *(f"Correction: {line}" for line in v["correction"])]
+    return lines
 
 
 def _candidate(c: Candidate, rec: Recommendation) -> dict[str, Any]:
