@@ -8,11 +8,12 @@ import json
 import pytest
 from aws_cdk import BootstraplessSynthesizer, Stack
 from aws_cdk.assertions import Template
-from construct_plans import HF_SECRET, cdk_app, two_model_plan
+from construct_plans import HF_SECRET, cdk_app, scaled, tgi_model, two_model_plan
 
 from sagellm.aws.local import LocalAws
 from sagellm.constructs import LlmEndpoint
-from sagellm.profiles import resolve
+from sagellm.profiles import DeploymentPlan, resolve
+from sagellm.profiles.plan import ComputeRequirements
 from sagellm.stacks import EndpointStack
 
 pytestmark = pytest.mark.integration
@@ -75,4 +76,59 @@ def test_a_new_instance_type_on_an_autoscaled_endpoint_replaces_the_endpoint_and
     assert target["MinCapacity"] >= 1
 
     cfn.delete_stack(StackName="sagellm-autoscale")
+    assert server.leftovers() == {}
+
+
+def scaled_components(target: float = 100.0, **changes: object) -> DeploymentPlan:
+    """Two models as inference components, 2 copies each at the start, their copies scaled 1..4."""
+    compute = ComputeRequirements(accelerators=1, cpu_cores=10, min_memory_mib=102400)
+    models = (tgi_model("llama2-13b", "meta-llama/Llama-2-13b-hf", 1, compute=compute, copies=2),
+              tgi_model("mistral-7b", "mistralai/Mistral-7B-v0.1", 1, compute=compute, copies=2))
+    return scaled(two_model_plan(models=models, **changes), target_value=target)
+
+
+def components_template(plan: DeploymentPlan) -> str:
+    stack = EndpointStack(cdk_app(), "Stack", plan=plan, stack_name="sagellm-replicas",
+                          synthesizer=BootstraplessSynthesizer())
+    return json.dumps(Template.from_stack(stack).to_json())
+
+
+def test_a_stack_update_leaves_the_copies_the_scaler_added(server: LocalAws) -> None:
+    """Application Auto Scaling sets a component's copies with UpdateInferenceComponentRuntimeConfig; a later
+    stack update that does not change the component (here: the scaling target) leaves them: CloudFormation, as
+    moto, calls a resource's update handler only when its properties changed. An update that does change the
+    component (here: its start-up timeouts) sends the template's copy count again: the local AWS assumes the
+    worst of CloudFormation's handler (not public), so the copies fall back to the plan's until the scaler acts."""
+    server.reset()
+    cfn, sagemaker = server.client("cloudformation"), server.client("sagemaker")
+    autoscaling = server.client("application-autoscaling")
+
+    def update(plan: DeploymentPlan) -> None:
+        cfn.update_stack(StackName="sagellm-replicas", TemplateBody=components_template(plan),
+                         Capabilities=["CAPABILITY_IAM"])
+        assert cfn.describe_stacks(StackName="sagellm-replicas")["Stacks"][0]["StackStatus"] == "UPDATE_COMPLETE"
+
+    def copies() -> dict[str, int]:
+        listed = sagemaker.list_inference_components()["InferenceComponents"]
+        return {c["InferenceComponentName"]: sagemaker.describe_inference_component(
+            InferenceComponentName=c["InferenceComponentName"])["RuntimeConfig"]["DesiredCopyCount"]
+            for c in listed}
+
+    cfn.create_stack(StackName="sagellm-replicas", TemplateBody=components_template(scaled_components()),
+                     Capabilities=["CAPABILITY_IAM"])
+    llama, mistral = sorted(copies())
+    assert copies() == {llama: 2, mistral: 2}
+    sagemaker.update_inference_component_runtime_config(InferenceComponentName=llama,
+                                                         DesiredRuntimeConfig={"CopyCount": 4})
+
+    update(scaled_components(target=50.0))
+    assert copies() == {llama: 4, mistral: 2}
+    targets = {p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]
+               for p in autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]}
+    assert targets == {50.0}
+
+    update(scaled_components(target=50.0, startup_health_check_timeout_s=1500))
+    assert copies() == {llama: 2, mistral: 2}
+
+    cfn.delete_stack(StackName="sagellm-replicas")
     assert server.leftovers() == {}

@@ -116,6 +116,11 @@ class InferenceComponent(_Declared, CloudFormationModel):
     def describe(self) -> dict[str, Any]:
         return {**self.summary(), "Specification": self.specification, "RuntimeConfig": self.runtime_config}
 
+    def set_copies(self, copies: int) -> None:
+        """Desired = current = `copies` (moto's components reach their copy count at once)."""
+        self.runtime_config = {"DesiredCopyCount": copies, "CurrentCopyCount": copies}
+        self.last_modified_time = datetime.now(UTC)
+
     @property
     def physical_resource_id(self) -> str:
         return self.arn  # Ref returns the ARN, as in CloudFormation
@@ -154,6 +159,27 @@ class InferenceComponent(_Declared, CloudFormationModel):
     ) -> None:
         _components(sagemaker_backends[account_id][region_name]).pop(resource_name.split("/")[-1], None)
 
+    @classmethod
+    def update_from_cloudformation_json(  # type: ignore[override]
+        cls,
+        original_resource: InferenceComponent,
+        new_resource_name: str,
+        cloudformation_json: dict[str, Any],
+        account_id: str,
+        region_name: str,
+    ) -> InferenceComponent:
+        """A stack update of a component whose properties changed (moto, as CloudFormation, skips the others).
+
+        CloudFormation's handler for this type is not public; its schema makes RuntimeConfig.CopyCount
+        write-only and grants the update UpdateInferenceComponent and UpdateInferenceComponentRuntimeConfig.
+        The local AWS assumes the worst: every property is applied again, the template's copy count included.
+        """
+        props = cloudformation_json["Properties"]
+        original_resource.specification = props.get("Specification", original_resource.specification)
+        original_resource.tags = props.get("Tags", original_resource.tags)
+        original_resource.set_copies(int(props.get("RuntimeConfig", {}).get("CopyCount", 1)))
+        return original_resource
+
 
 def _components(backend: SageMakerModelBackend) -> dict[str, InferenceComponent]:
     # Kept in the backend's __dict__ so moto's reset (which rebuilds __dict__) clears it too.
@@ -172,7 +198,7 @@ def create_inference_component(
     """Create an inference component on an existing endpoint (the CreateInferenceComponent action)."""
     if name in _components(backend):
         raise ValidationError(message=f'Cannot create already existing inference component "{name}".')
-    component = InferenceComponent(  # type: ignore[abstract]  # no stack updates: update_… stays abstract
+    component = InferenceComponent(
         backend, name, endpoint_name, variant_name, specification, runtime_config, tags
     )
     _components(backend)[name] = component
@@ -213,6 +239,13 @@ class _InferenceComponentActions:
         del _components(self.sagemaker_backend)[name]
         return EmptyResult()
 
+    def update_inference_component_runtime_config(self: Any) -> ActionResult:
+        # What Application Auto Scaling calls to set DesiredCopyCount (its SageMaker service-linked policy,
+        # AWSApplicationAutoscalingSageMakerEndpointPolicy, grants exactly this action).
+        component = _get_component(self.sagemaker_backend, self._get_param("InferenceComponentName"))
+        component.set_copies(int(self._get_param("DesiredRuntimeConfig")["CopyCount"]))
+        return ActionResult({"InferenceComponentArn": component.arn})
+
     def list_inference_components(self: Any) -> ActionResult:
         filters = {
             "EndpointNameEquals": "endpoint_name",
@@ -229,8 +262,8 @@ class _InferenceComponentActions:
 
 
 def _add_inference_components() -> None:
-    for action in ("create", "describe", "delete", "list"):
-        name = f"{action}_inference_component" + ("s" if action == "list" else "")
+    for name in ("create_inference_component", "describe_inference_component", "delete_inference_component",
+                 "list_inference_components", "update_inference_component_runtime_config"):
         setattr(SageMakerResponse, name, getattr(_InferenceComponentActions, name))
 
     # ListTags/AddTags look a resource up by the type in its ARN; teach them inference components.
