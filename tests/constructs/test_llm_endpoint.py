@@ -726,3 +726,16 @@ def test_only_a_scaled_variant_gets_a_new_endpoint_for_a_new_instance_type(plans
     assert endpoint["Properties"]["RetainAllVariantProperties"] is True
     [endpoint] = synth(fixed).find_resources(ENDPOINT).values()
     assert "RetainAllVariantProperties" not in endpoint["Properties"]
+
+
+def test_an_update_of_the_scaling_alone_leaves_the_components_as_they_were(plans) -> None:
+    """CloudFormation calls a resource's update handler only when its properties change: a new target value
+    changes the scaling policies and no inference component, so none is sent its copy count again. The template's
+    count is the plan's starting copies, which only a change of the copies themselves changes."""
+    plan = scaled(plans["replicas"], min_capacity=1, max_capacity=plans["replicas"].models[0].copy_count)
+    before, after = synth(plan), synth(scaled(plan, min_capacity=1, max_capacity=plan.scaling.max_capacity,
+                                                target_value=plan.scaling.target_value / 2))
+    assert before.find_resources(COMPONENT) == after.find_resources(COMPONENT)
+    assert before.find_resources(POLICY) != after.find_resources(POLICY)
+    [component] = before.find_resources(COMPONENT).values()
+    assert component["Properties"]["RuntimeConfig"] == {"CopyCount": plan.models[0].copy_count}

@@ -63,6 +63,11 @@ def inference_component(
                 model_data_download_timeout_in_seconds=plan.model_data_download_timeout_s,
             ),
         ),
+        # The plan's starting copies: with a scaler, Application Auto Scaling owns the copies afterwards
+        # (UpdateInferenceComponentRuntimeConfig). CloudFormation updates a component only when its properties
+        # change, and this count changes only with the plan's copies, so other updates (scaling, alarms) leave
+        # the scaler's copies. An update of the component itself (model, image, timeouts, tags) may send it
+        # again: CopyCount is write-only in the resource schema and the handler is not public (docs/deploy.md).
         runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(
             copy_count=model.copy_count
         ),
