@@ -739,3 +739,17 @@ def test_an_update_of_the_scaling_alone_leaves_the_components_as_they_were(plans
     assert before.find_resources(POLICY) != after.find_resources(POLICY)
     [component] = before.find_resources(COMPONENT).values()
     assert component["Properties"]["RuntimeConfig"] == {"CopyCount": plan.models[0].copy_count}
+
+
+@pytest.mark.parametrize("reference", [":2.4.0-tgi2.4.0-gpu-py311-cu124-ubuntu22.04-v2.2", "@sha256:" + "ab" * 32])
+def test_an_image_pinned_by_full_tag_or_digest_is_deployed_and_pulled_as_is(reference: str) -> None:
+    """A plan's image may name its full tag or digest (`container.image_pin`); the role may pull that repository."""
+    repository = "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-tgi-inference"
+    plan = instance_plan()
+    model = plan.models[0].model_copy(update={"image_uri": repository + reference})
+    template = synth(plan.model_copy(update={"models": (model,)}))
+    template.has_resource_properties(MODEL, {"PrimaryContainer": {"Image": repository + reference}})
+    by_sid = {s["Sid"]: s for s in role_statements(template)}
+    assert by_sid["PullContainerImage"]["Resource"] == (
+        "arn:aws:ecr:us-east-1:763104351884:repository/huggingface-pytorch-tgi-inference"
+    )

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from sagellm.engines import ENGINES, images
+from sagellm.errors import InputError
 from sagellm.engines.lmi import LMI
 from sagellm.engines.tgi import TGI
 from sagellm.engines.tgi_neuron import TGI_NEURON
@@ -86,3 +87,33 @@ def test_environment_holds_only_what_the_pinned_server_reads() -> None:
         ("serving.environment.MAX_INPUT_TOKENS: LMI 0.35.0 does not read it (it reads HF_MODEL_ID, "
         "TENSOR_PARALLEL_DEGREE, OPTION_* and SERVING_*); see docs/containers.md")
     ]
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_an_image_is_pinned_by_its_full_tag_or_its_digest() -> None:
+    short = "2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04"
+    registry = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/huggingface-pytorch-tgi-inference"
+    assert TGI.image_uri("3.3.6", "eu-west-1") == f"{registry}:{short}"
+    assert TGI.image_uri("3.3.6", "eu-west-1", f"{short}-v1.1") == f"{registry}:{short}-v1.1"
+    assert TGI.image_uri("3.3.6", "eu-west-1", DIGEST) == f"{registry}@{DIGEST}"
+    # The Inferentia engine pins its own (optimum-neuron) image.
+    assert TGI_NEURON.pin_errors("3.3.6", "2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04-v1.0", "pin") == []
+
+
+@pytest.mark.parametrize("pin", [
+    "2.7.0-tgi3.3.4-gpu-py311-cu124-ubuntu22.04-v1.0",  # another server version
+    "2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04v1",  # not the tag plus a suffix
+    "2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04-v1/x",  # not a tag
+    "sha256:abc",  # not a whole digest
+    "latest",
+])
+def test_a_pin_of_another_image_is_refused_in_one_line(pin: str) -> None:
+    [message] = TGI.pin_errors("3.3.6", pin, "p.yaml:4: container.image_pin")
+    assert message == (
+        f"p.yaml:4: container.image_pin: {pin!r} is neither an image digest (sha256:<64 hex digits>) nor a tag of "
+        "the huggingface-llm 3.3.6 image: use 2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04 with its patch suffix "
+        "(such as 2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04-v1.0), or a digest")
+    with pytest.raises(InputError):
+        TGI.image_uri("3.3.6", "us-east-1", pin)

@@ -39,6 +39,32 @@ def test_a_pinned_older_tgi_gets_its_own_image_and_generation(write, team_dir: P
     assert plan.environment["MAX_BATCH_SIZE"] == "1" and "PREFILL_CHUNKING" not in plan.environment
 
 
+def test_a_profile_pins_the_image_by_its_full_tag_or_digest(write, team_dir: Path) -> None:
+    short = "2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04"
+    write("full.yaml", f"name: full\nextends: max-throughput\ncontainer: {{image_pin: {short}-v1.1}}\n")
+    plan = resolve("full", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir)
+    assert plan.primary.image_uri.endswith(f"/huggingface-pytorch-tgi-inference:{short}-v1.1")
+    digest = "sha256:" + "ab" * 32
+    write("digest.yaml", f"name: digest\nextends: max-throughput\ncontainer: {{image_pin: '{digest}'}}\n")
+    plan = resolve("digest", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir)
+    assert plan.primary.image_uri.endswith(f"/huggingface-pytorch-tgi-inference@{digest}")
+
+
+def test_a_pin_of_another_version_names_its_line(write, team_dir: Path) -> None:
+    path = write("old.yaml", """
+        name: old
+        extends: max-throughput
+        container:
+          kind: tgi
+          image_pin: 2.4.0-tgi2.4.0-gpu-py311-cu124-ubuntu22.04-v2.2
+        """)
+    with pytest.raises(InputError) as exc:
+        resolve("old", LLAMA2_7B, "ml.g5.2xlarge", profiles_dir=team_dir)
+    [msg] = exc.value.messages
+    assert msg.startswith(f"{path}:5: container.image_pin: '2.4.0-tgi2.4.0-gpu-py311-cu124-ubuntu22.04-v2.2' is "
+                          "neither an image digest")
+
+
 def test_unknown_version_in_a_profile_names_its_line(write, team_dir: Path) -> None:
     path = write("v.yaml", """
         name: v

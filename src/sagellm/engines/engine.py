@@ -182,9 +182,13 @@ class Engine(ABC):
             return [f"{where}: {version!r}: {message}"]
         return []
 
-    def image_uri(self, version: str, region: str) -> str:
-        """The ECR image URI of the pinned server `version` in `region`."""
-        return images.uri(self.framework, self.image_version(version), region)
+    def pin_errors(self, version: str, pin: str, where: str) -> list[str]:
+        """A pin that is neither a digest nor a full tag of the pinned server `version`'s image."""
+        return images.pin_errors(self.framework, self.image_version(version), pin, where)
+
+    def image_uri(self, version: str, region: str, pin: str | None = None) -> str:
+        """The ECR image URI of the pinned server `version` in `region` (`pin`: its full tag or digest)."""
+        return images.uri(self.framework, self.image_version(version), region, pin)
 
     def payload_limit(self, env: dict[str, str]) -> int | None:
         """The largest request body the server takes (None: no limit of its own)."""

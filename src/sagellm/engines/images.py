@@ -16,6 +16,9 @@ from typing import Any
 from sagellm.catalog.regions import partition
 from sagellm.errors import InputError
 
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")  # an image manifest's digest, as ECR and Docker write it
+TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")  # Docker's tag grammar (ECR's too)
+
 
 def version_key(version: str) -> tuple[int, ...]:
     """A version as numbers, for ordering ("3.3.6" → (3, 3, 6); a non-numeric part counts as 0)."""
@@ -45,18 +48,45 @@ def alias(framework: str, version: str) -> str | None:
     return found
 
 
-def uri(framework: str, version: str, region: str) -> str:
-    """The ECR image URI of exactly `version` in `region`, built from the SDK's tables as the SDK does."""
+def tag(framework: str, version: str) -> str:
+    """The image tag of exactly `version`, as the SDK builds it (the same in every region)."""
     config = table(framework)
     entry = config["versions"][version]
+    processor = (config.get("processors") or [None])[0]
+    py = (entry.get("py_versions") or [None])[0]
+    suffix = (entry.get("container_version") or {}).get(processor)
+    return "-".join(p for p in (entry.get("tag_prefix", version), processor, py, suffix) if p)
+
+
+def pin_errors(framework: str, version: str, pin: str, where: str) -> list[str]:
+    """A pin that is neither a digest nor a tag of exactly `version`'s image (the table's tag, or it + a patch).
+
+    AWS re-pushes a Deep Learning Container's short tag with each patch release and adds a full tag per patch
+    (`…-ubuntu22.04-v1.1`: "pin your version by adding the version tag", aws/deep-learning-containers
+    available_images.md); a digest names one build for good.
+    """
+    if DIGEST.match(pin):
+        return []
+    short = tag(framework, version)
+    if TAG.match(pin) and (pin == short or pin.startswith((f"{short}-", f"{short}."))):
+        return []
+    return [(f"{where}: {pin!r} is neither an image digest (sha256:<64 hex digits>) nor a tag of the {framework} "
+             f"{version} image: use {short} with its patch suffix (such as {short}-v1.0), or a digest")]
+
+
+def uri(framework: str, version: str, region: str, pin: str | None = None) -> str:
+    """The ECR image URI of exactly `version` in `region`, built from the SDK's tables as the SDK does.
+
+    `pin`: a full tag or digest of that image (see `pin_errors`) instead of the table's tag.
+    """
+    entry = table(framework)["versions"][version]
     registry = entry["registries"].get(region)
     if registry is None:
         raise InputError(f"region: {region!r}: no {framework} {version} image there (use a SageMaker region "
                          "such as us-east-1)")
-    processor = (config.get("processors") or [None])[0]
-    py = (entry.get("py_versions") or [None])[0]
-    suffix = (entry.get("container_version") or {}).get(processor)
-    tag = "-".join(p for p in (entry.get("tag_prefix", version), processor, py, suffix) if p)
+    if pin is not None and (errors := pin_errors(framework, version, pin, "container.image_pin")):
+        raise InputError(errors)
+    reference = f"@{pin}" if pin is not None and DIGEST.match(pin) else f":{pin or tag(framework, version)}"
     # The registry host's DNS suffix is the partition's (amazonaws.com.cn, c2s.ic.gov, ...), as the SDK builds it.
     domain = partition(region).dns_suffix
-    return f"{registry}.dkr.ecr.{region}.{domain}/{entry['repository']}:{tag}"
+    return f"{registry}.dkr.ecr.{region}.{domain}/{entry['repository']}{reference}"

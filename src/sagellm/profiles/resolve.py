@@ -211,6 +211,9 @@ def design(
         inst = find_instance(inst_name, where("instance_type"))
     # Inferentia serves a shape compiled ahead of time: the engine that sizes the caps is the neuron one.
     neuron = _neuron_engine(kind, inst, where, errors)
+    if (pin := profile.container.image_pin) is not None and (neuron is not None or not inst.is_neuron):
+        # A tag of the image this instance type runs.
+        errors.extend((neuron or engine).pin_errors(version, pin, where("container.image_pin")))
     gpus = inst.n_accelerators
     count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"
@@ -502,7 +505,7 @@ def _weights_gb(copy: Copy) -> float:
 def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
     """Turn a design into the DeploymentPlan: the pinned image, environments, guards, instance bounds."""
     p, inst = d.profile, d.instance
-    image = d.engine.image_uri(d.container_version, d.region)
+    image = d.engine.image_uri(d.container_version, d.region, p.container.image_pin)
     ic = p.endpoint_kind == "inference-component"
     names: list[str] = []
     models = []

@@ -61,6 +61,9 @@ class Container(_Strict):
     kind: Literal["tgi", "lmi"] = Field("tgi", description="tgi: Hugging Face TGI; lmi: AWS LMI (vLLM)")
     version: str | None = Field(None, description="exact image version in the SageMaker SDK tables; default: "
                                 "the version sagellm pins (tgi 3.3.6, lmi 0.35.0)")
+    image_pin: str | None = Field(None, description="that version's image by its full tag (the short tag with "
+                                  "its patch suffix, e.g. …-ubuntu22.04-v1.1) or digest (sha256:…); default: the "
+                                  "SDK table's tag, which AWS re-pushes with each patch")
 
 
 class ExtraModel(_Strict):
