@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from sagellm.engines import ENGINES, images
-from sagellm.errors import InputError
 from sagellm.engines.lmi import LMI
 from sagellm.engines.tgi import TGI
 from sagellm.engines.tgi_neuron import TGI_NEURON
+from sagellm.errors import InputError
 
 REGIONS = ("us-east-1", "cn-north-1")
 
