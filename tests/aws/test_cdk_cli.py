@@ -115,6 +115,64 @@ def test_failed_deploy_names_the_resource_and_leaves_nothing(
     assert aws.leftovers() == {}
 
 
+@pytest.mark.integration
+def test_a_redeploy_that_changes_only_the_scaling_keeps_the_copies_the_scaler_added(
+    aws: LocalAws, tmp_path: Path
+) -> None:
+    """`cdk deploy` of `replicas` with scaled copies; Application Auto Scaling's call adds copies; a second
+    `cdk deploy` with another target value updates the policy and leaves the component, and its copies, alone."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+
+    def deploy(target: int) -> dict[str, str]:
+        (profiles / "scaled-replicas.yaml").write_text(
+            "name: scaled-replicas\nextends: replicas\ncomponents: {copies: 2}\n"
+            f"autoscaling: {{min_capacity: 1, max_capacity: 4, target_value: {target}}}\n")
+        context = {"profile": "scaled-replicas", "model": "meta-llama/Llama-2-13b-hf", "instance": "ml.p4d.24xlarge",
+                   "hf_token_secret": "prod/huggingface/token", "profiles_dir": str(profiles), "bench_run": "r2"}
+        return cdk_cli.deploy("sagellm-it-scaled", context, aws.env(), tmp_path / f"deploy-{target}")
+
+    sm, aas, cfn = aws.client("sagemaker"), aws.client("application-autoscaling"), aws.client("cloudformation")
+    [component] = [v for k, v in deploy(8).items() if k.startswith("ComponentName")]
+
+    def copies() -> int:
+        return int(sm.describe_inference_component(InferenceComponentName=component)["RuntimeConfig"]
+                   ["DesiredCopyCount"])
+
+    assert copies() == 2
+    sm.update_inference_component_runtime_config(InferenceComponentName=component,
+                                                 DesiredRuntimeConfig={"CopyCount": 4})
+    deploy(4)
+    assert copies() == 4
+    [policy] = aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+    assert policy["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] == 4
+
+    assert cloudformation.delete_run_stack(cfn, "sagellm-it-scaled", "r2") is True
+    assert aws.leftovers() == {}
+
+
+@pytest.mark.integration
+def test_a_redeploy_on_another_instance_type_moves_an_autoscaled_endpoint(aws: LocalAws, tmp_path: Path) -> None:
+    """`cdk deploy -c instance=…` again on `autoscale`: a new endpoint, the scalable target on it, the old one gone
+    (SageMaker refuses to change a scaled variant's instance type in place; what moto cannot show is in
+    tests/constructs/test_deploy_into_moto.py)."""
+    def deploy(instance: str) -> str:
+        context = {"profile": "autoscale", "model": "meta-llama/Llama-2-7b-hf", "instance": instance,
+                   "hf_token_secret": "prod/huggingface/token", "bench_run": "r3"}
+        return cdk_cli.deploy("sagellm-it-moved", context, aws.env(), tmp_path / instance)["EndpointName"]
+
+    sm, aas, cfn = aws.client("sagemaker"), aws.client("application-autoscaling"), aws.client("cloudformation")
+    before = deploy("ml.g6.xlarge")
+    after = deploy("ml.g6.2xlarge")
+
+    assert after != before
+    assert [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]] == [after]
+    [target] = aas.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+    assert target["ResourceId"] == f"endpoint/{after}/variant/AllTraffic"
+    assert cloudformation.delete_run_stack(cfn, "sagellm-it-moved", "r3") is True
+    assert aws.leftovers() == {}
+
+
 def test_stopping_the_cli_waits_for_every_process_of_its_group(tmp_path: Path) -> None:
     # The CLI (a shell here, which SIGTERM ends at once) started a child that takes 0.5 s to exit (node
     # finishing up). Stopping must not return while the child still runs: the bench would exit, or tear

@@ -17,7 +17,7 @@ from moto.applicationautoscaling import models as aas_models
 from moto.applicationautoscaling import responses as aas_responses
 from moto.applicationautoscaling.models import applicationautoscaling_backends
 from moto.cloudformation import parsing
-from moto.cloudformation.models import Event, Stack
+from moto.cloudformation.models import CloudFormationBackend, Event, Stack
 from moto.core.common_models import CloudFormationModel
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.exceptions import ValidationError
@@ -460,6 +460,24 @@ def _add_inference_component_dimension() -> None:
     aas_responses.ScalableDimensionValueSet = extended  # type: ignore[misc,assignment]
 
 
+# --- CloudFormation: UpdateStack fails on a parameter kept at its default (the CDK's BootstrapVersion).
+
+
+def _keep_previous_defaults() -> None:
+    # `cdk deploy` of a stack that exists passes BootstrapVersion with UsePreviousValue; moto looks the previous
+    # value up among the parameters CreateStack was given, and a parameter left at its default is not there
+    # (KeyError). CloudFormation keeps its previous value: the template's default again, as moto resolves it.
+    def _resolve_update_parameters(
+        self: CloudFormationBackend, instance: Any, incoming_params: list[dict[str, str]]
+    ) -> dict[str, str]:
+        given = {p["ParameterKey"]: p["ParameterValue"] for p in incoming_params if "ParameterValue" in p}
+        previous = {p["ParameterKey"]: instance.parameters[p["ParameterKey"]] for p in incoming_params
+                    if p.get("UsePreviousValue", False) and p["ParameterKey"] in instance.parameters}
+        return given | previous
+
+    CloudFormationBackend._resolve_update_parameters = _resolve_update_parameters  # type: ignore[method-assign]
+
+
 # --- CloudFormation: a failed resource raises out of CreateStack and leaves the rest behind in moto.
 
 
@@ -589,6 +607,7 @@ def install() -> None:
     _relax_endpoint_configs()
     _add_inference_component_dimension()
     _roll_back_failed_creates()
+    _keep_previous_defaults()
     _add_percentiles()
     # moto caches the CloudFormation type map on first use; rebuild it to include the models above.
     for cached in (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map):
