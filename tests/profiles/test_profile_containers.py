@@ -15,6 +15,8 @@ from sagellm.engines.tgi_neuron import compiled_table
 from sagellm.errors import InputError
 from sagellm.planner import predict
 from sagellm.profiles import design_for, resolve
+from sagellm.profiles.loader import all_sources
+from sagellm.profiles.validate import validate_profile
 
 LLAMA31_8B = "meta-llama/Llama-3.1-8B"
 
@@ -63,6 +65,23 @@ def test_a_pin_of_another_version_names_its_line(write, team_dir: Path) -> None:
     [msg] = exc.value.messages
     assert msg.startswith(f"{path}:5: container.image_pin: '2.4.0-tgi2.4.0-gpu-py311-cu124-ubuntu22.04-v2.2' is "
                           "neither an image digest")
+
+
+def test_profiles_validate_refuses_a_pin_of_another_image_without_resolving(write, team_dir: Path) -> None:
+    path = write("p.yaml", "name: p\nextends: max-throughput\ncontainer: {image_pin: latest}\n")
+    [msg] = validate_profile("p", all_sources(team_dir))
+    assert msg.startswith(f"{path}:3: container.image_pin: 'latest' is neither an image digest")
+
+
+@pytest.mark.parametrize(("pin", "instance"), [
+    ("2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04-v1.0", "ml.g5.2xlarge"),  # the Inferentia image on a GPU
+    ("2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04-v1.0", "ml.inf2.8xlarge"),  # the GPU image on Inferentia
+])
+def test_a_pin_must_be_of_the_image_the_instance_type_runs(write, team_dir: Path, pin: str, instance: str) -> None:
+    write("p.yaml", f"name: p\nextends: max-throughput\ncontainer: {{image_pin: {pin}}}\n")
+    with pytest.raises(InputError) as exc:
+        resolve("p", LLAMA31_8B, instance, profiles_dir=team_dir)
+    assert any(f"container.image_pin: {pin!r} is neither an image digest" in m for m in exc.value.messages)
 
 
 def test_unknown_version_in_a_profile_names_its_line(write, team_dir: Path) -> None:
@@ -194,3 +213,10 @@ def test_an_extra_model_on_inferentia_needs_a_compiled_shape_too(write, team_dir
         resolve("x", LLAMA31_8B, "ml.inf2.24xlarge", profiles_dir=team_dir)
     [message] = exc.value.messages
     assert "components.extra_models: [1] Qwen/Qwen2.5-7B has no compiled model for 2 NeuronCores" in message
+
+
+def test_an_inferentia_plan_takes_a_pin_of_the_optimum_neuron_image(write, team_dir: Path) -> None:
+    pin = "2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04-v1.0"
+    write("p.yaml", f"name: p\nextends: max-throughput\ncontainer: {{image_pin: {pin}}}\n")
+    plan = resolve("p", LLAMA31_8B, "ml.inf2.8xlarge", profiles_dir=team_dir)
+    assert plan.primary.image_uri.endswith(f"/huggingface-pytorch-tgi-inference:{pin}")

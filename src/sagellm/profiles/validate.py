@@ -14,7 +14,7 @@ from typing import Any
 
 from sagellm.catalog import find_instance
 from sagellm.catalog.regions import endpoint_types, missing_types_errors, partition
-from sagellm.engines import ENGINES
+from sagellm.engines import ENGINES, NEURON_ENGINES
 from sagellm.errors import InputError
 from sagellm.profiles.loader import Source, Where, load_profile
 from sagellm.profiles.schema import Profile
@@ -144,10 +144,20 @@ def _container(profile: Profile, where: Callable[[str], str]) -> list[str]:
     version = profile.container.version or engine.pinned
     try:
         errors = engine.version_errors(version, where("container.version")) if profile.container.version else []
+        if not errors and profile.container.image_pin is not None:
+            errors = _pin_errors(profile.container.kind, version, profile.container.image_pin,
+                                 where("container.image_pin"))
     except InputError as exc:  # the SDK's image tables are missing
         return exc.messages
     named = {k: v for k, v in profile.serving.environment.items() if ENV_KEY.match(k)}  # bad names: _environment
     return errors + engine.environment_errors(version, named, lambda name: where(f"serving.environment.{name}"))
+
+
+def _pin_errors(kind: str, version: str, pin: str, where: str) -> list[str]:
+    """A pin of neither the kind's GPU image nor its Inferentia one (resolve checks the instance type's own)."""
+    images = [engine for engine in (ENGINES[kind], NEURON_ENGINES.get(kind)) if engine is not None]
+    found = [engine.pin_errors(version, pin, where) for engine in images]
+    return [] if [] in found else found[0]
 
 
 def _instance_type(profile: Profile, where: Callable[[str], str]) -> list[str]:
