@@ -8,7 +8,7 @@ from aws_cdk import CfnOutput, Environment, Stack, Tags
 from constructs import Construct
 
 from sagellm.constructs import LlmEndpoint
-from sagellm.profiles.plan import DeploymentPlan, component_output
+from sagellm.profiles.plan import VERSION_TAG, DeploymentPlan, component_output
 
 
 class EndpointStack(Stack):
@@ -20,9 +20,12 @@ class EndpointStack(Stack):
             "description", f"sagellm {plan.profile}: {plan.primary.model_id} on {plan.instance_type}"
         )
         super().__init__(scope, id, **stack_kwargs)
-        # Stack tags reach every resource CloudFormation tags, so `sagellm cleanup` finds leftovers.
+        # Stack tags reach every resource CloudFormation tags, so `sagellm cleanup` finds leftovers. Not the version:
+        # CloudFormation re-tags every resource when a stack tag changes, and on an inference component that update
+        # may set back the copies the scaler added (LlmEndpoint tags the endpoint with it instead).
         for key, value in plan.tags.items():
-            Tags.of(self).add(key, value)
+            if key != VERSION_TAG:
+                Tags.of(self).add(key, value)
         self.endpoint = LlmEndpoint(self, "Llm", plan=plan)
         CfnOutput(
             self, "EndpointName", value=self.endpoint.endpoint_name, description="SageMaker endpoint name"

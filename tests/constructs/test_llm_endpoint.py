@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from aws_cdk import Stack
+from aws_cdk import App, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -26,7 +26,8 @@ from construct_plans import (
 from sagellm.constructs import LlmEndpoint
 from sagellm.errors import InputError
 from sagellm.profiles import DeploymentPlan
-from sagellm.profiles.plan import pascal
+from sagellm.profiles.plan import VERSION_TAG, pascal
+from sagellm.stacks import EndpointStack
 
 MODEL = "AWS::SageMaker::Model"
 CONFIG = "AWS::SageMaker::EndpointConfig"
@@ -527,7 +528,9 @@ def test_plan_tags_are_on_every_taggable_resource(profile, plans, templates):
     tagged = [r for r in resources if r["Type"] not in ("AWS::IAM::Policy", POLICY)]
     assert tagged
     for resource in tagged:
-        assert all(tag in resource["Properties"]["Tags"] for tag in expected), resource["Type"]
+        # A component leaves out the version tag (an upgrade must not update it: see the test below).
+        wanted = [t for t in expected if t["Key"] != VERSION_TAG] if resource["Type"] == COMPONENT else expected
+        assert all(tag in resource["Properties"]["Tags"] for tag in wanted), resource["Type"]
 
 
 def test_stack_outputs_the_endpoint_name_and_runs_in_the_plan_region(stacks, templates):
@@ -739,6 +742,24 @@ def test_an_update_of_the_scaling_alone_leaves_the_components_as_they_were(plans
     assert before.find_resources(POLICY) != after.find_resources(POLICY)
     [component] = before.find_resources(COMPONENT).values()
     assert component["Properties"]["RuntimeConfig"] == {"CopyCount": plan.models[0].copy_count}
+
+
+def test_a_sagellm_upgrade_alone_leaves_the_components_as_they_were(plans, tmp_path) -> None:
+    """The version tag changes with every upgrade; on a component it would be an update that may send the copy
+    count again, so components do not carry it (the endpoint does), nor does the stack (CloudFormation copies
+    stack tags onto every resource)."""
+    plan = plans["replicas"]
+    app = App(outdir=str(tmp_path))
+    stack = EndpointStack(app, "Upgraded", plan=plan)
+    stack_tags = app.synth().get_stack_artifact(stack.artifact_id).tags
+    assert stack_tags == {k: v for k, v in plan.tags.items() if k != VERSION_TAG}
+
+    upgraded = plan.model_copy(update={"tags": {**plan.tags, VERSION_TAG: "99.0.0"}})
+    before, after = synth(plan), synth(upgraded)
+    assert before.find_resources(COMPONENT) == after.find_resources(COMPONENT)
+    assert before.find_resources(ENDPOINT) != after.find_resources(ENDPOINT)
+    [component] = before.find_resources(COMPONENT).values()
+    assert {t["Key"] for t in component["Properties"]["Tags"]} == set(plan.tags) - {VERSION_TAG}
 
 
 @pytest.mark.parametrize("reference", [":2.4.0-tgi2.4.0-gpu-py311-cu124-ubuntu22.04-v2.2", "@sha256:" + "ab" * 32])

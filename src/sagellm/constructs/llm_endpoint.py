@@ -26,7 +26,7 @@ from sagellm.constructs.scaling import (
     Scaling,
 )
 from sagellm.errors import InputError
-from sagellm.profiles.plan import DeploymentPlan, instances_for, pascal
+from sagellm.profiles.plan import VERSION_TAG, DeploymentPlan, instances_for, pascal
 from sagellm.profiles.schema import TIMEOUT_RANGE_S, VOLUME_RANGE_GB  # SageMaker's accepted ranges
 from sagellm.profiles.tokens import gated_without_secret, token_errors
 
@@ -73,7 +73,11 @@ class LlmEndpoint(Construct, EndpointMetrics):
             hf_token_secret=hf_token_secret,
         )
         for key, value in plan.tags.items():
-            Tags.of(self).add(key, value)
+            # The version tag changes with every sagellm upgrade; on an inference component that change alone would
+            # be a stack update of the component, which may set its copies back to the plan's count and drop the
+            # ones the scaler added (docs/deploy.md). The endpoint and the stack still carry it.
+            skip = ["AWS::SageMaker::InferenceComponent"] if key == VERSION_TAG else []
+            Tags.of(self).add(key, value, exclude_resource_types=skip)
 
         own_role = role is None
         vpc_config = self._vpc_config(vpc, subnets, security_groups)

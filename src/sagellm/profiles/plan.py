@@ -101,6 +101,10 @@ def component_output(model_name: str) -> str:
     return f"ComponentName{pascal(model_name)}"
 
 
+# The tag naming the sagellm that resolved a plan (the others: sagellm:profile, sagellm:model).
+VERSION_TAG = "sagellm:version"
+
+
 class DeploymentPlan(_Frozen):
     """Everything a deployment needs; nothing downstream re-derives an environment variable."""
 

@@ -29,6 +29,7 @@ from sagellm.profiles.loader import Source, Where, all_sources, load_profile, lo
 from sagellm.profiles.plan import (
     CONCURRENT_REQUESTS_PER_COPY,
     CONCURRENT_REQUESTS_PER_MODEL,
+    VERSION_TAG,
     ComputeRequirements,
     DeploymentPlan,
     InstanceScaling,
@@ -545,7 +546,7 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
         volume = None  # SageMaker refuses VolumeSizeInGB where the instance brings its own NVMe storage
     else:
         volume = math.ceil(weights * 1.5 + 30)
-    tags = {"sagellm:profile": p.name, "sagellm:model": d.copies[0].model.hf_id, "sagellm:version": __version__}
+    tags = {"sagellm:profile": p.name, "sagellm:model": d.copies[0].model.hf_id, VERSION_TAG: __version__}
     return DeploymentPlan(
         profile=p.name, region=d.region, container=d.container,
         container_version=d.engine.image_version(d.container_version), instance_type=inst.instance_type,
