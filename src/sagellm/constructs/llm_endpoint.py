@@ -219,14 +219,31 @@ class LlmEndpoint(Construct, EndpointMetrics):
         Checks what CloudFormation accepts but SageMaker refuses or ignores, so a deploy cannot fail late.
         """
         plan = self.plan
-        errors: list[str] = []
 
         def warn(warning_id: str, message: str) -> None:
             Annotations.of(self).add_warning_v2(f"sagellm:{warning_id}", message)
 
-        instance_based = plan.endpoint_kind == "instance"
-        errors.extend(self._region_errors(warn))
+        # The one token check of the project, on everything the plan would write into the template.
+        written = {"hf_token_secret": plan.hf_token_secret, "models": [m.model_dump() for m in plan.models]}
+        has_secret = hf_token_secret is not None or bool(plan.hf_token_secret)
+        errors = [
+            *self._region_errors(warn),
+            *self._model_errors(warn),
+            *token_errors(written, _plan_path),
+            *gated_without_secret(plan.gated_models, has_secret),
+            *self._capacity_errors(kms_key),
+            *self._scaling_errors(warn),
+            *_placement_errors(plan),
+            *self._network_errors(vpc, subnets, security_groups, network_isolation, warn),
+        ]
+        if errors:
+            raise InputError([f"{self.node.path}: {message}" for message in errors])
 
+    def _model_errors(self, warn: Callable[[str, str], None]) -> list[str]:
+        """One model on an instance endpoint, unique names, ECR images, and what inference components need."""
+        plan = self.plan
+        errors: list[str] = []
+        instance_based = plan.endpoint_kind == "instance"
         if instance_based and len(plan.models) != 1:
             errors.append(
                 f"plan.models: an instance-based endpoint serves exactly one model, got {len(plan.models)}"
@@ -255,12 +272,12 @@ class LlmEndpoint(Construct, EndpointMetrics):
                     errors.append(f"{where}.copy_count: {m.copy_count} must be at least 1")
                 if not _COMPONENT_NAME.match(m.name):
                     errors.append(f"{where}.name: {m.name!r} must be letters, digits and single hyphens")
+        return errors
 
-        # The one token check of the project, on everything the plan would write into the template.
-        written = {"hf_token_secret": plan.hf_token_secret, "models": [m.model_dump() for m in plan.models]}
-        errors.extend(token_errors(written, _plan_path))
-        has_secret = hf_token_secret is not None or bool(plan.hf_token_secret)
-        errors.extend(gated_without_secret(plan.gated_models, has_secret))
+    def _capacity_errors(self, kms_key: kms.IKey | None) -> list[str]:
+        """Storage, encryption, instance count and timeouts within what SageMaker accepts for the instance type."""
+        plan = self.plan
+        errors: list[str] = []
         if kms_key is not None and has_local_nvme(plan.instance_type):
             errors.append(
                 f"kms_key: {plan.instance_type} has NVMe instance storage, which SageMaker encrypts in hardware, "
@@ -286,34 +303,47 @@ class LlmEndpoint(Construct, EndpointMetrics):
             errors.append(
                 f"plan.volume_size_gb: {plan.volume_size_gb} must be within {VOLUME_RANGE_GB[0]}..{VOLUME_RANGE_GB[1]}"
             )
+        return errors
 
+    def _scaling_errors(self, warn: Callable[[str, str], None]) -> list[str]:
+        """Scaling bounds that hold the starting count, a positive target, and no scale-in to zero unsaid."""
+        plan = self.plan
         scaling = plan.scaling
-        if scaling is not None:
-            lowest = 1 if instance_based else 0
-            if scaling.min_capacity < lowest:
-                errors.append(f"plan.scaling.min_capacity: {scaling.min_capacity} must be at least {lowest}")
-            if scaling.max_capacity < scaling.min_capacity:
-                errors.append(
-                    f"plan.scaling.max_capacity: {scaling.max_capacity} must not be below min_capacity ({scaling.min_capacity})"
-                )
-            if scaling.target_value <= 0:
-                errors.append(f"plan.scaling.target_value: {scaling.target_value} must be positive")
-            if (
-                instance_based
-                and not scaling.min_capacity <= plan.initial_instance_count <= scaling.max_capacity
-            ):
-                errors.append(
-                    f"plan.initial_instance_count: {plan.initial_instance_count} lies outside the scaling bounds "
-                    f"{scaling.min_capacity}..{scaling.max_capacity}; start within them"
-                )
-            if not instance_based and scaling.min_capacity == 0:
-                warn(
-                    "ScaleFromZero",
-                    "plan.scaling.min_capacity 0: target tracking cannot scale a component out of zero copies; "
-                    "add a step-scaling policy on NoCapacityInvocationFailures",
-                )
+        if scaling is None:
+            return []
+        errors: list[str] = []
+        instance_based = plan.endpoint_kind == "instance"
+        lowest = 1 if instance_based else 0
+        if scaling.min_capacity < lowest:
+            errors.append(f"plan.scaling.min_capacity: {scaling.min_capacity} must be at least {lowest}")
+        if scaling.max_capacity < scaling.min_capacity:
+            errors.append(
+                f"plan.scaling.max_capacity: {scaling.max_capacity} must not be below min_capacity ({scaling.min_capacity})"
+            )
+        if scaling.target_value <= 0:
+            errors.append(f"plan.scaling.target_value: {scaling.target_value} must be positive")
+        if (
+            instance_based
+            and not scaling.min_capacity <= plan.initial_instance_count <= scaling.max_capacity
+        ):
+            errors.append(
+                f"plan.initial_instance_count: {plan.initial_instance_count} lies outside the scaling bounds "
+                f"{scaling.min_capacity}..{scaling.max_capacity}; start within them"
+            )
+        if not instance_based and scaling.min_capacity == 0:
+            warn(
+                "ScaleFromZero",
+                "plan.scaling.min_capacity 0: target tracking cannot scale a component out of zero copies; "
+                "add a step-scaling policy on NoCapacityInvocationFailures",
+            )
+        return errors
 
-        errors.extend(_placement_errors(plan))
+    @staticmethod
+    def _network_errors(vpc: ec2.IVpc | None, subnets: ec2.SubnetSelection | None,
+                        security_groups: Sequence[ec2.ISecurityGroup] | None, network_isolation: bool,
+                        warn: Callable[[str, str], None]) -> list[str]:
+        """Subnets only with a VPC; say what a VPC or network isolation asks of the container's way out."""
+        errors: list[str] = []
         if vpc is None and (subnets is not None or security_groups):
             errors.append("subnets/security_groups: given without a vpc")
         if vpc is not None and not network_isolation:
@@ -329,9 +359,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 "network_isolation: the container cannot reach the Hugging Face Hub; "
                 "the image must find the model data elsewhere (S3)",
             )
-
-        if errors:
-            raise InputError([f"{self.node.path}: {message}" for message in errors])
+        return errors
 
     def _region_errors(self, warn: Callable[[str, str], None]) -> list[str]:
         """The plan must have been resolved for the stack's region, and CloudFormation offer its resources there.
