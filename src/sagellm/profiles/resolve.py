@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from sagellm.profiles.plan import (
     ScalingPlan,
     instances_for,
 )
-from sagellm.profiles.schema import Architecture, Profile, Serving
+from sagellm.profiles.schema import Architecture, ExtraModel, Profile, Serving
 from sagellm.profiles.validate import cap_errors, profile_errors, region_errors, with_values
 
 # Share of the instance's vCPUs and host memory handed to inference-component copies; the rest is
@@ -220,34 +221,18 @@ def design(
     ic = profile.endpoint_kind == "inference-component"
 
     # Extra models on an inference-component endpoint take their GPUs first.
-    extras: list[Copy] = []
-    used = 0
-    for i, extra in enumerate(profile.components.extra_models):
-        xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
-        xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
-        xshapes = _extra_shapes(neuron, xm, extra.tensor_parallel, f"{where('components.extra_models')}: [{i}]",
-                                errors)
-        extras.append(_caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload,
-                            profile, where, errors, prefix=f"components.extra_models[{i}]", engine=neuron or engine,
-                            version=version, shapes=xshapes))
-        used += extra.tensor_parallel * extra.copies
+    extras = [_extra_copy(i, extra, inst, local, payload, profile, where, errors, neuron, neuron or engine, version)
+              for i, extra in enumerate(profile.components.extra_models)]
+    used = sum(extra.tensor_parallel * extra.copies for extra in profile.components.extra_models)
 
     # TP degree: pinned, or the planner's choice.
     tp_pin = tensor_parallel if tensor_parallel is not None else _pinned(s.tensor_parallel)
     valid, candidates = _tp_choices(neuron, model, gpus, s)
     if tp_pin is not None:
         tp = tp_pin
-        if gpus % tp or tp > gpus:
-            errors.append(f"{where('serving.tensor_parallel')}: {tp} must divide the {gpus} accelerators of "
-                          f"{inst.instance_type} (valid: {', '.join(map(str, valid)) or 'none'})")
-        elif tp not in valid:
-            errors.append(f"{where('serving.tensor_parallel')}: {tp} cannot shard {model.hf_id} "
-                          f"(attention heads: {model.n_heads}, KV heads: {model.n_kv_heads}; valid: "
-                          f"{', '.join(map(str, valid)) or 'none'})")
-    elif ic:
-        tp = _best_ic_tp(model, inst, quant, payload, gpus - used, candidates, gen) or (max(valid) if valid else 1)
+        errors.extend(_tp_errors(tp, valid, model, inst, where("serving.tensor_parallel")))
     else:
-        tp = max(candidates or valid or [1])
+        tp = _auto_tp(ic, model, inst, quant, payload, gpus - used, valid, candidates, gen)
     shapes = _compiled(neuron, model, tp)
     if neuron and shapes == ():  # nothing to check the rest against: this line says what would run
         raise InputError([*errors, _uncompiled(neuron, model, inst, tp if tp_pin is not None else None, where)])
@@ -276,6 +261,38 @@ def design(
         raise InputError(errors)
     return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version, generation=gen,
                   calibration=calibration)
+
+
+def _extra_copy(i: int, extra: ExtraModel, inst: Instance, local: dict[str, Architecture], payload: Payload,
+                profile: Profile, where: Where, errors: list[str], neuron: Engine | None, engine: Engine,
+                version: str) -> Copy:
+    """An extra model of an inference-component endpoint, sized like the main one on the GPUs it pins."""
+    xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
+    xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
+    xshapes = _extra_shapes(neuron, xm, extra.tensor_parallel,
+                            f"{where('components.extra_models')}: [{i}]", errors)
+    return _caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload, profile, where,
+                 errors, prefix=f"components.extra_models[{i}]", engine=engine, version=version, shapes=xshapes)
+
+
+def _auto_tp(ic: bool, model: Model, inst: Instance, quant: str, payload: Payload, free_gpus: int,
+             valid: list[int], candidates: list[int], gen: str) -> int:
+    """The planner's TP degree: an inference component's best per-copy split, else the widest that fits."""
+    if ic:
+        return _best_ic_tp(model, inst, quant, payload, free_gpus, candidates, gen) or (max(valid) if valid else 1)
+    return max(candidates or valid or [1])
+
+
+def _tp_errors(tp: int, valid: Sequence[int], model: Model, inst: Instance, where: str) -> list[str]:
+    """A pinned TP degree must divide the instance's accelerators and shard the model's heads."""
+    gpus = inst.n_accelerators
+    if gpus % tp or tp > gpus:
+        return [(f"{where}: {tp} must divide the {gpus} accelerators of {inst.instance_type} "
+                f"(valid: {', '.join(map(str, valid)) or 'none'})")]
+    if tp not in valid:
+        return [(f"{where}: {tp} cannot shard {model.hf_id} (attention heads: {model.n_heads}, KV heads: "
+                f"{model.n_kv_heads}; valid: {', '.join(map(str, valid)) or 'none'})")]
+    return []
 
 
 def _neuron_engine(kind: str, inst: Instance, where: Where, errors: list[str]) -> Engine | None:
