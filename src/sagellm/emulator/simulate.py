@@ -1,0 +1,239 @@
+"""The emulator's engine on a virtual clock: a discrete-event simulation of an endpoint under load, in process.
+
+The copies are the emulator's (`batching.CopyScheduler`, routed by `batching.Router`: same budgets, same
+prefill-then-decode turns, same 429 and 422 answers); only the driver differs. Instead of sleeping for a
+pass, the simulator moves a virtual clock to the pass's end, so a run of thousands of requests takes well
+under a second and two runs with one seed are identical. Load is open loop (Poisson arrivals at a rate)
+or closed loop (users who send again as soon as a reply ends, as the bench's workers do). The first
+requests warm the endpoint up and are marked so; then `requests` are measured, and arrivals go on until
+every measured one has ended so that the tail sees the same load as the rest.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from sagellm.emulator.batching import (
+    DONE,
+    TIMED_OUT,
+    CopyScheduler,
+    RequestError,
+    Router,
+    Sequence,
+    served_shape,
+)
+from sagellm.planner import StepModel
+from sagellm.planner.constants import INVOCATION_TIMEOUT_S
+from sagellm.profiles.plan import DeploymentPlan
+
+DEFAULT_REQUESTS = 1000  # measured requests: p99 then rests on the ten slowest
+DEFAULT_WARMUP = 100  # open loop; a closed loop warms up on two requests per user (at least this many)
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """Poisson arrivals at `rate` requests per second."""
+
+    rate: float
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """`users` clients, each sending its next request as soon as its last one ends."""
+
+    users: int
+
+
+@dataclass
+class SimulatedRequest:
+    """What one request did, in simulated seconds since the run started."""
+
+    arrived_s: float
+    input_tokens: int
+    token_times: list[float] = field(default_factory=list)  # one stamp per generated token
+    error: str | None = None  # overloaded (429) | validation (422) | timeout (the invocation's deadline)
+    status: int = 200
+    warmup: bool = False
+    measured: bool = False  # one of the `requests` the run is about (not a warm-up, not a tail filler)
+    user: int | None = None  # closed loop: which client sent it
+
+    @property
+    def ok(self) -> bool:
+        """Whether it ended with every token it asked for."""
+        return self.error is None
+
+    @property
+    def end_s(self) -> float:
+        """When its reply ended: the last token, or the arrival for a refusal."""
+        return self.token_times[-1] if self.token_times else self.arrived_s
+
+
+@dataclass
+class Simulation:
+    """Every simulated request, and the window the measured requests arrived in."""
+
+    requests: list[SimulatedRequest]
+    window_start_s: float
+    window_end_s: float
+
+    @property
+    def measured(self) -> list[SimulatedRequest]:
+        """The requests the run is about."""
+        return [r for r in self.requests if r.measured]
+
+
+class _Clock:
+    """Events in time order (ties in the order they were scheduled)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (when, next(self._order), action))
+
+    def run(self, done: Callable[[], bool]) -> None:
+        while self._events and not done():
+            self.now, _, action = heapq.heappop(self._events)
+            action()
+
+
+class _Endpoint:
+    """The router and its copies driven on the virtual clock: each copy takes turns while it has work."""
+
+    def __init__(self, router: Router[CopyScheduler], clock: _Clock, ended: Callable[[Sequence], None]):
+        self.router = router
+        self.clock = clock
+        self.ended = ended
+        self._turns: dict[int, Iterator[float]] = {}  # copy index → its turn in progress
+
+    def send(self, input_tokens: int, output_tokens: int, deadline_s: float | None) -> Sequence:
+        """Admit a request now (RequestError as the server refuses it) and wake its copy if idle."""
+        copy, seq = self.router.submit(input_tokens, output_tokens, deadline_s, self.clock.now)
+        seq.token_times = []
+        index = self.router.copies.index(copy)
+        if index not in self._turns:
+            self._start_turn(index)
+        return seq
+
+    def _start_turn(self, index: int) -> None:
+        copy = self.router.copies[index]
+        self._turns[index] = copy.turn(self.clock.now)
+        self._resume(index)
+
+    def _resume(self, index: int) -> None:
+        copy = self.router.copies[index]
+        held = [*copy.queue, *copy.running]
+        try:
+            next(self._turns[index])
+            self.clock.at(copy.sim_s, lambda: self._resume(index))
+            over = False
+        except StopIteration:
+            over = True
+        for seq in held:
+            if seq.state in (DONE, TIMED_OUT):
+                self.ended(seq)
+        if over:
+            del self._turns[index]
+            if copy.queue or copy.running:
+                self._start_turn(index)
+
+
+class _Run:
+    """One simulated run: who sends what when, and what happened to each request."""
+
+    def __init__(self, endpoint_of: Callable[[_Clock, Callable[[Sequence], None]], _Endpoint], input_tokens: int,
+                 output_tokens: int, requests: int, warmup: int, timeout_s: float | None):
+        self.clock = _Clock()
+        self.endpoint = endpoint_of(self.clock, self._ended)
+        self.input_tokens, self.output_tokens = input_tokens, output_tokens
+        self.requests, self.warmup, self.timeout_s = requests, warmup, timeout_s
+        self.sent: list[SimulatedRequest] = []
+        self._of: dict[int, SimulatedRequest] = {}  # id(sequence) → its request
+        self.measured_left = requests
+        self.on_end: Callable[[SimulatedRequest], None] = lambda _: None
+
+    def send(self, user: int | None = None) -> None:
+        """A request arrives now."""
+        n = len(self.sent)
+        req = SimulatedRequest(self.clock.now, self.input_tokens, warmup=n < self.warmup,
+                               measured=self.warmup <= n < self.warmup + self.requests, user=user)
+        self.sent.append(req)
+        deadline = self.clock.now + self.timeout_s if self.timeout_s is not None else None
+        try:
+            seq = self.endpoint.send(self.input_tokens, self.output_tokens, deadline)
+        except RequestError as exc:
+            req.error, req.status = exc.error_type, exc.status
+            self._end(req)
+            return
+        assert seq.token_times is not None
+        req.token_times = seq.token_times
+        self._of[id(seq)] = req
+
+    def _ended(self, seq: Sequence) -> None:
+        req = self._of.pop(id(seq))
+        if seq.state == TIMED_OUT:
+            req.error, req.status = "timeout", 424  # SageMaker's ModelError for a model past its 60 s
+        self._end(req)
+
+    def _end(self, req: SimulatedRequest) -> None:
+        if req.measured:
+            self.measured_left -= 1
+        self.on_end(req)
+
+    def result(self) -> Simulation:
+        measured = [r for r in self.sent if r.measured]
+        return Simulation(self.sent, measured[0].arrived_s, measured[-1].arrived_s)
+
+
+def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: OpenLoop | ClosedLoop, *,
+             requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
+             steps: StepModel | None = None, timeout_s: float | None = INVOCATION_TIMEOUT_S) -> Simulation:
+    """Run the plan's first model (copies × instances, the limits its server reads) under a load on a
+    virtual clock; `steps` replaces the emulator's step model (a design's generation and calibration)."""
+    deployment = plan.primary
+    shape, _, limits = served_shape(plan, deployment)
+    step_model = steps or StepModel(shape)
+    n_copies = deployment.copy_count * plan.initial_instance_count
+
+    def endpoint_of(clock: _Clock, ended: Callable[[Sequence], None]) -> _Endpoint:
+        return _Endpoint(Router(limits, [CopyScheduler(step_model, limits) for _ in range(n_copies)]), clock, ended)
+
+    if isinstance(load, OpenLoop):
+        run = _Run(endpoint_of, input_tokens, output_tokens, requests,
+                   DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
+        _open_loop(run, load.rate, random.Random(seed))
+    else:
+        run = _Run(endpoint_of, input_tokens, output_tokens, requests,
+                   max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
+        _closed_loop(run, load.users)
+    run.clock.run(lambda: run.measured_left == 0)
+    return run.result()
+
+
+def _open_loop(run: _Run, rate: float, rng: random.Random) -> None:
+    def arrive() -> None:
+        run.send()
+        run.clock.at(run.clock.now + rng.expovariate(rate), arrive)
+
+    run.clock.at(rng.expovariate(rate), arrive)
+
+
+def _closed_loop(run: _Run, users: int) -> None:
+    def again(req: SimulatedRequest) -> None:
+        # The next request leaves as the reply ends: after the pass that ended it, like an HTTP client would.
+        user = req.user
+        run.clock.at(run.clock.now, lambda: run.send(user))
+
+    run.on_end = again
+    for user in range(users):
+        run.clock.at(0.0, _sender(run, user))
+
+
+def _sender(run: _Run, user: int) -> Callable[[], None]:
+    return lambda: run.send(user)
