@@ -12,8 +12,9 @@ the least-loaded copy and answers as TGI does: 429 above the admission limit, 42
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Generic, TypeVar
 
 from sagellm.catalog import find_instance
@@ -56,7 +57,6 @@ class Sequence:
         "last_token_s",
         "max_new_tokens",
         "state",
-        "token_times",
     )
 
     def __init__(self, input_tokens: int, max_new_tokens: int, arrived_s: float, deadline_s: float | None):
@@ -68,7 +68,6 @@ class Sequence:
         self.first_token_s: float | None = None  # on the copy's simulated clock
         self.last_token_s: float | None = None
         self.deadline_s = deadline_s  # on the driver's clock, or None
-        self.token_times: list[float] | None = None  # every token's stamp, where the driver asks for them
         self._waiter: asyncio.Future[None] | None = None
 
     @property
@@ -117,11 +116,14 @@ class CopyScheduler:
         self.queue: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.kv_reserved = 0
+        self.context = 0  # KV tokens the running sequences hold (prompts and tokens generated so far)
         self.completed = 0
         self.timed_out = 0
         self.cancelled = 0
         self.busy_s = 0.0  # modelled seconds spent in prefill or decode passes (the GPU busy)
         self.sim_s = 0.0  # the simulated clock: when the current pass ends
+        self.on_end: Callable[[Sequence], None] | None = None  # told of every sequence that ends
+        self._next_deadline = math.inf  # no sequence expires before this (a lower bound)
 
     @property
     def in_flight(self) -> int:
@@ -131,6 +133,8 @@ class CopyScheduler:
     def submit(self, seq: Sequence) -> None:
         """Queue an admitted request; a turn prefills it as soon as the budgets allow."""
         self.queue.append(seq)
+        if seq.deadline_s is not None:
+            self._next_deadline = min(self._next_deadline, seq.deadline_s)
 
     def cancel(self, seq: Sequence) -> None:
         """The client went away (or the invocation timed out): free the sequence's slot and KV at once."""
@@ -144,6 +148,7 @@ class CopyScheduler:
         elif seq.state == RUNNING:
             self.running.remove(seq)
             self.kv_reserved -= seq.reserved_tokens
+            self.context -= seq.input_tokens + seq.generated
         seq.state = state
         if state == DONE:
             self.completed += 1
@@ -152,6 +157,8 @@ class CopyScheduler:
         else:
             self.cancelled += 1
         seq.wake()
+        if self.on_end is not None:
+            self.on_end(seq)
 
     def turn(self, now: float) -> Iterator[float]:
         """One turn at driver time `now`: expire, admit, prefill the admitted, one decode step; yields each
@@ -165,8 +172,7 @@ class CopyScheduler:
             yield self._advance(self.steps.prefill_s(sum(s.input_tokens for s in batch)))
             self.emit([s for s in batch if s.state == RUNNING])
         if self.running:
-            context = sum(s.input_tokens + s.generated for s in self.running)
-            yield self._advance(self.steps.decode_step_s(len(self.running), context))
+            yield self._advance(self.steps.decode_step_s(len(self.running), self.context))
             self.emit(self.running)
 
     def _advance(self, modelled_s: float) -> float:
@@ -192,6 +198,7 @@ class CopyScheduler:
             seq.state = RUNNING
             self.running.append(seq)
             self.kv_reserved += seq.reserved_tokens
+            self.context += seq.input_tokens
             prefill += seq.input_tokens
             batch.append(seq)
         return batch
@@ -200,25 +207,28 @@ class CopyScheduler:
         """One token for each of `seqs` at the simulated end of the pass; finished ones leave the batch."""
         now = self.sim_s
         finished = []
+        self.context += len(seqs)
         for seq in seqs:
             seq.generated += 1
             if seq.first_token_s is None:
                 seq.first_token_s = now
             seq.last_token_s = now
-            if seq.token_times is not None:
-                seq.token_times.append(now)
             if seq.generated >= seq.max_new_tokens:
                 finished.append(seq)
-            else:
+            elif seq._waiter is not None:  # a reader waits (the emulator); checked here, as this runs per token
                 seq.wake()
         for seq in finished:
             self.retire(seq, DONE)
 
     def expire(self, now: float) -> None:
         """Retire every sequence whose deadline has passed at driver time `now`."""
-        late = [s for s in (*self.queue, *self.running) if s.deadline_s is not None and now >= s.deadline_s]
-        for seq in late:
+        if now < self._next_deadline:
+            return
+        held = (*self.queue, *self.running)
+        for seq in [s for s in held if s.deadline_s is not None and now >= s.deadline_s]:
             self.retire(seq, TIMED_OUT)
+        self._next_deadline = min((s.deadline_s for s in (*self.queue, *self.running) if s.deadline_s is not None),
+                                  default=math.inf)
 
 
 def served_shape(plan: DeploymentPlan, deployment: ModelDeployment) -> tuple[Shape, Engine, Limits]:
