@@ -151,6 +151,10 @@ class _Endpoint:
             self.clock.at(self.clock.now, lambda: self._resume(index))
         return seq
 
+    def next_pass_end(self) -> float:
+        """When the soonest pass in progress ends (now, if no copy is busy)."""
+        return min((self.router.copies[i].sim_s for i in self._turns), default=self.clock.now)
+
     def _resume(self, index: int) -> None:
         """Go on with a copy's turns until its next pass ends past the horizon."""
         copy = self.router.copies[index]
@@ -256,8 +260,11 @@ def _open_loop(run: _Run, rate: float, rng: random.Random) -> None:
 def _closed_loop(run: _Run, users: int) -> None:
     def again(req: SimulatedRequest) -> None:
         # The next request leaves as the reply ends: after the pass that ended it, like an HTTP client would.
+        # A refusal takes no simulated time, so a refused client comes back once the next pass has ended
+        # (sending again at once would refuse it again at the same instant, for ever).
         user = req.user
-        run.clock.at(run.clock.now, lambda: run.send(user))
+        when = run.clock.now if req.status != 429 else max(run.clock.now, run.endpoint.next_pass_end())
+        run.clock.at(when, lambda: run.send(user))
 
     run.on_end = again
     for user in range(users):
