@@ -3,7 +3,7 @@ a load, its requests summarised as the bench summarises a level (same percentile
 
 from __future__ import annotations
 
-from dataclasses import astuple, replace
+from dataclasses import astuple
 from typing import Any, cast
 
 from sagellm.bench.client.records import RequestRecord
@@ -39,8 +39,7 @@ def summary_of(sim: Simulation, load: Load) -> LevelSummary:
     records = [record_of(r, load) for r in sim.requests]
     start, end = sim.window_start_s, sim.window_end_s
     summary = summarize(records, window_start_s=start, window_end_s=end)
-    every = [replace(r, warmup=False) for r in records if r.ok]
-    tokens = tokens_in_window(every, start, end)
+    tokens = tokens_in_window([r for r in records if r.ok], start, end)  # it reads no warm-up flag: all of them
     ok = [r for r in records if r.ok and not r.warmup]
     mean_tokens = sum(r.output_tokens for r in ok) / len(ok) if ok else 0
     return summary.model_copy(update={
