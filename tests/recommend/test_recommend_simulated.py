@@ -6,6 +6,7 @@ from sagellm.catalog import find_model
 from sagellm.planner import Payload
 from sagellm.recommend import Load, Space, choose, instance_types, search
 from sagellm.recommend.search import ANALYTIC, FAR_OFF
+from sagellm.recommend.write import recommendation_json
 from sagellm.results.gate import Rule
 
 MODEL = find_model("llama2-7b")
@@ -25,6 +26,11 @@ def test_the_mean_meets_the_slo_but_the_simulated_p90_misses_it_so_the_candidate
     rec = choose(found, LOAD, RULES, Payload(256, 256))
     assert rec.pick is not None and rec.pick is not one and rec.pick.instance_count > 1
     assert rec.reason(one).startswith("misses ttft_ms.p90 by")
+    data = recommendation_json(rec, MODEL.hf_id, None)
+    row = next(c for c in data["candidates"] if c["deployment"] == one.label())
+    assert row["predicted_by"] == "simulation (600 requests at 2/s)" and row["slo"]["ttft_ms.p90@2/s <= 1000"] == p90
+    assert row["simulated"]["ttft_ms"]["p90"] == p90 and row["simulated"]["requests"] == 600
+    assert row["prediction"]["ttft_ms"] == one.point.ttft_ms  # the mean model's, kept alongside
 
 
 def test_the_mean_model_decides_what_cannot_fit_sustain_or_come_near_the_slo_and_says_so() -> None:
