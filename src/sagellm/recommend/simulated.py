@@ -4,6 +4,7 @@ a load, its requests summarised as the bench summarises a level (same percentile
 from __future__ import annotations
 
 from dataclasses import astuple
+from functools import cached_property
 from typing import Any, cast
 
 from sagellm.bench.client.records import RequestRecord
@@ -11,6 +12,7 @@ from sagellm.bench.client.summary import summarize, tokens_in_window
 from sagellm.emulator.simulate import ClosedLoop, OpenLoop, SimulatedRequest, Simulation, simulate
 from sagellm.planner import Payload, StepModel
 from sagellm.profiles import Design
+from sagellm.profiles.plan import DeploymentPlan
 from sagellm.recommend.slo import Load
 from sagellm.results.schema import ErrorKind, LevelSummary
 
@@ -57,7 +59,11 @@ class Simulator:
         self.payload = payload
         self.requests = requests
         self.cache = cache
-        self._plan = design.plan()
+
+    @cached_property
+    def _plan(self) -> DeploymentPlan:
+        """The design's deployment plan (looked up once, and only for a design that gets simulated)."""
+        return self.design.plan()
 
     def summary(self, count: int, load: Load) -> LevelSummary:
         """The summary of `count` instances at `load`."""
