@@ -10,6 +10,7 @@ from typing import Any
 from sagellm.planner import Payload
 from sagellm.profiles import Design
 from sagellm.recommend.search import MAX_INSTANCES, Candidate, Config, Search, evaluate
+from sagellm.recommend.simulated import Simulator
 from sagellm.recommend.slo import Load, tightness
 from sagellm.results.gate import Rule
 
@@ -91,12 +92,12 @@ def closest(candidates: Sequence[Candidate]) -> Candidate | None:
 
 
 def size_for_peak(candidate: Candidate, design: Design, payload: Payload, peak: Load,
-                  rules: Sequence[Rule]) -> PeakSizing | None:
+                  rules: Sequence[Rule], simulator: Simulator | None = None) -> PeakSizing | None:
     """The fewest instances (copies for inference components) that meet the SLO at the peak; None past the cap."""
     copies = candidate.config.copies
     for count in range(candidate.instance_count, MAX_INSTANCES + 1):
         at_peak = Candidate(candidate.config, count, candidate.usd_per_h / candidate.instance_count * count)
-        evaluate(at_peak, design.shape(count), payload, peak, rules)
+        evaluate(at_peak, design.shape(count), payload, peak, rules, simulator)
         if at_peak.meets:
             assert at_peak.concurrency is not None
             containers = count * copies
@@ -117,7 +118,7 @@ def choose(found: Search, load: Load, rules: Sequence[Rule], payload: Payload,
         if peak is None:
             pick = c
             break
-        sizing = size_for_peak(c, design, payload, peak, rules)
+        sizing = size_for_peak(c, design, payload, peak, rules, found.simulators.get(c.config))
         if sizing is not None:
             pick = c
             break

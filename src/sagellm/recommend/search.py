@@ -16,14 +16,20 @@ from sagellm.errors import InputError
 from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, valid_tp
 from sagellm.profiles import Design, design_for
 from sagellm.profiles.calibration import calibration_dir
-from sagellm.recommend.slo import Gap, Load, gap_of, predicted_value
+from sagellm.recommend.simulated import Simulator
+from sagellm.recommend.slo import Gap, Load, gap_of, predicted_value, simulated_value
 from sagellm.results.gate import Rule
+from sagellm.results.schema import LevelSummary
 
 ENGINES = ("tgi", "lmi")
 # Most instances one endpoint is sized to (SageMaker quotas are usually lower; beyond this, say so).
 MAX_INSTANCES = 64
 # The standard profile each endpoint kind extends (inference components: copies = GPUs ÷ TP).
 BASE_PROFILE = {"instance": "max-throughput", "inference-component": "replicas"}
+# A rule the mean model misses by more than this (relative to its limit) is missed: queueing only adds to
+# latency percentiles, so such a candidate is not simulated.
+FAR_OFF = 0.5
+ANALYTIC = "analytic model"
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class Candidate:
     values: dict[str, float | None] = field(default_factory=dict)  # rule label → predicted value
     gaps: list[Gap] = field(default_factory=list)
     problem: str | None = None  # does not fit, refused by the profile, cannot sustain the load
+    summary: LevelSummary | None = None  # the simulated requests at the target load, where simulated
+    predicted_by: str = ANALYTIC  # what the values come from: the simulation, or why the mean model decided
 
     @property
     def meets(self) -> bool:
@@ -65,9 +73,11 @@ class Candidate:
     @property
     def usd_per_1m_tokens(self) -> float | None:
         """$ per 1M output tokens at the target load."""
-        if self.point is None or self.point.throughput_tokens_per_s <= 0:
+        throughput = self.summary.throughput_tokens_per_s if self.summary is not None \
+            else self.point.throughput_tokens_per_s if self.point is not None else 0.0
+        if throughput <= 0:
             return None
-        return 1e6 / self.point.throughput_tokens_per_s / 3600 * self.usd_per_h
+        return 1e6 / throughput / 3600 * self.usd_per_h
 
     def label(self) -> str:
         """The config and its count: `2 × ml.g5.2xlarge TP1 tgi`."""
@@ -113,10 +123,14 @@ def predict_at(shape: Shape, payload: Payload, load: Load) -> tuple[int | None, 
     return n, point, None
 
 
-def evaluate(candidate: Candidate, shape: Shape, payload: Payload, load: Load, rules: Sequence[Rule]) -> None:
-    """Predict a candidate at the target load (and at any other load a rule names) and check every rule."""
+def evaluate(candidate: Candidate, shape: Shape, payload: Payload, load: Load, rules: Sequence[Rule],
+             simulator: Simulator | None = None) -> None:
+    """Predict a candidate at the target load (and at any other load a rule names) and check every rule: with
+    the mean model, then from simulated requests unless the mean model is decisive (cannot fit, cannot
+    sustain the load, or far off the SLO)."""
     candidate.concurrency, candidate.point, candidate.problem = predict_at(shape, payload, load)
     if candidate.point is None or candidate.problem is not None:
+        candidate.predicted_by = f"{ANALYTIC}: {candidate.problem}" if candidate.problem else ANALYTIC
         return
     points: dict[str, Point | None] = {load.name: candidate.point}
     for rule in rules:
@@ -125,6 +139,35 @@ def evaluate(candidate: Candidate, shape: Shape, payload: Payload, load: Load, r
             points[where] = predict_at(shape, payload, Load.at(where))[1]
         at = points[where]
         value = predicted_value(rule.metric, at, candidate.usd_per_h) if at is not None else None
+        candidate.values[rule.label] = value
+        if (gap := gap_of(rule, value)) is not None:
+            candidate.gaps.append(gap)
+    if simulator is None:
+        return
+    far = [g for g in candidate.gaps if g.value is None or g.relative > FAR_OFF]
+    if far:
+        candidate.predicted_by = f"{ANALYTIC}: {far[0].describe()}, more than queueing could close"
+        return
+    _simulate(candidate, shape.instance_count, load, rules, simulator, points)
+
+
+def _simulate(candidate: Candidate, count: int, load: Load, rules: Sequence[Rule], simulator: Simulator,
+              points: dict[str, Point | None]) -> None:
+    """Replace the mean model's values with the simulated requests' (at every load the mean model sustains)."""
+    candidate.values, candidate.gaps = {}, []
+    summaries = {where: simulator.summary(count, Load.at(where) if where != load.name else load)
+                 for where, point in points.items() if point is not None}
+    candidate.summary = summaries[load.name]
+    candidate.predicted_by = f"simulation ({simulator.requests} requests at {load.name})"
+    # Failed requests fail the candidate, unless the SLO says how many it tolerates.
+    if candidate.summary.error_rate > 0 and not any(r.metric == "error_rate" for r in rules):
+        failed = {kind: n for kind, n in candidate.summary.errors.items() if n}
+        candidate.problem = (f"{candidate.summary.error_rate:.1%} of simulated requests fail at {load.name} "
+                             f"({', '.join(f'{n} {kind}' for kind, n in failed.items())})")
+        return
+    for rule in rules:
+        at = summaries.get(load.name if rule.where is None else str(rule.where))
+        value = simulated_value(rule.metric, at, candidate.usd_per_h) if at is not None else None
         candidate.values[rule.label] = value
         if (gap := gap_of(rule, value)) is not None:
             candidate.gaps.append(gap)
@@ -195,6 +238,7 @@ class Search:
     candidates: list[Candidate]
     designs: dict[Config, Design]
     notes: list[str]
+    simulators: dict[Config, Simulator] = field(default_factory=dict)  # every design's (to size a peak)
 
 
 def _count_range(design: Design, config: Config, space: Space, load: Load) -> range:
@@ -219,6 +263,7 @@ def search(space: Space, load: Load, rules: Sequence[Rule],
     first count that meets the SLO (or until more instances no longer lower the per-copy load)."""
     candidates: list[Candidate] = []
     designs: dict[Config, Design] = {}
+    simulators: dict[Config, Simulator] = {}
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sagellm-recommend-") as tmp:
         profiles = base_profiles(Path(tmp), space.engines, space.quantizations)
@@ -246,17 +291,17 @@ def search(space: Space, load: Load, rules: Sequence[Rule],
                         f"{inst.n_accelerators} × {inst.mem_per_accel_gb:g} GB of {inst.instance_type}")))
                     continue
                 for config in found:
-                    candidates += _candidates(config, space, load, rules, profiles, Path(tmp), designs)
+                    candidates += _candidates(config, space, load, rules, profiles, Path(tmp), designs, simulators)
     corrected = dict.fromkeys(f"{c.instance_type} {c.engine}" for c, d in designs.items() if d.calibration)
     if corrected:
         notes.append(f"{', '.join(corrected)}: predicted with the measured correction stored in "
                      f"{calibration_dir(space.profiles_dir)}")
-    return Search(candidates, designs, notes)
+    return Search(candidates, designs, notes, simulators)
 
 
 def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
                 profiles: dict[tuple[str, str, str], str], folder: Path,
-                designs: dict[Config, Design]) -> list[Candidate]:
+                designs: dict[Config, Design], simulators: dict[Config, Simulator]) -> list[Candidate]:
     inst = find_instance(config.instance_type)
     price = inst.price_per_h(space.region) or 0.0
     ic = config.endpoint_kind == "inference-component"
@@ -268,11 +313,14 @@ def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
     except InputError as exc:
         return [Candidate(config, 1, price, problem=f"refused by the profile: {exc.messages[0]}")]
     designs[config] = design
+    # Configs whose copies run alike share simulations (one cache for the whole search).
+    cache = next(iter(simulators.values())).cache if simulators else {}
+    simulators[config] = simulator = Simulator(design, space.payload, cache)
     out = []
     for count in _count_range(design, config, space, load):
         candidate = Candidate(config, count, price * count)
         shape = design.shape(count)
-        evaluate(candidate, shape, space.payload, load, rules)
+        evaluate(candidate, shape, space.payload, load, rules, simulator)
         out.append(candidate)
         per_copy = (candidate.concurrency or 0) / shape.total_copies
         if candidate.meets or (candidate.concurrency is not None and per_copy <= 1):

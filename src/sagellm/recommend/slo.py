@@ -8,10 +8,11 @@ from pathlib import Path
 from sagellm.errors import InputError
 from sagellm.planner import Point
 from sagellm.results.gate import HIGHER_IS_BETTER, Rule, Thresholds, load_thresholds
-from sagellm.results.schema import Stats, load_name, parse_load
+from sagellm.results.schema import LevelSummary, Stats, load_name, parse_load
 
 # Latency distributions the planner predicts, and the Point field each reads. The planner gives a steady-state
-# mean, so every statistic (p50 … p99, mean) of a distribution reads the same value.
+# mean, so every statistic (p50 … p99, mean) of a distribution reads the same value; a simulation gives each
+# statistic of its requests (`simulated_value`).
 _DISTRIBUTIONS = {"latency_ms_per_token": "ms_per_token", "ttft_ms": "ttft_ms", "itl_ms": "itl_ms",
                   "tpot_ms": "itl_ms", "e2e_s": "e2e_s"}
 PREDICTABLE = (*(f"{d}.{s}" for d in _DISTRIBUTIONS for s in Stats.model_fields),
@@ -78,20 +79,35 @@ def load_slo(path: Path, load: Load) -> Thresholds:
     return thresholds
 
 
-def predicted_value(metric: str, point: Point, usd_per_h: float | None) -> float | None:
-    """A rule's metric read off a predicted point (cost at that point's throughput)."""
+def _cost(metric: str, throughput_tokens_per_s: float, usd_per_h: float | None) -> float | None:
     if metric == "cost.usd_per_h":
         return usd_per_h
-    if metric == "cost.usd_per_1m_tokens":
-        if usd_per_h is None or point.throughput_tokens_per_s <= 0:
-            return None
-        return 1e6 / point.throughput_tokens_per_s / 3600 * usd_per_h
+    if usd_per_h is None or throughput_tokens_per_s <= 0:
+        return None
+    return 1e6 / throughput_tokens_per_s / 3600 * usd_per_h
+
+
+def predicted_value(metric: str, point: Point, usd_per_h: float | None) -> float | None:
+    """A rule's metric read off a predicted point (cost at that point's throughput)."""
+    if metric.startswith("cost."):
+        return _cost(metric, point.throughput_tokens_per_s, usd_per_h)
     if metric == "error_rate":
         # TGI answers 429 above its admission limit; a request past the 60 s timeout fails too.
         return 1.0 if point.rejected or not point.within_timeout else 0.0
     if metric in ("throughput_tokens_per_s", "requests_per_s"):
         return float(getattr(point, metric))
     return float(getattr(point, _DISTRIBUTIONS[metric.split(".")[0]]))
+
+
+def simulated_value(metric: str, summary: LevelSummary, usd_per_h: float | None) -> float | None:
+    """A rule's metric read off a simulated level, as the gate reads a measured one (cost at its throughput);
+    None where no request succeeded."""
+    if metric.startswith("cost."):
+        return _cost(metric, summary.throughput_tokens_per_s, usd_per_h)
+    value: object = summary
+    for part in metric.split("."):
+        value = getattr(value, part)
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def gap_of(rule: Rule, value: float | None) -> Gap | None:

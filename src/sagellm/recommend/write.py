@@ -15,9 +15,14 @@ from sagellm.profiles import design_for
 from sagellm.recommend.choose import Recommendation, worst_tightness
 from sagellm.recommend.search import BASE_PROFILE, Candidate
 
-MODEL_NOTE = ("predicted by the planner's steady-state mean model: every percentile reads the mean, and an open-loop "
-              "rate is turned into the concurrency Little's law gives (N = rate × e2e(N)), so Poisson queueing "
-              "beyond the mean is not in the figures; bench the pick before trusting a tight percentile")
+MODEL_NOTE = ("predicted from simulated requests: each candidate's endpoint runs the emulator's engine on a virtual "
+              "clock at the target load (Poisson arrivals for a rate, warm-up discarded), and every percentile is that "
+              "of the simulated requests, queueing included; candidates the planner's mean model rules out (cannot "
+              "fit, cannot sustain the load, far off the SLO) are not simulated, and each candidate's predicted_by "
+              "says which; the step times are the planner's, so bench the pick before trusting a tight percentile")
+# What recommendation.json keeps of a simulated level (the rest is in the bench's LevelSummary).
+SIMULATED_FIELDS = {"requests", "error_rate", "throughput_tokens_per_s", "requests_per_s", "ttft_ms", "itl_ms",
+                    "e2e_s", "latency_ms_per_token"}
 
 
 def profile_name(model_id: str) -> str:
@@ -105,7 +110,9 @@ def _candidate(c: Candidate, rec: Recommendation) -> dict[str, Any]:
         "usd_per_h": c.usd_per_h,
         "usd_per_1m_tokens": c.usd_per_1m_tokens,
         "concurrency": c.concurrency,
-        "prediction": asdict(c.point) if c.point is not None else None,
+        "predicted_by": c.predicted_by,
+        "prediction": asdict(c.point) if c.point is not None else None,  # the mean model's
+        "simulated": c.summary.model_dump(include=SIMULATED_FIELDS) if c.summary is not None else None,
         "slo": c.values,
         "meets_slo": c.meets,
         "why_not": rec.reason(c) or None,

@@ -1,0 +1,275 @@
+"""The emulator's engine on a virtual clock: a discrete-event simulation of an endpoint under load, in process.
+
+The copies are the emulator's (`batching.CopyScheduler`, routed by `batching.Router`: same budgets, same
+prefill-then-decode turns, same 429 and 422 answers); only the driver differs. Instead of sleeping for a
+pass, the simulator moves a virtual clock to the pass's end, so a run of thousands of requests takes well
+under a second and two runs with one seed are identical. A copy whose next pass ends before any other event
+runs on at once (nothing could come between), and decode steps are costed once per batch size (a step is
+affine in the context it reads), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
+or closed loop (users who send again as soon as a reply ends, as the bench's workers do). The first
+requests warm the endpoint up and are marked so; then `requests` are measured, and arrivals go on until
+every measured one has ended so that the tail sees the same load as the rest.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from sagellm.emulator.batching import (
+    TIMED_OUT,
+    CopyScheduler,
+    RequestError,
+    Router,
+    Sequence,
+    served_shape,
+)
+from sagellm.planner import StepModel
+from sagellm.planner.constants import INVOCATION_TIMEOUT_S
+from sagellm.profiles.plan import DeploymentPlan
+
+DEFAULT_REQUESTS = 1000  # measured requests: p99 then rests on the ten slowest
+DEFAULT_WARMUP = 100  # open loop; a closed loop warms up on two requests per user (at least this many)
+_PROBE = 1 << 20  # context tokens at which a decode step's slope is read (large: a precise difference)
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """Poisson arrivals at `rate` requests per second."""
+
+    rate: float
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """`users` clients, each sending its next request as soon as its last one ends."""
+
+    users: int
+
+
+@dataclass
+class SimulatedRequest:
+    """What one request did, in simulated seconds since the run started."""
+
+    arrived_s: float
+    input_tokens: int
+    output_tokens: int = 0  # generated
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    error: str | None = None  # overloaded (429) | validation (422) | timeout (the invocation's deadline)
+    status: int = 200
+    warmup: bool = False
+    measured: bool = False  # one of the `requests` the run is about (not a warm-up, not a tail filler)
+    user: int | None = None  # closed loop: which client sent it
+
+    @property
+    def ok(self) -> bool:
+        """Whether it ended with every token it asked for."""
+        return self.error is None
+
+    @property
+    def end_s(self) -> float:
+        """When its reply ended: the last token, or the arrival for a refusal."""
+        return self.last_token_s if self.last_token_s is not None else self.arrived_s
+
+
+@dataclass
+class Simulation:
+    """Every simulated request, and the window the measured requests arrived in."""
+
+    requests: list[SimulatedRequest]
+    window_start_s: float
+    window_end_s: float
+
+    @property
+    def measured(self) -> list[SimulatedRequest]:
+        """The requests the run is about."""
+        return [r for r in self.requests if r.measured]
+
+
+class _Clock:
+    """Events in time order (ties in the order they were scheduled)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        # Open loop: when the next request arrives (known in advance). Copies interact only through the
+        # router, at arrivals, so until then each one may run ahead of the others.
+        self.next_arrival: float | None = None
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (when, next(self._order), action))
+
+    def horizon(self) -> float:
+        """How far a copy may run on alone: to the next arrival where arrivals are known (open loop), else
+        to the next event (a closed loop's next request leaves when some reply ends)."""
+        if self.next_arrival is not None:
+            return self.next_arrival
+        return self._events[0][0] if self._events else math.inf
+
+    def run(self, done: Callable[[], bool]) -> None:
+        while self._events and not done():
+            self.now, _, action = heapq.heappop(self._events)
+            action()
+
+
+@dataclass(frozen=True)
+class _AffineSteps(StepModel):
+    """A step model whose decode step is costed once per batch size: it is affine in the context held."""
+
+    lines: dict[int, tuple[float, float]] = field(default_factory=dict, compare=False)  # batch → (s, s per token)
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        """One decode step, from the batch size's cached intercept and slope."""
+        line = self.lines.get(batch)
+        if line is None:
+            at_zero = super().decode_step_s(batch, 0)
+            line = self.lines[batch] = (at_zero, (super().decode_step_s(batch, _PROBE) - at_zero) / _PROBE)
+        return line[0] + line[1] * context_tokens
+
+
+class _Endpoint:
+    """The router and its copies driven on the virtual clock: each copy takes turns while it has work."""
+
+    def __init__(self, router: Router[CopyScheduler], clock: _Clock):
+        self.router = router
+        self.clock = clock
+        self._turns: dict[int, Iterator[float]] = {}  # copy index → its turn in progress
+        self._index = {id(c): i for i, c in enumerate(router.copies)}
+
+    def send(self, input_tokens: int, output_tokens: int, deadline_s: float | None) -> Sequence:
+        """Admit a request now (RequestError as the server refuses it) and wake its copy if idle."""
+        copy, seq = self.router.submit(input_tokens, output_tokens, deadline_s, self.clock.now)
+        index = self._index[id(copy)]
+        if index not in self._turns:  # an idle copy starts a turn now, once the caller has the sequence
+            self._turns[index] = copy.turn(self.clock.now)
+            self.clock.at(self.clock.now, lambda: self._resume(index))
+        return seq
+
+    def next_pass_end(self) -> float:
+        """When the soonest pass in progress ends (now, if no copy is busy)."""
+        return min((self.router.copies[i].sim_s for i in self._turns), default=self.clock.now)
+
+    def _resume(self, index: int) -> None:
+        """Go on with a copy's turns until its next pass ends past the horizon."""
+        copy = self.router.copies[index]
+        turn = self._turns[index]
+        while True:
+            if next(turn, None) is None:  # the turn is over: stamped and ended what it had to
+                if not (copy.queue or copy.running):
+                    del self._turns[index]
+                    return
+                turn = self._turns[index] = copy.turn(copy.sim_s)
+                continue
+            if copy.sim_s > self.clock.horizon():
+                self.clock.at(copy.sim_s, lambda: self._resume(index))
+                return
+            self.clock.now = copy.sim_s  # nothing is due before this pass ends: run on
+
+
+class _Run:
+    """One simulated run: who sends what when, and what happened to each request."""
+
+    def __init__(self, endpoint_of: Callable[[_Clock], _Endpoint], input_tokens: int,
+                 output_tokens: int, requests: int, warmup: int, timeout_s: float | None):
+        self.clock = _Clock()
+        self.endpoint = endpoint_of(self.clock)
+        for copy in self.endpoint.router.copies:
+            copy.on_end = self._ended
+        self.input_tokens, self.output_tokens = input_tokens, output_tokens
+        self.requests, self.warmup, self.timeout_s = requests, warmup, timeout_s
+        self.sent: list[SimulatedRequest] = []
+        self._of: dict[Sequence, SimulatedRequest] = {}  # in flight
+        self.measured_left = requests
+        self.on_end: Callable[[SimulatedRequest], None] = lambda _: None
+
+    def send(self, user: int | None = None) -> None:
+        """A request arrives now."""
+        n = len(self.sent)
+        req = SimulatedRequest(self.clock.now, self.input_tokens, warmup=n < self.warmup,
+                               measured=self.warmup <= n < self.warmup + self.requests, user=user)
+        self.sent.append(req)
+        deadline = self.clock.now + self.timeout_s if self.timeout_s is not None else None
+        try:
+            seq = self.endpoint.send(self.input_tokens, self.output_tokens, deadline)
+        except RequestError as exc:
+            req.error, req.status = exc.error_type, exc.status
+            self._end(req)
+            return
+        self._of[seq] = req
+
+    def _ended(self, seq: Sequence) -> None:
+        req = self._of.pop(seq)
+        req.output_tokens, req.first_token_s, req.last_token_s = seq.generated, seq.first_token_s, seq.last_token_s
+        if seq.state == TIMED_OUT:
+            req.error, req.status = "timeout", 424  # SageMaker's ModelError for a model past its 60 s
+        self._end(req)
+
+    def _end(self, req: SimulatedRequest) -> None:
+        if req.measured:
+            self.measured_left -= 1
+        self.on_end(req)
+
+    def result(self) -> Simulation:
+        measured = [r for r in self.sent if r.measured]
+        return Simulation(self.sent, measured[0].arrived_s, measured[-1].arrived_s)
+
+
+def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: OpenLoop | ClosedLoop, *,
+             requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
+             steps: StepModel | None = None, timeout_s: float | None = INVOCATION_TIMEOUT_S) -> Simulation:
+    """Run the plan's first model (copies × instances, the limits its server reads) under a load on a
+    virtual clock; `steps` replaces the emulator's step model (a design's generation and calibration)."""
+    deployment = plan.primary
+    shape, _, limits = served_shape(plan, deployment)
+    step_model = _AffineSteps((steps or StepModel(shape)).shape)
+    n_copies = deployment.copy_count * plan.initial_instance_count
+
+    def endpoint_of(clock: _Clock) -> _Endpoint:
+        return _Endpoint(Router(limits, [CopyScheduler(step_model, limits) for _ in range(n_copies)]), clock)
+
+    if isinstance(load, OpenLoop):
+        run = _Run(endpoint_of, input_tokens, output_tokens, requests,
+                   DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
+        _open_loop(run, load.rate, random.Random(seed))
+    else:
+        run = _Run(endpoint_of, input_tokens, output_tokens, requests,
+                   max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
+        _closed_loop(run, load.users)
+    run.clock.run(lambda: run.measured_left == 0)
+    return run.result()
+
+
+def _open_loop(run: _Run, rate: float, rng: random.Random) -> None:
+    def arrive() -> None:
+        run.send()
+        schedule(run.clock.now + rng.expovariate(rate))
+
+    def schedule(when: float) -> None:
+        run.clock.next_arrival = when
+        run.clock.at(when, arrive)
+
+    schedule(rng.expovariate(rate))
+
+
+def _closed_loop(run: _Run, users: int) -> None:
+    def again(req: SimulatedRequest) -> None:
+        # The next request leaves as the reply ends: after the pass that ended it, like an HTTP client would.
+        # A refusal takes no simulated time, so a refused client comes back once the next pass has ended
+        # (sending again at once would refuse it again at the same instant, for ever).
+        user = req.user
+        when = run.clock.now if req.status != 429 else max(run.clock.now, run.endpoint.next_pass_end())
+        run.clock.at(when, lambda: run.send(user))
+
+    run.on_end = again
+    for user in range(users):
+        run.clock.at(0.0, _sender(run, user))
+
+
+def _sender(run: _Run, user: int) -> Callable[[], None]:
+    return lambda: run.send(user)

@@ -1,0 +1,132 @@
+"""The simulator: the emulator's copies on a virtual clock (exact where the schedule is known, deterministic for a
+seed, and agreeing with the emulator served over HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import aiohttp
+import pytest
+from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
+
+from sagellm.emulator import Emulator
+from sagellm.emulator.simulate import ClosedLoop, OpenLoop, SimulatedRequest, simulate
+
+
+def ttft_ms(r: SimulatedRequest) -> float:
+    assert r.first_token_s is not None
+    return (r.first_token_s - r.arrived_s) * 1000
+
+
+def itl_ms(r: SimulatedRequest) -> float:
+    assert r.first_token_s is not None and r.last_token_s is not None
+    return (r.last_token_s - r.first_token_s) / (r.output_tokens - 1) * 1000
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def test_one_user_alone_gets_a_prefill_pass_then_one_decode_step_per_token() -> None:
+    p = plan()
+    steps = steps_of(p)
+    sim = simulate(p, 100, 5, ClosedLoop(1), requests=3, warmup=1)
+    for r in sim.measured:
+        assert r.ok and r.output_tokens == 5
+        assert ttft_ms(r) == pytest.approx(steps.prefill_s(100) * 1000)
+        decode = sum(steps.decode_step_s(1, 100 + n) for n in range(1, 5))
+        assert (r.end_s - r.arrived_s) == pytest.approx(steps.prefill_s(100) + decode)
+    # the next request leaves as the reply ends: a closed loop has no gaps
+    ends = [r.end_s for r in sim.requests]
+    assert [r.arrived_s for r in sim.requests[1:]] == pytest.approx(ends[:-1])
+
+
+def test_a_run_is_the_same_for_a_seed_and_differs_for_another() -> None:
+    p = plan()
+
+    def stamps(seed: int) -> list[tuple[float, float | None, float | None]]:
+        return [(r.arrived_s, r.first_token_s, r.last_token_s)
+                for r in simulate(p, 256, 64, OpenLoop(3.0), requests=200, seed=seed).requests]
+
+    assert stamps(1) == stamps(1)
+    assert stamps(1) != stamps(2)
+
+
+def test_warm_up_then_measured_requests_then_tail_fillers_until_every_measured_one_ends() -> None:
+    sim = simulate(plan(), 256, 64, OpenLoop(3.0), requests=150, warmup=40)
+    assert [r.warmup for r in sim.requests[:41]] == [True] * 40 + [False]
+    measured = sim.measured
+    assert len(measured) == 150 and all(r.ok for r in measured)
+    assert sim.window_start_s == measured[0].arrived_s and sim.window_end_s == measured[-1].arrived_s
+    fillers = sim.requests[190:]
+    assert fillers and not any(r.measured or r.warmup for r in fillers)  # load kept up through the tail
+    assert max(r.end_s for r in measured) - fillers[-1].arrived_s < 5.0
+
+
+def test_queueing_makes_the_p90_ttft_much_more_than_the_median_at_high_utilisation() -> None:
+    sim = simulate(plan(), 256, 256, OpenLoop(2.0), requests=600)
+    ttfts = [ttft_ms(r) for r in sim.measured]
+    assert quantile(ttfts, 0.9) > 3 * quantile(ttfts, 0.5)
+
+
+def test_above_the_admission_limit_requests_are_refused_with_429() -> None:
+    p = plan(model(env={**TOKEN_CAPS, "MAX_CONCURRENT_REQUESTS": "2"}))
+    sim = simulate(p, 256, 64, ClosedLoop(4), requests=100)
+    errors = {r.error for r in sim.measured if not r.ok}
+    assert errors == {"overloaded"} and all(r.status == 429 for r in sim.measured if not r.ok)
+    assert any(r.ok for r in sim.measured)
+
+
+def test_a_request_over_the_total_token_cap_is_refused_with_422() -> None:
+    sim = simulate(plan(), 2000, 4000, OpenLoop(1.0), requests=5, warmup=0)
+    assert all(r.error == "validation" and r.status == 422 for r in sim.measured)
+
+
+def test_requests_past_the_invocation_timeout_fail_as_timeouts() -> None:
+    sim = simulate(plan(), 1024, 512, OpenLoop(20.0), requests=200, timeout_s=60.0)
+    assert any(r.error == "timeout" for r in sim.measured)
+    assert all(r.end_s - r.arrived_s <= 60.0 + 1.0 for r in sim.measured if r.ok)
+
+
+def test_copies_share_the_load_least_loaded_first() -> None:
+    one = simulate(plan(), 256, 256, OpenLoop(2.0), requests=300)
+    four = simulate(plan(model(copies=4), instance="ml.g5.12xlarge", kind="inference-component"), 256, 256,
+                    OpenLoop(2.0), requests=300)
+    assert quantile([ttft_ms(r) for r in four.measured], 0.9) < quantile([ttft_ms(r) for r in one.measured], 0.9)
+
+
+@pytest.mark.integration
+def test_the_simulator_agrees_with_the_emulator_served_over_http() -> None:
+    """Both get the same Poisson arrival times (the simulator's, from its seed); the emulator's own timings
+    (its simulated clock, in the headers) ÷ the time scale against the simulated requests."""
+    rate, n_in, n_out, n, extra, seed, scale = 3.0, 256, 64, 120, 20, 7, 0.25
+    sim = simulate(plan(), n_in, n_out, OpenLoop(rate), requests=n, warmup=0, seed=seed)
+    rng = random.Random(seed)
+    arrivals = [0.0]
+    for _ in range(n + extra):
+        arrivals.append(arrivals[-1] + rng.expovariate(rate))
+    arrivals = arrivals[1:]
+
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> list[tuple[float, float]]:
+        t0 = time.perf_counter()
+
+        async def one(at: float) -> tuple[float, float]:
+            await asyncio.sleep(max(0.0, t0 + at * scale - time.perf_counter()))
+            async with s.post(f"{url}/generate", json=tgi_body(n_in, n_out)) as r:
+                assert r.status == 200
+                ttft = float(r.headers["X-Sagellm-Server-Ttft-S"]) / scale
+                e2e = float(r.headers["X-Sagellm-Server-E2e-S"]) / scale
+            return ttft * 1000, (e2e - ttft) / (n_out - 1) * 1000
+
+        return await asyncio.gather(*(one(at) for at in arrivals))
+
+    served = run(plan(), scenario, time_scale=scale)[:n]
+    simulated = [(ttft_ms(r), itl_ms(r)) for r in sim.measured]
+    for metric in (0, 1):
+        for q in (0.5, 0.9):
+            emulated = quantile([x[metric] for x in served], q)
+            predicted = quantile([x[metric] for x in simulated], q)
+            assert predicted == pytest.approx(emulated, rel=0.15), (metric, q)  # within 1 % when last run
