@@ -10,9 +10,9 @@ from typing import Any
 
 import aiohttp
 
-from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import Emulator, make_prompt
-from sagellm.planner import Shape, StepModel
+from sagellm.emulator.batching import served_shape
+from sagellm.planner import StepModel
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
@@ -41,9 +41,8 @@ def plan(*models: ModelDeployment, instance: str = "ml.g5.2xlarge", kind: str = 
 
 def steps_of(p: DeploymentPlan) -> StepModel:
     """The step model the emulator uses for the plan's first model."""
-    m = p.models[0]
-    return StepModel(Shape(model=find_model(m.model_id), instance=find_instance(p.instance_type),
-                           tp_degree=m.tp_degree))
+    shape, _, _ = served_shape(p, p.models[0])
+    return StepModel(shape)
 
 
 Events = list[tuple[float, Any]]

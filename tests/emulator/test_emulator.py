@@ -19,6 +19,7 @@ from sagellm.emulator.engine import ModelServer
 from sagellm.emulator.eventstream import exception_event, payload_part
 from sagellm.emulator.formats import generated_text
 from sagellm.planner import Shape
+from sagellm.profiles import design_for
 from sagellm.profiles.plan import ModelDeployment
 
 
@@ -38,6 +39,21 @@ def test_event_stream_messages_decode_with_botocore() -> None:
     assert error.headers[":message-type"] == "exception"
     assert error.headers[":exception-type"] == "ModelStreamError"
     assert json.loads(error.payload) == {"Message": "late", "ErrorCode": "Code"}
+
+
+@pytest.mark.parametrize(("container", "version", "generation"),
+                         [("tgi", None, "tgi-3"), ("tgi", "1.4.5", "tgi-1"), ("lmi", None, "lmi")])
+def test_steps_are_those_of_the_plans_server_generation(container: str, version: str | None,
+                                                        generation: str) -> None:
+    """The emulator steps as the plan's prediction does: with the pinned server's generation, not TGI 1's."""
+    bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri=container, tp_degree=1, environment={})
+    assert ModelServer(plan(bare, container=container, version=version), bare, 1.0).shape.generation == generation
+
+
+def test_a_standard_profile_is_emulated_with_the_generation_it_is_predicted_with() -> None:
+    design = design_for("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
+    deployed = design.plan()
+    assert ModelServer(deployed, deployed.models[0], 1.0).shape.generation == design.generation == "tgi-3"
 
 
 def test_limits_follow_the_container_environment_or_the_servers_defaults() -> None:

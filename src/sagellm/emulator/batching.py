@@ -235,9 +235,10 @@ def served_shape(plan: DeploymentPlan, deployment: ModelDeployment) -> tuple[Sha
     """The planner shape of one copy, the pinned server's engine and the limits it reads from the environment
     (with its own defaults where one is unset); InputError where no KV cache fits."""
     instance = find_instance(plan.instance_type)
-    shape = Shape(model=deployment.model(), instance=instance, tp_degree=deployment.tp_degree,
-                  quantization=deployment.quantization)
     engine = engine_for(plan.container, neuron=instance.is_neuron)
+    # The server generation's step constants, as the plan's prediction uses them (TGI 3 is not TGI 1).
+    shape = Shape(model=deployment.model(), instance=instance, tp_degree=deployment.tp_degree,
+                  quantization=deployment.quantization, generation=engine.generation(plan.container_version).name)
     limits = engine.limits(plan.container_version, deployment.environment, shape.kv_capacity_tokens,
                            shape.model.max_context)
     if limits.max_batch_total_tokens <= 0:
