@@ -127,6 +127,41 @@ def test_an_interrupted_bench_ends_the_verify_and_starts_no_other(tmp_path, monk
     assert rec.verification["interrupted"] is True and rec.pick is finalists(rec, 1)[0] and not rec.measured_misses
 
 
+def test_a_signal_between_benches_ends_the_verify_with_its_results(tmp_path, monkeypatch):
+    # Outside a bench's own signal handling (no stack exists there), SIGTERM used to end recommend at once,
+    # its search and the benches done lost; now it ends the loop and the recommendation is still written.
+    import os
+    import signal
+
+    from sagellm import bench
+    from sagellm.bench.options import BenchOutcome
+    from sagellm.errors import ExitStatus
+    from sagellm.recommend.verify import verify
+
+    rec = finalists_of(Load(concurrency=4), tmp_path)
+    started = []
+
+    def signalled_after_its_teardown(spec, say=None):
+        started.append(spec)
+        os.kill(os.getpid(), signal.SIGTERM)  # as if it came once the bench had returned
+        return BenchOutcome(None, ExitStatus.TARGET_FAILED, "deploy failed")  # type: ignore[arg-type]
+
+    def reached_the_process(signum, frame):
+        pytest.fail("SIGTERM reached the process's own handler: verify did not catch it")
+
+    monkeypatch.setattr(bench, "run", signalled_after_its_teardown)
+    before = signal.signal(signal.SIGTERM, reached_the_process)
+    try:
+        said: list[str] = []
+        done = verify(rec, "meta-llama/Llama-2-7b-hf", 2, tmp_path / "out", target=bench.Local(), budget_minutes=30,
+                      say=said.append, profiles_dir=tmp_path / "profiles")
+        assert signal.getsignal(signal.SIGTERM) is reached_the_process  # the process's own handling is back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert len(started) == 1 and done.interrupted
+    assert said[-1] == "verify: SIGTERM between benches; no other candidate benched"
+
+
 def test_before_the_first_deploy_the_cost_at_most_is_said(tmp_path):
     from sagellm.recommend.verify import cost_line, finalists
 

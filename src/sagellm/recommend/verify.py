@@ -129,7 +129,7 @@ def verify(rec: Recommendation, model_id: str, k: int, out: Path, *, target: ben
     cheapest measured to meet the SLO the pick (or none, when none does); from a sagemaker verify, store the
     correction in `<profiles_dir>/calibration/`. A signal stops the bench in flight (its own teardown runs)
     and starts no other."""
-    from sagellm import bench
+    from sagellm.bench.interrupts import Interrupted, Interrupts
 
     chosen = finalists(rec, k)
     folder = out / "verify"
@@ -139,6 +139,32 @@ def verify(rec: Recommendation, model_id: str, k: int, out: Path, *, target: ben
         say(cost_line(chosen, budget_minutes, region))
     started = time.monotonic()
     done = Verification(target.kind)
+    # Each bench catches signals while it runs (its own teardown finishes). Between benches no stack exists: a
+    # signal there ends the loop at once, and the candidates benched so far still re-rank and are written.
+    with Interrupts(say) as signals:
+        try:
+            with signals.armed():
+                _bench_each(rec, chosen, model_id, target, folder, region, hf_token_secret, budget_minutes,
+                            started, done, say)
+        except Interrupted as exc:
+            done.interrupted = True
+            say(f"verify: {exc} between benches; no other candidate benched")
+    _rerank(rec, done)
+    if not done.interrupted:
+        done.correction = _store_correction(done, rec.load, profiles, profiles_dir)
+        for line in done.correction:
+            say(f"correction: {line}")
+    rec.verification = done.to_dict() if done.benches else {}
+    return done
+
+
+def _bench_each(rec: Recommendation, chosen: list[Candidate], model_id: str, target: bench.Local | bench.SageMaker,
+                folder: Path, region: str, hf_token_secret: str | None, budget_minutes: float, started: float,
+                done: Verification, say: Callable[[str], None]) -> None:
+    """Bench the finalists one at a time into `done`, until the budget is spent or a bench is interrupted."""
+    from sagellm import bench
+
+    profiles = folder / "profiles"
     for i, candidate in enumerate(chosen, 1):
         if time.monotonic() - started > budget_minutes * 60:
             say(f"verify: budget of {budget_minutes:g} min spent after {len(done.benches)} candidate(s)")
@@ -156,19 +182,10 @@ def verify(rec: Recommendation, model_id: str, k: int, out: Path, *, target: ben
             # In the user's account, deploy and teardown progress (and "tearing down — please wait") are shown.
             say=say if target.kind == "sagemaker" else lambda _line: None)
         done.benches.append(_verified(candidate, folder / f"run-{i}", outcome.results, outcome.error, rec))
-        # The bench catches signals only while it runs; between benches no stack exists and a signal ends
-        # recommend with nothing to tear down.
         if outcome.exit_status == ExitStatus.INTERRUPTED:
             done.interrupted = True
             say(f"verify: {outcome.error}; no other candidate benched")
             break
-    _rerank(rec, done)
-    if not done.interrupted:
-        done.correction = _store_correction(done, rec.load, profiles, profiles_dir)
-        for line in done.correction:
-            say(f"correction: {line}")
-    rec.verification = done.to_dict() if done.benches else {}
-    return done
 
 
 def _bench_load(load: Load) -> bench.Load:
