@@ -9,11 +9,13 @@ import itertools
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +125,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def account_env(port: int) -> dict[str, str]:
+    """The caller's environment pointed at the local account, with dummy credentials and no real AWS setup."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_DEFAULT_"))}
+    return env | {"AWS_ENDPOINT_URL": f"http://localhost:{port}", "AWS_ACCESS_KEY_ID": "testing",
+                  "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+                  "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
+                  "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
+                  "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+@contextmanager
+def local_aws_server(folder: Path) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
+    """`sagellm local-aws` started as a person starts it, in `folder` (its log there), ready; with the environment
+    that points a child process at it. It must stop cleanly on SIGTERM."""
+    port = free_port()
+    log_path = folder / "local-aws.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen([SAGELLM, "local-aws", "--port", str(port)], stdout=log, stderr=log,
+                                  text=True, stdin=subprocess.DEVNULL, cwd=folder)
+        try:
+            wait_for(lambda: "Ctrl-C to stop" in log_path.read_text() or server.poll() is not None,
+                     300, "sagellm local-aws to be ready", poll_s=0.5)
+            assert server.poll() is None, log_path.read_text()
+            yield server, account_env(port)
+        finally:
+            if server.poll() is None:
+                server.send_signal(signal.SIGTERM)
+                assert server.wait(timeout=30) == 0
 
 
 def _proc_text(pid: str, name: str) -> str:

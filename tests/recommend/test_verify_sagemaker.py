@@ -7,10 +7,8 @@ The runtime is deliberately slower than the planner predicts for the candidates:
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ import boto3
 import pytest
 import yaml
 
-from bench_helpers import AS_FROM_A_TERMINAL, MODEL, SAGELLM, free_port, sagellm, wait_for
+from bench_helpers import AS_FROM_A_TERMINAL, MODEL, SAGELLM, local_aws_server, sagellm, wait_for
 from sagellm.emulator import EmulatorProcess
 from sagellm.engines.tgi import TGI
 from sagellm.planner import Payload
@@ -37,29 +35,13 @@ ITL = "itl_ms.p50@2 <= 400"
 def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The local account's environment for child processes, its runtime an emulator slower than predicted."""
     folder = tmp_path_factory.mktemp("account")
-    port = free_port()
-    log = (folder / "local-aws.log").open("w")
-    server = subprocess.Popen([SAGELLM, "local-aws", "--port", str(port)], stdout=log, stderr=log, text=True,
-                              stdin=subprocess.DEVNULL, cwd=folder)
     emulator = EmulatorProcess(resolve("max-throughput", MODEL, SLOWER, payload=Payload(256, 32)), time_scale=0.1)
-    try:
-        wait_for(lambda: "Ctrl-C to stop" in (folder / "local-aws.log").read_text() or server.poll() is not None,
-                 300, "sagellm local-aws to be ready", poll_s=0.5)
-        assert server.poll() is None, (folder / "local-aws.log").read_text()
+    with local_aws_server(folder) as (_, env):
         emulator.start()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_DEFAULT_"))}
-        yield env | {"AWS_ENDPOINT_URL": f"http://localhost:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                     "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-                     "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
-                     "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": emulator.url,
-                     "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    finally:
-        emulator.stop()
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            assert server.wait(timeout=30) == 0
-        log.close()
+        try:
+            yield env | {"AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": emulator.url}
+        finally:
+            emulator.stop()
 
 
 def stacks(env: dict[str, str]) -> set[str]:

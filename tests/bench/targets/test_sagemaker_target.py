@@ -5,7 +5,6 @@ stack using LlmEndpoint: no bench and no cleanup may touch them."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -23,9 +22,8 @@ from bench_helpers import (
     INSTANCE,
     MODEL,
     REPO,
-    SAGELLM,
     finish,
-    free_port,
+    local_aws_server,
     request_lines,
     results_of,
     sagellm,
@@ -84,16 +82,6 @@ class Account:
         return next(o["OutputValue"] for o in outputs if o["OutputKey"] == "EndpointName")
 
 
-def account_env(port: int) -> dict[str, str]:
-    """The caller's environment pointed at the local account, with dummy credentials and no real AWS setup."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "CDK_DEFAULT_"))}
-    return env | {"AWS_ENDPOINT_URL": f"http://localhost:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                  "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-                  "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": os.devnull,
-                  "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true",
-                  "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-
-
 def cdk_deploy(env: dict[str, str], cwd: Path, out: Path, *args: str) -> None:
     """The pinned CDK CLI, as a person runs it (`cdk deploy …` in their app's folder)."""
     command = [*cdk_cli.find_cli(), "deploy", "--all", "--require-approval", "never", "--method=direct",
@@ -107,33 +95,22 @@ def cdk_deploy(env: dict[str, str], cwd: Path, out: Path, *args: str) -> None:
 def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Account]:
     """`sagellm local-aws` with a `cdk deploy -c profile=…` stack and a team stack, and `sagellm emulate`."""
     folder = tmp_path_factory.mktemp("account")
-    port = free_port()
-    log = (folder / "local-aws.log").open("w")
-    server = subprocess.Popen([SAGELLM, "local-aws", "--port", str(port)], stdout=log, stderr=log, text=True,
-                              stdin=subprocess.DEVNULL, cwd=folder)
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(256, 32))
     emulator = EmulatorProcess(plan, time_scale=0.1)
-    try:
-        wait_for(lambda: "Ctrl-C to stop" in (folder / "local-aws.log").read_text() or server.poll() is not None,
-                 300, "sagellm local-aws to be ready", poll_s=0.5)
-        assert server.poll() is None, (folder / "local-aws.log").read_text()
-        env = account_env(port)
-        cdk_deploy(env, REPO, folder / "prod.out", "-c", "profile=max-throughput", "-c", f"model={MODEL}",
-                   "-c", f"instance={INSTANCE}", "-c", f"hf_token_secret={TOKEN_SECRET}")
-        team = folder / "team"
-        team.mkdir()
-        (team / "app.py").write_text(textwrap.dedent(TEAM_APP.format(name=TEAM_STACK, model=MODEL,
-                                                                     instance=INSTANCE, secret=TOKEN_SECRET)))
-        cdk_deploy(env, team, team / "cdk.out", "--app", f"{sys.executable} app.py")
-        emulator.start()
-        env["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] = emulator.url
-        yield Account(env, server)
-    finally:
-        emulator.stop()
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            assert server.wait(timeout=30) == 0
-        log.close()
+    with local_aws_server(folder) as (server, env):
+        try:
+            cdk_deploy(env, REPO, folder / "prod.out", "-c", "profile=max-throughput", "-c", f"model={MODEL}",
+                       "-c", f"instance={INSTANCE}", "-c", f"hf_token_secret={TOKEN_SECRET}")
+            team = folder / "team"
+            team.mkdir()
+            (team / "app.py").write_text(textwrap.dedent(TEAM_APP.format(name=TEAM_STACK, model=MODEL,
+                                                                         instance=INSTANCE, secret=TOKEN_SECRET)))
+            cdk_deploy(env, team, team / "cdk.out", "--app", f"{sys.executable} app.py")
+            emulator.start()
+            env["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] = emulator.url
+            yield Account(env, server)
+        finally:
+            emulator.stop()
 
 
 def bench(out: Path, *extra: str, requests: str = "4") -> list[str]:
