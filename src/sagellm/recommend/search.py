@@ -13,11 +13,11 @@ import yaml
 
 from sagellm.catalog import Instance, Model, find_instance, instances
 from sagellm.errors import InputError
-from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, valid_tp
+from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, usd_per_1m_tokens, valid_tp
 from sagellm.profiles import Design, design_for
 from sagellm.profiles.calibration import calibration_dir
 from sagellm.recommend.simulated import Simulator
-from sagellm.recommend.slo import Gap, Load, gap_of, predicted_value, simulated_value
+from sagellm.recommend.slo import Gap, Load, gap_of, level_value, predicted_value
 from sagellm.results.gate import Rule
 from sagellm.results.schema import LevelSummary
 
@@ -74,10 +74,8 @@ class Candidate:
     def usd_per_1m_tokens(self) -> float | None:
         """$ per 1M output tokens at the target load."""
         throughput = self.summary.throughput_tokens_per_s if self.summary is not None \
-            else self.point.throughput_tokens_per_s if self.point is not None else 0.0
-        if throughput <= 0:
-            return None
-        return 1e6 / throughput / 3600 * self.usd_per_h
+            else self.point.throughput_tokens_per_s if self.point is not None else None
+        return usd_per_1m_tokens(throughput, self.usd_per_h)
 
     def label(self) -> str:
         """The config and its count: `2 × ml.g5.2xlarge TP1 tgi`."""
@@ -167,7 +165,7 @@ def _simulate(candidate: Candidate, count: int, load: Load, rules: Sequence[Rule
         return
     for rule in rules:
         at = summaries.get(load.name if rule.where is None else str(rule.where))
-        value = simulated_value(rule.metric, at, candidate.usd_per_h) if at is not None else None
+        value = level_value(rule.metric, at, candidate.usd_per_h) if at is not None else None
         candidate.values[rule.label] = value
         if (gap := gap_of(rule, value)) is not None:
             candidate.gaps.append(gap)

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sagellm.errors import InputError
-from sagellm.planner import Point
+from sagellm.planner import Point, usd_per_1m_tokens
 from sagellm.results.gate import HIGHER_IS_BETTER, Rule, Thresholds, load_thresholds
 from sagellm.results.schema import LevelSummary, Stats, load_name, parse_load
 
 # Latency distributions the planner predicts, and the Point field each reads. The planner gives a steady-state
 # mean, so every statistic (p50 … p99, mean) of a distribution reads the same value; a simulation gives each
-# statistic of its requests (`simulated_value`).
+# statistic of its requests (`level_value`).
 _DISTRIBUTIONS = {"latency_ms_per_token": "ms_per_token", "ttft_ms": "ttft_ms", "itl_ms": "itl_ms",
                   "tpot_ms": "itl_ms", "e2e_s": "e2e_s"}
 PREDICTABLE = (*(f"{d}.{s}" for d in _DISTRIBUTIONS for s in Stats.model_fields),
@@ -80,11 +80,7 @@ def load_slo(path: Path, load: Load) -> Thresholds:
 
 
 def _cost(metric: str, throughput_tokens_per_s: float, usd_per_h: float | None) -> float | None:
-    if metric == "cost.usd_per_h":
-        return usd_per_h
-    if usd_per_h is None or throughput_tokens_per_s <= 0:
-        return None
-    return 1e6 / throughput_tokens_per_s / 3600 * usd_per_h
+    return usd_per_h if metric == "cost.usd_per_h" else usd_per_1m_tokens(throughput_tokens_per_s, usd_per_h)
 
 
 def predicted_value(metric: str, point: Point, usd_per_h: float | None) -> float | None:
@@ -99,14 +95,14 @@ def predicted_value(metric: str, point: Point, usd_per_h: float | None) -> float
     return float(getattr(point, _DISTRIBUTIONS[metric.split(".")[0]]))
 
 
-def simulated_value(metric: str, summary: LevelSummary, usd_per_h: float | None) -> float | None:
-    """A rule's metric read off a simulated level, as the gate reads a measured one (cost at its throughput);
-    None where no request succeeded."""
+def level_value(metric: str, level: LevelSummary, usd_per_h: float | None) -> float | None:
+    """A rule's metric read off a level, simulated or measured, as the gate reads one (cost at its throughput);
+    None where the level has no value for it (no request succeeded)."""
     if metric.startswith("cost."):
-        return _cost(metric, summary.throughput_tokens_per_s, usd_per_h)
-    value: object = summary
+        return _cost(metric, level.throughput_tokens_per_s, usd_per_h)
+    value: object = level
     for part in metric.split("."):
-        value = getattr(value, part)
+        value = getattr(value, part, None) if value is not None else None
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 

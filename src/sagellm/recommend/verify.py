@@ -16,7 +16,7 @@ import yaml
 from sagellm.errors import ExitStatus, InputError
 from sagellm.recommend.choose import Recommendation, size_for_peak
 from sagellm.recommend.search import Candidate
-from sagellm.recommend.slo import Gap, Load, gap_of
+from sagellm.recommend.slo import Gap, Load, gap_of, level_value
 from sagellm.recommend.write import profile_body
 from sagellm.results.schema import Level, Results
 
@@ -93,19 +93,6 @@ def step_above(load: Load) -> Load:
 def _level(results: Results, load: Load) -> Level | None:
     return next((lv for lv in results.levels
                  if lv.concurrency == load.concurrency and lv.request_rate == load.request_rate), None)
-
-
-def _measured(metric: str, level: Level, usd_per_h: float) -> float | None:
-    """A rule's metric off a measured level (cost at its measured throughput)."""
-    if metric == "cost.usd_per_h":
-        return usd_per_h
-    if metric == "cost.usd_per_1m_tokens":
-        tput = level.throughput_tokens_per_s
-        return 1e6 / tput / 3600 * usd_per_h if tput > 0 else None
-    value: Any = level
-    for part in metric.split("."):
-        value = getattr(value, part, None) if value is not None else None
-    return None if value is None else float(value)
 
 
 def finalists(rec: Recommendation, k: int) -> list[Candidate]:
@@ -207,11 +194,11 @@ def _verified(candidate: Candidate, result_dir: Path, results: Results, error: s
         v.error = error or f"{rec.load.name} was not measured"
         return v
     for rule in rec.rules:
-        v.measured[rule.label] = value = _measured(rule.metric, level, candidate.usd_per_h)
+        v.measured[rule.label] = value = level_value(rule.metric, level, candidate.usd_per_h)
         if (gap := gap_of(rule, value)) is not None:
             v.gaps.append(gap)
     if (top := _level(results, step_above(rec.load))) is not None:
-        v.headroom = {r.metric: _measured(r.metric, top, candidate.usd_per_h) for r in rec.rules}
+        v.headroom = {r.metric: level_value(r.metric, top, candidate.usd_per_h) for r in rec.rules}
     return v
 
 
