@@ -1,6 +1,6 @@
 """sagellm: deploy, bench and predict LLM endpoints on Amazon SageMaker from named profiles."""
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 
 def __getattr__(name: str) -> object:
