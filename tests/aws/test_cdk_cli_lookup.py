@@ -214,3 +214,31 @@ def test_the_benchs_cdk_cli_option_is_the_first_place_looked(tmp_path: Path) -> 
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1].startswith(
         f"sagellm: error: SAGELLM_CDK_CLI (or --cdk-cli): {tmp_path / 'nope' / 'cdk'}: not an executable file")
+
+
+def test_a_chosen_program_that_prints_no_cdk_version_is_refused_through_the_cli_before_anything_runs(
+        tmp_path: Path) -> None:
+    sagellm = Path(sys.executable).with_name("sagellm")
+    env = {k: v for k, v in os.environ.items() if k != "SAGELLM_CDK_CLI"}
+    impostor = fake_cdk(tmp_path / "bin", "hello")  # an executable that answers, but not with a version
+
+    done = subprocess.run([str(sagellm), "bench", "--profile", "max-throughput", "--model", "tiiuae/falcon-7b",
+                           "--cdk-cli", str(impostor), "--out", "out"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"sagellm: error: SAGELLM_CDK_CLI (or --cdk-cli): {impostor}: not the AWS CDK CLI (`cdk --version` printed "
+        "'hello' within 20 s); point it at a `cdk` (e.g. node_modules/.bin/cdk), or unset it to let sagellm find "
+        "or fetch one")
+    assert not (tmp_path / "out").exists()  # nothing made
+
+
+def test_a_chosen_program_that_prints_nothing_is_not_the_cdk_cli(tmp_path: Path) -> None:
+    silent = tmp_path / "cdk"
+    silent.write_text("#!/bin/sh\nexit 0\n")
+    silent.chmod(0o755)
+
+    with pytest.raises(InputError, match=r"^SAGELLM_CDK_CLI \(or --cdk-cli\): .*/cdk: not the AWS CDK CLI "
+                                         r"\(`cdk --version` printed no version within 20 s\); point it at"):
+        find_cli(environ={"SAGELLM_CDK_CLI": str(silent)})

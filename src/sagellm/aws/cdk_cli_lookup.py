@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from sagellm.errors import InputError
 CDK_CLI_VERSION = "2.1148.1"
 CLI_VARIABLE = "SAGELLM_CDK_CLI"
 _NPM_TIMEOUT_S = 900
-_VERSION_TIMEOUT_S = 60
+_VERSION_TIMEOUT_S = 20  # `cdk --version` answers in about a second
 
 Say = Callable[[str], None]
 
@@ -40,7 +41,7 @@ def find_cli(package_file: Path = Path(__file__), path: str | None = None, *,
     env = os.environ if environ is None else environ
     node = _node()
     if chosen := env.get(CLI_VARIABLE):
-        return _chosen(Path(chosen).expanduser(), node)
+        return _command(str(check_chosen(Path(chosen))), node)
     for folder in package_file.resolve().parents:
         pinned = folder / "node_modules" / "aws-cdk" / "bin" / "cdk"
         if (folder / "package.json").is_file() and pinned.is_file():
@@ -133,12 +134,19 @@ def _npm_install(npm: list[str], prefix: Path, env: dict[str, str], say: Say) ->
     return f"npm: {' '.join(telling[-1].split())}" if telling else f"npm exited with {proc.returncode}"
 
 
-def _chosen(cli: Path, node: str) -> list[str]:
-    """The command for the CLI the user named; InputError when it is not an executable file."""
+def check_chosen(cli: Path) -> Path:
+    """The CLI the user named, absolute; InputError when it is not an executable file or does not print a CDK
+    version (another program would "deploy" and fail later, on the outputs file it never wrote)."""
+    cli = cli.expanduser().absolute()
+    fix = "point it at a `cdk` (e.g. node_modules/.bin/cdk), or unset it to let sagellm find or fetch one"
     if not cli.is_file() or not os.access(cli, os.X_OK):
-        raise InputError(f"{CLI_VARIABLE} (or --cdk-cli): {cli}: not an executable file; point it at a `cdk` "
-                         "(e.g. node_modules/.bin/cdk), or unset it to let sagellm find or fetch one")
-    return _command(str(cli), node)
+        raise InputError(f"{CLI_VARIABLE} (or --cdk-cli): {cli}: not an executable file; {fix}")
+    version = _version_of(str(cli))
+    if version is None or not re.fullmatch(r"\d+\.\d+\.\d+(-[\w.]+)?", version):
+        raise InputError(f"{CLI_VARIABLE} (or --cdk-cli): {cli}: not the AWS CDK CLI (`{cli.name} --version` "
+                         f"printed {'no version' if version is None else repr(version)} within "
+                         f"{_VERSION_TIMEOUT_S} s); {fix}")
+    return cli
 
 
 def _command(found: str, node: str) -> list[str]:

@@ -172,7 +172,9 @@ def bench(
     if cdk_cli is not None:  # where the CDK CLI is looked up (aws/cdk_cli_lookup.py), in this run's processes
         import os
 
-        os.environ["SAGELLM_CDK_CLI"] = str(cdk_cli.resolve())
+        from sagellm.aws.cdk_cli_lookup import check_chosen
+
+        os.environ["SAGELLM_CDK_CLI"] = str(check_chosen(cdk_cli))  # before anything is made
     if concurrency is not None and request_rate is not None:
         raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
     if concurrency is not None and ramp:
