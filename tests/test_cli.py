@@ -235,8 +235,9 @@ def test_plan_prints_a_table_for_people(tmp_path: Path) -> None:
                                   "1 (see `sagellm plan --help`)")),
     (["--instance-count", "4294967296"], ("sagellm: error: --instance-count: '4294967296': Input should be less "
                                           "than or equal to 2147483647 (see `sagellm plan --help`)")),
-    (["--region", "us-east1"], ("sagellm: error: region: 'us-east1' is not an AWS region name; use one such as "
-                                "us-east-1 or eu-west-1")),
+    (["--region", "us-east1"], ("sagellm: error: --region: 'us-east1' is not a region with SageMaker in botocore's "
+                                "endpoint data; did you mean us-east-1, us-west-1, us-east-2? (a region newer than "
+                                "the installed botocore needs pip install -U botocore)")),
     (["--tensor-parallel", "3", "--instance", "ml.g5.12xlarge"],
      "sagellm: error: tensor_parallel: 3 must divide the 4 accelerators of ml.g5.12xlarge (valid: 1, 2, 4)"),
     (["--instance", "ml.g5.2xlarg"], ("sagellm: error: instance: unknown instance type 'ml.g5.2xlarg': did you "

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import boto3
 import cfnlint
 import pytest
 
@@ -17,6 +20,7 @@ from sagellm.catalog.regions import (
     find_partition,
     missing_types_errors,
     partition,
+    sagemaker_regions,
 )
 from sagellm.errors import InputError
 
@@ -69,3 +73,24 @@ def test_missing_types_are_one_line_naming_region_and_type() -> None:
     ]
     [line] = missing_types_errors("me-central-1", endpoint_types(False))
     assert line.startswith("region: CloudFormation offers no AWS::SageMaker::Model, ") and "me-central-1" in line
+
+
+def test_the_sagemaker_regions_are_botocores_for_every_partition() -> None:
+    session = boto3.session.Session()
+    listed = [r for p in session.get_available_partitions() for r in session.get_available_regions("sagemaker", p)]
+
+    assert sorted(sagemaker_regions()) == sorted(listed)
+    assert {"us-east-1", "us-gov-west-1", "cn-north-1", "us-iso-east-1"} <= set(listed)
+
+
+@pytest.mark.parametrize("command", [["instances"], ["plan", "--profile", "max-throughput", "--model",
+                                                     "meta-llama/Llama-2-7b-hf"]])
+def test_an_unknown_region_is_exit_2_in_one_line_naming_close_ones(tmp_path: Path, command: list[str]) -> None:
+    done = subprocess.run([str(Path(sys.executable).with_name("sagellm")), *command, "--region", "eu-west-7"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        ("sagellm: error: --region: 'eu-west-7' is not a region with SageMaker in botocore's endpoint data; did you "
+        "mean eu-west-3, eu-west-2, eu-west-1? (a region newer than the installed botocore needs pip install -U "
+        "botocore)")]

@@ -289,7 +289,8 @@ def test_region_changes_the_image_region() -> None:
 def test_unknown_region_is_an_input_error() -> None:
     from sagellm.errors import InputError
 
-    with pytest.raises(InputError, match=r"^region: 'us-west-9': .*\(use a SageMaker region such as us-east-1\)$"):
+    with pytest.raises(InputError, match=r"^region: 'us-west-9' is not a region with SageMaker in botocore's "
+                                         r"endpoint data; did you mean us-west-2, us-west-1, us-east-2\? "):
         resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge", region="us-west-9")
     # A region no partition knows: refused before anything else (its ARNs and hosts could not be written).
     with pytest.raises(InputError, match=r"^region: 'xx-north-9' belongs to no AWS partition botocore knows; "):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -41,16 +42,42 @@ class Partition:
 
 
 @cache
-def _partitions() -> list[dict[str, Any]]:
-    """botocore's partitions data (`botocore/data/partitions.json`), read without importing botocore."""
+def _botocore_partitions(data: str) -> list[dict[str, Any]]:
+    """The partitions of botocore's `data/<data>` (partitions.json, endpoints.json), read without importing
+    botocore (seconds on a busy machine; `sagellm plan` stays quick)."""
     spec = find_spec("botocore")
     roots = list(spec.submodule_search_locations or []) if spec else []
     for root in roots:
-        path = Path(root) / "data" / "partitions.json"
+        path = Path(root) / "data" / data
         if path.is_file():
             partitions: list[dict[str, Any]] = json.loads(path.read_text())["partitions"]
             return partitions
-    raise InputError("region: botocore's partitions data is missing (pip install botocore)")
+    raise InputError(f"region: botocore's {data} is missing (pip install botocore)")
+
+
+def _partitions() -> list[dict[str, Any]]:
+    """botocore's partitions data (`botocore/data/partitions.json`)."""
+    return _botocore_partitions("partitions.json")
+
+
+@cache
+def sagemaker_regions() -> tuple[str, ...]:
+    """The regions of every partition that have a SageMaker endpoint, by botocore's endpoint data: what
+    `boto3.Session().get_available_regions("sagemaker", partition)` lists for each partition."""
+    return tuple(name for p in _botocore_partitions("endpoints.json")
+                 for name, endpoint in p["services"].get("api.sagemaker", {}).get("endpoints", {}).items()
+                 if name in p["regions"] and not endpoint.get("deprecated"))
+
+
+def check_region(region: str, where: str = "--region") -> str:
+    """`region` when SageMaker is offered there; an InputError naming `where` and the closest regions if not."""
+    known = sagemaker_regions()
+    if region in known:
+        return region
+    close = difflib.get_close_matches(region.lower(), known, n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}?" if close else "use a region such as us-east-1"
+    raise InputError(f"{where}: {region!r} is not a region with SageMaker in botocore's endpoint data; {hint} "
+                     "(a region newer than the installed botocore needs pip install -U botocore)")
 
 
 def find_partition(region: str) -> Partition | None:

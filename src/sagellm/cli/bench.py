@@ -20,6 +20,7 @@ from sagellm.cli.options import (
     Region,
     concurrency_levels,
     rate_levels,
+    region_option,
     worker_count,
 )
 from sagellm.errors import InputError
@@ -45,7 +46,8 @@ def bench(
                                               "meta-llama/Llama-2-7b-hf (optional for --target http; with "
                                               "--endpoint-name: default the deployed one)")] = None,
     instance: Annotated[str | None, typer.Option("--instance", rich_help_panel=SERVED, help=INSTANCE_HELP)] = None,
-    region: Annotated[str, typer.Option("--region", rich_help_panel=SERVED, help=REGION_HELP)] = "us-east-1",
+    region: Annotated[str, typer.Option("--region", rich_help_panel=SERVED, help=REGION_HELP,
+                                                         callback=region_option)] = "us-east-1",
     profiles_dir: Annotated[Path | None, typer.Option("--profiles-dir", rich_help_panel=SERVED,
                                                       help=PROFILES_DIR_HELP)] = None,
     hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", rich_help_panel=SERVED, help="Secrets "

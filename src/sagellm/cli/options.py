@@ -17,7 +17,16 @@ MLFLOW_HELP = ("log the run to the MLflow tracking server at this URI (parameter
                "concurrency, knee and max, report/plot/results as artifacts); needs pip install 'sagellm[mlflow]'")
 ALLOW_INCOMPARABLE_HELP = "compare with a baseline of another model, instance, container or workload anyway"
 ProfilesDir = Annotated[Path | None, typer.Option("--profiles-dir", help=PROFILES_DIR_HELP)]
-Region = Annotated[str, typer.Option("--region", help=REGION_HELP)]
+
+
+def region_option(value: str) -> str:
+    """--region checked as it is parsed, before a command does anything (catalog.regions.check_region)."""
+    from sagellm.catalog.regions import check_region
+
+    return check_region(value)
+
+
+Region = Annotated[str, typer.Option("--region", help=REGION_HELP, callback=region_option)]
 Instance = Annotated[str | None, typer.Option("--instance", help=INSTANCE_HELP)]
 Model = Annotated[str, typer.Option("--model", help="Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf")]
 InputTokens = Annotated[int | None, typer.Option("--input-tokens", help="prompt tokens per request "

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sagellm.catalog import find_instance
-from sagellm.catalog.regions import endpoint_types, missing_types_errors, partition
+from sagellm.catalog.regions import check_region, endpoint_types, missing_types_errors, partition
 from sagellm.engines import ENGINES, NEURON_ENGINES
 from sagellm.errors import InputError
 from sagellm.profiles.loader import Source, Where, load_profile
@@ -216,6 +216,7 @@ def region_errors(region: str, endpoint_kind: str = "instance") -> list[str]:
         return [f"region: {region!r} is not an AWS region name; use one such as us-east-1 or eu-west-1"]
     try:
         partition(region)
+        check_region(region, "region")
     except InputError as exc:
         return exc.messages
     return missing_types_errors(region, endpoint_types(endpoint_kind == "inference-component"))
