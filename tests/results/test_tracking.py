@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,8 @@ import pytest
 
 from bench_helpers import free_port, sagellm, wait_for
 from results_helpers import results
-from sagellm.errors import InputError
+from sagellm.errors import InputError, TargetError
+from sagellm.results import tracking
 from sagellm.results.report import write_report
 from sagellm.results.schema import write_results
 from sagellm.results.tracking import MISSING, log_run, mlflow_problems
@@ -105,16 +108,91 @@ def test_report_logs_a_finished_run_from_the_command_line(server: str, tmp_path:
     assert MlflowClient(tracking_uri=server).get_run(run_id).data.params["profile"] == "max-throughput"
 
 
-def test_a_server_that_does_not_answer_is_one_line_and_exit_3(tmp_path: Path) -> None:
+def test_a_server_that_does_not_answer_is_one_line_and_exit_2_before_anything(tmp_path: Path) -> None:
     folder = finished_run(tmp_path)
     url = f"http://127.0.0.1:{free_port()}"
-    env = {**os.environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
 
-    ran = sagellm("report", str(folder), "--mlflow", url, env=env)
+    ran = sagellm("report", str(folder), "--mlflow", url)
 
-    assert ran.returncode == 3, ran.stderr[-2000:]
-    assert "Traceback" not in ran.stderr
-    assert ran.stderr.strip().splitlines()[-1].startswith(f"sagellm: error: --mlflow: could not log the run to {url}")
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    assert ran.stderr.splitlines() == [
+        (f"sagellm: error: --mlflow: {url}: the tracking server did not answer within 10 s ([Errno 111] Connection "
+        "refused); start it (e.g. `mlflow server --backend-store-uri sqlite:///mlflow.db --port 5000`) or correct "
+        "the URI")]
+
+
+def test_a_server_that_stops_answering_before_the_log_is_a_target_error_in_one_line(tmp_path: Path) -> None:
+    folder = finished_run(tmp_path)
+    url = f"http://127.0.0.1:{free_port()}"
+    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5")
+    try:
+        with pytest.raises(TargetError, match=f"^--mlflow: could not log the run to {url}: ") as failed:
+            log_run(folder, results(), url)
+    finally:
+        del os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]
+    assert len(str(failed.value).splitlines()) == 1
+
+
+def test_a_server_that_accepts_but_never_answers_is_refused_within_the_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracking, "REACH_TIMEOUT_S", 1.0)
+    with socket.socket() as silent:  # the kernel accepts the connection; nobody ever reads or replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+
+        problems = mlflow_problems(url)
+
+    assert time.monotonic() - started < 5
+    assert problems == [(f"--mlflow: {url}: the tracking server did not answer within 1 s (timed out); start it "
+                        "(e.g. `mlflow server --backend-store-uri sqlite:///mlflow.db --port 5000`) or correct the URI")]
+
+
+FIX = ("give a tracking server (http://host:5000; start one with `mlflow server --backend-store-uri "
+       "sqlite:///mlflow.db`), sqlite:///path/mlflow.db, databricks, or a SageMaker MLflow tracking server's ARN")
+
+
+@pytest.mark.parametrize(("uri", "line"), [
+    ("localhost:5000", f"--mlflow: 'localhost:5000' is not a tracking URI MLflow reads; {FIX}"),
+    ("htp://mlflow:5000", f"--mlflow: 'htp://mlflow:5000' is not a tracking URI MLflow reads; {FIX}"),
+    ("http:///api", f"--mlflow: 'http:///api' names no host; {FIX}"),
+    ("file:./mlruns", ("--mlflow: 'file:./mlruns' is a file store, which mlflow 3 no longer writes runs to (its "
+                       "filesystem backend is in maintenance mode); use sqlite:///path/mlflow.db or a tracking "
+                       "server (`mlflow server --backend-store-uri sqlite:///mlflow.db`)")),
+    ("./mlruns", ("--mlflow: './mlruns' is a file store, which mlflow 3 no longer writes runs to (its filesystem "
+                  "backend is in maintenance mode); use sqlite:///path/mlflow.db or a tracking server (`mlflow "
+                  "server --backend-store-uri sqlite:///mlflow.db`)")),
+])
+def test_a_bad_tracking_uri_is_exit_2_in_one_line_before_the_bench_makes_anything(
+        tmp_path: Path, uri: str, line: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ALLOW_FILE_STORE"}
+
+    ran = sagellm("bench", "--profile", "max-throughput", "--model", "tiiuae/falcon-7b", "--mlflow", uri,
+                  "--out", str(tmp_path / "out"), env=env, cwd=tmp_path)
+
+    assert ran.returncode == 2, ran.stderr[-2000:]
+    assert ran.stderr.splitlines() == [f"sagellm: error: {line}"]
+    assert list(tmp_path.iterdir()) == []  # nothing deployed, nothing written
+
+
+def test_the_stores_mlflow_3_writes_to_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    assert mlflow_problems(f"sqlite:///{tmp_path / 'mlflow.db'}") == []
+    assert mlflow_problems("databricks") == mlflow_problems("databricks://team") == []
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow's own opt-out of the refusal
+    assert mlflow_problems(str(tmp_path / "mlruns")) == []
+
+
+def test_a_database_store_with_the_client_alone_says_to_install_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sqlalchemy" else real(name, *a))
+
+    assert mlflow_problems("sqlite:///mlflow.db") == [
+        ("--mlflow: 'sqlite:///mlflow.db': a database store needs the full mlflow (pip install mlflow), not the "
+        "tracking client alone; or log to a tracking server (http://host:5000)")]
 
 
 def test_without_the_client_installed_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
