@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -81,9 +83,65 @@ def test_force_overwrites(tmp_path: Path) -> None:
     assert done.stderr == "next: sagellm cdk synth -c profile=team -c model=tiiuae/falcon-7b\n"
 
 
+def unprivileged(*args: str) -> list[str]:
+    """The sagellm command run as nobody when the tests run as root (root writes into read-only folders)."""
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    return [*drop, str(SAGELLM), *args]
+
+
+def test_a_read_only_folder_is_one_line_naming_it_and_nothing_is_written() -> None:
+    home = Path(tempfile.mkdtemp(prefix="sagellm-init-"))  # not under pytest's folder, which only root may enter
+    try:
+        home.chmod(0o755)
+        target = home / "ro"
+        target.mkdir(mode=0o555)
+        env = {**os.environ, "HOME": str(home)}
+
+        done = subprocess.run(unprivileged("init", str(target), "--force"), cwd="/", capture_output=True,
+                              text=True, timeout=60, check=False, env=env)
+
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [(f"sagellm: error: init: cannot write into {target}: Permission denied; "
+                                             "pick a folder you can write to (nothing was written)")]
+        assert list(target.iterdir()) == []
+    finally:
+        shutil.rmtree(home)
+
+
+def test_a_file_in_the_way_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
+    (tmp_path / "profiles").write_text("not a folder\n")
+    (tmp_path / "occupied").write_text("a file\n")
+
+    done = sagellm("init", str(tmp_path), cwd=tmp_path)
+    taken = sagellm("init", "occupied", cwd=tmp_path)
+
+    assert done.returncode == taken.returncode == 2
+    assert done.stderr.splitlines() == [(f"sagellm: error: init: {tmp_path / 'profiles'} is a file in the way of the "
+                                         "app's profiles/team.yaml; move it, or pick another folder")]
+    assert taken.stderr.splitlines() == [("sagellm: error: init: occupied is a file, not a folder; pick a folder (it is "
+                                         "created if missing)")]
+    assert files_under(tmp_path) == ["occupied", "profiles"]
+
+
+def test_it_never_writes_through_a_symlink_to_outside_its_folder(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "profiles").symlink_to(outside)
+
+    done = sagellm("init", str(app), "--force", cwd=tmp_path)
+
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [(f"sagellm: error: init: {app / 'profiles'} is a symbolic link (to {outside}); "
+                                         f"init writes only inside {app}: remove the link, or pick another folder")]
+    assert list(outside.iterdir()) == [] and files_under(app) == []
+
+
 def test_sagellm_cdk_passes_its_arguments_to_the_cli_and_exits_with_its_status(tmp_path: Path) -> None:
     fake = tmp_path / "cdk"
-    fake.write_text('#!/bin/sh\necho "args: $*"\necho "jsii node: $JSII_NODE"\nexit 7\n')
+    fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "2.1148.1 (build 1a2b3c4)"; exit 0; }\n'
+                    'echo "args: $*"\necho "jsii node: $JSII_NODE"\nexit 7\n')  # a CDK CLI answers --version
     fake.chmod(0o755)
 
     done = sagellm("cdk", "synth", "-c", "profile=team", "--quiet", cwd=tmp_path,
