@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -223,3 +226,50 @@ def test_a_rule_at_a_load_nothing_sustains_is_a_miss_not_a_crash(tmp_path):
     data = json.loads((tmp_path / "rec" / "recommendation.json").read_text())
     assert data["closest"]["gaps"] == {"ttft_ms.p90@100000/s <= 800": {"predicted": None, "gap_pct": 100.0}}
     assert (tmp_path / "rec" / "frontier.png").is_file()
+
+
+def test_an_out_that_is_a_file_is_one_line_before_the_search(tmp_path):
+    (tmp_path / "rec").write_text("a file\n")
+    slo = slo_file(tmp_path, "rules:\n  - {metric: latency_ms_per_token.p50, max: 60}\n")
+
+    result = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "16", "--thresholds", str(slo),
+                     "--families", "g5", "--out", "rec", cwd=tmp_path)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [("sagellm: error: --out: rec is a file, not a folder; choose a folder to "
+                                          "write the results in")]
+
+
+def test_a_file_where_the_profiles_go_is_one_line_and_nothing_of_the_recommendation_is_kept(tmp_path):
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "profiles").write_text("in the way\n")
+    slo = slo_file(tmp_path, "rules:\n  - {metric: latency_ms_per_token.p50, max: 60}\n")
+
+    result = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "16", "--thresholds", str(slo),
+                     "--families", "g5", "--out", "rec", cwd=tmp_path)
+
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        ("sagellm: error: --out: cannot write rec/profiles: File exists; choose a folder you can write to (nothing of "
+        "this recommendation was kept)")]
+    assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == ["profiles"]
+
+
+def test_a_read_only_out_is_one_line_before_the_search(tmp_path):
+    home = Path(tempfile.mkdtemp(prefix="sagellm-rec-"))  # outside pytest's folder, which only root may enter
+    try:
+        home.chmod(0o755)
+        (home / "ro").mkdir(mode=0o555)
+        slo = slo_file(home, "rules:\n  - {metric: latency_ms_per_token.p50, max: 60}\n")
+        drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+
+        result = subprocess.run([*drop, str(SAGELLM), "recommend", "--model", "llama2-7b", "--concurrency", "16",
+                                 "--thresholds", str(slo), "--families", "g5", "--out", "ro/rec"], cwd=home, capture_output=True, text=True,
+                                timeout=120, check=False, env={**os.environ, "HOME": str(home)})
+
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [("sagellm: error: --out: ro/rec: cannot write in ro (permission "
+                                              "denied); choose a writable folder")]
+        assert list((home / "ro").iterdir()) == []
+    finally:
+        shutil.rmtree(home)

@@ -95,11 +95,13 @@ def recommend(
     from sagellm.catalog import find_model
     from sagellm.planner import Payload
     from sagellm.recommend import Load, Space, choose, instance_types, load_slo, search, write_all
+    from sagellm.recommend.write import check_out
 
     started = time.monotonic()
     engine_names = _names(engines, "--engines")
     _check_options(request_rate, concurrency, peak_rate, bool(instances and families), engine_names, quantization)
     _check_verify_options(verify, target, time_scale, budget_minutes, hf_token_secret)
+    check_out(out)
     load = Load(concurrency=concurrency, request_rate=request_rate)
     rules = load_slo(thresholds, load).rules
     catalog_model = find_model(model, "--model")

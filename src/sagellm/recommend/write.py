@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from sagellm.errors import InputError
 from sagellm.profiles import design_for
 from sagellm.recommend.choose import Recommendation, worst_tightness
 from sagellm.recommend.search import BASE_PROFILE, Candidate
+from sagellm.results.report import writable_folder_errors
 
 MODEL_NOTE = ("predicted from simulated requests: each candidate's endpoint runs the emulator's engine on a virtual "
               "clock at the target load (Poisson arrivals for a rate, warm-up discarded), and every percentile is that "
@@ -176,13 +179,34 @@ def plot_frontier(rec: Recommendation, path: Path) -> None:
     fig.savefig(path)
 
 
+def check_out(out: Path) -> None:
+    """InputError, before any search or bench, when `out` cannot be made or written (a file in the way, no
+    permission)."""
+    if problems := writable_folder_errors(out, "--out"):
+        raise InputError(problems)
+
+
 def write_all(rec: Recommendation, model_id: str, out: Path) -> dict[str, Any]:
-    """Write every output into `out`; → the JSON written."""
-    out.mkdir(parents=True, exist_ok=True)
-    profile = write_profile(rec, model_id, out / "profiles") if rec.pick is not None else None
-    (out / "frontier.md").write_text(frontier_markdown(rec), encoding="utf-8")
-    data = recommendation_json(rec, model_id, profile)
-    (out / "recommendation.json").write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n",
-                                             encoding="utf-8")
-    plot_frontier(rec, out / "frontier.png")
+    """Write every output into `out`; → the JSON written. An OS error is one InputError line naming the path, and
+    what this call wrote is removed again (no half-written recommendation)."""
+    existed = out.exists()
+    before = set(out.rglob("*")) if out.is_dir() else set()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        profile = write_profile(rec, model_id, out / "profiles") if rec.pick is not None else None
+        (out / "frontier.md").write_text(frontier_markdown(rec), encoding="utf-8")
+        data = recommendation_json(rec, model_id, profile)
+        (out / "recommendation.json").write_text(json.dumps(data, indent=2, allow_nan=False, default=str) + "\n",
+                                                 encoding="utf-8")
+        plot_frontier(rec, out / "frontier.png")
+    except OSError as exc:
+        if not existed:
+            shutil.rmtree(out, ignore_errors=True)
+        for path in sorted(set(out.rglob("*")) - before, reverse=True):  # deepest first: files, then their folders
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink()
+        raise InputError(f"--out: cannot write {exc.filename or out}: {exc.strerror or exc}; choose a folder you "
+                         "can write to (nothing of this recommendation was kept)") from None
     return data
