@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from bench_helpers import EngineTransport, FakeTransport, InProcessPool
+from cpu_wait import CpuWait, judge_only_when_fed
 from sagellm.bench.client.records import RecordLog, RequestRecord, read_records
 from sagellm.bench.client.summary import summarize, tokens_in_window
 from sagellm.bench.client.transports import TGI, HttpTransport
@@ -24,6 +25,10 @@ from sagellm.catalog import find_instance, find_model
 from sagellm.emulator.engine import CopyEngine
 from sagellm.engines import Limits
 from sagellm.planner import Payload, Shape, StepModel, predict_point
+
+# Above this share of a level spent waiting for a CPU, a timing is not comparable (tests/cpu_wait.py); the
+# share the vLLM agreement tests allow.
+MAX_CPU_WAIT = 0.05
 
 
 def workload(n_in: int = 16, n_out: int = 4) -> Workload:
@@ -132,14 +137,18 @@ def test_a_closed_loop_moving_in_phase_is_measured_over_whole_cycles(workers: in
 
 
 def test_duration_level_measures_for_the_duration_after_the_ramp() -> None:
+    cpu_wait = CpuWait()
     results, records = sweep(FakeTransport(duration_s=(0.005, 0.01)), [3], requests_per_level=None,
                              duration_per_level_s=0.3, warmup=1)
     level = results[0]
-    # The window ends at the last completion before the deadline of the worker that ended the ramp (whole
-    # cycles of it): within one request (≤ 10 ms) of the duration.
-    assert level.ramp_excluded and 0.3 - 0.012 <= level.window_s <= 0.3 + 1e-9
-    assert 20 < len(level.measured)
+    assert level.ramp_excluded and level.window_s <= 0.3 + 1e-9
     assert all(r.start_s < level.window_start_s + 0.3 for r in records)  # nothing sent after the deadline
+    # The window ends at the last completion before the deadline of the worker that ended the ramp (whole
+    # cycles of it): within one request (≤ 10 ms) of the duration, for a loop that wakes when its sleeps end.
+    judge_only_when_fed(cpu_wait.share(), MAX_CPU_WAIT,
+                        f"a {level.window_s * 1000:.0f} ms window of {len(level.measured)} requests")
+    assert 0.3 - 0.012 <= level.window_s
+    assert 20 < len(level.measured)
 
 
 def test_a_level_shorter_than_its_ramp_uses_the_whole_level_as_window() -> None:
@@ -324,7 +333,9 @@ def test_throughput_is_right_when_requests_complete_in_waves() -> None:
     # Equal-length requests stay in phase in a closed loop: they all complete at the same moments. With
     # one measured request per worker the window holds about one wave of completions, yet every token
     # generated inside it counts: 4 workers × 4 tokens per 50 ms = 320 tokens/s.
+    cpu_wait = CpuWait()
     results, _ = sweep(FakeTransport(duration_s=(0.05, 0.05)), [4], requests_per_level=4, warmup=1)
     level = results[0]
     assert level.ramp_excluded
+    judge_only_when_fed(cpu_wait.share(), MAX_CPU_WAIT, f"{level.throughput_tokens_per_s:.0f} tokens/s")
     assert level.throughput_tokens_per_s == pytest.approx(320, rel=0.3)
