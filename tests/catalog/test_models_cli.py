@@ -14,6 +14,7 @@ from hub_cache import build_cache
 from sagellm.catalog import instances, models
 
 SAGELLM = Path(sys.executable).with_name("sagellm")
+HUB_CONFIGS = Path(__file__).with_name("hub_configs")
 MOE = "Qwen/Qwen3-30B-A3B"  # outside the catalog: 30.5B parameters, 128 experts, 4 KV heads
 
 
@@ -94,3 +95,48 @@ def test_an_unknown_quantization_is_bad_input(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "sagellm: error: --quantization: 'int3': use one of none, fp8, eetq, bitsandbytes, gptq, awq"]
+
+
+def test_models_reads_a_local_folders_config_json(tmp_path: Path) -> None:
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text((HUB_CONFIGS / "Qwen__Qwen3-8B.json").read_text())
+
+    done = sagellm("models", "--model", "my-model", "--json", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    model = json.loads(done.stdout)["model"]
+    assert (model["n_layers"], model["n_kv_heads"], model["source"]) == (
+        36, 8, "config.json in my-model (parameters estimated from it)")
+
+
+def test_a_local_folder_without_a_config_json_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "weights").mkdir()
+
+    done = sagellm("models", "--model", "weights", cwd=tmp_path)
+
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [("sagellm: error: --model: weights: a local folder without a config.json; give "
+                                        "a folder holding the model's config.json, or a Hugging Face id")]
+
+
+@pytest.mark.parametrize(("changes", "lines"), [
+    ({"num_hidden_layers": -3}, ["num_hidden_layers: -3 is not possible; a whole number from 1 to 1,024 is"]),
+    ({"hidden_size": 10**9, "num_attention_heads": 0},
+     ["num_attention_heads: 0 is not possible; a whole number from 1 to 1,024 is",
+      "hidden_size: 1000000000 is not possible; a whole number from 1 to 262,144 is"]),
+    ({"max_position_embeddings": 4096.5}, [("max_position_embeddings: 4096.5 is not possible; a whole number from 1 "
+                                           "to 134,217,728 is")]),
+    ({"num_key_value_heads": 5}, ["num_key_value_heads: 5 must divide num_attention_heads (32)"]),
+])
+def test_impossible_config_values_are_refused_naming_the_file(tmp_path: Path, changes: dict[str, object],
+                                                               lines: list[str]) -> None:
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    config = json.loads((HUB_CONFIGS / "Qwen__Qwen3-8B.json").read_text()) | changes
+    (folder / "config.json").write_text(json.dumps(config))
+
+    done = sagellm("models", "--model", "broken", cwd=tmp_path)
+
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"sagellm: error: --model: broken/config.json: {line}" for line in lines]

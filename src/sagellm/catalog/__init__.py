@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from sagellm.catalog.model import BYTES_PER_PARAM, Model
 from sagellm.errors import InputError
@@ -131,6 +132,13 @@ def find_model(name: str, where: str = "model") -> Model:
     by_key = {m.hf_id.lower(): m for m in models().values()}
     by_key.update({m.alias.lower(): m for m in models().values() if m.alias})
     hit = by_key.get(name.lower())
+    if hit is None and Path(name).expanduser().is_dir():  # a local model folder wins, as in transformers
+        from sagellm.catalog.hub import local_model
+
+        try:
+            return local_model(Path(name).expanduser())
+        except InputError as exc:
+            raise InputError([f"{where}: {m}" for m in exc.messages]) from None
     if hit is None and HUB_ID.fullmatch(name):
         from sagellm.catalog.hub import hub_model
 

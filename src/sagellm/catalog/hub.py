@@ -7,6 +7,7 @@ HF_HUB_OFFLINE=1 (or `--offline`) reads the cache only. The parameter count is e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -130,9 +131,36 @@ def estimate_params(config: dict[str, Any]) -> tuple[float, float]:
     return round(total / 1e9, 2), round(active / 1e9, 2)
 
 
-def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False) -> Model:
-    """A catalog Model from a Hugging Face config.json (fields named as transformers names them)."""
+# What a decoder LLM's config.json can hold: the largest published models stay well inside these (e.g. 126
+# layers, 128 heads, 16,384 hidden, 262,144 vocabulary, 10M context); a value outside is a broken file.
+_BOUNDS = {"num_hidden_layers": 1024, "num_attention_heads": 1024, "num_key_value_heads": 1024,
+           "hidden_size": 262_144, "head_dim": 4096, "vocab_size": 10_000_000, "intermediate_size": 10_000_000,
+           "moe_intermediate_size": 10_000_000, "max_position_embeddings": 2**27, "max_sequence_length": 2**27,
+           "seq_length": 2**27, "n_positions": 2**27, "num_local_experts": 4096, "num_experts": 4096,
+           "num_experts_per_tok": 4096, "num_experts_per_token": 4096, "sliding_window": 2**27}
+
+
+def config_errors(config: dict[str, Any], where: str) -> list[str]:
+    """One line per value of a config.json that no model can have (negative, zero, a fraction, absurdly large,
+    more KV heads than heads), each naming `where` (the file)."""
     c = _text_config(config)
+    errors = [f"{where}: {key}: {c[key]!r} is not possible; a whole number from 1 to {top:,} is"
+              for key, top in _BOUNDS.items()
+              if c.get(key) is not None and (isinstance(c[key], bool) or not isinstance(c[key], int)
+                                              or not 1 <= c[key] <= top)]
+    heads, kv_heads = c.get("num_attention_heads"), c.get("num_key_value_heads")
+    if not errors and isinstance(heads, int) and isinstance(kv_heads, int) and heads % kv_heads:
+        errors.append(f"{where}: num_key_value_heads: {kv_heads} must divide num_attention_heads ({heads})")
+    return errors
+
+
+def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False,
+                      where: str | None = None) -> Model:
+    """A catalog Model from a Hugging Face config.json (fields named as transformers names them); `where` names
+    the file in errors (default: the model's config.json)."""
+    c = _text_config(config)
+    if errors := config_errors(config, where or f"{hf_id}: its config.json"):
+        raise InputError(errors)
     try:
         hidden, heads = c["hidden_size"], c["num_attention_heads"]
         total, active = estimate_params(config)
@@ -204,6 +232,24 @@ def _download_config(hf_id: str, local_only: bool) -> str:
         raise InputError(f"{where}: the Hugging Face Hub answered {' '.join(str(exc).split())[:200]}") from None
     finally:
         hub_logger.setLevel(level)
+
+
+def local_model(folder: Path) -> Model:
+    """A model from the config.json in a local folder (a downloaded or fine-tuned model); one line per problem."""
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{folder}: a local folder without a config.json; give a folder holding the model's "
+                         "config.json, or a Hugging Face id") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read it ({exc}); check its permissions") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON ({exc}); give the model's config.json") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: not a config (a JSON object of the model's settings)")
+    model = model_from_config(str(folder), config, where=str(path))
+    return dataclasses.replace(model, source=f"config.json in {folder} (parameters estimated from it)")
 
 
 @cache
