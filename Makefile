@@ -21,14 +21,22 @@ demo: setup
 		--instance ml.g5.2xlarge --time-scale 0.1 --sweep adaptive --concurrency 1,4,16,64 \
 		--out sagellm-results/demo
 
-test: setup
+# The static checks both test targets start with: lint, types, and the import contracts (pyproject.toml).
+lint: setup
 	.venv/bin/ruff check src tests app.py benchmarks docs scripts
 	.venv/bin/mypy src
 	.venv/bin/lint-imports
+
+test: lint
 	# The docs site, strict: a broken link or anchor, or a page left out of the nav, fails the build. The CLI
 	# reference and the results schema are rendered from the code here, so they cannot go stale. (Not
 	# --quiet: it silences the warnings that --strict counts, and the build then passes.)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --site-dir build/site
 	.venv/bin/python -m pytest
 
-.PHONY: setup demo test
+# Day-to-day work: the static checks and every test not marked integration (those deploy through the real CDK
+# CLI, run the moto server or a real load). CI runs `make test`.
+test-fast: lint
+	.venv/bin/python -m pytest -q -m "not integration"
+
+.PHONY: setup demo lint test test-fast
