@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sagellm.aws import cdk_cli_lookup
-from sagellm.aws.cdk_cli_lookup import CDK_CLI_VERSION, cache_dir, fetch_cli, find_cli
+from sagellm.aws.cdk_cli_lookup import CDK_CLI_VERSION, cache_dir, fetch_cli, find_cli, own_python_first
 from sagellm.aws.node import bundled_node
 from sagellm.errors import InputError
 
@@ -242,3 +242,15 @@ def test_a_chosen_program_that_prints_nothing_is_not_the_cdk_cli(tmp_path: Path)
     with pytest.raises(InputError, match=r"^SAGELLM_CDK_CLI \(or --cdk-cli\): .*/cdk: not the AWS CDK CLI "
                                          r"\(`cdk --version` printed no version within 20 s\); point it at"):
         find_cli(environ={"SAGELLM_CDK_CLI": str(silent)})
+
+
+def test_an_app_commands_python3_is_the_interpreter_running_sagellm(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin"}  # no virtualenv active: PATH's python3 (if any) is not this one
+
+    own_python_first(env)
+    done = subprocess.run(["python3", "-c", "import sys, sagellm; print(sys.prefix)"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == sys.prefix  # the virtualenv's, found through the shim
+    assert env["PATH"].endswith(os.pathsep + "/usr/bin:/bin")

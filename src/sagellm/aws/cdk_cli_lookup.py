@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,20 @@ def find_cli(package_file: Path = Path(__file__), path: str | None = None, *,
     script = fetch_cli(cache_dir(env), environ=env, say=say or _say,
                        why=f"{why_not_path}; sagellm needs {_wanted()}")
     return [node, str(script)]
+
+
+def own_python_first(env: dict[str, str]) -> Path:
+    """Put `python3` and `python` commands that run this interpreter first on `env`'s PATH (in a new temporary
+    folder, returned), so an app command such as cdk.json's `python3 app.py` imports the sagellm running now,
+    whether or not its virtualenv is active. Scripts, not links: a link to a virtualenv's python loses the
+    virtualenv (Python finds pyvenv.cfg beside the path it was started by)."""
+    shims = Path(tempfile.mkdtemp(prefix="sagellm-python-"))
+    for name in ("python3", "python"):
+        shim = shims / name
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+        shim.chmod(0o755)
+    env["PATH"] = os.pathsep.join([str(shims), *filter(None, [env.get("PATH")])])
+    return shims
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -39,11 +39,12 @@ def cdk(ctx: typer.Context) -> int:
     import os
     import subprocess
 
-    from sagellm.aws.cdk_cli_lookup import find_cli
+    from sagellm.aws.cdk_cli_lookup import find_cli, own_python_first
     from sagellm.aws.node import use_bundled_node
 
     env = dict(os.environ)
     use_bundled_node(env)  # the app's jsii runs on the bundled Node: none needs to be on PATH
+    own_python_first(env)  # cdk.json's `python3 app.py` runs this sagellm, its virtualenv active or not
     try:
         return subprocess.run([*find_cli(), *ctx.args], env=env, check=False).returncode
     except KeyboardInterrupt:  # the CLI got the same Ctrl-C
