@@ -40,6 +40,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ran, Path]:
                                warmup="1"), timeout=300), out
 
 
+@pytest.mark.integration  # a bench deployed through the real CDK CLI into the moto server
 def test_every_level_carries_cloudwatch_metrics_from_the_local_aws(local_run: tuple[Ran, Path]) -> None:
     ran, out = local_run
     assert ran.returncode == 0, ran.stderr[-2000:]
@@ -65,6 +66,7 @@ def test_every_level_carries_cloudwatch_metrics_from_the_local_aws(local_run: tu
     assert levels[1]["server"]["metrics"]["concurrent_requests"]["stats"]["max"] >= 2
 
 
+@pytest.mark.integration  # a bench deployed through the real CDK CLI into the moto server
 def test_server_invocations_count_every_request_the_level_sent(local_run: tuple[Ran, Path]) -> None:
     _, out = local_run
     sent: dict[Any, int] = {}
@@ -77,6 +79,7 @@ def test_server_invocations_count_every_request_the_level_sent(local_run: tuple[
         assert server["model_latency_ms"]["stats"]["count"] == sent[lv["concurrency"]]
 
 
+@pytest.mark.integration  # a bench deployed through the real CDK CLI into the moto server
 def test_server_model_latency_agrees_with_the_client_e2e(local_run: tuple[Ran, Path]) -> None:
     _, out = local_run
     for lv in results_of(out)["levels"]:
