@@ -21,7 +21,7 @@ def calibrate(
     Writes <profiles_dir>/calibration/*.yaml (review them like code); `plan`, `profiles show` and every
     profile's auto values then use it and say so. Emulated runs are refused: they only replay the planner.
     """
-    from sagellm.bench.calibrate import calibrate_runs
+    from sagellm.results.calibrate_planner import calibrate_runs
 
     for line in calibrate_runs(runs, profiles_dir):
         print(line)
