@@ -51,7 +51,7 @@ from sagellm.catalog import models as catalog_models
 from sagellm.emulator import eventstream, formats
 from sagellm.emulator.autoscaling import Policy, TargetTracking
 from sagellm.emulator.cloudwatch import Publisher
-from sagellm.emulator.engine import (
+from sagellm.emulator.copies import (
     Cancelled,
     CopyEngine,
     InvocationTimeout,
