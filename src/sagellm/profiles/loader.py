@@ -250,7 +250,7 @@ class Where:
         if path in self.flags:
             return self.flags[path]
         keys = tuple(path.split("."))
-        owner = next((s for s in self.chain if _has_path(s.data, keys)), self.chain[0])
+        owner = _owner(self.chain, keys)
         line = owner.lines.get(keys)
         return f"{owner.path}:{line}: {path}" if line else f"{owner.path}: {path}"
 
