@@ -47,12 +47,6 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from sagellm.emulator.calls import (
-    SERVER_E2E_DETAIL,
-    SERVER_E2E_HEADER,
-    SERVER_TTFT_DETAIL,
-    SERVER_TTFT_HEADER,
-)
 from sagellm.emulator.cloudwatch import Publisher
 from sagellm.emulator.container import ContainerRoutes
 from sagellm.emulator.endpoint import Endpoint
@@ -60,9 +54,6 @@ from sagellm.emulator.metrics import MetricsRoutes
 from sagellm.emulator.sagemaker import SageMakerRuntime
 from sagellm.errors import TargetError
 from sagellm.profiles.plan import DeploymentPlan
-
-__all__ = ["SERVER_E2E_DETAIL", "SERVER_E2E_HEADER", "SERVER_TTFT_DETAIL", "SERVER_TTFT_HEADER", "Emulator",
-           "run_emulator", "serve_forever"]
 
 
 class Emulator(Endpoint):
@@ -81,13 +72,15 @@ class Emulator(Endpoint):
             self.publisher = Publisher(cloudwatch_url, plan.region, self.endpoint_name, self.models,
                                        time_scale, plan.initial_instance_count,
                                        plan.endpoint_kind == "inference-component")
+        self._sagemaker = SageMakerRuntime(self, self.publisher)
         self._container = ContainerRoutes(self)
         self._metrics = MetricsRoutes(self)
 
     def app(self) -> web.Application:
         """The aiohttp application (engines start with `listening`)."""
+        # A refusal a route raises is answered in the shape of the API that was called.
         app = web.Application(middlewares=[self._container.errors], client_max_size=16 * 2**20)
-        SageMakerRuntime(self, self.publisher).add_to(app.router)
+        self._sagemaker.add_to(app.router)
         self._container.add_to(app.router)
         self._metrics.add_to(app.router)
         return app
