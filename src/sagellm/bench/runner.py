@@ -31,8 +31,9 @@ from sagellm.bench.targets.teardown import tear_down
 from sagellm.bench.verdict import target_failure
 from sagellm.errors import ExitStatus, SagellmError
 from sagellm.planner import predict_point
-from sagellm.results import sweep
+from sagellm.results import picks
 from sagellm.results.gate import gate
+from sagellm.results.picks import make_results
 from sagellm.results.report import write_report
 from sagellm.results.schema import (
     Failure,
@@ -47,7 +48,6 @@ from sagellm.results.schema import (
     predicted_from,
     write_results,
 )
-from sagellm.results.sweep import make_results
 from sagellm.results.tracking import log_run
 
 __all__ = ["BenchOptions", "BenchOutcome", "run", "run_bench"]
@@ -248,7 +248,7 @@ def _deploy_and_measure(p: BenchPlan, target: Target, recorder: _Recorder, watch
                 transport, workload=p.workload, open_loop=loop, requests_per_level=p.requests,
                 duration_per_level_s=p.duration_s, warmup=load.warmup, on_record=recorder.record,
                 on_progress=watch.progress, on_level=recorder.level,
-                stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=load.repeats,
+                stop_rule=StopRule(max_error_rate=picks.MAX_ERROR_RATE), repeats=load.repeats,
                 choose=m.chooser, pool=pool, workers=p.bench.workers.count))
     watch.enter("reading server metrics")
     m.server = recorder.servers.finish()
@@ -264,7 +264,7 @@ def assemble(p: BenchPlan, m: Measurement) -> Results:
     failed = m.error is not None and m.status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED)
     assert m.teardown is not None  # _measure always tears down
     results = make_results(
-        run, _levels_measured(p, m, run), usd_per_h=sweep.usd_per_h(p.design.usd_per_instance_h if p.design else None,
+        run, _levels_measured(p, m, run), usd_per_h=picks.usd_per_h(p.design.usd_per_instance_h if p.design else None,
                                                                      run.instance_count or 1),
         teardown=m.teardown, slo_ms_per_token=slo, stopped_reason=_stopped_reason(m),
         sweep=sweep_block(m.chooser, p.shape, p.workload.payload(), requests=p.requests,

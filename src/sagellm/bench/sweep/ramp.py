@@ -33,7 +33,7 @@ from sagellm.bench.sweep.ramp_figures import ramp_block
 from sagellm.errors import InputError
 from sagellm.planner import predict
 from sagellm.profiles import Design
-from sagellm.results.schema import Ramp, Run
+from sagellm.results.schema import RampRecord, Run
 
 DEFAULT_STEPS = 8
 DEFAULT_STEP_S = 240.0  # simulated seconds per step: 32 minutes in all
@@ -162,7 +162,7 @@ class RampRun:
         finally:
             self.end = self._scaling()
 
-    def block(self, levels: list[LevelResult], run: Run, design: Design | None, slo: float | None) -> Ramp:
+    def block(self, levels: list[LevelResult], run: Run, design: Design | None, slo: float | None) -> RampRecord:
         """The results' `ramp` block from the steps' records (put on the simulated clock here)."""
         records = [on_simulated_clock(r, run.time_scale, run.emulated) for lv in levels for r in lv.records]
         offset = float(self.start["now_s"]) if self.start else 0.0
