@@ -13,7 +13,7 @@ from sagellm.catalog import Instance, Model, find_instance, find_model, instance
 from sagellm.catalog import models as catalog_models
 from sagellm.engines import ENGINES, NEURON_ENGINES, CompiledShape, Engine, Settings, engine_for
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
-from sagellm.engines.tgi_neuron import CORES_PER_CHIP
+from sagellm.engines.tgi_neuron import CORES_PER_CHIP, core_use
 from sagellm.errors import InputError
 from sagellm.planner import (
     Calibration,
@@ -243,8 +243,11 @@ def design(
     scaling = _scaling(profile, main, inst, payload, region, ic, sizing, gen, calibration, where, errors)
     if errors:
         raise InputError(errors)
-    return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version, generation=gen,
-                  calibration=calibration)
+    # Inferentia: say how many of the instance's NeuronCores the copies use (`plan`, `profiles show`).
+    notes = (core_use(inst.instance_type, gpus, model.hf_id, [(c.tp, c.copies) for c in copies_all]),) \
+        if neuron else ()
+    return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version, notes=notes,
+                  generation=gen, calibration=calibration)
 
 
 def _validated(profile: Profile, sources: dict[str, Source], region: str,
@@ -577,7 +580,9 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
     weights = max(_weights_gb(c) for c in d.copies)
     # Start-up: download + load + warm-up grow with the weights; large models need 10+ minutes.
     startup = p.startup_health_check_timeout_s
-    startup = startup if startup != "auto" else int(min(3600, max(600, 60 * math.ceil((600 + 6 * weights) / 60))))
+    # An image may need more (Inferentia: the maintainers' own timeout, sagellm.engines.tgi_neuron).
+    startup = startup if startup != "auto" else int(min(3600, max(600, d.engine.min_startup_timeout_s,
+                                                                  60 * math.ceil((600 + 6 * weights) / 60))))
     download = p.model_data_download_timeout_s
     download = download if download != "auto" else startup
     volume: int | None
@@ -594,6 +599,7 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
         initial_instance_count=d.instance_count, endpoint_kind=p.endpoint_kind, models=tuple(models),
         scaling=d.scaling, instance_scaling=_instance_scaling(models, d) if ic else None,
         startup_health_check_timeout_s=startup, model_data_download_timeout_s=download, volume_size_gb=volume,
+        inference_ami_version=d.engine.inference_ami_version,
         hf_token_secret=hf_token_secret or p.hf_token_secret, input_tokens=d.payload.input_tokens,
         output_tokens=d.payload.output_tokens, tags=tags | dict(p.tags),
     )

@@ -53,6 +53,8 @@ def plan(
     --json prints {"shape": {...}, "environment": {...}, "curve": {"points": [...], "knee", "max_throughput",
     "kv_capacity_tokens_per_copy", "max_sequences_per_copy", "usd_per_h", "usd_per_1m_tokens_at_max_throughput"}}.
     """
+    from dataclasses import replace
+
     from sagellm.planner import predict
     from sagellm.profiles import design_for
 
@@ -61,6 +63,7 @@ def plan(
                    profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
                    instance_count=instance_count)
     curve = predict(d.shape(), d.payload, levels, region)
+    curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
              "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,

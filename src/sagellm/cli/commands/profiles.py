@@ -65,7 +65,7 @@ def profiles_show(
         return
     from sagellm.render import print_plan
 
-    print_plan(plan, step_time_notes(design.shape()))
+    print_plan(plan, (*design.notes, *step_time_notes(design.shape())))
 
 
 @profiles_app.command("validate")
