@@ -69,9 +69,11 @@ def test_the_core_note_says_how_many_neuron_cores_serve_and_why_not_all() -> Non
         "NeuronCores: all 12 of ml.inf2.24xlarge used (6 × 2 cores)")
     assert core_use("ml.inf2.48xlarge", 12, "meta-llama/Llama-3.1-8B", [(4, 1)]) == (
         "NeuronCores: 8 of the 24 of ml.inf2.48xlarge used (1 × 8 cores): the neuron cache holds "
-        "meta-llama/Llama-3.1-8B compiled for 2 and 8 cores, and a container serves one copy compiled for exactly "
-        "its HF_NUM_CORES; to use the other 16, run up to 3 copies with inference components (the replicas "
-        "profile) or choose an instance type with fewer cores")
+        "meta-llama/Llama-3.1-8B compiled for 2 and 8 cores here, and a container serves one copy compiled for "
+        "exactly its HF_NUM_CORES; inference components (the replicas profile) run 12 copies of 2 cores")
+    assert core_use("ml.inf2.24xlarge", 6, "Qwen/Qwen2.5-14B", [(4, 1)]).endswith(
+        "compiled for 8 cores here, and a container serves one copy compiled for exactly its HF_NUM_CORES; no "
+        "compiled shape of Qwen/Qwen2.5-14B fills the other 4")
 
 
 def test_inferentia_plans_get_the_maintainers_startup_timeout_and_neuron_ami() -> None:

@@ -57,13 +57,14 @@ def core_use(instance_type: str, chips: int, model_id: str, copies: Sequence[tup
     split = " + ".join(f"{n} × {CORES_PER_CHIP * tp} cores" for tp, n in copies)
     if used >= total:
         return f"NeuronCores: all {total} of {instance_type} used ({split})"
-    cores = CORES_PER_CHIP * copies[0][0]
-    compiled = [str(n) for n in sorted({c.num_cores for c in compiled_table().get(model_id, ())})]
-    listed = " and ".join(filter(None, (", ".join(compiled[:-1]), compiled[-1])))
+    compiled = [n for n in sorted({c.num_cores for c in compiled_table().get(model_id, ())}) if n <= total]
+    listed = " and ".join(filter(None, (", ".join(map(str, compiled[:-1])), str(compiled[-1]))))
+    fewest = compiled[0]
+    more = (f"inference components (the replicas profile) run {total // fewest} copies of {fewest} cores"
+            if total // fewest * fewest > used else f"no compiled shape of {model_id} fills the other {total - used}")
     return (f"NeuronCores: {used} of the {total} of {instance_type} used ({split}): the neuron cache holds "
-            f"{model_id} compiled for {listed} cores, and a container serves one copy compiled for exactly its "
-            f"HF_NUM_CORES; to use the other {total - used}, run up to {total // cores} copies with inference "
-            "components (the replicas profile) or choose an instance type with fewer cores")
+            f"{model_id} compiled for {listed} cores here, and a container serves one copy compiled for exactly "
+            f"its HF_NUM_CORES; {more}")
 
 
 class TgiNeuron(Tgi):

@@ -304,9 +304,9 @@ def _auto_tp(ic: bool, model: Model, inst: Instance, quant: str, payload: Payloa
 
 
 def _tp_errors(tp: int, valid: Sequence[int], model: Model, inst: Instance, where: str) -> list[str]:
-    """A pinned TP degree must divide the instance's accelerators and shard the model's heads."""
+    """A pinned TP degree must be one of `valid`: on GPUs one that divides the accelerators and shards the heads."""
     gpus = inst.n_accelerators
-    if gpus % tp or tp > gpus:
+    if tp > gpus or (gpus % tp and tp not in valid):
         return [(f"{where}: {tp} must divide the {gpus} accelerators of {inst.instance_type} "
                 f"(valid: {', '.join(map(str, valid)) or 'none'})")]
     if tp not in valid:
@@ -340,11 +340,13 @@ def _compiled(neuron: Engine | None, model: Model, tp: int,
 def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving) -> tuple[list[int], list[int]]:
     """The TP degrees that shard `model` on `gpus` accelerators, and those auto TP picks from."""
     # On Inferentia a compiled shape shows that a core count shards the model (optimum-neuron pads attention
-    # heads that do not divide it): auto picks one compiled for the profile's pinned batch and length, else any.
+    # heads that do not divide it), and a copy runs on any cores of the instance (the entry point asks only that
+    # the compiled cores be available): auto picks the most cores compiled for the profile's pinned batch and
+    # length, else for any, so 8 of an ml.inf2.24xlarge's 12 rather than 2.
     if neuron is None:
         valid = valid_tp(model, gpus)
         return valid, valid
-    valid = [t for t in range(1, gpus + 1) if gpus % t == 0]
+    valid = list(range(1, gpus + 1))
     pinned = [t for t in valid if _compiled(neuron, model, t, pins)]
     return valid, pinned or [t for t in valid if _compiled(neuron, model, t)]
 
@@ -370,7 +372,7 @@ def _uncompiled(neuron: Engine, model: Model, inst: Instance, tp: int | None, wh
     compiled = "; ".join(c.describe() for c in shapes)
     runs = []
     for chips in sorted({c.num_cores // CORES_PER_CHIP for c in shapes}):
-        names = [i.instance_type for i in instances().values() if i.is_neuron and i.n_accelerators % chips == 0]
+        names = [i.instance_type for i in instances().values() if i.is_neuron and i.n_accelerators >= chips]
         runs.append(f"tensor_parallel {chips} on {' or '.join(names)}")
     if tp is None:
         place = (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache that fits the "
