@@ -243,11 +243,17 @@ def design(
     scaling = _scaling(profile, main, inst, payload, region, ic, sizing, gen, calibration, where, errors)
     if errors:
         raise InputError(errors)
-    # Inferentia: say how many of the instance's NeuronCores the copies use (`plan`, `profiles show`).
-    notes = (core_use(inst.instance_type, gpus, model.hf_id, [(c.tp, c.copies) for c in copies_all]),) \
-        if neuron else ()
-    return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version, notes=notes,
-                  generation=gen, calibration=calibration)
+    return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version,
+                  notes=_core_notes(neuron, inst, copies_all), generation=gen, calibration=calibration)
+
+
+def _core_notes(neuron: Engine | None, inst: Instance, copies: tuple[Copy, ...]) -> tuple[str, ...]:
+    """Inferentia: how many of the instance's NeuronCores the copies use, and why not all (`plan`, `profiles
+    show`); nothing on GPUs."""
+    if neuron is None:
+        return ()
+    return (core_use(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
+                     [(c.tp, c.copies) for c in copies]),)
 
 
 def _validated(profile: Profile, sources: dict[str, Source], region: str,
