@@ -17,8 +17,8 @@ from sagellm.planner import DEFAULT_CONCURRENCY, Payload
 MODEL, INSTANCE = "meta-llama/Llama-2-7b-hf", "ml.g5.2xlarge"
 
 
-def served(profile: str = "max-throughput") -> bench.Serving:
-    return bench.Serving(profile=profile, model=MODEL, instance=INSTANCE, payload=Payload(256, 32))
+def served(profile: str = "max-throughput") -> bench.ServingSpec:
+    return bench.ServingSpec(profile=profile, model=MODEL, instance=INSTANCE, payload=Payload(256, 32))
 
 
 def quiet(text: str) -> None:
@@ -33,7 +33,7 @@ def quiet(text: str) -> None:
     (lambda: bench.Closed(requests_per_level=4, duration_per_level_s=1.0), "give one, not both"),
     (lambda: bench.Sweep(budget_minutes=0.0), "--budget-minutes: 0 must be a positive number"),
     (lambda: bench.Bench(target=bench.SageMaker()), "--profile/--model: required"),
-    (lambda: bench.Bench(serving=bench.Serving(profile="max-throughput"), target=bench.Http("http://127.0.0.1:9")),
+    (lambda: bench.Bench(serving=bench.ServingSpec(profile="max-throughput"), target=bench.Http("http://127.0.0.1:9")),
      "--profile/--model: give both"),
 ])
 def test_a_spec_refuses_bad_values_when_built(build: object, message: str) -> None:

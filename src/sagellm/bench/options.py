@@ -15,16 +15,16 @@ from sagellm.bench.specs import (
     Endpoint,
     Gate,
     Http,
-    Load,
+    LoadSpec,
     Local,
     Open,
     Output,
     Ramp,
     RampIfAutoscaled,
     SageMaker,
-    Serving,
+    ServingSpec,
     Sweep,
-    Target,
+    TargetSpec,
     Workers,
     level_problems,
     pairing_problems,
@@ -99,7 +99,7 @@ def to_bench(opts: BenchOptions) -> Bench:
             errors.extend(exc.messages)
 
     build("target", lambda: _target(opts))
-    build("serving", lambda: Serving(profile=opts.profile, model=opts.model, instance=opts.instance,
+    build("serving", lambda: ServingSpec(profile=opts.profile, model=opts.model, instance=opts.instance,
                                      payload=opts.payload, region=opts.region, profiles_dir=opts.profiles_dir,
                                      hf_token_secret=opts.hf_token_secret))
     if "target" in parts and "serving" in parts:
@@ -139,7 +139,7 @@ def _misplaced(opts: BenchOptions) -> list[str]:
     return [message for misplaced, message in wrong if misplaced]
 
 
-def _target(opts: BenchOptions) -> Target:
+def _target(opts: BenchOptions) -> TargetSpec:
     if opts.target == "http":
         return Http(opts.url or "", opts.api, opts.served_model)
     if opts.target == "sagemaker" and opts.endpoint_name is not None:
@@ -151,7 +151,7 @@ def _target(opts: BenchOptions) -> Target:
     raise InputError(f"--target: {opts.target!r} must be local, sagemaker or http")
 
 
-def _load(opts: BenchOptions) -> Load:
+def _load(opts: BenchOptions) -> LoadSpec:
     """--ramp: a ramp; --no-ramp: the levels; neither: a ramp when the plan autoscales, else the levels."""
     arrivals = cast(Arrivals, opts.arrivals or "constant")  # flag text: the spec refuses anything else
     max_in_flight = MAX_IN_FLIGHT if opts.max_in_flight is None else opts.max_in_flight

@@ -17,13 +17,13 @@ from sagellm.bench.specs import (
     Closed,
     Endpoint,
     Http,
-    Load,
+    LoadSpec,
     Local,
     Open,
     Ramp,
     RampIfAutoscaled,
     SageMaker,
-    Serving,
+    ServingSpec,
 )
 from sagellm.bench.sweep.choosers import sweep_method, threshold_levels
 from sagellm.bench.sweep.ramp import ramp_steps
@@ -137,7 +137,7 @@ NO_INSTANCE = ("--target http: no prediction without --instance (the instance ty
                "is measured and labelled, not predicted")
 
 
-def _design(serving: Serving, options: WorkloadOptions, deployed: DeployedEndpoint | None, *,
+def _design(serving: ServingSpec, options: WorkloadOptions, deployed: DeployedEndpoint | None, *,
             predict: bool = True) -> tuple[Design | None, Workload]:
     """The plan's design and the workload. The longest request the workload can send sizes the plan (its
     token caps and admission limit must take every request); the mean request sizes the prediction. The
@@ -163,7 +163,7 @@ def _design(serving: Serving, options: WorkloadOptions, deployed: DeployedEndpoi
     return design, workload
 
 
-def _load_as_run(load: Load, design: Design | None) -> Closed | Open | Ramp:
+def _load_as_run(load: LoadSpec, design: Design | None) -> Closed | Open | Ramp:
     """The load as it will run: a ramp where the plan autoscales (unless the levels were asked for), its
     steps predicted where none are given."""
     if isinstance(load, RampIfAutoscaled):

@@ -68,7 +68,7 @@ def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> Ben
 
         from sagellm import bench
         outcome = bench.run(bench.Bench(
-            serving=bench.Serving(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge"),
+            serving=bench.ServingSpec(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge"),
             target=bench.Local(time_scale=0.05), load=bench.Closed(concurrency=(1, 4), requests_per_level=8)))
         print(outcome.exit_status, outcome.results.max_throughput)
     """

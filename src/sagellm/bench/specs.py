@@ -25,8 +25,8 @@ from sagellm.profiles.tokens import token_errors
 from sagellm.results.report import writable_folder_errors
 from sagellm.results.tracking import mlflow_problems
 
-__all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "Load", "Local", "Open", "Output", "Ramp", "RampIfAutoscaled",
-           "SageMaker", "Serving", "Sweep", "Target", "Workers", "WorkloadOptions"]
+__all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
+           "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers", "WorkloadOptions"]
 
 DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
 TargetKind = Literal["local", "sagemaker", "http"]  # what results.json's run.target says
@@ -104,13 +104,14 @@ class Http:
         _raise(errors + _api_problems(self.api, http=True))
 
 
-Target = Local | SageMaker | Endpoint | Http
+# The spec of where a bench runs; `Target` is the live one it becomes (bench/targets/target.py).
+TargetSpec = Local | SageMaker | Endpoint | Http
 
 
 # ------------------------------------------------------------------------------------------ what is served
 
 @dataclass(frozen=True)
-class Serving:
+class ServingSpec:  # `Serving` is a profile's container settings (profiles/schema.py)
     """What is served: a profile and a catalog model on an instance type. Optional for an http target (then
     the run is not predicted) and an existing endpoint (read from its tags)."""
 
@@ -210,7 +211,8 @@ class RampIfAutoscaled:
     otherwise: Closed | Open = Closed()
 
 
-Load = Closed | Open | Ramp | RampIfAutoscaled
+# How hard a bench loads; `recommend.slo.Load` is the one load a recommendation is made for.
+LoadSpec = Closed | Open | Ramp | RampIfAutoscaled
 
 
 # ------------------------------------------------------------------------------------------ gate, output, workers
@@ -248,7 +250,7 @@ class Workers:
         _raise(worker_problems(self.count, self.ray))
 
 
-def pairing_problems(serving: Serving, target: Target) -> list[str]:
+def pairing_problems(serving: ServingSpec, target: TargetSpec) -> list[str]:
     """What the target needs of the serving spec: a deploying target deploys a profile and a model."""
     if isinstance(target, Http):
         if bool(serving.profile) != bool(serving.model):
@@ -265,10 +267,10 @@ class Bench:
     """One bench: where it runs, what is served and sent, how hard, which levels, what it gates on, where it
     writes. Every part checks itself when built; the bench checks that the target and what is served fit."""
 
-    serving: Serving = field(default_factory=Serving)
-    target: Target = field(default_factory=Local)
+    serving: ServingSpec = field(default_factory=ServingSpec)
+    target: TargetSpec = field(default_factory=Local)
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
-    load: Load = field(default_factory=RampIfAutoscaled)
+    load: LoadSpec = field(default_factory=RampIfAutoscaled)
     sweep: Sweep = field(default_factory=Sweep)
     gate: Gate = field(default_factory=Gate)
     output: Output = field(default_factory=Output)

@@ -161,7 +161,7 @@ def _bench_each(rec: Recommendation, chosen: list[Candidate], model_id: str, tar
         say(f"verify {i}/{len(chosen)} on {target.kind}: {candidate.label()} at {rec.load.name} and "
             f"{step_above(rec.load).name}")
         outcome = bench.run(bench.Bench(
-            serving=bench.Serving(profile=body["name"], model=model_id, profiles_dir=profiles, region=region,
+            serving=bench.ServingSpec(profile=body["name"], model=model_id, profiles_dir=profiles, region=region,
                                   hf_token_secret=hf_token_secret),
             # The two levels asked for and no others (an adaptive sweep would go on to the knee and the max).
             target=target, load=_bench_load(rec.load), sweep=bench.Sweep(method="doubling"),
@@ -175,7 +175,7 @@ def _bench_each(rec: Recommendation, chosen: list[Candidate], model_id: str, tar
             break
 
 
-def _bench_load(load: Load) -> bench.Load:
+def _bench_load(load: Load) -> bench.LoadSpec:
     """The target load and one step above it, as the bench's load."""
     from sagellm import bench
 
