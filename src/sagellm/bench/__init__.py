@@ -15,11 +15,10 @@ the results and the exit status `sagellm bench` would end with::
     print(outcome.exit_status.name, outcome.results.max_throughput)
 
 Sub-packages, each importing only those below it: `sweep` and `targets` → `load` → `client`; above them the
-specs, then the planning, the flags and the runner.
+specs, then the planning and the runner.
 """
 
-from sagellm.bench.options import BenchOutcome
-from sagellm.bench.runner import run
+from sagellm.bench.runner import BenchOutcome, run
 from sagellm.bench.specs import (
     Bench,
     Closed,

@@ -18,7 +18,6 @@ from sagellm.bench.load.level import LevelResult, StopRule
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
 from sagellm.bench.load.pools import worker_pool
 from sagellm.bench.load.workers import pool_size
-from sagellm.bench.options import BenchOptions, BenchOutcome, to_bench
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
@@ -50,12 +49,16 @@ from sagellm.results.schema import (
 )
 from sagellm.results.tracking import log_run
 
-__all__ = ["BenchOptions", "BenchOutcome", "run", "run_bench"]
+__all__ = ["BenchOutcome", "run"]
 
 
-def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
-    """Run the bench `sagellm bench`'s flags ask for."""
-    return run(to_bench(opts), watch, say)
+@dataclass(frozen=True)
+class BenchOutcome:
+    """The finished run and the exit status it earns."""
+
+    results: Results
+    exit_status: ExitStatus
+    error: str | None = None
 
 
 def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:

@@ -1,9 +1,10 @@
 """A bench as typed specs: where it runs, what is served, how hard it is loaded, which levels it measures,
 what it gates on and where it writes.
 
-Each spec checks its own fields when it is built and raises one InputError listing every problem, and each
-target holds only its own options, so a bench that mixes them cannot be expressed. `sagellm bench` maps its
-flags onto these specs (bench/options.py); a notebook builds them directly and calls `sagellm.bench.run`.
+Each spec checks its own fields when it is built and raises one InputError listing every problem, each naming
+the field as `Spec.field: what` (`sagellm bench` shows its flag instead), and each target holds only its own
+options, so a bench that mixes them cannot be expressed. `sagellm bench` builds these specs from its flags; a
+notebook builds them directly; both call `sagellm.bench.run`.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ def _raise(errors: list[str]) -> None:
         raise InputError(errors)
 
 
-def _api_problems(api: str, *, http: bool) -> list[str]:
+def _api_problems(spec: str, api: str, *, http: bool) -> list[str]:
     if api not in (*APIS, "auto"):
-        return [f"--api: {api!r} must be tgi, openai, chat or auto"]
+        return [f"{spec}.api: {api!r} must be tgi, openai, chat or auto"]
     if api == "openai" and not http:
-        return ["--api openai: only with --target http (SageMaker endpoints take tgi or chat)"]
+        return [f"{spec}.api: 'openai' is an http server's API (SageMaker endpoints take tgi or chat)"]
     return []
 
 
@@ -57,11 +58,11 @@ class Local:
     kind: ClassVar[TargetKind] = "local"
 
     def __post_init__(self) -> None:
-        errors = _api_problems(self.api, http=False)
+        errors = _api_problems("Local", self.api, http=False)
         if not 0 < self.time_scale <= 1:
-            errors.append(f"--time-scale: {self.time_scale} must be in (0, 1]")
+            errors.append(f"Local.time_scale: {self.time_scale} must be in (0, 1]")
         if self.instance_startup_s is not None and not self.instance_startup_s > 0:
-            errors.append(f"--instance-startup: {self.instance_startup_s:g} must be > 0 seconds, with --target local")
+            errors.append(f"Local.instance_startup_s: {self.instance_startup_s:g} must be > 0 seconds")
         _raise(errors)
 
 
@@ -74,7 +75,7 @@ class SageMaker:
     kind: ClassVar[TargetKind] = "sagemaker"
 
     def __post_init__(self) -> None:
-        _raise(_api_problems(self.api, http=False))
+        _raise(_api_problems("SageMaker", self.api, http=False))
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Endpoint:
     kind: ClassVar[TargetKind] = "sagemaker"
 
     def __post_init__(self) -> None:
-        _raise(_api_problems(self.api, http=False))
+        _raise(_api_problems("Endpoint", self.api, http=False))
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,8 @@ class Http:
     kind: ClassVar[TargetKind] = "http"
 
     def __post_init__(self) -> None:
-        errors = [] if self.url else ["--url: required with --target http (e.g. http://localhost:8080 for TGI)"]
-        _raise(errors + _api_problems(self.api, http=True))
+        errors = [] if self.url else ["Http.url: required (e.g. http://localhost:8080 for TGI)"]
+        _raise(errors + _api_problems("Http", self.api, http=True))
 
 
 # The spec of where a bench runs; `Target` is the live one it becomes (bench/targets/target.py).
@@ -125,35 +126,42 @@ class ServingSpec:  # `Serving` is a profile's container settings (profiles/sche
 
     def __post_init__(self) -> None:
         if self.hf_token_secret is not None:
-            _raise(token_errors({"hf_token_secret": self.hf_token_secret}, lambda loc: "--hf-token-secret"))
+            _raise(token_errors({"hf_token_secret": self.hf_token_secret}, lambda loc: "ServingSpec.hf_token_secret"))
 
 
 # ------------------------------------------------------------------------------------------ load
 
-def level_problems(requests: int | None, duration_s: float | None, warmup: int, repeats: int) -> list[str]:
-    """What is wrong with how each level is measured, as `--flag: what` lines."""
+def _level_problems(load: Closed | Open) -> list[str]:
+    """What is wrong with how each level of `load` is measured."""
+    spec, requests, duration_s = type(load).__name__, load.requests_per_level, load.duration_per_level_s
     out = []
     if requests is not None and duration_s is not None:
-        out.append("--requests-per-level/--duration-per-level: give one, not both")
+        out.append(f"{spec}.requests_per_level/{spec}.duration_per_level_s: give one, not both")
     if requests is not None and requests < 1:
-        out.append(f"--requests-per-level: {requests} must be at least 1")
-    if duration_s is not None and not 0 < duration_s < math.inf:
-        out.append(f"--duration-per-level: {duration_s:g} must be a positive number of seconds")
-    if warmup < 0:
-        out.append(f"--warmup: {warmup} must be 0 or more")
-    if repeats < 1:
-        out.append("--repeats: must be at least 1")
+        out.append(f"{spec}.requests_per_level: {requests} must be at least 1")
+    out += _seconds_problems(f"{spec}.duration_per_level_s", duration_s)
+    if load.warmup < 0:
+        out.append(f"{spec}.warmup: {load.warmup} must be 0 or more")
+    if load.repeats < 1:
+        out.append(f"{spec}.repeats: must be at least 1")
     return out
 
 
-def _rate_problems(rates: tuple[float, ...], arrivals: Arrivals, max_in_flight: int) -> list[str]:
+def _seconds_problems(where: str, seconds: float | None) -> list[str]:
+    if seconds is not None and not 0 < seconds < math.inf:
+        return [f"{where}: {seconds:g} must be a positive number of seconds"]
+    return []
+
+
+def _rate_problems(load: Open | Ramp) -> list[str]:
+    spec, rates = type(load).__name__, load.request_rate
     out = []
     if any(rate <= 0 for rate in rates):
-        out.append(f"--request-rate: {', '.join(f'{r:g}' for r in rates)}: each must be > 0 requests/s")
-    if arrivals not in ARRIVALS:
-        out.append(f"--arrivals: {arrivals!r} must be constant or poisson")
-    if max_in_flight < 1:
-        out.append("--max-in-flight: must be at least 1")
+        out.append(f"{spec}.request_rate: {', '.join(f'{r:g}' for r in rates)}: each must be > 0 requests/s")
+    if load.arrivals not in ARRIVALS:
+        out.append(f"{spec}.arrivals: {load.arrivals!r} must be constant or poisson")
+    if load.max_in_flight < 1:
+        out.append(f"{spec}.max_in_flight: must be at least 1")
     return out
 
 
@@ -168,7 +176,7 @@ class Closed:
     repeats: int = 1
 
     def __post_init__(self) -> None:
-        _raise(level_problems(self.requests_per_level, self.duration_per_level_s, self.warmup, self.repeats))
+        _raise(_level_problems(self))
 
 
 @dataclass(frozen=True)
@@ -184,8 +192,7 @@ class Open:
     repeats: int = 1
 
     def __post_init__(self) -> None:
-        _raise(_rate_problems(self.request_rate, self.arrivals, self.max_in_flight)
-               + level_problems(self.requests_per_level, self.duration_per_level_s, self.warmup, self.repeats))
+        _raise(_rate_problems(self) + _level_problems(self))
 
 
 @dataclass(frozen=True)
@@ -198,10 +205,7 @@ class Ramp:
     step_s: float | None = None  # simulated seconds per step (None: bench/ramp.py's default)
 
     def __post_init__(self) -> None:
-        errors = _rate_problems(self.request_rate, self.arrivals, self.max_in_flight)
-        if self.step_s is not None and not 0 < self.step_s < math.inf:
-            errors.append(f"--duration-per-level: {self.step_s:g} must be a positive number of seconds")
-        _raise(errors)
+        _raise(_rate_problems(self) + _seconds_problems("Ramp.step_s", self.step_s))
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,16 @@ class RampIfAutoscaled:
     """A ramp when the plan has autoscaling (its steps: the rates given, or predicted), else `otherwise`."""
 
     otherwise: Closed | Open = Closed()
+
+
+def ramp_of(given: Closed | Open) -> Ramp:
+    """The ramp levels of load run as: the given rates as steps (none: predicted), each lasting the given
+    duration per level. A ramp runs once."""
+    if given.repeats > 1:
+        raise InputError(f"{type(given).__name__}.repeats: a ramp runs once; only levels without a ramp repeat")
+    if isinstance(given, Open):
+        return Ramp(given.request_rate, given.arrivals, given.max_in_flight, given.duration_per_level_s)
+    return Ramp(step_s=given.duration_per_level_s)
 
 
 # How hard a bench loads; `recommend.slo.Load` is the one load a recommendation is made for.
@@ -236,7 +250,7 @@ class Output:
     mlflow: str | None = None  # an MLflow tracking URI: the run is logged there once its results are written
 
     def __post_init__(self) -> None:
-        _raise(writable_folder_errors(self.out, "--out") + mlflow_problems(self.mlflow))
+        _raise(writable_folder_errors(self.out, "Output.out") + mlflow_problems(self.mlflow))
 
 
 @dataclass(frozen=True)
@@ -254,11 +268,12 @@ def pairing_problems(serving: ServingSpec, target: TargetSpec) -> list[str]:
     """What the target needs of the serving spec: a deploying target deploys a profile and a model."""
     if isinstance(target, Http):
         if bool(serving.profile) != bool(serving.model):
-            return ["--profile/--model: give both to label and predict the run, or neither (no prediction)"]
+            return [("ServingSpec.profile/ServingSpec.model: give both to label and predict the run, or neither "
+                     "(no prediction)")]
         return []
     if not isinstance(target, Endpoint) and not (serving.profile and serving.model):
-        return [("--profile/--model: required: the profile and the catalog model to deploy (or bench a deployed "
-                "endpoint: --target sagemaker --endpoint-name NAME)")]
+        return [("ServingSpec.profile/ServingSpec.model: required: the profile and the catalog model to deploy (or "
+                 "name a deployed endpoint to bench: Endpoint.name)")]
     return []
 
 
@@ -278,8 +293,3 @@ class Bench:
 
     def __post_init__(self) -> None:
         _raise(pairing_problems(self.serving, self.target))
-
-    @property
-    def time_scale(self) -> float:
-        """How much faster than real time the run goes (only the local emulator compresses time)."""
-        return self.target.time_scale if isinstance(self.target, Local) else 1.0
