@@ -121,9 +121,8 @@ def _target(p: BenchPlan, out: Path, say: Say) -> Target:
     spec = p.bench.target
     return choose_target(spec.kind, p.plan, model=p.run.model if p.plan else p.bench.serving.model,
                          url=url_of(p.bench), api=spec.api,
-                         served_model=spec.served_model if isinstance(spec, Http) else None,
-                         profiles_dir=p.bench.serving.profiles_dir, workdir=out / "cdk", run=p.run_id,
-                         process=this_process(), time_scale=p.time_scale, deployed=p.deployed, say=say,
+                         served_model=spec.served_model if isinstance(spec, Http) else None, workdir=out / "cdk",
+                         run=p.run_id, process=this_process(), time_scale=p.time_scale, deployed=p.deployed, say=say,
                          instance_startup_s=spec.instance_startup_s if isinstance(spec, Local) else None)
 
 
