@@ -281,9 +281,9 @@ def _target(target: str, url: str | None, api: str, served_model: str | None, en
 # user sees the flag (`--warmup: -1 must be 0 or more`).
 FLAGS = {
     "api": "--api", "url": "--url", "name": "--endpoint-name", "time_scale": "--time-scale",
-    "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model",
-    "hf_token_secret": "--hf-token-secret", "concurrency": "--concurrency", "request_rate": "--request-rate",
-    "arrivals": "--arrivals", "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
+    "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance",
+    "hf_token_secret": "--hf-token-secret", "request_rate": "--request-rate", "arrivals": "--arrivals",
+    "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
     "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
     "repeats": "--repeats", "out": "--out",
 }
