@@ -216,8 +216,9 @@ class RampIfAutoscaled:
 
 
 def ramp_of(given: Closed | Open) -> Ramp:
-    """The ramp levels of load run as: the given rates as steps (none: predicted), each lasting the given
-    duration per level. A ramp runs once."""
+    """Levels of load run as a ramp (asked for, or a RampIfAutoscaled whose plan autoscales): the given rates
+    are its steps (none: predicted), each lasting the given duration per level. A ramp runs once, so repeats
+    are refused."""
     if given.repeats > 1:
         raise InputError(f"{type(given).__name__}.repeats: a ramp runs once; only levels without a ramp repeat")
     if isinstance(given, Open):

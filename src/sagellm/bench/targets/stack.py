@@ -41,7 +41,7 @@ def stack_name(plan: DeploymentPlan, run: str) -> str:
 def cdk_context(plan: DeploymentPlan, workdir: Path, run: str, process: str) -> dict[str, str]:
     """CDK context that makes sagellm.cdk_app build exactly this plan (written to the work folder as plan.json),
     tagged with the run."""
-    handed = workdir.resolve() / "plan.json"  # the app runs in the work folder; the path is absolute anyway
+    handed = workdir.resolve() / "plan.json"  # absolute: the CDK CLI starts the app in the work folder
     handed.parent.mkdir(parents=True, exist_ok=True)
     handed.write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
     return {"plan": str(handed), "bench_run": run, "bench_process": process}
