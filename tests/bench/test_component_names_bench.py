@@ -20,7 +20,8 @@ def quiet(text: str) -> None:
 def test_replicas_of_a_dotted_model_id_bench_on_the_local_target(tmp_path: Path) -> None:
     # Once refused by the construct ("… must be letters, digits and single hyphens"): now sagellm names the component.
     outcome = bench.run(bench.Bench(
-        serving=bench.Serving(profile="replicas", model="mistralai/Mistral-7B-Instruct-v0.3", payload=Payload(256, 32)),
+        serving=bench.ServingSpec(profile="replicas", model="mistralai/Mistral-7B-Instruct-v0.3",
+                                  payload=Payload(256, 32)),
         target=bench.Local(time_scale=0.05), load=bench.Closed((1, 2), requests_per_level=4, warmup=0),
         sweep=bench.Sweep("doubling"), output=bench.Output(tmp_path / "out")), say=quiet)
 
