@@ -202,16 +202,15 @@ class EventStreamLines:
     """
 
     def __init__(self) -> None:
-        from botocore.eventstream import EventStreamBuffer
+        from botocore.eventstream import EventStreamBuffer, ParserError
 
         self._buffer = EventStreamBuffer()
+        self._parser_error = ParserError  # imported once here, not on every chunk
         self._lines = SseLines()
         self._fed = 0
         self._parsed = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        from botocore.eventstream import ParserError
-
         self._buffer.add_data(chunk)
         self._fed += len(chunk)
         out: list[bytes] = []
@@ -230,7 +229,7 @@ class EventStreamLines:
                     code = headers.get(":error-code", "error")
                     raise Failed(_kind_from_text(f"{code} {headers.get(':error-message', '')}") or "other",
                                   f"{code}: {headers.get(':error-message', '')}")
-        except ParserError as exc:
+        except self._parser_error as exc:
             raise Failed("other", f"malformed event stream: {type(exc).__name__}: {exc}") from None
         return out
 
