@@ -29,8 +29,9 @@ from sagellm.bench.targets.teardown import tear_down
 from sagellm.bench.verdict import target_failure
 from sagellm.errors import ExitStatus, SagellmError
 from sagellm.planner import predict_point
-from sagellm.results import sweep
+from sagellm.results import picks
 from sagellm.results.gate import gate
+from sagellm.results.picks import make_results
 from sagellm.results.report import write_report
 from sagellm.results.schema import (
     Failure,
@@ -45,7 +46,6 @@ from sagellm.results.schema import (
     predicted_from,
     write_results,
 )
-from sagellm.results.sweep import make_results
 from sagellm.results.tracking import log_run
 
 __all__ = ["BenchOptions", "BenchOutcome", "run", "run_bench"]
@@ -255,7 +255,7 @@ def assemble(p: BenchPlan, m: Measurement) -> Results:
     failed = m.error is not None and m.status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED)
     assert m.teardown is not None  # _measure always tears down
     results = make_results(
-        run, _levels_measured(p, m, run), usd_per_h=sweep.usd_per_h(p.design.usd_per_instance_h if p.design else None,
+        run, _levels_measured(p, m, run), usd_per_h=picks.usd_per_h(p.design.usd_per_instance_h if p.design else None,
                                                                      run.instance_count or 1),
         teardown=m.teardown, slo_ms_per_token=slo, stopped_reason=_stopped_reason(m),
         sweep=m.shape.sweep_block(p.shape, p.workload.payload()),

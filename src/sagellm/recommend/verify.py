@@ -205,7 +205,7 @@ def _verified(candidate: Candidate, result_dir: Path, results: Results, error: s
 def _store_correction(done: Verification, load: Load, verify_profiles: Path, profiles_dir: Path | None) -> list[str]:
     """Fit and store the step-time correction from the finished benches through `sagellm calibrate`'s own path,
     one model × instance type × engine at a time; → the lines it wrote, or one line per group saying why not."""
-    from sagellm.bench.calibrate import calibrate_runs
+    from sagellm.results.calibrate_planner import calibrate_runs
 
     if done.target != "sagemaker":
         return [LOCAL_REPLAYS_PLANNER]

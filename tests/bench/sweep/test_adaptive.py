@@ -59,7 +59,7 @@ def sweep(plan: Plan, truth: Curve) -> tuple[list[Measured], str]:
 
 
 def truth_picks(truth: Curve, limit: int) -> tuple[Measured, Measured]:
-    """The dense curve's knee and max (results.sweep's definitions: lowest load on ties)."""
+    """The dense curve's knee and max (results.picks' definitions: lowest load on ties)."""
     dense = [m for m in (truth(c) for c in range(1, limit + 1)) if m.usable]
     return max(dense, key=lambda m: m.power), max(dense, key=lambda m: m.throughput_tokens_per_s)
 

@@ -30,10 +30,8 @@ from sagellm.bench.sweep.ramp_figures import ramp_block
 from sagellm.bench.sweep.run import run_sweep
 from sagellm.planner import Payload, Shape
 from sagellm.profiles import Design
-from sagellm.results import sweep as results_sweep
-from sagellm.results.schema import Ramp as RampBlock
-from sagellm.results.schema import Run
-from sagellm.results.schema import Sweep as SweepBlock
+from sagellm.results import picks
+from sagellm.results.schema import RampRecord, Run, SweepRecord
 
 Requests = int | Callable[[float], int] | None  # measured requests per level, or a function of the level
 RunAsync = Callable[[Coroutine[Any, Any, Any]], Any]  # runs a coroutine to its end (the bench's Interrupts.run)
@@ -59,13 +57,13 @@ class LoadShape(ABC):
             on_level: Callable[[LevelResult], None]) -> None:
         """Run the levels (their coroutine through `run_async`); each record and each level goes to its callback."""
 
-    def sweep_block(self, shape: Shape | None, payload: Payload) -> SweepBlock:
+    def sweep_block(self, shape: Shape | None, payload: Payload) -> SweepRecord:
         """The results' account of the levels chosen and what they cost."""
         return sweep_block(self.chooser, shape, payload, requests=self._requests, duration_s=self._duration_s,
                            warmup=self._warmup)
 
     def ramp_block(self, levels: list[LevelResult], run: Run, design: Design | None,
-                   slo: float | None) -> RampBlock | None:
+                   slo: float | None) -> RampRecord | None:
         """The results' ramp block (None: not a ramp)."""
         return None
 
@@ -106,7 +104,7 @@ class ClosedLoopSweep(LoadShape):
             run_async(run_sweep(
                 transport, workload=workload, open_loop=self.open_loop, requests_per_level=lv.requests,
                 duration_per_level_s=lv.wall_s, warmup=lv.warmup, on_record=on_record, on_progress=on_progress,
-                on_level=on_level, stop_rule=StopRule(max_error_rate=results_sweep.MAX_ERROR_RATE),
+                on_level=on_level, stop_rule=StopRule(max_error_rate=picks.MAX_ERROR_RATE),
                 repeats=lv.repeats, choose=self.chooser, pool=pool, workers=lv.workers))
 
 
@@ -149,7 +147,7 @@ class RampRun(LoadShape):
             self.end = self._scaling()
 
     def ramp_block(self, levels: list[LevelResult], run: Run, design: Design | None,
-                   slo: float | None) -> RampBlock:
+                   slo: float | None) -> RampRecord:
         """The results' `ramp` block from the steps' records (put on the simulated clock here)."""
         records = [on_simulated_clock(r, run.time_scale, run.emulated) for lv in levels for r in lv.records]
         offset = float(self.start["now_s"]) if self.start else 0.0
