@@ -15,7 +15,7 @@ fitted on is 10.2 % ms/token, 11.5 % throughput, benchmarks/planner_accuracy.py)
 prediction, refitted to what it measures as the bench does (sweeps.refit_for: step-time
 factors only, so a KV perturbation is never fitted exactly), and "measures" the perturbed one; the truth
 is the perturbed model's dense curve (every concurrency 1…limit), its knee and max read with the bench's
-own definitions (results.sweep).
+own definitions (results.picks).
 
 Simulated endpoint-minutes of a level = (warm-up + measured requests) ÷ requests/s of the truth model, the
 bench's defaults (1 warm-up request per worker, max(8, 3 × concurrency) measured), × instances; a level
@@ -140,7 +140,7 @@ class Row:
 
 
 def knee_and_max(levels: list[Measured]) -> tuple[Measured | None, Measured | None]:
-    """The bench's definitions (results.sweep): knee = max throughput ÷ ms/token, max = highest throughput,
+    """The bench's definitions (results.picks): knee = max throughput ÷ ms/token, max = highest throughput,
     among usable levels, lowest concurrency on ties."""
     return measured_knee(levels), measured_max(levels)
 

@@ -17,6 +17,10 @@ from pathlib import Path
 FRAMEWORKS = ("huggingface-llm", "djl-lmi", "huggingface-llm-neuronx")  # engines/tgi, lmi, tgi_neuron
 TABLE_KEYS = ("processors", "version_aliases", "versions")
 VERSION_KEYS = ("registries", "repository", "py_versions", "container_version", "tag_prefix")
+# The SDK builds these frameworks' tags with an inference tool in the processor's place: the Hugging Face
+# SDK retrieves huggingface-llm-neuronx with inference_tool="neuronx" (get_huggingface_llm_image_uri), and
+# image_uris._format_tag writes `<prefix>-neuronx-py310-…`; the table alone would give `…-inf2-…`.
+INFERENCE_TOOLS = {"huggingface-llm-neuronx": "neuronx"}
 OUT = Path(__file__).resolve().parents[1] / "src" / "sagellm" / "engines" / "data"
 
 
@@ -35,6 +39,8 @@ def slim(framework: str, folder: Path) -> dict:
     table = data.get("inference", data)
     out = {k: table[k] for k in TABLE_KEYS if k in table}
     out["versions"] = {v: {k: e[k] for k in VERSION_KEYS if k in e} for v, e in table["versions"].items()}
+    if framework in INFERENCE_TOOLS:
+        out["inference_tool"] = INFERENCE_TOOLS[framework]
     return out
 
 

@@ -29,7 +29,7 @@ from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.workers import Deliver, Share, run_share
 from sagellm.emulator import EmulatorProcess
-from sagellm.emulator.engine import CopyEngine, Sequence
+from sagellm.emulator.copies import CopyEngine, Sequence
 from sagellm.emulator.process import port_is_free
 
 REPO = Path(__file__).resolve().parents[1]

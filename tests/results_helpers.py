@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sagellm.results.picks import make_results
 from sagellm.results.schema import (
     ERROR_KINDS,
     Failure,
@@ -18,7 +19,6 @@ from sagellm.results.schema import (
     Teardown,
     write_results,
 )
-from sagellm.results.sweep import make_results
 
 RUN = Run(profile="max-throughput", model="meta-llama/Llama-2-7b-hf", instance_type="ml.g5.2xlarge",
           instance_count=1, target="local", emulated=True, time_scale=0.05, region="us-east-1",

@@ -9,6 +9,7 @@ import pytest
 from sagellm.cdk_context import read_context
 from sagellm.errors import InputError
 from sagellm.planner import Payload
+from sagellm.profiles import resolve
 
 
 def read(**context: object):
@@ -65,3 +66,27 @@ def test_other_context_keys_are_left_alone() -> None:
 def test_a_long_model_id_still_gives_a_valid_default_stack_name() -> None:
     ctx = read(profile="max-throughput", model="acme/" + "x" * 200)
     assert len(ctx.stack_name) == 128 and ctx.stack_name.startswith("sagellm-max-throughput-xxx")
+
+
+def test_a_plan_file_is_read_as_the_plan_to_deploy(tmp_path: Path) -> None:
+    plan = resolve("max-throughput", "llama2-7b", "ml.g5.2xlarge", profiles_dir=tmp_path)
+    handed = tmp_path / "plan.json"
+    handed.write_text(plan.model_dump_json(indent=2))
+    ctx = read(plan=str(handed), stack_name="sagellm-bench-run-1")
+    assert ctx.plan == plan
+    assert (ctx.profile, ctx.model, ctx.instance, ctx.region) == (
+        "max-throughput", "meta-llama/Llama-2-7b-hf", "ml.g5.2xlarge", "us-east-1")
+    assert read(plan=str(handed)).stack_name == "sagellm-max-throughput-llama-2-7b-hf"
+
+
+def test_a_plan_is_given_alone_and_must_be_a_readable_plan(tmp_path: Path) -> None:
+    handed = tmp_path / "plan.json"
+    handed.write_text(resolve("max-throughput", "llama2-7b", profiles_dir=tmp_path).model_dump_json())
+    assert problems(plan=str(handed), profile="min-cost", instance="ml.g5.xlarge") == [
+        "profile: not with plan (the plan already decides it)",
+        "instance: not with plan (the plan already decides it)"]
+    missing = tmp_path / "no-such-plan.json"
+    assert problems(plan=str(missing)) == [f"plan: {missing}: cannot be read (No such file or directory)"]
+    handed.write_text('{"profile": "max-throughput"}')
+    [first, *_] = problems(plan=str(handed))
+    assert first == f"plan: {handed}: region: Field required"

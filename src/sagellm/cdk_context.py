@@ -9,13 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from sagellm.errors import InputError
 from sagellm.planner import Payload
+from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.schema import U32_MAX
 from sagellm.profiles.tokens import STORE_IT, token_errors
 
-KEYS = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens", "stack_name",
-        "bootstrapless", "hf_token_secret", "bench_run", "bench_process")
+KEYS = ("plan", "profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
+        "stack_name", "bootstrapless", "hf_token_secret", "bench_run", "bench_process")
+# What a plan already decides: these keys resolve one, so they are not given beside it.
+RESOLVING = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
+             "hf_token_secret")
 # CloudFormation CreateStack StackName: ASCII letters, digits and hyphens, starting with a letter, ≤ 128.
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 STACK_NAME_MAX = 128
@@ -23,10 +29,10 @@ STACK_NAME_MAX = 128
 
 @dataclass(frozen=True)
 class AppContext:
-    """What `cdk synth -c key=value …` asked for."""
+    """What `cdk synth -c key=value …` asked for: a plan, or the profile and model to resolve one from."""
 
     profile: str
-    model: str
+    model: str  # the plan's primary model id, with a plan
     instance: str | None
     region: str
     profiles_dir: Path | None
@@ -34,6 +40,7 @@ class AppContext:
     stack_name: str
     bootstrapless: bool
     hf_token_secret: str | None = None  # Secrets Manager name or ARN of the Hugging Face token
+    plan: DeploymentPlan | None = None  # `-c plan=<plan.json>`: deployed as it is (the bench hands over its own)
 
 
 def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppContext:
@@ -53,9 +60,15 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
         close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.75)
         if key not in KEYS and close:  # a typo here would silently deploy the profile's default instead
             errors.append(f"{key}: unknown context key; did you mean {close[0]}?")
-    profile, model = text("profile"), text("model")
-    errors += [f"{key}: missing (cdk synth -c profile=<name> -c model=<Hugging Face id>; `sagellm profiles list` "
-               "names the profiles)" for key in ("profile", "model") if get(key) in (None, "")]
+    given_plan = text("plan")
+    plan = _plan(given_plan, errors)
+    profile, model = (plan.profile, plan.primary.model_id) if plan else (text("profile"), text("model"))
+    if given_plan is not None:
+        errors += [f"{key}: not with plan (the plan already decides it)" for key in RESOLVING
+                   if get(key) not in (None, "")]
+    else:
+        errors += [f"{key}: missing (cdk synth -c profile=<name> -c model=<Hugging Face id>; `sagellm profiles "
+                   "list` names the profiles)" for key in ("profile", "model") if get(key) in (None, "")]
     tokens = {key: _tokens(key, get(key), errors) for key in ("input_tokens", "output_tokens")}
     payload = None
     if any(v is not None for v in tokens.values()):
@@ -78,11 +91,25 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
     assert profile is not None and model is not None
     slug = re.sub(r"[^a-z0-9]+", "-", model.split("/")[-1].lower()).strip("-")
     return AppContext(
-        profile=profile, model=model, instance=instance, region=region or "us-east-1",
+        profile=profile, model=model, instance=plan.instance_type if plan else instance,
+        region=plan.region if plan else region or "us-east-1",
         profiles_dir=Path(folder) if folder else None, payload=payload,
         stack_name=stack_name or f"sagellm-{profile}-{slug}"[:STACK_NAME_MAX].rstrip("-"),
-        bootstrapless=str(bootstrapless).lower() == "true", hf_token_secret=secret,
+        bootstrapless=str(bootstrapless).lower() == "true", hf_token_secret=secret, plan=plan,
     )
+
+
+def _plan(path: str | None, errors: list[str]) -> DeploymentPlan | None:
+    """The DeploymentPlan in a plan.json (a bench writes the one it deploys to its output folder)."""
+    if path is None:
+        return None
+    try:
+        return DeploymentPlan.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        errors.append(f"plan: {path}: cannot be read ({exc.strerror or exc})")
+    except ValidationError as exc:
+        errors += [f"plan: {path}: {'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in exc.errors()]
+    return None
 
 
 def _tokens(key: str, value: Any, errors: list[str]) -> int | None:

@@ -429,12 +429,12 @@ def test_report_rerenders_report_curve_junit_and_csv_from_results_json(finished:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--profile", "no-such-profile"], "unknown profile 'no-such-profile'"),
-    (["--target", "http"], "--url: required with --target http"),
+    (["--target", "http"], "--url: required (e.g. http://localhost:8080 for TGI)"),
     (["--keep"], "--keep: the local AWS lives only as long as the bench"),
     (["--time-scale", "2"], "--time-scale: 2.0 must be in (0, 1]"),
     (["--request-rate", "1,2"], "--concurrency/--request-rate: give one, not both"),
     (["--arrivals", "poisson"], "--arrivals/--max-in-flight: only with --request-rate"),
-    (["--api", "openai"], "--api openai: only with --target http"),
+    (["--api", "openai"], "--api: 'openai' is an http server's API (SageMaker endpoints take tgi or chat)"),
     (["--input-tokens", "12-4"], "--input-tokens: '12-4' is an empty range: its minimum is above its maximum"),
     (["--shared-prefix", "300"], "--shared-prefix: 300 tokens leave no unique part in prompts as short as 256"),
     (["--dataset", "/no/such/prompts.jsonl"], "--dataset: /no/such/prompts.jsonl: cannot be read"),
@@ -483,6 +483,50 @@ def test_bad_flag_is_named_with_its_value_before_anything_is_written(
     ran = sagellm(*with_flag(bench_args(out), flag, value))
     assert (ran.returncode, ran.stdout, assert_one_line_error(ran)) == (2, "", f"sagellm: error: {message}")
     assert not out.exists()
+
+
+def test_the_flags_build_the_specs_with_every_problem_in_one_error_naming_its_flag(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagellm import bench
+    from sagellm.bench import runner
+    from sagellm.cli.commands.bench import bench as bench_command
+    from sagellm.errors import InputError
+
+    class Built(Exception):
+        """What `sagellm bench` would run, caught before it runs."""
+
+    def built(spec: bench.Bench, *args: object) -> None:
+        raise Built(spec)
+
+    monkeypatch.setattr(runner, "run", built)
+    with pytest.raises(Built) as caught:
+        bench_command(target="sagemaker", endpoint_name="prod-chat", request_rate="1,2", ramp=False,
+                      out=tmp_path / "out")
+    spec = caught.value.args[0]
+    assert spec.target == bench.Endpoint("prod-chat") and spec.load == bench.Open((1.0, 2.0))
+
+    with pytest.raises(InputError) as bad:
+        bench_command(profile="max-throughput", target="http", url="http://127.0.0.1:9", time_scale=0.5,
+                      max_in_flight=0, request_rate="1", warmup=-1, out=tmp_path / "out")
+    assert bad.value.messages == [
+        "--time-scale: only the local emulator can compress time",
+        "--profile/--model: give both to label and predict the run, or neither (no prediction)",
+        "--max-in-flight: must be at least 1",
+        "--warmup: -1 must be 0 or more"]
+
+
+def test_what_the_plan_refuses_names_the_flag_too(tmp_path: Path) -> None:
+    from sagellm.cli.commands.bench import bench as bench_command
+    from sagellm.errors import InputError
+
+    with pytest.raises(InputError) as bad:
+        bench_command(profile="max-throughput", model=MODEL, instance=INSTANCE, target="sagemaker",
+                      out=tmp_path / "out")
+    assert bad.value.messages == [
+        ("meta-llama/Llama-2-7b-hf is gated on the Hugging Face Hub and no hf_token_secret is set: the endpoint "
+         "would never start; store a token that has access in Secrets Manager and pass --hf-token-secret=<secret "
+         "name or ARN> (or hf_token_secret: in the profile)")]
+    assert not (tmp_path / "out").exists()
 
 
 def test_out_folder_that_cannot_be_written_is_refused_up_front(tmp_path: Path) -> None:

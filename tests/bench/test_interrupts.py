@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from bench_helpers import INSTANCE, MODEL, install_probe, results_of
+from sagellm import bench
 from sagellm.aws import cloudformation
 from sagellm.bench import runner
 from sagellm.bench.interrupts import HOLD_MESSAGE, Interrupted, Interrupts
-from sagellm.bench.runner import BenchOptions, run_bench
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus
 from sagellm.planner import Payload
@@ -127,9 +127,10 @@ def test_sigterm_during_teardown_finishes_it_writes_results_and_ends_in_130(
     signal_before(monkeypatch, cloudformation, "delete_run_stack", signal.SIGTERM)
     said: list[str] = []
 
-    outcome = run_bench(BenchOptions(
-        profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, concurrency=(1, 4),
-        requests_per_level=4, warmup=0, out=tmp_path, time_scale=0.05), say=said.append)
+    outcome = bench.run(bench.Bench(
+        serving=bench.ServingSpec("max-throughput", MODEL, INSTANCE, PAYLOAD), target=bench.Local(time_scale=0.05),
+        load=bench.Closed((1, 4), requests_per_level=4, warmup=0), sweep=bench.Sweep("doubling"),
+        output=bench.Output(tmp_path)), say=said.append)
 
     assert outcome.exit_status == ExitStatus.INTERRUPTED
     assert "SIGTERM" in (outcome.error or "")
@@ -147,9 +148,10 @@ def test_ctrl_c_while_the_report_is_written_finishes_it_and_ends_in_130(
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=PAYLOAD)
 
     with EmulatorProcess(plan, time_scale=0.05) as emulator:
-        outcome = run_bench(BenchOptions(
-            profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, target="http",
-            url=emulator.url, concurrency=(1,), requests_per_level=4, warmup=0, out=tmp_path), say=print)
+        outcome = bench.run(bench.Bench(
+            serving=bench.ServingSpec("max-throughput", MODEL, INSTANCE, PAYLOAD), target=bench.Http(emulator.url),
+            load=bench.Closed((1,), requests_per_level=4, warmup=0), sweep=bench.Sweep("doubling"),
+            output=bench.Output(tmp_path)), say=print)
 
     assert outcome.exit_status == ExitStatus.INTERRUPTED
     assert (tmp_path / "report.md").read_text().startswith("**NO GATE**")

@@ -1,4 +1,4 @@
-"""run_bench in-process with faults injected: every way out tears down, and nothing is left in moto, no
+"""bench.run in-process with faults injected: every way out tears down, and nothing is left in moto, no
 emulator process and no port.
 
 The local target's moto server runs in this process, so the probe (bench_helpers.install_probe) lists
@@ -8,7 +8,6 @@ what moto holds at the moment the bench stops it, and records every emulator chi
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import json
 import signal
@@ -21,12 +20,12 @@ from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.models import SageMakerModelBackend
 
 from bench_helpers import INSTANCE, MODEL, Probe, install_probe, pid_alive, request_lines
+from sagellm import bench
 from sagellm.aws import cloudformation
 from sagellm.aws.local import LocalAws
 from sagellm.bench import runner
 from sagellm.bench.client.transports import HttpTransport, SageMakerTransport
 from sagellm.bench.client.workload import WorkloadOptions
-from sagellm.bench.runner import BenchOptions, BenchOutcome, run_bench
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import Payload
@@ -38,11 +37,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS.+S3.+BucketPo
 PAYLOAD = Payload(256, 32)
 
 
-def options(out: Path, **changes: Any) -> BenchOptions:
+SERVED = bench.ServingSpec("max-throughput", MODEL, INSTANCE, PAYLOAD)
+
+
+def spec(out: Path, levels: tuple[int, ...] = (1, 4), **parts: Any) -> bench.Bench:
     """A quick local sweep: two small levels at 20× simulated speed, no warm-up."""
-    base = BenchOptions(profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD,
-                        concurrency=(1, 4), requests_per_level=4, warmup=0, out=out, time_scale=0.05)
-    return dataclasses.replace(base, **changes)
+    return bench.Bench(**{"serving": SERVED, "target": bench.Local(time_scale=0.05),
+                          "load": bench.Closed(levels, requests_per_level=4, warmup=0),
+                          "sweep": bench.Sweep("doubling"), "output": bench.Output(out), **parts})
 
 
 def quiet(text: str) -> None:
@@ -69,7 +71,7 @@ def test_deploy_failure_exits_3_writes_results_and_leaves_nothing(
 
     monkeypatch.setattr(SageMakerModelBackend, "create_endpoint", no_capacity)
 
-    outcome = run_bench(options(tmp_path), say=quiet)
+    outcome = bench.run(spec(tmp_path), say=quiet)
 
     assert outcome.exit_status == ExitStatus.TARGET_FAILED
     assert outcome.error is not None
@@ -96,7 +98,7 @@ def test_a_destroy_that_leaves_resources_fails_the_run_loudly_with_what_is_left(
     # The delete "succeeds" but deletes nothing: the bench must look for itself, not trust the call.
     monkeypatch.setattr(cloudformation, "delete_run_stack", lambda *args, **kwargs: True)
 
-    outcome = run_bench(options(tmp_path), say=quiet)
+    outcome = bench.run(spec(tmp_path), say=quiet)
 
     assert outcome.exit_status == ExitStatus.TARGET_FAILED
     assert (outcome.error or "").startswith("TEARDOWN FAILED: left in the local AWS: stack sagellm-bench-")
@@ -139,7 +141,7 @@ def crashed_mid_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
 
         monkeypatch.setattr(SageMakerTransport, "send", failing_send)
         try:
-            outcome: Any = run_bench(options(out, concurrency=(1,)), say=quiet)
+            outcome: Any = bench.run(spec(out, (1,)), say=quiet)
         except Boom as exc:
             outcome = exc
     yield out, probe, outcome
@@ -160,7 +162,7 @@ def test_an_exception_mid_sweep_is_reported_as_a_target_failure_with_results(
         crashed_mid_sweep: tuple[Path, Probe, Any]) -> None:
     out, _, outcome = crashed_mid_sweep
 
-    assert isinstance(outcome, BenchOutcome)
+    assert isinstance(outcome, bench.BenchOutcome)
     assert outcome.exit_status == ExitStatus.TARGET_FAILED
     assert "injected: the transport broke" in (outcome.error or "")
     saved = json.loads((out / "results.json").read_text())
@@ -175,8 +177,8 @@ def test_overloaded_endpoint_stops_escalation_and_still_tears_down(
     probe = install_probe(monkeypatch)
     profiles = write_profile(tmp_path / "profiles", "admit-two", {"max_concurrent_requests": 2})
 
-    outcome = run_bench(options(tmp_path / "out", profile="admit-two", profiles_dir=profiles,
-                                concurrency=(1, 8, 16)), say=quiet)
+    served = bench.ServingSpec("admit-two", MODEL, INSTANCE, PAYLOAD, profiles_dir=profiles)
+    outcome = bench.run(spec(tmp_path / "out", (1, 8, 16), serving=served), say=quiet)
 
     assert outcome.exit_status == ExitStatus.OK, outcome.error  # no thresholds: errors are findings
     results = outcome.results
@@ -198,8 +200,8 @@ def test_a_payload_over_the_pinned_input_cap_is_refused_before_anything_runs(tmp
     # The caps are what the application may send; a workload that does not fit them is bad input (exit 2).
     profiles = write_profile(tmp_path, "short-input", {"max_input_tokens": 64})
     with pytest.raises(InputError) as caught:
-        run_bench(BenchOptions(profile="short-input", model=MODEL, instance=INSTANCE, payload=Payload(128, 32),
-                               profiles_dir=profiles, target="http", url="http://127.0.0.1:9", out=tmp_path / "out"),
+        served = bench.ServingSpec("short-input", MODEL, INSTANCE, Payload(128, 32), profiles_dir=profiles)
+        bench.run(bench.Bench(served, bench.Http("http://127.0.0.1:9"), output=bench.Output(tmp_path / "out")),
                   say=quiet)
     assert caught.value.exit_status == ExitStatus.BAD_INPUT
     assert caught.value.messages == [("input_tokens/output_tokens: 128 input + 32 output tokens do not fit under "
@@ -215,10 +217,9 @@ def test_prompts_over_a_servers_max_input_tokens_count_as_validation_errors(tmp_
     server = resolve("short-input", MODEL, INSTANCE, payload=Payload(32, 32), profiles_dir=profiles)
 
     with EmulatorProcess(server, time_scale=0.05) as emulator:
-        outcome = run_bench(BenchOptions(
-            profile="max-throughput", model=MODEL, instance=INSTANCE, payload=Payload(128, 32),
-            target="http", url=emulator.url, concurrency=(1, 4), requests_per_level=4,
-            warmup=0, out=tmp_path / "out"), say=quiet)
+        outcome = bench.run(spec(tmp_path / "out", serving=bench.ServingSpec("max-throughput", MODEL, INSTANCE,
+                                                                             Payload(128, 32)),
+                                 target=bench.Http(emulator.url)), say=quiet)
 
     # Nothing succeeded: the endpoint cannot serve this payload, which is a target failure, said in one line.
     assert outcome.exit_status == ExitStatus.TARGET_FAILED
@@ -235,11 +236,11 @@ def test_prompts_over_a_servers_max_input_tokens_count_as_validation_errors(tmp_
 def test_an_open_loop_sweep_with_repeats_gives_rate_levels_with_their_spread(tmp_path: Path) -> None:
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(80, 16))  # the longest request
     with EmulatorProcess(plan) as emulator:
-        outcome = run_bench(BenchOptions(
-            profile="max-throughput", model=MODEL, instance=INSTANCE, target="http", url=emulator.url,
-            workload=WorkloadOptions(input_tokens="48-80", output_tokens="16", seed=4), concurrency=(),
-            request_rate=(2.0, 4.0), arrivals="poisson", repeats=2, requests_per_level=6, warmup=1,
-            out=tmp_path), say=quiet)
+        outcome = bench.run(bench.Bench(
+            bench.ServingSpec("max-throughput", MODEL, INSTANCE), bench.Http(emulator.url),
+            WorkloadOptions(input_tokens="48-80", output_tokens="16", seed=4),
+            bench.Open((2.0, 4.0), "poisson", repeats=2, requests_per_level=6, warmup=1), bench.Sweep("doubling"),
+            output=bench.Output(tmp_path)), say=quiet)
 
     assert outcome.exit_status == ExitStatus.OK, outcome.error
     results = outcome.results
@@ -280,9 +281,8 @@ def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
 
     monkeypatch.setattr(HttpTransport, "send", send_with_a_helper_task)
     with EmulatorProcess(plan, time_scale=0.05) as emulator:
-        outcome = run_bench(BenchOptions(
-            profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, target="http",
-            url=emulator.url, concurrency=(1,), requests_per_level=50, warmup=0, out=tmp_path), say=quiet)
+        outcome = bench.run(spec(tmp_path, target=bench.Http(emulator.url),
+                                 load=bench.Closed((1,), requests_per_level=50, warmup=0)), say=quiet)
     assert outcome.exit_status == ExitStatus.INTERRUPTED
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the bench put the handler back
     helpers.clear()
@@ -293,26 +293,25 @@ def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
 
 # ------------------------------------------------------------------------------------ before deploying
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"keep": True}, "--keep"),
-    ({"time_scale": 2.0}, "--time-scale"),
-    ({"target": "http"}, "--url: required"),
-    ({"requests_per_level": 4, "duration_per_level_s": 1.0}, "give one, not both"),
-    ({"profile": "no-such-profile"}, "no-such-profile"),
-    ({"served_model": "tiny"}, "--served-model: only used with --target http"),
-    ({"model": None}, "--profile/--model: required"),
-    ({"target": "http", "url": "http://127.0.0.1:9", "model": None}, "give both .+ or neither"),
-    ({"target": "http", "url": "http://127.0.0.1:9", "api": "grpc"}, "--api: 'grpc' must be"),
+@pytest.mark.parametrize(("parts", "message"), [
+    (lambda: {"target": bench.Local(time_scale=2.0)}, r"Local.time_scale: 2.0 must be in \(0, 1\]"),
+    (lambda: {"target": bench.Http("")}, "Http.url: required"),
+    (lambda: {"load": bench.Closed((1,), requests_per_level=4, duration_per_level_s=1.0)}, "give one, not both"),
+    (lambda: {"serving": bench.ServingSpec("no-such-profile", MODEL)}, "no-such-profile"),
+    (lambda: {"serving": bench.ServingSpec("max-throughput")}, "ServingSpec.profile/ServingSpec.model: required"),
+    (lambda: {"serving": bench.ServingSpec("max-throughput"), "target": bench.Http("http://127.0.0.1:9")},
+     "give both .+ or neither"),
+    (lambda: {"target": bench.Http("http://127.0.0.1:9", api="grpc")}, "Http.api: 'grpc' must be"),
 ])
 def test_bad_options_raise_before_anything_is_deployed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changes: dict[str, Any], message: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: Any, message: str) -> None:
     def no_target(*args: object, **kwargs: object) -> None:
         raise AssertionError("a target was created for bad input")
 
     monkeypatch.setattr(runner, "choose_target", no_target)
 
     with pytest.raises(InputError, match=message):
-        run_bench(options(tmp_path / "out", **changes), say=quiet)
+        bench.run(spec(tmp_path / "out", **parts()), say=quiet)
 
     assert not (tmp_path / "out").exists()
 
@@ -324,7 +323,7 @@ def test_a_rule_at_a_level_outside_the_sweep_is_refused_before_deploying(
     gates.write_text("rules:\n  - {metric: error_rate, where: 16, max: 0.01}\n")
 
     with pytest.raises(InputError) as exc:
-        run_bench(options(tmp_path / "out", thresholds=gates), say=quiet)
+        bench.run(spec(tmp_path / "out", gate=bench.Gate(gates)), say=quiet)
 
     assert exc.value.messages == [(f"{gates}: rules[0].where: 16 is not a level of the sweep (1, 4); use one of "
                                    "its levels, knee or max")]
@@ -337,11 +336,11 @@ def test_an_incomparable_baseline_is_refused_before_deploying(
 
     monkeypatch.setattr(runner, "choose_target", lambda *a, **k: pytest.fail("a target was created for bad input"))
     other_payload = write_run(tmp_path / "old", input_tokens=64, output_tokens=64)
-    bench = options(tmp_path / "out", baseline=other_payload)
-    assert RUN.model == bench.model and RUN.instance_type == bench.instance
+    asked = spec(tmp_path / "out", gate=bench.Gate(baseline=other_payload))
+    assert RUN.model == asked.serving.model and RUN.instance_type == asked.serving.instance
 
     with pytest.raises(InputError) as exc:
-        run_bench(bench, say=quiet)
+        bench.run(asked, say=quiet)
 
     [message] = exc.value.messages
     assert message.startswith(f"{other_payload}: baseline not comparable with this run: ")
@@ -351,20 +350,19 @@ def test_an_incomparable_baseline_is_refused_before_deploying(
 
 def test_a_gated_model_on_sagemaker_without_a_token_secret_is_refused_before_deploying(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
-        run_bench(BenchOptions(profile="max-throughput", model=MODEL, instance=INSTANCE, target="sagemaker",
-                               out=tmp_path / "out"), say=quiet)
+        bench.run(spec(tmp_path / "out", target=bench.SageMaker()), say=quiet)
     assert caught.value.messages == [
         ("meta-llama/Llama-2-7b-hf is gated on the Hugging Face Hub and no hf_token_secret is set: the endpoint "
-        "would never start; store a token that has access in Secrets Manager and pass --hf-token-secret "
-        "<secret name or ARN> (or hf_token_secret: in the profile)")]
+        "would never start; store a token that has access in Secrets Manager and pass "
+        "ServingSpec.hf_token_secret=<secret name or ARN> (or hf_token_secret: in the profile)")]
     assert not (tmp_path / "out").exists()
 
 
 def test_a_token_given_as_the_secret_option_is_refused_without_echoing_it(tmp_path: Path) -> None:
     token = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
     with pytest.raises(InputError) as caught:
-        run_bench(BenchOptions(profile="max-throughput", model=MODEL, target="sagemaker", hf_token_secret=token,
-                               out=tmp_path / "out"), say=quiet)
+        bench.run(spec(tmp_path / "out", serving=bench.ServingSpec("max-throughput", MODEL, hf_token_secret=token),
+                       target=bench.SageMaker()), say=quiet)
     assert caught.value.messages == [
-        ("--hf-token-secret: looks like a Hugging Face access token itself; give the name or ARN of the Secrets "
+        ("ServingSpec.hf_token_secret: looks like a Hugging Face access token itself; give the name or ARN of the Secrets "
         "Manager secret that holds the token (e.g. prod/huggingface/token)")]

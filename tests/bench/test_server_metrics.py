@@ -109,7 +109,7 @@ def test_the_sagemaker_target_reads_each_level_as_whole_minutes_of_cloudwatch(
     server.reset()
     for key, value in server.env({}).items():
         monkeypatch.setenv(key, value)
-    target = SageMakerTarget(resolve("max-throughput", MODEL, INSTANCE), MODEL, None, tmp_path, "r1", "h:1")
+    target = SageMakerTarget(resolve("max-throughput", MODEL, INSTANCE), tmp_path, "r1", "h:1")
     target.endpoint = "prod-chat"
     said: list[str] = []
     watch = ServerWatch(target, SimpleNamespace(inference_component=None), said.append)  # type: ignore[arg-type]

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from bench_helpers import INSTANCE, MODEL, request_lines, results_of
+from sagellm import bench
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import SseLines
 from sagellm.bench.client.transports import HttpTransport
 from sagellm.bench.load.level import LevelResult
-from sagellm.bench.runner import BenchOptions, run_bench
 from sagellm.bench.targets import http as http_target
 from sagellm.bench.verdict import target_failure
 from sagellm.emulator import EmulatorProcess
@@ -105,9 +105,10 @@ def run_against(emulator: EmulatorProcess, out: Path, after: int, fault: Any) ->
         monkeypatch.setattr(HttpTransport, "send", send_then_fault)
         # A client timeout of 1 s instead of 60 s, so a hang shows quickly.
         monkeypatch.setattr(http_target, "HttpTransport", functools.partial(HttpTransport, timeout_s=1.0))
-        return run_bench(BenchOptions(
-            profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, target="http",
-            url=emulator.url, concurrency=(1, 2), requests_per_level=40, warmup=0, out=out), say=print)
+        return bench.run(bench.Bench(
+            serving=bench.ServingSpec("max-throughput", MODEL, INSTANCE, PAYLOAD), target=bench.Http(emulator.url),
+            load=bench.Closed((1, 2), requests_per_level=40, warmup=0), sweep=bench.Sweep("doubling"),
+            output=bench.Output(out)), say=print)
 
 
 def crash(emulator: EmulatorProcess) -> None:
@@ -170,9 +171,10 @@ def test_an_endpoint_that_hangs_with_streams_in_flight_exits_3_with_one_line(
     # A client timeout of 1 s instead of 60 s, so the hang shows quickly.
     monkeypatch.setattr(http_target, "HttpTransport", functools.partial(HttpTransport, timeout_s=1.0))
     try:
-        outcome = run_bench(BenchOptions(
-            profile="max-throughput", model=MODEL, instance=INSTANCE, payload=PAYLOAD, target="http",
-            url=emulator.url, concurrency=(4,), requests_per_level=40, warmup=0, out=tmp_path), say=print)
+        outcome = bench.run(bench.Bench(
+            serving=bench.ServingSpec("max-throughput", MODEL, INSTANCE, PAYLOAD), target=bench.Http(emulator.url),
+            load=bench.Closed((4,), requests_per_level=40, warmup=0), sweep=bench.Sweep("doubling"),
+            output=bench.Output(tmp_path)), say=print)
     finally:
         os.kill(pid, signal.SIGCONT)
         emulator.stop()

@@ -715,6 +715,23 @@ def test_an_lmi_plan_deploys_the_pinned_lmi_image_with_the_vllm_engine_named(tmp
     assert plan.environment["OPTION_ENTRYPOINT"] == "djl_python.lmi_vllm.vllm_async_service"
 
 
+def test_an_inferentia_plan_deploys_the_neuronx_image_on_the_neuron_ami_with_the_neuron_timeouts(plans):
+    from sagellm.profiles import resolve
+
+    plan = resolve("max-throughput", "meta-llama/Llama-3.1-8B", "ml.inf2.xlarge", hf_token_secret=HF_SECRET)
+    template = synth(plan)
+    template.has_resource_properties(CONFIG, {"ProductionVariants": [Match.object_like({
+        "InstanceType": "ml.inf2.xlarge", "InferenceAmiVersion": "al2-ami-sagemaker-inference-neuron-2",
+        "ContainerStartupHealthCheckTimeoutInSeconds": 1800, "ModelDataDownloadTimeoutInSeconds": 1800})]})
+    template.has_resource_properties(MODEL, {"PrimaryContainer": Match.object_like({
+        "Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-tgi-inference:"
+                 "2.7.0-optimum3.3.6-neuronx-py310-ubuntu22.04",
+        "Environment": Match.object_like({"MODEL_ID": "meta-llama/Llama-3.1-8B",
+                                          "HF_MODEL_ID": "meta-llama/Llama-3.1-8B"})})})
+    # A GPU plan keeps SageMaker's default AMI.
+    assert "InferenceAmiVersion" not in str(synth(plans["max-throughput"]).find_resources(CONFIG))
+
+
 def endpoint_ids(plan: DeploymentPlan) -> set[str]:
     return set(synth(plan).find_resources(ENDPOINT))
 

@@ -12,7 +12,7 @@ import pytest
 from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
 
 from sagellm.emulator import Emulator
-from sagellm.emulator.simulate import ClosedLoop, OpenLoop, SimulatedRequest, simulate
+from sagellm.emulator.simulate import SimulatedClosedLoop, SimulatedOpenLoop, SimulatedRequest, simulate
 
 
 def ttft_ms(r: SimulatedRequest) -> float:
@@ -33,7 +33,7 @@ def quantile(values: list[float], q: float) -> float:
 def test_one_user_alone_gets_a_prefill_pass_then_one_decode_step_per_token() -> None:
     p = plan()
     steps = steps_of(p)
-    sim = simulate(p, 100, 5, ClosedLoop(1), requests=3, warmup=1)
+    sim = simulate(p, 100, 5, SimulatedClosedLoop(1), requests=3, warmup=1)
     for r in sim.measured:
         assert r.ok and r.output_tokens == 5
         assert ttft_ms(r) == pytest.approx(steps.prefill_s(100) * 1000)
@@ -49,14 +49,14 @@ def test_a_run_is_the_same_for_a_seed_and_differs_for_another() -> None:
 
     def stamps(seed: int) -> list[tuple[float, float | None, float | None]]:
         return [(r.arrived_s, r.first_token_s, r.last_token_s)
-                for r in simulate(p, 256, 64, OpenLoop(3.0), requests=200, seed=seed).requests]
+                for r in simulate(p, 256, 64, SimulatedOpenLoop(3.0), requests=200, seed=seed).requests]
 
     assert stamps(1) == stamps(1)
     assert stamps(1) != stamps(2)
 
 
 def test_warm_up_then_measured_requests_then_tail_fillers_until_every_measured_one_ends() -> None:
-    sim = simulate(plan(), 256, 64, OpenLoop(3.0), requests=150, warmup=40)
+    sim = simulate(plan(), 256, 64, SimulatedOpenLoop(3.0), requests=150, warmup=40)
     assert [r.warmup for r in sim.requests[:41]] == [True] * 40 + [False]
     measured = sim.measured
     assert len(measured) == 150 and all(r.ok for r in measured)
@@ -67,34 +67,34 @@ def test_warm_up_then_measured_requests_then_tail_fillers_until_every_measured_o
 
 
 def test_queueing_makes_the_p90_ttft_much_more_than_the_median_at_high_utilisation() -> None:
-    sim = simulate(plan(), 256, 256, OpenLoop(2.0), requests=600)
+    sim = simulate(plan(), 256, 256, SimulatedOpenLoop(2.0), requests=600)
     ttfts = [ttft_ms(r) for r in sim.measured]
     assert quantile(ttfts, 0.9) > 3 * quantile(ttfts, 0.5)
 
 
 def test_above_the_admission_limit_requests_are_refused_with_429() -> None:
     p = plan(model(env={**TOKEN_CAPS, "MAX_CONCURRENT_REQUESTS": "2"}))
-    sim = simulate(p, 256, 64, ClosedLoop(4), requests=100)
+    sim = simulate(p, 256, 64, SimulatedClosedLoop(4), requests=100)
     errors = {r.error for r in sim.measured if not r.ok}
     assert errors == {"overloaded"} and all(r.status == 429 for r in sim.measured if not r.ok)
     assert any(r.ok for r in sim.measured)
 
 
 def test_a_request_over_the_total_token_cap_is_refused_with_422() -> None:
-    sim = simulate(plan(), 2000, 4000, OpenLoop(1.0), requests=5, warmup=0)
+    sim = simulate(plan(), 2000, 4000, SimulatedOpenLoop(1.0), requests=5, warmup=0)
     assert all(r.error == "validation" and r.status == 422 for r in sim.measured)
 
 
 def test_requests_past_the_invocation_timeout_fail_as_timeouts() -> None:
-    sim = simulate(plan(), 1024, 512, OpenLoop(20.0), requests=200, timeout_s=60.0)
+    sim = simulate(plan(), 1024, 512, SimulatedOpenLoop(20.0), requests=200, timeout_s=60.0)
     assert any(r.error == "timeout" for r in sim.measured)
     assert all(r.end_s - r.arrived_s <= 60.0 + 1.0 for r in sim.measured if r.ok)
 
 
 def test_copies_share_the_load_least_loaded_first() -> None:
-    one = simulate(plan(), 256, 256, OpenLoop(2.0), requests=300)
+    one = simulate(plan(), 256, 256, SimulatedOpenLoop(2.0), requests=300)
     four = simulate(plan(model(copies=4), instance="ml.g5.12xlarge", kind="inference-component"), 256, 256,
-                    OpenLoop(2.0), requests=300)
+                    SimulatedOpenLoop(2.0), requests=300)
     assert quantile([ttft_ms(r) for r in four.measured], 0.9) < quantile([ttft_ms(r) for r in one.measured], 0.9)
 
 
@@ -103,7 +103,7 @@ def test_the_simulator_agrees_with_the_emulator_served_over_http() -> None:
     """Both get the same Poisson arrival times (the simulator's, from its seed); the emulator's own timings
     (its simulated clock, in the headers) ÷ the time scale against the simulated requests."""
     rate, n_in, n_out, n, extra, seed, scale = 3.0, 256, 64, 120, 20, 7, 0.25
-    sim = simulate(plan(), n_in, n_out, OpenLoop(rate), requests=n, warmup=0, seed=seed)
+    sim = simulate(plan(), n_in, n_out, SimulatedOpenLoop(rate), requests=n, warmup=0, seed=seed)
     rng = random.Random(seed)
     arrivals = [0.0]
     for _ in range(n + extra):

@@ -41,17 +41,20 @@ def test_image_uri_is_what_the_sagemaker_sdk_returns_for_every_modelled_version(
 def test_neuron_image_is_the_pinned_optimum_neuron_build_of_tgi_3_3_6() -> None:
     image_uris = pytest.importorskip("sagemaker.core.image_uris")
 
+    # As the Hugging Face SDK asks for it (get_huggingface_llm_image_uri("huggingface-neuronx")): the tool names
+    # the tag's processor part.
     want = image_uris.retrieve("huggingface-llm-neuronx", region="us-east-1", version="0.3.0",
-                               image_scope="inference")
+                               image_scope="inference", inference_tool="neuronx")
     assert TGI_NEURON.image_uri(TGI.pinned, "us-east-1") == want
-    assert "optimum3.3.6" in want
+    assert want.endswith(":2.7.0-optimum3.3.6-neuronx-py310-ubuntu22.04")
 
 
 def test_neuron_image_is_the_optimum_neuron_build_of_the_pinned_tgi() -> None:
-    # The SDK's tag for huggingface-llm-neuronx 0.3.0 in us-east-1 (what the integration test above checks).
+    # The SDK's tag for huggingface-llm-neuronx 0.3.0 in us-east-1 (what the integration test above checks), as
+    # aws/deep-learning-containers and Hugging Face's SageMaker docs list it: `-neuronx-`, not the table's `-inf2-`.
     assert TGI_NEURON.image_uri(TGI.pinned, "us-east-1") == (
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-tgi-inference:"
-        "2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04")
+        "2.7.0-optimum3.3.6-neuronx-py310-ubuntu22.04")
 
 
 def test_image_tables_are_read_without_the_sagemaker_sdk() -> None:
@@ -99,7 +102,8 @@ def test_an_image_is_pinned_by_its_full_tag_or_its_digest() -> None:
     assert TGI.image_uri("3.3.6", "eu-west-1", f"{short}-v1.1") == f"{registry}:{short}-v1.1"
     assert TGI.image_uri("3.3.6", "eu-west-1", DIGEST) == f"{registry}@{DIGEST}"
     # The Inferentia engine pins its own (optimum-neuron) image.
-    assert TGI_NEURON.pin_errors("3.3.6", "2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04-v1.0", "pin") == []
+    assert TGI_NEURON.pin_errors("3.3.6", "2.7.0-optimum3.3.6-neuronx-py310-ubuntu22.04-v1.0", "pin") == []
+    assert TGI_NEURON.pin_errors("3.3.6", "2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04", "pin") != []
 
 
 @pytest.mark.parametrize("pin", [

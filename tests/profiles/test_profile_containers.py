@@ -74,7 +74,7 @@ def test_profiles_validate_refuses_a_pin_of_another_image_without_resolving(writ
 
 
 @pytest.mark.parametrize(("pin", "instance"), [
-    ("2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04-v1.0", "ml.g5.2xlarge"),  # the Inferentia image on a GPU
+    ("2.7.0-optimum3.3.6-neuronx-py310-ubuntu22.04-v1.0", "ml.g5.2xlarge"),  # the Inferentia image on a GPU
     ("2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04-v1.0", "ml.inf2.8xlarge"),  # the GPU image on Inferentia
 ])
 def test_a_pin_must_be_of_the_image_the_instance_type_runs(write, team_dir: Path, pin: str, instance: str) -> None:
@@ -216,7 +216,7 @@ def test_an_extra_model_on_inferentia_needs_a_compiled_shape_too(write, team_dir
 
 
 def test_an_inferentia_plan_takes_a_pin_of_the_optimum_neuron_image(write, team_dir: Path) -> None:
-    pin = "2.7.0-optimum3.3.6-inf2-py310-ubuntu22.04-v1.0"
+    pin = "2.7.0-optimum3.3.6-neuronx-py310-ubuntu22.04-v1.0"
     write("p.yaml", f"name: p\nextends: max-throughput\ncontainer: {{image_pin: {pin}}}\n")
     plan = resolve("p", LLAMA31_8B, "ml.inf2.8xlarge", profiles_dir=team_dir)
     assert plan.primary.image_uri.endswith(f"/huggingface-pytorch-tgi-inference:{pin}")

@@ -105,7 +105,7 @@ def finalists_of(load: Load, tmp_path: Path):
 
 def test_an_interrupted_bench_ends_the_verify_and_starts_no_other(tmp_path, monkeypatch):
     from sagellm import bench
-    from sagellm.bench.options import BenchOutcome
+    from sagellm.bench import BenchOutcome
     from sagellm.errors import ExitStatus
     from sagellm.recommend.verify import finalists, verify
 
@@ -134,7 +134,7 @@ def test_a_signal_between_benches_ends_the_verify_with_its_results(tmp_path, mon
     import signal
 
     from sagellm import bench
-    from sagellm.bench.options import BenchOutcome
+    from sagellm.bench import BenchOutcome
     from sagellm.errors import ExitStatus
     from sagellm.recommend.verify import verify
 

@@ -26,6 +26,7 @@ from sagellm.results.gate import (
     planned_levels,
     unplanned_levels,
 )
+from sagellm.results.picks import make_results
 from sagellm.results.schema import (
     Level,
     LevelSummary,
@@ -38,7 +39,6 @@ from sagellm.results.schema import (
     load_results,
     write_results,
 )
-from sagellm.results.sweep import make_results
 
 
 def results(levels: list[Level] | None = None, *, usd_per_h: float | None = 1.2,

@@ -8,7 +8,7 @@ from pathlib import Path
 from results_helpers import RUN, level, results
 from sagellm.results.prediction import departures
 from sagellm.results.report import render_markdown
-from sagellm.results.schema import Level, PredictedPoint, Stats, Sweep
+from sagellm.results.schema import Level, PredictedPoint, Stats, SweepRecord
 
 
 def agreeing(c: int, tput: float, p50: float, **changes: object) -> Level:
@@ -36,7 +36,7 @@ def test_a_metric_more_than_25_percent_off_is_flagged_beside_it_with_what_the_pr
 
 def test_a_sweep_confirmed_by_throughput_and_ms_per_token_names_the_metrics_that_differ() -> None:
     slow_ttft = agreeing(8, 360, 25, ttft_ms=Stats(p50=90, p90=95, p99=99, mean=91))
-    sweep = Sweep(method="adaptive", endpoint_minutes=1.0, predicted_knee=8, predicted_max=8, order=["8", "1"],
+    sweep = SweepRecord(method="adaptive", endpoint_minutes=1.0, predicted_knee=8, predicted_max=8, order=["8", "1"],
                   outcome="the prediction confirmed within 8% at its knee and max after 1 level(s)")
     run = results([agreeing(1, 100, 10), slow_ttft], stopped_reason=None).model_copy(update={"sweep": sweep})
 

@@ -5,11 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from results_helpers import RUN, level
+from sagellm.results.picks import make_results
 from sagellm.results.report import render_markdown, write_report
-from sagellm.results.schema import Ramp, RampInterval, Results, ScalingEvent, ScalingPolicy, Stats, Teardown
-from sagellm.results.sweep import make_results
+from sagellm.results.schema import (
+    RampInterval,
+    RampRecord,
+    Results,
+    ScalingEvent,
+    ScalingPolicyRecord,
+    Stats,
+    Teardown,
+)
 
-POLICY = ScalingPolicy(metric="SageMakerVariantConcurrentRequestsPerModelHighResolution", target_value=60.0, min_capacity=1, max_capacity=2,
+POLICY = ScalingPolicyRecord(metric="SageMakerVariantConcurrentRequestsPerModelHighResolution", target_value=60.0, min_capacity=1, max_capacity=2,
                        scale_out_cooldown_s=60.0, scale_in_cooldown_s=300.0, period_s=60.0, out_datapoints=3,
                        in_datapoints=15, metric_delay_s=60.0, instance_startup_s=525.0)
 EVENTS = [ScalingEvent(t_s=120.0, kind="breach", desired=1, in_service=1, detail="SageMakerVariantConcurrentRequestsPerModelHighResolution 90 > 60"),
@@ -24,10 +32,10 @@ def interval(start: float, in_service: int | None, p50_ms: float, errors: int = 
                         ms_per_token=Stats(p50=p50_ms / 10, p90=p50_ms / 5))
 
 
-def ramp(simulated: bool = True) -> Ramp:
+def ramp(simulated: bool = True) -> RampRecord:
     intervals = [interval(30.0 * i, (1 if i < 28 else 2) if simulated else None, 100.0 if i < 28 else 50.0,
                           errors=1 if i == 20 else 0) for i in range(32)]
-    return Ramp(rates=[1.0, 2.0], step_s=480.0, interval_s=30.0, scaling="simulated" if simulated else "none",
+    return RampRecord(rates=[1.0, 2.0], step_s=480.0, interval_s=30.0, scaling="simulated" if simulated else "none",
                 policy=POLICY if simulated else None, intervals=intervals, events=EVENTS if simulated else [],
                 first_breach_s=120.0 if simulated else None, first_scale_out_s=300.0 if simulated else None,
                 first_in_service_s=825.0 if simulated else None,
@@ -36,7 +44,7 @@ def ramp(simulated: bool = True) -> Ramp:
                 above_slo_while_scaling=90, instance_minutes=18.25, cost_usd=0.46)
 
 
-def results(r: Ramp) -> Results:
+def results(r: RampRecord) -> Results:
     out = make_results(RUN, [level(1, 100, 10)], usd_per_h=1.5, teardown=Teardown(status="destroyed"))
     return out.model_copy(update={"ramp": r})
 

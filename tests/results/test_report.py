@@ -8,6 +8,7 @@ from pathlib import Path
 
 from results_helpers import RUN, level
 from sagellm.results.gate import Rule, Thresholds, gate
+from sagellm.results.picks import make_results
 from sagellm.results.plot import plot_curve
 from sagellm.results.report import render_markdown, write_report
 from sagellm.results.schema import (
@@ -20,7 +21,6 @@ from sagellm.results.schema import (
     Stats,
     Teardown,
 )
-from sagellm.results.sweep import make_results
 
 
 def results(thresholds: Thresholds | None = None, *, teardown: Teardown | None = None) -> Results:

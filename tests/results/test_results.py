@@ -10,6 +10,7 @@ import pytest
 
 from sagellm.errors import InputError
 from sagellm.planner.curve import Point
+from sagellm.results.picks import make_results
 from sagellm.results.schema import (
     ERROR_KINDS,
     Level,
@@ -21,7 +22,6 @@ from sagellm.results.schema import (
     predicted_from,
     write_results,
 )
-from sagellm.results.sweep import make_results
 
 RUN = Run(profile="max-throughput", model="meta-llama/Llama-2-7b-hf", instance_type="ml.g5.2xlarge",
           instance_count=2, target="local", emulated=True, time_scale=0.1, region="us-east-1",

@@ -6,8 +6,8 @@ import csv
 import io
 
 from results_helpers import LEVELS, RUN, results
+from sagellm.results.picks import make_results
 from sagellm.results.schema import ERROR_KINDS, Level, Stats, Teardown
-from sagellm.results.sweep import make_results
 from sagellm.results.table import IDENTITY, cells, render_csv
 
 

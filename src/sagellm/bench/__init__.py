@@ -8,37 +8,36 @@ the results and the exit status `sagellm bench` would end with::
     from sagellm import bench
 
     outcome = bench.run(bench.Bench(
-        serving=bench.Serving(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge"),
+        serving=bench.ServingSpec(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge"),
         target=bench.Local(time_scale=0.05),  # the emulator, 20× faster than real time
         load=bench.Closed(concurrency=(1, 4), requests_per_level=8),
         output=bench.Output(Path("run-1"))))
     print(outcome.exit_status.name, outcome.results.max_throughput)
 
 Sub-packages, each importing only those below it: `sweep` and `targets` → `load` → `client`; above them the
-specs, then the planning, the flags and the runner.
+specs, then the planning and the runner.
 """
 
-from sagellm.bench.options import BenchOutcome
-from sagellm.bench.runner import run
+from sagellm.bench.runner import BenchOutcome, run
 from sagellm.bench.specs import (
     Bench,
     Closed,
     Endpoint,
     Gate,
     Http,
-    Load,
+    LoadSpec,
     Local,
     Open,
     Output,
     Ramp,
     RampIfAutoscaled,
     SageMaker,
-    Serving,
+    ServingSpec,
     Sweep,
-    Target,
+    TargetSpec,
     Workers,
     WorkloadOptions,
 )
 
-__all__ = ["Bench", "BenchOutcome", "Closed", "Endpoint", "Gate", "Http", "Load", "Local", "Open", "Output", "Ramp",
-           "RampIfAutoscaled", "SageMaker", "Serving", "Sweep", "Target", "Workers", "WorkloadOptions", "run"]
+__all__ = ["Bench", "BenchOutcome", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
+           "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers", "WorkloadOptions", "run"]

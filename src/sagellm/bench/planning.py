@@ -17,13 +17,14 @@ from sagellm.bench.specs import (
     Closed,
     Endpoint,
     Http,
-    Load,
+    LoadSpec,
     Local,
     Open,
     Ramp,
     RampIfAutoscaled,
     SageMaker,
-    Serving,
+    ServingSpec,
+    ramp_of,
 )
 from sagellm.bench.sweep.choosers import sweep_method, threshold_levels
 from sagellm.bench.sweep.ramp import ramp_steps
@@ -57,9 +58,12 @@ class BenchPlan:
     thresholds: Thresholds | None
     baseline: Results | None
     notes: tuple[str, ...] = ()  # said once before deploying (e.g. why nothing is predicted)
-    # Simulated seconds per wall second of the emulator measured (1.0: real time, or no emulator): the local
-    # target's own, or the one an emulator behind the http or SageMaker-runtime URL says it runs at.
-    time_scale: float = 1.0
+
+    @property
+    def time_scale(self) -> float:
+        """Simulated seconds per wall second of the emulator measured (1.0: real time, or no emulator): the
+        local target's own, or the one an emulator behind the http or SageMaker-runtime URL says it runs at."""
+        return self.run.time_scale
 
     @property
     def shape(self) -> Shape | None:
@@ -105,7 +109,8 @@ def plan_bench(bench: Bench) -> BenchPlan:
         # A gated model without a token would fail only after a paid start-up.
         missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
         if missing:
-            raise InputError([m.replace("pass -c hf_token_secret=", "pass --hf-token-secret ") for m in missing])
+            raise InputError([m.replace("pass -c hf_token_secret=", "pass ServingSpec.hf_token_secret=")
+                              for m in missing])
     load = _load_as_run(bench.load, design)
     method = sweep_method(bench.sweep.method, predicted=design is not None, open_loop=not isinstance(load, Closed))
     levels = _levels(load, method, bench)
@@ -118,7 +123,7 @@ def plan_bench(bench: Bench) -> BenchPlan:
         check_reachable(target.url)  # a closed port is one line, before anything is written
     notes = (NO_INSTANCE,) if unseen else ()
     return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline,
-                     notes, time_scale=run.time_scale)
+                     notes)
 
 
 def emulator_scale(bench: Bench) -> float | None:
@@ -137,7 +142,7 @@ NO_INSTANCE = ("--target http: no prediction without --instance (the instance ty
                "is measured and labelled, not predicted")
 
 
-def _design(serving: Serving, options: WorkloadOptions, deployed: DeployedEndpoint | None, *,
+def _design(serving: ServingSpec, options: WorkloadOptions, deployed: DeployedEndpoint | None, *,
             predict: bool = True) -> tuple[Design | None, Workload]:
     """The plan's design and the workload. The longest request the workload can send sizes the plan (its
     token caps and admission limit must take every request); the mean request sizes the prediction. The
@@ -163,19 +168,13 @@ def _design(serving: Serving, options: WorkloadOptions, deployed: DeployedEndpoi
     return design, workload
 
 
-def _load_as_run(load: Load, design: Design | None) -> Closed | Open | Ramp:
+def _load_as_run(load: LoadSpec, design: Design | None) -> Closed | Open | Ramp:
     """The load as it will run: a ramp where the plan autoscales (unless the levels were asked for), its
     steps predicted where none are given."""
     if isinstance(load, RampIfAutoscaled):
         if not (design and design.scaling):
             return load.otherwise
-        given = load.otherwise
-        if given.repeats > 1:
-            raise InputError("--repeats: a ramp runs once; --no-ramp repeats the levels of a sweep")
-        if isinstance(given, Open):
-            load = Ramp(given.request_rate, given.arrivals, given.max_in_flight, given.duration_per_level_s)
-        else:
-            load = Ramp(step_s=given.duration_per_level_s)
+        load = ramp_of(load.otherwise)
     if isinstance(load, Ramp) and not load.request_rate:
         return Ramp(ramp_steps(True, (), design), load.arrivals, load.max_in_flight, load.step_s)
     return load

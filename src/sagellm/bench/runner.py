@@ -14,25 +14,23 @@ from typing import Any
 from sagellm.aws.cleanup import this_process
 from sagellm.bench.client.records import RecordLog, RequestRecord
 from sagellm.bench.interrupts import Interrupted, Interrupts
-from sagellm.bench.load.level import LevelResult, StopRule
+from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
-from sagellm.bench.load.pools import worker_pool
-from sagellm.bench.load.workers import pool_size
-from sagellm.bench.options import BenchOptions, BenchOutcome, to_bench
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.specs import Bench, Http, Local, Ramp, SageMaker
-from sagellm.bench.sweep.choosers import Chooser, make_chooser, sweep_block
-from sagellm.bench.sweep.ramp import DEFAULT_STEP_S, RampRun
-from sagellm.bench.sweep.run import run_sweep
+from sagellm.bench.sweep.choosers import make_chooser
+from sagellm.bench.sweep.ramp import DEFAULT_STEP_S
+from sagellm.bench.sweep.shapes import ClosedLoopSweep, Levels, LoadShape, OpenLoopSweep, RampRun
 from sagellm.bench.targets.target import Target, choose_target
 from sagellm.bench.targets.teardown import tear_down
 from sagellm.bench.verdict import target_failure
 from sagellm.errors import ExitStatus, SagellmError
 from sagellm.planner import predict_point
-from sagellm.results import sweep
+from sagellm.results import picks
 from sagellm.results.gate import gate
+from sagellm.results.picks import make_results
 from sagellm.results.report import write_report
 from sagellm.results.schema import (
     Failure,
@@ -47,15 +45,18 @@ from sagellm.results.schema import (
     predicted_from,
     write_results,
 )
-from sagellm.results.sweep import make_results
 from sagellm.results.tracking import log_run
 
-__all__ = ["BenchOptions", "BenchOutcome", "run", "run_bench"]
+__all__ = ["BenchOutcome", "run"]
 
 
-def run_bench(opts: BenchOptions, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
-    """Run the bench `sagellm bench`'s flags ask for."""
-    return run(to_bench(opts), watch, say)
+@dataclass(frozen=True)
+class BenchOutcome:
+    """The finished run and the exit status it earns."""
+
+    results: Results
+    exit_status: ExitStatus
+    error: str | None = None
 
 
 def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> BenchOutcome:
@@ -68,7 +69,7 @@ def run(bench: Bench, watch: Watch | None = None, say: Say | None = None) -> Ben
 
         from sagellm import bench
         outcome = bench.run(bench.Bench(
-            serving=bench.Serving(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge"),
+            serving=bench.ServingSpec(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge"),
             target=bench.Local(time_scale=0.05), load=bench.Closed(concurrency=(1, 4), requests_per_level=8)))
         print(outcome.exit_status, outcome.results.max_throughput)
     """
@@ -118,9 +119,8 @@ def _target(p: BenchPlan, out: Path, say: Say) -> Target:
     spec = p.bench.target
     return choose_target(spec.kind, p.plan, model=p.run.model if p.plan else p.bench.serving.model,
                          url=url_of(p.bench), api=spec.api,
-                         served_model=spec.served_model if isinstance(spec, Http) else None,
-                         profiles_dir=p.bench.serving.profiles_dir, workdir=out / "cdk", run=p.run_id,
-                         process=this_process(), time_scale=p.time_scale, deployed=p.deployed, say=say,
+                         served_model=spec.served_model if isinstance(spec, Http) else None, workdir=out / "cdk",
+                         run=p.run_id, process=this_process(), time_scale=p.time_scale, deployed=p.deployed, say=say,
                          instance_startup_s=spec.instance_startup_s if isinstance(spec, Local) else None)
 
 
@@ -140,12 +140,10 @@ def _fresh_folder(out: Path) -> Path:
 class Measurement:
     """What measuring left behind: the levels, how the run ended and what the target told."""
 
-    chooser: Chooser
-    ramp: RampRun | None
+    shape: LoadShape
     levels: list[LevelResult] = field(default_factory=list)
     lags: dict[str, float] = field(default_factory=dict)  # the load generator's event-loop lag per level
     server: dict[str, ServerMetrics] = field(default_factory=dict)
-    workers: int | None = None  # the sweep's pool, once it started
     teardown: Teardown | None = None
     status: ExitStatus = ExitStatus.OK
     error: str | None = None
@@ -188,13 +186,7 @@ class _Recorder:
 def _measure(p: BenchPlan, target: Target, out: Path, watch: Watch, interrupts: Interrupts) -> Measurement:
     """Deploy (or reach) the target, measure, read its metrics, tear it down; every failure is kept in the
     measurement, none escapes (a bug's traceback goes to error.log)."""
-    chooser = make_chooser(p.method, p.bench.sweep, p.levels, p.shape, p.workload.payload(),
-                           p.plan.initial_instance_count if p.plan else 1, time_scale=p.time_scale,
-                           emulated=p.run.emulated, baseline=p.baseline)
-    loop = p.open_loop
-    ramp = RampRun(p.levels, p.load.step_s or DEFAULT_STEP_S, loop, target) \
-        if isinstance(p.load, Ramp) and loop else None
-    m = Measurement(chooser, ramp)
+    m = Measurement(_load_shape(p, target))
     recorder = _Recorder(m, out, watch, target, p.time_scale)
     try:
         with interrupts.armed():
@@ -225,6 +217,20 @@ def _measure(p: BenchPlan, target: Target, out: Path, watch: Watch, interrupts: 
     return m
 
 
+def _load_shape(p: BenchPlan, target: Target) -> LoadShape:
+    """The shape of load the bench's load spec asks for, with the chooser of its levels."""
+    chooser = make_chooser(p.method, p.bench.sweep, p.levels, p.shape, p.workload.payload(),
+                           p.plan.initial_instance_count if p.plan else 1, time_scale=p.time_scale,
+                           emulated=p.run.emulated, baseline=p.baseline)
+    load, loop = p.load, p.open_loop
+    if isinstance(load, Ramp):
+        assert loop is not None  # a ramp is open loop
+        return RampRun(chooser, p.levels, load.step_s or DEFAULT_STEP_S, loop, target)
+    levels = Levels(p.requests, load.duration_per_level_s, p.duration_s, load.warmup, load.repeats,
+                    p.bench.workers.count, p.bench.workers.ray)
+    return ClosedLoopSweep(chooser, levels) if loop is None else OpenLoopSweep(chooser, levels, loop)
+
+
 def _deploy_and_measure(p: BenchPlan, target: Target, recorder: _Recorder, watch: Watch,
                         interrupts: Interrupts) -> None:
     m = recorder.measurement
@@ -234,22 +240,9 @@ def _deploy_and_measure(p: BenchPlan, target: Target, recorder: _Recorder, watch
                     f"{p.plan.profile} ({p.plan.instance_type} × {p.plan.initial_instance_count}) {where}")
     transport = target.deploy()
     recorder.servers = ServerWatch(target, transport, watch.say)
-    watch.enter("measuring", f"endpoint {target.endpoint}, "
-                + (m.ramp.describe() if m.ramp else m.chooser.describe()))
-    if m.ramp is not None:
-        interrupts.run(m.ramp.run(transport, p.workload, on_record=recorder.record, on_progress=watch.progress,
-                                  on_level=recorder.level))
-    else:
-        load, loop = p.load, p.open_loop
-        assert not isinstance(load, Ramp)  # a ramp runs as m.ramp
-        m.workers = pool_size(p.bench.workers.count, p.levels, open_loop=loop)
-        with worker_pool(m.workers, transport, p.workload, p.bench.workers.ray) as pool:
-            interrupts.run(run_sweep(
-                transport, workload=p.workload, open_loop=loop, requests_per_level=p.requests,
-                duration_per_level_s=p.duration_s, warmup=load.warmup, on_record=recorder.record,
-                on_progress=watch.progress, on_level=recorder.level,
-                stop_rule=StopRule(max_error_rate=sweep.MAX_ERROR_RATE), repeats=load.repeats,
-                choose=m.chooser, pool=pool, workers=p.bench.workers.count))
+    watch.enter("measuring", f"endpoint {target.endpoint}, {m.shape.describe()}")
+    m.shape.run(transport, p.workload, interrupts.run, on_record=recorder.record, on_progress=watch.progress,
+                on_level=recorder.level)
     watch.enter("reading server metrics")
     m.server = recorder.servers.finish()
 
@@ -264,13 +257,11 @@ def assemble(p: BenchPlan, m: Measurement) -> Results:
     failed = m.error is not None and m.status in (ExitStatus.TARGET_FAILED, ExitStatus.INTERRUPTED)
     assert m.teardown is not None  # _measure always tears down
     results = make_results(
-        run, _levels_measured(p, m, run), usd_per_h=sweep.usd_per_h(p.design.usd_per_instance_h if p.design else None,
+        run, _levels_measured(p, m, run), usd_per_h=picks.usd_per_h(p.design.usd_per_instance_h if p.design else None,
                                                                      run.instance_count or 1),
         teardown=m.teardown, slo_ms_per_token=slo, stopped_reason=_stopped_reason(m),
-        sweep=sweep_block(m.chooser, p.shape, p.workload.payload(), requests=p.requests,
-                          duration_s=None if isinstance(p.load, Ramp) else p.load.duration_per_level_s,
-                          warmup=0 if isinstance(p.load, Ramp) else p.load.warmup),
-        ramp=m.ramp.block(m.levels, run, p.design, slo) if m.ramp else None,
+        sweep=m.shape.sweep_block(p.shape, p.workload.payload()),
+        ramp=m.shape.ramp_block(m.levels, run, p.design, slo),
         failure=Failure(exit_status=m.status, message=m.error or "") if failed else None)
     results = results.model_copy(update={"predicted_curve": _predicted_curve(p, results.levels)})
     if p.thresholds is None:
@@ -300,10 +291,10 @@ def _measured_run(p: BenchPlan, m: Measurement) -> Run:
         update["workload"] = run.workload.model_copy(update={"api": m.api})
     if run.profile is None:
         update["model"] = m.served_model or run.model
-    if m.workers is not None:
-        update |= {"workers": m.workers, "ray": p.bench.workers.ray}
-    if m.chooser.measured_concurrency is not None:
-        update["concurrency"] = m.chooser.measured_concurrency
+    if m.shape.workers is not None:
+        update |= {"workers": m.shape.workers, "ray": p.bench.workers.ray}
+    if m.shape.chooser.measured_concurrency is not None:
+        update["concurrency"] = m.shape.chooser.measured_concurrency
     return run.model_copy(update=update)
 
 
@@ -326,4 +317,4 @@ def _stopped_reason(m: Measurement) -> str | None:
     reason (its budget, a failing level)."""
     if m.status == ExitStatus.INTERRUPTED:
         return f"interrupted after {len(m.levels)} level(s)"
-    return m.stopped or m.chooser.stopped_reason(m.levels)
+    return m.stopped or m.shape.chooser.stopped_reason(m.levels)

@@ -1,9 +1,10 @@
 """A bench as typed specs: where it runs, what is served, how hard it is loaded, which levels it measures,
 what it gates on and where it writes.
 
-Each spec checks its own fields when it is built and raises one InputError listing every problem, and each
-target holds only its own options, so a bench that mixes them cannot be expressed. `sagellm bench` maps its
-flags onto these specs (bench/options.py); a notebook builds them directly and calls `sagellm.bench.run`.
+Each spec checks its own fields when it is built and raises one InputError listing every problem, each naming
+the field as `Spec.field: what` (`sagellm bench` shows its flag instead), and each target holds only its own
+options, so a bench that mixes them cannot be expressed. `sagellm bench` builds these specs from its flags; a
+notebook builds them directly; both call `sagellm.bench.run`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from sagellm.profiles.tokens import token_errors
 from sagellm.results.report import writable_folder_errors
 from sagellm.results.tracking import mlflow_problems
 
-__all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "Load", "Local", "Open", "Output", "Ramp", "RampIfAutoscaled",
-           "SageMaker", "Serving", "Sweep", "Target", "Workers", "WorkloadOptions"]
+__all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
+           "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers", "WorkloadOptions"]
 
 DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
 TargetKind = Literal["local", "sagemaker", "http"]  # what results.json's run.target says
@@ -37,11 +38,11 @@ def _raise(errors: list[str]) -> None:
         raise InputError(errors)
 
 
-def _api_problems(api: str, *, http: bool) -> list[str]:
+def _api_problems(spec: str, api: str, *, http: bool) -> list[str]:
     if api not in (*APIS, "auto"):
-        return [f"--api: {api!r} must be tgi, openai, chat or auto"]
+        return [f"{spec}.api: {api!r} must be tgi, openai, chat or auto"]
     if api == "openai" and not http:
-        return ["--api openai: only with --target http (SageMaker endpoints take tgi or chat)"]
+        return [f"{spec}.api: 'openai' is an http server's API (SageMaker endpoints take tgi or chat)"]
     return []
 
 
@@ -57,11 +58,11 @@ class Local:
     kind: ClassVar[TargetKind] = "local"
 
     def __post_init__(self) -> None:
-        errors = _api_problems(self.api, http=False)
+        errors = _api_problems("Local", self.api, http=False)
         if not 0 < self.time_scale <= 1:
-            errors.append(f"--time-scale: {self.time_scale} must be in (0, 1]")
+            errors.append(f"Local.time_scale: {self.time_scale} must be in (0, 1]")
         if self.instance_startup_s is not None and not self.instance_startup_s > 0:
-            errors.append(f"--instance-startup: {self.instance_startup_s:g} must be > 0 seconds, with --target local")
+            errors.append(f"Local.instance_startup_s: {self.instance_startup_s:g} must be > 0 seconds")
         _raise(errors)
 
 
@@ -74,7 +75,7 @@ class SageMaker:
     kind: ClassVar[TargetKind] = "sagemaker"
 
     def __post_init__(self) -> None:
-        _raise(_api_problems(self.api, http=False))
+        _raise(_api_problems("SageMaker", self.api, http=False))
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Endpoint:
     kind: ClassVar[TargetKind] = "sagemaker"
 
     def __post_init__(self) -> None:
-        _raise(_api_problems(self.api, http=False))
+        _raise(_api_problems("Endpoint", self.api, http=False))
 
 
 @dataclass(frozen=True)
@@ -100,17 +101,18 @@ class Http:
     kind: ClassVar[TargetKind] = "http"
 
     def __post_init__(self) -> None:
-        errors = [] if self.url else ["--url: required with --target http (e.g. http://localhost:8080 for TGI)"]
-        _raise(errors + _api_problems(self.api, http=True))
+        errors = [] if self.url else ["Http.url: required (e.g. http://localhost:8080 for TGI)"]
+        _raise(errors + _api_problems("Http", self.api, http=True))
 
 
-Target = Local | SageMaker | Endpoint | Http
+# The spec of where a bench runs; `Target` is the live one it becomes (bench/targets/target.py).
+TargetSpec = Local | SageMaker | Endpoint | Http
 
 
 # ------------------------------------------------------------------------------------------ what is served
 
 @dataclass(frozen=True)
-class Serving:
+class ServingSpec:  # `Serving` is a profile's container settings (profiles/schema.py)
     """What is served: a profile and a catalog model on an instance type. Optional for an http target (then
     the run is not predicted) and an existing endpoint (read from its tags)."""
 
@@ -124,35 +126,42 @@ class Serving:
 
     def __post_init__(self) -> None:
         if self.hf_token_secret is not None:
-            _raise(token_errors({"hf_token_secret": self.hf_token_secret}, lambda loc: "--hf-token-secret"))
+            _raise(token_errors({"hf_token_secret": self.hf_token_secret}, lambda loc: "ServingSpec.hf_token_secret"))
 
 
 # ------------------------------------------------------------------------------------------ load
 
-def level_problems(requests: int | None, duration_s: float | None, warmup: int, repeats: int) -> list[str]:
-    """What is wrong with how each level is measured, as `--flag: what` lines."""
+def _level_problems(load: Closed | Open) -> list[str]:
+    """What is wrong with how each level of `load` is measured."""
+    spec, requests, duration_s = type(load).__name__, load.requests_per_level, load.duration_per_level_s
     out = []
     if requests is not None and duration_s is not None:
-        out.append("--requests-per-level/--duration-per-level: give one, not both")
+        out.append(f"{spec}.requests_per_level/{spec}.duration_per_level_s: give one, not both")
     if requests is not None and requests < 1:
-        out.append(f"--requests-per-level: {requests} must be at least 1")
-    if duration_s is not None and not 0 < duration_s < math.inf:
-        out.append(f"--duration-per-level: {duration_s:g} must be a positive number of seconds")
-    if warmup < 0:
-        out.append(f"--warmup: {warmup} must be 0 or more")
-    if repeats < 1:
-        out.append("--repeats: must be at least 1")
+        out.append(f"{spec}.requests_per_level: {requests} must be at least 1")
+    out += _seconds_problems(f"{spec}.duration_per_level_s", duration_s)
+    if load.warmup < 0:
+        out.append(f"{spec}.warmup: {load.warmup} must be 0 or more")
+    if load.repeats < 1:
+        out.append(f"{spec}.repeats: must be at least 1")
     return out
 
 
-def _rate_problems(rates: tuple[float, ...], arrivals: Arrivals, max_in_flight: int) -> list[str]:
+def _seconds_problems(where: str, seconds: float | None) -> list[str]:
+    if seconds is not None and not 0 < seconds < math.inf:
+        return [f"{where}: {seconds:g} must be a positive number of seconds"]
+    return []
+
+
+def _rate_problems(load: Open | Ramp) -> list[str]:
+    spec, rates = type(load).__name__, load.request_rate
     out = []
     if any(rate <= 0 for rate in rates):
-        out.append(f"--request-rate: {', '.join(f'{r:g}' for r in rates)}: each must be > 0 requests/s")
-    if arrivals not in ARRIVALS:
-        out.append(f"--arrivals: {arrivals!r} must be constant or poisson")
-    if max_in_flight < 1:
-        out.append("--max-in-flight: must be at least 1")
+        out.append(f"{spec}.request_rate: {', '.join(f'{r:g}' for r in rates)}: each must be > 0 requests/s")
+    if load.arrivals not in ARRIVALS:
+        out.append(f"{spec}.arrivals: {load.arrivals!r} must be constant or poisson")
+    if load.max_in_flight < 1:
+        out.append(f"{spec}.max_in_flight: must be at least 1")
     return out
 
 
@@ -167,7 +176,7 @@ class Closed:
     repeats: int = 1
 
     def __post_init__(self) -> None:
-        _raise(level_problems(self.requests_per_level, self.duration_per_level_s, self.warmup, self.repeats))
+        _raise(_level_problems(self))
 
 
 @dataclass(frozen=True)
@@ -183,8 +192,7 @@ class Open:
     repeats: int = 1
 
     def __post_init__(self) -> None:
-        _raise(_rate_problems(self.request_rate, self.arrivals, self.max_in_flight)
-               + level_problems(self.requests_per_level, self.duration_per_level_s, self.warmup, self.repeats))
+        _raise(_rate_problems(self) + _level_problems(self))
 
 
 @dataclass(frozen=True)
@@ -197,10 +205,7 @@ class Ramp:
     step_s: float | None = None  # simulated seconds per step (None: bench/ramp.py's default)
 
     def __post_init__(self) -> None:
-        errors = _rate_problems(self.request_rate, self.arrivals, self.max_in_flight)
-        if self.step_s is not None and not 0 < self.step_s < math.inf:
-            errors.append(f"--duration-per-level: {self.step_s:g} must be a positive number of seconds")
-        _raise(errors)
+        _raise(_rate_problems(self) + _seconds_problems("Ramp.step_s", self.step_s))
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,19 @@ class RampIfAutoscaled:
     otherwise: Closed | Open = Closed()
 
 
-Load = Closed | Open | Ramp | RampIfAutoscaled
+def ramp_of(given: Closed | Open) -> Ramp:
+    """Levels of load run as a ramp (asked for, or a RampIfAutoscaled whose plan autoscales): the given rates
+    are its steps (none: predicted), each lasting the given duration per level. A ramp runs once, so repeats
+    are refused."""
+    if given.repeats > 1:
+        raise InputError(f"{type(given).__name__}.repeats: a ramp runs once; only levels without a ramp repeat")
+    if isinstance(given, Open):
+        return Ramp(given.request_rate, given.arrivals, given.max_in_flight, given.duration_per_level_s)
+    return Ramp(step_s=given.duration_per_level_s)
+
+
+# How hard a bench loads; `recommend.slo.Load` is the one load a recommendation is made for.
+LoadSpec = Closed | Open | Ramp | RampIfAutoscaled
 
 
 # ------------------------------------------------------------------------------------------ gate, output, workers
@@ -234,7 +251,7 @@ class Output:
     mlflow: str | None = None  # an MLflow tracking URI: the run is logged there once its results are written
 
     def __post_init__(self) -> None:
-        _raise(writable_folder_errors(self.out, "--out") + mlflow_problems(self.mlflow))
+        _raise(writable_folder_errors(self.out, "Output.out") + mlflow_problems(self.mlflow))
 
 
 @dataclass(frozen=True)
@@ -248,15 +265,16 @@ class Workers:
         _raise(worker_problems(self.count, self.ray))
 
 
-def pairing_problems(serving: Serving, target: Target) -> list[str]:
+def pairing_problems(serving: ServingSpec, target: TargetSpec) -> list[str]:
     """What the target needs of the serving spec: a deploying target deploys a profile and a model."""
     if isinstance(target, Http):
         if bool(serving.profile) != bool(serving.model):
-            return ["--profile/--model: give both to label and predict the run, or neither (no prediction)"]
+            return [("ServingSpec.profile/ServingSpec.model: give both to label and predict the run, or neither "
+                     "(no prediction)")]
         return []
     if not isinstance(target, Endpoint) and not (serving.profile and serving.model):
-        return [("--profile/--model: required: the profile and the catalog model to deploy (or bench a deployed "
-                "endpoint: --target sagemaker --endpoint-name NAME)")]
+        return [("ServingSpec.profile/ServingSpec.model: required: the profile and the catalog model to deploy (or "
+                 "name a deployed endpoint to bench: Endpoint.name)")]
     return []
 
 
@@ -265,10 +283,10 @@ class Bench:
     """One bench: where it runs, what is served and sent, how hard, which levels, what it gates on, where it
     writes. Every part checks itself when built; the bench checks that the target and what is served fit."""
 
-    serving: Serving = field(default_factory=Serving)
-    target: Target = field(default_factory=Local)
+    serving: ServingSpec = field(default_factory=ServingSpec)
+    target: TargetSpec = field(default_factory=Local)
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
-    load: Load = field(default_factory=RampIfAutoscaled)
+    load: LoadSpec = field(default_factory=RampIfAutoscaled)
     sweep: Sweep = field(default_factory=Sweep)
     gate: Gate = field(default_factory=Gate)
     output: Output = field(default_factory=Output)
@@ -276,8 +294,3 @@ class Bench:
 
     def __post_init__(self) -> None:
         _raise(pairing_problems(self.serving, self.target))
-
-    @property
-    def time_scale(self) -> float:
-        """How much faster than real time the run goes (only the local emulator compresses time)."""
-        return self.target.time_scale if isinstance(self.target, Local) else 1.0

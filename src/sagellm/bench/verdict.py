@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.load.level import LevelResult
-from sagellm.results.sweep import MAX_ERROR_RATE
+from sagellm.results.picks import MAX_ERROR_RATE
 
 
 def unanswered(record: RequestRecord) -> bool:

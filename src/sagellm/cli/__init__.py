@@ -1,6 +1,6 @@
 """The `sagellm` command: thin commands that parse, call the library, render. Heavy imports stay lazy.
 
-One module per command group; importing them registers their commands on the app."""
+One module per command (a group's holds its subcommands) in commands/; importing one registers it on the app."""
 
 from __future__ import annotations
 
@@ -8,10 +8,30 @@ import sys
 
 import typer
 
-from sagellm.cli import bench, catalog, plan, profiles, project, recommend, results, serve  # noqa: F401 (registers)
 from sagellm.cli.app import app
 from sagellm.errors import ExitStatus, SagellmError
 from sagellm.scratch import run_scratch
+
+# The commands register in import order, which is the order `sagellm --help` lists them in: not sorted.
+# isort: off
+from sagellm.cli.commands import (  # noqa: F401 (registers)
+    bench,
+    cleanup,
+    models,
+    instances,
+    plan,
+    calibrate,
+    init,
+    cdk,
+    recommend,
+    gate,
+    report,
+    emulate,
+    local_aws,
+    profiles,
+    results,
+)
+# isort: on
 
 __all__ = ["app", "main"]
 

@@ -1,4 +1,4 @@
-"""The `sagellm` Typer app, its sub-apps and the global options; commands register on them."""
+"""The `sagellm` Typer app and the global options; commands and groups (sub-apps) register on it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,6 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-profiles_app = typer.Typer(help="List, show, validate profiles and print their JSON Schema.", no_args_is_help=True)
-app.add_typer(profiles_app, name="profiles")
-results_app = typer.Typer(help="The results.json format.", no_args_is_help=True)
-app.add_typer(results_app, name="results")
 
 
 class PanelledCommand(TyperCommand):

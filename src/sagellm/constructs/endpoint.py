@@ -47,6 +47,7 @@ def endpoint_config(
         ),
         model_data_download_timeout_in_seconds=plan.model_data_download_timeout_s if instance_based else None,
         volume_size_in_gb=plan.volume_size_gb,
+        inference_ami_version=plan.inference_ami_version,
         # TGI refuses above its admission limit (429): with several containers serving, send each request to
         # the one with the fewest in flight rather than at random (SageMaker's default).
         routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 from aws_cdk import Stack, Token
 from aws_cdk import aws_sagemaker as sagemaker
@@ -10,24 +11,42 @@ from constructs import Construct
 
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
+# CreateInferenceComponent's InferenceComponentName (botocore sagemaker service-2.json): at most 63 of
+# [a-zA-Z0-9]([\-a-zA-Z0-9]*[a-zA-Z0-9])?
 MAX_NAME_LENGTH = 63
+NAME = re.compile(r"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$")
+
+
+def _digest(text: str, length: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def name_part(model_name: str) -> str:
+    """A plan's model name in the characters SageMaker takes: as it is when it has only those; else each run
+    of others (`.`, `_`, `/`) as one hyphen, plus 6 hex of the name itself, so that two names never meet
+    (`llama3.1-8b` → `llama3-1-8b-<6 hex>`, never the same as a plan's `llama3-1-8b`)."""
+    if NAME.match(model_name):
+        return model_name
+    clean = re.sub(r"[^a-zA-Z0-9]+", "-", model_name).strip("-")
+    return f"{clean}-{_digest(model_name, 6)}" if clean else _digest(model_name, 6)
 
 
 def component_name(scope: Construct, model_name: str) -> str:
     """`<stack name>-<model name>-<6 hex of the construct path>`, within SageMaker's 63 characters.
 
     CfnInferenceComponent exposes only its ARN, so the name is set here to be known for outputs and
-    scaling. The stack name keeps it unique per account and region, the construct path per stack: two
-    endpoints serving the same model in one stack get different names.
+    scaling. Any model name will do (`name_part`): the stack name keeps it unique per account and region,
+    the construct path per stack: two endpoints serving the same model in one stack get different names.
     """
     stack_name = Stack.of(scope).stack_name
-    path = hashlib.sha256(scope.node.path.encode()).hexdigest()[:6]
+    model_name = name_part(model_name)
+    path = _digest(scope.node.path, 6)
     if Token.is_unresolved(stack_name):
         return f"{stack_name}-{model_name}-{path}"
     name = f"{stack_name}-{model_name}"
     room = MAX_NAME_LENGTH - len(path) - 1
     if len(name) > room:
-        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        digest = _digest(name, 8)
         name = f"{name[: room - 9].rstrip('-')}-{digest}"
     return f"{name}-{path}"
 

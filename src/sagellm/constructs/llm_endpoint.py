@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 
 from aws_cdk import Annotations, SecretValue, Stack, Tags, Token
@@ -29,8 +28,6 @@ from sagellm.errors import InputError
 from sagellm.profiles.plan import VERSION_TAG, DeploymentPlan, instances_for, pascal
 from sagellm.profiles.schema import TIMEOUT_RANGE_S, VOLUME_RANGE_GB  # SageMaker's accepted ranges
 from sagellm.profiles.tokens import gated_without_secret, token_errors
-
-_COMPONENT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 
 
 class LlmEndpoint(Construct, EndpointMetrics):
@@ -253,6 +250,10 @@ class LlmEndpoint(Construct, EndpointMetrics):
         names = [m.name for m in plan.models]
         for duplicate in sorted({n for n in names if names.count(n) > 1}):
             errors.append(f"plan.models: name {duplicate!r} is used twice; model names must be unique")
+        ids = [pascal(n) for n in dict.fromkeys(names)]  # a model's construct ids and stack output derive from it
+        for same in sorted({i for i in ids if ids.count(i) > 1}):
+            errors.append(f"plan.models: names {', '.join(repr(n) for n in dict.fromkeys(names) if pascal(n) == same)} "
+                          f"give the same construct id ({same}); rename one")
         for i, m in enumerate(plan.models):
             where = f"plan.models[{i}]"
             if not Token.is_unresolved(m.image_uri) and ecr_repository_arn(m.image_uri) is None:
@@ -270,8 +271,6 @@ class LlmEndpoint(Construct, EndpointMetrics):
                     errors.append(f"{where}.compute: required for an inference-component endpoint")
                 if m.copy_count < 1:
                     errors.append(f"{where}.copy_count: {m.copy_count} must be at least 1")
-                if not _COMPONENT_NAME.match(m.name):
-                    errors.append(f"{where}.name: {m.name!r} must be letters, digits and single hyphens")
         return errors
 
     def _capacity_errors(self, kms_key: kms.IKey | None) -> list[str]:

@@ -1,6 +1,6 @@
 """Continuous batching without a clock: what one model copy does in each turn, and how requests reach a copy.
 
-One piece of scheduling drives both the emulator (engine.py: asyncio, paced on wall time) and the
+One piece of scheduling drives both the emulator (copies.py: asyncio, paced on wall time) and the
 simulator (simulate.py: discrete events on a virtual clock). A copy's turn (`CopyScheduler.turn`) expires
 requests past their deadline, admits queued ones into the running batch within the KV, prefill and batch
 budgets, runs a prefill pass for the newly admitted then a decode step, and stamps each pass's tokens on

@@ -38,14 +38,14 @@ _PROBE = 1 << 20  # context tokens at which a decode step's slope is read (large
 
 
 @dataclass(frozen=True)
-class OpenLoop:
+class SimulatedOpenLoop:
     """Poisson arrivals at `rate` requests per second."""
 
     rate: float
 
 
 @dataclass(frozen=True)
-class ClosedLoop:
+class SimulatedClosedLoop:
     """`users` clients, each sending its next request as soon as its last one ends."""
 
     users: int
@@ -172,7 +172,7 @@ class _Endpoint:
             self.clock.now = copy.sim_s  # nothing is due before this pass ends: run on
 
 
-class _Run:
+class _SimulatedRun:
     """One simulated run: who sends what when, and what happened to each request."""
 
     def __init__(self, endpoint_of: Callable[[_Clock], _Endpoint], input_tokens: int,
@@ -220,7 +220,7 @@ class _Run:
         return Simulation(self.sent, measured[0].arrived_s, measured[-1].arrived_s)
 
 
-def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: OpenLoop | ClosedLoop, *,
+def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: SimulatedOpenLoop | SimulatedClosedLoop, *,
              requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
              steps: StepModel | None = None, timeout_s: float | None = INVOCATION_TIMEOUT_S) -> Simulation:
     """Run the plan's first model (copies × instances, the limits its server reads) under a load on a
@@ -233,19 +233,19 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
     def endpoint_of(clock: _Clock) -> _Endpoint:
         return _Endpoint(Router(limits, [CopyScheduler(step_model, limits) for _ in range(n_copies)]), clock)
 
-    if isinstance(load, OpenLoop):
-        run = _Run(endpoint_of, input_tokens, output_tokens, requests,
+    if isinstance(load, SimulatedOpenLoop):
+        run = _SimulatedRun(endpoint_of, input_tokens, output_tokens, requests,
                    DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
         _open_loop(run, load.rate, random.Random(seed))
     else:
-        run = _Run(endpoint_of, input_tokens, output_tokens, requests,
+        run = _SimulatedRun(endpoint_of, input_tokens, output_tokens, requests,
                    max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
         _closed_loop(run, load.users)
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
 
 
-def _open_loop(run: _Run, rate: float, rng: random.Random) -> None:
+def _open_loop(run: _SimulatedRun, rate: float, rng: random.Random) -> None:
     def arrive() -> None:
         run.send()
         schedule(run.clock.now + rng.expovariate(rate))
@@ -257,7 +257,7 @@ def _open_loop(run: _Run, rate: float, rng: random.Random) -> None:
     schedule(rng.expovariate(rate))
 
 
-def _closed_loop(run: _Run, users: int) -> None:
+def _closed_loop(run: _SimulatedRun, users: int) -> None:
     def again(req: SimulatedRequest) -> None:
         # The next request leaves as the reply ends: after the pass that ended it, like an HTTP client would.
         # A refusal takes no simulated time, so a refused client comes back once the next pass has ended
@@ -271,5 +271,5 @@ def _closed_loop(run: _Run, users: int) -> None:
         run.clock.at(0.0, _sender(run, user))
 
 
-def _sender(run: _Run, user: int) -> Callable[[], None]:
+def _sender(run: _SimulatedRun, user: int) -> Callable[[], None]:
     return lambda: run.send(user)

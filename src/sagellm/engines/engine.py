@@ -5,11 +5,17 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from sagellm.engines import images
 from sagellm.engines.images import version_key
 from sagellm.errors import InputError
+
+# The AMIs a production variant may name (botocore sagemaker service-2.json, ProductionVariantInferenceAmiVersion).
+InferenceAmiVersion = Literal[
+    "al2-ami-sagemaker-inference-gpu-2", "al2-ami-sagemaker-inference-gpu-2-1", "al2-ami-sagemaker-inference-gpu-3-1",
+    "al2-ami-sagemaker-inference-neuron-2", "al2023-ami-sagemaker-inference-gpu-4-1",
+]
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,8 @@ class Engine(ABC):
     model_id_variables: tuple[str, ...]  # where the server reads the model id
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()
+    min_startup_timeout_s = 0  # the least start-up (and download) timeout an `auto` plan gives the image
+    inference_ami_version: InferenceAmiVersion | None = None  # the host AMI the image needs (ProductionVariant InferenceAmiVersion)
     stream_content_type: str  # how a streamed generate reply is framed
     # Prometheus /metrics: a results name → the server's histogram (in seconds) or counter, newest name first.
     histograms: ClassVar[dict[str, tuple[str, ...]]]

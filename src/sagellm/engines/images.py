@@ -49,13 +49,18 @@ def alias(framework: str, version: str) -> str | None:
 
 
 def tag(framework: str, version: str) -> str:
-    """The image tag of exactly `version`, as the SDK builds it (the same in every region)."""
+    """The image tag of exactly `version`, as the SDK builds it (the same in every region).
+
+    A table with an `inference_tool` (Inferentia's `neuronx`) names it where others name the processor, as the
+    SDK's `_format_tag` does for the tool its caller passes.
+    """
     config = table(framework)
     entry = config["versions"][version]
     processor = (config.get("processors") or [None])[0]
     py = (entry.get("py_versions") or [None])[0]
     suffix = (entry.get("container_version") or {}).get(processor)
-    return "-".join(p for p in (entry.get("tag_prefix", version), processor, py, suffix) if p)
+    return "-".join(p for p in (entry.get("tag_prefix", version), config.get("inference_tool") or processor, py,
+                                suffix) if p)
 
 
 def pin_errors(framework: str, version: str, pin: str, where: str) -> list[str]:

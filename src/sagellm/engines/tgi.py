@@ -98,7 +98,7 @@ class Tgi(Engine):
     pinned = PINNED
     oldest = OLDEST
     variables = VARIABLES
-    model_id_variables = ("HF_MODEL_ID",)
+    model_id_variables: tuple[str, ...] = ("HF_MODEL_ID",)
     queues = False
     payload_too_large = PAYLOAD_TOO_LARGE
     stream_content_type = "text/event-stream"  # server-sent events, `data:{...}` without a space

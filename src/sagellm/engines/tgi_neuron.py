@@ -11,22 +11,34 @@ cache holds for that model (data/neuron-compiled.json): MAX_BATCH_SIZE = its bat
 sequence length, HF_NUM_CORES and HF_AUTO_CAST_TYPE as compiled, MAX_INPUT_TOKENS below the sequence length
 (`check_env_and_neuron_config_compatibility`). The server batches statically and never chunks prefills; its
 warm-up reports batch × sequence length as the KV budget (generator.py `warmup`).
+
+The SageMaker image (awslabs/llm-hosting-container huggingface/pytorch/optimum/docker/3.3.6/Dockerfile) runs
+that entry point and then `text-generation-launcher --port 8080` itself: no sagemaker-entrypoint.sh copies
+HF_MODEL_ID to MODEL_ID any more, and the entry point stops with "No model id provided" without MODEL_ID, so
+the plan writes both.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 from importlib import resources
 
-from sagellm.engines.engine import CompiledShape, Limits, Settings
+from sagellm.engines.engine import CompiledShape, InferenceAmiVersion, Limits, Settings
 from sagellm.engines.tgi import Tgi
 from sagellm.errors import InputError
 
 IMAGE_VERSION = "0.3.0"  # tag 2.7.0-optimum3.3.6
 FRAMEWORK = "huggingface-llm-neuronx"
 CORES_PER_CHIP = 2  # NeuronCores per Inferentia2 chip
+# The image maintainers' own SageMaker test of this image on ml.inf2 (awslabs/llm-hosting-container
+# tests/huggingface/sagemaker_dlc_test.py, commit 3911d06b): container_startup_health_check_timeout=1800 and
+# inference_ami_version="al2-ami-sagemaker-inference-neuron-2" (the AMI with Neuron driver 2.19, added for
+# the TGI 3.3.x neuron images in #156). Loading a compiled model from the cache takes longer than a GPU load.
+STARTUP_TIMEOUT_S = 1800
+INFERENCE_AMI_VERSION: InferenceAmiVersion = "al2-ami-sagemaker-inference-neuron-2"
 
 
 @cache
@@ -37,11 +49,32 @@ def compiled_table() -> dict[str, tuple[CompiledShape, ...]]:
             for model_id, entry in json.loads(text)["models"].items()}
 
 
+def core_use(instance_type: str, chips: int, model_id: str, copies: Sequence[tuple[int, int]]) -> str:
+    """How many of an Inferentia instance's NeuronCores a plan's copies — (chips per copy, copies) each, the
+    main model first — use, and why not all: a container runs one copy compiled for a fixed core count."""
+    total = CORES_PER_CHIP * chips
+    used = sum(CORES_PER_CHIP * tp * n for tp, n in copies)
+    split = " + ".join(f"{n} × {CORES_PER_CHIP * tp} cores" for tp, n in copies)
+    if used >= total:
+        return f"NeuronCores: all {total} of {instance_type} used ({split})"
+    compiled = [n for n in sorted({c.num_cores for c in compiled_table().get(model_id, ())}) if n <= total]
+    listed = " and ".join(filter(None, (", ".join(map(str, compiled[:-1])), str(compiled[-1]))))
+    fewest = compiled[0]
+    more = (f"inference components (the replicas profile) run {total // fewest} copies of {fewest} cores"
+            if total // fewest * fewest > used else f"no compiled shape of {model_id} fills the other {total - used}")
+    return (f"NeuronCores: {used} of the {total} of {instance_type} used ({split}): the neuron cache holds "
+            f"{model_id} compiled for {listed} cores here, and a container serves one copy compiled for exactly "
+            f"its HF_NUM_CORES; {more}")
+
+
 class TgiNeuron(Tgi):
     """TGI on Inferentia2: TGI's variables and wire format, a compiled static shape, its own image."""
 
     label = "TGI (Neuron)"
     framework = FRAMEWORK
+    model_id_variables = ("MODEL_ID", "HF_MODEL_ID")
+    min_startup_timeout_s = STARTUP_TIMEOUT_S
+    inference_ami_version = INFERENCE_AMI_VERSION
 
     def image_version(self, version: str) -> str:
         """Always the pinned optimum-neuron image (its TGI version is fixed by the build)."""
@@ -56,7 +89,7 @@ class TgiNeuron(Tgi):
         return (max_batch_size or 1) * max_total_tokens
 
     def environment(self, s: Settings) -> dict[str, str]:
-        """TGI's variables, and the compiled shape's batch, core count and cast type."""
+        """TGI's variables, MODEL_ID beside HF_MODEL_ID, and the compiled shape's batch, core count and cast type."""
         cores = CORES_PER_CHIP * s.tensor_parallel
         shape = next((c for c in self.compiled_shapes(s.model_id) if (c.num_cores, c.batch_size, c.sequence_length)
                       == (cores, s.max_batch_size, s.max_total_tokens)), None)
@@ -64,6 +97,7 @@ class TgiNeuron(Tgi):
             raise InputError(f"{s.model_id}: no compiled model of batch {s.max_batch_size} × {s.max_total_tokens} "
                              f"tokens on {cores} NeuronCores in the neuron cache; see docs/containers.md")
         return super().environment(s) | {
+            "MODEL_ID": s.model_id,  # what the entry point and the launcher read (no SageMaker entrypoint maps it)
             "HF_NUM_CORES": str(cores), "HF_AUTO_CAST_TYPE": shape.auto_cast_type,
             "MAX_BATCH_SIZE": str(shape.batch_size)}
 

@@ -250,7 +250,7 @@ class Where:
         if path in self.flags:
             return self.flags[path]
         keys = tuple(path.split("."))
-        owner = next((s for s in self.chain if _has_path(s.data, keys)), self.chain[0])
+        owner = _owner(self.chain, keys)
         line = owner.lines.get(keys)
         return f"{owner.path}:{line}: {path}" if line else f"{owner.path}: {path}"
 
@@ -283,6 +283,13 @@ _RANGE = {"greater_than_equal": "≥ {ge}", "greater_than": "> {gt}", "less_than
 def _schema_errors(exc: ValidationError, chain: list[Source], root: type[BaseModel] = Profile,
                    prefix: tuple[str, ...] = ()) -> list[str]:
     """One line per bad field: file:line, dotted path, the value, what is wrong and the fix."""
+    return [_missing_line(loc[:-1], errs, chain) if errs[0]["type"] == "missing"
+            else _field_line(loc, errs, chain, root, prefix)
+            for loc, errs in _by_field(exc, chain, prefix).items()]
+
+
+def _by_field(exc: ValidationError, chain: list[Source], prefix: tuple[str, ...]) -> dict[tuple[str, ...], list[Any]]:
+    """The errors grouped by the file's key they are about (every missing field of one mapping together)."""
     grouped: dict[tuple[str, ...], list[Any]] = {}
     for err in exc.errors():
         loc = (*prefix, *(str(p) for p in err["loc"]))
@@ -292,41 +299,49 @@ def _schema_errors(exc: ValidationError, chain: list[Source], root: type[BaseMod
         while err["type"] != "missing" and len(loc) > 1 and not any(_has_path(s.data, loc) for s in chain):
             loc = loc[:-1]
         grouped.setdefault(loc, []).append(err)
-    lines = []
-    for loc, errs in grouped.items():
-        err = errs[0]
-        if err["type"] == "missing":
-            loc = loc[:-1]
-            owner = next((s for s in chain if _has_path(s.data, loc)), chain[0])
-            names = ", ".join(str(e["loc"][-1]) for e in errs)
-            lines.append(f"{_line(owner, loc)}: {'.'.join(loc) or 'profile'}: missing {names} (add "
-                         f"{'it' if len(errs) == 1 else 'them'})")
-            continue
-        owner = next((s for s in chain if _has_path(s.data, loc)), chain[0])
-        dotted = ".".join(loc)
-        place = f"{_line(owner, loc)}: {dotted}"
-        if err["type"] == "extra_forbidden" and loc[-1] in RETIRED:
-            lines.append(f"{place}: {RETIRED[str(loc[-1])]}")
-            continue
-        if err["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(loc[-1], _fields(root, loc[len(prefix):-1]), n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]}?" if close else "remove it or check its spelling"
-            lines.append(f"{place}: unknown key ({hint})")
-            continue
-        value = "" if isinstance(err["input"], dict) else f" {_short(err['input'])}:"
-        auto = any(e["type"] == "literal_error" and "'auto'" in e["msg"] for e in errs) and len(errs) > 1
-        bound = next((e for e in errs if e["type"] in _RANGE), None)
-        if bound is not None:
-            need = _RANGE[bound["type"]].format(**bound["ctx"])
-            msg = f"out of range; use a value {need}{' or auto' if auto else ''}"
-        elif auto:
-            msg = "expected a whole number ≥ 1 or 'auto'"
-        elif err["type"] == "string_type" and isinstance(err["input"], int | float | bool):
-            msg = f"{err['msg']}; quote it: \"{err['input']}\""
-        else:
-            msg = "; ".join(dict.fromkeys(e["msg"] for e in errs))
-        lines.append(f"{place}:{value} {msg}")
-    return lines
+    return grouped
+
+
+def _owner(chain: list[Source], loc: tuple[str, ...]) -> Source:
+    """The file of the chain that holds `loc` (else the profile's own)."""
+    return next((s for s in chain if _has_path(s.data, loc)), chain[0])
+
+
+def _missing_line(loc: tuple[str, ...], errs: list[Any], chain: list[Source]) -> str:
+    """The fields missing from the mapping at `loc`, in one line."""
+    names = ", ".join(str(e["loc"][-1]) for e in errs)
+    return (f"{_line(_owner(chain, loc), loc)}: {'.'.join(loc) or 'profile'}: missing {names} (add "
+            f"{'it' if len(errs) == 1 else 'them'})")
+
+
+def _field_line(loc: tuple[str, ...], errs: list[Any], chain: list[Source], root: type[BaseModel],
+                prefix: tuple[str, ...]) -> str:
+    """What is wrong with the key at `loc`: retired, unknown (with a near miss), or its value."""
+    place = f"{_line(_owner(chain, loc), loc)}: {'.'.join(loc)}"
+    err = errs[0]
+    if err["type"] == "extra_forbidden" and loc[-1] in RETIRED:
+        return f"{place}: {RETIRED[str(loc[-1])]}"
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(loc[-1], _fields(root, loc[len(prefix):-1]), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else "remove it or check its spelling"
+        return f"{place}: unknown key ({hint})"
+    value = "" if isinstance(err["input"], dict) else f" {_short(err['input'])}:"
+    return f"{place}:{value} {_value_problem(errs)}"
+
+
+def _value_problem(errs: list[Any]) -> str:
+    """A bad value's problem: the range it must be in, `auto` where allowed, a number to quote, else pydantic's."""
+    err = errs[0]
+    auto = any(e["type"] == "literal_error" and "'auto'" in e["msg"] for e in errs) and len(errs) > 1
+    bound = next((e for e in errs if e["type"] in _RANGE), None)
+    if bound is not None:
+        need = _RANGE[bound["type"]].format(**bound["ctx"])
+        return f"out of range; use a value {need}{' or auto' if auto else ''}"
+    if auto:
+        return "expected a whole number ≥ 1 or 'auto'"
+    if err["type"] == "string_type" and isinstance(err["input"], int | float | bool):
+        return f"{err['msg']}; quote it: \"{err['input']}\""
+    return "; ".join(dict.fromkeys(e["msg"] for e in errs))
 
 
 def load_profile(name: str, sources: dict[str, Source]) -> Profile:

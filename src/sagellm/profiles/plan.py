@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from sagellm.catalog import Instance, Model, find_model, models
+from sagellm.engines.engine import InferenceAmiVersion
 from sagellm.profiles.schema import Architecture
 
 
@@ -122,6 +123,8 @@ class DeploymentPlan(_Frozen):
     startup_health_check_timeout_s: int
     model_data_download_timeout_s: int
     volume_size_gb: int | None = None  # only for instance types without local NVMe storage
+    # The host AMI where the image needs one (botocore's ProductionVariantInferenceAmiVersion); None: SageMaker's.
+    inference_ami_version: InferenceAmiVersion | None = None
     hf_token_secret: str | None = None  # Secrets Manager name or ARN; never the token itself
     input_tokens: int  # the payload the plan was sized for
     output_tokens: int

@@ -13,7 +13,7 @@ from sagellm.catalog import Instance, Model, find_instance, find_model, instance
 from sagellm.catalog import models as catalog_models
 from sagellm.engines import ENGINES, NEURON_ENGINES, CompiledShape, Engine, Settings, engine_for
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
-from sagellm.engines.tgi_neuron import CORES_PER_CHIP
+from sagellm.engines.tgi_neuron import CORES_PER_CHIP, core_use
 from sagellm.errors import InputError
 from sagellm.planner import (
     Calibration,
@@ -187,12 +187,7 @@ def design(
     given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
              "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count),
              "payload": ("input_tokens/output_tokens", payload)}
-    where = Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
-    # The one validation path first (what `profiles validate` runs), on the profile as overridden.
-    overrides = {path: value for path, (_, value) in given.items() if value is not None and path != "payload"}
-    problems = region_errors(region, profile.endpoint_kind) + profile_errors(with_values(profile, overrides), where)
-    if problems:
-        raise InputError(problems)
+    where = _validated(profile, sources, region, given)
     errors: list[str] = []
     payload = payload or Payload(profile.payload.input_tokens, profile.payload.output_tokens)
     local = local_models(profiles_dir)
@@ -206,13 +201,10 @@ def design(
     version = profile.container.version or engine.pinned
     gen = engine.generation(version).name  # the planner's physics and constants for that server
 
-    inst_name = instance if instance is not None else _pinned(profile.instance_type)
-    if inst_name is None:
-        inst = _choose_instance(profile, model, payload, region, gen)
-    else:
-        inst = find_instance(inst_name, where("instance_type"))
+    inst = _instance(profile, instance, model, payload, region, gen, where)
     # Inferentia serves a shape compiled ahead of time: the engine that sizes the caps is the neuron one.
     neuron = _neuron_engine(kind, inst, where, errors)
+    sizing = neuron or engine  # the engine whose limits size the copies
     if (pin := profile.container.image_pin) is not None and (neuron is not None or not inst.is_neuron):
         # A tag of the image this instance type runs.
         errors.extend((neuron or engine).pin_errors(version, pin, where("container.image_pin")))
@@ -221,12 +213,12 @@ def design(
     ic = profile.endpoint_kind == "inference-component"
 
     # Extra models on an inference-component endpoint take their GPUs first.
-    extras = [_extra_copy(i, extra, inst, local, payload, profile, where, errors, neuron, neuron or engine, version)
+    extras = [_extra_copy(i, extra, inst, local, payload, profile, where, errors, neuron, sizing, version)
               for i, extra in enumerate(profile.components.extra_models)]
     used = sum(extra.tensor_parallel * extra.copies for extra in profile.components.extra_models)
 
     # TP degree: pinned, or the planner's choice.
-    tp_pin = tensor_parallel if tensor_parallel is not None else _pinned(s.tensor_parallel)
+    tp_pin = _given_or_pinned(tensor_parallel, s.tensor_parallel)
     valid, candidates = _tp_choices(neuron, model, gpus, s)
     if tp_pin is not None:
         tp = tp_pin
@@ -235,14 +227,9 @@ def design(
         tp = _auto_tp(ic, model, inst, quant, payload, gpus - used, valid, candidates, gen)
     shapes = _compiled(neuron, model, tp)
     if neuron and shapes == ():  # nothing to check the rest against: this line says what would run
-        raise InputError([*errors, _uncompiled(neuron, model, inst, tp if tp_pin is not None else None, where)])
+        raise InputError([*errors, _uncompiled(neuron, model, inst, tp_pin, where)])
 
-    copies_pin = copies if copies is not None else _pinned(profile.components.copies)
-    n_copies = copies_pin or (max(1, (gpus - used) // tp) if ic else 1)
-    if ic and n_copies * tp + used > gpus:
-        errors.append(f"{where('components.copies')}: {n_copies} copies × {tp} GPUs"
-                      f"{f' + {used} GPUs of extra models' if used else ''} exceed the {gpus} accelerators of "
-                      f"{inst.instance_type} (at most {max(0, (gpus - used) // tp)} copies at TP {tp})")
+    n_copies = _copy_count(_given_or_pinned(copies, profile.components.copies), ic, tp, used, inst, where, errors)
 
     calibration = load_calibration(profiles_dir, model.hf_id, inst.instance_type, kind, version)
     shape = Shape(model, inst, tp, copies=n_copies, instance_count=count, quantization=quant, generation=gen,
@@ -250,17 +237,56 @@ def design(
     if shape.memory_shortfall_gb > 0:
         errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid))
     main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving",
-                 engine=neuron or engine, version=version, shapes=shapes)
+                 engine=sizing, version=version, shapes=shapes)
     copies_all = (main, *extras)
 
-    scaling = None
-    if profile.autoscaling is not None:
-        scaling = _scaling(profile, main, inst, payload, region, ic, neuron or engine, gen, calibration, where,
-                           errors)
+    scaling = _scaling(profile, main, inst, payload, region, ic, sizing, gen, calibration, where, errors)
     if errors:
         raise InputError(errors)
-    return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version, generation=gen,
-                  calibration=calibration)
+    return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version,
+                  notes=_core_notes(neuron, inst, copies_all), generation=gen, calibration=calibration)
+
+
+def _core_notes(neuron: Engine | None, inst: Instance, copies: tuple[Copy, ...]) -> tuple[str, ...]:
+    """Inferentia: how many of the instance's NeuronCores the copies use, and why not all (`plan`, `profiles
+    show`); nothing on GPUs."""
+    if neuron is None:
+        return ()
+    return (core_use(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
+                     [(c.tp, c.copies) for c in copies]),)
+
+
+def _validated(profile: Profile, sources: dict[str, Source], region: str,
+               given: dict[str, tuple[str, Any]]) -> Where:
+    """Where each value comes from, once the one validation path (what `profiles validate` runs) passes on the
+    profile as overridden by the values given."""
+    where = Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
+    overrides = {path: value for path, (_, value) in given.items() if value is not None and path != "payload"}
+    problems = region_errors(region, profile.endpoint_kind) + profile_errors(with_values(profile, overrides), where)
+    if problems:
+        raise InputError(problems)
+    return where
+
+
+def _instance(profile: Profile, instance: str | None, model: Model, payload: Payload, region: str, gen: str,
+              where: Where) -> Instance:
+    """The instance type given or pinned, else the cheapest where the model fits (instance_type: auto)."""
+    name = _given_or_pinned(instance, profile.instance_type)
+    if name is None:
+        return _choose_instance(profile, model, payload, region, gen)
+    return find_instance(name, where("instance_type"))
+
+
+def _copy_count(pinned: int | None, ic: bool, tp: int, used: int, inst: Instance, where: Where,
+                errors: list[str]) -> int:
+    """Copies of the main model: pinned, else as many as the GPUs the extra models leave (one without components)."""
+    gpus = inst.n_accelerators
+    n_copies = pinned or (max(1, (gpus - used) // tp) if ic else 1)
+    if ic and n_copies * tp + used > gpus:
+        errors.append(f"{where('components.copies')}: {n_copies} copies × {tp} GPUs"
+                      f"{f' + {used} GPUs of extra models' if used else ''} exceed the {gpus} accelerators of "
+                      f"{inst.instance_type} (at most {max(0, (gpus - used) // tp)} copies at TP {tp})")
+    return n_copies
 
 
 def _extra_copy(i: int, extra: ExtraModel, inst: Instance, local: dict[str, Architecture], payload: Payload,
@@ -284,9 +310,9 @@ def _auto_tp(ic: bool, model: Model, inst: Instance, quant: str, payload: Payloa
 
 
 def _tp_errors(tp: int, valid: Sequence[int], model: Model, inst: Instance, where: str) -> list[str]:
-    """A pinned TP degree must divide the instance's accelerators and shard the model's heads."""
+    """A pinned TP degree must be one of `valid`: on GPUs one that divides the accelerators and shards the heads."""
     gpus = inst.n_accelerators
-    if gpus % tp or tp > gpus:
+    if tp > gpus or (gpus % tp and tp not in valid):
         return [(f"{where}: {tp} must divide the {gpus} accelerators of {inst.instance_type} "
                 f"(valid: {', '.join(map(str, valid)) or 'none'})")]
     if tp not in valid:
@@ -320,11 +346,13 @@ def _compiled(neuron: Engine | None, model: Model, tp: int,
 def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving) -> tuple[list[int], list[int]]:
     """The TP degrees that shard `model` on `gpus` accelerators, and those auto TP picks from."""
     # On Inferentia a compiled shape shows that a core count shards the model (optimum-neuron pads attention
-    # heads that do not divide it): auto picks one compiled for the profile's pinned batch and length, else any.
+    # heads that do not divide it), and a copy runs on any cores of the instance (the entry point asks only that
+    # the compiled cores be available): auto picks the most cores compiled for the profile's pinned batch and
+    # length, else for any, so 8 of an ml.inf2.24xlarge's 12 rather than 2.
     if neuron is None:
         valid = valid_tp(model, gpus)
         return valid, valid
-    valid = [t for t in range(1, gpus + 1) if gpus % t == 0]
+    valid = list(range(1, gpus + 1))
     pinned = [t for t in valid if _compiled(neuron, model, t, pins)]
     return valid, pinned or [t for t in valid if _compiled(neuron, model, t)]
 
@@ -350,7 +378,7 @@ def _uncompiled(neuron: Engine, model: Model, inst: Instance, tp: int | None, wh
     compiled = "; ".join(c.describe() for c in shapes)
     runs = []
     for chips in sorted({c.num_cores // CORES_PER_CHIP for c in shapes}):
-        names = [i.instance_type for i in instances().values() if i.is_neuron and i.n_accelerators % chips == 0]
+        names = [i.instance_type for i in instances().values() if i.is_neuron and i.n_accelerators >= chips]
         runs.append(f"tensor_parallel {chips} on {' or '.join(names)}")
     if tp is None:
         place = (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache that fits the "
@@ -384,6 +412,11 @@ def _pick_compiled(shapes: tuple[CompiledShape, ...], max_total: int, batch_size
 def _pinned(value: Any) -> Any:
     """A profile value, or None where it is `auto`."""
     return None if value == "auto" else value
+
+
+def _given_or_pinned(given: Any, value: Any) -> Any:
+    """The value given on the command line, else the profile's unless it is `auto` (None then)."""
+    return given if given is not None else _pinned(value)
 
 
 def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus: int, valid: list[int],
@@ -484,9 +517,11 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
 
 def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, region: str, ic: bool,
              engine: Engine, gen: str, calibration: Calibration | None, where: Where,
-             errors: list[str]) -> ScalingPlan:
+             errors: list[str]) -> ScalingPlan | None:
+    """The scaling policy of a profile with autoscaling (None without)."""
     a = profile.autoscaling
-    assert a is not None
+    if a is None:
+        return None
     # The bounds themselves and an instance endpoint's initial count are profile checks (validate.py); the
     # copies of an inference component are known only now.
     if ic and not a.min_capacity <= main.copies <= a.max_capacity:
@@ -553,7 +588,9 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
     weights = max(_weights_gb(c) for c in d.copies)
     # Start-up: download + load + warm-up grow with the weights; large models need 10+ minutes.
     startup = p.startup_health_check_timeout_s
-    startup = startup if startup != "auto" else int(min(3600, max(600, 60 * math.ceil((600 + 6 * weights) / 60))))
+    # An image may need more (Inferentia: the maintainers' own timeout, sagellm.engines.tgi_neuron).
+    startup = startup if startup != "auto" else int(min(3600, max(600, d.engine.min_startup_timeout_s,
+                                                                  60 * math.ceil((600 + 6 * weights) / 60))))
     download = p.model_data_download_timeout_s
     download = download if download != "auto" else startup
     volume: int | None
@@ -570,6 +607,7 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
         initial_instance_count=d.instance_count, endpoint_kind=p.endpoint_kind, models=tuple(models),
         scaling=d.scaling, instance_scaling=_instance_scaling(models, d) if ic else None,
         startup_health_check_timeout_s=startup, model_data_download_timeout_s=download, volume_size_gb=volume,
+        inference_ami_version=d.engine.inference_ami_version,
         hf_token_secret=hf_token_secret or p.hf_token_secret, input_tokens=d.payload.input_tokens,
         output_tokens=d.payload.output_tokens, tags=tags | dict(p.tags),
     )

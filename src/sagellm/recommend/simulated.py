@@ -9,7 +9,13 @@ from typing import Any, cast
 
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import summarize, tokens_in_window
-from sagellm.emulator.simulate import ClosedLoop, OpenLoop, SimulatedRequest, Simulation, simulate
+from sagellm.emulator.simulate import (
+    SimulatedClosedLoop,
+    SimulatedOpenLoop,
+    SimulatedRequest,
+    Simulation,
+    simulate,
+)
 from sagellm.planner import Payload, StepModel
 from sagellm.profiles import Design
 from sagellm.profiles.plan import DeploymentPlan
@@ -71,8 +77,9 @@ class Simulator:
         if key not in self.cache:
             plan = self._plan.model_copy(update={"initial_instance_count": count})
             steps = StepModel(self.design.shape(count))
-            at: OpenLoop | ClosedLoop = OpenLoop(load.request_rate) if load.request_rate is not None \
-                else ClosedLoop(load.concurrency or 1)
+            at: SimulatedOpenLoop | SimulatedClosedLoop = (
+                SimulatedOpenLoop(load.request_rate) if load.request_rate is not None
+                else SimulatedClosedLoop(load.concurrency or 1))
             sim = simulate(plan, self.payload.input_tokens, self.payload.output_tokens, at,
                            requests=self.requests, steps=steps)
             self.cache[key] = summary_of(sim, load)

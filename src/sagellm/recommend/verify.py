@@ -161,7 +161,7 @@ def _bench_each(rec: Recommendation, chosen: list[Candidate], model_id: str, tar
         say(f"verify {i}/{len(chosen)} on {target.kind}: {candidate.label()} at {rec.load.name} and "
             f"{step_above(rec.load).name}")
         outcome = bench.run(bench.Bench(
-            serving=bench.Serving(profile=body["name"], model=model_id, profiles_dir=profiles, region=region,
+            serving=bench.ServingSpec(profile=body["name"], model=model_id, profiles_dir=profiles, region=region,
                                   hf_token_secret=hf_token_secret),
             # The two levels asked for and no others (an adaptive sweep would go on to the knee and the max).
             target=target, load=_bench_load(rec.load), sweep=bench.Sweep(method="doubling"),
@@ -175,7 +175,7 @@ def _bench_each(rec: Recommendation, chosen: list[Candidate], model_id: str, tar
             break
 
 
-def _bench_load(load: Load) -> bench.Load:
+def _bench_load(load: Load) -> bench.LoadSpec:
     """The target load and one step above it, as the bench's load."""
     from sagellm import bench
 
@@ -205,7 +205,7 @@ def _verified(candidate: Candidate, result_dir: Path, results: Results, error: s
 def _store_correction(done: Verification, load: Load, verify_profiles: Path, profiles_dir: Path | None) -> list[str]:
     """Fit and store the step-time correction from the finished benches through `sagellm calibrate`'s own path,
     one model × instance type × engine at a time; → the lines it wrote, or one line per group saying why not."""
-    from sagellm.bench.calibrate import calibrate_runs
+    from sagellm.results.calibrate_planner import calibrate_runs
 
     if done.target != "sagemaker":
         return [LOCAL_REPLAYS_PLANNER]

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from sagellm.errors import InputError
 from sagellm.results.schema import (
     SERVER_METRICS,
-    Gate,
+    GateVerdict,
     Level,
     LevelSummary,
     Pick,
@@ -437,7 +437,7 @@ def evaluate(results: Results, thresholds: Thresholds, baseline: Results | None 
     return out
 
 
-def gate(results: Results, thresholds: Thresholds, baseline: Results | None = None) -> Gate:
+def gate(results: Results, thresholds: Thresholds, baseline: Results | None = None) -> GateVerdict:
     """The gate block of results.json: every rule checked, the violations, how the baseline's run differs."""
     rules = [rule.label for rule in thresholds.rules]
     if baseline is not None:
@@ -447,11 +447,11 @@ def gate(results: Results, thresholds: Thresholds, baseline: Results | None = No
         raise InputError("nothing to check: no rules, and no baseline results to compare with (add rules, "
                          "or pass --baseline)")
     violations = evaluate(results, thresholds, baseline)
-    return Gate(passed=not violations, rules=rules, violations=violations,
+    return GateVerdict(passed=not violations, rules=rules, violations=violations,
                 incomparable=differences(results.run, baseline.run) if baseline is not None else [])
 
 
-def violation_lines(verdict: Gate) -> list[str]:
+def violation_lines(verdict: GateVerdict) -> list[str]:
     """The lines a verdict is printed as where CI shows it, one per violated rule (`sagellm gate`, and the last
     lines on stderr of a failing `sagellm bench`)."""
     return [f"FAIL {v.rule}: {v.message}" for v in verdict.violations]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sagellm.results.picks import knee_at_top
 from sagellm.results.schema import Level, Results
-from sagellm.results.sweep import knee_at_top
 
 # The server's own per-request latency: SageMaker's ModelLatency, or a vLLM/TGI e2e histogram's mean.
 _SERVER_LATENCY = ("model_latency_ms", "e2e_latency_ms")

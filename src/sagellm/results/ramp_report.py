@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sagellm.results.schema import Ramp, Results
+from sagellm.results.schema import RampRecord, Results
 
 
 def _s(value: float | None) -> str:
@@ -19,7 +19,7 @@ def _n(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
-def render_ramp(ramp: Ramp) -> list[str]:
+def render_ramp(ramp: RampRecord) -> list[str]:
     """The `## Ramp` section: figures first, then the scaling events and the interval table."""
     p = ramp.policy
     lines = ["## Ramp", "", "![load, instances and latency over time](ramp.png)", "",

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from sagellm.results.junit import render_junit
+from sagellm.results.picks import knee_at_top
 from sagellm.results.plot import plot_curve
 from sagellm.results.prediction import FLAG, assumed, departures, flag
 from sagellm.results.ramp_report import plot_ramp, render_ramp
@@ -18,9 +19,8 @@ from sagellm.results.schema import (
     ServerMetrics,
     ServerStats,
     Stats,
-    Sweep,
+    SweepRecord,
 )
-from sagellm.results.sweep import knee_at_top
 from sagellm.results.table import render_csv
 
 
@@ -97,7 +97,7 @@ def _differing(results: Results) -> str:
     return ", ".join(dict.fromkeys(d.metric for lv in results.levels for d in departures(lv)))
 
 
-def _sweep(sweep: Sweep | None, confirmed_only_by: str = "") -> list[str]:
+def _sweep(sweep: SweepRecord | None, confirmed_only_by: str = "") -> list[str]:
     """The sweep's line: how levels were chosen and what they cost; a sweep the prediction 'confirmed' (by
     throughput and ms/token) says which other metrics differ."""
     if sweep is None:

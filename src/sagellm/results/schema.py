@@ -119,7 +119,7 @@ class LevelSummary(LoadKey):
     spread: dict[str, Spread] | None = None  # repeats > 1: headline metrics across the repeats
 
 
-class Workload(_Strict):
+class WorkloadRecord(_Strict):
     """What the requests asked for."""
 
     prompts: Literal["unique", "dataset"]  # unique: random words per request, seeded
@@ -161,7 +161,7 @@ class Run(_Strict):
     ray: str | None = None  # the Ray cluster they ran on (--ray), None for processes on this machine
     # Where request timings come from: the client's clock, or the emulator's simulated clock (docs/emulator.md).
     clock: Literal["client", "emulator"] = "client"
-    workload: Workload | None = None
+    workload: WorkloadRecord | None = None
     tool_version: str
     started_at: datetime
     ended_at: datetime | None = None
@@ -290,7 +290,7 @@ class Teardown(_Strict):
 class Violation(_Strict):
     """One failed threshold check."""
 
-    rule: str  # the rule's label, as in Gate.rules
+    rule: str  # the rule's label, as in GateVerdict.rules
     metric: str
     where: str | None  # "16", "knee", "max"; None for run-wide metrics
     measured: float | None
@@ -298,7 +298,7 @@ class Violation(_Strict):
     message: str
 
 
-class Gate(_Strict):
+class GateVerdict(_Strict):
     """The verdict of the thresholds: every rule checked, and what failed."""
 
     passed: bool
@@ -340,7 +340,7 @@ class ScalingEvent(_Strict):
     detail: str = ""
 
 
-class ScalingPolicy(_Strict):
+class ScalingPolicyRecord(_Strict):
     """The target-tracking policy the ramp ran against, and the simulated delays (local target)."""
 
     metric: str
@@ -356,14 +356,14 @@ class ScalingPolicy(_Strict):
     instance_startup_s: float  # from a scale-out to the new instance InService
 
 
-class Ramp(_Strict):
+class RampRecord(_Strict):
     """`bench --ramp`: load over time against the instances that served it, and how scaling kept up."""
 
     rates: list[float]  # the steps, requests/s
     step_s: float  # simulated seconds per step
     interval_s: float  # the time series' resolution
     scaling: Literal["simulated", "none"]  # the emulator's target tracking, or none observed
-    policy: ScalingPolicy | None
+    policy: ScalingPolicyRecord | None
     intervals: list[RampInterval]
     events: list[ScalingEvent]
     first_breach_s: float | None  # end of the first metric period above the target
@@ -380,7 +380,7 @@ class Ramp(_Strict):
     cost_usd: float | None  # instance_minutes × the catalog price
 
 
-class Sweep(_Strict):
+class SweepRecord(_Strict):
     """How the levels were chosen and what measuring them cost."""
 
     method: Literal["doubling", "adaptive"]  # the list in order, or chosen from the prediction (README: Bench)
@@ -404,11 +404,11 @@ class Results(_Strict):
     slo: Slo | None = None
     cost: Cost
     teardown: Teardown
-    gate: Gate | None = None  # None when no thresholds were given
+    gate: GateVerdict | None = None  # None when no thresholds were given
     stopped_reason: str | None = None  # why the sweep stopped before its last planned level
     failure: Failure | None = None  # None when the run went through (its gate may still have failed)
-    ramp: Ramp | None = None  # `bench --ramp` only
-    sweep: Sweep | None = None  # how levels were chosen, endpoint-minutes spent (None in older files)
+    ramp: RampRecord | None = None  # `bench --ramp` only
+    sweep: SweepRecord | None = None  # how levels were chosen, endpoint-minutes spent (None in older files)
     predicted_curve: list[PredictedPoint] = []  # closed loop with a prediction: from 1 past the highest level
 
     def level(self, where: int | str) -> Level | None:

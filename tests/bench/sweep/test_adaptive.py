@@ -7,10 +7,12 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench_helpers import FakeTransport, bench_args, results_of, sagellm
+from sagellm import bench
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.sweep.adaptive import (
@@ -59,7 +61,7 @@ def sweep(plan: Plan, truth: Curve) -> tuple[list[Measured], str]:
 
 
 def truth_picks(truth: Curve, limit: int) -> tuple[Measured, Measured]:
-    """The dense curve's knee and max (results.sweep's definitions: lowest load on ties)."""
+    """The dense curve's knee and max (results.picks' definitions: lowest load on ties)."""
     dense = [m for m in (truth(c) for c in range(1, limit + 1)) if m.usable]
     return max(dense, key=lambda m: m.power), max(dense, key=lambda m: m.throughput_tokens_per_s)
 
@@ -411,16 +413,14 @@ def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "results.json").exists()
 
 
-@pytest.mark.parametrize(("changes", "message"), [
-    ({"budget_minutes": 0.0}, "--budget-minutes: 0 must be a positive number of endpoint-minutes"),
-    ({"sweep": "adaptive", "concurrency": (), "request_rate": (1.0,)}, "--sweep adaptive: closed loop only"),
+@pytest.mark.parametrize(("parts", "message"), [
+    (lambda: {"sweep": bench.Sweep("doubling", budget_minutes=0.0)},
+     "--budget-minutes: 0 must be a positive number of endpoint-minutes"),
+    (lambda: {"sweep": bench.Sweep("adaptive"), "load": bench.Open((1.0,))}, "--sweep adaptive: closed loop only"),
 ])
-def test_bad_sweep_options_are_refused_before_anything_runs(tmp_path: Path, changes: dict[str, object],
-                                                            message: str) -> None:
-    from sagellm.bench.runner import BenchOptions, run_bench
-
-    opts = BenchOptions(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge", out=tmp_path / "o")
+def test_bad_sweep_options_are_refused_before_anything_runs(tmp_path: Path, parts: Any, message: str) -> None:
+    served = bench.ServingSpec(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge")
     with pytest.raises(InputError) as exc:
-        run_bench(replace(opts, **changes))  # type: ignore[arg-type]
+        bench.run(bench.Bench(**{"serving": served, "output": bench.Output(tmp_path / "o"), **parts()}))
     assert message in str(exc.value)
     assert not (tmp_path / "o" / "results.json").exists()

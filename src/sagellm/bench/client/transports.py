@@ -51,6 +51,10 @@ if TYPE_CHECKING:
     import boto3
 
 
+# json.loads without its per-call encoding sniffing of bytes: the stream is UTF-8 (one event per token).
+_decode = json.JSONDecoder().decode
+
+
 class Transport(Protocol):
     """Sends one generation request and measures it; never raises (errors become `ok=False`)."""
 
@@ -156,7 +160,8 @@ class _StreamingTransport:
                 decoder = self._decoder()
                 event = self.api.event
                 done_marker = self.api.done_marker
-                async for chunk in resp.content.iter_any():
+                read = resp.content.readany
+                while chunk := await read():
                     now = time.perf_counter()
                     for data in decoder.feed(chunk):
                         if data == done_marker:
@@ -165,7 +170,7 @@ class _StreamingTransport:
                                                       "token events and no finish_reason")
                             continue
                         try:
-                            parsed = json.loads(data)
+                            parsed = _decode(data.decode())
                         except ValueError:
                             raise Failed("other", f"unparseable stream event: {data[:200]!r}") from None
                         event(st, parsed, now)

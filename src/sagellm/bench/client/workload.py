@@ -33,7 +33,7 @@ from typing import Any, Literal
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.schema import U32_MAX
-from sagellm.results.schema import Workload as WorkloadRecord
+from sagellm.results.schema import WorkloadRecord
 
 # Common short English words: most are one token in the tokenizers of the catalog's models.
 VOCABULARY: tuple[str, ...] = tuple("""

@@ -21,7 +21,7 @@ measured level on that side lies within 10 % of b in concurrency (at least one s
 and 6), or b is the end of the range on that side (1, or the limit: the admission limit, above which
 every level is refused).
 
-- **Knee** (highest throughput ÷ p50 ms/token among usable levels, as `results.sweep`): bracketed when
+- **Knee** (highest throughput ÷ p50 ms/token among usable levels, as `results.picks`): bracketed when
   both its sides are closed. A side is also closed in value: in a closed loop neither throughput nor
   ms/token falls as load rises (up to failure), so no load between a lower level a and the knee b beats
   b's power by more than ms(b) ÷ ms(a), nor between b and a higher level d by more than thr(d) ÷ thr(b).
@@ -73,7 +73,7 @@ class Measured:
     concurrency: int
     throughput_tokens_per_s: float
     ms_per_token: float | None  # p50
-    usable: bool  # no timeouts, error rate within the limit (results.sweep.is_usable)
+    usable: bool  # no timeouts, error rate within the limit (results.picks.is_usable)
     endpoint_minutes: float  # what measuring it cost: wall time × instances
 
     @property

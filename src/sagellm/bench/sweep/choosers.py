@@ -27,9 +27,8 @@ from sagellm.planner import (
     predict_point,
 )
 from sagellm.results.gate import load_thresholds
-from sagellm.results.schema import Results, parse_load
-from sagellm.results.schema import Sweep as SweepBlock
-from sagellm.results.sweep import is_usable
+from sagellm.results.picks import is_usable
+from sagellm.results.schema import Results, SweepRecord, parse_load
 
 SWEEPS = ("auto", "adaptive", "doubling")
 TIMEOUT_LEVEL_S = 120.0  # a level past the timeout: the warm-up request times out, then the first measured one
@@ -165,7 +164,7 @@ def make_chooser(method: str, sweep: Sweep, levels: tuple[float, ...], shape: Sh
 
 
 def sweep_block(chooser: Chooser, shape: Shape | None, payload: Payload, *,
-                requests: int | Callable[[float], int] | None, duration_s: float | None, warmup: int) -> SweepBlock:
+                requests: int | Callable[[float], int] | None, duration_s: float | None, warmup: int) -> SweepRecord:
     """The results' account of the sweep; an adaptive one estimates what the doubling sweep would have spent."""
     estimate = None
     if chooser.plan is not None and shape is not None and chooser.measured:
@@ -258,10 +257,10 @@ def doubling_estimate(levels: Sequence[Measured], predict: Callable[[int], Point
     return total
 
 
-def sweep_record(chooser: Chooser, *, estimate: float | None) -> SweepBlock:
+def sweep_record(chooser: Chooser, *, estimate: float | None) -> SweepRecord:
     """The results' account of the sweep."""
     plan = chooser.plan
-    return SweepBlock(method=chooser.method,  # type: ignore[arg-type]
+    return SweepRecord(method=chooser.method,  # type: ignore[arg-type]
                  order=chooser.order,
                  endpoint_minutes=round(chooser.spent, 3),
                  doubling_endpoint_minutes=None if estimate is None else round(estimate, 3),

@@ -19,7 +19,6 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from typing import Any
 
 import aiohttp
 
@@ -27,13 +26,10 @@ from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
 from sagellm.bench.load.level import LevelBook, LevelProgress, LevelResult, StopRule
-from sagellm.bench.load.measured import on_simulated_clock
 from sagellm.bench.load.open_loop import OpenLoop, arrival_times, send_due
-from sagellm.bench.sweep.ramp_figures import ramp_block
 from sagellm.errors import InputError
 from sagellm.planner import predict
 from sagellm.profiles import Design
-from sagellm.results.schema import Ramp, Run
 
 DEFAULT_STEPS = 8
 DEFAULT_STEP_S = 240.0  # simulated seconds per step: 32 minutes in all
@@ -129,43 +125,3 @@ async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, 
         if on_level is not None:
             on_level(result)
     return results
-
-
-class RampRun:
-    """One ramp against a target: the steps, the scaling clock's offset, and the results block afterwards."""
-
-    def __init__(self, rates: tuple[float, ...], step_s: float, loop: OpenLoop, target: object):
-        self.rates = rates
-        self.step_s = step_s  # simulated seconds
-        self.loop = loop
-        self._scaling = getattr(target, "autoscaling", lambda: None)  # the local target's emulator reports it
-        self.start: dict[str, Any] | None = None  # the scaling state as the ramp starts ...
-        self.end: dict[str, Any] | None = None  # ... and once its last request is back (before teardown)
-
-    def describe(self) -> str:
-        """The steps, for progress."""
-        return (f"ramp of {len(self.rates)} steps × {self.step_s:g} s: "
-                + ", ".join(f"{r:g}/s" for r in self.rates))
-
-    async def run(self, transport: Transport, workload: Workload, *, on_record: Callable[[RequestRecord], None],
-                  on_progress: Callable[[LevelProgress], None] | None,
-                  on_level: Callable[[LevelResult], None]) -> list[LevelResult]:
-        """Run the steps; the scaling state is read just before the first request (to align its clock)
-        and after the last."""
-        def started() -> None:
-            self.start = self._scaling()
-
-        try:
-            return await run_ramp(transport, workload=workload, loop=self.loop,
-                                  step_s=self.step_s * self.loop.time_scale, on_record=on_record,
-                                  on_progress=on_progress, on_level=on_level, on_start=started)
-        finally:
-            self.end = self._scaling()
-
-    def block(self, levels: list[LevelResult], run: Run, design: Design | None, slo: float | None) -> Ramp:
-        """The results' `ramp` block from the steps' records (put on the simulated clock here)."""
-        records = [on_simulated_clock(r, run.time_scale, run.emulated) for lv in levels for r in lv.records]
-        offset = float(self.start["now_s"]) if self.start else 0.0
-        return ramp_block(records, rates=self.rates, step_s=self.step_s, scaling=self.end, scaling_offset_s=offset,
-                          initial_instances=run.instance_count or 1, slo_ms_per_token=slo,
-                          usd_per_instance_h=design.usd_per_instance_h if design else None)

@@ -19,7 +19,7 @@ from typing import Any
 
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import stats
-from sagellm.results.schema import Ramp, RampInterval, ScalingEvent, ScalingPolicy
+from sagellm.results.schema import RampInterval, RampRecord, ScalingEvent, ScalingPolicyRecord
 
 DEFAULT_INTERVAL_S = 30.0  # half a metric period: fine enough to see an instance join
 
@@ -69,7 +69,7 @@ def _instance_minutes(events: Sequence[ScalingEvent], initial: int, end_s: float
 def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step_s: float,
                scaling: dict[str, Any] | None, scaling_offset_s: float, initial_instances: int,
                slo_ms_per_token: float | None, usd_per_instance_h: float | None,
-               interval_s: float = DEFAULT_INTERVAL_S) -> Ramp:
+               interval_s: float = DEFAULT_INTERVAL_S) -> RampRecord:
     """The ramp's time series and figures from its records (simulated clock) and the emulator's scaling state."""
     simulated = bool(scaling and scaling.get("simulated"))
     events = _events(scaling, scaling_offset_s) if simulated else []
@@ -84,7 +84,7 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
     windows = _scaling_windows(events, end_s)
     scaling_sent = [r for r in sent if any(a <= r.start_s < b for a, b in windows)]
     minutes = _instance_minutes(events, initial_instances, end_s)
-    return Ramp(
+    return RampRecord(
         rates=list(rates), step_s=step_s, interval_s=interval_s, scaling="simulated" if simulated else "none",
         policy=_policy(scaling) if simulated else None, intervals=intervals, events=events,
         first_breach_s=breach, first_scale_out_s=scale_out, first_in_service_s=in_service_at,
@@ -102,12 +102,12 @@ def _events(scaling: dict[str, Any] | None, offset_s: float) -> list[ScalingEven
             for e in (scaling or {}).get("events", [])]
 
 
-def _policy(scaling: dict[str, Any] | None) -> ScalingPolicy | None:
+def _policy(scaling: dict[str, Any] | None) -> ScalingPolicyRecord | None:
     """The policy the emulator simulated, as the results record it."""
     if scaling is None:
         return None
     p = scaling["policy"]
-    return ScalingPolicy(metric=p["metric"], target_value=p["target"], min_capacity=p["min_capacity"],
+    return ScalingPolicyRecord(metric=p["metric"], target_value=p["target"], min_capacity=p["min_capacity"],
                          max_capacity=p["max_capacity"], scale_out_cooldown_s=p["scale_out_cooldown_s"],
                          scale_in_cooldown_s=p["scale_in_cooldown_s"], period_s=p["period_s"],
                          out_datapoints=p["out_datapoints"], in_datapoints=p["in_datapoints"],

@@ -28,20 +28,21 @@ def reconcile(deployed: DeployedEndpoint, profile: str | None, model: str | None
     name, errors = deployed.name, []
     tagged = deployed.tags.get("sagellm:profile")
     if profile and tagged and profile != tagged:
-        errors.append(f"--profile: {profile!r}, but endpoint {name} was deployed with {tagged!r} (its "
-                      "sagellm:profile tag); leave --profile out")
+        errors.append(f"ServingSpec.profile: {profile!r}, but endpoint {name} was deployed with {tagged!r} (its "
+                      "sagellm:profile tag); leave ServingSpec.profile out")
     if not (profile or tagged):
-        errors.append(f"--profile: endpoint {name} carries no sagellm:profile tag; name the profile it was "
-                      "deployed with (it sizes the prediction)")
+        errors.append(f"ServingSpec.profile: endpoint {name} carries no sagellm:profile tag; name the profile it "
+                      "was deployed with (it sizes the prediction)")
     served = deployed.model_id
     if model and served and _hf_id(model) != served:
-        errors.append(f"--model: {model!r}, but endpoint {name} serves {served!r}; leave --model out")
+        errors.append(f"ServingSpec.model: {model!r}, but endpoint {name} serves {served!r}; leave "
+                      "ServingSpec.model out")
     if not (model or served):
-        errors.append(f"--model: endpoint {name} names no model (no sagellm:model tag or HF_MODEL_ID); give "
-                      "the Hugging Face id it serves")
+        errors.append(f"ServingSpec.model: endpoint {name} names no model (no sagellm:model tag or HF_MODEL_ID); "
+                      "give the Hugging Face id it serves")
     if instance and instance != deployed.instance_type:
-        errors.append(f"--instance: {instance!r}, but endpoint {name} runs on {deployed.instance_type!r}; "
-                      "leave --instance out")
+        errors.append(f"ServingSpec.instance: {instance!r}, but endpoint {name} runs on "
+                      f"{deployed.instance_type!r}; leave ServingSpec.instance out")
     if errors:
         raise InputError(errors)
     return str(profile or tagged), str(model or served)

@@ -1,7 +1,8 @@
 """Targets that deploy the bench's own EndpointStack and delete exactly that stack again.
 
 Local and SageMaker deploy the same stack through the same CDK CLI call (sagellm's own app, this run's work
-folder) and invoke through the same SigV4 event-stream transport; only the environment they point at differs.
+folder, the run's plan handed over as plan.json: the app deploys it as it is, resolving nothing again) and invoke
+through the same SigV4 event-stream transport; only the environment they point at differs.
 Teardown deletes the stack by name through CloudFormation, and only if it carries this run's tag: never
 another run's stack, never through a cloud assembly a folder happened to hold.
 """
@@ -37,23 +38,13 @@ def stack_name(plan: DeploymentPlan, run: str) -> str:
     return f"sagellm-bench-{plan.profile}-{run}"[:128]
 
 
-def cdk_context(plan: DeploymentPlan, model: str, profiles_dir: Path | None, run: str,
-                process: str) -> dict[str, str | None]:
-    """CDK context that makes sagellm.cdk_app build exactly this plan, tagged with the run."""
-    # The app runs in the run's work folder: the caller's ./profiles must be named, and absolutely.
-    folder = profiles_dir if profiles_dir is not None else (Path("profiles") if Path("profiles").is_dir() else None)
-    return {
-        "profile": plan.profile,
-        "model": model,
-        "instance": plan.instance_type,
-        "region": plan.region,
-        "input_tokens": str(plan.input_tokens),
-        "output_tokens": str(plan.output_tokens),
-        "profiles_dir": str(folder.resolve()) if folder else None,
-        "hf_token_secret": plan.hf_token_secret,
-        "bench_run": run,
-        "bench_process": process,
-    }
+def cdk_context(plan: DeploymentPlan, workdir: Path, run: str, process: str) -> dict[str, str]:
+    """CDK context that makes sagellm.cdk_app build exactly this plan (written to the work folder as plan.json),
+    tagged with the run."""
+    handed = workdir.resolve() / "plan.json"  # absolute: the CDK CLI starts the app in the work folder
+    handed.parent.mkdir(parents=True, exist_ok=True)
+    handed.write_text(plan.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return {"plan": str(handed), "bench_run": run, "bench_process": process}
 
 
 def _components(plan: DeploymentPlan, outputs: dict[str, str]) -> dict[str, str]:
@@ -80,22 +71,23 @@ class _StackTarget:
     emulated = False
     deploys = True
 
-    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, workdir: Path, run: str,
-                 process: str, on_line: Callable[[str], None] | None = None, *, api: Api = TGI):
+    def __init__(self, plan: DeploymentPlan, workdir: Path, run: str, process: str,
+                 on_line: Callable[[str], None] | None = None, *, api: Api = TGI):
         cdk_cli.find_cli()  # found, or fetched once (exit 2 when it cannot be), before anything starts
-        self.plan, self.workdir, self.run, self.on_line, self.api = plan, workdir, run, on_line, api
+        self.plan, self.workdir, self.run, self.process, self.on_line, self.api = \
+            plan, workdir, run, process, on_line, api
         self.stack = stack_name(plan, run)
-        self.context = cdk_context(plan, model, profiles_dir, run, process)
         self.endpoint: str | None = None
 
     def _env(self) -> dict[str, str]:
         return cdk_cli.cli_env()  # the caller's environment: its AWS credentials and region
 
-    def _deploy_stack(self) -> dict[str, str]:
+    def _deploy_stack(self, plan: DeploymentPlan) -> dict[str, str]:
+        """Deploy `plan` (this target's, or the local AWS's variant of it) as the run's stack."""
         # CloudFormation waits for InService; bound the wait by what the endpoint may take to start.
-        wait_s = self.plan.startup_health_check_timeout_s + self.plan.model_data_download_timeout_s + DEPLOY_MARGIN_S
-        outputs = cdk_cli.deploy(self.stack, self.context, self._env(), self.workdir, timeout_s=wait_s,
-                                 on_line=self.on_line)
+        wait_s = plan.startup_health_check_timeout_s + plan.model_data_download_timeout_s + DEPLOY_MARGIN_S
+        outputs = cdk_cli.deploy(self.stack, cdk_context(plan, self.workdir, self.run, self.process), self._env(),
+                                 self.workdir, timeout_s=wait_s, on_line=self.on_line)
         self.endpoint = outputs.get("EndpointName")
         if not self.endpoint:
             raise TargetError(f"stack {self.stack} has no EndpointName output: {outputs}")
@@ -122,7 +114,7 @@ class SageMakerTarget(_StackTarget):
     kind = "sagemaker"
 
     def deploy(self) -> Transport:
-        outputs = self._deploy_stack()
+        outputs = self._deploy_stack(self.plan)
         self.emulated = runtime_is_emulated()
         return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api,
                                   inference_component=_component(self.plan, outputs))
@@ -137,10 +129,10 @@ class LocalTarget(_StackTarget):
     kind = "local"
     emulated = True
 
-    def __init__(self, plan: DeploymentPlan, model: str, profiles_dir: Path | None, workdir: Path, run: str,
-                 process: str, on_line: Callable[[str], None] | None = None, time_scale: float = 1.0, *,
-                 api: Api = TGI, instance_startup_s: float | None = None):
-        super().__init__(plan, model, profiles_dir, workdir, run, process, on_line, api=api)
+    def __init__(self, plan: DeploymentPlan, workdir: Path, run: str, process: str,
+                 on_line: Callable[[str], None] | None = None, time_scale: float = 1.0, *, api: Api = TGI,
+                 instance_startup_s: float | None = None):
+        super().__init__(plan, workdir, run, process, on_line, api=api)
         from sagellm.aws.local import LocalAws
 
         self.time_scale = time_scale
@@ -160,11 +152,12 @@ class LocalTarget(_StackTarget):
         self.aws.start()
         # A fresh moto has no bootstrap stack; create it the way a new real account gets one.
         cdk_cli.bootstrap(self._env(), self.workdir)
+        deployed = self.plan
         if self.plan.gated_models and not self.plan.hf_token_secret:
             # The template references the secret as it would in an account; the emulator needs no token.
             self.aws.client("secretsmanager").create_secret(Name=LOCAL_TOKEN_SECRET, SecretString="local")
-            self.context["hf_token_secret"] = LOCAL_TOKEN_SECRET
-        outputs = self._deploy_stack()
+            deployed = self.plan.model_copy(update={"hf_token_secret": LOCAL_TOKEN_SECRET})
+        outputs = self._deploy_stack(deployed)
         emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
                                                    endpoint_name=self.endpoint,
                                                    component_names=_components(self.plan, outputs),

@@ -40,13 +40,13 @@ class Target(Protocol):
 
 
 def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None, url: str | None, api: str,
-                  served_model: str | None, profiles_dir: Path | None, workdir: Path, run: str, process: str,
-                  time_scale: float, deployed: DeployedEndpoint | None, say: Callable[[str], None],
+                  served_model: str | None, workdir: Path, run: str, process: str, time_scale: float,
+                  deployed: DeployedEndpoint | None, say: Callable[[str], None],
                   instance_startup_s: float | None = None) -> Target:
     """The target a run asked for (`deployed`: the existing endpoint `--endpoint-name` named)."""
     if target == "http":
         return HttpTarget(url or "", api, served_model, model)
-    assert plan is not None and model is not None  # the runner's checks: deploying targets need both
+    assert plan is not None  # the specs' checks: the other targets have a profile and a model
     chosen = APIS[api_for(api, None)]  # SageMaker endpoints: auto is TGI's generate
     if deployed is not None:
         return ExistingEndpoint(deployed, plan.region, api=chosen)
@@ -55,6 +55,6 @@ def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None
         say(f"  cdk │ {line}")
 
     if target == "sagemaker":
-        return SageMakerTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, api=chosen)
-    return LocalTarget(plan, model, profiles_dir, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen,
+        return SageMakerTarget(plan, workdir, run, process, cdk_line, api=chosen)
+    return LocalTarget(plan, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen,
                        instance_startup_s=instance_startup_s)

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sagellm.bench.calibrate import calibrate_runs
 from sagellm.engines.tgi import TGI
 from sagellm.errors import InputError
 from sagellm.planner import Calibration, Payload, predict_point
 from sagellm.profiles import design_for
 from sagellm.profiles.calibration import calibration_path, load_calibration
+from sagellm.results.calibrate_planner import calibrate_runs
+from sagellm.results.picks import make_results
 from sagellm.results.schema import ERROR_KINDS, Level, Run, Stats, Teardown, write_results
-from sagellm.results.sweep import make_results
 
 SAGELLM = Path(sys.executable).with_name("sagellm")
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"

@@ -1,4 +1,4 @@
-"""`sagellm emulate` and `sagellm local-aws`: the local endpoint and the local AWS, standalone."""
+"""`sagellm emulate`: the local endpoint, standalone."""
 
 from __future__ import annotations
 
@@ -51,20 +51,3 @@ def emulate(
     print(f"emulating {plan.profile}: {plan.primary.model_id} on {plan.instance_type} at http://127.0.0.1:{port} "
           f"(time scale {time_scale:g}); Ctrl-C to stop", file=sys.stderr)
     run_emulator(plan, port=port, time_scale=time_scale, endpoint_name=endpoint_name)
-
-
-@app.command("local-aws")
-def local_aws(
-    port: Annotated[int, typer.Option("--port", help="loopback port")] = 4566,
-    region: Region = "us-east-1",
-) -> None:
-    """Serve sagellm's local AWS on 127.0.0.1 (foreground, Ctrl-C to stop): moto extended for SageMaker
-    inference components, autoscaling and rollbacks, already CDK-bootstrapped.
-
-    Point `sagellm bench --target sagemaker`, `cdk deploy` and `sagellm cleanup` at it with
-    AWS_ENDPOINT_URL=http://localhost:PORT and any credentials; point the runtime
-    (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME) at `sagellm emulate`. Its state lives as long as the command.
-    """
-    from sagellm.aws.local import serve
-
-    serve(port, region, say=lambda text: print(text, file=sys.stderr))

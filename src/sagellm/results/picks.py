@@ -10,15 +10,15 @@ from sagellm.planner.curve import knee_index, usd_per_1m_tokens
 from sagellm.results.schema import (
     Cost,
     Failure,
-    Gate,
+    GateVerdict,
     Level,
     LevelSummary,
     Pick,
-    Ramp,
+    RampRecord,
     Results,
     Run,
     Slo,
-    Sweep,
+    SweepRecord,
     Teardown,
 )
 
@@ -93,8 +93,8 @@ def _pick(level: LevelSummary | None, definition: str) -> Pick | None:
 
 def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, teardown: Teardown,
                  slo_ms_per_token: float | None = None, stopped_reason: str | None = None,
-                 gate: Gate | None = None, max_error_rate: float = MAX_ERROR_RATE, sweep: Sweep | None = None,
-                 ramp: Ramp | None = None, failure: Failure | None = None) -> Results:
+                 gate: GateVerdict | None = None, max_error_rate: float = MAX_ERROR_RATE, sweep: SweepRecord | None = None,
+                 ramp: RampRecord | None = None, failure: Failure | None = None) -> Results:
     """Assemble results: knee, max-throughput point, SLO pick and cost derived from the levels."""
     best = max_throughput(levels, max_error_rate=max_error_rate)
     slo = None

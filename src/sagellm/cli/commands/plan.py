@@ -1,9 +1,8 @@
-"""`sagellm plan` (the predicted curve) and `sagellm calibrate` (the planner corrected by measured runs)."""
+"""`sagellm plan`: the predicted curve."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -54,6 +53,8 @@ def plan(
     --json prints {"shape": {...}, "environment": {...}, "curve": {"points": [...], "knee", "max_throughput",
     "kv_capacity_tokens_per_copy", "max_sequences_per_copy", "usd_per_h", "usd_per_1m_tokens_at_max_throughput"}}.
     """
+    from dataclasses import replace
+
     from sagellm.planner import predict
     from sagellm.profiles import design_for
 
@@ -62,6 +63,7 @@ def plan(
                    profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
                    instance_count=instance_count)
     curve = predict(d.shape(), d.payload, levels, region)
+    curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
              "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,
@@ -73,19 +75,3 @@ def plan(
     from sagellm.render import print_curve
 
     print_curve(shape, env, curve)
-
-
-@app.command(epilog="Example:\n\n  sagellm calibrate run-42 run-43   # bench --out folders (or their results.json)")
-def calibrate(
-    runs: Annotated[list[Path], typer.Argument(help="bench --out folders or results.json files of measured runs")],
-    profiles_dir: ProfilesDir = None,
-) -> None:
-    """Fit the planner's step times to measured runs; store one correction per model × instance × container.
-
-    Writes <profiles_dir>/calibration/*.yaml (review them like code); `plan`, `profiles show` and every
-    profile's auto values then use it and say so. Emulated runs are refused: they only replay the planner.
-    """
-    from sagellm.bench.calibrate import calibrate_runs
-
-    for line in calibrate_runs(runs, profiles_dir):
-        print(line)

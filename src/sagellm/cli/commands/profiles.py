@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sagellm.cli.app import profiles_app
+from sagellm.cli.app import app
 from sagellm.cli.options import (
     InputTokens,
     Instance,
@@ -20,6 +20,9 @@ from sagellm.cli.options import (
     payload_from,
 )
 from sagellm.errors import InputError
+
+profiles_app = typer.Typer(help="List, show, validate profiles and print their JSON Schema.", no_args_is_help=True)
+app.add_typer(profiles_app, name="profiles")
 
 
 @profiles_app.command("list")
@@ -62,7 +65,7 @@ def profiles_show(
         return
     from sagellm.render import print_plan
 
-    print_plan(plan, step_time_notes(design.shape()))
+    print_plan(plan, (*design.notes, *step_time_notes(design.shape())))
 
 
 @profiles_app.command("validate")

@@ -1,10 +1,12 @@
-"""`sagellm bench` (deploy → sweep → report → gate → teardown) and `sagellm cleanup` (what killed benches left)."""
+"""`sagellm bench`: deploy → sweep → report → gate → teardown."""
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -17,13 +19,15 @@ from sagellm.cli.options import (
     PROFILES_DIR_HELP,
     REGION_HELP,
     SERVED,
-    Region,
     concurrency_levels,
     rate_levels,
     region_option,
     worker_count,
 )
 from sagellm.errors import InputError
+
+if TYPE_CHECKING:
+    from sagellm.bench.specs import TargetSpec
 
 
 @app.command(cls=PanelledCommand, epilog="Examples:\n\n"
@@ -166,9 +170,11 @@ def bench(
     Exit 0 when every threshold holds, 1 when one fails, 2 on bad input (nothing deployed),
     3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM, SIGHUP).
     """
-    from sagellm.bench.client.workload import WorkloadOptions
+    from sagellm.bench import specs
+    from sagellm.bench.load.open_loop import Arrivals
     from sagellm.bench.progress import watching
-    from sagellm.bench.runner import BenchOptions, run_bench
+    from sagellm.bench.runner import run
+    from sagellm.bench.sweep.run import MAX_IN_FLIGHT
     from sagellm.render import print_report
 
     if cdk_cli is not None:  # where the CDK CLI is looked up (aws/cdk_cli_lookup.py), in this run's processes
@@ -177,30 +183,73 @@ def bench(
         from sagellm.aws.cdk_cli_lookup import check_chosen
 
         os.environ["SAGELLM_CDK_CLI"] = str(check_chosen(cdk_cli))  # before anything is made
-    if concurrency is not None and request_rate is not None:
-        raise InputError("--concurrency/--request-rate: give one, not both (closed loop or open loop)")
-    if concurrency is not None and ramp:
-        raise InputError("--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp")
     rates = rate_levels(request_rate)
-    method = sweep or ("auto" if concurrency is None and request_rate is None else "doubling")
-    opts = BenchOptions(
-        profile=profile, model=model, instance=instance, target=target, endpoint_name=endpoint_name,
-        inference_component=inference_component, url=url, api=api, served_model=served_model,
-        workload=WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, shared_prefix=shared_prefix,
-                                 dataset=dataset, tokenizer=tokenizer, seed=seed),
-        concurrency=() if rates or concurrency is None else concurrency_levels(concurrency), sweep=method,
-        budget_minutes=budget_minutes,
-        request_rate=rates, arrivals=arrivals, max_in_flight=max_in_flight, repeats=repeats,
-        requests_per_level=requests_per_level, duration_per_level_s=duration_per_level, warmup=warmup,
-        thresholds=thresholds, baseline=baseline, allow_incomparable=allow_incomparable, out=out, keep=keep,
-        region=region, profiles_dir=profiles_dir, hf_token_secret=hf_token_secret,
-        time_scale=time_scale, slo_ms_per_token=slo, mlflow=mlflow, command=" ".join(["sagellm", *sys.argv[1:]]),
-        # --concurrency asks for a closed-loop sweep: no ramp unless --ramp says so.
-        ramp=ramp if ramp is not None else (False if concurrency is not None else None),
-        instance_startup_s=instance_startup, workers=worker_count(workers), ray=ray,
-    )
+    levels = () if rates or concurrency is None else concurrency_levels(concurrency)
+    count = worker_count(workers)
+    # Flags of a target or a load other than the one asked for: the specs cannot even hold them.
+    wrong = [
+        (bool(url) and target != "http", "--url: only used with --target http"),
+        (time_scale != 1.0 and target != "local", "--time-scale: only the local emulator can compress time"),
+        (keep and target == "local", ("--keep: the local AWS lives only as long as the bench; use `sagellm "
+                                      "emulate` for a lasting local endpoint")),
+        (bool(served_model) and target != "http",
+         "--served-model: only used with --target http (the name an existing server serves)"),
+        (endpoint_name is not None and target != "sagemaker", "--endpoint-name: only with --target sagemaker"),
+        (inference_component is not None and endpoint_name is None, "--inference-component: only with --endpoint-name"),
+        (endpoint_name is not None and keep, "--keep: an existing endpoint is never deleted; leave --keep out"),
+        (instance_startup is not None and target != "local", "--instance-startup: only with --target local"),
+        (concurrency is not None and request_rate is not None,
+         "--concurrency/--request-rate: give one, not both (closed loop or open loop)"),
+        (concurrency is not None and bool(ramp),
+         "--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp"),
+        (not rates and (arrivals is not None or max_in_flight is not None),
+         "--arrivals/--max-in-flight: only with --request-rate"),
+        (bool(ramp) and requests_per_level is not None,
+         "--requests-per-level: a ramp's steps last --duration-per-level seconds each"),
+    ]
+    errors = [message for misplaced, message in wrong if misplaced]
+    parts: dict[str, Any] = {}
+
+    def build(name: str, make: Callable[[], Any]) -> None:
+        try:
+            parts[name] = make()
+        except InputError as exc:
+            errors.extend(exc.messages)
+
+    build("target", lambda: _target(target, url, api, served_model, endpoint_name, inference_component, keep,
+                                    time_scale, instance_startup))
+    build("serving", lambda: specs.ServingSpec(profile, model, instance, region=region, profiles_dir=profiles_dir,
+                                               hf_token_secret=hf_token_secret))
+    if "target" in parts and "serving" in parts:  # reported with every other problem, not after them
+        errors.extend(specs.pairing_problems(parts["serving"], parts["target"]))
+
+    def load() -> specs.LoadSpec:
+        """--ramp: a ramp; --no-ramp or --concurrency: the levels; neither: a ramp when the plan autoscales."""
+        requests = None if ramp else requests_per_level  # refused above
+        given = specs.Open(rates, cast(Arrivals, arrivals or "constant"),  # the spec refuses other text
+                           MAX_IN_FLIGHT if max_in_flight is None else max_in_flight, requests, duration_per_level,
+                           warmup, repeats) if rates else \
+            specs.Closed(levels, requests, duration_per_level, warmup, repeats)
+        if ramp:
+            return specs.ramp_of(given)
+        return given if ramp is False or concurrency is not None else specs.RampIfAutoscaled(given)
+
+    build("load", load)
+    build("sweep", lambda: specs.Sweep(sweep or ("auto" if concurrency is None and request_rate is None
+                                                  else "doubling"), budget_minutes))
+    build("workers", lambda: specs.Workers(count, ray))
+    build("output", lambda: specs.Output(out, " ".join(["sagellm", *sys.argv[1:]]), mlflow))
+    if errors:
+        raise InputError(_as_flags(errors))
+    spec = specs.Bench(
+        workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
+                                       shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer, seed=seed),
+        gate=specs.Gate(thresholds, baseline, allow_incomparable, slo), **parts)
     with watching() as watch:
-        outcome = run_bench(opts, watch)
+        try:
+            outcome = run(spec, watch)
+        except InputError as exc:
+            raise InputError(_as_flags(exc.messages)) from None
     if json_out:
         print(outcome.results.model_dump_json(indent=2))
     else:
@@ -215,57 +264,37 @@ def bench(
     return int(outcome.exit_status)
 
 
-@app.command(epilog="Examples:\n\n"
-             "  sagellm cleanup --dry-run               # list bench stacks and what would be deleted\n\n"
-             "  sagellm cleanup --older-than 6h --yes   # in a scheduled job: delete without asking")
-def cleanup(
-    older_than: Annotated[str, typer.Option("--older-than", help="only stacks older than this: 30m, 2h, 1d")]
-    = "1h",
-    region: Region = "us-east-1",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="list, do not delete")] = False,
-    yes: Annotated[bool, typer.Option("--yes", help="delete without asking")] = False,
-) -> None:
-    """Delete the stacks bench runs left behind (a killed bench, --keep): whole stacks, through CloudFormation.
+def _target(target: str, url: str | None, api: str, served_model: str | None, endpoint_name: str | None,
+            inference_component: str | None, keep: bool, time_scale: float,
+            instance_startup: float | None) -> TargetSpec:
+    """The target spec --target names, with the flags that belong to it."""
+    from sagellm.bench import specs
 
-    Only stacks tagged sagellm:bench-run (set by `sagellm bench` alone) are considered; stacks deployed with
-    `cdk deploy` or a team's own LlmEndpoint are never touched. A bench stack is kept while its bench still
-    runs on this machine or while it is younger than --older-than. Shows what it will delete and asks first.
-    """
-    import boto3
-
-    from sagellm.aws.cleanup import delete_leftovers, find_leftovers
-    from sagellm.errors import TargetError
-
-    seconds = _duration(older_than)
-    session = boto3.Session(region_name=region)
-    survey = find_leftovers(session, seconds)
-    for stack, reason in survey.kept:
-        print(f"keep    {stack}: {reason}")
-    for line in survey.unreadable:
-        print(f"skip    {line} (could not read it)")
-    for stack in survey.leftovers:
-        print(f"delete  {stack}")
-    if not survey.leftovers:
-        print(f"no bench stacks older than {older_than} to delete in {region}")
-    elif not dry_run:
-        if not yes:
-            if not sys.stdin.isatty():
-                raise InputError(f"--yes: {len(survey.leftovers)} stack(s) to delete and no terminal to ask; "
-                                 "pass --yes to delete them")
-            if not typer.confirm(f"Delete {len(survey.leftovers)} stack(s) and everything in them?"):
-                print("nothing deleted")
-                return
-        failures = delete_leftovers(session, survey.leftovers)
-        if failures:
-            raise TargetError(f"could not delete: {'; '.join(failures)}")
-        print(f"deleted {len(survey.leftovers)} stack(s)")
-    if survey.unreadable:
-        raise TargetError(f"could not read {len(survey.unreadable)} listed stack(s); they were skipped")
+    if target == "http":
+        return specs.Http(url or "", api, served_model)
+    if target == "sagemaker" and endpoint_name is not None:
+        return specs.Endpoint(endpoint_name, inference_component, api)
+    if target == "sagemaker":
+        return specs.SageMaker(keep=keep, api=api)
+    if target == "local":
+        return specs.Local(time_scale, instance_startup, api)
+    raise InputError(f"--target: {target!r} must be local, sagemaker or http")
 
 
-def _duration(text: str) -> float:
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        return float(text[:-1]) * units[text[-1]]
-    except (KeyError, ValueError, IndexError):
-        raise InputError(f"--older-than: {text!r} must be a number with s, m, h or d (e.g. 2h)") from None
+# The flag that sets each spec field: spec errors name the field (`Closed.warmup: -1 must be 0 or more`), a CLI
+# user sees the flag (`--warmup: -1 must be 0 or more`).
+FLAGS = {
+    "api": "--api", "url": "--url", "name": "--endpoint-name", "time_scale": "--time-scale",
+    "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance",
+    "hf_token_secret": "--hf-token-secret", "request_rate": "--request-rate", "arrivals": "--arrivals",
+    "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
+    "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
+    "repeats": "--repeats", "out": "--out",
+}
+SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output)\.([a-z_]+)\b")
+
+
+def _as_flags(messages: list[str]) -> list[str]:
+    """Error lines with each spec field the CLI sets named by its flag."""
+    return [SPEC_FIELD.sub(lambda field: FLAGS.get(field[1], field[0]), line) for line in messages]
+

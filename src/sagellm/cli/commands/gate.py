@@ -1,17 +1,15 @@
-"""`sagellm gate`, `sagellm report` and `sagellm results schema`: a finished run's results."""
+"""`sagellm gate`: thresholds and a baseline on a finished run."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from sagellm.cli.app import app, results_app
+from sagellm.cli.app import app
 from sagellm.cli.options import (
-    MLFLOW_HELP,
     AllowIncomparable,
     Json,
 )
@@ -65,32 +63,3 @@ def gate(
         print(f"sagellm: error: the run did not complete: {run.failure.message}", file=sys.stderr)
         return run.failure.exit_status
     return int(ExitStatus.OK if verdict.passed else ExitStatus.GATE_FAILED)
-
-
-@results_app.command("schema")
-def results_schema() -> None:
-    """Print the JSON Schema of results.json (generated from the pydantic model the bench writes)."""
-    from sagellm.results.schema import Results
-
-    print(json.dumps(Results.model_json_schema(), indent=2))
-
-
-@app.command()
-def report(
-    directory: Annotated[Path, typer.Argument(help="a bench --out folder holding results.json")],
-    mlflow: Annotated[str | None, typer.Option("--mlflow", help=MLFLOW_HELP)] = None,
-) -> None:
-    """Re-render report.md, curve.png, junit.xml and results.csv from results.json, and print the report
-    (and, with --mlflow, log the finished run to an MLflow tracking server)."""
-    from sagellm.render import print_report
-    from sagellm.results.report import write_report
-    from sagellm.results.schema import load_results
-    from sagellm.results.tracking import log_run, mlflow_problems
-
-    if problems := mlflow_problems(mlflow):
-        raise InputError(problems)
-    results = load_results(directory / "results.json")
-    write_report(directory, results)
-    print_report(directory)
-    if mlflow:
-        print(f"MLflow run {log_run(directory, results, mlflow)} at {mlflow}", file=sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sagellm.planner.curve import Point, knee_index, knee_of, usd_per_1m_tokens
-from sagellm.results import sweep
+from sagellm.results import picks
 from sagellm.results.schema import ERROR_KINDS, LevelSummary, Stats
 
 
@@ -21,13 +21,13 @@ def lvl(c: int, tput: float, p50: float, *, error_rate: float = 0.0, timeouts: i
 def test_knee_is_the_highest_throughput_over_latency_among_usable_levels() -> None:
     levels = [lvl(1, 100, 10), lvl(2, 190, 10.5), lvl(4, 300, 14), lvl(8, 360, 25), lvl(16, 380, 50)]
     # power: 10, 18.1, 21.4, 14.4, 7.6
-    assert sweep.knee(levels).concurrency == 4
+    assert picks.knee(levels).concurrency == 4
 
 
 def test_knee_skips_levels_with_timeouts_or_too_many_errors() -> None:
     levels = [lvl(1, 100, 10), lvl(2, 400, 10, timeouts=1), lvl(4, 400, 10, error_rate=0.06)]
-    assert sweep.knee(levels).concurrency == 1
-    assert sweep.knee([lvl(1, 100, 10, timeouts=1)]) is None
+    assert picks.knee(levels).concurrency == 1
+    assert picks.knee([lvl(1, 100, 10, timeouts=1)]) is None
 
 
 def test_measured_knee_and_planner_knee_agree_on_the_same_numbers() -> None:
@@ -35,38 +35,38 @@ def test_measured_knee_and_planner_knee_agree_on_the_same_numbers() -> None:
     points = [Point(concurrency=c, ms_per_token=lat, ttft_ms=0, itl_ms=0, e2e_s=0, throughput_tokens_per_s=t,
                     requests_per_s=0, running_per_copy=0, queued_per_copy=0, rejected=False,
                     within_timeout=True) for c, t, lat in numbers]
-    assert sweep.knee([lvl(*n) for n in numbers]).concurrency == knee_of(points).concurrency
+    assert picks.knee([lvl(*n) for n in numbers]).concurrency == knee_of(points).concurrency
     assert knee_index([t for _, t, _ in numbers], [lat for _, _, lat in numbers]) == 2
 
 
 def test_max_throughput_is_the_highest_throughput_level_without_timeouts_within_the_error_rate() -> None:
     levels = [lvl(8, 360, 25), lvl(16, 380, 50, error_rate=0.04), lvl(32, 420, 90, error_rate=0.2),
               lvl(64, 500, 200, timeouts=1)]
-    assert sweep.max_throughput(levels).concurrency == 16
-    assert sweep.max_throughput(levels, max_error_rate=0.0).concurrency == 8
-    assert sweep.max_throughput([lvl(64, 500, 200, timeouts=1)]) is None
+    assert picks.max_throughput(levels).concurrency == 16
+    assert picks.max_throughput(levels, max_error_rate=0.0).concurrency == 8
+    assert picks.max_throughput([lvl(64, 500, 200, timeouts=1)]) is None
 
 
 def test_max_throughput_ties_go_to_the_lower_concurrency() -> None:
-    assert sweep.max_throughput([lvl(32, 400, 80), lvl(16, 400, 40)]).concurrency == 16
+    assert picks.max_throughput([lvl(32, 400, 80), lvl(16, 400, 40)]).concurrency == 16
 
 
 def test_best_under_slo_is_the_highest_throughput_level_with_p50_within_the_slo() -> None:
     levels = [lvl(1, 100, 10), lvl(4, 300, 14), lvl(8, 360, 25), lvl(16, 380, 50)]
-    assert sweep.best_under_slo(levels, 25).concurrency == 8
-    assert sweep.best_under_slo(levels, 24.9).concurrency == 4
-    assert sweep.best_under_slo(levels, 5) is None
+    assert picks.best_under_slo(levels, 25).concurrency == 8
+    assert picks.best_under_slo(levels, 24.9).concurrency == 4
+    assert picks.best_under_slo(levels, 5) is None
 
 
 def test_cost_is_price_times_instances_and_per_1m_tokens_from_throughput() -> None:
-    per_h = sweep.usd_per_h(1.515, 2)
+    per_h = picks.usd_per_h(1.515, 2)
     assert per_h == pytest.approx(3.03)
     # 10^6 tokens at 1000 tokens/s take 1000 s = 0.2778 h; at $3.03/h that is $0.8417.
     assert usd_per_1m_tokens(1000, per_h) == pytest.approx(0.841667, rel=1e-5)
 
 
 def test_cost_is_unknown_without_a_price_or_without_throughput() -> None:
-    assert sweep.usd_per_h(None, 2) is None
+    assert picks.usd_per_h(None, 2) is None
     assert usd_per_1m_tokens(1000, None) is None
     assert usd_per_1m_tokens(0, 3.0) is None
 
@@ -78,9 +78,9 @@ def rate_lvl(rate: float, tput: float, p50: float) -> LevelSummary:
 def test_rate_levels_are_named_by_their_rate_and_picked_like_concurrency_levels() -> None:
     levels = [rate_lvl(4, 300, 14), rate_lvl(0.5, 100, 10), rate_lvl(1, 190, 10.5), rate_lvl(8, 360, 25)]
     assert [lv.load for lv in levels] == ["4/s", "0.5/s", "1/s", "8/s"]
-    assert sweep.knee(levels).load == "4/s"  # type: ignore[union-attr]
-    assert sweep.max_throughput(levels).request_rate == 8  # type: ignore[union-attr]
-    assert sweep.best_under_slo(levels, 12).load == "1/s"  # type: ignore[union-attr]
+    assert picks.knee(levels).load == "4/s"  # type: ignore[union-attr]
+    assert picks.max_throughput(levels).request_rate == 8  # type: ignore[union-attr]
+    assert picks.best_under_slo(levels, 12).load == "1/s"  # type: ignore[union-attr]
 
 
 def test_a_level_has_exactly_one_key() -> None:

@@ -1,4 +1,4 @@
-"""`sagellm models` and `sagellm instances`: what the catalog knows, and where a model fits."""
+"""`sagellm models`: the models the catalog knows, and where one fits."""
 
 from __future__ import annotations
 
@@ -97,23 +97,3 @@ def _print_model_fits(model, quantization: str, fits: list[dict]) -> None:
     rows = [[r["instance_type"], ", ".join(map(str, r["tensor_parallel"])) or "does not fit",
              f"{r['usd_per_h']:.2f}" if r["usd_per_h"] is not None else "–", r["note"]] for r in fits]
     print_table(["instance type", f"fits at TP ({quantization})", "$/h", "note"], rows, right=("$/h",))
-
-
-@app.command("instances")
-def instances_command(region: Region = "us-east-1", json_out: Json = False) -> None:
-    """List the instance types sagellm knows: accelerators, memory, interconnect, on-demand price."""
-    from dataclasses import asdict
-
-    from sagellm.catalog import instances
-
-    known = list(instances().values())
-    if json_out:
-        print(json.dumps([asdict(i) for i in known], indent=2))
-        return
-    from sagellm.render import print_table
-
-    rows = [[i.instance_type, f"{i.n_accelerators} × {i.accelerator}", f"{i.mem_per_accel_gb:g}",
-             i.interconnect, str(i.vcpus), f"{i.host_mem_gib:g}",
-             f"{p:.2f}" if (p := i.price_per_h(region)) is not None else "–"] for i in known]
-    print_table(["instance type", "accelerators", "GB each", "interconnect", "vCPUs", "host GiB", f"$/h {region}"],
-                rows, right=("GB each", "vCPUs", "host GiB", f"$/h {region}"))

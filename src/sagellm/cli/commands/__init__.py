@@ -1,0 +1,1 @@
+"""The commands of `sagellm`, one module each, named after the command; a group's module holds its subcommands."""

@@ -1,0 +1,142 @@
+"""The plan's models behind one endpoint, as the routes see them: which model a request goes to, admission (the
+pinned server's payload limit and default tokens, SageMaker's deadline), the pinned server's error replies, and
+the simulated target tracking on its own clock. No HTTP here: the routes (`container`, `sagemaker`) use it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+from sagellm.catalog import models as catalog_models
+from sagellm.emulator.autoscaling import Policy, TargetTracking
+from sagellm.emulator.calls import Call, Reply, reply_of
+from sagellm.emulator.copies import ModelServer, RequestError
+from sagellm.emulator.formats import Ask
+from sagellm.errors import InputError
+from sagellm.planner.constants import INVOCATION_TIMEOUT_S
+from sagellm.profiles.plan import DeploymentPlan
+
+
+class Endpoint:
+    """The models of `plan` (every copy) behind one endpoint, and the state the routes share.
+
+    `endpoint_name` is the one name the SageMaker routes answer to (without one they answer any name, and
+    call themselves `sagellm-<profile>`); `component_names` maps each plan model to its deployed
+    inference-component name (default: the plan's model names), the only names the component header may carry;
+    `instance_startup_s` is how long a new instance takes to come into service when the simulated autoscaling
+    adds one.
+    """
+
+    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,
+                 component_names: dict[str, str] | None = None, instance_startup_s: float | None = None):
+        if not time_scale > 0:
+            raise InputError(f"time_scale: {time_scale} must be > 0 (0.1 runs ten times faster)")
+        self.plan = plan
+        self.time_scale = time_scale
+        self.endpoint_name = endpoint_name or f"sagellm-{plan.profile}"
+        # Without a name it stands in for every endpoint of an account (`sagellm emulate` behind `local-aws`).
+        self.any_endpoint = endpoint_name is None
+        self.models = {m.name: ModelServer(plan, m, time_scale) for m in plan.models}
+        names = component_names or {m.name: m.name for m in plan.models}
+        self.component_names = {name: names.get(name, name) for name in self.models}
+        self.by_component = {deployed: self.models[name] for name, deployed in self.component_names.items()}
+        self.primary = self.models[plan.models[0].name]
+        self.engine = self.primary.engine
+        self.payload_limit = self.engine.payload_limit(plan.primary.environment)
+        self.served = 0
+        # Every reply carries these.
+        self.headers = {"X-Sagellm-Emulated": "true", "X-Sagellm-Time-Scale": f"{time_scale:g}"}
+        self.autoscaling = _target_tracking(plan, instance_startup_s)
+        self._zero = time.perf_counter()  # the simulated clock's origin (`start_clock` when serving starts)
+
+    # -- which model answers --------------------------------------------------------------------------
+
+    def model_for(self, component: str | None, model_field: str | None = None) -> ModelServer:
+        """Container routes: the component header if given (exactly), else OpenAI's `model`, else the first model."""
+        if component is not None:
+            model = self.by_component.get(component)
+            if model is None:
+                raise RequestError(400, "validation", f"unknown inference component {component!r}: "
+                                                      f"known: {', '.join(self.by_component)}")
+            return model
+        if model_field is None:
+            return self.primary
+        for key, model in self.models.items():  # served names: the model id, the plan's name, the alias
+            known = catalog_models().get(model.deployment.model_id)
+            if model_field in (key, model.deployment.model_id, known.alias if known else None):
+                return model
+        raise RequestError(404, "not_found", f"The model `{model_field}` does not exist.")
+
+    # -- admission and the pinned server's refusals -----------------------------------------------------
+
+    def check_payload(self, raw: bytes) -> None:
+        """RequestError 413 for a body over the pinned server's payload limit."""
+        if self.payload_limit is not None and len(raw) > self.payload_limit:
+            raise RequestError(413, "payload", self.engine.payload_too_large)
+
+    def admit(self, model: ModelServer, ask: Ask, arrived_s: float, *, sagemaker: bool) -> Call:
+        """Queue `ask` on one of `model`'s copies (with SageMaker's invocation deadline on its routes)."""
+        deadline = arrived_s + INVOCATION_TIMEOUT_S * self.time_scale if sagemaker else None
+        default_new_tokens = self.engine.default_max_new_tokens()
+        if default_new_tokens is not None and ask.api == "generate" and ask.max_new_tokens is None:
+            ask = replace(ask, max_new_tokens=default_new_tokens)
+        return Call(model, ask, arrived_s, deadline)
+
+    def container_error(self, exc: RequestError) -> Reply:
+        """The pinned server's error reply (TGI `{"error", "error_type"}`, LMI `{"error", "code"}`)."""
+        return reply_of(self.engine.error_reply(exc.status, exc.error_type, exc.message))
+
+    def stream_refusal(self, exc: RequestError) -> Reply:
+        """A refused stream as the pinned server sends it (TGI: HTTP 200 and one SSE error event)."""
+        return reply_of(self.engine.stream_refusal(exc.status, exc.error_type, exc.message))
+
+    # -- simulated autoscaling ------------------------------------------------------------------------
+
+    def start_clock(self) -> None:
+        """Start the simulated clock (serving begins)."""
+        self._zero = time.perf_counter()
+
+    def simulated_now_s(self) -> float:
+        """Simulated seconds since the emulator started serving."""
+        return (time.perf_counter() - self._zero) / self.time_scale
+
+    def apply_scaling(self) -> None:
+        """Bring the scaling loop up to the simulated now; resize the primary model's copies if it says so."""
+        assert self.autoscaling is not None
+        if self.autoscaling.advance(self.simulated_now_s()):
+            self.primary.resize(self.autoscaling.in_service)
+
+    async def scale(self) -> None:
+        """Run the scaling loop on the simulated clock: one tick per simulated second."""
+        while True:
+            self.apply_scaling()
+            await asyncio.sleep(self.time_scale)
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """An InvokeEndpoint call held by the variant, from arrival to its reply's end: it counts in the
+        concurrent-requests metric the scaling policy tracks."""
+        if self.autoscaling is None:
+            yield
+            return
+        self.apply_scaling()
+        self.autoscaling.started(self.simulated_now_s())
+        try:
+            yield
+        finally:
+            self.apply_scaling()
+            self.autoscaling.finished(self.simulated_now_s())
+
+
+def _target_tracking(plan: DeploymentPlan, instance_startup_s: float | None) -> TargetTracking | None:
+    """The simulated scaling loop of an instance-based plan with autoscaling (None otherwise).
+
+    Inference components scale copies on concurrent requests per copy; that loop is not simulated."""
+    scaling = plan.scaling
+    if scaling is None or plan.endpoint_kind != "instance":
+        return None
+    policy = Policy.of(scaling) if instance_startup_s is None else Policy.of(scaling, instance_startup_s)
+    return TargetTracking(policy, in_service=plan.initial_instance_count)

@@ -1,0 +1,83 @@
+"""What the emulator says about itself: `GET /metrics` (its event-loop lag, counters and per-model figures;
+`?reset=1` clears the lag figures) and `GET /autoscaling` (the simulated target tracking: policy, simulated clock
+now, desired and in-service instances, events and metric datapoints)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from aiohttp import web
+
+from sagellm.emulator.endpoint import Endpoint
+
+
+class LoopLag:
+    """How late the event loop wakes a periodic timer: the emulator's own distortion, for `/metrics`."""
+
+    interval_s = 0.05
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the figures so far."""
+        self.max_s = 0.0
+        self.total_s = 0.0
+        self.samples = 0
+
+    async def run(self) -> None:
+        """Sample forever."""
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(self.interval_s)
+            lag = max(0.0, time.perf_counter() - t - self.interval_s)
+            self.max_s = max(self.max_s, lag)
+            self.total_s += lag
+            self.samples += 1
+
+    def snapshot(self) -> dict[str, float | int]:
+        """Max and mean lag in seconds, and the number of samples."""
+        return {"max": self.max_s, "avg": self.total_s / self.samples if self.samples else 0.0,
+                "samples": self.samples}
+
+
+class MetricsRoutes:
+    """`/metrics` and `/autoscaling` of `endpoint`; `lag` samples the event loop while serving."""
+
+    def __init__(self, endpoint: Endpoint):
+        self.endpoint = endpoint
+        self.lag = LoopLag()
+
+    def add_to(self, router: web.UrlDispatcher) -> None:
+        """Register the routes."""
+        router.add_get("/metrics", self._metrics)
+        router.add_get("/autoscaling", self._autoscaling)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        e = self.endpoint
+        models = {name: m.stats() for name, m in e.models.items()}
+        body = {
+            "emulated": True, "time_scale": e.time_scale, "pid": os.getpid(),
+            "loop_lag_s": self.lag.snapshot(), "requests_served": e.served,
+            "running": sum(len(c.running) for m in e.models.values() for c in m.copies),
+            "queued": sum(len(c.queue) for m in e.models.values() for c in m.copies),
+            "models": models,
+        }
+        if request.query.get("reset") in ("1", "true"):
+            self.lag.reset()
+            for m in e.models.values():
+                for c in m.copies:
+                    c.max_behind_s = 0.0
+        return web.json_response(body, headers=e.headers)
+
+    async def _autoscaling(self, request: web.Request) -> web.Response:
+        e = self.endpoint
+        if e.autoscaling is None:
+            body: dict[str, object] = {"simulated": False, "now_s": e.simulated_now_s(),
+                                       "why": "the plan has no autoscaling on an instance-based variant"}
+        else:
+            e.apply_scaling()
+            body = {"simulated": True, **e.autoscaling.to_dict()}
+        return web.json_response(body, headers=e.headers)

@@ -1,0 +1,42 @@
+"""The CDK app: a plan handed over as `-c plan=<plan.json>` (as the bench does) builds the very stack, with the
+very tags, that resolving its profile from context builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sagellm.aws.node import use_bundled_node
+from sagellm.bench.targets.stack import cdk_context
+from sagellm.planner import Payload
+from sagellm.profiles import resolve
+
+HF_SECRET = "prod/huggingface/token"  # the catalog's Llama 2 models are gated
+
+
+@pytest.mark.parametrize(("profile", "model", "instance"), [
+    ("autoscale", "meta-llama/Llama-2-7b-hf", None),
+    ("replicas", "meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge"),
+])
+def test_a_handed_over_plan_builds_the_stack_and_tags_its_profile_context_builds(
+        tmp_path: Path, profile: str, model: str, instance: str | None) -> None:
+    use_bundled_node()  # before aws_cdk starts jsii
+    from aws_cdk import App
+    from aws_cdk.assertions import Template
+
+    from sagellm.cdk_app import endpoint_stack
+
+    team = tmp_path / "profiles"  # none: the standard profiles as shipped
+    team.mkdir()
+    plan = resolve(profile, model, instance, payload=Payload(512, 64), profiles_dir=team, hf_token_secret=HF_SECRET)
+    run = {"stack_name": "sagellm-bench-run-1", "bench_run": "run-1", "bench_process": "host:1"}
+    resolved = endpoint_stack(App(context={
+        "profile": profile, "model": model, "instance": instance, "input_tokens": "512", "output_tokens": "64",
+        "profiles_dir": str(team), "hf_token_secret": HF_SECRET, **run}))
+    handed = endpoint_stack(App(context={**cdk_context(plan, tmp_path / "cdk", "run-1", "host:1"), **run}))
+
+    assert Template.from_stack(handed).to_json() == Template.from_stack(resolved).to_json()
+    assert handed.tags.tag_values() == resolved.tags.tag_values()
+    assert handed.tags.tag_values()["sagellm:bench-run"] == "run-1"
+    assert (tmp_path / "cdk" / "plan.json").is_file()
