@@ -32,6 +32,9 @@ FAR_OFF = 0.5
 ANALYTIC = "analytic model"
 # A pick meets every rule with at least this relative margin (`--headroom`): predictions are not exact.
 DEFAULT_HEADROOM = 0.10
+# A candidate that meets the SLO short of the headroom gets another instance only while that widens its
+# thinnest margin by this much (a step-time floor such as ITL at batch 1 no instance count lowers).
+HEADROOM_GAIN = 0.01
 # What stops a candidate that has no prediction to hold against the SLO (Candidate.limit).
 MEMORY, CONTEXT, PROFILE, INSTANCES = "memory", "context", "profile", "instance count"
 
@@ -374,13 +377,16 @@ def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
     cache = next(iter(simulators.values())).cache if simulators else {}
     simulators[config] = simulator = Simulator(design, space.payload, cache)
     out = []
+    before = -math.inf  # the last count's thinnest margin
     for count in _count_range(design, config, space, load):
         candidate = Candidate(config, count, price * count)
         shape = design.shape(count)
         evaluate(candidate, shape, space.payload, load, rules, simulator)
         out.append(candidate)
         per_copy = (candidate.concurrency or 0) / shape.total_copies
-        if (candidate.meets and least_margin(candidate, rules) >= headroom) \
+        thinnest = least_margin(candidate, rules)
+        if (candidate.meets and (thinnest >= headroom or thinnest < before + HEADROOM_GAIN)) \
                 or (candidate.concurrency is not None and per_copy <= 1):
-            break  # more instances only cost more, or no longer lower the load on a copy
+            break  # more instances only cost more, no longer widen the margin, or no longer lower a copy's load
+        before = thinnest
     return out
