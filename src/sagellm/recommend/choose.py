@@ -58,7 +58,7 @@ class Recommendation:
     measured_misses: dict[int, str] = field(default_factory=dict)  # id(candidate) → what --verify measured
     verification: dict[str, Any] = field(default_factory=dict)  # --verify: target, benches, correction
     headroom: float = DEFAULT_HEADROOM  # the relative margin to every rule a pick needs
-    short_of_headroom: dict[int, str] = field(default_factory=dict)  # id(candidate) → its thinnest margin
+    short_of_headroom: dict[int, str] = field(default_factory=dict)  # id(candidate) → meets only without headroom
 
     @property
     def frontier(self) -> list[Candidate]:
