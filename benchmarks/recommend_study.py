@@ -17,6 +17,9 @@ loop, as both sources measured): both then answer "at this traffic, which instan
 The two sources define ms/token differently (calibration.csv's notes column): JumpStart's is client end-to-end ÷
 output tokens, queueing included, as the planner predicts it; Hugging Face's is TGI's server-side time per token,
 queue wait excluded, so against it the recommender's SLO is the stricter one wherever it predicts queueing.
+Match: the pick is the published cheapest itself: the same instance type, TP and one instance on an instance
+endpoint (two instances of that type, or inference-component copies on it, are another deployment). Headroom:
+none (`--headroom 0`): the published cheapest met the target by any margin, so the pick is held to the same edge.
 Cost ratio: the recommended deployment's $ per 1M tokens ÷ the published cheapest's, the recommended one at its
 published throughput where the table has that shape (one instance, the published TP, that concurrency), else at
 its predicted throughput (marked `pred`).
@@ -73,11 +76,12 @@ class Outcome:
     recommended_instance: str | None
     recommended_usd_per_1m: float | None
     cost_from: str  # "published" | "pred" | "-"
+    recommended_shape: str | None = None  # `ml.g5.2xlarge TP1` for one instance endpoint, else the pick's label
 
     @property
     def matched(self) -> bool:
-        """The recommended instance type is the published cheapest's."""
-        return self.recommended_instance == self.published.split()[0]
+        """The pick is the published cheapest: its instance type and TP, on one instance endpoint."""
+        return self.recommended_shape == self.published
 
     @property
     def cost_ratio(self) -> float | None:
@@ -120,7 +124,7 @@ def study_target(group: Group, target_ms: int) -> Outcome:
     measured = tuple(dict.fromkeys(r.instance_type for r in group.rows))
     space = Space(find_model(group.model), group.payload, tuple(find_instance(i) for i in measured),
                   engines=("tgi",), quantizations=(group.quantization,), region=REGION)
-    rec = choose(search(space, load, rules), load, rules, group.payload)
+    rec = choose(search(space, load, rules, headroom=0.0), load, rules, group.payload)
     pick = rec.pick
     base = Outcome(group.name, target_ms, best.concurrency, f"{best.instance_type} TP{best.tp}", published_cost,
                    None, None, None, "-")
@@ -129,12 +133,13 @@ def study_target(group: Group, target_ms: int) -> Outcome:
     cfg = pick.config
     same_shape = [r for r in group.rows if r.instance_type == cfg.instance_type and r.tp == cfg.tp
                   and r.concurrency == best.concurrency]
-    if pick.instance_count == 1 and cfg.endpoint_kind == "instance" and same_shape:
+    single = pick.instance_count == 1 and cfg.endpoint_kind == "instance"
+    if single and same_shape:
         cost, source = usd_per_1m(cfg.instance_type, same_shape[0].throughput or 0.0), "published"
     else:
         cost, source = pick.usd_per_1m_tokens, "pred"
     return Outcome(group.name, target_ms, best.concurrency, base.published, published_cost, pick.label(),
-                   cfg.instance_type, cost, source)
+                   cfg.instance_type, cost, source, f"{cfg.instance_type} TP{cfg.tp}" if single else pick.label())
 
 
 def run_study(rows: Sequence[Row], only: str | None = None) -> list[Outcome]:
@@ -149,7 +154,7 @@ def run_study(rows: Sequence[Row], only: str | None = None) -> list[Outcome]:
 
 
 def agreement(outcomes: Sequence[Outcome]) -> tuple[float, float | None]:
-    """(share of targets whose pick matched the published cheapest's instance type, median cost ratio)."""
+    """(share of targets whose pick is the published cheapest deployment, median cost ratio)."""
     share = sum(o.matched for o in outcomes) / len(outcomes) if outcomes else 0.0
     ratios = [r for o in outcomes if (r := o.cost_ratio) is not None]
     return share, statistics.median(ratios) if ratios else None
@@ -195,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(summary(outcomes))
     share, median_ratio = agreement(outcomes)
     ratio = "-" if median_ratio is None else f"{median_ratio:.2f}"
-    print(f"\n{len(outcomes)} targets: the recommended instance type is the published cheapest in "
+    print(f"\n{len(outcomes)} targets: the pick is the published cheapest deployment in "
           f"{share * 100:.0f} %; median cost ratio (recommended ÷ published cheapest) {ratio}")
     if args.json:
         args.json.write_text(json.dumps([asdict(o) | {"matched": o.matched, "cost_ratio": o.cost_ratio}

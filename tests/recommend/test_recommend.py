@@ -137,8 +137,9 @@ def test_nothing_meets_the_slo_exits_1_naming_the_closest_and_its_gap(tmp_path):
     result = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "16", "--thresholds", str(slo),
                      "--families", "g5", "--out", "rec", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    lines = result.stderr.splitlines()
-    assert lines[0] == "sagellm: nothing is predicted to meet the SLO at 16"
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("recommend: ")]  # progress
+    assert lines[0].startswith("sagellm: nothing is predicted to meet the SLO at 16; binding limit: itl_ms.p50 "
+                               "(predicted ") and lines[0].endswith(" on the closest, allowed <= 1)")
     assert lines[1].startswith("closest: ") and "misses itl_ms.p50 by" in lines[1]
     data = json.loads((tmp_path / "rec" / "recommendation.json").read_text())
     assert data["pick"] is None and data["profile"] is None
@@ -163,15 +164,16 @@ def test_a_peak_rate_sizes_autoscaling_from_the_target_count_to_the_peaks(tmp_pa
     assert design.scaling is not None
     assert (design.scaling.min_capacity, design.scaling.max_capacity) == (peak["min_capacity"], peak["max_capacity"])
     assert design.scaling.target_value == peak["target_value"]
-    # max_capacity is the fewest instances meeting the SLO at the peak: one fewer misses it (or cannot carry it).
+    # max_capacity is the fewest instances meeting the SLO with the headroom at the peak: one fewer misses it,
+    # cannot carry it, or meets it short of the headroom.
     rules = (Rule(metric="itl_ms.p50", where="8/s", max=40),)
-    from sagellm.recommend.search import Candidate, Config, evaluate
+    from sagellm.recommend.search import DEFAULT_HEADROOM, Candidate, Config, evaluate, least_margin
 
     config = Config(**{k: pick[k] for k in ("instance_type", "endpoint_kind", "tp", "copies", "engine",
                                              "quantization")})
     fewer = Candidate(config, peak["max_capacity"] - 1, 1.0)
     evaluate(fewer, design.shape(peak["max_capacity"] - 1), Payload(), Load(request_rate=8), rules)
-    assert not fewer.meets
+    assert not fewer.meets or least_margin(fewer, rules) < DEFAULT_HEADROOM
 
 
 @pytest.mark.parametrize(("args", "slo", "message"), [
@@ -222,7 +224,8 @@ def test_a_rule_at_a_load_nothing_sustains_is_a_miss_not_a_crash(tmp_path):
     result = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "4", "--thresholds", str(slo),
                      "--families", "g5", "--out", "rec", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    assert "no prediction there (that load cannot be sustained)" in result.stderr.splitlines()[1]
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("recommend: ")]  # progress
+    assert "no prediction there (that load cannot be sustained)" in lines[1]
     data = json.loads((tmp_path / "rec" / "recommendation.json").read_text())
     assert data["closest"]["gaps"] == {"ttft_ms.p90@100000/s <= 800": {"predicted": None, "gap_pct": 100.0}}
     assert (tmp_path / "rec" / "frontier.png").is_file()

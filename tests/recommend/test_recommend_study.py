@@ -37,7 +37,7 @@ def test_study_on_the_jumpstart_long_prompt_group() -> None:
         assert o.published_usd_per_1m > 0
         if o.recommended_usd_per_1m is not None:
             assert o.cost_ratio == o.recommended_usd_per_1m / o.published_usd_per_1m
-            assert o.matched == (o.recommended_instance == o.published.split()[0])
+            assert o.matched == (o.recommended_shape == o.published)
     # the loosest target: one g5.2xlarge at its published throughput, the published cheapest itself
     loosest = outcomes[-1]
     assert loosest.published.startswith("ml.g5.2xlarge") and loosest.matched and loosest.cost_from == "published"
@@ -46,3 +46,16 @@ def test_study_on_the_jumpstart_long_prompt_group() -> None:
     text = study.table(outcomes)
     assert text.count("\n") == len(outcomes) + 1 and "js llama2-7b 3840/256" in text
 
+
+
+def test_only_the_published_deployment_itself_is_a_match() -> None:
+    study = _study()
+
+    def picked(label: str, shape: str) -> bool:
+        return study.Outcome("js llama2-7b 256/256", 60, 4, "ml.g5.2xlarge TP1", 1.0, label, "ml.g5.2xlarge", 1.0,
+                             "pred", shape).matched
+
+    assert picked("1 × ml.g5.2xlarge TP1 tgi", "ml.g5.2xlarge TP1")
+    assert not picked("2 × ml.g5.2xlarge TP1 tgi", "2 × ml.g5.2xlarge TP1 tgi")  # two instances: another deployment
+    assert not picked("1 × ml.g5.12xlarge IC 4×TP1 tgi", "1 × ml.g5.12xlarge IC 4×TP1 tgi")
+    assert not picked("1 × ml.g5.12xlarge TP4 tgi", "ml.g5.12xlarge TP4")

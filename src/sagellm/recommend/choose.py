@@ -3,15 +3,29 @@ the Pareto frontier, and why each other candidate lost."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sagellm.catalog import find_instance
 from sagellm.planner import Payload
 from sagellm.profiles import Design
-from sagellm.recommend.search import MAX_INSTANCES, Candidate, Config, Search, evaluate
+from sagellm.recommend.search import (
+           CONTEXT,
+           DEFAULT_HEADROOM,
+           INSTANCES,
+           MAX_INSTANCES,
+           MEMORY,
+           Candidate,
+           Config,
+           Search,
+           evaluate,
+           least_margin,
+           margin_to,
+)
 from sagellm.recommend.simulated import Simulator
-from sagellm.recommend.slo import Load, tightness
+from sagellm.recommend.slo import Load, bounds, describe_rule, tightness
 from sagellm.results.gate import Rule
 
 
@@ -43,6 +57,8 @@ class Recommendation:
     designs: dict[Config, Design] = field(default_factory=dict)  # every config's design (to size and write)
     measured_misses: dict[int, str] = field(default_factory=dict)  # id(candidate) → what --verify measured
     verification: dict[str, Any] = field(default_factory=dict)  # --verify: target, benches, correction
+    headroom: float = DEFAULT_HEADROOM  # the relative margin to every rule a pick needs
+    short_of_headroom: dict[int, str] = field(default_factory=dict)  # id(candidate) → meets only without headroom
 
     @property
     def frontier(self) -> list[Candidate]:
@@ -61,6 +77,8 @@ class Recommendation:
             return self.measured_misses[id(candidate)]
         if id(candidate) in self.skipped_for_peak:
             return self.skipped_for_peak[id(candidate)]
+        if id(candidate) in self.short_of_headroom:
+            return self.short_of_headroom[id(candidate)]
         if self.pick is not None and self.pick.usd_per_h > 0:
             return f"costs {candidate.usd_per_h / self.pick.usd_per_h:.2f}× the pick"
         return "not picked"
@@ -85,20 +103,63 @@ def pareto(candidates: Sequence[Candidate], rules: Sequence[Rule]) -> list[Candi
     return out
 
 
-def closest(candidates: Sequence[Candidate]) -> Candidate | None:
-    """The candidate whose worst miss is smallest (cheapest on a tie)."""
-    predicted = [c for c in candidates if c.problem is None]
-    return min(predicted, key=lambda c: (max((g.relative for g in c.gaps), default=0.0), c.usd_per_h), default=None)
+def closest(candidates: Sequence[Candidate], rules: Sequence[Rule], load: Load) -> Candidate | None:
+    """The candidate nearest to being picked (cheapest on a tie). First those that run at the load, by their
+    thinnest margin to any rule (a miss is a negative margin); then those too few instances carry the load, by
+    how far short their capacity falls of the rate; then those that cannot run, the most GPU memory first."""
+    def distance(c: Candidate) -> tuple[int, float, float]:
+        if c.problem is None:
+            return 0, -least_margin(c, rules), c.usd_per_h
+        if c.limit == INSTANCES:
+            short = load.request_rate / c.capacity_rps - 1 if load.request_rate and c.capacity_rps else math.inf
+            return 1, short, c.usd_per_h
+        inst = find_instance(c.config.instance_type)
+        return 2, -inst.n_accelerators * inst.mem_per_accel_gb, c.usd_per_h
+    return min(candidates, key=distance, default=None)
+
+
+def binding_limit(rec: Recommendation) -> str:
+    """Why nothing is picked: the limit that stops the closest candidate (its numbers: `closest_numbers`)."""
+    c = rec.closest
+    if c is None:
+        skipped = "; ".join(n for n in rec.notes if "not searched" in n) or "no instance type given"
+        return f"binding limit: no instance searched ({skipped}; name GPU instance types, or leave --instances out)"
+    if id(c) in rec.measured_misses:
+        return f"binding limit: {rec.measured_misses[id(c)]}"
+    if c.limit == INSTANCES:
+        return f"binding limit: instance count (no searched deployment carries {rec.load.name} at up to " \
+               f"{MAX_INSTANCES} instances, one for inference components)"
+    if c.limit == MEMORY:
+        return "binding limit: memory (the model does not fit any searched instance type)"
+    if c.limit == CONTEXT:
+        return f"binding limit: context ({c.problem}: shorten --input-tokens / --output-tokens)"
+    if c.problem is not None:
+        return f"binding limit: {c.limit} ({c.problem})"
+    if c.meets:
+        thinnest = min(rec.rules, key=lambda r: margin_to(c, r))
+        return (f"binding limit: headroom (the closest meets {thinnest.metric} with "
+                f"{margin_to(c, thinnest) * 100:.0f} % margin; --headroom asks {rec.headroom * 100:.0f} %)")
+    worst = max(c.gaps, key=lambda g: g.relative)
+    value = "no prediction" if worst.value is None else f"predicted {worst.value:.4g}"
+    return f"binding limit: {worst.rule.metric} ({value} on the closest, allowed {bounds(worst.rule)})"
+
+
+def closest_numbers(rec: Recommendation, c: Candidate) -> str:
+    """The candidate, its $/h and its value and margin at each rule (or why it has none)."""
+    numbers = c.problem or "; ".join(describe_rule(r, c.values.get(r.label)) for r in rec.rules)
+    return f"{c.label()} at ${c.usd_per_h:.2f}/h: {numbers}"
 
 
 def size_for_peak(candidate: Candidate, design: Design, payload: Payload, peak: Load,
-                  rules: Sequence[Rule], simulator: Simulator | None = None) -> PeakSizing | None:
-    """The fewest instances (copies for inference components) that meet the SLO at the peak; None past the cap."""
+                  rules: Sequence[Rule], simulator: Simulator | None = None,
+                  headroom: float = 0.0) -> PeakSizing | None:
+    """The fewest instances (copies for inference components) that meet the SLO at the peak with the headroom;
+    None past the cap."""
     copies = candidate.config.copies
     for count in range(candidate.instance_count, MAX_INSTANCES + 1):
         at_peak = Candidate(candidate.config, count, candidate.usd_per_h / candidate.instance_count * count)
         evaluate(at_peak, design.shape(count), payload, peak, rules, simulator)
-        if at_peak.meets:
+        if at_peak.meets and least_margin(at_peak, rules) >= headroom:
             assert at_peak.concurrency is not None
             containers = count * copies
             return PeakSizing(peak, candidate.instance_count * copies, containers,
@@ -108,23 +169,38 @@ def size_for_peak(candidate: Candidate, design: Design, payload: Payload, peak: 
 
 def choose(found: Search, load: Load, rules: Sequence[Rule], payload: Payload,
            peak: Load | None = None) -> Recommendation:
-    """The cheapest candidate meeting the SLO at the load (and, with a peak, sizable for it within the cap)."""
+    """The cheapest candidate meeting the SLO at the load with the search's headroom to every rule (and, with
+    a peak, sizable for it within the cap); cheaper ones that meet it only without the headroom say so."""
     meeting = sorted((c for c in found.candidates if c.meets),
                      key=lambda c: (c.usd_per_h, worst_tightness(c, rules)))
     skipped: dict[int, str] = {}
+    short: dict[int, str] = {}
     pick = sizing = None
     for c in meeting:
+        if (thinnest := least_margin(c, rules)) < found.headroom:
+            short[id(c)] = (f"meets the SLO with only {thinnest * 100:.0f} % margin on "
+                            f"{min(rules, key=lambda r: margin_to(c, r)).label} "
+                            f"(--headroom {found.headroom * 100:.0f} %)")
+            continue
         design = found.designs[c.config]
         if peak is None:
             pick = c
             break
-        sizing = size_for_peak(c, design, payload, peak, rules, found.simulators.get(c.config))
+        sizing = size_for_peak(c, design, payload, peak, rules, found.simulators.get(c.config), found.headroom)
         if sizing is not None:
             pick = c
             break
         skipped[id(c)] = f"cannot meet the SLO at the peak {peak.name} within {MAX_INSTANCES} instances"
     return Recommendation(
         load=load, rules=tuple(rules), payload=payload, candidates=found.candidates, pick=pick,
-        closest=None if pick is not None else closest(found.candidates), peak=sizing,
+        closest=None if pick is not None else closest(found.candidates, rules, load), peak=sizing,
         design=found.designs[pick.config] if pick is not None else None, notes=list(found.notes),
-        skipped_for_peak=skipped, designs=found.designs)
+        skipped_for_peak=skipped, designs=found.designs, headroom=found.headroom, short_of_headroom=short)
+
+
+def passed_over_for_headroom(rec: Recommendation) -> list[Candidate]:
+    """Candidates cheaper than the pick that meet the SLO but without the headroom (cheapest first)."""
+    if rec.pick is None:
+        return []
+    return sorted((c for c in rec.candidates if id(c) in rec.short_of_headroom and c.usd_per_h < rec.pick.usd_per_h),
+                  key=lambda c: c.usd_per_h)

@@ -17,8 +17,8 @@ from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, u
 from sagellm.profiles import Design, design_for
 from sagellm.profiles.calibration import calibration_dir
 from sagellm.recommend.simulated import Simulator
-from sagellm.recommend.slo import Gap, Load, gap_of, level_value, predicted_value
-from sagellm.results.gate import Rule
+from sagellm.recommend.slo import Gap, Load, gap_of, level_value, margin, predicted_value
+from sagellm.results.gate import Rule, level_name
 from sagellm.results.schema import LevelSummary
 
 ENGINES = ("tgi", "lmi")
@@ -30,6 +30,13 @@ BASE_PROFILE = {"instance": "max-throughput", "inference-component": "replicas"}
 # latency percentiles, so such a candidate is not simulated.
 FAR_OFF = 0.5
 ANALYTIC = "analytic model"
+# A pick meets every rule with at least this relative margin (`--headroom`): predictions are not exact.
+DEFAULT_HEADROOM = 0.10
+# A candidate that meets the SLO short of the headroom gets another instance only while that widens its
+# thinnest margin by this much (a step-time floor such as ITL at batch 1 no instance count lowers).
+HEADROOM_GAIN = 0.01
+# What stops a candidate that has no prediction to hold against the SLO (Candidate.limit).
+MEMORY, CONTEXT, PROFILE, INSTANCES = "memory", "context", "profile", "instance count"
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,8 @@ class Candidate:
     values: dict[str, float | None] = field(default_factory=dict)  # rule label → predicted value
     gaps: list[Gap] = field(default_factory=list)
     problem: str | None = None  # does not fit, refused by the profile, cannot sustain the load
+    limit: str | None = None  # with a problem, what binds: MEMORY, CONTEXT, PROFILE or INSTANCES
+    capacity_rps: float | None = None  # the most requests/s it carries, where it cannot sustain the target rate
     summary: LevelSummary | None = None  # the simulated requests at the target load, where simulated
     predicted_by: str = ANALYTIC  # what the values come from: the simulation, or why the mean model decided
 
@@ -82,16 +91,33 @@ class Candidate:
         return f"{self.instance_count} × {self.config.describe()}"
 
 
-def concurrency_for_rate(shape: Shape, payload: Payload, rate: float) -> int | None:
-    """Little's law N = rate × e2e(N) at its fixed point: the smallest endpoint concurrency whose predicted
-    requests/s reach the rate (requests/s = N ÷ e2e grows with N up to saturation, so bisection finds it);
-    None where even a saturated endpoint cannot sustain the rate inside the timeout."""
+def margin_to(candidate: Candidate, rule: Rule) -> float:
+    """The candidate's relative margin to a rule (negative: it misses; -1 where it has no value)."""
+    value = candidate.values.get(rule.label)
+    return margin(rule, value) if value is not None else -1.0
+
+
+def least_margin(candidate: Candidate, rules: Sequence[Rule]) -> float:
+    """The smallest relative margin of the candidate to any rule."""
+    return min((margin_to(candidate, r) for r in rules), default=math.inf)
+
+
+def saturated(shape: Shape, payload: Payload) -> tuple[int, Point]:
+    """The endpoint at its most concurrent requests (every copy's batch or admission limit, whichever is
+    lower): (that concurrency, its predicted point)."""
     per_copy = max(1, shape.max_sequences(payload))
     if shape.max_concurrent_requests is not None:
         per_copy = min(per_copy, shape.max_concurrent_requests)
     top = shape.total_copies * per_copy
-    saturated = predict_point(shape, payload, top)
-    if saturated.requests_per_s < rate or not saturated.within_timeout:
+    return top, predict_point(shape, payload, top)
+
+
+def concurrency_for_rate(shape: Shape, payload: Payload, rate: float) -> int | None:
+    """Little's law N = rate × e2e(N) at its fixed point: the smallest endpoint concurrency whose predicted
+    requests/s reach the rate (requests/s = N ÷ e2e grows with N up to saturation, so bisection finds it);
+    None where even a saturated endpoint cannot sustain the rate inside the timeout."""
+    top, at_top = saturated(shape, payload)
+    if at_top.requests_per_s < rate or not at_top.within_timeout:
         return None
     lo, hi = 0, top  # rps(lo) < rate ≤ rps(hi)
     while hi - lo > 1:
@@ -108,7 +134,9 @@ def predict_at(shape: Shape, payload: Payload, load: Load) -> tuple[int | None, 
     if load.request_rate is not None:
         n = concurrency_for_rate(shape, payload, load.request_rate)
         if n is None:
-            return None, None, f"cannot sustain {load.name} inside the 60 s timeout"
+            at_top = saturated(shape, payload)[1]
+            most = f" (carries at most {at_top.requests_per_s:.3g}/s)" if at_top.within_timeout else ""
+            return None, None, f"cannot sustain {load.name} inside the 60 s timeout{most}"
     else:
         assert load.concurrency is not None
         n = load.concurrency
@@ -129,10 +157,14 @@ def evaluate(candidate: Candidate, shape: Shape, payload: Payload, load: Load, r
     candidate.concurrency, candidate.point, candidate.problem = predict_at(shape, payload, load)
     if candidate.point is None or candidate.problem is not None:
         candidate.predicted_by = f"{ANALYTIC}: {candidate.problem}" if candidate.problem else ANALYTIC
+        candidate.limit = INSTANCES  # the fleet cannot carry the load: too few copies for it
+        if candidate.point is None and load.request_rate is not None:
+            at_top = saturated(shape, payload)[1]
+            candidate.capacity_rps = at_top.requests_per_s if at_top.within_timeout else None
         return
     points: dict[str, Point | None] = {load.name: candidate.point}
     for rule in rules:
-        where = load.name if rule.where is None else str(rule.where)
+        where = _where(rule, load)
         if where not in points:
             points[where] = predict_at(shape, payload, Load.at(where))[1]
         at = points[where]
@@ -162,13 +194,19 @@ def _simulate(candidate: Candidate, count: int, load: Load, rules: Sequence[Rule
         failed = {kind: n for kind, n in candidate.summary.errors.items() if n}
         candidate.problem = (f"{candidate.summary.error_rate:.1%} of simulated requests fail at {load.name} "
                              f"({', '.join(f'{n} {kind}' for kind, n in failed.items())})")
+        candidate.limit = INSTANCES
         return
     for rule in rules:
-        at = summaries.get(load.name if rule.where is None else str(rule.where))
+        at = summaries.get(_where(rule, load))
         value = level_value(rule.metric, at, candidate.usd_per_h) if at is not None else None
         candidate.values[rule.label] = value
         if (gap := gap_of(rule, value)) is not None:
             candidate.gaps.append(gap)
+
+
+def _where(rule: Rule, load: Load) -> str:
+    """The level a rule applies at, named as the load names itself (1000000/s and 1e+06/s are one level)."""
+    return load.name if rule.where is None else level_name(rule.where) or str(rule.where)
 
 
 @dataclass(frozen=True)
@@ -237,6 +275,7 @@ class Search:
     designs: dict[Config, Design]
     notes: list[str]
     simulators: dict[Config, Simulator] = field(default_factory=dict)  # every design's (to size a peak)
+    headroom: float = DEFAULT_HEADROOM  # the relative margin to every rule a pick needs
 
 
 def _count_range(design: Design, config: Config, space: Space, load: Load) -> range:
@@ -246,19 +285,16 @@ def _count_range(design: Design, config: Config, space: Space, load: Load) -> ra
         return range(1, 2)
     if load.request_rate is None:
         return range(1, MAX_INSTANCES + 1)
-    one = design.shape(1)
-    per_copy = max(1, one.max_sequences(space.payload))
-    if one.max_concurrent_requests is not None:
-        per_copy = min(per_copy, one.max_concurrent_requests)
-    rps = predict_point(one, space.payload, one.total_copies * per_copy).requests_per_s
+    rps = saturated(design.shape(1), space.payload)[1].requests_per_s
     start = max(1, math.ceil(load.request_rate / rps)) if rps > 0 else MAX_INSTANCES
     return range(min(start, MAX_INSTANCES), MAX_INSTANCES + 1)
 
 
-def search(space: Space, load: Load, rules: Sequence[Rule],
-           progress: Callable[[str], None] | None = None) -> Search:
+def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[int, int, int], None] | None = None,
+           headroom: float = DEFAULT_HEADROOM) -> Search:
     """Predict every config of every instance type at the target load, from its fewest instances up to the
-    first count that meets the SLO (or until more instances no longer lower the per-copy load)."""
+    first count that meets the SLO with the headroom (or until more instances no longer lower the per-copy
+    load); `progress(instance types done, of, candidates so far)` after each instance type."""
     candidates: list[Candidate] = []
     designs: dict[Config, Design] = {}
     simulators: dict[Config, Simulator] = {}
@@ -267,39 +303,63 @@ def search(space: Space, load: Load, rules: Sequence[Rule],
         profiles = base_profiles(Path(tmp), space.engines, space.quantizations)
         if calibration_dir(space.profiles_dir).is_dir():  # the stored corrections, as `plan` reads them
             shutil.copytree(calibration_dir(space.profiles_dir), calibration_dir(Path(tmp)))
-        for inst in space.instance_types:
+        total = len(space.instance_types)
+        if progress:
+            progress(0, total, 0)
+        for done, inst in enumerate(space.instance_types, 1):
             price = inst.price_per_h(space.region)
             if inst.is_neuron:
                 notes.append(f"{inst.instance_type}: not searched (Inferentia needs compiled artefacts and the "
                              "planner's step times are GPU measurements)")
-                continue
-            if price is None:
+            elif price is None:
                 notes.append(f"{inst.instance_type}: not searched (no price in {space.region})")
-                continue
+            else:
+                candidates += _instance_candidates(inst, price, space, load, rules, profiles, Path(tmp), designs,
+                                                   simulators, headroom)
             if progress:
-                progress(inst.instance_type)
-            for quant in space.quantizations:
-                found = list(configs(space, inst, quant))
-                if not found:
-                    tps = valid_tp(space.model, inst.n_accelerators)
-                    config = Config(inst.instance_type, "instance", max(tps, default=1), 1, "-", quant)
-                    candidates.append(Candidate(config, 1, price, problem=(
-                        f"does not fit: {space.model.hf_id} ({quant}) with one {space.payload.input_tokens}+"
-                        f"{space.payload.output_tokens}-token sequence needs more than the "
-                        f"{inst.n_accelerators} × {inst.mem_per_accel_gb:g} GB of {inst.instance_type}")))
-                    continue
-                for config in found:
-                    candidates += _candidates(config, space, load, rules, profiles, Path(tmp), designs, simulators)
+                progress(done, total, len(candidates))
     corrected = dict.fromkeys(f"{c.instance_type} {c.engine}" for c, d in designs.items() if d.calibration)
     if corrected:
         notes.append(f"{', '.join(corrected)}: predicted with the measured correction stored in "
                      f"{calibration_dir(space.profiles_dir)}")
-    return Search(candidates, designs, notes, simulators)
+    return Search(candidates, designs, notes, simulators, headroom)
+
+
+def over_context(space: Space) -> bool:
+    """The payload is longer than the model's context (where the catalog knows it)."""
+    return 0 < space.model.max_context < space.payload.input_tokens + space.payload.output_tokens
+
+
+def context_problem(space: Space) -> str:
+    """What is wrong with a payload over the model's context."""
+    return (f"{space.payload.input_tokens}+{space.payload.output_tokens} tokens exceed the "
+            f"{space.model.max_context}-token context of {space.model.hf_id}")
+
+
+def _instance_candidates(inst: Instance, price: float, space: Space, load: Load, rules: Sequence[Rule],
+                         profiles: dict[tuple[str, str, str], str], folder: Path, designs: dict[Config, Design],
+                         simulators: dict[Config, Simulator], headroom: float) -> list[Candidate]:
+    """Every candidate of one instance type (one that says it does not fit, where nothing fits)."""
+    out: list[Candidate] = []
+    for quant in space.quantizations:
+        found = list(configs(space, inst, quant))
+        if not found:
+            tps = valid_tp(space.model, inst.n_accelerators)
+            config = Config(inst.instance_type, "instance", max(tps, default=1), 1, "-", quant)
+            out.append(Candidate(config, 1, price, problem=context_problem(space) if over_context(space) else (
+                f"does not fit: {space.model.hf_id} ({quant}) with one {space.payload.input_tokens}+"
+                f"{space.payload.output_tokens}-token sequence needs more than the "
+                f"{inst.n_accelerators} × {inst.mem_per_accel_gb:g} GB of {inst.instance_type}"),
+                limit=CONTEXT if over_context(space) else MEMORY))
+        for config in found:
+            out += _candidates(config, space, load, rules, profiles, folder, designs, simulators, headroom)
+    return out
 
 
 def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
                 profiles: dict[tuple[str, str, str], str], folder: Path,
-                designs: dict[Config, Design], simulators: dict[Config, Simulator]) -> list[Candidate]:
+                designs: dict[Config, Design], simulators: dict[Config, Simulator],
+                headroom: float) -> list[Candidate]:
     inst = find_instance(config.instance_type)
     price = inst.price_per_h(space.region) or 0.0
     ic = config.endpoint_kind == "inference-component"
@@ -309,18 +369,24 @@ def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
                             profiles_dir=folder, tensor_parallel=config.tp, copies=config.copies if ic else None,
                             instance_count=1)
     except InputError as exc:
-        return [Candidate(config, 1, price, problem=f"refused by the profile: {exc.messages[0]}")]
+        if over_context(space):
+            return [Candidate(config, 1, price, problem=context_problem(space), limit=CONTEXT)]
+        return [Candidate(config, 1, price, problem=f"refused by the profile: {exc.messages[0]}", limit=PROFILE)]
     designs[config] = design
     # Configs whose copies run alike share simulations (one cache for the whole search).
     cache = next(iter(simulators.values())).cache if simulators else {}
     simulators[config] = simulator = Simulator(design, space.payload, cache)
     out = []
+    before = -math.inf  # the last count's thinnest margin
     for count in _count_range(design, config, space, load):
         candidate = Candidate(config, count, price * count)
         shape = design.shape(count)
         evaluate(candidate, shape, space.payload, load, rules, simulator)
         out.append(candidate)
         per_copy = (candidate.concurrency or 0) / shape.total_copies
-        if candidate.meets or (candidate.concurrency is not None and per_copy <= 1):
-            break  # more instances only cost more, or no longer lower the load on a copy
+        thinnest = least_margin(candidate, rules)
+        if (candidate.meets and (thinnest >= headroom or thinnest < before + HEADROOM_GAIN)) \
+                or (candidate.concurrency is not None and per_copy <= 1):
+            break  # more instances only cost more, no longer widen the margin, or no longer lower a copy's load
+        before = thinnest
     return out

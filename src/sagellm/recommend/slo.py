@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,16 +107,39 @@ def level_value(metric: str, level: LevelSummary, usd_per_h: float | None) -> fl
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
+def margin(rule: Rule, value: float) -> float:
+    """How far inside the rule a value lies, relative to its limit (0.93: 93 % under a max; negative: misses
+    by that much); against a limit of 0 a relative margin is undefined: inf when met, -1 (100 %) when missed."""
+    out = math.inf
+    if rule.max is not None:
+        out = min(out, (rule.max - value) / rule.max if rule.max > 0 else (math.inf if value <= rule.max else -1.0))
+    if rule.min is not None:
+        out = min(out, (value - rule.min) / rule.min if rule.min > 0 else (math.inf if value >= rule.min else -1.0))
+    return out
+
+
 def gap_of(rule: Rule, value: float | None) -> Gap | None:
     """How far a value lies outside the rule (None: inside it); an unknown value misses by 100 %."""
     if value is None:
         return Gap(rule, None, 1.0)
-    # Against a limit of 0 (error_rate max 0) a relative gap is undefined: count it as 100 %.
-    if rule.max is not None and value > rule.max:
-        return Gap(rule, value, (value - rule.max) / rule.max if rule.max > 0 else 1.0)
-    if rule.min is not None and value < rule.min:
-        return Gap(rule, value, (rule.min - value) / rule.min if rule.min > 0 else 1.0)
-    return None
+    m = margin(rule, value)
+    return Gap(rule, value, -m) if m < 0 else None
+
+
+def describe_rule(rule: Rule, value: float | None) -> str:
+    """A rule's verdict on a value: `ttft_ms.p90 55.4 <= 800 (93 % margin)`, or how it misses."""
+    gap = gap_of(rule, value)
+    if gap is not None:
+        return gap.describe()
+    assert value is not None  # an unknown value misses
+    m = margin(rule, value)
+    return f"{rule.metric} {value:.4g} {bounds(rule)}" + (f" ({m * 100:.0f} % margin)" if m < math.inf else "")
+
+
+def bounds(rule: Rule) -> str:
+    """`<= 800`, `>= 100`, or both."""
+    return " and ".join(b for b in (f">= {rule.min:g}" if rule.min is not None else "",
+                                    f"<= {rule.max:g}" if rule.max is not None else "") if b)
 
 
 def tightness(rule: Rule, value: float | None) -> float:

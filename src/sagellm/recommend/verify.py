@@ -96,8 +96,9 @@ def _level(results: Results, load: Load) -> Level | None:
 
 
 def finalists(rec: Recommendation, k: int) -> list[Candidate]:
-    """The K cheapest candidates predicted to meet the SLO (and not passed over for the peak)."""
-    meeting = (c for c in rec.candidates if c.meets and id(c) not in rec.skipped_for_peak)
+    """The K cheapest candidates predicted to meet the SLO with the headroom (and not passed over for the peak)."""
+    meeting = (c for c in rec.candidates if c.meets and id(c) not in rec.skipped_for_peak
+               and id(c) not in rec.short_of_headroom)
     return sorted(meeting, key=lambda c: c.usd_per_h)[:k]
 
 

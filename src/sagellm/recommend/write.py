@@ -14,8 +14,10 @@ import yaml
 
 from sagellm.errors import InputError
 from sagellm.profiles import design_for
-from sagellm.recommend.choose import Recommendation, worst_tightness
+from sagellm.recommend.choose import Recommendation, binding_limit, passed_over_for_headroom, worst_tightness
 from sagellm.recommend.search import BASE_PROFILE, Candidate
+from sagellm.recommend.slo import bounds, describe_rule, margin
+from sagellm.results.gate import Rule
 from sagellm.results.report import writable_folder_errors
 
 MODEL_NOTE = ("predicted from simulated requests: each candidate's endpoint runs the emulator's engine on a virtual "
@@ -78,14 +80,23 @@ def _fmt(value: float | None, digits: int = 4) -> str:
     return "–" if value is None else f"{value:.{digits}g}"
 
 
+def _with_margin(rule: Rule, value: float | None) -> str:
+    """`55.4 (93 %)`: a rule's value and its margin to the limit (negative: it misses by that much)."""
+    if value is None:
+        return _fmt(value)
+    m = margin(rule, value)
+    return _fmt(value) + (f" ({m * 100:.0f} %)" if math.isfinite(m) else "")
+
+
 def frontier_markdown(rec: Recommendation) -> str:
-    """The frontier as a Markdown table: $/h and $/1M tokens against each SLO rule, the pick marked."""
-    head = ["", "deployment", "$/h", "$/1M tokens", *(r.label for r in rec.rules), "meets SLO"]
+    """The frontier as a Markdown table: the deployment (its instance count included), $/h of all its instances
+    and $/1M tokens against each SLO rule with its margin, the pick marked."""
+    head = ["", "deployment", "$/h", "$/1M tokens", *(f"{r.label} (margin)" for r in rec.rules), "meets SLO"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in rec.frontier:
         mark = "**pick**" if c is rec.pick else ""
         cells = [mark, c.label(), _fmt(c.usd_per_h), _fmt(c.usd_per_1m_tokens),
-                 *(_fmt(c.values.get(r.label)) for r in rec.rules), "yes" if c.meets else "no"]
+                 *(_with_margin(r, c.values.get(r.label)) for r in rec.rules), "yes" if c.meets else "no"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + _verified_markdown(rec)) + "\n"
 
@@ -117,9 +128,16 @@ def _candidate(c: Candidate, rec: Recommendation) -> dict[str, Any]:
         "prediction": asdict(c.point) if c.point is not None else None,  # the mean model's
         "simulated": c.summary.model_dump(include=SIMULATED_FIELDS) if c.summary is not None else None,
         "slo": c.values,
+        "margins": {r.label: _margin_json(r, c.values.get(r.label)) for r in rec.rules},
         "meets_slo": c.meets,
         "why_not": rec.reason(c) or None,
     }
+
+
+def _margin_json(rule: Rule, value: float | None) -> dict[str, Any]:
+    m = margin(rule, value) if value is not None else None
+    return {"predicted": value, "limit": bounds(rule), "margin_pct": round(m * 100, 1) if m is not None and
+            math.isfinite(m) else None, "text": describe_rule(rule, value)}
 
 
 def recommendation_json(rec: Recommendation, model_id: str, profile: Path | None) -> dict[str, Any]:
@@ -137,6 +155,9 @@ def recommendation_json(rec: Recommendation, model_id: str, profile: Path | None
         "profile": str(profile) if profile is not None else None,
         "peak": asdict(rec.peak) | {"peak": asdict(rec.peak.peak)} if rec.peak is not None else None,
         "closest": (_candidate(rec.closest, rec) | {"gaps": gaps}) if rec.closest is not None else None,
+        "binding_limit": binding_limit(rec) if rec.pick is None else None,
+        "headroom_pct": round(rec.headroom * 100, 1),
+        "passed_over_for_headroom": [c.label() for c in passed_over_for_headroom(rec)],
         "frontier": [c.label() for c in rec.frontier],
         "notes": rec.notes,
         "verify": rec.verification or None,

@@ -44,7 +44,8 @@ class Spread(_Strict):
     max: float
 
 
-_RATE_KEY = re.compile(r"^(\d+(?:\.\d+)?)/s$")
+# A rate in any float spelling: 4/s, 0.5/s, .5/s, 1e+06/s, 5e-05/s (load_name writes `:g`, which gives these).
+_RATE_KEY = re.compile(r"^((?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)/s$")
 
 
 def parse_load(where: int | str) -> int | float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -21,6 +22,7 @@ QUANTIZATIONS = ("none", "gptq", "awq", "bitsandbytes", "eetq", "fp8")  # profil
 TARGETS = ("local", "sagemaker")
 DEFAULT_TIME_SCALE = 0.05
 DEFAULT_BUDGET_MINUTES = 30.0
+PROGRESS_EVERY_S = 2.0  # at most one progress line on stderr this often while the search runs
 
 
 def _names(text: str | None, option: str) -> tuple[str, ...]:
@@ -79,6 +81,9 @@ def recommend(
                                                       "predictions use its calibration/ corrections, and "
                                                       "--verify --target sagemaker stores one there (default: "
                                                       "./profiles)")] = None,
+    headroom: Annotated[float, typer.Option("--headroom", min=0, max=99, help="percent: a pick meets every "
+                                            "rule with at least this margin to its limit (predictions are "
+                                            "not exact)")] = 10.0,
     json_out: Json = False,
 ) -> None:
     """Search every deployment of a model in the catalog and pick the cheapest predicted to meet the SLO.
@@ -89,8 +94,9 @@ def recommend(
     profile extending the matching standard profile. Predictions use the corrections stored in
     <profiles-dir>/calibration/. --verify K benches the K cheapest on --target (at the target load and one step
     above), one at a time, and re-ranks on the measured numbers; on sagemaker it stores the measured correction
-    as `sagellm calibrate` does. Exit 0: a pick; 1: nothing meets the SLO (the closest candidate and its gap per
-    rule are named); 2: bad input; 130: interrupted (the bench in flight torn down).
+    as `sagellm calibrate` does. A pick meets every rule with --headroom to spare. Exit 0: a pick; 1: nothing
+    meets the SLO (the limit that binds and the closest candidate's numbers are named); 2: bad input; 130:
+    interrupted (the bench in flight torn down).
     """
     from sagellm.catalog import find_model
     from sagellm.planner import Payload
@@ -110,7 +116,7 @@ def recommend(
     space = Space(catalog_model, payload, instance_types(_names(instances, "--instances"),
                                                         _names(families, "--families")),
                   tuple(dict.fromkeys(engine_names)), quants, region, profiles_dir)
-    found = search(space, load, rules)
+    found = search(space, load, rules, None if json_out else _progress(started), headroom / 100)
     peak = Load(request_rate=peak_rate) if peak_rate is not None else None
     rec = choose(found, load, rules, payload, peak)
     elapsed = time.monotonic() - started
@@ -129,6 +135,19 @@ def recommend(
         _exit_nothing_meets(rec)
     if not json_out:
         _print_pick(rec, data)
+
+
+def _progress(started: float) -> Callable[[int, int, int], None]:
+    """Progress lines on stderr while the search predicts: at the start, then every few seconds, and the last."""
+    last = [-PROGRESS_EVERY_S]
+
+    def say(done: int, total: int, candidates: int) -> None:
+        now = time.monotonic() - started
+        if done in (0, total) or now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            print(f"recommend: {done}/{total} instance types searched, {candidates} candidates predicted "
+                  f"({now:.0f} s)", file=sys.stderr, flush=True)
+    return say
 
 
 def _verify(rec: Recommendation, model_id: str, k: int, out: Path, target: str, time_scale: float | None,
@@ -210,14 +229,14 @@ def _print_frontier(rec: Recommendation, out: Path, elapsed: float) -> None:
 
 
 def _exit_nothing_meets(rec: Recommendation) -> NoReturn:
-    """Exit 1, naming the closest candidate and its gap per rule."""
+    """Exit 1: one line for the verdict and the limit that binds, one for the closest candidate's numbers."""
+    from sagellm.recommend.choose import binding_limit, closest_numbers
+    from sagellm.recommend.search import CONTEXT
+
     how = "measured" if rec.verification else "predicted"
-    lines = [f"sagellm: nothing is {how} to meet the SLO at {rec.load.name}"]
-    if rec.closest is not None:
-        gaps = "; ".join(g.describe() for g in rec.closest.gaps) or rec.reason(rec.closest)
-        lines.append(f"closest: {rec.closest.label()}: {gaps}")
-    for line in lines:
-        print(line, file=sys.stderr)
+    print(f"sagellm: nothing is {how} to meet the SLO at {rec.load.name}; {binding_limit(rec)}", file=sys.stderr)
+    if rec.closest is not None and rec.closest.limit != CONTEXT:  # over its context, no deployment is closer
+        print(f"closest: {closest_numbers(rec, rec.closest)}", file=sys.stderr)
     raise typer.Exit(ExitStatus.GATE_FAILED)
 
 
@@ -225,8 +244,17 @@ def _print_pick(rec: Recommendation, data: dict[str, Any]) -> None:
     """The pick, its price at the load, its profile, and its autoscaling with a peak."""
     pick = rec.pick
     assert pick is not None
+    from sagellm.recommend.choose import passed_over_for_headroom
+    from sagellm.recommend.slo import describe_rule
+
     print(f"pick: {pick.label()}: ${pick.usd_per_h:.2f}/h at {rec.load.name} "
           f"(profile: {data['profile']})")
+    print("margins: " + "; ".join(describe_rule(r, pick.values.get(r.label)) for r in rec.rules))
+    if passed := passed_over_for_headroom(rec):
+        cheapest = passed[0]
+        more = f" (and {len(passed) - 1} more)" if len(passed) > 1 else ""
+        print(f"passed over for headroom only: {cheapest.label()} at ${cheapest.usd_per_h:.2f}/h "
+              f"{rec.reason(cheapest)}{more}")
     if rec.peak is not None:
         print(f"autoscaling {rec.peak.min_capacity}..{rec.peak.max_capacity}, target "
               f"{rec.peak.target_value:g} concurrent requests per container, sized for {rec.peak.peak.name}")
