@@ -29,8 +29,8 @@ from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.workers import Deliver, Share, run_share
 from sagellm.emulator import EmulatorProcess
-from sagellm.emulator.copies import CopyEngine, Sequence
 from sagellm.emulator.process import port_is_free
+from sagellm.emulator.serving.copies import CopyEngine, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 # The venv's console script, so exit codes come from `main()` exactly as a pipeline sees them.

@@ -20,7 +20,7 @@ HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE = 256, 4, 4, 2, 512
 VOCAB = 4096
 MAX_POSITIONS = 2048
 SPECIAL = ("<unk>", "<s>", "</s>")  # ids 0, 1, 2: unknown, begin and end of sequence
-# The words the bench's prompts are made of (sagellm.emulator.formats), so each is one token.
+# The words the bench's prompts are made of (sagellm.emulator.frontend.formats), so each is one token.
 PROMPT_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "again")
 # A minimal chat template (ChatML), so the chat API can be served too.
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from sagellm.emulator import Emulator, make_prompt
-from sagellm.emulator.batching import served_shape
+from sagellm.emulator.serving.batching import served_shape
 from sagellm.planner import StepModel
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 

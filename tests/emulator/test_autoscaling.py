@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from sagellm.emulator.autoscaling import INSTANCE_STARTUP_S, Policy, TargetTracking
+from sagellm.emulator.serving.autoscaling import INSTANCE_STARTUP_S, Policy, TargetTracking
 from sagellm.profiles.plan import CONCURRENT_REQUESTS_PER_MODEL, ScalingPlan
 
 HOLD_S = 60.0  # how long each driven request stays in flight

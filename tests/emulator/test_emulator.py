@@ -15,9 +15,9 @@ from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, st
 
 from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import Emulator, count_tokens, make_prompt
-from sagellm.emulator.copies import ModelServer
-from sagellm.emulator.eventstream import exception_event, payload_part
-from sagellm.emulator.formats import generated_text
+from sagellm.emulator.frontend.eventstream import exception_event, payload_part
+from sagellm.emulator.frontend.formats import generated_text
+from sagellm.emulator.serving.copies import ModelServer
 from sagellm.planner import Shape
 from sagellm.profiles import design_for
 from sagellm.profiles.plan import ModelDeployment

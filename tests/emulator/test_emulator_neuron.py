@@ -10,7 +10,7 @@ import pytest
 from emulator_helpers import run, tgi_body
 
 from sagellm.emulator import Emulator
-from sagellm.emulator.copies import ModelServer
+from sagellm.emulator.serving.copies import ModelServer
 from sagellm.profiles import design_for, resolve
 
 LLAMA31_8B = "meta-llama/Llama-3.1-8B"  # compiled for batch 8 × 4096 tokens on one chip, batch 32 on four

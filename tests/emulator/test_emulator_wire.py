@@ -12,7 +12,7 @@ from botocore.eventstream import EventStreamBuffer
 from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, tgi_body
 
 from sagellm.emulator import Emulator, make_prompt
-from sagellm.emulator.formats import generated_text
+from sagellm.emulator.frontend.formats import generated_text
 
 # The default endpoint name of a standalone emulator: sagellm-<profile> (the test plans' profile is "test").
 ENDPOINT = "sagellm-test"

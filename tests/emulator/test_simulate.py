@@ -12,7 +12,12 @@ import pytest
 from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
 
 from sagellm.emulator import Emulator
-from sagellm.emulator.simulate import SimulatedClosedLoop, SimulatedOpenLoop, SimulatedRequest, simulate
+from sagellm.emulator.serving.simulate import (
+    SimulatedClosedLoop,
+    SimulatedOpenLoop,
+    SimulatedRequest,
+    simulate,
+)
 
 
 def ttft_ms(r: SimulatedRequest) -> float:

@@ -4,15 +4,15 @@ continuous batching in simulated time (results from it are labelled emulated).
 Token rule: one token per whitespace-separated word of the prompt; `make_prompt(n)` builds n tokens.
 """
 
-from sagellm.emulator.calls import (
+from sagellm.emulator.frontend.calls import (
     SERVER_E2E_DETAIL,
     SERVER_E2E_HEADER,
     SERVER_TTFT_DETAIL,
     SERVER_TTFT_HEADER,
 )
-from sagellm.emulator.formats import count_tokens, make_prompt
+from sagellm.emulator.frontend.formats import count_tokens, make_prompt
+from sagellm.emulator.frontend.server import Emulator, run_emulator
 from sagellm.emulator.process import EmulatorProcess
-from sagellm.emulator.server import Emulator, run_emulator
 
 __all__ = [
     "SERVER_E2E_DETAIL", "SERVER_E2E_HEADER", "SERVER_TTFT_DETAIL", "SERVER_TTFT_HEADER",

@@ -14,8 +14,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from sagellm.emulator.frontend.server import Emulator, serve_forever
 from sagellm.emulator.process import _READY_PREFIX
-from sagellm.emulator.server import Emulator, serve_forever
 from sagellm.errors import SagellmError
 from sagellm.profiles.plan import DeploymentPlan
 

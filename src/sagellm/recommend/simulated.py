@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import summarize, tokens_in_window
-from sagellm.emulator.simulate import (
+from sagellm.emulator.serving.simulate import (
     SimulatedClosedLoop,
     SimulatedOpenLoop,
     SimulatedRequest,

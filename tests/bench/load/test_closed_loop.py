@@ -22,7 +22,7 @@ from sagellm.bench.load.coordinator import run_shared_level
 from sagellm.bench.load.level import LevelProgress, LevelResult, StopRule
 from sagellm.bench.sweep.run import run_sweep
 from sagellm.catalog import find_instance, find_model
-from sagellm.emulator.copies import CopyEngine
+from sagellm.emulator.serving.copies import CopyEngine
 from sagellm.engines import Limits
 from sagellm.planner import Payload, Shape, StepModel, predict_point
 

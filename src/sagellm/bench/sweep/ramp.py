@@ -10,7 +10,7 @@ The ramp never stops early: overload while capacity is added is what it measures
 counted, not a reason to stop). Default steps: from half one instance's predicted knee rate to 1.25 × the
 fleet's maximum (max capacity × one instance's predicted max throughput), `DEFAULT_STEPS` of
 `DEFAULT_STEP_S` simulated seconds each, long enough for a scale-out (about 4 minutes to alarm and
-~9 minutes to start an instance, see `emulator.autoscaling`) to take effect within the ramp.
+~9 minutes to start an instance, see `emulator.serving.autoscaling`) to take effect within the ramp.
 """
 
 from __future__ import annotations

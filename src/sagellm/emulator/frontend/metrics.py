@@ -10,7 +10,7 @@ import time
 
 from aiohttp import web
 
-from sagellm.emulator.endpoint import Endpoint
+from sagellm.emulator.frontend.endpoint import Endpoint
 
 
 class LoopLag:

@@ -9,9 +9,9 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from sagellm.emulator import formats
-from sagellm.emulator.copies import CopyEngine, ModelServer, Sequence
-from sagellm.emulator.formats import Ask
+from sagellm.emulator.frontend import formats
+from sagellm.emulator.frontend.formats import Ask
+from sagellm.emulator.serving.copies import CopyEngine, ModelServer, Sequence
 from sagellm.engines import Engine, ErrorReply
 
 SERVER_TTFT_HEADER = "X-Sagellm-Server-Ttft-S"

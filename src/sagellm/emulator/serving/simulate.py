@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from sagellm.emulator.batching import (
+from sagellm.emulator.serving.batching import (
     TIMED_OUT,
     CopyScheduler,
     RequestError,

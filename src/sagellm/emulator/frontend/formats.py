@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sagellm.emulator.copies import RequestError
+from sagellm.emulator.serving.copies import RequestError
 from sagellm.engines import Token
 
 # A fixed sentence repeated to length, like the published benchmarks' prompts (method.md §5).

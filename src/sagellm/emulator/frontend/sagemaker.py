@@ -10,12 +10,12 @@ import uuid
 
 from aiohttp import web
 
-from sagellm.emulator import eventstream, formats
-from sagellm.emulator.calls import Call, Reply, reply_chunks
-from sagellm.emulator.cloudwatch import Publisher
-from sagellm.emulator.container import IC_HEADER, SHUTDOWN, Handler
-from sagellm.emulator.copies import Cancelled, InvocationTimeout, ModelServer, RequestError
-from sagellm.emulator.endpoint import Endpoint
+from sagellm.emulator.frontend import eventstream, formats
+from sagellm.emulator.frontend.calls import Call, Reply, reply_chunks
+from sagellm.emulator.frontend.cloudwatch import Publisher
+from sagellm.emulator.frontend.container import IC_HEADER, SHUTDOWN, Handler
+from sagellm.emulator.frontend.endpoint import Endpoint
+from sagellm.emulator.serving.copies import Cancelled, InvocationTimeout, ModelServer, RequestError
 
 # InvokeEndpoint[WithResponseStream]: the request body may hold at most 6 MiB (API reference, Body).
 SAGEMAKER_MAX_PAYLOAD = 6 * 1024 * 1024

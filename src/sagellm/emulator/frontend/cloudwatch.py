@@ -28,7 +28,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
-from sagellm.emulator.copies import ModelServer
+from sagellm.emulator.serving.copies import ModelServer
 
 SAGEMAKER = "AWS/SageMaker"
 ENDPOINTS = "/aws/sagemaker/Endpoints"

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from sagellm.catalog import models as catalog_models
-from sagellm.emulator.autoscaling import Policy, TargetTracking
-from sagellm.emulator.calls import Call, Reply, reply_of
-from sagellm.emulator.copies import ModelServer, RequestError
-from sagellm.emulator.formats import Ask
+from sagellm.emulator.frontend.calls import Call, Reply, reply_of
+from sagellm.emulator.frontend.formats import Ask
+from sagellm.emulator.serving.autoscaling import Policy, TargetTracking
+from sagellm.emulator.serving.copies import ModelServer, RequestError
 from sagellm.errors import InputError
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import DeploymentPlan

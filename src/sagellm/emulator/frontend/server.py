@@ -47,11 +47,11 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from sagellm.emulator.cloudwatch import Publisher
-from sagellm.emulator.container import ContainerRoutes
-from sagellm.emulator.endpoint import Endpoint
-from sagellm.emulator.metrics import MetricsRoutes
-from sagellm.emulator.sagemaker import SageMakerRuntime
+from sagellm.emulator.frontend.cloudwatch import Publisher
+from sagellm.emulator.frontend.container import ContainerRoutes
+from sagellm.emulator.frontend.endpoint import Endpoint
+from sagellm.emulator.frontend.metrics import MetricsRoutes
+from sagellm.emulator.frontend.sagemaker import SageMakerRuntime
 from sagellm.errors import TargetError
 from sagellm.profiles.plan import DeploymentPlan
 

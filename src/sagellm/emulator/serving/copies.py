@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from sagellm.emulator.batching import (
+from sagellm.emulator.serving.batching import (
     CANCELLED,
     Cancelled,
     CopyScheduler,

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from sagellm.emulator import formats
-from sagellm.emulator.calls import JSON, Call, reply_chunks
-from sagellm.emulator.copies import Cancelled, ModelServer, RequestError
-from sagellm.emulator.endpoint import Endpoint
-from sagellm.emulator.formats import Ask
+from sagellm.emulator.frontend import formats
+from sagellm.emulator.frontend.calls import JSON, Call, reply_chunks
+from sagellm.emulator.frontend.endpoint import Endpoint
+from sagellm.emulator.frontend.formats import Ask
+from sagellm.emulator.serving.copies import Cancelled, ModelServer, RequestError
 
 IC_HEADER = "X-Amzn-SageMaker-Inference-Component"
 SHUTDOWN = "the emulator is shutting down"
