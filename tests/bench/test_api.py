@@ -11,6 +11,7 @@ import pytest
 from sagellm import bench
 from sagellm.bench.planning import plan_bench
 from sagellm.bench.specs import ramp_of
+from sagellm.cli.commands.bench import FLAGS
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
 
@@ -35,7 +36,7 @@ def quiet(text: str) -> None:
      "Closed.requests_per_level/Closed.duration_per_level_s: give one, not both"),
     (lambda: bench.Closed(requests_per_level=0), "Closed.requests_per_level: 0 must be at least 1"),
     (lambda: bench.Ramp(step_s=-1.0), "Ramp.step_s: -1 must be a positive number of seconds"),
-    (lambda: bench.Sweep(budget_minutes=0.0), "--budget-minutes: 0 must be a positive number"),
+    (lambda: bench.Sweep(budget_minutes=0.0), "Sweep.budget_minutes: 0 must be a positive number"),
     (lambda: bench.Bench(target=bench.SageMaker()), "ServingSpec.profile/ServingSpec.model: required"),
     (lambda: bench.Bench(serving=bench.ServingSpec(profile="max-throughput"), target=bench.Http("http://127.0.0.1:9")),
      "ServingSpec.profile/ServingSpec.model: give both"),
@@ -44,6 +45,24 @@ def test_a_spec_refuses_bad_values_when_built_naming_the_field(build: object, me
     with pytest.raises(InputError) as caught:
         build()  # type: ignore[operator]
     assert caught.value.messages[0].startswith(message)
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: bench.Sweep("fast"), "Sweep.method: 'fast' must be adaptive or doubling"),
+    (lambda: bench.Workers(count=0), "Workers.count: 0 must be auto or at least 1"),
+    (lambda: bench.Output(mlflow="localhost:5000"), "Output.mlflow: "),  # not a URI, or no mlflow installed
+    # The workload is read (lengths, dataset, tokenizer) when the bench is planned.
+    (lambda: plan_bench(bench.Bench(serving=served(), workload=bench.WorkloadOptions(input_tokens="12-4"))),
+     "WorkloadOptions.input_tokens: '12-4' is an empty range"),
+    (lambda: plan_bench(bench.Bench(serving=served(), sweep=bench.Sweep("adaptive"), load=bench.Open((1.0,)))),
+     ("Sweep.method adaptive: closed loop only (the planner predicts concurrency levels); drop Open.request_rate "
+      "or use Sweep.method doubling")),
+])
+def test_sweep_workers_mlflow_and_workload_problems_name_the_field_not_a_flag(build: object, message: str) -> None:
+    with pytest.raises(InputError) as caught:
+        build()  # type: ignore[operator]
+    [line] = caught.value.messages
+    assert line.startswith(message) and not any(flag in line for flag in FLAGS.values())
 
 
 def test_an_option_of_another_target_cannot_be_given() -> None:

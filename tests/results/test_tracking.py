@@ -142,10 +142,10 @@ def test_a_server_that_accepts_but_never_answers_is_refused_within_the_timeout(
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         started = time.monotonic()
 
-        problems = mlflow_problems(url)
+        problems = mlflow_problems(url, "Output.mlflow")
 
     assert time.monotonic() - started < 5
-    assert problems == [(f"--mlflow: {url}: the tracking server did not answer within 1 s (timed out); start it "
+    assert problems == [(f"Output.mlflow: {url}: the tracking server did not answer within 1 s (timed out); start it "
                         "(e.g. `mlflow server --backend-store-uri sqlite:///mlflow.db --port 5000`) or correct the URI")]
 
 
@@ -178,10 +178,10 @@ def test_a_bad_tracking_uri_is_exit_2_in_one_line_before_the_bench_makes_anythin
 
 def test_the_stores_mlflow_3_writes_to_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    assert mlflow_problems(f"sqlite:///{tmp_path / 'mlflow.db'}") == []
-    assert mlflow_problems("databricks") == mlflow_problems("databricks://team") == []
+    assert mlflow_problems(f"sqlite:///{tmp_path / 'mlflow.db'}", "Output.mlflow") == []
+    assert mlflow_problems("databricks", "Output.mlflow") == mlflow_problems("databricks://team", "Output.mlflow") == []
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow's own opt-out of the refusal
-    assert mlflow_problems(str(tmp_path / "mlruns")) == []
+    assert mlflow_problems(str(tmp_path / "mlruns"), "Output.mlflow") == []
 
 
 def test_a_database_store_with_the_client_alone_says_to_install_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,8 +190,8 @@ def test_a_database_store_with_the_client_alone_says_to_install_mlflow(monkeypat
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sqlalchemy" else real(name, *a))
 
-    assert mlflow_problems("sqlite:///mlflow.db") == [
-        ("--mlflow: 'sqlite:///mlflow.db': a database store needs the full mlflow (pip install mlflow), not the "
+    assert mlflow_problems("sqlite:///mlflow.db", "Output.mlflow") == [
+        ("Output.mlflow: 'sqlite:///mlflow.db': a database store needs the full mlflow (pip install mlflow), not the "
         "tracking client alone; or log to a tracking server (http://host:5000)")]
 
 
@@ -201,8 +201,8 @@ def test_without_the_client_installed_it_says_how_to_install_it(monkeypatch: pyt
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
 
-    assert mlflow_problems("http://127.0.0.1:5000") == [MISSING]
-    assert mlflow_problems(None) == []
+    assert mlflow_problems("http://127.0.0.1:5000", "Output.mlflow") == [f"Output.mlflow: {MISSING}"]
+    assert mlflow_problems(None, "Output.mlflow") == []
     with pytest.raises(InputError, match="pip install 'sagellm\\[mlflow\\]'"):
         log_run(Path("."), results(), "http://127.0.0.1:5000")
 

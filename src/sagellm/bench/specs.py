@@ -251,7 +251,7 @@ class Output:
     mlflow: str | None = None  # an MLflow tracking URI: the run is logged there once its results are written
 
     def __post_init__(self) -> None:
-        _raise(writable_folder_errors(self.out, "Output.out") + mlflow_problems(self.mlflow))
+        _raise(writable_folder_errors(self.out, "Output.out") + mlflow_problems(self.mlflow, "Output.mlflow"))
 
 
 @dataclass(frozen=True)

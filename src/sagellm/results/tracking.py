@@ -17,7 +17,7 @@ from sagellm.results.schema import Level, Pick, Results
 
 EXPERIMENT = "sagellm"  # unless MLFLOW_EXPERIMENT_NAME names another
 ARTIFACTS = ("report.md", "curve.png", "ramp.png", "results.json", "results.csv", "junit.xml")
-MISSING = "--mlflow: the MLflow client is not installed; pip install 'sagellm[mlflow]'"
+MISSING = "the MLflow client is not installed; pip install 'sagellm[mlflow]'"
 
 
 REACH_TIMEOUT_S = 10.0
@@ -27,34 +27,34 @@ _FIX = ("give a tracking server (http://host:5000; start one with `" + _SERVER +
         "databricks, or a SageMaker MLflow tracking server's ARN")
 
 
-def mlflow_problems(uri: str | None) -> list[str]:
+def mlflow_problems(uri: str | None, where: str) -> list[str]:
     """Why a run could not be logged to `uri`, found before the bench starts and without importing mlflow: no
     client installed, a URI MLflow does not read, a store the installed mlflow cannot use, a server that does
-    not answer within REACH_TIMEOUT_S."""
+    not answer within REACH_TIMEOUT_S. Each line starts with `where`, what set the URI (`Output.mlflow`)."""
     if not uri:
         return []
     if importlib.util.find_spec("mlflow") is None:
-        return [MISSING]
+        return [f"{where}: {MISSING}"]
     scheme = urllib.parse.urlsplit(uri).scheme.split("+")[0].lower()
     if uri in ("databricks", "databricks-uc") or scheme in ("databricks", "databricks-uc"):
         return []
     if scheme in ("", "file"):
         if _mlflow_major() < 3 or os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() == "true":  # its opt-out
             return []
-        return [f"--mlflow: {uri!r} is a file store, which mlflow 3 no longer writes runs to (its filesystem "
+        return [f"{where}: {uri!r} is a file store, which mlflow 3 no longer writes runs to (its filesystem "
                 "backend is in maintenance mode); use sqlite:///path/mlflow.db or a tracking server (`"
                 + _SERVER + "`)"]
     if scheme in ("http", "https"):
-        return _unanswered(uri)
+        return _unanswered(uri, where)
     if scheme in _DATABASES:
         missing = [name for name in ("sqlalchemy", "alembic") if importlib.util.find_spec(name) is None]
-        return [(f"--mlflow: {uri!r}: a database store needs the full mlflow (pip install mlflow), not the tracking "
+        return [(f"{where}: {uri!r}: a database store needs the full mlflow (pip install mlflow), not the tracking "
                 "client alone; or log to a tracking server (http://host:5000)")] if missing else []
     if scheme == "arn":
         return [] if importlib.util.find_spec("sagemaker_mlflow") else [
-            (f"--mlflow: {uri!r}: a SageMaker MLflow tracking server is reached through MLflow's plugin for it; "
+            (f"{where}: {uri!r}: a SageMaker MLflow tracking server is reached through MLflow's plugin for it; "
             "pip install sagemaker-mlflow")]
-    return [f"--mlflow: {uri!r} is not a tracking URI MLflow reads; {_FIX}"]
+    return [f"{where}: {uri!r} is not a tracking URI MLflow reads; {_FIX}"]
 
 
 def _mlflow_major() -> int:
@@ -69,11 +69,11 @@ def _mlflow_major() -> int:
     return 0
 
 
-def _unanswered(uri: str) -> list[str]:
+def _unanswered(uri: str, where: str) -> list[str]:
     """A problem when nothing answers HTTP at the tracking server `uri` within REACH_TIMEOUT_S (any HTTP status
     counts as an answer: the server is there; whether it takes the run is found out when it is logged)."""
     if not urllib.parse.urlsplit(uri).hostname:
-        return [f"--mlflow: {uri!r} names no host; {_FIX}"]
+        return [f"{where}: {uri!r} names no host; {_FIX}"]
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=REACH_TIMEOUT_S):
             return []
@@ -81,7 +81,7 @@ def _unanswered(uri: str) -> list[str]:
         return []
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc or "timed out"
-        return [(f"--mlflow: {uri}: the tracking server did not answer within {REACH_TIMEOUT_S:g} s ({reason}); "
+        return [(f"{where}: {uri}: the tracking server did not answer within {REACH_TIMEOUT_S:g} s ({reason}); "
                 f"start it (e.g. `{_SERVER} --port 5000`) or correct the URI")]
 
 
@@ -145,7 +145,7 @@ def log_run(directory: Path, results: Results, uri: str) -> str:
     """Log a finished run (results and the files beside them in `directory`) to the MLflow tracking server at
     `uri` as one MLflow run; returns its run id. TargetError when the server cannot take it."""
     if importlib.util.find_spec("mlflow") is None:
-        raise InputError(MISSING)
+        raise InputError(f"--mlflow: {MISSING}")
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient

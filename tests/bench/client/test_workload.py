@@ -46,14 +46,14 @@ def test_a_shared_prefix_opens_every_prompt_with_the_same_tokens() -> None:
 
 
 def test_a_shared_prefix_must_leave_a_unique_part_and_is_not_for_datasets(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"--shared-prefix: 64 tokens leave no unique part in prompts as "
+    with pytest.raises(InputError, match=r"^WorkloadOptions.shared_prefix: 64 tokens leave no unique part in prompts as "
                                          r"short as 64 tokens"):
         workload(shared_prefix=64)
-    with pytest.raises(InputError, match="as short as 32 tokens .--input-tokens 32-96"):
+    with pytest.raises(InputError, match=r"as short as 32 tokens \(WorkloadOptions.input_tokens 32-96\)"):
         workload(input_tokens="32-96", shared_prefix=40)
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "a b c"}\n')
-    with pytest.raises(InputError, match="--shared-prefix: not with --dataset"):
+    with pytest.raises(InputError, match="^WorkloadOptions.shared_prefix: not with WorkloadOptions.dataset "):
         workload(dataset=data, shared_prefix=1)
 
 
@@ -62,7 +62,7 @@ def test_a_shared_prefix_must_leave_a_unique_part_and_is_not_for_datasets(tmp_pa
     (" 8 : 10 ", "normal", 1, 38, 8),
 ])
 def test_lengths_parse_fixed_normal_and_uniform(text: str, kind: str, low: int, high: int, mean: float) -> None:
-    lengths = Lengths.parse(text, "--input-tokens")
+    lengths = Lengths.parse(text, "WorkloadOptions.input_tokens")
     assert (lengths.kind, lengths.low, lengths.high, lengths.mean) == (kind, low, high, mean)
     rng = random.Random(0)
     draws = [lengths.draw(rng) for _ in range(4000)]
@@ -76,9 +76,9 @@ def test_lengths_parse_fixed_normal_and_uniform(text: str, kind: str, low: int, 
 
 @pytest.mark.parametrize("text", ["", "abc", "0", "12-4", "5:-1", "1.5", "3-"])
 def test_lengths_reject_what_is_not_a_length_naming_the_option(text: str) -> None:
-    with pytest.raises(InputError, match=r"^--output-tokens: .* \(use 512 \(fixed\), 512:64 \(mean:stddev\) "
+    with pytest.raises(InputError, match=r"^WorkloadOptions.output_tokens: .* \(use 512 \(fixed\), 512:64 \(mean:stddev\) "
                                          r"or 256-1024 \(min-max\)\)$"):
-        Lengths.parse(text, "--output-tokens")
+        Lengths.parse(text, "WorkloadOptions.output_tokens")
 
 
 def test_length_distributions_shape_the_requests_and_size_the_plan() -> None:
@@ -128,7 +128,7 @@ def test_a_bad_dataset_says_file_line_what_and_the_fix(tmp_path: Path) -> None:
         f'{data}:3: needs a non-empty "prompt" string, e.g. {{"prompt": "...", "output_tokens": 128}}',
         f"{data}:4: output_tokens: 0 must be a positive integer",
     ]
-    with pytest.raises(InputError, match="--dataset: .*missing.jsonl: cannot be read"):
+    with pytest.raises(InputError, match="^WorkloadOptions.dataset: .*missing.jsonl: cannot be read"):
         workload(dataset=tmp_path / "missing.jsonl")
     (tmp_path / "empty.json").write_text("[]")
     with pytest.raises(InputError, match="holds no prompt"):
@@ -166,7 +166,7 @@ def test_a_tokenizer_builds_prompts_of_exactly_the_asked_tokens_not_words(tmp_pa
 
 
 def test_a_tokenizer_folder_without_tokenizer_json_is_bad_input(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"--tokenizer: .*: no tokenizer.json there"):
+    with pytest.raises(InputError, match=r"^WorkloadOptions.tokenizer: .*: no tokenizer.json there"):
         TokenCounter(tmp_path)
     (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(InputError, match="not a tokenizers file"):

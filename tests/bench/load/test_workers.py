@@ -164,7 +164,7 @@ def test_ray_flag_without_ray_installed_says_how_to_install_it(monkeypatch: pyte
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
-    assert worker_problems(1, "auto") == ["--ray auto: Ray is not installed (pip install 'sagellm[ray]')"]
+    assert worker_problems(1, "auto") == ["Workers.ray auto: Ray is not installed (pip install 'sagellm[ray]')"]
     assert worker_problems(None, None) == []
 
 

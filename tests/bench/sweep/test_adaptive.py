@@ -362,11 +362,11 @@ def test_sweep_method_resolves_auto_and_refuses_adaptive_without_a_prediction() 
     assert sweep_method("auto", predicted=True, open_loop=False) == "adaptive"
     assert sweep_method("auto", predicted=False, open_loop=False) == "doubling"
     assert sweep_method("auto", predicted=True, open_loop=True) == "doubling"
-    for kwargs, text in [({"predicted": False, "open_loop": False}, "--profile and --model"),
-                         ({"predicted": True, "open_loop": True}, "closed loop only")]:
+    for kwargs, text in [({"predicted": False, "open_loop": False}, "give ServingSpec.profile and ServingSpec.model"),
+                         ({"predicted": True, "open_loop": True}, "^Sweep.method adaptive: closed loop only")]:
         with pytest.raises(InputError, match=text):
             sweep_method("adaptive", **kwargs)
-    with pytest.raises(InputError, match="--sweep: 'fast' must be adaptive or doubling"):
+    with pytest.raises(InputError, match="^Sweep.method: 'fast' must be adaptive or doubling"):
         sweep_method("fast", predicted=True, open_loop=False)
 
 
@@ -415,8 +415,8 @@ def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("parts", "message"), [
     (lambda: {"sweep": bench.Sweep("doubling", budget_minutes=0.0)},
-     "--budget-minutes: 0 must be a positive number of endpoint-minutes"),
-    (lambda: {"sweep": bench.Sweep("adaptive"), "load": bench.Open((1.0,))}, "--sweep adaptive: closed loop only"),
+     "Sweep.budget_minutes: 0 must be a positive number of endpoint-minutes"),
+    (lambda: {"sweep": bench.Sweep("adaptive"), "load": bench.Open((1.0,))}, "Sweep.method adaptive: closed loop only"),
 ])
 def test_bad_sweep_options_are_refused_before_anything_runs(tmp_path: Path, parts: Any, message: str) -> None:
     served = bench.ServingSpec(profile="max-throughput", model="llama2-7b", instance="ml.g5.2xlarge")

@@ -120,14 +120,14 @@ class TokenCounter:
         if tokenizer_dir is not None:
             path = tokenizer_dir / "tokenizer.json" if tokenizer_dir.is_dir() else tokenizer_dir
             if not path.is_file():
-                raise InputError(f"--tokenizer: {tokenizer_dir}: no tokenizer.json there (download the "
+                raise InputError(f"WorkloadOptions.tokenizer: {tokenizer_dir}: no tokenizer.json there (download the "
                                  "model's tokenizer.json into a folder and pass that folder)")
             from tokenizers import Tokenizer
 
             try:
                 self._tok = Tokenizer.from_file(str(path))
             except Exception as exc:  # noqa: BLE001 - the library raises a bare Exception on bad files
-                raise InputError(f"--tokenizer: {path}: not a tokenizers file: {exc}") from None
+                raise InputError(f"WorkloadOptions.tokenizer: {path}: not a tokenizers file: {exc}") from None
             self.name = "tokenizer"
 
     def count(self, text: str) -> int:
@@ -180,16 +180,19 @@ class Workload:
     def __init__(self, options: WorkloadOptions, default: Payload):
         self.options = options
         self.counter = TokenCounter(options.tokenizer)
-        self.inputs = Lengths.parse(options.input_tokens or str(default.input_tokens), "--input-tokens")
-        self.outputs = Lengths.parse(options.output_tokens or str(default.output_tokens), "--output-tokens")
+        self.inputs = Lengths.parse(options.input_tokens or str(default.input_tokens), "WorkloadOptions.input_tokens")
+        self.outputs = Lengths.parse(options.output_tokens or str(default.output_tokens),
+                                     "WorkloadOptions.output_tokens")
         self.entries = load_dataset(options.dataset, self.counter) if options.dataset else None
         if self.entries is not None:
             random.Random(f"{options.seed}/order").shuffle(self.entries)
         if options.shared_prefix and self.entries is not None:
-            raise InputError("--shared-prefix: not with --dataset (the dataset's prompts are sent as they are)")
+            raise InputError("WorkloadOptions.shared_prefix: not with WorkloadOptions.dataset (the dataset's prompts "
+                             "are sent as they are)")
         if options.shared_prefix and options.shared_prefix >= self.inputs.low:
-            raise InputError(f"--shared-prefix: {options.shared_prefix} tokens leave no unique part in "
-                             f"prompts as short as {self.inputs.low} tokens (--input-tokens {self.inputs})")
+            raise InputError(f"WorkloadOptions.shared_prefix: {options.shared_prefix} tokens leave no unique part "
+                             f"in prompts as short as {self.inputs.low} tokens "
+                             f"(WorkloadOptions.input_tokens {self.inputs})")
         self.prefix = self._words(random.Random(f"{options.seed}/prefix"), options.shared_prefix)
         self.issued = 0
 
@@ -252,11 +255,11 @@ def load_dataset(path: Path, counter: TokenCounter) -> list[_Entry]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"--dataset: {path}: cannot be read: {exc.strerror or exc}") from None
+        raise InputError(f"WorkloadOptions.dataset: {path}: cannot be read: {exc.strerror or exc}") from None
     entries = _sharegpt(path, text, counter) if text.lstrip().startswith("[") else _jsonl(path, text, counter)
     if not entries:
-        raise InputError(f"--dataset: {path}: holds no prompt (JSONL: one {{\"prompt\": ...}} per line; "
-                         "or ShareGPT JSON)")
+        raise InputError(f"WorkloadOptions.dataset: {path}: holds no prompt (JSONL: one {{\"prompt\": ...}} per "
+                         "line; or ShareGPT JSON)")
     return entries
 
 

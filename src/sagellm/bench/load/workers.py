@@ -70,14 +70,14 @@ def pool_size(workers: int | None, loads: Sequence[float], *, open_loop: OpenLoo
 
 
 def worker_problems(workers: int | None, ray: str | None) -> list[str]:
-    """What is wrong with --workers/--ray, as `--flag: what (fix)` lines."""
+    """What is wrong with Workers.count/Workers.ray, as `Workers.field: what (fix)` lines."""
     out = []
     if workers is not None and workers < 1:
-        out.append(f"--workers: {workers} must be auto or at least 1")
+        out.append(f"Workers.count: {workers} must be auto or at least 1")
     if ray is not None and importlib.util.find_spec("ray") is None:
-        out.append(f"--ray {ray}: Ray is not installed (pip install 'sagellm[ray]')")
+        out.append(f"Workers.ray {ray}: Ray is not installed (pip install 'sagellm[ray]')")
     if ray is not None and not ray.strip():
-        out.append("--ray: give a cluster address (ray://host:10001, host:6379) or auto (a local cluster)")
+        out.append("Workers.ray: give a cluster address (ray://host:10001, host:6379) or auto (a local cluster)")
     return out
 
 

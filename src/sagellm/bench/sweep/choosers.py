@@ -35,7 +35,7 @@ TIMEOUT_LEVEL_S = 120.0  # a level past the timeout: the warm-up request times o
 
 
 def _method_problems(method: str) -> list[str]:
-    return [] if method in SWEEPS else [f"--sweep: {method!r} must be adaptive or doubling"]
+    return [] if method in SWEEPS else [f"Sweep.method: {method!r} must be adaptive or doubling"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Sweep:
     def __post_init__(self) -> None:
         errors = _method_problems(self.method)
         if self.budget_minutes is not None and not 0 < self.budget_minutes < math.inf:
-            errors.append(f"--budget-minutes: {self.budget_minutes:g} must be a positive number of endpoint-minutes")
+            errors.append(f"Sweep.budget_minutes: {self.budget_minutes:g} must be a positive number of endpoint-minutes")
         if errors:
             raise InputError(errors)
 
@@ -60,11 +60,11 @@ def sweep_method(sweep: str, *, predicted: bool, open_loop: bool) -> str:
     if problems := _method_problems(sweep):
         raise InputError(problems)
     if sweep == "adaptive" and not predicted:
-        raise InputError("--sweep adaptive: needs a prediction to start from: give --profile and --model "
-                         "(or --sweep doubling)")
+        raise InputError("Sweep.method adaptive: needs a prediction to start from: give ServingSpec.profile and "
+                         "ServingSpec.model (or Sweep.method doubling)")
     if sweep == "adaptive" and open_loop:
-        raise InputError("--sweep adaptive: closed loop only (the planner predicts concurrency levels); drop "
-                         "--request-rate or use --sweep doubling")
+        raise InputError("Sweep.method adaptive: closed loop only (the planner predicts concurrency levels); drop "
+                         "Open.request_rate or use Sweep.method doubling")
     if sweep == "auto":
         return "adaptive" if predicted and not open_loop else "doubling"
     return sweep

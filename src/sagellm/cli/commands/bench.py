@@ -289,9 +289,13 @@ FLAGS = {
     "hf_token_secret": "--hf-token-secret", "request_rate": "--request-rate", "arrivals": "--arrivals",
     "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
     "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
-    "repeats": "--repeats", "out": "--out",
+    "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
+    "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",
+    "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "dataset": "--dataset",
+    "tokenizer": "--tokenizer",
 }
-SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output)\.([a-z_]+)\b")
+SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"
+                        r"|WorkloadOptions)\.([a-z_]+)\b")
 
 
 def _as_flags(messages: list[str]) -> list[str]:

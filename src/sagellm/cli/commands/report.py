@@ -25,7 +25,7 @@ def report(
     from sagellm.results.schema import load_results
     from sagellm.results.tracking import log_run, mlflow_problems
 
-    if problems := mlflow_problems(mlflow):
+    if problems := mlflow_problems(mlflow, "--mlflow"):
         raise InputError(problems)
     results = load_results(directory / "results.json")
     write_report(directory, results)
