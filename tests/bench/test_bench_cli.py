@@ -529,6 +529,31 @@ def test_what_the_plan_refuses_names_the_flag_too(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_sweep_workers_mlflow_and_workload_fields_are_named_by_their_flags(tmp_path: Path) -> None:
+    from sagellm.cli.commands.bench import _as_flags
+    from sagellm.cli.commands.bench import bench as bench_command
+    from sagellm.errors import InputError
+
+    with pytest.raises(InputError) as bad:
+        bench_command(profile="max-throughput", model=MODEL, sweep="fast", budget_minutes=0.0, mlflow="localhost:5000",
+                      out=tmp_path / "out")
+    assert bad.value.messages[:2] == ["--sweep: 'fast' must be adaptive or doubling",
+                                      "--budget-minutes: 0 must be a positive number of endpoint-minutes"]
+    assert bad.value.messages[2].startswith("--mlflow: ")
+    with pytest.raises(InputError) as bad:
+        bench_command(target="http", url="http://127.0.0.1:9", sweep="adaptive", out=tmp_path / "out")
+    assert bad.value.messages == [
+        "--sweep adaptive: needs a prediction to start from: give --profile and --model (or --sweep doubling)"]
+    with pytest.raises(InputError) as bad:
+        bench_command(profile="max-throughput", model=MODEL, input_tokens="64", shared_prefix=64,
+                      out=tmp_path / "out")
+    assert bad.value.messages == [
+        "--shared-prefix: 64 tokens leave no unique part in prompts as short as 64 tokens (--input-tokens 64)"]
+    assert _as_flags(["Workers.ray auto: Ray is not installed (pip install 'sagellm[ray]')"]) == [
+        "--ray auto: Ray is not installed (pip install 'sagellm[ray]')"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_out_folder_that_cannot_be_written_is_refused_up_front(tmp_path: Path) -> None:
     blocker = tmp_path / "results"
     blocker.write_text("a file where the results folder would go\n")
