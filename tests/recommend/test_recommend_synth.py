@@ -21,7 +21,8 @@ def run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpro
 
 
 @pytest.mark.parametrize(("load", "kind"), [
-    (["--concurrency", "32"], "AWS::SageMaker::InferenceComponent"),  # copies win here (test_recommend)
+    # copies win here without headroom (test_recommend)
+    (["--concurrency", "32", "--headroom", "0"], "AWS::SageMaker::InferenceComponent"),
     (["--request-rate", "2", "--peak-rate", "8"], "AWS::ApplicationAutoScaling::ScalableTarget"),
 ])
 def test_cdk_synth_accepts_the_recommended_profile(tmp_path, load, kind):
