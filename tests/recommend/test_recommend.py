@@ -249,8 +249,9 @@ def test_a_file_where_the_profiles_go_is_one_line_and_nothing_of_the_recommendat
     (tmp_path / "rec" / "profiles").write_text("in the way\n")
     slo = slo_file(tmp_path, "rules:\n  - {metric: latency_ms_per_token.p50, max: 60}\n")
 
+    # --json: no progress lines on stderr, so the error is all it holds.
     result = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "16", "--thresholds", str(slo),
-                     "--families", "g5", "--out", "rec", cwd=tmp_path)
+                     "--families", "g5", "--out", "rec", "--json", cwd=tmp_path)
 
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
