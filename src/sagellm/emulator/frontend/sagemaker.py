@@ -55,6 +55,11 @@ def _model_error(reply: Reply) -> web.Response:
         "OriginalStatusCode": reply.status, "OriginalMessage": original})
 
 
+def _passed_on(reply: Reply) -> Reply | web.Response:
+    """The container's reply as SageMaker passes it on: an error status as a ModelError, a 200 as it is."""
+    return reply if reply.status == 200 else _model_error(reply)
+
+
 def _too_large() -> web.Response:
     """SageMaker's own refusal of an oversized request body (no error type: boto3 reports `(413)`)."""
     return web.Response(status=413, text=f"HTTP content length exceeded {SAGEMAKER_MAX_PAYLOAD} bytes.",
@@ -111,8 +116,8 @@ class SageMakerRuntime:
         return e.primary
 
     async def _call(self, request: web.Request) -> Call | Reply | web.Response:
-        """Route and admit an invocation; or the container's whole reply (an error, a refused stream); or what
-        SageMaker itself answers instead."""
+        """Route and admit an invocation; or the container's whole 200 reply (a refused stream); or what
+        SageMaker itself answers instead (its own errors, a container error as a ModelError)."""
         arrived = time.perf_counter()
         try:
             model = self._model(request)
@@ -125,12 +130,12 @@ class SageMakerRuntime:
             self.endpoint.check_payload(raw)
             ask = formats.parse(raw)
         except RequestError as exc:
-            return self.endpoint.container_error(exc)
+            return _passed_on(self.endpoint.container_error(exc))
         try:
             call = self.endpoint.admit(model, ask, arrived, sagemaker=True)
         except RequestError as exc:
             refused = ask.stream and ask.api == "generate"
-            return self.endpoint.stream_refusal(exc) if refused else self.endpoint.container_error(exc)
+            return _passed_on(self.endpoint.stream_refusal(exc) if refused else self.endpoint.container_error(exc))
         request[_CALL] = call  # for the CloudWatch publisher (`_counted`)
         return call
 
@@ -143,8 +148,6 @@ class SageMakerRuntime:
         if isinstance(call, web.Response):
             return call
         if isinstance(call, Reply):
-            if call.status != 200:
-                return _model_error(call)
             return web.Response(body=call.body, headers=self._headers(call.content_type))
         content_type, chunks = reply_chunks(call, self.endpoint.engine)
         try:
@@ -167,8 +170,6 @@ class SageMakerRuntime:
         if isinstance(call, web.Response):
             return call
         if isinstance(call, Reply):
-            if call.status != 200:
-                return _model_error(call)
             # The container answered 200 (a refused TGI stream): SageMaker passes its body on as a PayloadPart.
             resp = web.StreamResponse(headers={**self._headers(_EVENT_STREAM),
                                                "X-Amzn-SageMaker-Content-Type": call.content_type})
