@@ -22,8 +22,12 @@ class CpuWait:
         self.zero = time.perf_counter()
         self.waited = runqueue_wait_s()
 
+    def waited_s(self) -> float:
+        """Seconds this process waited for a CPU since it was made."""
+        return runqueue_wait_s() - self.waited
+
     def share(self) -> float:
-        return (runqueue_wait_s() - self.waited) / (time.perf_counter() - self.zero)
+        return self.waited_s() / (time.perf_counter() - self.zero)
 
 
 def judge_only_when_fed(cpu_wait: float, max_cpu_wait: float, figures: str) -> None:
