@@ -17,7 +17,24 @@ from sagellm.results.gate import load_thresholds
 
 REPO = Path(__file__).resolve().parents[1]
 SAGELLM = Path(sys.executable).with_name("sagellm")
-FILES = [".gitignore", "README.md", "app.py", "cdk.json", "gates.yaml", "profiles/team.yaml", "requirements.txt"]
+FILES = [".gitignore", "README.md", "app.py", "cdk.json", "gates.yaml", "profiles/team.yaml", "requirements.txt",
+         "tests/conftest.py", "tests/test_app.py"]
+
+
+def without_node() -> dict[str, str]:
+    """The environment with no `node` on PATH (the system's Node 20 is past end-of-life): the virtualenv's bin
+    first, then every PATH folder that holds no `node`."""
+    folders = [f for f in os.environ["PATH"].split(os.pathsep) if f and not (Path(f) / "node").exists()]
+    env = {**os.environ, "PATH": os.pathsep.join([str(SAGELLM.parent), *folders])}
+    env.pop("JSII_NODE", None)
+    assert shutil.which("node", path=env["PATH"]) is None
+    return env
+
+
+def no_jsii_banner(stderr: str) -> bool:
+    """Whether jsii said nothing about the Node it runs on (its end-of-life or untested-version banner, which
+    jsii's Python side prints as `b'!!…'` lines)."""
+    return "!!" not in stderr and "end-of-life" not in stderr and "JSII_SILENCE_WARNING" not in stderr
 
 
 def sagellm(*args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None,
@@ -187,3 +204,46 @@ def test_sagellm_cdk_synth_runs_the_app_with_its_own_python_without_the_virtuale
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "app" / "cdk.out" / "sagellm-team-falcon-7b.template.json").is_file()
     assert "!!" not in done.stdout + done.stderr  # no jsii end-of-life banner
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)  # a synth takes ~20 s alone, minutes on a busy machine
+def test_the_new_apps_app_py_synthesizes_with_plain_python_and_no_node_on_path(tmp_path: Path) -> None:
+    sagellm("init", "app", cwd=tmp_path, timeout=300)
+    context = {"profile": "team", "model": "tiiuae/falcon-7b"}
+    env = {**without_node(), "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path / "out")}
+
+    done = subprocess.run([sys.executable, "app.py"], cwd=tmp_path / "app", env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    template = json.loads((tmp_path / "out" / "sagellm-team-falcon-7b.template.json").read_text())
+    assert [r["Type"] for r in template["Resources"].values()].count("AWS::SageMaker::Endpoint") == 1
+    assert no_jsii_banner(done.stderr), done.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)  # a synth takes ~20 s alone, minutes on a busy machine
+def test_the_new_apps_tests_pass_with_pytest_and_no_node_on_path(tmp_path: Path) -> None:
+    sagellm("init", "app", cwd=tmp_path, timeout=300)
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA"], cwd=tmp_path / "app",
+                          env=without_node(), capture_output=True, text=True, timeout=600, check=False)
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "PASSED tests/test_app.py::test_the_team_profile_deploys_one_endpoint" in done.stdout
+    assert no_jsii_banner(done.stdout + done.stderr), done.stdout + done.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)  # a synth takes ~20 s alone, minutes on a busy machine
+def test_the_repositorys_own_app_py_synthesizes_with_plain_python_and_no_node_on_path(tmp_path: Path) -> None:
+    context = {"profile": "max-throughput", "model": "tiiuae/falcon-7b", "profiles_dir": str(tmp_path)}
+    env = {**without_node(), "CDK_CONTEXT_JSON": json.dumps(context), "CDK_OUTDIR": str(tmp_path / "out")}
+
+    done = subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "out" / "sagellm-max-throughput-falcon-7b.template.json").is_file()
+    assert no_jsii_banner(done.stderr), done.stderr
