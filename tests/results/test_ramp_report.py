@@ -14,6 +14,7 @@ from sagellm.results.schema import (
     ScalingEvent,
     ScalingPolicyRecord,
     Stats,
+    SweepRecord,
     Teardown,
 )
 
@@ -78,3 +79,13 @@ def test_write_report_draws_ramp_png_only_after_a_ramp(tmp_path: Path) -> None:
     plain = write_report(tmp_path / "sweep", make_results(RUN, [level(1, 100, 10)], usd_per_h=1.5,
                                                           teardown=Teardown(status="destroyed")))
     assert not any(p.name == "ramp.png" for p in plain) and fixed
+
+
+def test_the_header_says_ramp_with_its_steps_and_the_instance_minutes_it_kept() -> None:
+    r = results(ramp()).model_copy(update={"sweep": SweepRecord(method="ramp", order=["1/s", "2/s"],
+                                                                 endpoint_minutes=16.0)})
+
+    text = render_markdown(r)
+
+    assert "- Ramp: 2 steps of 480 s back to back, 18.25 endpoint-minutes (instances in service × minutes)" in text
+    assert "Sweep:" not in text

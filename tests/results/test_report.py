@@ -198,3 +198,18 @@ def test_a_prometheus_mean_is_plotted_and_listed_as_the_source_gave_it(tmp_path:
     assert "vllm:e2e_request_latency_seconds" in report
     plot_curve(served, tmp_path / "curve.png")
     assert _png_size(tmp_path / "curve.png") == (800, 950)
+
+
+def test_a_level_the_load_generator_bottlenecked_is_flagged_in_the_header_and_its_section() -> None:
+    why = "requests were sent late, median 290000 ms (over 50 ms); the client could not keep its schedule: add --workers"
+    flagged = level(4, 300, 14).model_copy(update={"client_bottleneck": why, "client_loop_lag_ms": 31.5})
+    text = render_markdown(make_results(RUN, [level(1, 100, 10), flagged], usd_per_h=1.21,
+                                        teardown=Teardown(status="destroyed")))
+
+    header = text.split("## ")[0]
+    assert ("- **The load generator was the bottleneck** at 4: those levels understate the endpoint (see each level; "
+            "docs/metrics.md, Client bottleneck)") in header
+    section = text.split("### Concurrency 4")[1].split("###")[0]
+    assert f"**The load generator was the bottleneck**, not the endpoint: {why}" in section
+    assert "Client event-loop lag: mean 31.5 ms (wall clock)" in section
+    assert "bottleneck" not in text.split("### Concurrency 1")[1].split("###")[0]

@@ -14,6 +14,7 @@ from sagellm.results.schema import (
     ERROR_KINDS,
     Level,
     Pick,
+    RampRecord,
     Results,
     Run,
     ServerMetrics,
@@ -65,7 +66,8 @@ def _header(results: Results) -> list[str]:
         f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens (mean)" + _workload(run),
         f"- Load: {_load(run)} · timings from the {run.clock}'s clock"
         + (" (simulated time; client overhead in wall-clock ms)" if run.clock == "emulator" else ""),
-        *_sweep(results.sweep, confirmed_only_by=_differing(results)),
+        *_sweep(results.sweep, results.ramp, confirmed_only_by=_differing(results)),
+        *_client_bound(results),
         f"- Started {run.started_at.isoformat(timespec='seconds')} · ended {ended} · sagellm {run.tool_version}",
         f"- Command: `{run.command}`",
         "- Environment: " + (", ".join(f"`{k}={v}`" for k, v in sorted(run.environment.items())) or "–"),
@@ -97,9 +99,12 @@ def _differing(results: Results) -> str:
     return ", ".join(dict.fromkeys(d.metric for lv in results.levels for d in departures(lv)))
 
 
-def _sweep(sweep: SweepRecord | None, confirmed_only_by: str = "") -> list[str]:
+def _sweep(sweep: SweepRecord | None, ramp: RampRecord | None = None, confirmed_only_by: str = "") -> list[str]:
     """The sweep's line: how levels were chosen and what they cost; a sweep the prediction 'confirmed' (by
-    throughput and ms/token) says which other metrics differ."""
+    throughput and ms/token) says which other metrics differ. A ramp's: its steps and the instances it kept."""
+    if ramp is not None:  # its steps share one schedule, and scaling changes the instances under it
+        return [(f"- Ramp: {len(ramp.rates)} steps of {ramp.step_s:g} s back to back, {ramp.instance_minutes:.2f} "
+                "endpoint-minutes (instances in service × minutes)")]
     if sweep is None:
         return []
     text = f"- Sweep: {sweep.method}, {sweep.endpoint_minutes:.2f} endpoint-minutes"
@@ -115,6 +120,15 @@ def _sweep(sweep: SweepRecord | None, confirmed_only_by: str = "") -> list[str]:
         outcome += (f" (by tokens/s and p50 ms/token; more than {FLAG:.0%} off elsewhere: {confirmed_only_by}, "
                     "see Prediction)")
     return [text + (f" · {outcome}" if outcome else "")]
+
+
+def _client_bound(results: Results) -> list[str]:
+    """The header's warning when the load generator, not the endpoint, was the bottleneck of some level."""
+    bound = [lv.load for lv in results.levels if lv.client_bottleneck]
+    if not bound:
+        return []
+    return [(f"- **The load generator was the bottleneck** at {', '.join(bound)}: those levels understate the "
+            "endpoint (see each level; docs/metrics.md, Client bottleneck)")]
 
 
 def _prediction(results: Results) -> list[str]:
@@ -206,6 +220,10 @@ def _level(level: Level) -> list[str]:
         lines += ["", "Across repeats (each repeat's own figure): "
                   + " · ".join(f"{m} {s.mean:.4g} ± {s.stddev:.2g} ({s.min:.4g}–{s.max:.4g})"
                                for m, s in level.spread.items() if m in _SPREAD_SHOWN)]
+    if level.client_bottleneck:
+        lines += ["", f"**The load generator was the bottleneck**, not the endpoint: {level.client_bottleneck}"]
+    if level.client_loop_lag_ms is not None:
+        lines += ["", f"Client event-loop lag: mean {level.client_loop_lag_ms:.1f} ms (wall clock)"]
     if level.server_loop_lag_ms is not None:
         lines += ["", f"Emulator event-loop lag: max {level.server_loop_lag_ms:.1f} ms (its own distortion)"]
     if level.server is not None:

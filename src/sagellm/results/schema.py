@@ -254,6 +254,10 @@ class Level(LevelSummary):
     server: ServerMetrics | None = None  # what the endpoint itself reported over the level (where readable)
     # The emulator's worst event-loop lag during the level: its own distortion (local target only).
     server_loop_lag_ms: float | None = None
+    # Why the load generator, not the endpoint, was the bottleneck of the level (None: it kept up); the
+    # criterion is in docs/metrics.md ("Client bottleneck").
+    client_bottleneck: str | None = None
+    client_loop_lag_ms: float | None = None  # the client's mean event-loop lag, wall ms (worst repeat, worker)
 
 
 class Pick(LoadKey):
@@ -384,7 +388,8 @@ class RampRecord(_Strict):
 class SweepRecord(_Strict):
     """How the levels were chosen and what measuring them cost."""
 
-    method: Literal["doubling", "adaptive"]  # the list in order, or chosen from the prediction (README: Bench)
+    # the list in order, chosen from the prediction (README: Bench), or a ramp's steps back to back
+    method: Literal["doubling", "adaptive", "ramp"]
     order: list[str] = []  # the levels in the order measured (`levels` is sorted by load)
     endpoint_minutes: float  # wall time of the levels (simulated on the emulator) × instances
     doubling_endpoint_minutes: float | None = None  # adaptive: estimate for a doubling sweep to its first error

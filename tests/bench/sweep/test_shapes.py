@@ -56,3 +56,7 @@ def test_a_ramp_runs_its_steps_back_to_back_and_reads_the_scaling_state_around_t
     assert levels[1].window_start_s == levels[0].window_end_s  # one continuous schedule
     assert shape.start == {"now_s": 1.0} and shape.end == {"now_s": 2.0}
     assert shape.workers is None and shape.describe() == "ramp of 2 steps × 0.2 s: 50/s, 100/s"
+    # A ramp, not a doubling sweep; its minutes from the first request to the last return (~0.4 s × 1 instance).
+    block = shape.sweep_block(None, Payload(8, 4))
+    assert block.method == "ramp" and block.order == ["50/s", "100/s"]
+    assert 0.35 / 60 <= block.endpoint_minutes <= 5 / 60

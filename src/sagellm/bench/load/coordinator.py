@@ -159,6 +159,8 @@ def _result(book: LevelBook, done: dict[int, Done], died: dict[int, str]) -> Lev
         said = "; ".join(died[k] for k in sorted(died))
         stopped = (f"{said} at {'request rate' if book.request_rate is not None else 'concurrency'} {book.load}: "
                    "its requests in flight are recorded as client errors" + (f"; {stopped}" if stopped else ""))
+    lags = [d.loop_lag_ms for d in done.values() if d.loop_lag_ms is not None]
     return dataclasses.replace(result, window_start_s=start, window_end_s=end, ramp_excluded=ramp_excluded,
                                window_output_tokens=tokens_in_window(result.measured, start, end),
-                               stopped_reason=stopped)
+                               stopped_reason=stopped, loop_lag_ms=max(lags, default=None),
+                               capped=sum(d.capped for d in done.values()))

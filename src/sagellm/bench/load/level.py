@@ -15,6 +15,9 @@ Shared by the closed loop (`closed_loop`) and the open loop (`open_loop`); defin
   equal-length streams move in phase (prompts prefilled together finish together), and a cycle's prefill
   passes bunch up while the rest of it only decodes, so a window that ends mid-cycle over-weights one
   phase (13 % too high on the emulator at 99 streams, all prefills at one end of the window).
+- **Client health**: an event-loop probe runs beside the requests (`bottleneck`); the level records its
+  mean lag and, open loop, how many requests waited for the in-flight cap, so `LevelResult.bottleneck` can
+  say when the load generator, not the endpoint, limited the level.
 - **Stop rule**: after a level, escalation stops when more than `max_error_rate` of its measured
   requests failed, or when any measured request timed out. Within a level, once such an outcome is
   certain (a timeout, or with a request budget more errors than the rate allows), no new requests are
@@ -34,6 +37,7 @@ import aiohttp
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.client.workload import Request
+from sagellm.bench.load.bottleneck import LoopLag, client_bottleneck, probing
 from sagellm.results.schema import load_name
 
 
@@ -87,6 +91,16 @@ class LevelResult:
     request_rate: float | None = None
     repeat: int = 0
     ramp_worker: int | None = None  # closed loop: the worker whose warm-up ended the ramp
+    loop_lag_ms: float | None = None  # the client's mean event-loop lag over the level (worst worker's)
+    capped: int = 0  # open loop: measured requests that waited for the in-flight cap
+
+    def bottleneck(self, time_scale: float = 1.0) -> str | None:
+        """Why the load generator was this level's bottleneck, or None when it kept up (see `bottleneck`);
+        `time_scale`: the open loop's."""
+        measured = self.measured
+        late = [r.late_s for r in measured if r.late_s is not None]
+        return client_bottleneck(request_rate=self.request_rate, late_s=late, capped=self.capped,
+                                 measured=len(measured), loop_lag_ms=self.loop_lag_ms, time_scale=time_scale)
 
     @property
     def load(self) -> str:
@@ -137,6 +151,8 @@ class LevelBook:
         self.deadline: float | None = None
         self.window_end: float | None = None
         self.stopping: str | None = None
+        self.capped = 0  # open loop: measured requests that waited for the in-flight cap
+        self.lag: LoopLag | None = None  # the event-loop probe running beside the level
 
     @property
     def load(self) -> str:
@@ -202,7 +218,7 @@ class LevelBook:
         async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
             self.started = time.perf_counter()
             try:
-                async with asyncio.TaskGroup() as group:
+                async with probing() as self.lag, asyncio.TaskGroup() as group:
                     await start(session, group)
             except BaseExceptionGroup as group_error:  # e.g. on_record failed: raise what it raised
                 raise group_error.exceptions[0] from None
@@ -213,8 +229,8 @@ class LevelBook:
         return LevelProgress(self.load, self.concurrency, len(self.records), self.planned, self.errors,
                              time.perf_counter() - self.started, self.duration_s, self.request_rate, self.repeat)
 
-    def result(self) -> LevelResult:
-        """The finished level."""
+    def result(self, lag_until: float | None = None) -> LevelResult:
+        """The finished level; its loop lag is the probe's from its start to `lag_until` (default: now)."""
         ended = time.perf_counter()
         start, end = self.ramp_end, self.window_end
         z = self.clock_zero
@@ -232,7 +248,8 @@ class LevelBook:
             records=self.records, started_s=self.started - z, ended_s=ended - z, window_start_s=start - z,
             window_end_s=end - z, ramp_excluded=ramp_excluded, stopped_reason=self._stopped_reason(errors, len(measured)),
             window_output_tokens=tokens_in_window(measured, start - z, end - z),
-            errors_by_kind=errors, ramp_worker=self.ramp_worker,
+            errors_by_kind=errors, ramp_worker=self.ramp_worker, capped=self.capped,
+            loop_lag_ms=self.lag.mean_ms(self.started, lag_until or ended) if self.lag is not None else None,
         )
 
     def _stopped_reason(self, errors: dict[str, int], total: int) -> str | None:

@@ -58,5 +58,8 @@ def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bo
         if not parts:
             continue
         s = summarize_runs(parts)
-        out.append(Level(**s.model_dump(), predicted=predict(s), server_loop_lag_ms=lags.get(load)))
+        why = next((reason for lv in repeats if (reason := lv.bottleneck(time_scale))), None)
+        client_lags = [lv.loop_lag_ms for lv in repeats if lv.loop_lag_ms is not None]
+        out.append(Level(**s.model_dump(), predicted=predict(s), server_loop_lag_ms=lags.get(load),
+                         client_bottleneck=why, client_loop_lag_ms=round(max(client_lags), 2) if client_lags else None))
     return out

@@ -109,6 +109,7 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
             warming = index < warmup
             if (book.stopping is not None) if warming else not book.take():
                 break
+            book.capped += not warming and slots.locked()
             await slots.acquire()  # the in-flight cap: a request due meanwhile is sent late
             group.create_task(one(session, workload.next(), due, warming))
 

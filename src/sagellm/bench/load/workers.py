@@ -112,6 +112,8 @@ class Done:
     ended_s: float
     issued: int
     ramp_worker: int | None = None  # closed loop: the level's slot whose warm-up ended this worker's ramp
+    loop_lag_ms: float | None = None  # its event loop's mean lag over the share
+    capped: int = 0  # open loop: its measured requests that waited for its in-flight cap
 
 
 class _StridedWorkload(Workload):
@@ -158,7 +160,7 @@ async def run_share(share: Share, transport: Transport, workload: Workload, emit
     issued = (work.issued - work.first) // work.step
     ramp_worker = None if result.ramp_worker is None else result.ramp_worker + share.slot_offset
     emit(("done", Done(result.ramp_excluded, result.window_start_s, result.window_end_s, result.started_s,
-                       result.ended_s, issued, ramp_worker)))
+                       result.ended_s, issued, ramp_worker, result.loop_lag_ms, result.capped)))
 
 
 class WorkerPool(Protocol):

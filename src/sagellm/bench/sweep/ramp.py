@@ -25,6 +25,7 @@ import aiohttp
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
+from sagellm.bench.load.bottleneck import probing
 from sagellm.bench.load.level import LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.open_loop import OpenLoop, arrival_times, send_due
 from sagellm.errors import InputError
@@ -98,6 +99,7 @@ async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, 
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
+            book.capped += slots.locked()
             await slots.acquire()  # the in-flight cap: a request due meanwhile is sent late
             book.issued += 1
             group.create_task(one(session, book, workload.next(), due))
@@ -108,7 +110,7 @@ async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, 
             on_start()
         zero = time.perf_counter()
         try:
-            async with asyncio.TaskGroup() as group:
+            async with probing() as lag, asyncio.TaskGroup() as group:
                 for i, rate in enumerate(loop.rates):
                     book = LevelBook(concurrency=None, request_rate=rate, warmup_requests=0, ramp_count=0,
                                      budget=None, duration_s=step_s, rule=_NEVER_STOP, clock_zero=zero,
@@ -116,11 +118,12 @@ async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, 
                     # The step's window is the step itself: no ramp of its own on a continuous schedule.
                     book.started = book.ramp_end = zero + i * step_s
                     book.deadline = book.started + step_s
+                    book.lag = lag  # one probe; each step reads its own span of it
                     books.append(book)
                     await step(session, group, book)
         except BaseExceptionGroup as group_error:  # e.g. on_record failed: raise what it raised
             raise group_error.exceptions[0] from None
-    results = [book.result() for book in books]
+    results = [book.result(lag_until=book.deadline) for book in books]
     for result in results:
         if on_level is not None:
             on_level(result)

@@ -6,14 +6,16 @@ per shape.
 - `RampRun`: open-loop steps back to back on one continuous schedule (`sweep.ramp`), for autoscaling.
 
 Each runs its levels (`run`) and gives what the results need of it: the levels' chooser, the worker pool it
-used, its `sweep` block and (a ramp) its `ramp` block.
+used, its `sweep` block and (a ramp) its `ramp` block. Every shape says on stderr, as a level ends, when the
+load generator was that level's bottleneck (`load.bottleneck`).
 """
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sagellm.bench.client.records import RequestRecord
@@ -24,7 +26,7 @@ from sagellm.bench.load.measured import on_simulated_clock
 from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.load.pools import worker_pool
 from sagellm.bench.load.workers import pool_size
-from sagellm.bench.sweep.choosers import Chooser, sweep_block
+from sagellm.bench.sweep.choosers import Chooser, level_minutes, sweep_block
 from sagellm.bench.sweep.ramp import run_ramp
 from sagellm.bench.sweep.ramp_figures import ramp_block
 from sagellm.bench.sweep.run import run_sweep
@@ -35,6 +37,18 @@ from sagellm.results.schema import RampRecord, Run, SweepRecord
 
 Requests = int | Callable[[float], int] | None  # measured requests per level, or a function of the level
 RunAsync = Callable[[Coroutine[Any, Any, Any]], Any]  # runs a coroutine to its end (the bench's Interrupts.run)
+
+
+def warn_when_behind(on_level: Callable[[LevelResult], None],
+                     time_scale: float) -> Callable[[LevelResult], None]:
+    """`on_level`, then one line on stderr when the load generator was the level's bottleneck."""
+    def level(result: LevelResult) -> None:
+        on_level(result)
+        if why := result.bottleneck(time_scale):
+            kind = "rate" if result.request_rate is not None else "concurrency"
+            print(f"sagellm: the load generator was the bottleneck at {kind} {result.load}, not the endpoint: {why}",
+                  file=sys.stderr, flush=True)
+    return level
 
 
 class LoadShape(ABC):
@@ -99,12 +113,13 @@ class ClosedLoopSweep(LoadShape):
             on_level: Callable[[LevelResult], None]) -> None:
         lv = self.levels
         self.workers = pool_size(lv.workers, self.chooser.levels, open_loop=self.open_loop)
+        time_scale = self.open_loop.time_scale if self.open_loop else 1.0  # a closed loop has no schedule to keep
         # The pool starts (and stops) outside the event loop: worker processes and Ray start blocking.
         with worker_pool(self.workers, transport, workload, lv.ray) as pool:
             run_async(run_sweep(
                 transport, workload=workload, open_loop=self.open_loop, requests_per_level=lv.requests,
                 duration_per_level_s=lv.wall_s, warmup=lv.warmup, on_record=on_record, on_progress=on_progress,
-                on_level=on_level, stop_rule=StopRule(max_error_rate=picks.MAX_ERROR_RATE),
+                on_level=warn_when_behind(on_level, time_scale), stop_rule=StopRule(max_error_rate=picks.MAX_ERROR_RATE),
                 repeats=lv.repeats, choose=self.chooser, pool=pool, workers=lv.workers))
 
 
@@ -127,6 +142,7 @@ class RampRun(LoadShape):
         self._scaling = getattr(target, "autoscaling", lambda: None)  # the local target's emulator reports it
         self.start: dict[str, Any] | None = None  # the scaling state as the ramp starts ...
         self.end: dict[str, Any] | None = None  # ... and once its last request is back (before teardown)
+        self.steps: list[LevelResult] = []
 
     def describe(self) -> str:
         return (f"ramp of {len(self.rates)} steps × {self.step_s:g} s: "
@@ -140,11 +156,24 @@ class RampRun(LoadShape):
         def started() -> None:
             self.start = self._scaling()
 
+        def step(result: LevelResult) -> None:
+            self.steps.append(result)
+            on_level(result)
+
         try:
             run_async(run_ramp(transport, workload=workload, loop=self.loop, step_s=self.step_s * self.loop.time_scale,
-                               on_record=on_record, on_progress=on_progress, on_level=on_level, on_start=started))
+                               on_record=on_record, on_progress=on_progress,
+                               on_level=warn_when_behind(step, self.loop.time_scale), on_start=started))
         finally:
             self.end = self._scaling()
+
+    def sweep_block(self, shape: Shape | None, payload: Payload) -> SweepRecord:
+        """The ramp's account: its steps in order and the endpoint-minutes from its first request to its last
+        return (its steps share one schedule: they are not summed)."""
+        minutes = level_minutes([replace(self.steps[0], ended_s=self.steps[-1].ended_s)], self.loop.time_scale,
+                                self.chooser.instances) if self.steps else 0.0
+        return SweepRecord(method="ramp", order=[s.load for s in self.steps], endpoint_minutes=round(minutes, 3),
+                           outcome=f"{len(self.steps)} of {len(self.rates)} steps run")
 
     def ramp_block(self, levels: list[LevelResult], run: Run, design: Design | None,
                    slo: float | None) -> RampRecord:
