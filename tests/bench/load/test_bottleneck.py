@@ -10,12 +10,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from bench_helpers import FakeTransport
+from bench_helpers import FakeTransport, InProcessPool
 from cpu_wait import CpuWait, judge_only_when_fed
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.bottleneck import LATE_MS, LOOP_LAG_MS, client_bottleneck
 from sagellm.bench.load.closed_loop import run_level
+from sagellm.bench.load.coordinator import run_shared_level
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of
 from sagellm.bench.load.open_loop import OpenLoop, run_rate_level
@@ -91,6 +92,23 @@ def test_a_ramp_whose_client_cannot_keep_its_schedule_flags_its_steps() -> None:
     for step in steps:
         why = step.bottleneck()
         assert why is not None and "requests were sent late" in why
+
+
+def test_a_level_split_across_workers_carries_their_lag_and_cap_waits_back_to_the_coordinator() -> None:
+    def shared(transport: Any, max_in_flight: int) -> LevelResult:
+        # Workers as tasks of one loop (every worker's probe sees it blocked), the cap split between them.
+        loop = OpenLoop((50.0,), max_in_flight=max_in_flight)
+        return asyncio.run(run_shared_level(InProcessPool(2, transport, workload()), load=50.0, open_loop=loop,
+                                            workers=2, requests=16, duration_s=None, warmup=0, workload=workload(),
+                                            on_record=lambda r: None))
+
+    blocked = shared(BlockingTransport(0.1), max_in_flight=64)
+    capped = shared(FakeTransport(duration_s=(0.2, 0.2)), max_in_flight=2)  # one in flight per worker
+
+    assert blocked.loop_lag_ms is not None and blocked.loop_lag_ms > LOOP_LAG_MS
+    assert "event loop lagged" in (blocked.bottleneck() or "")
+    assert capped.capped >= 12  # of 16: all but each worker's first
+    assert f"{capped.capped} of 16 waited for the in-flight cap" in (capped.bottleneck() or "")
 
 
 def test_healthy_levels_of_every_shape_are_not_flagged() -> None:
