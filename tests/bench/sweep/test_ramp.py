@@ -182,3 +182,14 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
     assert "## Ramp" in report and "breach → new instance InService" in report and "| scale-out |" in report
     assert (out / "ramp.png").stat().st_size > 10_000
     assert ramp["cost_usd"] > 0 and ramp["instance_minutes"] > 8  # 1 instance × 8 minutes at least
+    # Its header says ramp, with the instance-minutes it kept (it said "Sweep: doubling, 0.00 endpoint-minutes").
+    assert f"- Ramp: 4 steps of 120 s back to back, {ramp['instance_minutes']:.2f} endpoint-minutes" in report
+    assert "Sweep:" not in report
+    sweep = results_of(out)["sweep"]
+    assert sweep["method"] == "ramp" and sweep["order"] == ["0.5/s", "3/s", "3.5/s", "4/s"]
+    assert sweep["endpoint_minutes"] >= 8  # 480 simulated seconds × 1 instance, and the drain
+    # Every step says whether the load generator kept up; one that did not is said on stderr too.
+    steps = results_of(out)["levels"]
+    assert all("client_bottleneck" in lv and lv["client_loop_lag_ms"] is not None for lv in steps)
+    flagged = [lv["request_rate"] for lv in steps if lv["client_bottleneck"]]
+    assert ran.stderr.count("sagellm: the load generator was the bottleneck") == len(flagged)
