@@ -201,7 +201,7 @@ def test_a_prometheus_mean_is_plotted_and_listed_as_the_source_gave_it(tmp_path:
 
 
 def test_a_level_the_load_generator_bottlenecked_is_flagged_in_the_header_and_its_section() -> None:
-    why = "requests were sent late, median 290000 ms (over 50 ms); the client could not keep its schedule: add --workers"
+    why = "requests were sent late, median 290000 ms of wall time (over 50 ms); the client could not keep its schedule: add --workers"
     flagged = level(4, 300, 14).model_copy(update={"client_bottleneck": why, "client_loop_lag_ms": 31.5})
     text = render_markdown(make_results(RUN, [level(1, 100, 10), flagged], usd_per_h=1.21,
                                         teardown=Teardown(status="destroyed")))

@@ -67,7 +67,8 @@ def client_bottleneck(*, request_rate: float | None, late_s: list[float], capped
         if late_ms > limit_ms:
             cause = (f"{capped} of {measured} waited for the in-flight cap (--max-in-flight): raise it"
                      if capped else "the client could not keep its schedule: add --workers")
-            reasons.append(f"requests were sent late, median {late_ms:.0f} ms (over {limit_ms:.0f} ms); {cause}")
+            reasons.append(f"requests were sent late, median {late_ms:.0f} ms of wall time (over {limit_ms:.0f} ms); "
+                           + cause)
     if loop_lag_ms is not None and loop_lag_ms > LOOP_LAG_MS:
         reasons.append(f"the client's event loop lagged {loop_lag_ms:.0f} ms on average (over {LOOP_LAG_MS:.0f} "
                        "ms): busy or short of CPU, add --workers")
