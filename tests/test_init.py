@@ -191,6 +191,7 @@ def test_cdk_synth_works_in_the_new_app_with_the_virtualenvs_python3(tmp_path: P
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(900)  # a synth takes ~20 s alone, minutes on a busy machine
 def test_sagellm_cdk_synth_runs_the_app_with_its_own_python_without_the_virtualenv_or_node(tmp_path: Path) -> None:
     sagellm("init", "app", cwd=tmp_path)
     # Nothing on PATH: neither the virtualenv's python3 nor a Node.
@@ -199,7 +200,7 @@ def test_sagellm_cdk_synth_runs_the_app_with_its_own_python_without_the_virtuale
            "CDK_DISABLE_CLI_TELEMETRY": "1"}
 
     done = sagellm("cdk", "synth", "--quiet", "-c", "profile=team", "-c", "model=tiiuae/falcon-7b",
-                   cwd=tmp_path / "app", timeout=300, env=env)
+                   cwd=tmp_path / "app", timeout=600, env=env)
 
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "app" / "cdk.out" / "sagellm-team-falcon-7b.template.json").is_file()
