@@ -19,7 +19,7 @@ def instances_command(region: Region = "us-east-1", json_out: Json = False) -> N
     known = list(instances().values())
     if json_out:
         print(json.dumps([{**asdict(i), "region": region, "offered": i.offered_in(region),
-                           "price": asdict(p) if (p := i.price(region)) else None} for i in known], indent=2))
+                           "price": asdict(pr) if (pr := i.price(region)) else None} for i in known], indent=2))
         return
     from sagellm.render import print_table
 
