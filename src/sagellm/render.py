@@ -87,7 +87,9 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
             + f" · admission MAX_CONCURRENT_REQUESTS={env.get('MAX_CONCURRENT_REQUESTS', '– (LMI queues)')}")
     if curve.usd_per_h is not None:
         best = curve.usd_per_1m_tokens(curve.max_throughput)
-        c.print(f"${curve.usd_per_h:.2f}/h" + (f" · ${best:.2f} per 1M tokens at max throughput" if best else ""))
+        c.print(f"${curve.usd_per_h:.2f}/h" + (f" · ${best:.2f} per 1M tokens at max throughput" if best else "")
+                + (f" · {curve.region} price of {curve.price.date} ({curve.price.source})" if curve.price else ""),
+                markup=False)
     for text in curve.notes:
         c.print(f"note: {text}", markup=False)
 

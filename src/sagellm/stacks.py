@@ -7,6 +7,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Environment, Stack, Tags
 from constructs import Construct
 
+from sagellm.catalog import check_offered
 from sagellm.constructs import LlmEndpoint
 from sagellm.profiles.plan import VERSION_TAG, DeploymentPlan, component_output
 
@@ -15,6 +16,7 @@ class EndpointStack(Stack):
     """One LlmEndpoint (id `Llm`) with outputs `EndpointName` and `ComponentName<Name>` per inference component."""
 
     def __init__(self, scope: Construct, id: str, *, plan: DeploymentPlan, **stack_kwargs: Any) -> None:
+        check_offered(plan.instance_type, plan.region, "plan.instance_type")  # SageMaker would refuse it there
         stack_kwargs.setdefault("env", Environment(region=plan.region))
         stack_kwargs.setdefault(
             "description", f"sagellm {plan.profile}: {plan.primary.model_id} on {plan.instance_type}"

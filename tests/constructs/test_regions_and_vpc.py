@@ -62,7 +62,7 @@ def test_a_stack_without_a_region_warns_where_the_image_lives() -> None:
 
 
 def test_govcloud_pulls_with_the_govcloud_partition() -> None:
-    plan = resolve("max-throughput", FALCON, "ml.g5.2xlarge", region="us-gov-west-1")
+    plan = resolve("max-throughput", FALCON, "ml.g6.2xlarge", region="us-gov-west-1")  # no G5 there
     stack = user_stack("us-gov-west-1")
     LlmEndpoint(stack, "Chat", plan=plan)
     pull = policy_statements(Template.from_stack(stack))["PullContainerImage"]["Resource"]
@@ -97,7 +97,7 @@ def test_replicas_where_cloudformation_has_no_inference_component_is_one_line_be
         "instance (a profile without inference components) or a region such as us-east-1")
     ]
     # An instance-based profile deploys there.
-    assert resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge", region="eu-west-3").region == "eu-west-3"
+    assert resolve("max-throughput", LLAMA2_7B, "ml.g6.2xlarge", region="eu-west-3").region == "eu-west-3"
 
 
 @pytest.mark.parametrize("profile", ["min-latency", "max-throughput", "min-cost", "replicas", "autoscale"])

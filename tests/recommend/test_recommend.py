@@ -54,7 +54,7 @@ def test_the_search_covers_every_priced_gpu_instance_type_of_the_catalog():
             assert c.config.copies == gpus // c.config.tp >= 2 and c.instance_count == 1
         else:
             assert c.config.copies == 1
-        assert c.usd_per_h == pytest.approx(instances()[c.config.instance_type].usd_per_h["us-east-1"]
+        assert c.usd_per_h == pytest.approx(instances()[c.config.instance_type].price_per_h("us-east-1")
                                             * c.instance_count)
 
 

@@ -130,7 +130,7 @@ def test_headroom_keeps_the_pick_off_the_edge_and_says_what_it_passed_over(tmp_p
     multi = [c for c in data["candidates"] if c["instance_count"] > 1]
     assert multi
     for c in multi:
-        assert c["usd_per_h"] == pytest.approx(instances()[c["instance_type"]].usd_per_h["us-east-1"]
+        assert c["usd_per_h"] == pytest.approx(instances()[c["instance_type"]].price_per_h("us-east-1")
                                                * c["instance_count"])
         assert c["deployment"].startswith(f"{c['instance_count']} × ")
     table = (tmp_path / "rec" / "frontier.md").read_text()

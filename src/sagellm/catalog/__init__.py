@@ -10,11 +10,13 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from sagellm.catalog import pricing
 from sagellm.catalog.model import BYTES_PER_PARAM, Model
+from sagellm.catalog.pricing import OFFERINGS_SOURCE, Price
 from sagellm.errors import InputError
 
-__all__ = ["BYTES_PER_PARAM", "HUB_ID", "NVME_FAMILIES", "Instance", "Model", "find_instance", "find_model",
-           "has_local_nvme", "instances", "models"]
+__all__ = ["BYTES_PER_PARAM", "HUB_ID", "NVME_FAMILIES", "Instance", "Model", "Price", "check_offered",
+           "find_instance", "find_model", "has_local_nvme", "instances", "models"]
 
 # Families with local NVMe instance storage (AWS "Instance store volumes"; Inf2 is EBS-only): SageMaker
 # encrypts it in hardware and refuses both KmsKeyId and VolumeSizeInGB for them (CreateEndpointConfig).
@@ -39,7 +41,6 @@ class Instance:
     interconnect: str  # single | pcie | nvlink | neuronlink
     vcpus: int
     host_mem_gib: float
-    usd_per_h: dict[str, float]
 
     @property
     def device_mem_gb(self) -> float:
@@ -56,9 +57,27 @@ class Instance:
         """Whether the instance brings NVMe instance storage (no KmsKeyId, no VolumeSizeInGB on SageMaker)."""
         return has_local_nvme(self.instance_type)
 
+    @property
+    def total_mem_gb(self) -> float:
+        """Accelerator memory of the whole instance, GB as labelled."""
+        return self.n_accelerators * self.mem_per_accel_gb
+
+    def price(self, region: str) -> Price | None:
+        """The region's own on-demand price (its currency, date and source), or None where none is known."""
+        return pricing.price(self.instance_type, region)
+
     def price_per_h(self, region: str) -> float | None:
-        """On-demand $/h in a region; falls back to us-east-1 where the region is unknown."""
-        return self.usd_per_h.get(region, self.usd_per_h.get("us-east-1"))
+        """The region's own on-demand $/h, or None where no USD price is known there (never another region's)."""
+        p = self.price(region)
+        return p.per_h if p is not None and p.currency == "USD" else None
+
+    def rank_price(self, region: str) -> float | None:
+        """$/h that orders instance types by cost in a region: its own, else us-east-1's list (pricing.rank_price)."""
+        return pricing.rank_price(self.instance_type, region)
+
+    def offered_in(self, region: str) -> bool | None:
+        """Whether SageMaker hosting offers the type in a region; None where the region's list is not known."""
+        return pricing.offered(self.instance_type, region)
 
 
 def has_local_nvme(instance_type: str) -> bool:
@@ -100,11 +119,6 @@ def instances() -> dict[str, Instance]:
     """All catalog instance types by name (ml.g5.2xlarge)."""
     out = {}
     for r in _rows("instances.csv"):
-        prices = {
-            region: float(r[col])
-            for region, col in (("us-east-1", "usd_per_h_us_east_1"), ("us-west-2", "usd_per_h_us_west_2"))
-            if r[col]
-        }
         out[r["instance_type"]] = Instance(
             instance_type=r["instance_type"],
             n_accelerators=int(r["n_accelerators"]),
@@ -116,7 +130,6 @@ def instances() -> dict[str, Instance]:
             interconnect=r["interconnect"],
             vcpus=int(r["vcpus"]),
             host_mem_gib=float(r["host_mem_gib"]),
-            usd_per_h=prices,
         )
     return out
 
@@ -163,3 +176,21 @@ def find_instance(name: str, where: str = "instance_type") -> Instance:
     if hit is None:
         raise InputError(f"{where}: unknown instance type {name!r}: {_suggest(key, list(instances()))}")
     return hit
+
+
+def check_offered(instance_type: str, region: str, where: str = "instance_type") -> None:
+    """An InputError in one line naming the nearest types (by accelerator memory) the region offers, where it does
+    not offer this catalog type; nothing where it does or where that is not known (a type outside the catalog, a
+    region the data does not cover)."""
+    catalog = instances()
+    if instance_type not in catalog or pricing.offered(instance_type, region) is not False:
+        return
+    there = [catalog[t] for t in pricing.offerings()[region] if t in catalog]
+    if not there:
+        raise InputError(f"{where}: {instance_type} is not offered in {region}, nor is any catalog instance type "
+                         f"(source: {OFFERINGS_SOURCE}); use a region such as us-east-1")
+    want = catalog[instance_type].total_mem_gb
+    near = sorted(there, key=lambda i: (abs(i.total_mem_gb - want), i.rank_price(region) or 1e9))[:4]
+    more = ", …" if len(there) > len(near) else ""
+    raise InputError(f"{where}: {instance_type} is not offered in {region} (offered there: "
+                     f"{', '.join(i.instance_type for i in near)}{more}; source: {OFFERINGS_SOURCE})")

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from sagellm.catalog import Price
 from sagellm.engines import Generation, generation
 from sagellm.planner import constants as k
 from sagellm.planner.shape import Calibration, Payload, Shape
@@ -47,6 +48,8 @@ class Curve:
     notes: tuple[str, ...] = field(default=())
     generation: str = k.DEFAULT_GENERATION  # the server generation predicted for
     calibration: Calibration | None = None  # the measured correction applied, if any
+    region: str = "us-east-1"  # whose price `usd_per_h` is
+    price: Price | None = None  # one instance's price there (source and date); None where none is known
 
     def usd_per_1m_tokens(self, point: Point | None) -> float | None:
         """$ per 1M output tokens at a point: 10^6 ÷ throughput ÷ 3600 × $/h (method.md §1)."""
@@ -59,6 +62,7 @@ class Curve:
             "kv_capacity_tokens_per_copy": self.kv_capacity_tokens,
             "max_sequences_per_copy": self.max_sequences_per_copy,
             "usd_per_h": self.usd_per_h,
+            "price": {"region": self.region, **asdict(self.price)} if self.price else {"region": self.region},
             "knee": asdict(self.knee) if self.knee else None,
             "max_throughput": asdict(self.max_throughput) if self.max_throughput else None,
             "usd_per_1m_tokens_at_max_throughput": self.usd_per_1m_tokens(self.max_throughput),
@@ -216,6 +220,8 @@ def predict(shape: Shape, payload: Payload, concurrency: tuple[int, ...] = DEFAU
     best = max(usable, key=lambda p: p.concurrency, default=None)
     price = shape.instance.price_per_h(region)
     notes = list(step_time_notes(shape))
+    if price is None:
+        notes.append(cost_unknown(shape.instance.instance_type, region, shape.instance.rank_price(region)))
     if shape.memory_shortfall_gb > 0:
         notes.append(f"weights need {shape.memory_shortfall_gb:.1f} GB more per accelerator than is free")
     return Curve(
@@ -229,7 +235,16 @@ def predict(shape: Shape, payload: Payload, concurrency: tuple[int, ...] = DEFAU
         notes=tuple(notes),
         generation=shape.generation,
         calibration=shape.calibration,
+        region=region,
+        price=shape.instance.price(region),
     )
+
+
+def cost_unknown(instance_type: str, region: str, list_price: float | None) -> str:
+    """The note where a region has no known USD price for an instance type (never another region's, silently)."""
+    hint = f"us-east-1's list is ${list_price:.2f}/h; " if list_price is not None else ""
+    return (f"cost unknown: no {region} price of {instance_type} in the catalog ({hint}give your own with "
+            "SAGELLM_PRICES, docs/regions.md)")
 
 
 def max_concurrency_in_timeout(shape: Shape, payload: Payload, limit: int = 4096) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sagellm import __version__
-from sagellm.catalog import Instance, Model, find_instance, find_model, instances
+from sagellm.catalog import Instance, Model, check_offered, find_instance, find_model, instances
 from sagellm.catalog import models as catalog_models
 from sagellm.engines import ENGINES, NEURON_ENGINES, CompiledShape, Engine, Settings, engine_for
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
@@ -23,6 +23,7 @@ from sagellm.planner import (
     fitting_tps,
     max_concurrency_in_timeout,
     predict,
+    usd_per_1m_tokens,
     valid_tp,
 )
 from sagellm.profiles.calibration import load_calibration
@@ -140,13 +141,14 @@ def _per_copy_limit(shape: Shape, payload: Payload) -> int:
 
 
 def _choose_instance(profile: Profile, model: Model, payload: Payload, region: str, gen: str) -> Instance:
-    """instance_type: auto — the cheapest type (per hour or per predicted token) where the model fits."""
+    """instance_type: auto — the cheapest type (per hour or per predicted token) the region offers where the model
+    fits; ranked by the region's prices, or us-east-1's list where the region has none (Instance.rank_price)."""
     quant = profile.serving.quantization
     best: tuple[float, Instance] | None = None
     for inst in instances().values():
-        price = inst.price_per_h(region)
-        if inst.is_neuron or price is None:
-            continue  # Neuron needs compiled artefacts; unpriced types can't be ranked
+        price = inst.rank_price(region)
+        if inst.is_neuron or price is None or inst.offered_in(region) is False:
+            continue  # Neuron needs compiled artefacts; unpriced types can't be ranked; the region lacks it
         tps = fitting_tps(model, inst, quant, payload)
         if not tps:
             continue
@@ -157,15 +159,15 @@ def _choose_instance(profile: Profile, model: Model, payload: Payload, region: s
             shape = Shape(model, inst, tp, quantization=quant, generation=gen)
             limit = _per_copy_limit(shape, payload)
             curve = predict(replace(shape, max_concurrent_requests=limit or 1), payload, (max(1, limit),), region)
-            cost = curve.usd_per_1m_tokens(curve.points[0])
+            cost = usd_per_1m_tokens(curve.points[0].throughput_tokens_per_s, price)
             if cost is None or not curve.points[0].within_timeout:
                 continue
             score = cost
         if best is None or score < best[0]:
             best = (score, inst)
     if best is None:
-        raise InputError(f"instance_type: auto: {model.hf_id} fits no priced instance type at quantization "
-                         f"{quant!r} (try serving.quantization: gptq, or a bigger payload-free profile)")
+        raise InputError(f"instance_type: auto: {model.hf_id} fits no priced instance type {region} offers at "
+                         f"quantization {quant!r} (try serving.quantization: gptq, or a bigger payload-free profile)")
     return best[1]
 
 
@@ -274,7 +276,9 @@ def _instance(profile: Profile, instance: str | None, model: Model, payload: Pay
     name = _given_or_pinned(instance, profile.instance_type)
     if name is None:
         return _choose_instance(profile, model, payload, region, gen)
-    return find_instance(name, where("instance_type"))
+    inst = find_instance(name, where("instance_type"))
+    check_offered(inst.instance_type, region, where("instance_type"))
+    return inst
 
 
 def _copy_count(pinned: int | None, ic: bool, tp: int, used: int, inst: Instance, where: Where,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from sagellm.catalog import Instance, Model, find_instance, instances
+from sagellm.catalog import Instance, Model, check_offered, find_instance, instances
 from sagellm.errors import InputError
 from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, usd_per_1m_tokens, valid_tp
 from sagellm.profiles import Design, design_for
@@ -222,10 +222,15 @@ class Space:
     profiles_dir: Path | None = None  # whose calibration/ corrects the predictions (./profiles by default)
 
 
-def instance_types(names: Sequence[str] = (), families: Sequence[str] = ()) -> tuple[Instance, ...]:
-    """The catalog's instance types, or those named (`--instances`), or those of some families (`--families`)."""
+def instance_types(names: Sequence[str] = (), families: Sequence[str] = (),
+                   region: str = "us-east-1") -> tuple[Instance, ...]:
+    """The catalog's instance types, or those named (`--instances`: each one the region offers), or those of some
+    families (`--families`)."""
     if names:
-        return tuple(find_instance(n, "--instances") for n in names)
+        named = tuple(find_instance(n, "--instances") for n in names)
+        for inst in named:
+            check_offered(inst.instance_type, region, "--instances")
+        return named
     catalog = list(instances().values())
     if not families:
         return tuple(catalog)
@@ -307,8 +312,10 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
         if progress:
             progress(0, total, 0)
         for done, inst in enumerate(space.instance_types, 1):
-            price = inst.price_per_h(space.region)
-            if inst.is_neuron:
+            price = inst.rank_price(space.region)
+            if inst.offered_in(space.region) is False:
+                notes.append(f"{inst.instance_type}: not searched (not offered in {space.region})")
+            elif inst.is_neuron:
                 notes.append(f"{inst.instance_type}: not searched (Inferentia needs compiled artefacts and the "
                              "planner's step times are GPU measurements)")
             elif price is None:
@@ -318,6 +325,11 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
                                                    simulators, headroom)
             if progress:
                 progress(done, total, len(candidates))
+    listed = [c.instance_type for c in dict.fromkeys(designs) if find_instance(c.instance_type).price_per_h(
+        space.region) is None]
+    if listed:
+        notes.append(f"{', '.join(dict.fromkeys(listed))}: no {space.region} price in the catalog; costed at "
+                     "us-east-1's list (give your own with SAGELLM_PRICES, docs/regions.md)")
     corrected = dict.fromkeys(f"{c.instance_type} {c.engine}" for c, d in designs.items() if d.calibration)
     if corrected:
         notes.append(f"{', '.join(corrected)}: predicted with the measured correction stored in "
@@ -361,7 +373,7 @@ def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
                 designs: dict[Config, Design], simulators: dict[Config, Simulator],
                 headroom: float) -> list[Candidate]:
     inst = find_instance(config.instance_type)
-    price = inst.price_per_h(space.region) or 0.0
+    price = inst.rank_price(space.region) or 0.0
     ic = config.endpoint_kind == "inference-component"
     try:
         design = design_for(profiles[(config.endpoint_kind, config.engine, config.quantization)],

@@ -114,7 +114,7 @@ def recommend(
     payload = Payload(input_tokens or 256, output_tokens or 256)
     quants = ("none",) if quantization in (None, "none") else ("none", quantization)
     space = Space(catalog_model, payload, instance_types(_names(instances, "--instances"),
-                                                        _names(families, "--families")),
+                                                        _names(families, "--families"), region),
                   tuple(dict.fromkeys(engine_names)), quants, region, profiles_dir)
     found = search(space, load, rules, None if json_out else _progress(started), headroom / 100)
     peak = Load(request_rate=peak_rate) if peak_rate is not None else None
