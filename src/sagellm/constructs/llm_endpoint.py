@@ -169,6 +169,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
                     resource_id=f"inference-component/{name}",
                     dimension=COMPONENT_COPIES,
                     scaling=plan.scaling,
+                    component_name=name,
                 )
                 # The resource id is a plain name, not a reference: order it after the component.
                 scaling.node.add_dependency(component)
@@ -329,11 +330,13 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 f"plan.initial_instance_count: {plan.initial_instance_count} lies outside the scaling bounds "
                 f"{scaling.min_capacity}..{scaling.max_capacity}; start within them"
             )
-        if not instance_based and scaling.min_capacity == 0:
+        if not instance_based and scaling.from_zero and (
+            plan.instance_scaling is None or plan.instance_scaling.min_instance_count != 0
+        ):
             warn(
-                "ScaleFromZero",
-                "plan.scaling.min_capacity 0: target tracking cannot scale a component out of zero copies; "
-                "add a step-scaling policy on NoCapacityInvocationFailures",
+                "ScaleToZeroInstances",
+                "plan.scaling.min_capacity 0: copies scale to zero but the instances stay (and are billed); "
+                "set instance_scaling.min_instance_count 0 (ManagedInstanceScaling) to stop them too",
             )
         return errors
 

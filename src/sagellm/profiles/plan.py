@@ -51,6 +51,13 @@ class ModelDeployment(_Frozen):
 CONCURRENT_REQUESTS_PER_MODEL = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
 CONCURRENT_REQUESTS_PER_COPY = "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"
 HIGH_RESOLUTION_PERIOD_S = 10
+# Scale out of zero copies: target tracking cannot (no copy, no per-copy metric), so a step-scaling policy adds one
+# copy when an alarm on the component's NoCapacityInvocationFailures fires: Maximum over 30 s, one datapoint
+# ≥ 1, the policy's cooldown 60 s (the SageMaker docs "Scale an endpoint to zero instances" and the AWS ML blog
+# "Unlock cost savings with the new scale down to zero feature in SageMaker Inference", 2024-12-03).
+NO_CAPACITY_METRIC = "NoCapacityInvocationFailures"  # namespace AWS/SageMaker, dimension InferenceComponentName
+FROM_ZERO_ALARM_PERIOD_S = 30
+FROM_ZERO_COOLDOWN_S = 60
 
 
 class ScalingPlan(_Frozen):
@@ -64,6 +71,11 @@ class ScalingPlan(_Frozen):
     scale_out_cooldown_s: int = 60
     metric: str = CONCURRENT_REQUESTS_PER_MODEL  # the predefined metric type the policy tracks
     period_s: int = HIGH_RESOLUTION_PERIOD_S  # how often the metric has a datapoint
+
+    @property
+    def from_zero(self) -> bool:
+        """Whether it scales to zero copies (and needs the step-scaling policy that scales out of zero)."""
+        return self.min_capacity == 0
 
 
 class InstanceScaling(_Frozen):
