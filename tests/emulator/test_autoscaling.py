@@ -211,3 +211,15 @@ def test_a_request_at_zero_copies_fires_the_no_capacity_alarm_and_one_copy_start
     assert (tt.desired, tt.in_service) == (1, 1)
     assert [e.kind for e in tt.events] == ["alarm-no-capacity", "scale-out", "in-service"]
     assert tt.no_capacity_failures == 3
+
+
+def test_datapoints_from_before_zero_copies_do_not_count_towards_the_next_scale_in() -> None:
+    tt = TargetTracking(copy_policy(scale_in_cooldown_s=0.0), in_service=1)
+    tt.advance(1020.0)  # scaled in to zero at 960 s
+    tt.no_capacity(1000.0)
+    tt.advance(1000.0 + 60.0 + 300.0)  # the alarm at 1060 s, the copy (and its instance) at 1360 s
+    assert tt.in_service == 1
+    tt.advance(1360.0 + 14 * 60.0)  # idle again, but only 14 datapoints since the gap
+    assert tt.in_service == 1
+    tt.advance(1360.0 + 15 * 60.0 + 60.0)
+    assert tt.in_service == 0

@@ -149,6 +149,7 @@ class TargetTracking:
     _no_capacity_alarms: list[float] = field(default_factory=list)  # when the no-capacity alarm fires
     _last_from_zero_s: float = -math.inf
     no_capacity_failures: int = 0
+    _since: int = 0  # the first datapoint after the last gap (periods at zero copies have none)
 
     def __post_init__(self) -> None:
         self.desired = self.in_service
@@ -212,13 +213,15 @@ class TargetTracking:
                 self._close_period(t)
             else:
                 _, index = self._evaluations.pop(0)
-                self._evaluate(self.datapoints[:index + 1])
+                self._evaluate(self.datapoints[self._since:index + 1])
         self.now_s = max(self.now_s, t_s)
         return self.in_service - before
 
     def _close_period(self, end_s: float) -> None:
         if self.in_service == 0:
-            self._period_start_s = end_s  # no copy, no per-copy datapoint
+            # No copy, no per-copy datapoint: the alarms' runs of datapoints start again after the gap.
+            self._period_start_s = end_s
+            self._since = len(self.datapoints)
             return
         value = self.in_flight / self.in_service
         self.datapoints.append(_Datapoint(end_s, value))
@@ -234,6 +237,8 @@ class TargetTracking:
         """The two alarms on the datapoints published so far, and the scaling activity they ask for."""
         p = self.policy
         last = [d.value for d in datapoints[-max(p.out_datapoints, p.in_datapoints):]]
+        if not last:
+            return  # published before a gap at zero copies
         high = last[-p.out_datapoints:]
         low = last[-p.in_datapoints:]
         newest = last[-1]
