@@ -34,6 +34,7 @@ NO_CAPACITY_MESSAGE = ("Inference Component has no capacity to process this requ
                        "UpdateInferenceComponentRuntimeConfig API.")
 # The admitted call of an invocation, for the CloudWatch publisher (`SageMakerRuntime._counted`).
 _CALL = web.RequestKey("sagellm_call", Call)
+_NO_CAPACITY = web.RequestKey("sagellm_no_capacity", bool)  # refused: no copy (NoCapacityInvocationFailures)
 
 
 class _AwsError(Exception):
@@ -129,6 +130,7 @@ class SageMakerRuntime:
         try:
             model = self._model(request)
         except _AwsError as exc:
+            request[_NO_CAPACITY] = exc.message == NO_CAPACITY_MESSAGE
             return _aws_error(exc.status, exc.code, {"message": exc.message})
         raw = await request.read()
         if len(raw) > SAGEMAKER_MAX_PAYLOAD:
@@ -225,7 +227,8 @@ class SageMakerRuntime:
                 model = next((n for n, m in self.endpoint.models.items() if call is not None and m is call.model),
                              None)
                 self.publisher.invocation(model, request.headers.get(IC_HEADER), resp.status,
-                                          call.e2e_s if call is not None else None, time.perf_counter() - started)
+                                          call.e2e_s if call is not None else None, time.perf_counter() - started,
+                                          no_capacity=request.get(_NO_CAPACITY, False))
             return resp
         return counted
 
