@@ -822,3 +822,17 @@ def test_scale_to_zero_deploys_sagemakers_recipe(plans, templates):
 
 def test_a_component_that_keeps_at_least_one_copy_gets_no_step_policy(templates):
     templates["replicas"].resource_count_is("AWS::CloudWatch::Alarm", 0)
+
+
+def test_min_copies_zero_turns_an_autoscaled_component_into_scale_to_zero(plans) -> None:
+    plan = scaled(plans["replicas"], min_capacity=1, max_capacity=plans["replicas"].models[0].copy_count)
+    stack = Stack(cdk_app(), "S")
+    endpoint = LlmEndpoint(stack, "Llm", plan=plan, min_copies=0)
+    assert endpoint.plan.scaling is not None and endpoint.plan.scaling.min_capacity == 0
+    template = Template.from_stack(stack)
+    template.has_resource_properties(TARGET, {"MinCapacity": 0})
+    template.has_resource_properties(CONFIG, {"ProductionVariants": [Match.object_like({
+        "ManagedInstanceScaling": Match.object_like({"MinInstanceCount": 0})})]})
+    template.resource_count_is("AWS::CloudWatch::Alarm", 1)
+    with pytest.raises(InputError, match="min_copies: needs an inference-component plan with scaling"):
+        LlmEndpoint(Stack(cdk_app(), "T"), "Llm", plan=plans["max-throughput"], min_copies=0)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from sagellm.catalog import Instance, Model, find_model, models
 from sagellm.engines.engine import InferenceAmiVersion
+from sagellm.errors import InputError
 from sagellm.profiles.schema import Architecture
 
 
@@ -179,3 +180,20 @@ class DeploymentPlan(_Frozen):
             return m.architecture.gated if m.architecture is not None else bool(known and known.gated)
 
         return [m.model_id for m in self.models if gated(m)]
+
+
+def with_min_copies(plan: DeploymentPlan, copies: int, where: str) -> DeploymentPlan:
+    """The plan with its components' fewest copies set (`LlmEndpoint(min_copies=…)`); 0 also lets the managed
+    instances go to zero, as the scale-to-zero profile does."""
+    if plan.endpoint_kind != "inference-component" or plan.scaling is None:
+        raise InputError(f"{where}: min_copies: needs an inference-component plan with scaling "
+                         "(e.g. the scale-to-zero or an autoscaled replicas profile)")
+    if copies < 0:
+        raise InputError(f"{where}: min_copies: {copies} must be at least 0")
+    bounds = plan.instance_scaling
+    if copies == 0:
+        most = bounds.max_instance_count if bounds is not None else plan.initial_instance_count
+        bounds = InstanceScaling(min_instance_count=0, max_instance_count=most)
+    return plan.model_copy(update={"scaling": plan.scaling.model_copy(update={"min_capacity": copies}),
+                                   "instance_scaling": bounds})
+
