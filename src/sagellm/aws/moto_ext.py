@@ -17,8 +17,8 @@ from moto.applicationautoscaling import models as aas_models
 from moto.applicationautoscaling import responses as aas_responses
 from moto.applicationautoscaling.models import applicationautoscaling_backends
 from moto.cloudformation import parsing
-from moto.cloudwatch.models import cloudwatch_backends
 from moto.cloudformation.models import CloudFormationBackend, Event, Stack
+from moto.cloudwatch.models import cloudwatch_backends
 from moto.core.common_models import CloudFormationModel
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.exceptions import ValidationError
