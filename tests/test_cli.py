@@ -17,7 +17,7 @@ from sagellm.profiles.schema import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 SAGELLM = Path(sys.executable).with_name("sagellm")
-STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")
+STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale", "scale-to-zero")
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
 POINT_KEYS = {"concurrency", "ms_per_token", "ttft_ms", "itl_ms", "e2e_s", "throughput_tokens_per_s",
               "requests_per_s", "within_timeout", "rejected"}

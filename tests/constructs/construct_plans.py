@@ -22,6 +22,7 @@ STANDARD = {
     "min-cost": (LLAMA2_7B, None),
     "replicas": ("meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge"),
     "autoscale": (LLAMA2_7B, None),
+    "scale-to-zero": (LLAMA2_7B, None),
 }
 INSTANCE_PROFILES = ["min-latency", "max-throughput", "min-cost", "autoscale"]
 

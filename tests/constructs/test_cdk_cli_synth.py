@@ -60,8 +60,9 @@ def test_cdk_synth_builds_the_profile_stack(profile, tmp_path):
     template = json.loads((tmp_path / "cdk.out" / artifact["properties"]["templateFile"]).read_text())
     types = {r["Type"] for r in template["Resources"].values()}
     assert {"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint"} <= types
-    assert ("AWS::SageMaker::InferenceComponent" in types) == (profile == "replicas")
-    assert ("AWS::ApplicationAutoScaling::ScalableTarget" in types) == (profile == "autoscale")
+    assert ("AWS::SageMaker::InferenceComponent" in types) == (profile in ("replicas", "scale-to-zero"))
+    assert ("AWS::ApplicationAutoScaling::ScalableTarget" in types) == (profile in ("autoscale", "scale-to-zero"))
+    assert ("AWS::CloudWatch::Alarm" in types) == (profile == "scale-to-zero")
     # The context key's secret reaches the container as a dynamic reference, nothing else.
     models = [r for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
     assert all(m["Properties"]["PrimaryContainer"]["Environment"]["HF_TOKEN"]

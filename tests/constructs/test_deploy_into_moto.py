@@ -132,3 +132,28 @@ def test_a_stack_update_leaves_the_copies_the_scaler_added(server: LocalAws) -> 
 
     cfn.delete_stack(StackName="sagellm-replicas")
     assert server.leftovers() == {}
+
+
+def test_the_scale_to_zero_stack_deploys_with_its_alarm_acting_on_the_step_policy(server: LocalAws) -> None:
+    server.reset()
+    plan = resolve("scale-to-zero", "meta-llama/Llama-2-7b-hf", hf_token_secret=HF_SECRET)
+    stack = EndpointStack(cdk_app(), "Stack", plan=plan, stack_name="sagellm-stz",
+                          synthesizer=BootstraplessSynthesizer())
+    cfn = server.client("cloudformation")
+    cfn.create_stack(StackName="sagellm-stz", TemplateBody=json.dumps(Template.from_stack(stack).to_json()),
+                     Capabilities=["CAPABILITY_IAM"])
+    status = cfn.describe_stacks(StackName="sagellm-stz")["Stacks"][0]["StackStatus"]
+    reasons = [e.get("ResourceStatusReason") for e in cfn.describe_stack_events(StackName="sagellm-stz")
+               ["StackEvents"] if "FAILED" in e["ResourceStatus"]]
+    assert status == "CREATE_COMPLETE", reasons
+    autoscaling = server.client("application-autoscaling")
+    [target] = autoscaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"]
+    assert (target["ScalableDimension"], target["MinCapacity"]) == ("sagemaker:inference-component:DesiredCopyCount", 0)
+    policies = autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
+    [step] = [p for p in policies if p["PolicyType"] == "StepScaling"]
+    [alarm] = server.client("cloudwatch").describe_alarms()["MetricAlarms"]
+    assert alarm["MetricName"] == "NoCapacityInvocationFailures" and alarm["AlarmActions"] == [step["PolicyARN"]]
+    component = target["ResourceId"].removeprefix("inference-component/")
+    assert alarm["Dimensions"] == [{"Name": "InferenceComponentName", "Value": component}]
+    cfn.delete_stack(StackName="sagellm-stz")
+    assert server.leftovers() == {}

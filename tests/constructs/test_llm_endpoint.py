@@ -791,3 +791,48 @@ def test_an_image_pinned_by_full_tag_or_digest_is_deployed_and_pulled_as_is(refe
     assert by_sid["PullContainerImage"]["Resource"] == (
         "arn:aws:ecr:us-east-1:763104351884:repository/huggingface-pytorch-tgi-inference"
     )
+
+
+def test_scale_to_zero_deploys_sagemakers_recipe(plans, templates):
+    # docs "Scale an endpoint to zero instances": MinInstanceCount 0, copies from 0, a step-scaling policy on an
+    # alarm on the component's NoCapacityInvocationFailures, target tracking per copy above one.
+    plan = plans["scale-to-zero"]
+    template = templates["scale-to-zero"]
+    template.has_resource_properties(CONFIG, {"ProductionVariants": [Match.object_like({
+        "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0,
+                                   "MaxInstanceCount": plan.instance_scaling.max_instance_count}})]})
+    template.has_resource_properties(TARGET, {
+        "ScalableDimension": "sagemaker:inference-component:DesiredCopyCount", "MinCapacity": 0, "MaxCapacity": 4})
+    template.has_resource_properties(POLICY, {
+        "PolicyType": "TargetTrackingScaling",
+        "TargetTrackingScalingPolicyConfiguration": Match.object_like({"PredefinedMetricSpecification": {
+            "PredefinedMetricType": "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"}})})
+    step = template.find_resources(POLICY, {"Properties": {"PolicyType": "StepScaling"}})
+    ((step_id, step_policy),) = step.items()
+    assert step_policy["Properties"]["StepScalingPolicyConfiguration"] == {
+        "AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Maximum", "Cooldown": 60,
+        "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]}
+    template.has_resource_properties("AWS::CloudWatch::Alarm", {
+        "Namespace": "AWS/SageMaker", "MetricName": "NoCapacityInvocationFailures",
+        "Dimensions": [{"Name": "InferenceComponentName", "Value": Match.any_value()}],
+        "Statistic": "Maximum", "Period": 30, "EvaluationPeriods": 1, "DatapointsToAlarm": 1, "Threshold": 1,
+        "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+        "AlarmActions": [{"Fn::GetAtt": [step_id, "Arn"]}]})
+
+
+def test_a_component_that_keeps_at_least_one_copy_gets_no_step_policy(templates):
+    templates["replicas"].resource_count_is("AWS::CloudWatch::Alarm", 0)
+
+
+def test_min_copies_zero_turns_an_autoscaled_component_into_scale_to_zero(plans) -> None:
+    plan = scaled(plans["replicas"], min_capacity=1, max_capacity=plans["replicas"].models[0].copy_count)
+    stack = Stack(cdk_app(), "S")
+    endpoint = LlmEndpoint(stack, "Llm", plan=plan, min_copies=0)
+    assert endpoint.plan.scaling is not None and endpoint.plan.scaling.min_capacity == 0
+    template = Template.from_stack(stack)
+    template.has_resource_properties(TARGET, {"MinCapacity": 0})
+    template.has_resource_properties(CONFIG, {"ProductionVariants": [Match.object_like({
+        "ManagedInstanceScaling": Match.object_like({"MinInstanceCount": 0})})]})
+    template.resource_count_is("AWS::CloudWatch::Alarm", 1)
+    with pytest.raises(InputError, match="min_copies: needs an inference-component plan with scaling"):
+        LlmEndpoint(Stack(cdk_app(), "T"), "Llm", plan=plans["max-throughput"], min_copies=0)

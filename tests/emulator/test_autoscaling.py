@@ -172,3 +172,54 @@ def test_about_two_in_flight_per_instance_never_scales_and_well_above_the_target
     assert max(d.value for d in calm.datapoints) <= 3 and "scale-out" not in kinds(calm)
     assert calm.desired == 2
     assert "scale-out" in kinds(busy) and busy.desired == 4
+
+
+def copy_policy(**kw: float) -> Policy:
+    """Copies of an inference component, two per instance, scaling from zero to four."""
+    from sagellm.profiles.plan import CONCURRENT_REQUESTS_PER_COPY
+
+    return policy(metric=CONCURRENT_REQUESTS_PER_COPY, min_capacity=0, copies_per_instance=2, **kw)
+
+
+def test_copies_that_fit_on_a_running_instance_start_faster_than_ones_that_need_another() -> None:
+    tt = TargetTracking(copy_policy(), in_service=1)
+    assert tt.instances == 1
+    drive(tt, rate_per_s=3.0, until_s=600.0)  # 180 in flight per copy: wants 3 copies, 2 per instance
+    out = next(e for e in tt.events if e.kind == "scale-out")
+    in_service = [e for e in tt.events if e.kind == "in-service"]
+    assert out.desired == 3 and out.instances == 2  # the third copy needs a second instance
+    assert [round(e.t_s - out.t_s) for e in in_service[:2]] == [round(300.0 * 2.28 / 5.028), 300]
+
+
+def test_a_component_scales_in_to_zero_copies_and_instances_when_idle() -> None:
+    tt = TargetTracking(copy_policy(scale_in_cooldown_s=0.0), in_service=1)
+    tt.advance(15 * 60.0 + 120.0)  # 15 idle datapoints, then the metric delay
+    assert (tt.in_service, tt.desired, tt.instances) == (0, 0, 0)
+    assert [e.kind for e in tt.events] == ["alarm-low", "scale-in"]
+
+
+def test_a_request_at_zero_copies_fires_the_no_capacity_alarm_and_one_copy_starts_on_a_new_instance() -> None:
+    tt = TargetTracking(copy_policy(), in_service=0)
+    tt.no_capacity(10.0)
+    tt.no_capacity(20.0)  # the same 30 s period: one alarm
+    tt.advance(59.0)
+    assert tt.desired == 0  # the period ends at 30 s, the alarm acts 30 s later
+    tt.advance(60.0)
+    assert (tt.desired, tt.in_service, tt.instances) == (1, 0, 1)
+    tt.no_capacity(70.0)  # still failing while the copy starts: no second copy
+    tt.advance(60.0 + 300.0)
+    assert (tt.desired, tt.in_service) == (1, 1)
+    assert [e.kind for e in tt.events] == ["alarm-no-capacity", "scale-out", "in-service"]
+    assert tt.no_capacity_failures == 3
+
+
+def test_datapoints_from_before_zero_copies_do_not_count_towards_the_next_scale_in() -> None:
+    tt = TargetTracking(copy_policy(scale_in_cooldown_s=0.0), in_service=1)
+    tt.advance(1020.0)  # scaled in to zero at 960 s
+    tt.no_capacity(1000.0)
+    tt.advance(1000.0 + 60.0 + 300.0)  # the alarm at 1060 s, the copy (and its instance) at 1360 s
+    assert tt.in_service == 1
+    tt.advance(1360.0 + 14 * 60.0)  # idle again, but only 14 datapoints since the gap
+    assert tt.in_service == 1
+    tt.advance(1360.0 + 15 * 60.0 + 60.0)
+    assert tt.in_service == 0

@@ -94,10 +94,45 @@ def test_two_in_flight_per_instance_under_the_target_never_scale() -> None:
     assert [e["kind"] for e in after["events"]] == [] and after["desired"] == 1
 
 
-def test_a_plan_without_autoscaling_or_on_inference_components_is_not_simulated() -> None:
+def test_a_plan_without_autoscaling_is_not_simulated_and_components_scale_their_copies() -> None:
     async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
         return await state(session, url)
 
-    for p in (scaling_plan(scaling=None), scaling_plan(kind="inference-component")):
-        reply = serve(p, scenario)
-        assert reply["simulated"] is False and "why" in reply
+    reply = serve(scaling_plan(scaling=None), scenario)
+    assert reply["simulated"] is False and "why" in reply
+    reply = serve(scaling_plan(kind="inference-component"), scenario)
+    assert reply["simulated"] is True
+    assert reply["policy"]["metric"] == "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"
+    assert (reply["in_service"], reply["instances"]) == (1, 1)  # copies, and the instance they run on
+
+
+def test_a_component_scaled_to_zero_refuses_with_no_capacity_then_its_alarm_starts_a_copy() -> None:
+    from sagellm.emulator.frontend.container import IC_HEADER
+    from sagellm.emulator.frontend.sagemaker import NO_CAPACITY_MESSAGE
+
+    data = scaling_plan("inference-component", {**SCALING, "min_capacity": 0, "scale_in_cooldown_s": 0}).model_dump()
+    data["models"][0]["compute"] = {"accelerators": 1, "cpu_cores": 2, "min_memory_mib": 1024}
+    p = DeploymentPlan.model_validate(data)
+    body = {"inputs": make_prompt(16), "parameters": {"max_new_tokens": 4}}
+    headers = {IC_HEADER: p.models[0].name}
+
+    async def invoke(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
+        async with session.post(f"{url}/endpoints/ep/invocations", json=body, headers=headers) as resp:
+            return resp.status, (await resp.json(content_type=None)), resp.headers.get("x-amzn-ErrorType", "")
+
+    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
+        await asyncio.sleep(260 * TIME_SCALE)  # idle: 15 low datapoints, the metric delay: zero copies
+        at_zero = len(emulator.primary.copies)
+        refused = await invoke(session, url)
+        await asyncio.sleep(100 * TIME_SCALE)  # the alarm (≤ 60 s), then 30 s to start the copy and instance
+        served = await invoke(session, url)
+        return at_zero, refused, served, await state(session, url)
+
+    at_zero, refused, served, after = serve(p, scenario, instance_startup_s=30.0)
+    assert at_zero == 0
+    status, reply, error_type = refused
+    assert (status, reply, error_type.split(":")[0]) == (400, {"message": NO_CAPACITY_MESSAGE}, "ValidationError")
+    assert served[0] == 200
+    kinds = [e["kind"] for e in after["events"]]
+    assert kinds == ["alarm-low", "scale-in", "alarm-no-capacity", "scale-out", "in-service"]
+    assert (after["in_service"], after["instances"], after["no_capacity_failures"]) == (1, 1, 1)

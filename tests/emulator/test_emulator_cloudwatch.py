@@ -87,3 +87,16 @@ def test_concurrency_is_per_copy_and_utilisation_per_endpoint(published) -> None
     assert 0 < gpu.stats["max"] <= 200
     assert 0 < readings["gpu_memory_utilization_pct"].stats["avg"] <= 200
     assert "cpu_utilization_pct" not in readings  # not modelled: not published
+
+
+def test_a_refusal_at_zero_copies_counts_in_no_capacity_invocation_failures() -> None:
+    from sagellm.emulator.frontend.cloudwatch import Publisher
+
+    publisher = Publisher("http://127.0.0.1:9", "us-east-1", "ep", {}, 1.0, 1, inference_components=True)
+    publisher.invocation(None, "ic-a", 400, None, 0.001, no_capacity=True)
+    publisher.invocation("a", "ic-a", 200, 1.0, 1.1)
+    failures = [values for (_, metric, dims, _, _), values in publisher._pending.items()
+                if metric == "NoCapacityInvocationFailures"]
+    assert sorted(v for vs in failures for v in vs) == [0.0, 1.0]
+    assert all(dict(dims) == {"InferenceComponentName": "ic-a"} for (_, metric, dims, _, _) in publisher._pending
+               if metric == "NoCapacityInvocationFailures")

@@ -24,6 +24,9 @@ EXPECTED = {
         ": not UTF-8 text (byte 0x00 at offset 8); a profile is YAML saved as UTF-8 — is this the right "
         "file?"),
     "capacity-inverted.yaml": ":5: autoscaling.max_capacity: 2 must be at least min_capacity (3)",
+    "zero-on-instance-endpoint.yaml": (
+        ":4: autoscaling.min_capacity: 0 needs endpoint_kind: inference-component (only inference components "
+        "scale to zero; use the scale-to-zero profile)"),
     "caps-contradict.yaml": (
         ":5: serving.max_total_tokens: 1024 must exceed max_input_tokens (2048); set it to at least 2049 "
         "(input + the longest generation)"),

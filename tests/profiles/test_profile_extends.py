@@ -88,7 +88,8 @@ def test_unknown_profile_name_without_close_match_lists_the_known_ones() -> None
     with pytest.raises(InputError) as exc:
         resolve("zzz", LLAMA2_7B, "ml.g5.2xlarge")
     assert exc.value.messages == [
-        "profile: unknown profile 'zzz': known: autoscale, max-throughput, min-cost, min-latency, replicas"
+        ("profile: unknown profile 'zzz': known: autoscale, max-throughput, min-cost, min-latency, replicas, "
+         "scale-to-zero")
     ]
 
 

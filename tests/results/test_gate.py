@@ -110,7 +110,7 @@ def test_reports_an_unknown_metric_with_close_matches(tmp_path: Path) -> None:
 def test_reports_an_unknown_metric_without_close_matches_by_listing_the_known_ones(tmp_path: Path) -> None:
     [message] = problems(write(tmp_path, "rules: [{metric: gpu_util, where: 16, max: 80}]"))
     assert message.startswith("rules[0].metric: 'gpu_util' is not a known metric (known: latency_ms_per_token.p50, ")
-    assert message.endswith("cost.usd_per_1m_tokens, cost.usd_per_h)")
+    assert message.endswith("cost.usd_per_1m_tokens, cost.usd_per_h, ramp.cold_start_s)")
 
 
 def test_reports_a_rule_without_any_limit(tmp_path: Path) -> None:
@@ -464,3 +464,18 @@ def test_server_metric_paths_are_validated_with_a_hint(tmp_path: Path) -> None:
     assert unknown.startswith("rules[0].metric: 'server.watts.zz' is not a known metric (use server.<name>.<stat>, "
                               "name one of model_latency_ms, ")
     assert "\n" not in unknown
+
+
+def test_a_cold_start_over_its_max_fails_the_gate_and_a_run_without_one_says_why() -> None:
+    from sagellm.results.schema import RampRecord
+
+    ramp = RampRecord(rates=[0.1], step_s=300, interval_s=30, scaling="simulated", policy=None, intervals=[],
+                      events=[], first_breach_s=None, first_scale_out_s=None, first_in_service_s=None,
+                      breach_to_in_service_s=None, slo_ms_per_token=None, slo_violated_s=None, slo_recovered_s=None,
+                      requests_while_scaling=0, failed_while_scaling=0, above_slo_while_scaling=None,
+                      instance_minutes=1.0, cost_usd=None, capacity="copies", cold_start_s=190.0)
+    rules = Thresholds(rules=(Rule(metric="ramp.cold_start_s", max=120),))
+    [v] = evaluate(results().model_copy(update={"ramp": ramp}), rules)
+    assert v.message == "ramp.cold_start_s: 190 > max 120"
+    [v] = evaluate(results(), rules)
+    assert v.message == "ramp.cold_start_s: not available (no scale from zero copies in the ramp)"

@@ -190,6 +190,7 @@ class LocalAws:
                 p["PolicyName"]
                 for p in aas.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
             ],
+            "alarms": [a["AlarmName"] for a in self.client("cloudwatch").describe_alarms()["MetricAlarms"]],
         }
         return {kind: names for kind, names in found.items() if names}
 

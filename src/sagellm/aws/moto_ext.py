@@ -18,6 +18,7 @@ from moto.applicationautoscaling import responses as aas_responses
 from moto.applicationautoscaling.models import applicationautoscaling_backends
 from moto.cloudformation import parsing
 from moto.cloudformation.models import CloudFormationBackend, Event, Stack
+from moto.cloudwatch.models import cloudwatch_backends
 from moto.core.common_models import CloudFormationModel
 from moto.core.responses import ActionResult, EmptyResult
 from moto.sagemaker.exceptions import ValidationError
@@ -447,6 +448,49 @@ class ScalingPolicy(_Declared, CloudFormationModel):
             backend.delete_scaling_policy(name, namespace, resource_id, dimension)
         except aas_models.AWSValidationException:
             pass  # already deleted along with its scalable target
+
+
+# --- CloudWatch alarms: moto's CloudFormation has no AWS::CloudWatch::Alarm (the scale-from-zero alarm).
+
+
+class MetricAlarm(_Declared, CloudFormationModel):
+    """AWS::CloudWatch::Alarm on one metric, put through moto's CloudWatch backend (stored, never evaluated:
+    the emulator simulates what it does)."""
+
+    CFN_TYPE = "AWS::CloudWatch::Alarm"
+    NAME_PROPERTY = "AlarmName"
+    ATTRIBUTES = ("Arn",)
+
+    def __init__(self, name: str, arn: str):
+        self.name, self.arn = name, arn
+
+    @property
+    def physical_resource_id(self) -> str:
+        return self.name
+
+    def cfn_attributes(self) -> dict[str, str]:
+        return {"Arn": self.arn}
+
+    @classmethod
+    def create_from_cloudformation_json(  # type: ignore[override]
+        cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str,
+        **kwargs: Any,
+    ) -> MetricAlarm:
+        props = cloudformation_json["Properties"]
+        alarm = cloudwatch_backends[account_id][region_name].put_metric_alarm(
+            name=props.get("AlarmName", resource_name), namespace=props["Namespace"],
+            metric_name=props["MetricName"], comparison_operator=props["ComparisonOperator"],
+            evaluation_periods=int(props["EvaluationPeriods"]), period=int(props["Period"]),
+            threshold=float(props["Threshold"]), statistic=props["Statistic"],
+            description=props.get("AlarmDescription", ""), dimensions=props.get("Dimensions", []),
+            alarm_actions=props.get("AlarmActions", []),
+            datapoints_to_alarm=int(props["DatapointsToAlarm"]) if "DatapointsToAlarm" in props else None,
+            treat_missing_data=props.get("TreatMissingData"),
+        )
+        return cls(alarm.name, alarm.alarm_arn)
+
+    def delete(self, account_id: str, region_name: str) -> None:
+        cloudwatch_backends[account_id][region_name].delete_alarms([self.name])
 
 
 def _add_inference_component_dimension() -> None:

@@ -25,7 +25,7 @@ from sagellm.constructs.scaling import (
     Scaling,
 )
 from sagellm.errors import InputError
-from sagellm.profiles.plan import VERSION_TAG, DeploymentPlan, instances_for, pascal
+from sagellm.profiles.plan import VERSION_TAG, DeploymentPlan, instances_for, pascal, with_min_copies
 from sagellm.profiles.schema import TIMEOUT_RANGE_S, VOLUME_RANGE_GB  # SageMaker's accepted ranges
 from sagellm.profiles.tokens import gated_without_secret, token_errors
 
@@ -37,7 +37,8 @@ class LlmEndpoint(Construct, EndpointMetrics):
     `Config`, `Endpoint`, `Scaling`/`Scaling<Name>` when the plan scales. No physical names except the
     inference components' (see `component_name`). A given `role` is used as is: it must be able to pull
     the images and, with `kms_key`, use the key. Several models share one endpoint when the plan is of
-    kind `inference-component` and lists several `models` (one component each).
+    kind `inference-component` and lists several `models` (one component each). `min_copies` sets the scaled
+    components' fewest copies (the plan's `scaling.min_capacity`); 0 scales them to zero (docs/deploy.md).
 
     The Hugging Face token comes from `hf_token_secret` (or the plan's `hf_token_secret` name/ARN) as a
     CloudFormation dynamic reference; CloudFormation resolves it at deploy time into the container's
@@ -51,6 +52,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
         id: str,
         *,
         plan: DeploymentPlan,
+        min_copies: int | None = None,
         role: iam.IRole | None = None,
         vpc: ec2.IVpc | None = None,
         subnets: ec2.SubnetSelection | None = None,
@@ -60,6 +62,8 @@ class LlmEndpoint(Construct, EndpointMetrics):
         network_isolation: bool = False,
     ) -> None:
         super().__init__(scope, id)
+        if min_copies is not None:
+            plan = with_min_copies(plan, min_copies, self.node.path)
         self.plan = plan
         self._validate(
             vpc=vpc,
@@ -169,6 +173,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
                     resource_id=f"inference-component/{name}",
                     dimension=COMPONENT_COPIES,
                     scaling=plan.scaling,
+                    component_name=name,
                 )
                 # The resource id is a plain name, not a reference: order it after the component.
                 scaling.node.add_dependency(component)
@@ -329,11 +334,13 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 f"plan.initial_instance_count: {plan.initial_instance_count} lies outside the scaling bounds "
                 f"{scaling.min_capacity}..{scaling.max_capacity}; start within them"
             )
-        if not instance_based and scaling.min_capacity == 0:
+        if not instance_based and scaling.from_zero and (
+            plan.instance_scaling is None or plan.instance_scaling.min_instance_count != 0
+        ):
             warn(
-                "ScaleFromZero",
-                "plan.scaling.min_capacity 0: target tracking cannot scale a component out of zero copies; "
-                "add a step-scaling policy on NoCapacityInvocationFailures",
+                "ScaleToZeroInstances",
+                "plan.scaling.min_capacity 0: copies scale to zero but the instances stay (and are billed); "
+                "set instance_scaling.min_instance_count 0 (ManagedInstanceScaling) to stop them too",
             )
         return errors
 

@@ -17,7 +17,7 @@ from sagellm.errors import InputError
 from sagellm.profiles.schema import Architecture, Profile
 from sagellm.profiles.tokens import redact, token_errors
 
-STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")
+STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale", "scale-to-zero")
 # Fields sagellm no longer takes, with why (docs/containers.md): named, not "did you mean" a near key.
 RETIRED = {"max_batch_total_tokens": "no longer a profile field: TGI ≥ 1.4 ignores MAX_BATCH_TOTAL_TOKENS for "
                                      "flash-attention models (the KV budget is what is free after warm-up); remove "

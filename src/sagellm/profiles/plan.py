@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from sagellm.catalog import Instance, Model, find_model, models
 from sagellm.engines.engine import InferenceAmiVersion
+from sagellm.errors import InputError
 from sagellm.profiles.schema import Architecture
 
 
@@ -51,6 +52,13 @@ class ModelDeployment(_Frozen):
 CONCURRENT_REQUESTS_PER_MODEL = "SageMakerVariantConcurrentRequestsPerModelHighResolution"
 CONCURRENT_REQUESTS_PER_COPY = "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"
 HIGH_RESOLUTION_PERIOD_S = 10
+# Scale out of zero copies: target tracking cannot (no copy, no per-copy metric), so a step-scaling policy adds one
+# copy when an alarm on the component's NoCapacityInvocationFailures fires: Maximum over 30 s, one datapoint
+# ≥ 1, the policy's cooldown 60 s (the SageMaker docs "Scale an endpoint to zero instances" and the AWS ML blog
+# "Unlock cost savings with the new scale down to zero feature in SageMaker Inference", 2024-12-03).
+NO_CAPACITY_METRIC = "NoCapacityInvocationFailures"  # namespace AWS/SageMaker, dimension InferenceComponentName
+FROM_ZERO_ALARM_PERIOD_S = 30
+FROM_ZERO_COOLDOWN_S = 60
 
 
 class ScalingPlan(_Frozen):
@@ -64,6 +72,11 @@ class ScalingPlan(_Frozen):
     scale_out_cooldown_s: int = 60
     metric: str = CONCURRENT_REQUESTS_PER_MODEL  # the predefined metric type the policy tracks
     period_s: int = HIGH_RESOLUTION_PERIOD_S  # how often the metric has a datapoint
+
+    @property
+    def from_zero(self) -> bool:
+        """Whether it scales to zero copies (and needs the step-scaling policy that scales out of zero)."""
+        return self.min_capacity == 0
 
 
 class InstanceScaling(_Frozen):
@@ -167,3 +180,20 @@ class DeploymentPlan(_Frozen):
             return m.architecture.gated if m.architecture is not None else bool(known and known.gated)
 
         return [m.model_id for m in self.models if gated(m)]
+
+
+def with_min_copies(plan: DeploymentPlan, copies: int, where: str) -> DeploymentPlan:
+    """The plan with its components' fewest copies set (`LlmEndpoint(min_copies=…)`); 0 also lets the managed
+    instances go to zero, as the scale-to-zero profile does."""
+    if plan.endpoint_kind != "inference-component" or plan.scaling is None:
+        raise InputError(f"{where}: min_copies: needs an inference-component plan with scaling "
+                         "(e.g. the scale-to-zero or an autoscaled replicas profile)")
+    if copies < 0:
+        raise InputError(f"{where}: min_copies: {copies} must be at least 0")
+    bounds = plan.instance_scaling
+    if copies == 0:
+        most = bounds.max_instance_count if bounds is not None else plan.initial_instance_count
+        bounds = InstanceScaling(min_instance_count=0, max_instance_count=most)
+    return plan.model_copy(update={"scaling": plan.scaling.model_copy(update={"min_capacity": copies}),
+                                   "instance_scaling": bounds})
+

@@ -624,6 +624,9 @@ def _instance_scaling(models: list[ModelDeployment], d: Design) -> InstanceScali
         return None
     most = [(m.compute, max(m.copy_count, d.scaling.max_capacity)) for m in models if m.compute is not None]
     needed = instances_for(most, d.instance)
+    if d.scaling.from_zero:
+        # Zero copies leave the instances idle: MinInstanceCount 0 lets SageMaker stop them too.
+        return InstanceScaling(min_instance_count=0, max_instance_count=max(needed, d.instance_count))
     if needed <= d.instance_count:
         return None
     return InstanceScaling(min_instance_count=d.instance_count, max_instance_count=needed)

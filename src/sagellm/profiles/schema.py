@@ -89,7 +89,9 @@ class Components(_Strict):
 class Autoscaling(_Strict):
     """Application Auto Scaling with target tracking."""
 
-    min_capacity: Count = 1
+    min_capacity: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(
+        1, description="fewest instances, or copies for inference components; 0 (inference components only) scales "
+        "to zero copies and instances when idle, and the first request after zero starts a copy")
     max_capacity: Count = 4
     target_value: Annotated[float, Field(gt=0, le=TARGET_VALUE_MAX, allow_inf_nan=False)] | Auto = Field("auto", description="requests in flight per instance (instance "
                                        "endpoints) or per copy (inference components); "

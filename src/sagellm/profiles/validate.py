@@ -193,6 +193,9 @@ def _autoscaling(profile: Profile, where: Callable[[str], str]) -> list[str]:
     if a.max_capacity < a.min_capacity:
         errors.append(f"{where('autoscaling.max_capacity')}: {a.max_capacity} must be at least min_capacity "
                       f"({a.min_capacity})")
+    if profile.endpoint_kind == "instance" and a.min_capacity == 0:
+        errors.append(f"{where('autoscaling.min_capacity')}: 0 needs endpoint_kind: inference-component (only "
+                      "inference components scale to zero; use the scale-to-zero profile)")
     count = profile.initial_instance_count
     if profile.endpoint_kind == "instance" and not a.min_capacity <= count <= a.max_capacity:
         errors.append(f"{where('initial_instance_count')}: {count} must lie within autoscaling "

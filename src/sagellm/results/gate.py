@@ -38,7 +38,8 @@ LEVEL_METRICS: tuple[str, ...] = (
     *(f"server.{m}.{s}" for m in SERVER_METRICS for s in ServerStats.model_fields),
 )
 # Metrics of the whole run (cost is taken at the max-throughput point).
-RUN_METRICS: tuple[str, ...] = ("cost.usd_per_1m_tokens", "cost.usd_per_h")
+# Whole-run figures: the cost, and a scale-to-zero ramp's cold start (`ramp.cold_start_s`).
+RUN_METRICS: tuple[str, ...] = ("cost.usd_per_1m_tokens", "cost.usd_per_h", "ramp.cold_start_s")
 METRICS = LEVEL_METRICS + RUN_METRICS
 # Where lower is worse; for every other metric higher is worse (latency, errors, cost).
 HIGHER_IS_BETTER = frozenset({"throughput_tokens_per_s", "requests_per_s"})
@@ -265,6 +266,14 @@ def _value(level: Level, metric: str) -> float | None:
     return obj
 
 
+def _run_value(results: Results, metric: str) -> float | None:
+    """A whole-run figure by its dotted path (`cost.usd_per_h`, `ramp.cold_start_s`); None where absent."""
+    obj: Any = results
+    for part in metric.split("."):
+        obj = getattr(obj, part) if obj is not None else None
+    return obj
+
+
 def _fmt(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
 
@@ -372,9 +381,11 @@ def _check_rule(results: Results, rule: Rule) -> Violation | None:
                          message=f"{at}: {message}")
 
     if rule.metric in RUN_METRICS:
-        measured = getattr(results.cost, rule.metric.split(".", 1)[1])
+        measured = _run_value(results, rule.metric)
         if measured is None:
-            return violation(None, limit, "not available (no catalog price, or no usable level)")
+            why = ("no scale from zero copies in the ramp" if rule.metric.startswith("ramp.")
+                   else "no catalog price, or no usable level")
+            return violation(None, limit, f"not available ({why})")
     else:
         assert rule.where is not None, "load_thresholds requires where for level metrics"
         level, why = find_level(results, rule.where)
@@ -400,8 +411,7 @@ def _regressions(results: Results, baseline: Results, config: Baseline) -> list[
         label = config.label(metric)
         pairs: list[tuple[str | None, float | None, float | None]]
         if metric in RUN_METRICS:
-            name = metric.split(".", 1)[1]
-            pairs = [(None, getattr(results.cost, name), getattr(baseline.cost, name))]
+            pairs = [(None, _run_value(results, metric), _run_value(baseline, metric))]
         elif not pairs_at:
             out.append(Violation(rule=label, metric=metric, where=None, measured=None, limit=None,
                                  message=f"baseline {metric}: no level in common with the baseline run "

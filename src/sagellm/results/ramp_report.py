@@ -25,9 +25,11 @@ def render_ramp(ramp: RampRecord) -> list[str]:
     lines = ["## Ramp", "", "![load, instances and latency over time](ramp.png)", "",
              f"Steps of {ramp.step_s:g} s: " + ", ".join(f"{r:g}/s" for r in ramp.rates)
              + f" · intervals of {ramp.interval_s:g} s · times are m:ss from the ramp's start (simulated)", ""]
+    unit = "copy" if ramp.capacity == "copies" else "instance"
     if p is not None:
         lines += [(f"Scaling: **simulated** target tracking on `{p.metric}` (target {p.target_value:g} requests in "
-                  f"flight per instance, a datapoint every {p.period_s:g} s, {p.min_capacity}–{p.max_capacity} instances; alarms "
+                  f"flight per {unit}, a datapoint every {p.period_s:g} s, {p.min_capacity}–{p.max_capacity} "
+                  f"{ramp.capacity}; alarms "
                   f"{p.out_datapoints} datapoints above / {p.in_datapoints} below 90 %, acted on "
                   f"{p.metric_delay_s:g} s after the period; cooldowns out {p.scale_out_cooldown_s:g} s / in "
                   f"{p.scale_in_cooldown_s:g} s; instance start-up {p.instance_startup_s:g} s)"), ""]
@@ -44,6 +46,8 @@ def render_ramp(ramp: RampRecord) -> list[str]:
         f"| first scale-out | {_s(ramp.first_scale_out_s)} |",
         f"| first new instance InService | {_s(ramp.first_in_service_s)} |",
         f"| **breach → new instance InService** | **{_s(ramp.breach_to_in_service_s)}** |",
+        *([f"| **cold start (first request after zero copies → first token)** | **{_s(ramp.cold_start_s)}** |"]
+          if ramp.capacity == "copies" else []),
         f"| over the SLO ({slo}) | {violated} |",
         f"| requests sent while scaling out | {ramp.requests_while_scaling} |",
         f"| … failed | {ramp.failed_while_scaling} |",
@@ -51,7 +55,13 @@ def render_ramp(ramp: RampRecord) -> list[str]:
         (f"| instance-minutes in service{'' if p else ' (the initial fleet throughout)'} | "
         f"{ramp.instance_minutes:.1f} |"),
         f"| cost of the run | {'–' if ramp.cost_usd is None else f'${ramp.cost_usd:.2f}'} |", ""]
-    if ramp.events:
+    if ramp.events and ramp.capacity == "copies":
+        lines += ["| time | event | copies desired | copies in service | instances | detail |",
+                  "|---:|---|---:|---:|---:|---|"]
+        lines += [f"| {_s(e.t_s)} | {e.kind} | {e.desired} | {e.in_service} | {_n(e.instances, 0)} | {e.detail} |"
+                  for e in ramp.events]
+        lines.append("")
+    elif ramp.events:
         lines += ["| time | event | desired | in service | detail |", "|---:|---|---:|---:|---|"]
         lines += [f"| {_s(e.t_s)} | {e.kind} | {e.desired} | {e.in_service} | {e.detail} |" for e in ramp.events]
         lines.append("")
@@ -91,10 +101,13 @@ def plot_ramp(results: Results, path: Path) -> None:
                                           ("in_service", "tab:green", "-", "in service")):
             ys = [first] + [getattr(e, attr) for e in ramp.events]
             inst.step(xs, ys + ys[-1:], where="post", color=color, linestyle=style, label=label)
+        if ramp.capacity == "copies":  # the instances managed instance scaling runs for the copies
+            ys = [first] + [e.instances or 0 for e in ramp.events]
+            inst.step(xs, ys + ys[-1:], where="post", color="tab:brown", linestyle=":", label="instances")
     else:
         inst.text(0.5, 0.5, f"fixed fleet: {results.run.instance_count} instance(s)", transform=inst.transAxes,
                   ha="center")
-    inst.set_ylabel("instances")
+    inst.set_ylabel("copies" if ramp.capacity == "copies" else "instances")
     inst.set_ylim(bottom=0)
     for name, stat, color in (("TTFT", "ttft_ms", "tab:purple"), ("e2e", "e2e_s", "tab:blue")):
         scale = 1.0 if stat == "ttft_ms" else 1000.0
@@ -106,6 +119,9 @@ def plot_ramp(results: Results, path: Path) -> None:
     lat.set_xlabel("minutes from the ramp's start (simulated)")
     marks = [(ramp.first_breach_s, "breach"), (ramp.first_scale_out_s, "scale-out"),
              (ramp.first_in_service_s, "InService")]
+    zero = next((e.t_s for e in ramp.events if e.kind == "scale-in" and e.desired == 0), None)
+    if ramp.cold_start_s is not None and zero is not None:
+        marks.append((zero, "zero copies"))
     for ax in (load, inst, lat):
         for at, label in marks:
             if at is not None:

@@ -325,8 +325,9 @@ class RampInterval(_Strict):
     start_s: float  # simulated seconds from the ramp's start
     offered_rps: float  # requests sent in the interval ÷ its length
     achieved_rps: float  # requests that completed ok in the interval ÷ its length
-    instances_desired: int | None  # at the interval's end; None where the target does not tell
-    instances_in_service: int | None
+    instances_desired: int | None  # at the interval's end (copies, for inference components); None where the
+    instances_in_service: int | None  # target does not tell
+    instances_running: int | None = None  # inference components: instances for the copies (managed scaling)
     requests: int  # sent in the interval
     errors: int  # of those, failed
     above_slo: int | None  # of those, ok but slower than the SLO (ms/token); None without an SLO
@@ -340,9 +341,10 @@ class ScalingEvent(_Strict):
 
     t_s: float  # simulated seconds from the ramp's start (negative: before it)
     kind: str
-    desired: int  # instances after the event
+    desired: int  # instances after the event (copies, for inference components)
     in_service: int
     detail: str = ""
+    instances: int | None = None  # inference components: instances running for the copies
 
 
 class ScalingPolicyRecord(_Strict):
@@ -383,6 +385,10 @@ class RampRecord(_Strict):
     above_slo_while_scaling: int | None
     instance_minutes: float  # instances in service × minutes, over the ramp
     cost_usd: float | None  # instance_minutes × the catalog price
+    capacity: Literal["instances", "copies"] = "instances"  # what desired/in service count
+    # Scale to zero: the first request after the copies reached zero → the first token of the first request that
+    # succeeded after it (None: the ramp never found zero copies, or nothing succeeded after).
+    cold_start_s: float | None = None
 
 
 class SweepRecord(_Strict):

@@ -113,6 +113,24 @@ def test_without_simulated_scaling_the_ramp_says_so_and_counts_the_fixed_fleet()
     assert ramp.instance_minutes == pytest.approx(3 * 2.0)
 
 
+def test_a_component_ramp_reports_copies_instances_and_the_cold_start_after_zero_copies() -> None:
+    # Scaled to zero at 200 s; the requests at 300 and 310 s are refused, the one at 320 s gets its first token
+    # 0.1 s later: the first caller after zero waited 20.1 s.
+    records = [record(0.0), record(300.0, ok=False), record(310.0, ok=False), record(320.0)]
+    events = [(200.0, "scale-in", 0, 0, 0), (300.0, "alarm-no-capacity", 0, 0, 0), (300.0, "scale-out", 1, 0, 1),
+              (315.0, "in-service", 1, 1, 1)]
+    state = {**scaling_state(0.0), "instances": 1,
+             "events": [{"t_s": t, "kind": k, "desired": d, "in_service": n, "instances": i, "detail": ""}
+                        for t, k, d, n, i in events]}
+    ramp = ramp_block(records, rates=[0.01, 0.1], step_s=300.0, scaling=state, scaling_offset_s=0.0,
+                      initial_instances=1, slo_ms_per_token=None, usd_per_instance_h=None, interval_s=60.0)
+    assert ramp.capacity == "copies"
+    assert ramp.cold_start_s == pytest.approx(20.1)
+    assert [iv.instances_running for iv in ramp.intervals] == [None, None, None, 0, 1, 1, 1, 1, 1, 1]
+    assert ramp_block(records, rates=[0.1], step_s=300.0, scaling=scaling_state(0.0), scaling_offset_s=0.0,
+                      initial_instances=1, slo_ms_per_token=None, usd_per_instance_h=None).cold_start_s is None
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--ramp", "--request-rate", "1,2", "--requests-per-level", "5"], "--requests-per-level: a ramp's steps"),
     (["--request-rate", "1,2", "--instance-startup", "0"], "--instance-startup: 0 must be > 0 seconds"),
@@ -193,3 +211,26 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
     assert all("client_bottleneck" in lv and lv["client_loop_lag_ms"] is not None for lv in steps)
     flagged = [lv["request_rate"] for lv in steps if lv["client_bottleneck"]]
     assert ran.stderr.count("sagellm: the load generator was the bottleneck") == len(flagged)
+
+
+@pytest.mark.integration
+def test_a_local_scale_to_zero_ramp_reports_the_cold_start_after_zero_copies(tmp_path: Path) -> None:
+    # One request, then idle: the copy scales in to zero (15 idle datapoints and the metric delay, ~3.5 min); the
+    # second step's first request is refused and its alarm starts a copy and an instance (120 s).
+    out = tmp_path / "out"
+    ran = sagellm("bench", "--profile", "scale-to-zero", "--model", MODEL, "--time-scale", "0.01",
+                  "--request-rate", "0.001,0.1", "--duration-per-level", "300", "--instance-startup", "120",
+                  "--out", str(out), timeout=240)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    ramp = results_of(out)["ramp"]
+    assert ramp["capacity"] == "copies"
+    kinds = [e["kind"] for e in ramp["events"]]
+    assert kinds[:5] == ["alarm-low", "scale-in", "alarm-no-capacity", "scale-out", "in-service"]
+    zero, alarm, joined = (ramp["events"][i] for i in (1, 2, 4))
+    assert (zero["desired"], zero["instances"], joined["in_service"], joined["instances"]) == (0, 0, 1, 1)
+    assert 30 <= alarm["t_s"] - 300 <= 60  # the 30 s alarm period, then its 30 s delay
+    # Refused from the step's start until the copy is in service, then the first token: the cold start.
+    assert ramp["cold_start_s"] == pytest.approx(joined["t_s"] - 300, abs=20)
+    assert ramp["cold_start_s"] > 120
+    report = (out / "report.md").read_text()
+    assert "cold start (first request after zero copies → first token)" in report and "| alarm-no-capacity |" in report

@@ -84,6 +84,7 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
     windows = _scaling_windows(events, end_s)
     scaling_sent = [r for r in sent if any(a <= r.start_s < b for a, b in windows)]
     minutes = _instance_minutes(events, initial_instances, end_s)
+    copies = simulated and (scaling or {}).get("instances") is not None
     return RampRecord(
         rates=list(rates), step_s=step_s, interval_s=interval_s, scaling="simulated" if simulated else "none",
         policy=_policy(scaling) if simulated else None, intervals=intervals, events=events,
@@ -92,13 +93,28 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
         slo_ms_per_token=slo_ms_per_token, slo_violated_s=violated, slo_recovered_s=recovered,
         requests_while_scaling=len(scaling_sent), failed_while_scaling=sum(not r.ok for r in scaling_sent),
         above_slo_while_scaling=slo.count_above(scaling_sent), instance_minutes=minutes,
-        cost_usd=minutes / 60 * usd_per_instance_h if usd_per_instance_h is not None else None)
+        cost_usd=minutes / 60 * usd_per_instance_h if usd_per_instance_h is not None else None,
+        capacity="copies" if copies else "instances", cold_start_s=cold_start_s(sent, events))
+
+
+def cold_start_s(sent: Sequence[RequestRecord], events: Sequence[ScalingEvent]) -> float | None:
+    """From the first request sent once the copies reached zero to the first token of the first request that
+    succeeded after it (the cold start a scale-to-zero endpoint costs its first caller)."""
+    zero = next((e.t_s for e in events if e.kind == "scale-in" and e.desired == 0), None)
+    if zero is None:
+        return None
+    first = next((r for r in sent if r.start_s >= zero), None)
+    served = next((r for r in sent if first is not None and r.start_s >= first.start_s and r.ok
+                   and r.ttft_s is not None), None)
+    if first is None or served is None or served.ttft_s is None:
+        return None
+    return served.start_s + served.ttft_s - first.start_s
 
 
 def _events(scaling: dict[str, Any] | None, offset_s: float) -> list[ScalingEvent]:
     """The emulator's scaling events, on the ramp's clock."""
     return [ScalingEvent(t_s=e["t_s"] - offset_s, kind=e["kind"], desired=e["desired"],
-                         in_service=e["in_service"], detail=e.get("detail", ""))
+                         in_service=e["in_service"], detail=e.get("detail", ""), instances=e.get("instances"))
             for e in (scaling or {}).get("events", [])]
 
 
@@ -157,7 +173,9 @@ def _intervals(sent: Sequence[RequestRecord], events: Sequence[ScalingEvent], en
         ok = [r for r in batch if r.ok]
         done = sum(1 for r in sent if r.ok and lo <= r.end_s < hi)
         desired, in_service = _capacity_at(events, hi, known)
+        last = [e for e in events if e.t_s <= hi]
         intervals.append(RampInterval(
+            instances_running=last[-1].instances if last else None,
             start_s=lo, offered_rps=len(batch) / interval_s, achieved_rps=done / interval_s,
             instances_desired=desired, instances_in_service=in_service, requests=len(batch),
             errors=len(batch) - len(ok), above_slo=slo.count_above(ok),

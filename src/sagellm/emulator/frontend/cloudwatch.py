@@ -82,14 +82,17 @@ class Publisher:
         return {"origin": self.origin, "time_scale": self.time_scale}
 
     def invocation(self, model: str | None, component: str | None, status: int, model_s: float | None,
-                   wall_s: float) -> None:
-        """One SageMaker invocation ended: `model_s` its time on the engine's schedule (None if not admitted)."""
+                   wall_s: float, *, no_capacity: bool = False) -> None:
+        """One SageMaker invocation ended: `model_s` its time on the engine's schedule (None if not admitted);
+        `no_capacity`: refused because the component had no copy (what the scale-from-zero alarm watches)."""
         if model is not None and component is not None:
             self.components[model] = component
         dims = self._dims(component if self.inference_components else None)
         self._add(SAGEMAKER, "Invocations", dims, "None", 1.0)
         self._add(SAGEMAKER, "Invocation4XXErrors", dims, "None", 1.0 if 400 <= status < 500 else 0.0)
         self._add(SAGEMAKER, "Invocation5XXErrors", dims, "None", 1.0 if status >= 500 else 0.0)
+        if self.inference_components:
+            self._add(SAGEMAKER, "NoCapacityInvocationFailures", dims, "None", 1.0 if no_capacity else 0.0)
         if model_s is not None:
             self._add(SAGEMAKER, "ModelLatency", dims, "Microseconds", model_s / self.time_scale * 1e6)
             self._add(SAGEMAKER, "OverheadLatency", dims, "Microseconds", max(0.0, wall_s - model_s) * 1e6)
@@ -106,6 +109,7 @@ class Publisher:
         for name, model in self.models.items():
             busy = [c.busy_s for c in model.copies]
             before, self._busy[name] = self._busy[name], busy
+            before = before[:len(busy)] + [0.0] * (len(busy) - len(before))  # copies scaled out or in
             tp = model.shape.tp_degree
             # A pass counts when it starts, so one that crosses a sample counts early: capped at 100 %.
             gpu += sum(min(1.0, (b - a) / elapsed) for a, b in zip(before, busy, strict=True)) * tp * 100

@@ -10,10 +10,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+from sagellm.catalog import instances as catalog_instances
 from sagellm.catalog import models as catalog_models
 from sagellm.emulator.frontend.calls import Call, Reply, reply_of
 from sagellm.emulator.frontend.formats import Ask
-from sagellm.emulator.serving.autoscaling import Policy, TargetTracking
+from sagellm.emulator.serving.autoscaling import INSTANCE_STARTUP_S, Policy, TargetTracking
 from sagellm.emulator.serving.copies import ModelServer, RequestError
 from sagellm.errors import InputError
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
@@ -106,8 +107,23 @@ class Endpoint:
     def apply_scaling(self) -> None:
         """Bring the scaling loop up to the simulated now; resize the primary model's copies if it says so."""
         assert self.autoscaling is not None
-        if self.autoscaling.advance(self.simulated_now_s()):
+        if not self.autoscaling.advance(self.simulated_now_s()):
+            return
+        if self.plan.endpoint_kind == "inference-component":
+            self.primary.set_copies(self.autoscaling.in_service)
+        else:
             self.primary.resize(self.autoscaling.in_service)
+
+    def no_capacity(self, model: ModelServer) -> bool:
+        """Whether `model` has no copy now (SageMaker then refuses the request); the refusal counts in
+        NoCapacityInvocationFailures, which the scale-from-zero alarm watches."""
+        if self.autoscaling is not None:
+            self.apply_scaling()
+        if model.copies:
+            return False
+        if self.autoscaling is not None and model is self.primary:
+            self.autoscaling.no_capacity(self.simulated_now_s())
+        return True
 
     async def scale(self) -> None:
         """Run the scaling loop on the simulated clock: one tick per simulated second."""
@@ -132,11 +148,24 @@ class Endpoint:
 
 
 def _target_tracking(plan: DeploymentPlan, instance_startup_s: float | None) -> TargetTracking | None:
-    """The simulated scaling loop of an instance-based plan with autoscaling (None otherwise).
-
-    Inference components scale copies on concurrent requests per copy; that loop is not simulated."""
+    """The simulated scaling loop of a plan with autoscaling (None without): instances of an instance-based
+    variant, or the copies of the first inference component (with the instances they need)."""
     scaling = plan.scaling
-    if scaling is None or plan.endpoint_kind != "instance":
+    if scaling is None:
         return None
-    policy = Policy.of(scaling) if instance_startup_s is None else Policy.of(scaling, instance_startup_s)
-    return TargetTracking(policy, in_service=plan.initial_instance_count)
+    startup = INSTANCE_STARTUP_S if instance_startup_s is None else instance_startup_s
+    if plan.endpoint_kind == "instance":
+        return TargetTracking(Policy.of(scaling, startup), in_service=plan.initial_instance_count)
+    primary = plan.primary
+    per_instance = _copies_per_instance(plan)
+    return TargetTracking(Policy.of(scaling, startup, per_instance),
+                          in_service=primary.copy_count * plan.initial_instance_count)
+
+
+def _copies_per_instance(plan: DeploymentPlan) -> int:
+    """Copies of the first component one instance holds (by accelerators; 1 outside the catalog)."""
+    compute = plan.primary.compute
+    instance = catalog_instances().get(plan.instance_type)
+    if compute is None or instance is None or compute.accelerators == 0:
+        return 1
+    return max(1, instance.n_accelerators // compute.accelerators)

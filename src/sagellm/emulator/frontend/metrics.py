@@ -76,7 +76,7 @@ class MetricsRoutes:
         e = self.endpoint
         if e.autoscaling is None:
             body: dict[str, object] = {"simulated": False, "now_s": e.simulated_now_s(),
-                                       "why": "the plan has no autoscaling on an instance-based variant"}
+                                       "why": "the plan has no autoscaling"}
         else:
             e.apply_scaling()
             body = {"simulated": True, **e.autoscaling.to_dict()}

@@ -27,8 +27,14 @@ _TIMEOUT_MESSAGE = ("Your invocation timed out while waiting for a response from
                     "and try again.")
 _STREAM_TIMEOUT_MESSAGE = ("Your model failed to finish sending the response within the timeout period "
                            "allowed by Amazon SageMaker (60 s): the invocation timed out.")
+# InvokeEndpoint on a component with no copy (scaled to zero): SageMaker's ValidationError (HTTP 400), quoted in
+# the AWS ML blog "Unlock cost savings with the new scale down to zero feature in SageMaker Inference" (2024-12-03).
+NO_CAPACITY_MESSAGE = ("Inference Component has no capacity to process this request. ApplicationAutoScaling may be "
+                       "in-progress (if configured) or try to increase the capacity by invoking "
+                       "UpdateInferenceComponentRuntimeConfig API.")
 # The admitted call of an invocation, for the CloudWatch publisher (`SageMakerRuntime._counted`).
 _CALL = web.RequestKey("sagellm_call", Call)
+_NO_CAPACITY = web.RequestKey("sagellm_no_capacity", bool)  # refused: no copy (NoCapacityInvocationFailures)
 
 
 class _AwsError(Exception):
@@ -107,6 +113,8 @@ class SageMakerRuntime:
                 raise _AwsError(400, "ValidationError",
                                 f"Inference Component {component} not found for endpoint {name} "
                                 f"of account {_ACCOUNT}.")
+            if e.no_capacity(model):
+                raise _AwsError(400, "ValidationError", NO_CAPACITY_MESSAGE)
             return model
         if component is not None:
             raise _AwsError(400, "ValidationError",
@@ -122,6 +130,7 @@ class SageMakerRuntime:
         try:
             model = self._model(request)
         except _AwsError as exc:
+            request[_NO_CAPACITY] = exc.message == NO_CAPACITY_MESSAGE
             return _aws_error(exc.status, exc.code, {"message": exc.message})
         raw = await request.read()
         if len(raw) > SAGEMAKER_MAX_PAYLOAD:
@@ -218,7 +227,8 @@ class SageMakerRuntime:
                 model = next((n for n, m in self.endpoint.models.items() if call is not None and m is call.model),
                              None)
                 self.publisher.invocation(model, request.headers.get(IC_HEADER), resp.status,
-                                          call.e2e_s if call is not None else None, time.perf_counter() - started)
+                                          call.e2e_s if call is not None else None, time.perf_counter() - started,
+                                          no_capacity=request.get(_NO_CAPACITY, False))
             return resp
         return counted
 

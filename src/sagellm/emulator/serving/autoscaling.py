@@ -35,6 +35,19 @@ where each figure comes from (README "Autoscaling under a ramp" lists the same):
   "Introducing container caching in Amazon SageMaker AI for faster model scaling" (AWS ML blog, 2026-06-16)
   and "Unlock cost savings with the new scale down to zero feature" (AWS ML blog, 2024-12-03).
   Scale-in removes an instance at once (it takes no new requests; those in flight finish).
+
+Inference components (`Policy.copies_per_instance` set) scale copies the same way, on concurrent requests per
+copy (`SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution`), with managed instance scaling
+beneath: a copy that fits on a running instance starts in `COPY_STARTUP_FRACTION` of the instance start-up
+(the blog's 2.28 of 5.03 minutes end to end are the copy; the rest the trigger and a new instance), a copy that
+needs another instance takes the whole start-up; instances follow the copies (ceil(copies ÷ copies per
+instance)), down to zero with `MinInstanceCount` 0.
+- **Scale to zero** (`min_capacity` 0): target tracking scales in to zero copies; it has no per-copy metric at
+  zero copies, so a request then gets SageMaker's no-capacity error, counted in `NoCapacityInvocationFailures`.
+  The alarm on it (Maximum ≥ 1 over one 30 s period, `sagellm.constructs.scaling`) fires `FROM_ZERO_DELAY_S`
+  after its period ends, and the step-scaling policy adds one copy (and an instance, if none runs): "after 1
+  minute, our step scaling policy should start" (the AWS ML blog above). While that copy starts, further alarms
+  add none (the step policy's cooldown counts the starting copy as capacity).
 """
 
 from __future__ import annotations
@@ -43,15 +56,21 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from sagellm.profiles.plan import ScalingPlan
+from sagellm.profiles.plan import FROM_ZERO_ALARM_PERIOD_S, FROM_ZERO_COOLDOWN_S, ScalingPlan
 
 OUT_DATAPOINTS = 3  # scale-out alarm: this many datapoints above the target
 IN_DATAPOINTS = 15  # scale-in alarm: this many datapoints below IN_FRACTION × target
 IN_FRACTION = 0.9
 METRIC_DELAY_S = 60.0  # datapoint published and acted on this long after its period ends
 INSTANCE_STARTUP_S = 525.0  # scale-out → new instance InService (provisioning + container start-up)
+# A copy on an instance that has room: the model copy's share of the blog's scale-out from zero (2.28 of 5.03 min).
+COPY_STARTUP_FRACTION = 2.28 / 5.028
+# A no-capacity datapoint reaches its alarm this long after its period ends (the blog's "about 1 minute" from the
+# failed request to the step policy, less the 30 s period).
+FROM_ZERO_DELAY_S = 30.0
 
-EventKind = Literal["breach", "alarm-high", "alarm-low", "scale-out", "scale-in", "in-service", "blocked"]
+EventKind = Literal["breach", "alarm-high", "alarm-low", "alarm-no-capacity", "scale-out", "scale-in", "in-service",
+                    "blocked"]
 
 
 @dataclass(frozen=True)
@@ -69,14 +88,23 @@ class Policy:
     metric_delay_s: float = METRIC_DELAY_S
     out_datapoints: int = OUT_DATAPOINTS
     in_datapoints: int = IN_DATAPOINTS
+    copies_per_instance: int | None = None  # inference components: copies one instance holds; None: instances
+    from_zero_delay_s: float = FROM_ZERO_DELAY_S
 
     @classmethod
-    def of(cls, scaling: ScalingPlan, instance_startup_s: float = INSTANCE_STARTUP_S) -> Policy:
+    def of(cls, scaling: ScalingPlan, instance_startup_s: float = INSTANCE_STARTUP_S,
+           copies_per_instance: int | None = None) -> Policy:
         """The policy a plan deploys (metric, target, bounds, period, cooldowns), with the simulation's delays."""
         return cls(metric=scaling.metric, target=scaling.target_value, min_capacity=scaling.min_capacity,
                    max_capacity=scaling.max_capacity, period_s=scaling.period_s,
                    scale_out_cooldown_s=scaling.scale_out_cooldown_s,
-                   scale_in_cooldown_s=scaling.scale_in_cooldown_s, instance_startup_s=instance_startup_s)
+                   scale_in_cooldown_s=scaling.scale_in_cooldown_s, instance_startup_s=instance_startup_s,
+                   copies_per_instance=copies_per_instance)
+
+    @property
+    def copy_startup_s(self) -> float:
+        """A new copy on an instance with room for it."""
+        return self.instance_startup_s * COPY_STARTUP_FRACTION
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (the emulator's `/autoscaling` reply)."""
@@ -89,9 +117,10 @@ class Event:
 
     t_s: float
     kind: EventKind
-    desired: int  # after the event
+    desired: int  # after the event (instances, or copies for inference components)
     in_service: int
     detail: str = ""
+    instances: int | None = None  # inference components: instances running for the copies
 
 
 @dataclass
@@ -117,10 +146,30 @@ class TargetTracking:
     _last_in_s: float = -math.inf
     _breached: bool = False
     _evaluations: list[tuple[float, int]] = field(default_factory=list)  # (when, datapoint index), in order
+    _no_capacity_alarms: list[float] = field(default_factory=list)  # when the no-capacity alarm fires
+    _last_from_zero_s: float = -math.inf
+    no_capacity_failures: int = 0
+    _since: int = 0  # the first datapoint after the last gap (periods at zero copies have none)
 
     def __post_init__(self) -> None:
         self.desired = self.in_service
         self._period_start_s = self.now_s
+
+    @property
+    def instances(self) -> int | None:
+        """Inference components: instances running for the copies in service and starting (None: instance-based)."""
+        per = self.policy.copies_per_instance
+        return None if per is None else math.ceil((self.in_service + len(self._pending)) / per)
+
+    def no_capacity(self, t_s: float) -> None:
+        """A request found no copy at `t_s` (SageMaker's no-capacity error): a NoCapacityInvocationFailures
+        datapoint, which the scale-from-zero alarm acts on after its period ends."""
+        self.advance(t_s)
+        self.no_capacity_failures += 1
+        period = FROM_ZERO_ALARM_PERIOD_S
+        fires = (math.floor(t_s / period) + 1) * period + self.policy.from_zero_delay_s
+        if fires not in self._no_capacity_alarms:
+            self._no_capacity_alarms.append(fires)
 
     @property
     def updating(self) -> bool:
@@ -145,7 +194,8 @@ class TargetTracking:
             period_end = self._period_start_s + self.policy.period_s
             evaluation = self._evaluations[0][0] if self._evaluations else math.inf
             ready = min(self._pending, default=math.inf)
-            t = min(period_end, evaluation, ready)
+            alarm = min(self._no_capacity_alarms, default=math.inf)
+            t = min(period_end, evaluation, ready, alarm)
             if t > t_s:
                 break
             self.now_s = t
@@ -154,16 +204,25 @@ class TargetTracking:
                 self.in_service += 1
                 if not self._pending:
                     self._last_out_done_s = t
-                self._event("in-service", "a new instance is InService; its copies take requests")
+                self._event("in-service", "a new copy is InService" if self.policy.copies_per_instance
+                            else "a new instance is InService; its copies take requests")
+            elif t == alarm:
+                self._no_capacity_alarms.remove(alarm)
+                self._from_zero()
             elif t == period_end:
                 self._close_period(t)
             else:
                 _, index = self._evaluations.pop(0)
-                self._evaluate(self.datapoints[:index + 1])
+                self._evaluate(self.datapoints[self._since:index + 1])
         self.now_s = max(self.now_s, t_s)
         return self.in_service - before
 
     def _close_period(self, end_s: float) -> None:
+        if self.in_service == 0:
+            # No copy, no per-copy datapoint: the alarms' runs of datapoints start again after the gap.
+            self._period_start_s = end_s
+            self._since = len(self.datapoints)
+            return
         value = self.in_flight / self.in_service
         self.datapoints.append(_Datapoint(end_s, value))
         self._period_start_s = end_s
@@ -171,12 +230,15 @@ class TargetTracking:
         if value > self.policy.target and not self._breached:
             self._breached = True  # the first datapoint above the target (acted on after the metric delay)
             self.events.append(Event(end_s, "breach", self.desired, self.in_service,
-                                     f"{self.policy.metric} {value:.1f} > target {self.policy.target:g}"))
+                                     f"{self.policy.metric} {value:.1f} > target {self.policy.target:g}",
+                                     self.instances))
 
     def _evaluate(self, datapoints: list[_Datapoint]) -> None:
         """The two alarms on the datapoints published so far, and the scaling activity they ask for."""
         p = self.policy
         last = [d.value for d in datapoints[-max(p.out_datapoints, p.in_datapoints):]]
+        if not last:
+            return  # published before a gap at zero copies
         high = last[-p.out_datapoints:]
         low = last[-p.in_datapoints:]
         newest = last[-1]
@@ -200,11 +262,29 @@ class TargetTracking:
         if why:
             self._event("blocked", f"scale-out to {wanted} waits: {why}")
             return
-        for _ in range(wanted - self.desired):
-            self._pending.append(self.now_s + p.instance_startup_s)
         self._event("alarm-high", f"{p.out_datapoints} datapoints > {p.target:g}; newest {metric:.1f}")
+        self._add(wanted)
+
+    def _add(self, wanted: int) -> None:
+        """Start capacity up to `wanted`: an instance each, or a copy each (with an instance where none has room)."""
+        p = self.policy
+        per = p.copies_per_instance
+        startups = []
+        for _ in range(wanted - self.desired):
+            running = self.in_service + len(self._pending)
+            new_instance = per is None or running % per == 0
+            startups.append(p.instance_startup_s if new_instance else p.copy_startup_s)
+            self._pending.append(self.now_s + startups[-1])
         before, self.desired = self.desired, wanted
-        self._event("scale-out", f"desired {before} → {wanted}; InService in {p.instance_startup_s:g} s")
+        self._event("scale-out", f"desired {before} → {wanted}; InService in {max(startups):g} s")
+
+    def _from_zero(self) -> None:
+        """The no-capacity alarm fired: the step-scaling policy adds one copy, unless one is already coming."""
+        if self.desired > 0 or self.now_s < self._last_from_zero_s + FROM_ZERO_COOLDOWN_S:
+            return
+        self._event("alarm-no-capacity", "NoCapacityInvocationFailures ≥ 1: step scaling adds a copy")
+        self._last_from_zero_s = self.now_s
+        self._add(1)
 
     def _blocked_out(self) -> str | None:
         if self.updating:
@@ -225,10 +305,11 @@ class TargetTracking:
         self._event("scale-in", f"desired {before} → {wanted}; removed at once")
 
     def _event(self, kind: EventKind, detail: str) -> None:
-        self.events.append(Event(self.now_s, kind, self.desired, self.in_service, detail))
+        self.events.append(Event(self.now_s, kind, self.desired, self.in_service, detail, self.instances))
 
     def to_dict(self) -> dict[str, object]:
         """State and history, JSON-ready."""
         return {"now_s": self.now_s, "desired": self.desired, "in_service": self.in_service,
+                "instances": self.instances, "no_capacity_failures": self.no_capacity_failures,
                 "policy": self.policy.to_dict(), "events": [asdict(e) for e in self.events],
                 "datapoints": [asdict(d) for d in self.datapoints]}

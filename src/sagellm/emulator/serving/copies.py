@@ -113,14 +113,17 @@ class ModelServer(Router[CopyEngine]):
 
     def resize(self, instances: int) -> None:
         """Autoscaling: the copies of `instances` instances; new ones start now, removed ones stop taking requests."""
-        wanted = max(1, self.deployment.copy_count * instances)
+        self.set_copies(max(1, self.deployment.copy_count * instances))
+
+    def set_copies(self, wanted: int) -> None:
+        """Copy scaling (inference components): `wanted` copies, down to zero (then nothing takes requests)."""
         while len(self.copies) < wanted:
             copy = CopyEngine(self._steps, self.limits, self._time_scale)
             copy.start()
             self.copies.append(copy)
         while len(self.copies) > wanted:
             self.retired.append(self.copies.pop())
-        self._next %= len(self.copies)
+        self._next %= max(1, len(self.copies))
 
     def stats(self) -> dict[str, object]:
         """Counters for `/metrics`."""
@@ -133,5 +136,5 @@ class ModelServer(Router[CopyEngine]):
             "cancelled": sum(c.cancelled for c in self.copies),
             "rejected_overloaded": self.rejected_overloaded,
             "rejected_validation": self.rejected_validation,
-            "engine_max_behind_s": max(c.max_behind_s for c in self.copies),
+            "engine_max_behind_s": max((c.max_behind_s for c in self.copies), default=0.0),
         }
