@@ -144,5 +144,5 @@ def test_rejects_weights_that_are_not_an_s3_prefix() -> None:
     with pytest.raises(InputError) as caught:
         template_of(plan)
     assert caught.value.messages == [
-        "Stack/Llm: plan.models[0].model_data_s3_uri: 's3://team-models/llama.tar.gz' is not an S3 prefix; give "
-        "s3://<bucket>/<prefix>/ (ending in '/')"]
+        ("Stack/Llm: plan.models[0].model_data_s3_uri: 's3://team-models/llama.tar.gz' is not an S3 prefix; give "
+        "s3://<bucket>/<prefix>/ (ending in '/')")]
