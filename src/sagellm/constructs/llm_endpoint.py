@@ -34,7 +34,8 @@ from sagellm.profiles.tokens import gated_without_secret, token_errors
 class LlmEndpoint(Construct, EndpointMetrics):
     """A SageMaker endpoint serving the plan's model(s): instance-based or with inference components.
 
-    Children: `Role` (unless `role` is given), `Model` or `Model<Name>` + `Component<Name>` per model,
+    Children: `Role` (unless `role` is given), `Model` or `Model<Name>` + `Component<Name>` (with its rollback
+    alarms `Component<Name>Errors`, `Component<Name>Latency`) per model,
     `Config`, `Endpoint`, `Scaling`/`Scaling<Name>` when the plan scales. No physical names except the
     inference components' (see `component_name`). A given `role` is used as is: it must be able to pull
     the images and, with `kms_key`, use the key. Several models share one endpoint when the plan is of
