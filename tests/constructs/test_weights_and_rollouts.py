@@ -146,3 +146,17 @@ def test_rejects_weights_that_are_not_an_s3_prefix() -> None:
     assert caught.value.messages == [
         ("Stack/Llm: plan.models[0].model_data_s3_uri: 's3://team-models/llama.tar.gz' is not an S3 prefix; give "
         "s3://<bucket>/<prefix>/ (ending in '/')")]
+
+
+def test_weights_from_s3_in_a_vpc_warn_that_the_subnets_must_reach_s3() -> None:
+    from aws_cdk import aws_ec2 as ec2
+
+    plan = instance_plan(models=(from_s3(instance_plan().primary),), hf_token_secret=None)
+    stack = Stack(cdk_app(), "Stack", stack_name="sagellm-test")
+    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["us-east-1a"],
+                                      private_subnet_ids=["subnet-0123456789abcdef0"])
+    LlmEndpoint(stack, "Llm", plan=plan, vpc=vpc)
+    annotations = Annotations.from_stack(stack)
+    annotations.has_warning("/Stack/Llm", Match.string_like_regexp("S3 gateway endpoint"))
+    # No Hub to reach: no warning about a route to it.
+    assert annotations.find_warning("/Stack/Llm", Match.string_like_regexp("Hugging Face Hub")) == []

@@ -361,6 +361,12 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 "the Hugging Face Hub, so give the subnets a route out (a NAT gateway), or serve the model data "
                 "from S3 through an S3 gateway endpoint",
             )
+        if vpc is not None and any(m.model_data_s3_uri is not None for m in self.plan.models):
+            warn(
+                "VpcS3Weights",
+                "vpc: SageMaker copies the weights from S3 through these subnets (host-vpc.html): give the VPC an S3 "
+                "gateway endpoint (or a route out) that reaches the weights' bucket",
+            )
         if network_isolation and from_hub:
             warn(
                 "NetworkIsolation",
