@@ -90,3 +90,11 @@ def test_a_plan_is_given_alone_and_must_be_a_readable_plan(tmp_path: Path) -> No
     handed.write_text('{"profile": "max-throughput"}')
     [first, *_] = problems(plan=str(handed))
     assert first == f"plan: {handed}: region: Field required"
+
+
+def test_model_s3_uri_is_read_as_an_s3_prefix_and_refused_otherwise() -> None:
+    assert read(profile="replicas", model="m").model_s3_uri is None
+    assert read(profile="replicas", model="m", model_s3_uri="s3://team-models/llama/").model_s3_uri == \
+        "s3://team-models/llama/"
+    assert problems(profile="replicas", model="m", model_s3_uri="s3://team-models/llama.tar.gz") == [
+        "model_s3_uri: 's3://team-models/llama.tar.gz' is not an S3 prefix; give s3://<bucket>/<prefix>/ (ending in '/')"]

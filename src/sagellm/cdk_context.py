@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sagellm.catalog.s3_weights import S3_PREFIX, S3_PREFIX_FORM
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.plan import DeploymentPlan
@@ -18,10 +19,10 @@ from sagellm.profiles.schema import U32_MAX
 from sagellm.profiles.tokens import STORE_IT, token_errors
 
 KEYS = ("plan", "profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
-        "stack_name", "bootstrapless", "hf_token_secret", "bench_run", "bench_process")
+        "stack_name", "bootstrapless", "hf_token_secret", "model_s3_uri", "bench_run", "bench_process")
 # What a plan already decides: these keys resolve one, so they are not given beside it.
 RESOLVING = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
-             "hf_token_secret")
+             "hf_token_secret", "model_s3_uri")
 # CloudFormation CreateStack StackName: ASCII letters, digits and hyphens, starting with a letter, ≤ 128.
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 STACK_NAME_MAX = 128
@@ -41,6 +42,7 @@ class AppContext:
     bootstrapless: bool
     hf_token_secret: str | None = None  # Secrets Manager name or ARN of the Hugging Face token
     plan: DeploymentPlan | None = None  # `-c plan=<plan.json>`: deployed as it is (the bench hands over its own)
+    model_s3_uri: str | None = None  # the main model's weights staged in S3: no token, no Hub
 
 
 def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppContext:
@@ -86,6 +88,9 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
                for key in ("hf_token", "HF_TOKEN") if get(key) is not None]
     secret = text("hf_token_secret")
     errors += token_errors({"hf_token_secret": secret}, lambda loc: loc[-1]) if secret is not None else []
+    model_s3_uri = text("model_s3_uri")
+    if model_s3_uri is not None and not S3_PREFIX.match(model_s3_uri):
+        errors.append(f"model_s3_uri: {model_s3_uri!r} is not an S3 prefix; give {S3_PREFIX_FORM}")
     if errors:
         raise InputError(errors)
     assert profile is not None and model is not None
@@ -96,6 +101,7 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
         profiles_dir=Path(folder) if folder else None, payload=payload,
         stack_name=stack_name or f"sagellm-{profile}-{slug}"[:STACK_NAME_MAX].rstrip("-"),
         bootstrapless=str(bootstrapless).lower() == "true", hf_token_secret=secret, plan=plan,
+        model_s3_uri=model_s3_uri,
     )
 
 

@@ -506,7 +506,8 @@ def test_children_have_short_fixed_ids_and_resources_have_no_physical_names(prof
     endpoint = f"Endpoint{pascal(plans[profile].instance_type)}" if profile == "autoscale" else "Endpoint"
     expected = (
         {"Role", "Config", endpoint}
-        | ({"ModelLlama213b", "ComponentLlama213b"} if profile == "replicas" else {"Model"})
+        | ({"ModelLlama213b", "ComponentLlama213b", "ComponentLlama213bErrors", "ComponentLlama213bLatency"}
+           if profile == "replicas" else {"Model"})
         | ({"Scaling"} if profile == "autoscale" else set())
     )
     assert ids == expected
@@ -515,6 +516,7 @@ def test_children_have_short_fixed_ids_and_resources_have_no_physical_names(prof
         CONFIG: "EndpointConfigName",
         ENDPOINT: "EndpointName",
         "AWS::IAM::Role": "RoleName",
+        "AWS::CloudWatch::Alarm": "AlarmName",
     }
     for resource in templates[profile].to_json()["Resources"].values():
         if resource["Type"] in physical_names:

@@ -27,7 +27,8 @@ def _alarm(stack: Stack, metric: object) -> dict[str, object]:
     """The template properties of an alarm on `metric` (what CloudFormation is given)."""
     metric.create_alarm(stack, "Alarm", threshold=1, evaluation_periods=1)  # type: ignore[attr-defined]
     alarms = Template.from_stack(stack).find_resources(ALARM)
-    (alarm,) = alarms.values()
+    # This one, not the rollback alarms each inference component has of its own.
+    (alarm,) = (a for logical_id, a in alarms.items() if logical_id.startswith("Alarm"))
     return alarm["Properties"]
 
 
@@ -138,3 +139,18 @@ def test_the_example_app_alarms_on_slow_p90_latency_and_5xx_errors() -> None:
         "MetricName": "Invocation5XXErrors", "Statistic": "Sum", "Threshold": 0,
         "ComparisonOperator": "GreaterThanThreshold",
         "Dimensions": Match.array_with([{"Name": "EndpointName", "Value": {"Fn::GetAtt": Match.any_value()}}])})
+
+
+def test_an_endpoint_deployed_here_or_elsewhere_is_an_ILlmEndpoint() -> None:
+    from typing import get_type_hints
+
+    from sagellm.constructs import ILlmEndpoint
+
+    stack = _stack()
+    imported = LlmEndpoint.from_endpoint_name(stack, "Other", "prod-chat")
+    by_arn = LlmEndpoint.from_endpoint_arn(stack, "Shared", "arn:aws:sagemaker:us-east-1:444455556666:endpoint/shared")
+    deployed = LlmEndpoint(stack, "Llm", plan=instance_plan())
+    assert all(isinstance(e, ILlmEndpoint) for e in (imported, by_arn, deployed))
+    assert get_type_hints(LlmEndpoint.from_endpoint_name)["return"] is ILlmEndpoint
+    assert get_type_hints(LlmEndpoint.from_endpoint_arn)["return"] is ILlmEndpoint
+    assert not isinstance(stack, ILlmEndpoint)

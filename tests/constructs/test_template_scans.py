@@ -77,6 +77,10 @@ def test_aws_solutions_pack_passes_on_every_profile_and_option(plans: dict[str, 
     # The one warning a VPC brings (the container needs a route out), acknowledged as a user would.
     Annotations.of(in_vpc).acknowledge_warning("sagellm:VpcEgress", "this test's VPC is imported, not deployed")
     LlmEndpoint(stack, "Instance", plan=scaled(instance_plan(instance_type="ml.inf2.8xlarge")), kms_key=key)
+    # Weights from S3: the role's read of one prefix (its object wildcard acknowledged).
+    primary = instance_plan().primary
+    from_s3 = primary.model_copy(update={"model_data_s3_uri": "s3://team-models/llama-2-7b/"})
+    LlmEndpoint(stack, "FromS3", plan=instance_plan(models=(from_s3,), hf_token_secret=None))
     app.synth()  # raises on any unacknowledged AwsSolutions finding
     report = json.loads((tmp_path / "validation-report.json").read_text())
     # Not even a warning, from cdk-nag or CDK's built-in CloudFormation schema check (plugins with

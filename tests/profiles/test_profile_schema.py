@@ -61,6 +61,13 @@ def test_profile_rejects_unknown_keys() -> None:
         Profile.model_validate({"name": "x", "instance": "ml.g5.2xlarge"})
 
 
+def test_model_source_takes_an_s3_prefix_only() -> None:
+    profile = Profile.model_validate({"name": "x", "model_source": {"s3_uri": "s3://team-models/llama/"}})
+    assert profile.model_source is not None and profile.model_source.s3_uri == "s3://team-models/llama/"
+    with pytest.raises(ValidationError, match="model_source.s3_uri"):
+        Profile.model_validate({"name": "x", "model_source": {"s3_uri": "s3://team-models/llama.tar.gz"}})
+
+
 @pytest.mark.parametrize("name", STANDARD)
 def test_each_standard_profile_ships_and_validates(name: str) -> None:
     text = resources.files("sagellm.profiles").joinpath("standard", f"{name}.yaml").read_text()

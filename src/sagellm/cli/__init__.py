@@ -30,6 +30,7 @@ from sagellm.cli.commands import (  # noqa: F401 (registers)
     local_aws,
     profiles,
     results,
+    weights,
 )
 # isort: on
 

@@ -3,5 +3,6 @@ and BenchStep, the CDK Pipelines step that benches a stage's endpoint."""
 
 from sagellm.constructs.bench_step import BenchStep
 from sagellm.constructs.llm_endpoint import LlmEndpoint
+from sagellm.constructs.metrics import ILlmEndpoint
 
-__all__ = ["BenchStep", "LlmEndpoint"]
+__all__ = ["BenchStep", "ILlmEndpoint", "LlmEndpoint"]

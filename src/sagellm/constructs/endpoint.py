@@ -58,6 +58,10 @@ def endpoint_config(
             status="ENABLED",
             min_instance_count=plan.instance_scaling.min_instance_count,
             max_instance_count=plan.instance_scaling.max_instance_count,
+            # Copies scale in on whichever instances they ran: releasing only empty instances (IDLE_RELEASE) can
+            # leave several half-used ones paid for. Consolidation moves the remaining copies together (at most
+            # one instance released at a time, 20 min after the last endpoint operation: SageMaker's defaults).
+            scale_in_policy=sagemaker.CfnEndpointConfig.ScaleInPolicyProperty(strategy="CONSOLIDATION"),
         ) if plan.instance_scaling is not None else None,
     )
     config_vpc = None

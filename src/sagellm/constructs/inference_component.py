@@ -5,11 +5,26 @@ from __future__ import annotations
 import hashlib
 import re
 
-from aws_cdk import Stack, Token
+from aws_cdk import Duration, Stack, Token
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+
+# A rolling update (InferenceComponentRollingUpdatePolicy, botocore sagemaker service-2.json): each batch is a
+# share of the copies, which SageMaker wants within 5–50 %; a quarter moves one copy of four at a time. Each batch
+# bakes for WAIT_INTERVAL_S (0–3600) while the alarms are watched: long enough for the alarms' two one-minute
+# periods to be evaluated twice. A rollback brings all the old copies back at once (SageMaker's default, said).
+ROLLING_BATCH_PERCENT = 25
+ROLLBACK_BATCH_PERCENT = 100
+WAIT_INTERVAL_S = 300
+EXECUTION_TIMEOUT_RANGE_S = (600, 28800)  # MaximumExecutionTimeoutInSeconds
+# The alarms that roll an update back: any 5XX from the new copies in two minutes running, or p90 model latency
+# near the 60 s invocation timeout (ModelLatency is in microseconds) in two minutes running.
+ALARM_PERIODS = 2
+LATENCY_ALARM_US = int(0.9 * INVOCATION_TIMEOUT_S * 1_000_000)
 
 # CreateInferenceComponent's InferenceComponentName (botocore sagemaker service-2.json): at most 63 of
 # [a-zA-Z0-9]([\-a-zA-Z0-9]*[a-zA-Z0-9])?
@@ -62,8 +77,11 @@ def inference_component(
     endpoint_name: str,
     variant_name: str,
 ) -> sagemaker.CfnInferenceComponent:
-    """`model.copy_count` copies of `model`, each reserving `model.compute` on the endpoint's instances."""
+    """`model.copy_count` copies of `model`, each reserving `model.compute` on the endpoint's instances, with its
+    weights cached on the instances and updates rolled out copy by copy behind its error and latency alarms
+    (children `<id>Errors`, `<id>Latency`)."""
     assert model.compute is not None  # checked by LlmEndpoint's validation
+    alarms = rollback_alarms(scope, id, name)
     return sagemaker.CfnInferenceComponent(
         scope,
         id,
@@ -81,7 +99,13 @@ def inference_component(
                 container_startup_health_check_timeout_in_seconds=plan.startup_health_check_timeout_s,
                 model_data_download_timeout_in_seconds=plan.model_data_download_timeout_s,
             ),
+            # Each instance keeps the model data and image once a copy has started there, so the next copy on it
+            # (scale-out, scale from zero, an update's new copies) starts without downloading them again.
+            data_cache_config=sagemaker.CfnInferenceComponent.InferenceComponentDataCacheConfigProperty(
+                enable_caching=True
+            ),
         ),
+        deployment_config=deployment_config(plan, alarms),
         # The plan's starting copies: with a scaler, Application Auto Scaling owns the copies afterwards
         # (UpdateInferenceComponentRuntimeConfig). CloudFormation updates a component only when its properties
         # change, and this count changes only with the plan's copies, so other updates (scaling, alarms) leave
@@ -89,5 +113,49 @@ def inference_component(
         # again: CopyCount is write-only in the resource schema and the handler is not public (docs/deploy.md).
         runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(
             copy_count=model.copy_count
+        ),
+    )
+
+
+def rollback_alarms(scope: Construct, id: str, name: str) -> list[cloudwatch.Alarm]:
+    """The component's 5XX-error and latency alarms (by InferenceComponentName), which roll an update back."""
+    def alarm(suffix: str, metric_name: str, statistic: str, threshold: float, what: str) -> cloudwatch.Alarm:
+        return cloudwatch.Alarm(
+            scope, f"{id}{suffix}", threshold=threshold, alarm_description=f"{name}: {what} (rolls an update of "
+            "the component back)",
+            metric=cloudwatch.Metric(namespace="AWS/SageMaker", metric_name=metric_name, statistic=statistic,
+                                     dimensions_map={"InferenceComponentName": name}, period=Duration.minutes(1)),
+            evaluation_periods=ALARM_PERIODS, datapoints_to_alarm=ALARM_PERIODS,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            # No requests, no datapoints: an idle component is healthy.
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
+    return [
+        alarm("Errors", "Invocation5XXErrors", "Sum", 1, "5XX errors"),
+        alarm("Latency", "ModelLatency", "p90", LATENCY_ALARM_US, "p90 model latency near the 60 s invocation timeout"),
+    ]
+
+
+def deployment_config(plan: DeploymentPlan, alarms: list[cloudwatch.Alarm]
+                      ) -> sagemaker.CfnInferenceComponent.InferenceComponentDeploymentConfigProperty:
+    """A rolling update behind `alarms`, with time for every batch to download, start and bake."""
+    def share(percent: int) -> sagemaker.CfnInferenceComponent.InferenceComponentCapacitySizeProperty:
+        return sagemaker.CfnInferenceComponent.InferenceComponentCapacitySizeProperty(
+            type="CAPACITY_PERCENT", value=percent
+        )
+
+    batches = 100 // ROLLING_BATCH_PERCENT
+    per_batch = plan.model_data_download_timeout_s + plan.startup_health_check_timeout_s + WAIT_INTERVAL_S
+    low, high = EXECUTION_TIMEOUT_RANGE_S
+    return sagemaker.CfnInferenceComponent.InferenceComponentDeploymentConfigProperty(
+        rolling_update_policy=sagemaker.CfnInferenceComponent.InferenceComponentRollingUpdatePolicyProperty(
+            maximum_batch_size=share(ROLLING_BATCH_PERCENT),
+            rollback_maximum_batch_size=share(ROLLBACK_BATCH_PERCENT),
+            wait_interval_in_seconds=WAIT_INTERVAL_S,
+            maximum_execution_timeout_in_seconds=min(high, max(low, batches * per_batch)),
+        ),
+        auto_rollback_configuration=sagemaker.CfnInferenceComponent.AutoRollbackConfigurationProperty(
+            alarms=[sagemaker.CfnInferenceComponent.AlarmProperty(alarm_name=a.alarm_name) for a in alarms]
         ),
     )

@@ -14,6 +14,7 @@ from constructs import Construct
 
 from sagellm.catalog import has_local_nvme, instances
 from sagellm.catalog.regions import endpoint_types, missing_types_errors, partition
+from sagellm.catalog.s3_weights import S3_PREFIX, S3_PREFIX_FORM
 from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
 from sagellm.constructs.inference_component import component_name, inference_component
 from sagellm.constructs.metrics import EndpointMetrics
@@ -33,7 +34,8 @@ from sagellm.profiles.tokens import gated_without_secret, token_errors
 class LlmEndpoint(Construct, EndpointMetrics):
     """A SageMaker endpoint serving the plan's model(s): instance-based or with inference components.
 
-    Children: `Role` (unless `role` is given), `Model` or `Model<Name>` + `Component<Name>` per model,
+    Children: `Role` (unless `role` is given), `Model` or `Model<Name>` + `Component<Name>` (with its rollback
+    alarms `Component<Name>Errors`, `Component<Name>Latency`) per model,
     `Config`, `Endpoint`, `Scaling`/`Scaling<Name>` when the plan scales. No physical names except the
     inference components' (see `component_name`). A given `role` is used as is: it must be able to pull
     the images and, with `kms_key`, use the key. Several models share one endpoint when the plan is of
@@ -43,7 +45,9 @@ class LlmEndpoint(Construct, EndpointMetrics):
     The Hugging Face token comes from `hf_token_secret` (or the plan's `hf_token_secret` name/ARN) as a
     CloudFormation dynamic reference; CloudFormation resolves it at deploy time into the container's
     `HF_TOKEN`, so the execution role needs no Secrets Manager access. `network_isolation` blocks the
-    container's network: TGI then cannot download weights from the Hub.
+    container's network: TGI then cannot download weights from the Hub. A model whose plan stages its weights in
+    S3 (`model_data_s3_uri`) needs neither token nor Hub: the role reads that prefix only, and `network_isolation`
+    defaults to on when every model's weights come from S3 (nothing in the container needs the network then).
     """
 
     def __init__(
@@ -59,12 +63,15 @@ class LlmEndpoint(Construct, EndpointMetrics):
         security_groups: Sequence[ec2.ISecurityGroup] | None = None,
         kms_key: kms.IKey | None = None,
         hf_token_secret: secretsmanager.ISecret | None = None,
-        network_isolation: bool = False,
+        network_isolation: bool | None = None,
     ) -> None:
         super().__init__(scope, id)
         if min_copies is not None:
             plan = with_min_copies(plan, min_copies, self.node.path)
         self.plan = plan
+        weights = [m.model_data_s3_uri for m in plan.models if m.model_data_s3_uri is not None]
+        if network_isolation is None:
+            network_isolation = len(weights) == len(plan.models)
         self._validate(
             vpc=vpc,
             subnets=subnets,
@@ -90,6 +97,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
             inference_components=plan.endpoint_kind == "inference-component",
             network=VpcNetwork(list(vpc_config.subnets), list(vpc_config.security_group_ids))
             if vpc_config is not None else None,
+            weights_s3_uris=weights,
         )
         hf_token = _hf_token(hf_token_secret, plan.hf_token_secret)
 
@@ -237,6 +245,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
             *self._scaling_errors(warn),
             *_placement_errors(plan),
             *self._network_errors(vpc, subnets, security_groups, network_isolation, warn),
+            *_weights_source_errors(plan),
         ]
         if errors:
             raise InputError([f"{self.node.path}: {message}" for message in errors])
@@ -344,22 +353,28 @@ class LlmEndpoint(Construct, EndpointMetrics):
             )
         return errors
 
-    @staticmethod
-    def _network_errors(vpc: ec2.IVpc | None, subnets: ec2.SubnetSelection | None,
+    def _network_errors(self, vpc: ec2.IVpc | None, subnets: ec2.SubnetSelection | None,
                         security_groups: Sequence[ec2.ISecurityGroup] | None, network_isolation: bool,
                         warn: Callable[[str, str], None]) -> list[str]:
         """Subnets only with a VPC; say what a VPC or network isolation asks of the container's way out."""
         errors: list[str] = []
         if vpc is None and (subnets is not None or security_groups):
             errors.append("subnets/security_groups: given without a vpc")
-        if vpc is not None and not network_isolation:
+        from_hub = any(m.model_data_s3_uri is None for m in self.plan.models)
+        if vpc is not None and not network_isolation and from_hub:
             warn(
                 "VpcEgress",
                 "vpc: the container's traffic leaves through these subnets: TGI and LMI download the weights from "
                 "the Hugging Face Hub, so give the subnets a route out (a NAT gateway), or serve the model data "
                 "from S3 through an S3 gateway endpoint",
             )
-        if network_isolation:
+        if vpc is not None and any(m.model_data_s3_uri is not None for m in self.plan.models):
+            warn(
+                "VpcS3Weights",
+                "vpc: SageMaker copies the weights from S3 through these subnets (host-vpc.html): give the VPC an S3 "
+                "gateway endpoint (or a route out) that reaches the weights' bucket",
+            )
+        if network_isolation and from_hub:
             warn(
                 "NetworkIsolation",
                 "network_isolation: the container cannot reach the Hugging Face Hub; "
@@ -394,6 +409,14 @@ class LlmEndpoint(Construct, EndpointMetrics):
             return exc.messages
         types = endpoint_types(plan.endpoint_kind == "inference-component")
         return missing_types_errors(region, types, "plan.region")
+
+
+def _weights_source_errors(plan: DeploymentPlan) -> list[str]:
+    """Weights from S3 are an uncompressed prefix (`s3://bucket/prefix/`)."""
+    return [f"plan.models[{i}].model_data_s3_uri: {m.model_data_s3_uri!r} is not an S3 prefix; give {S3_PREFIX_FORM}"
+            for i, m in enumerate(plan.models)
+            if m.model_data_s3_uri is not None and not Token.is_unresolved(m.model_data_s3_uri)
+            and not S3_PREFIX.match(m.model_data_s3_uri)]
 
 
 def _plan_path(loc: tuple[str, ...]) -> str:

@@ -9,7 +9,7 @@ inference components; instance utilisation in `/aws/sagemaker/Endpoints` by `End
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 from aws_cdk import Arn, ArnFormat, Duration, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -24,6 +24,45 @@ ENDPOINTS = "/aws/sagemaker/Endpoints"
 COMPONENTS = "/aws/sagemaker/InferenceComponents"
 # SageMaker publishes once a minute: a shorter period would show gaps.
 PERIOD = Duration.minutes(1)
+
+
+@runtime_checkable
+class ILlmEndpoint(Protocol):
+    """An LLM endpoint as other constructs use it, deployed by this app (LlmEndpoint) or elsewhere
+    (`LlmEndpoint.from_endpoint_name`/`from_endpoint_arn`): its name and ARN, its components, invoke, metrics."""
+
+    endpoint_name: str
+    endpoint_arn: str
+    inference_component_names: dict[str, str]  # model name in the plan → inference component name
+
+    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Allow `grantee` to invoke the endpoint (plain and streaming), and nothing else."""
+        ...
+
+    def metric(self, namespace: str, metric_name: str, *, statistic: str, model: str | None = None,
+               by_component: bool = True, period: Duration = PERIOD,
+               unit: cloudwatch.Unit | None = None) -> cloudwatch.Metric:
+        """Any SageMaker metric of the endpoint, with the dimensions SageMaker publishes it under."""
+        ...
+
+    def metric_model_latency(self, *, statistic: str = "p90", model: str | None = None,
+                             period: Duration = PERIOD) -> cloudwatch.Metric:
+        """ModelLatency (microseconds)."""
+        ...
+
+    def metric_invocations(self, *, model: str | None = None, period: Duration = PERIOD) -> cloudwatch.Metric:
+        """Invocations (Sum)."""
+        ...
+
+    def metric_errors(self, kind: Literal["4XX", "5XX"] = "5XX", *, statistic: str = "Sum",
+                      model: str | None = None, period: Duration = PERIOD) -> cloudwatch.Metric:
+        """Invocation4XXErrors / Invocation5XXErrors."""
+        ...
+
+    def metric_gpu_utilization(self, *, statistic: str = "Average", model: str | None = None,
+                               period: Duration = PERIOD) -> cloudwatch.Metric:
+        """GPUUtilization of the instances, or a component's GPUUtilizationNormalized."""
+        ...
 
 
 class EndpointMetrics:
@@ -82,14 +121,14 @@ class EndpointMetrics:
 
     @staticmethod
     def from_endpoint_name(scope: Construct, id: str, endpoint_name: str, *,
-                           inference_components: dict[str, str] | None = None) -> ImportedLlmEndpoint:
+                           inference_components: dict[str, str] | None = None) -> ILlmEndpoint:
         """An endpoint deployed elsewhere, by name (its ARN in this stack's account and region)."""
         arn = Stack.of(scope).format_arn(service="sagemaker", resource="endpoint", resource_name=endpoint_name)
         return ImportedLlmEndpoint(scope, id, endpoint_name, arn, inference_components or {})
 
     @staticmethod
     def from_endpoint_arn(scope: Construct, id: str, endpoint_arn: str, *,
-                          inference_components: dict[str, str] | None = None) -> ImportedLlmEndpoint:
+                          inference_components: dict[str, str] | None = None) -> ILlmEndpoint:
         """An endpoint deployed elsewhere, by ARN (`arn:aws:sagemaker:REGION:ACCOUNT:endpoint/NAME`)."""
         name = Arn.split(endpoint_arn, ArnFormat.SLASH_RESOURCE_NAME).resource_name
         if name is None:

@@ -20,9 +20,10 @@ def container_model(
     vpc_config: sagemaker.CfnModel.VpcConfigProperty | None,
     network_isolation: bool,
 ) -> sagemaker.CfnModel:
-    """A model whose container runs `model.image_uri` with `model.environment` (plus HF_TOKEN by reference)."""
+    """A model whose container runs `model.image_uri` with `model.environment` (plus HF_TOKEN by reference), its
+    weights from the Hub or, with `model.model_data_s3_uri`, from that S3 prefix (no token then)."""
     environment = dict(model.environment)
-    if hf_token is not None:
+    if hf_token is not None and model.model_data_s3_uri is None:
         # TGI reads the token only from its environment: the template carries a CloudFormation dynamic
         # reference ({{resolve:secretsmanager:...}}), resolved at deploy time, never the token itself.
         environment["HF_TOKEN"] = hf_token.unsafe_unwrap()
@@ -31,8 +32,19 @@ def container_model(
         id,
         execution_role_arn=role.role_arn,
         primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-            image=model.image_uri, environment=environment
+            image=model.image_uri, environment=environment, model_data_source=_s3_weights(model.model_data_s3_uri)
         ),
         vpc_config=vpc_config,
         enable_network_isolation=network_isolation or None,
+    )
+
+
+def _s3_weights(uri: str | None) -> sagemaker.CfnModel.ModelDataSourceProperty | None:
+    """The uncompressed S3 prefix SageMaker copies to /opt/ml/model before the container starts."""
+    if uri is None:
+        return None
+    return sagemaker.CfnModel.ModelDataSourceProperty(
+        s3_data_source=sagemaker.CfnModel.S3DataSourceProperty(
+            s3_uri=uri, s3_data_type="S3Prefix", compression_type="None"
+        )
     )

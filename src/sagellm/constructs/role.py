@@ -11,6 +11,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from sagellm.catalog.regions import find_partition
+from sagellm.catalog.s3_weights import split_s3_prefix
 
 # <account>.dkr.ecr.<region>.<the partition's DNS suffix>/<repository>[:tag|@digest]
 _ECR_URI = re.compile(
@@ -38,8 +39,10 @@ def ecr_repository_arn(image_uri: str) -> str | None:
 
 
 def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key: kms.IKey | None,
-                   inference_components: bool = False, network: VpcNetwork | None = None) -> iam.Role:
-    """A least-privilege SageMaker execution role for the given images (and key, and VPC, when given).
+                   inference_components: bool = False, network: VpcNetwork | None = None,
+                   weights_s3_uris: list[str] | None = None) -> iam.Role:
+    """A least-privilege SageMaker execution role for the given images (and key, VPC and weights' S3 prefixes,
+    when given).
 
     An inference component's container logs to `/aws/sagemaker/InferenceComponents/<component name>`, not
     to the endpoint's log group: those endpoints get that prefix too.
@@ -89,6 +92,7 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
         )
     )
     vpc_findings = _allow_network_interfaces(role, stack, network) if network is not None else []
+    weight_findings = _allow_weights(role, stack, weights_s3_uris) if weights_s3_uris else []
     if kms_key is not None:
         # The endpoint's storage volume is encrypted with the key under the role's identity.
         kms_key.grant(
@@ -115,8 +119,29 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
             for prefix in prefixes
         ),
         *vpc_findings,
+        *weight_findings,
     )
     return role
+
+
+def _allow_weights(role: iam.Role, stack: Stack, uris: list[str]) -> list[Acknowledgment]:
+    """Read the weights under each S3 prefix and nothing else of the bucket: GetObject on `prefix*`, ListBucket
+    only with an `s3:prefix` condition (SageMaker lists the prefix, then copies each object). Returns the cdk-nag
+    acknowledgments of the object wildcards."""
+    findings = []
+    for bucket, prefix in sorted({split_s3_prefix(uri, "model_data_s3_uri") for uri in uris}):
+        objects = f"arn:{stack.partition}:s3:::{bucket}/{prefix}*"
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects]))
+        role.add_to_principal_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[f"arn:{stack.partition}:s3:::{bucket}"],
+            conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+        ))
+        findings.append(iam_acknowledgment(
+            f"Resource::arn:{_nag_label(stack.partition, 'AWS::Partition')}:s3:::{bucket}/{prefix}*",
+            "The model's weights are every object under its S3 prefix (a snapshot of several files, named by "
+            "the model's authors); the role reads only that prefix.",
+        ))
+    return findings
 
 
 @dataclass(frozen=True)

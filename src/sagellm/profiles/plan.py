@@ -37,6 +37,8 @@ class ModelDeployment(_Frozen):
     compute: ComputeRequirements | None = None  # inference components only
     copy_count: int = 1  # inference components only
     architecture: Architecture | None = None  # only for models the catalog does not know
+    # An S3 prefix SageMaker copies to /opt/ml/model (the environment's model id names that folder); None: the Hub.
+    model_data_s3_uri: str | None = None
 
     def model(self) -> Model:
         """The model's architecture facts: the catalog's, or the ones the profile supplied."""
@@ -176,6 +178,8 @@ class DeploymentPlan(_Frozen):
     def gated_models(self) -> list[str]:
         """Models whose weights the Hub serves only with a token (catalog flag, or the plan's own facts)."""
         def gated(m: ModelDeployment) -> bool:
+            if m.model_data_s3_uri is not None:
+                return False  # read from S3: no token
             known = models().get(m.model_id)
             return m.architecture.gated if m.architecture is not None else bool(known and known.gated)
 

@@ -11,6 +11,7 @@ from typing import Any
 from sagellm import __version__
 from sagellm.catalog import Instance, Model, check_offered, find_instance, find_model, instances
 from sagellm.catalog import models as catalog_models
+from sagellm.catalog.s3_weights import CONTAINER_MODEL_DIR, s3_model
 from sagellm.engines import ENGINES, NEURON_ENGINES, CompiledShape, Engine, Settings, engine_for
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
 from sagellm.engines.tgi_neuron import CORES_PER_CHIP, core_use
@@ -82,6 +83,7 @@ class Design:
     notes: tuple[str, ...] = field(default=())
     generation: str = "tgi-3"  # the engine's generation at the pinned version (sagellm.engines)
     calibration: Calibration | None = None  # the main model's measured correction, if one is stored
+    model_s3_uri: str | None = None  # the main model's weights staged in S3 (else the Hub)
 
     @property
     def engine(self) -> Engine:
@@ -128,8 +130,11 @@ def _slug(model: Model) -> str:
     return model.alias or model.hf_id.split("/")[-1].lower()
 
 
-def _model(model_id: str, arch: Architecture | None, local: dict[str, Architecture], where: str) -> Model:
+def _model(model_id: str, arch: Architecture | None, local: dict[str, Architecture], where: str,
+           s3_uri: str | None = None) -> Model:
     arch = arch or local.get(model_id)
+    if arch is None and s3_uri is not None and model_id not in catalog_models():
+        return s3_model(model_id, s3_uri)  # its facts from the config.json staged beside the weights
     if arch is None:
         return find_model(model_id, where)
     return Model(hf_id=model_id, **arch.model_dump())
@@ -183,8 +188,11 @@ def design(
     copies: int | None = None,
     instance_count: int | None = None,
     profiles_dir: Path | None = None,
+    model_s3_uri: str | None = None,
 ) -> Design:
-    """Fill every `auto` value and validate; all errors of the profile are raised together."""
+    """Fill every `auto` value and validate; all errors of the profile are raised together.
+
+    `model_s3_uri` (else the profile's `model_source`) stages the main model's weights in S3."""
     # Values given on the command line (or as CDK context) are named by their option, not a profile line.
     given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
              "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count),
@@ -193,7 +201,8 @@ def design(
     errors: list[str] = []
     payload = payload or Payload(profile.payload.input_tokens, profile.payload.output_tokens)
     local = local_models(profiles_dir)
-    model = _model(model_id, profile.architecture, local, "model")
+    source = model_s3_uri or (profile.model_source.s3_uri if profile.model_source is not None else None)
+    model = _model(model_id, profile.architecture, local, "model", source)
     s = profile.serving
     quant = s.quantization
     kind = profile.container.kind
@@ -246,7 +255,8 @@ def design(
     if errors:
         raise InputError(errors)
     return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version,
-                  notes=_core_notes(neuron, inst, copies_all), generation=gen, calibration=calibration)
+                  notes=_core_notes(neuron, inst, copies_all), generation=gen, calibration=calibration,
+                  model_s3_uri=source)
 
 
 def _core_notes(neuron: Engine | None, inst: Instance, copies: tuple[Copy, ...]) -> tuple[str, ...]:
@@ -565,7 +575,7 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
     image = d.engine.image_uri(d.container_version, d.region, p.container.image_pin)
     ic = p.endpoint_kind == "inference-component"
     names: list[str] = []
-    models = []
+    models: list[ModelDeployment] = []
     for c in d.copies:
         name = _slug(c.model)
         name = name if name not in names else f"{name}-{len(names)}"
@@ -585,10 +595,17 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
             )
         custom = c.model.hf_id not in catalog_models()
         arch = Architecture(**{f: getattr(c.model, f) for f in Architecture.model_fields}) if custom else None
+        env = environment(c, d)
+        s3_uri = d.model_s3_uri if not models else None  # the main model's source; extra models: the Hub
+        if s3_uri is not None:
+            # SageMaker copies the prefix to /opt/ml/model; TGI and LMI load a local folder named by their model
+            # id (TGI's sagemaker-entrypoint.sh passes HF_MODEL_ID to the launcher; djl-serving
+            # docs/lmi/deployment_guide/model-artifacts.md: HF_MODEL_ID/option.model_id may be a local path).
+            env |= {v: CONTAINER_MODEL_DIR for v in d.engine.model_id_variables if v in env}
         models.append(ModelDeployment(name=name, model_id=c.model.hf_id, image_uri=image,
-                                      environment=environment(c, d), tp_degree=c.tp,
+                                      environment=env, tp_degree=c.tp,
                                       quantization=c.quantization, compute=compute, copy_count=c.copies,
-                                      architecture=arch))
+                                      architecture=arch, model_data_s3_uri=s3_uri))
     weights = max(_weights_gb(c) for c in d.copies)
     # Start-up: download + load + warm-up grow with the weights; large models need 10+ minutes.
     startup = p.startup_health_check_timeout_s
@@ -634,22 +651,24 @@ def _instance_scaling(models: list[ModelDeployment], d: Design) -> InstanceScali
 
 def design_for(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
                region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
-               copies: int | None = None, instance_count: int | None = None) -> Design:
+               copies: int | None = None, instance_count: int | None = None,
+               model_s3_uri: str | None = None) -> Design:
     """Load a profile by name and design it (no container images: fast, for the planner CLI)."""
     sources = all_sources(profiles_dir)
     prof = load_profile(profile, sources)
     return design(prof, model, sources, instance=instance, payload=payload, region=region,
                   tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
-                  profiles_dir=profiles_dir)
+                  profiles_dir=profiles_dir, model_s3_uri=model_s3_uri)
 
 
 def resolve(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
             region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
             copies: int | None = None, instance_count: int | None = None,
-            hf_token_secret: str | None = None) -> DeploymentPlan:
+            hf_token_secret: str | None = None, model_s3_uri: str | None = None) -> DeploymentPlan:
     """Profile name + model (+ instance, payload, region, a token secret overriding the profile's) → a plan."""
     design = design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
-                        tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count)
+                        tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
+                        model_s3_uri=model_s3_uri)
     return to_plan(design, hf_token_secret)
 
 

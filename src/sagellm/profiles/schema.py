@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sagellm.catalog.s3_weights import S3_PREFIX
 from sagellm.engines import tgi
 
 # Bounds the services accept: a value outside them would fail only after a paid deploy (or at the
@@ -125,6 +126,14 @@ class Architecture(_Strict):
     gated: bool = Field(False, description="the Hub serves the weights only with a token (needs hf_token_secret)")
 
 
+class ModelSource(_Strict):
+    """Where the container reads the main model's weights: an S3 prefix instead of the Hugging Face Hub."""
+
+    s3_uri: str = Field(pattern=S3_PREFIX.pattern, description="an S3 prefix holding the uncompressed snapshot "
+                        "(config.json and weights; `sagellm weights upload`), copied to /opt/ml/model: no "
+                        "Hugging Face token, no Hub egress")
+
+
 class Profile(_Strict):
     """A named deployment profile."""
 
@@ -148,4 +157,5 @@ class Profile(_Strict):
     hf_token_secret: str | None = Field(None, description="Secrets Manager name or ARN holding the Hugging Face "
                                         "token (the token itself never goes in a profile)")
     architecture: Architecture | None = None
+    model_source: ModelSource | None = Field(None, description="weights from S3 (default: the Hugging Face Hub)")
     tags: dict[str, str] = Field(default_factory=dict)
