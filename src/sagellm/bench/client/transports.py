@@ -247,7 +247,8 @@ class SageMakerTransport(_StreamingTransport):
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        # TGI's /invocations streams when the body says so (generate), or takes a Messages API body (chat).
+        # /invocations streams when the body says so: TGI's generate or Messages API (chat) body, vLLM's completions
+        # or chat, SGLang's chat; each server streams its own SSE lines inside SageMaker's PayloadParts.
         body = json.dumps({**self.api.body(prompt, max_new_tokens, ""), "stream": True}).encode()
         headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Accept": "application/json"}
         if self.inference_component:
