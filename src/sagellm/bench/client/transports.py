@@ -108,9 +108,13 @@ def invocation_body(api: Api, prompt: str, max_new_tokens: int) -> dict[str, Any
     """What the sagemaker target sends to a container's `/invocations`: the API's body, streamed, naming no model.
 
     /invocations streams when the body says so: TGI's generate or Messages API (chat) body, vLLM's completions or
-    chat, SGLang's chat; each server streams its own SSE lines, which SageMaker wraps in PayloadParts.
+    chat, SGLang's chat; each server streams its own SSE lines, which SageMaker wraps in PayloadParts. A container
+    serves one model, and `model` is optional in each of those bodies (vLLM answers 404 to a name it does not
+    serve), so none is named.
     """
-    return {**api.body(prompt, max_new_tokens, ""), "stream": True}
+    body = {**api.body(prompt, max_new_tokens, ""), "stream": True}
+    body.pop("model", None)
+    return body
 
 
 # ---------------------------------------------------------------------------------------------------
