@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from entrypoints import STANDARD, sglang_argv, standard_plans, vllm_argv
 
+from sagellm.cdk_context import read_context
 from sagellm.engines import ENGINES, GENERATIONS, Settings
 from sagellm.engines.openai_server import OpenAiServer
 from sagellm.engines.sglang import SGLANG
@@ -160,3 +161,14 @@ def test_every_standard_vllm_plan_becomes_flags_vllms_own_parser_takes(tmp_path:
                       "max_num_batched_tokens": int(env["SM_VLLM_MAX_NUM_BATCHED_TOKENS"]),
                       "quantization": "awq", "enable_prefix_caching": True,
                       "middleware": ["sagemaker_serve.SageMakerRouteMiddleware"]}
+
+
+def test_cdk_context_engine_resolves_a_standard_profile_for_that_engine() -> None:
+    context = {"profile": "max-throughput", "model": "meta-llama/Llama-2-7b-hf", "engine": "sglang"}
+    ctx = read_context(context.get, context)
+    assert ctx.engine == "sglang"
+    plan = resolve(ctx.profile, ctx.model, "ml.g5.12xlarge", engine=ctx.engine)
+    assert (plan.container, plan.container_version) == ("sglang", "0.5.20")
+    assert plan.environment["SM_SGLANG_MODEL_PATH"] == "meta-llama/Llama-2-7b-hf"
+    with pytest.raises(InputError, match="no 'trt' engine"):
+        resolve("max-throughput", "meta-llama/Llama-2-7b-hf", "ml.g5.12xlarge", engine="trt")
