@@ -172,3 +172,14 @@ def test_cdk_context_engine_resolves_a_standard_profile_for_that_engine() -> Non
     assert plan.environment["SM_SGLANG_MODEL_PATH"] == "meta-llama/Llama-2-7b-hf"
     with pytest.raises(InputError, match="no 'trt' engine"):
         resolve("max-throughput", "meta-llama/Llama-2-7b-hf", "ml.g5.12xlarge", engine="trt")
+
+
+@pytest.mark.integration  # the SDK takes ~1 s per lookup
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
+def test_image_uri_is_what_the_sagemaker_sdk_returns(kind: str) -> None:
+    image_uris = pytest.importorskip("sagemaker.core.image_uris")
+
+    engine = ENGINES[kind]
+    for region in ("us-east-1", "eu-west-1", "ap-northeast-1"):
+        want = image_uris.retrieve(engine.framework, region=region, version=engine.pinned, image_scope="inference")
+        assert engine.image_uri(engine.pinned, region) == want, region
