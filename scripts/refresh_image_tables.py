@@ -14,7 +14,7 @@ from importlib.metadata import version
 from importlib.util import find_spec
 from pathlib import Path
 
-FRAMEWORKS = ("huggingface-llm", "djl-lmi", "huggingface-llm-neuronx")  # engines/tgi, lmi, tgi_neuron
+FRAMEWORKS = ("huggingface-llm", "djl-lmi", "huggingface-llm-neuronx", "vllm", "sglang")  # engines/tgi, lmi, tgi_neuron, vllm, sglang
 TABLE_KEYS = ("processors", "version_aliases", "versions")
 VERSION_KEYS = ("registries", "repository", "py_versions", "container_version", "tag_prefix")
 # The SDK builds these frameworks' tags with an inference tool in the processor's place: the Hugging Face

@@ -1,6 +1,6 @@
 """The CDK app: CDK context → one EndpointStack.
 
-`cdk deploy -c profile=<profile> -c model=<Hugging Face id> [-c instance=…] [-c region=…]` runs it through the
+`cdk deploy -c profile=<profile> -c model=<Hugging Face id> [-c instance=…] [-c region=…] [-c engine=vllm]` runs it through the
 root app.py, resolving the profile; the bench runs it as `--app "<python> -m sagellm.cdk_app"` (so it never
 executes an app found in the working directory) with `-c plan=<plan.json>`, the plan it already holds, which is
 deployed as it is. Context keys: see `sagellm.cdk_context`.
@@ -36,7 +36,7 @@ def endpoint_stack(app: App) -> EndpointStack:
     ctx = read_context(app.node.try_get_context, app.node.get_all_context())
     plan = ctx.plan or profiles.resolve(ctx.profile, ctx.model, ctx.instance, payload=ctx.payload, region=ctx.region,
                                         profiles_dir=ctx.profiles_dir, hf_token_secret=ctx.hf_token_secret,
-                                        model_s3_uri=ctx.model_s3_uri)
+                                        model_s3_uri=ctx.model_s3_uri, engine=ctx.engine)
     stack = EndpointStack(app, ctx.stack_name, plan=plan, stack_name=ctx.stack_name,
                           synthesizer=BootstraplessSynthesizer() if ctx.bootstrapless else None)
     for key, tag in BENCH_TAGS.items():

@@ -19,10 +19,10 @@ from sagellm.profiles.schema import U32_MAX
 from sagellm.profiles.tokens import STORE_IT, token_errors
 
 KEYS = ("plan", "profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
-        "stack_name", "bootstrapless", "hf_token_secret", "model_s3_uri", "bench_run", "bench_process")
+        "stack_name", "bootstrapless", "hf_token_secret", "model_s3_uri", "bench_run", "bench_process", "engine")
 # What a plan already decides: these keys resolve one, so they are not given beside it.
 RESOLVING = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
-             "hf_token_secret", "model_s3_uri")
+             "hf_token_secret", "model_s3_uri", "engine")
 # CloudFormation CreateStack StackName: ASCII letters, digits and hyphens, starting with a letter, ≤ 128.
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 STACK_NAME_MAX = 128
@@ -43,6 +43,7 @@ class AppContext:
     hf_token_secret: str | None = None  # Secrets Manager name or ARN of the Hugging Face token
     plan: DeploymentPlan | None = None  # `-c plan=<plan.json>`: deployed as it is (the bench hands over its own)
     model_s3_uri: str | None = None  # the main model's weights staged in S3: no token, no Hub
+    engine: str | None = None  # `-c engine=vllm`: another container kind than the profile's (resolve checks it)
 
 
 def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppContext:
@@ -87,6 +88,7 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
     errors += [f"{key}: a token is never passed as context (it would be written to cdk.out): {STORE_IT}"
                for key in ("hf_token", "HF_TOKEN") if get(key) is not None]
     secret = text("hf_token_secret")
+    engine = text("engine")
     errors += token_errors({"hf_token_secret": secret}, lambda loc: loc[-1]) if secret is not None else []
     model_s3_uri = text("model_s3_uri")
     if model_s3_uri is not None and not S3_PREFIX.match(model_s3_uri):
@@ -101,7 +103,7 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
         profiles_dir=Path(folder) if folder else None, payload=payload,
         stack_name=stack_name or f"sagellm-{profile}-{slug}"[:STACK_NAME_MAX].rstrip("-"),
         bootstrapless=str(bootstrapless).lower() == "true", hf_token_secret=secret, plan=plan,
-        model_s3_uri=model_s3_uri,
+        model_s3_uri=model_s3_uri, engine=engine,
     )
 
 

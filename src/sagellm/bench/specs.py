@@ -54,7 +54,7 @@ class Local:
 
     time_scale: float = 1.0  # run simulated time this much faster (0.1 = 10×); results are in simulated time
     instance_startup_s: float | None = None  # autoscaling: simulated seconds from a scale-out to InService
-    api: str = "auto"  # tgi | chat | auto (tgi)
+    api: str = "auto"  # tgi | chat | auto (the engine's: generate for TGI/LMI, completions for vLLM, chat for SGLang)
     kind: ClassVar[TargetKind] = "local"
 
     def __post_init__(self) -> None:
@@ -71,7 +71,7 @@ class SageMaker:
     """The sagemaker target: the profile deployed in your AWS account (its own stack), deleted afterwards."""
 
     keep: bool = False  # leave the stack up
-    api: str = "auto"  # tgi | chat | auto (tgi)
+    api: str = "auto"  # tgi | chat | auto (the engine's: generate for TGI/LMI, completions for vLLM, chat for SGLang)
     kind: ClassVar[TargetKind] = "sagemaker"
 
     def __post_init__(self) -> None:
@@ -84,7 +84,7 @@ class Endpoint:
 
     name: str
     inference_component: str | None = None  # the component to invoke (default: its only one)
-    api: str = "auto"  # tgi | chat | auto (tgi)
+    api: str = "auto"  # tgi | chat | auto (the engine's: generate for TGI/LMI, completions for vLLM, chat for SGLang)
     kind: ClassVar[TargetKind] = "sagemaker"
 
     def __post_init__(self) -> None:

@@ -1,12 +1,13 @@
-"""Serving engines, one module each (tgi, lmi, tgi_neuron): pinned images, the variables each version reads,
-its environment, how it batches and admits, its wire format; and the one lookup from a container to them.
+"""Serving engines, one module each (tgi, lmi, tgi_neuron, vllm, sglang): pinned images, the variables each
+version reads, its environment, how it batches and admits, its wire format; and the one lookup from a container
+to them.
 
 Engines take plain settings and return environments and behaviour: no plan or profile type comes in.
 """
 
 from __future__ import annotations
 
-from sagellm.engines import lmi, tgi
+from sagellm.engines import lmi, sglang, tgi, vllm
 from sagellm.engines.engine import (
     CompiledShape,
     Engine,
@@ -18,15 +19,18 @@ from sagellm.engines.engine import (
     Variable,
 )
 from sagellm.engines.lmi import LMI
+from sagellm.engines.sglang import SGLANG
 from sagellm.engines.tgi import TGI
 from sagellm.engines.tgi_neuron import TGI_NEURON
+from sagellm.engines.vllm import VLLM
 from sagellm.errors import InputError
 
 # By the profile's container.kind: the GPU engine, and the one on Inferentia where the kind has an image there.
-ENGINES: dict[str, Engine] = {"tgi": TGI, "lmi": LMI}
+ENGINES: dict[str, Engine] = {"tgi": TGI, "lmi": LMI, "vllm": VLLM, "sglang": SGLANG}
 NEURON_ENGINES: dict[str, Engine] = {"tgi": TGI_NEURON}
 # Every generation the planner knows, the measured one (TGI 1.x) included.
-GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, lmi.GENERATION)}
+GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, lmi.GENERATION, vllm.GENERATION,
+                                                             sglang.GENERATION)}
 
 __all__ = [
     "ENGINES", "GENERATIONS", "NEURON_ENGINES", "CompiledShape", "Engine", "ErrorReply", "Generation", "Limits", "Settings",

@@ -140,6 +140,10 @@ class Engine(ABC):
     min_startup_timeout_s = 0  # the least start-up (and download) timeout an `auto` plan gives the image
     inference_ami_version: InferenceAmiVersion | None = None  # the host AMI the image needs (ProductionVariant InferenceAmiVersion)
     stream_content_type: str  # how a streamed generate reply is framed
+    # The bodies its `/invocations` takes (generate: TGI's; chat, completions: OpenAI's), and the one the bench
+    # sends a SageMaker endpoint of it by default (the bench's API names: tgi, openai, chat).
+    invocations: tuple[str, ...] = ("generate", "chat", "completions")
+    sagemaker_api = "tgi"
     # Prometheus /metrics: a results name → the server's histogram (in seconds) or counter, newest name first.
     histograms: ClassVar[dict[str, tuple[str, ...]]]
     counters: ClassVar[dict[str, tuple[str, ...]]]

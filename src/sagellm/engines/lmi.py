@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Token, Variable, read_int
+from sagellm.engines.vllm import COUNTERS, HISTOGRAMS
 
 PINNED = "0.35.0"  # a redeploy never changes the server underneath an endpoint
 FRAMEWORK = "djl-lmi"
@@ -60,19 +61,9 @@ class Lmi(Engine):
     model_id_variables = ("HF_MODEL_ID", "OPTION_MODEL_ID")
     queues = True
     stream_content_type = "application/jsonlines"  # one JSON object per line, not server-sent events
-    # vLLM 0.10–0.12's names (an http target's vLLM server too): Counters are served with `_total` appended;
-    # `time_per_output_token_seconds` became `inter_token_latency_seconds` in 0.11, so both, newest first.
-    histograms: ClassVar[dict[str, tuple[str, ...]]] = {
-        "e2e_latency_ms": ("vllm:e2e_request_latency_seconds",),
-        "ttft_ms": ("vllm:time_to_first_token_seconds",),
-        "itl_ms": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-        "queue_time_ms": ("vllm:request_queue_time_seconds",),
-    }
-    counters: ClassVar[dict[str, tuple[str, ...]]] = {
-        "requests": ("vllm:request_success_total",),
-        "prompt_tokens": ("vllm:prompt_tokens_total",),
-        "generation_tokens": ("vllm:generation_tokens_total",),
-    }
+    # vLLM's names (an http target's vLLM server too).
+    histograms: ClassVar[dict[str, tuple[str, ...]]] = HISTOGRAMS
+    counters: ClassVar[dict[str, tuple[str, ...]]] = COUNTERS
 
     def generation(self, version: str | None) -> Generation:
         """Every LMI version sagellm models is one generation."""

@@ -127,7 +127,7 @@ class DeploymentPlan(_Frozen):
     schema_version: int = 1
     profile: str
     region: str
-    container: Literal["tgi", "lmi"]
+    container: Literal["tgi", "lmi", "vllm", "sglang"]
     container_version: str | None = None  # the pinned image version; None in hand-built plans: sagellm's pin
     instance_type: str
     initial_instance_count: int

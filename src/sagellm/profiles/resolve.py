@@ -40,7 +40,7 @@ from sagellm.profiles.plan import (
     ScalingPlan,
     instances_for,
 )
-from sagellm.profiles.schema import Architecture, ExtraModel, Profile, Serving
+from sagellm.profiles.schema import Architecture, Container, ExtraModel, Profile, Serving
 from sagellm.profiles.validate import cap_errors, profile_errors, region_errors, with_values
 
 # Share of the instance's vCPUs and host memory handed to inference-component copies; the rest is
@@ -652,10 +652,14 @@ def _instance_scaling(models: list[ModelDeployment], d: Design) -> InstanceScali
 def design_for(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
                region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
                copies: int | None = None, instance_count: int | None = None,
-               model_s3_uri: str | None = None) -> Design:
-    """Load a profile by name and design it (no container images: fast, for the planner CLI)."""
+               model_s3_uri: str | None = None, engine: str | None = None) -> Design:
+    """Load a profile by name and design it (no container images: fast, for the planner CLI); `engine`: another
+    container kind than the profile's, at that engine's pinned version."""
     sources = all_sources(profiles_dir)
     prof = load_profile(profile, sources)
+    if engine is not None and engine != prof.container.kind:
+        engine_for(engine)  # InputError naming the known engines
+        prof = prof.model_copy(update={"container": Container(kind=engine)})  # type: ignore[arg-type]
     return design(prof, model, sources, instance=instance, payload=payload, region=region,
                   tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
                   profiles_dir=profiles_dir, model_s3_uri=model_s3_uri)
@@ -664,11 +668,13 @@ def design_for(profile: str, model: str, instance: str | None = None, *, payload
 def resolve(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
             region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
             copies: int | None = None, instance_count: int | None = None,
-            hf_token_secret: str | None = None, model_s3_uri: str | None = None) -> DeploymentPlan:
-    """Profile name + model (+ instance, payload, region, a token secret overriding the profile's) → a plan."""
+            hf_token_secret: str | None = None, model_s3_uri: str | None = None,
+            engine: str | None = None) -> DeploymentPlan:
+    """Profile name + model (+ instance, payload, region, a token secret overriding the profile's, weights in S3,
+    another engine) → a plan."""
     design = design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
                         tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
-                        model_s3_uri=model_s3_uri)
+                        model_s3_uri=model_s3_uri, engine=engine)
     return to_plan(design, hf_token_secret)
 
 

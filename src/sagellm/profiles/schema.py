@@ -59,7 +59,7 @@ class Serving(_Strict):
 class Container(_Strict):
     """The serving container, pinned: a redeploy never swaps the server version underneath an endpoint."""
 
-    kind: Literal["tgi", "lmi"] = Field("tgi", description="tgi: Hugging Face TGI; lmi: AWS LMI (vLLM)")
+    kind: Literal["tgi", "lmi", "vllm", "sglang"] = Field("tgi", description="tgi: Hugging Face TGI; lmi: AWS LMI (vLLM); vllm, sglang: AWS's SageMaker images")
     version: str | None = Field(None, description="exact image version in the SageMaker SDK tables; default: "
                                 "the version sagellm pins (tgi 3.3.6, lmi 0.35.0)")
     image_pin: str | None = Field(None, description="that version's image by its full tag (the short tag with "

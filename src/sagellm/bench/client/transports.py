@@ -104,6 +104,19 @@ CHAT = Api("chat", "/v1/chat/completions", chat_body, openai_event, b"[DONE]")
 APIS = {api.name: api for api in (TGI, COMPLETIONS, CHAT)}
 
 
+def invocation_body(api: Api, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+    """What the sagemaker target sends to a container's `/invocations`: the API's body, streamed, naming no model.
+
+    /invocations streams when the body says so: TGI's generate or Messages API (chat) body, vLLM's completions or
+    chat, SGLang's chat; each server streams its own SSE lines, which SageMaker wraps in PayloadParts. A container
+    serves one model, and `model` is optional in each of those bodies (vLLM answers 404 to a name it does not
+    serve), so none is named.
+    """
+    body = {**api.body(prompt, max_new_tokens, ""), "stream": True}
+    body.pop("model", None)
+    return body
+
+
 # ---------------------------------------------------------------------------------------------------
 # The transports
 
@@ -247,8 +260,7 @@ class SageMakerTransport(_StreamingTransport):
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 
-        # TGI's /invocations streams when the body says so (generate), or takes a Messages API body (chat).
-        body = json.dumps({**self.api.body(prompt, max_new_tokens, ""), "stream": True}).encode()
+        body = json.dumps(invocation_body(self.api, prompt, max_new_tokens)).encode()
         headers = {"Content-Type": "application/json", "X-Amzn-SageMaker-Accept": "application/json"}
         if self.inference_component:
             headers[INFERENCE_COMPONENT_HEADER] = self.inference_component

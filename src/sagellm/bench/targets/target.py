@@ -15,8 +15,9 @@ from typing import Protocol
 from sagellm.aws.endpoints import DeployedEndpoint
 from sagellm.bench.client.transports import APIS, Api, Transport
 from sagellm.bench.targets.existing import ExistingEndpoint
-from sagellm.bench.targets.http import HttpTarget, api_for
+from sagellm.bench.targets.http import HttpTarget
 from sagellm.bench.targets.stack import LocalTarget, SageMakerTarget
+from sagellm.engines import ENGINES
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.results.schema import Teardown
 
@@ -47,7 +48,9 @@ def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None
     if target == "http":
         return HttpTarget(url or "", api, served_model, model)
     assert plan is not None  # the specs' checks: the other targets have a profile and a model
-    chosen = APIS[api_for(api, None)]  # SageMaker endpoints: auto is TGI's generate
+    # SageMaker endpoints: auto is what the plan's engine takes on /invocations (TGI's generate, vLLM's
+    # completions, SGLang's chat).
+    chosen = APIS[ENGINES[plan.container].sagemaker_api if api == "auto" else api]
     if deployed is not None:
         return ExistingEndpoint(deployed, plan.region, api=chosen)
 

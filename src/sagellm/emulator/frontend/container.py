@@ -1,6 +1,7 @@
 """The container's own routes, as the pinned server answers them: TGI/LMI (`/generate`, `/generate_stream`,
-`/invocations`, `/info`, `/health`, `/ping`) and OpenAI-compatible (`/v1/completions`, `/v1/chat/completions`,
-`/v1/models`), with refusals in the shape of the API that was called."""
+`/invocations`, `/info`, `/health`, `/ping`; vLLM and SGLang take only OpenAI bodies on `/invocations`) and
+OpenAI-compatible (`/v1/completions`, `/v1/chat/completions`, `/v1/models`), with refusals in the shape of the API
+that was called."""
 
 from __future__ import annotations
 
@@ -69,16 +70,23 @@ class ContainerRoutes:
         self.endpoint.check_payload(raw)
         return raw
 
+    def _has_generate(self) -> None:
+        """vLLM's and SGLang's servers have no TGI generate route: FastAPI's 404."""
+        if "generate" not in self.endpoint.engine.invocations:
+            raise web.HTTPNotFound(text='{"detail":"Not Found"}', content_type="application/json")
+
     async def _generate(self, request: web.Request) -> web.StreamResponse:
+        self._has_generate()
         ask = replace(formats.parse_tgi(await self._read(request)), stream=False)
         return await self._serve(request, ask, self._model_for(request), as_list=False)
 
     async def _generate_stream(self, request: web.Request) -> web.StreamResponse:
+        self._has_generate()
         ask = replace(formats.parse_tgi(await self._read(request)), stream=True)
         return await self._serve(request, ask, self._model_for(request))
 
     async def _invocations(self, request: web.Request) -> web.StreamResponse:
-        ask = formats.parse(await self._read(request))
+        ask = formats.parse(await self._read(request), self.endpoint.engine.invocations)
         return await self._serve(request, ask, self._model_for(request, ask.model))
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:

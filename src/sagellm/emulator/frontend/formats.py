@@ -65,14 +65,14 @@ def _positive_int(value: Any, name: str) -> int | None:
     return value
 
 
-def parse(raw: bytes) -> Ask:
-    """A body as TGI's and LMI's SageMaker `/invocations` take it: generate, chat or completions."""
+def parse(raw: bytes, apis: tuple[str, ...] = ("generate", "chat", "completions")) -> Ask:
+    """A body as a SageMaker `/invocations` takes it: chat, completions or generate, of those the server's `apis`
+    has (TGI and LMI all three, vLLM chat and completions, SGLang chat)."""
     body = _json_object(raw)
-    if "messages" in body:
-        return _chat(body)
-    if "prompt" in body:
-        return _completions(body)
-    return _generate(body)
+    api = "chat" if "messages" in body else "completions" if "prompt" in body else "generate"
+    if api not in apis:
+        raise _invalid(f"this server's /invocations takes {' or '.join(apis)} bodies, not {api}")
+    return {"chat": _chat, "completions": _completions, "generate": _generate}[api](body)
 
 
 def parse_tgi(raw: bytes) -> Ask:

@@ -137,7 +137,7 @@ class SageMakerRuntime:
             return _too_large()
         try:
             self.endpoint.check_payload(raw)
-            ask = formats.parse(raw)
+            ask = formats.parse(raw, self.endpoint.engine.invocations)
         except RequestError as exc:
             return _passed_on(self.endpoint.container_error(exc))
         try:

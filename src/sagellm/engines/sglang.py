@@ -1,0 +1,71 @@
+"""AWS's SGLang image for SageMaker: `SM_SGLANG_*` variables become `sglang.launch_server` flags.
+
+Its entrypoint (aws/deep-learning-containers e0ecedea6a1c56d6b5914f9cfb2fec5c548e67e0,
+`scripts/docker/sglang/sagemaker_entrypoint.sh`) writes every `SM_SGLANG_*` variable as a flag, then adds
+`--port 8080`, `--host 0.0.0.0` and `--model-path /opt/ml/model` where those are not set. SGLang's `/invocations`
+takes only a chat completion body (sgl-project/sglang python/sglang/srt/entrypoints/http_server.py,
+`sagemaker_chat_completions`). Sources in docs/containers.md.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from sagellm.engines.engine import Generation
+from sagellm.engines.openai_server import CHAT, OpenAiServer
+
+PINNED = "0.5.20"  # the newest `sglang` image in sagemaker-core 2.27.0's tables
+FRAMEWORK = "sglang"
+OLDEST = (0, 5, 18)  # the oldest version whose behaviour docs/containers.md describes
+PREFIX = "SM_SGLANG_"
+
+# SGLang's scheduler admits waiting prompts at every step and chunks long ones, as vLLM does. No measurement
+# of it exists here: it borrows TGI 1.x's fitted step constants (the one measured generation), as LMI does.
+GENERATION = Generation("sglang", "SGLang 0.5 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0)
+
+
+class Sglang(OpenAiServer):
+    """SGLang's server in AWS's SageMaker image: queues; `--max-running-requests` is the running limit."""
+
+    kind = "sglang"
+    label = "SGLang"
+    framework = FRAMEWORK
+    pinned = PINNED
+    oldest = OLDEST
+    prefix = PREFIX
+    flags: ClassVar[dict[str, str]] = {
+        "model_id": "--model-path",
+        "tensor_parallel": "--tp-size",
+        "quantization": "--quantization",
+        "max_total_tokens": "--context-length",
+        "max_batch_size": "--max-running-requests",
+        "max_batch_prefill_tokens": "--chunked-prefill-size",
+    }
+    extra_flags = (("prefix caching off", "--disable-radix-cache"), ("model revision", "--revision"),
+                   ("remote code", "--trust-remote-code"))
+    # SGLang serves /metrics only when asked (its Prometheus names are the bench's server-side figures).
+    always: ClassVar[dict[str, str]] = {"--enable-metrics": "true"}
+    reads = frozenset({"HF_TOKEN"})
+    generation_ = GENERATION
+    default_running = None  # sized from the KV pool (server_args.py)
+    default_prefill_tokens = 4096  # chunked_prefill_size: 2048 to 16384 by GPU memory; the plan always sets it
+    # The CUDA 13 images (cu130) need the host AMI with NVIDIA driver 580 (SageMaker's InferenceAmiVersion).
+    inference_ami_version = "al2023-ami-sagemaker-inference-gpu-4-1"
+    invocations = (CHAT,)
+    sagemaker_api = "chat"
+    # sgl-project/sglang python/sglang/srt/observability/metrics_collector.py (0.5.20): counters carry `_total`
+    # in their names; `inter_token_latency_seconds` replaced `time_per_output_token_seconds`, so both.
+    histograms: ClassVar[dict[str, tuple[str, ...]]] = {
+        "e2e_latency_ms": ("sglang:e2e_request_latency_seconds",),
+        "ttft_ms": ("sglang:time_to_first_token_seconds",),
+        "itl_ms": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+        "queue_time_ms": ("sglang:queue_time_seconds",),
+    }
+    counters: ClassVar[dict[str, tuple[str, ...]]] = {
+        "requests": ("sglang:num_requests_total",),
+        "prompt_tokens": ("sglang:prompt_tokens_total",),
+        "generation_tokens": ("sglang:generation_tokens_total",),
+    }
+
+
+SGLANG = Sglang()

@@ -1,0 +1,77 @@
+"""AWS's vLLM image for SageMaker: `SM_VLLM_*` variables become `vllm.entrypoints.openai.api_server` flags.
+
+Its entrypoint (aws/deep-learning-containers e0ecedea6a1c56d6b5914f9cfb2fec5c548e67e0,
+`scripts/docker/vllm/sagemaker_args.py`) writes `--port 8080`, then `--model` from `SM_VLLM_MODEL` (else a
+populated /opt/ml/model, else `HF_MODEL_ID`), then every `SM_VLLM_*` variable as a flag, sorted by name. vLLM's
+own `/invocations` validates a body as a chat completion, then as a completion (vllm/entrypoints/serve/sagemaker/
+api_router.py, vLLM 0.32.0), and streams OpenAI chunks. Sources in docs/containers.md.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from sagellm.engines.engine import Generation
+from sagellm.engines.openai_server import CHAT, COMPLETIONS, OpenAiServer
+
+PINNED = "0.30.0"  # the newest `vllm` image in sagemaker-core 2.27.0's tables
+FRAMEWORK = "vllm"
+OLDEST = (0, 30, 0)  # the oldest version whose behaviour docs/containers.md describes
+PREFIX = "SM_VLLM_"
+
+# vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. No measurement
+# of it exists here: it borrows TGI 1.x's fitted step constants (the one measured generation), as LMI does.
+GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0)
+
+# vLLM's Prometheus names (0.10 and newer; its counters are served with `_total` appended);
+# `time_per_output_token_seconds` became `inter_token_latency_seconds` in 0.11, so both, newest first.
+# LMI runs vLLM and serves the same names.
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "e2e_latency_ms": ("vllm:e2e_request_latency_seconds",),
+    "ttft_ms": ("vllm:time_to_first_token_seconds",),
+    "itl_ms": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "queue_time_ms": ("vllm:request_queue_time_seconds",),
+}
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "requests": ("vllm:request_success_total",),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+}
+
+
+class Vllm(OpenAiServer):
+    """vLLM's OpenAI server in AWS's SageMaker image: queues; `--max-num-seqs` is the running limit."""
+
+    kind = "vllm"
+    label = "vLLM"
+    framework = FRAMEWORK
+    pinned = PINNED
+    oldest = OLDEST
+    prefix = PREFIX
+    flags: ClassVar[dict[str, str]] = {
+        "model_id": "--model",
+        "tensor_parallel": "--tensor-parallel-size",
+        "quantization": "--quantization",
+        "max_total_tokens": "--max-model-len",
+        "max_batch_size": "--max-num-seqs",
+        "max_batch_prefill_tokens": "--max-num-batched-tokens",
+    }
+    extra_flags = (("prefix caching", "--enable-prefix-caching"), ("model revision", "--revision"),
+                   ("remote code", "--trust-remote-code"))
+    always: ClassVar[dict[str, str]] = {}
+    reads = frozenset({"HF_MODEL_ID", "HF_TOKEN"})
+    model_aliases = ("HF_MODEL_ID",)  # read when SM_VLLM_MODEL is unset and /opt/ml/model is empty
+    generation_ = GENERATION
+    # EngineArgs' OpenAI-server defaults below 70 GB of GPU memory (1024 and 8192 on H100/H200-class GPUs,
+    # vllm/engine/arg_utils.py 0.32.0); the plan always sets both.
+    default_running = 256
+    default_prefill_tokens = 2048
+    # The CUDA 13 images (cu130) need the host AMI with NVIDIA driver 580 (SageMaker's InferenceAmiVersion).
+    inference_ami_version = "al2023-ami-sagemaker-inference-gpu-4-1"
+    invocations = (CHAT, COMPLETIONS)
+    sagemaker_api = "openai"  # completions: the prompt is sent as it is, no chat template around it
+    histograms: ClassVar[dict[str, tuple[str, ...]]] = HISTOGRAMS
+    counters: ClassVar[dict[str, tuple[str, ...]]] = COUNTERS
+
+
+VLLM = Vllm()
