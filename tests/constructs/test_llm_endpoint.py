@@ -822,8 +822,13 @@ def test_scale_to_zero_deploys_sagemakers_recipe(plans, templates):
         "AlarmActions": [{"Fn::GetAtt": [step_id, "Arn"]}]})
 
 
+NO_CAPACITY_ALARM = {"Properties": {"MetricName": "NoCapacityInvocationFailures"}}
+
+
 def test_a_component_that_keeps_at_least_one_copy_gets_no_step_policy(templates):
-    templates["replicas"].resource_count_is("AWS::CloudWatch::Alarm", 0)
+    # Its only alarms are the rollout's error and latency alarms, none on no-capacity failures.
+    assert templates["replicas"].find_resources("AWS::CloudWatch::Alarm", NO_CAPACITY_ALARM) == {}
+    assert templates["replicas"].find_resources(POLICY, {"Properties": {"PolicyType": "StepScaling"}}) == {}
 
 
 def test_min_copies_zero_turns_an_autoscaled_component_into_scale_to_zero(plans) -> None:
@@ -835,6 +840,6 @@ def test_min_copies_zero_turns_an_autoscaled_component_into_scale_to_zero(plans)
     template.has_resource_properties(TARGET, {"MinCapacity": 0})
     template.has_resource_properties(CONFIG, {"ProductionVariants": [Match.object_like({
         "ManagedInstanceScaling": Match.object_like({"MinInstanceCount": 0})})]})
-    template.resource_count_is("AWS::CloudWatch::Alarm", 1)
+    assert len(template.find_resources("AWS::CloudWatch::Alarm", NO_CAPACITY_ALARM)) == 1
     with pytest.raises(InputError, match="min_copies: needs an inference-component plan with scaling"):
         LlmEndpoint(Stack(cdk_app(), "T"), "Llm", plan=plans["max-throughput"], min_copies=0)
