@@ -35,7 +35,8 @@ def endpoint_stack(app: App) -> EndpointStack:
     from sagellm.stacks import EndpointStack
     ctx = read_context(app.node.try_get_context, app.node.get_all_context())
     plan = ctx.plan or profiles.resolve(ctx.profile, ctx.model, ctx.instance, payload=ctx.payload, region=ctx.region,
-                                        profiles_dir=ctx.profiles_dir, hf_token_secret=ctx.hf_token_secret)
+                                        profiles_dir=ctx.profiles_dir, hf_token_secret=ctx.hf_token_secret,
+                                        engine=ctx.engine)
     stack = EndpointStack(app, ctx.stack_name, plan=plan, stack_name=ctx.stack_name,
                           synthesizer=BootstraplessSynthesizer() if ctx.bootstrapless else None)
     for key, tag in BENCH_TAGS.items():

@@ -11,16 +11,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sagellm.engines import ENGINES
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.schema import U32_MAX
 from sagellm.profiles.tokens import STORE_IT, token_errors
 
-KEYS = ("plan", "profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
+KEYS = ("plan", "profile", "model", "instance", "engine", "region", "profiles_dir", "input_tokens", "output_tokens",
         "stack_name", "bootstrapless", "hf_token_secret", "bench_run", "bench_process")
 # What a plan already decides: these keys resolve one, so they are not given beside it.
-RESOLVING = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
+RESOLVING = ("profile", "model", "instance", "engine", "region", "profiles_dir", "input_tokens", "output_tokens",
              "hf_token_secret")
 # CloudFormation CreateStack StackName: ASCII letters, digits and hyphens, starting with a letter, ≤ 128.
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
@@ -40,6 +41,7 @@ class AppContext:
     stack_name: str
     bootstrapless: bool
     hf_token_secret: str | None = None  # Secrets Manager name or ARN of the Hugging Face token
+    engine: str | None = None  # a container kind in place of the profile's (sagellm.engines.ENGINES)
     plan: DeploymentPlan | None = None  # `-c plan=<plan.json>`: deployed as it is (the bench hands over its own)
 
 
@@ -81,6 +83,9 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
     if str(bootstrapless).lower() not in ("true", "false", "none"):
         errors.append(f"bootstrapless: {bootstrapless!r} must be true or false")
     instance, region, folder = text("instance"), text("region"), text("profiles_dir")
+    engine = text("engine")
+    if engine is not None and engine not in ENGINES:
+        errors.append(f"engine: unknown engine {engine!r} (known: {', '.join(ENGINES)})")
     # A token itself is never context: cdk.out and cdk.context.json would keep it.
     errors += [f"{key}: a token is never passed as context (it would be written to cdk.out): {STORE_IT}"
                for key in ("hf_token", "HF_TOKEN") if get(key) is not None]
@@ -95,7 +100,7 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
         region=plan.region if plan else region or "us-east-1",
         profiles_dir=Path(folder) if folder else None, payload=payload,
         stack_name=stack_name or f"sagellm-{profile}-{slug}"[:STACK_NAME_MAX].rstrip("-"),
-        bootstrapless=str(bootstrapless).lower() == "true", hf_token_secret=secret, plan=plan,
+        bootstrapless=str(bootstrapless).lower() == "true", hf_token_secret=secret, engine=engine, plan=plan,
     )
 
 

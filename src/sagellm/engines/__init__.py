@@ -30,7 +30,7 @@ GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, 
 
 __all__ = [
     "ENGINES", "GENERATIONS", "NEURON_ENGINES", "CompiledShape", "Engine", "ErrorReply", "Generation", "Limits", "Settings",
-    "Token", "Variable", "engine_for", "generation", "generation_of",
+    "Token", "Variable", "engine_for", "engine_option", "generation", "generation_of", "kinds_on",
 ]
 
 
@@ -40,6 +40,18 @@ def engine_for(kind: str, *, neuron: bool = False) -> Engine:
     if kind not in engines:
         raise InputError(f"no {kind!r} engine{' on Inferentia' if neuron else ''} (known: {', '.join(engines)})")
     return engines[kind]
+
+
+def engine_option(kind: str | None, flag: str = "--engine") -> str | None:
+    """A container kind given on the command line or as CDK context, checked (InputError naming the known ones)."""
+    if kind is not None and kind not in ENGINES:
+        raise InputError(f"{flag}: unknown engine {kind!r} (known: {', '.join(ENGINES)})")
+    return kind
+
+
+def kinds_on(kinds: tuple[str, ...], *, neuron: bool) -> tuple[str, ...]:
+    """Those of `kinds` that have an image on an instance type: a GPU one, or Inferentia."""
+    return tuple(k for k in kinds if k in (NEURON_ENGINES if neuron else ENGINES))
 
 
 def generation(name: str) -> Generation:

@@ -26,6 +26,7 @@ from dataclasses import replace
 from functools import cache
 from importlib import resources
 
+from sagellm.engines import images
 from sagellm.engines.engine import CompiledShape, InferenceAmiVersion, Limits, Settings
 from sagellm.engines.tgi import Tgi
 from sagellm.errors import InputError
@@ -44,7 +45,7 @@ INFERENCE_AMI_VERSION: InferenceAmiVersion = "al2-ami-sagemaker-inference-neuron
 @cache
 def compiled_table() -> dict[str, tuple[CompiledShape, ...]]:
     """Model id → the shapes the neuron cache holds compiled for the pinned image (data/neuron-compiled.json)."""
-    text = resources.files("sagellm.engines").joinpath("data", "neuron-compiled.json").read_text()
+    text = resources.files("sagellm.engines").joinpath("data", images.COMPILED_SHAPES).read_text()
     return {model_id: tuple(CompiledShape(**shape) for shape in entry["shapes"])
             for model_id, entry in json.loads(text)["models"].items()}
 

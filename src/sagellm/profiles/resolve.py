@@ -11,7 +11,15 @@ from typing import Any
 from sagellm import __version__
 from sagellm.catalog import Instance, Model, find_instance, find_model, instances
 from sagellm.catalog import models as catalog_models
-from sagellm.engines import ENGINES, NEURON_ENGINES, CompiledShape, Engine, Settings, engine_for
+from sagellm.engines import (
+    ENGINES,
+    NEURON_ENGINES,
+    CompiledShape,
+    Engine,
+    Settings,
+    engine_for,
+    engine_option,
+)
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
 from sagellm.engines.tgi_neuron import CORES_PER_CHIP, core_use
 from sagellm.errors import InputError
@@ -38,7 +46,7 @@ from sagellm.profiles.plan import (
     ScalingPlan,
     instances_for,
 )
-from sagellm.profiles.schema import Architecture, ExtraModel, Profile, Serving
+from sagellm.profiles.schema import Architecture, Container, ExtraModel, Profile, Serving
 from sagellm.profiles.validate import cap_errors, profile_errors, region_errors, with_values
 
 # Share of the instance's vCPUs and host memory handed to inference-component copies; the rest is
@@ -181,12 +189,17 @@ def design(
     copies: int | None = None,
     instance_count: int | None = None,
     profiles_dir: Path | None = None,
+    engine: str | None = None,
 ) -> Design:
-    """Fill every `auto` value and validate; all errors of the profile are raised together."""
+    """Fill every `auto` value and validate; all errors of the profile are raised together. `engine` serves the
+    profile on another container kind, at that engine's pinned version."""
+    if engine_option(engine) not in (None, profile.container.kind):
+        # The profile's version and image pin are its own kind's: the other engine runs its pinned image.
+        profile = profile.model_copy(update={"container": Container(kind=engine)})
     # Values given on the command line (or as CDK context) are named by their option, not a profile line.
     given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
              "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count),
-             "payload": ("input_tokens/output_tokens", payload)}
+             "container.kind": ("engine", engine), "payload": ("input_tokens/output_tokens", payload)}
     where = _validated(profile, sources, region, given)
     errors: list[str] = []
     payload = payload or Payload(profile.payload.input_tokens, profile.payload.output_tokens)
@@ -326,8 +339,9 @@ def _neuron_engine(kind: str, inst: Instance, where: Where, errors: list[str]) -
     if not inst.is_neuron:
         return None
     if kind not in NEURON_ENGINES:
-        errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
-                      "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
+        there = " or ".join(f"{{kind: {k}}} ({e.label})" for k, e in NEURON_ENGINES.items())
+        errors.append(f"{where('container.kind')}: {kind} has no image for {inst.instance_type} (Inferentia); "
+                      f"use container: {there} or a GPU instance type")
         return None
     return NEURON_ENGINES[kind]
 
@@ -627,22 +641,24 @@ def _instance_scaling(models: list[ModelDeployment], d: Design) -> InstanceScali
 
 def design_for(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
                region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
-               copies: int | None = None, instance_count: int | None = None) -> Design:
+               copies: int | None = None, instance_count: int | None = None, engine: str | None = None) -> Design:
     """Load a profile by name and design it (no container images: fast, for the planner CLI)."""
     sources = all_sources(profiles_dir)
     prof = load_profile(profile, sources)
     return design(prof, model, sources, instance=instance, payload=payload, region=region,
                   tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
-                  profiles_dir=profiles_dir)
+                  profiles_dir=profiles_dir, engine=engine)
 
 
 def resolve(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,
             region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
             copies: int | None = None, instance_count: int | None = None,
-            hf_token_secret: str | None = None) -> DeploymentPlan:
-    """Profile name + model (+ instance, payload, region, a token secret overriding the profile's) → a plan."""
+            hf_token_secret: str | None = None, engine: str | None = None) -> DeploymentPlan:
+    """Profile name + model (+ instance, payload, region, a token secret overriding the profile's, another
+    engine) → a plan."""
     design = design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
-                        tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count)
+                        tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
+                        engine=engine)
     return to_plan(design, hf_token_secret)
 
 
