@@ -16,6 +16,10 @@ InferenceAmiVersion = Literal[
     "al2-ami-sagemaker-inference-gpu-2", "al2-ami-sagemaker-inference-gpu-2-1", "al2-ami-sagemaker-inference-gpu-3-1",
     "al2-ami-sagemaker-inference-neuron-2", "al2023-ami-sagemaker-inference-gpu-4-1",
 ]
+# The AMI an image built for a newer CUDA than SageMaker's default host needs (NVIDIA driver 535, CUDA 12.2, on
+# which CUDA 12.x images run): botocore's ProductionVariant InferenceAmiVersion documentation (botocore 1.44.8)
+# lists al2023-ami-sagemaker-inference-gpu-4-1 as NVIDIA driver 580, CUDA 13.0, the only one for CUDA 13.
+CUDA_AMIS: dict[int, InferenceAmiVersion] = {13: "al2023-ami-sagemaker-inference-gpu-4-1"}
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,7 @@ class Engine(ABC):
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()
     min_startup_timeout_s = 0  # the least start-up (and download) timeout an `auto` plan gives the image
-    inference_ami_version: InferenceAmiVersion | None = None  # the host AMI the image needs (ProductionVariant InferenceAmiVersion)
+    inference_ami_version: InferenceAmiVersion | None = None  # a host AMI every image of the engine needs
     stream_content_type: str  # how a streamed generate reply is framed
     # Prometheus /metrics: a results name → the server's histogram (in seconds) or counter, newest name first.
     histograms: ClassVar[dict[str, tuple[str, ...]]]
@@ -175,6 +179,12 @@ class Engine(ABC):
     def image_version(self, version: str) -> str:
         """The image version deployed for the pinned server version."""
         return version
+
+    def inference_ami(self, version: str) -> InferenceAmiVersion | None:
+        """The host AMI the image of `version` needs (ProductionVariant InferenceAmiVersion): the engine's own,
+        else the one that carries the image's CUDA; None: SageMaker's default."""
+        cuda = images.cuda_major(self.framework, self.image_version(version))
+        return self.inference_ami_version or (CUDA_AMIS.get(cuda) if cuda is not None else None)
 
     def version_errors(self, version: str, where: str) -> list[str]:
         """A pinned version the SDK tables do not know exactly, or older than sagellm models."""

@@ -71,6 +71,12 @@ def tag(framework: str, version: str) -> str:
                                 suffix) if p)
 
 
+def cuda_major(framework: str, version: str) -> int | None:
+    """The CUDA major version an image is built for, from its tag (`…-cu130-…` → 13); None: no CUDA tag."""
+    found = re.search(r"-cu(\d+)\d(?:-|$)", tag(framework, version))
+    return int(found.group(1)) if found else None
+
+
 def pin_errors(framework: str, version: str, pin: str, where: str) -> list[str]:
     """A pin that is neither a digest nor a tag of exactly `version`'s image (the table's tag, or it + a patch).
 
