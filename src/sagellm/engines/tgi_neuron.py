@@ -73,6 +73,10 @@ class TgiNeuron(Tgi):
 
     label = "TGI (Neuron)"
     framework = FRAMEWORK
+    # The Hugging Face SDK retrieves huggingface-llm-neuronx with inference_tool="neuronx"
+    # (get_huggingface_llm_image_uri) and image_uris._format_tag writes `<prefix>-neuronx-py310-…`: the table
+    # alone would give `…-inf2-…` (scripts/refresh_image_tables.py records it in the table).
+    inference_tool = "neuronx"
     model_id_variables = ("MODEL_ID", "HF_MODEL_ID")
     min_startup_timeout_s = STARTUP_TIMEOUT_S
     inference_ami_version = INFERENCE_AMI_VERSION
