@@ -210,17 +210,17 @@ def design(
     kind = profile.container.kind
     # The caps are sized by the kind's GPU engine, an Inferentia plan's too (its environment and image are
     # the Inferentia engine's: Design.engine).
-    engine = ENGINES[kind]
-    version = profile.container.version or engine.pinned
-    gen = engine.generation(version).name  # the planner's physics and constants for that server
+    gpu_engine = ENGINES[kind]
+    version = profile.container.version or gpu_engine.pinned
+    gen = gpu_engine.generation(version).name  # the planner's physics and constants for that server
 
     inst = _instance(profile, instance, model, payload, region, gen, where)
     # Inferentia serves a shape compiled ahead of time: the engine that sizes the caps is the neuron one.
     neuron = _neuron_engine(kind, inst, where, errors)
-    sizing = neuron or engine  # the engine whose limits size the copies
+    sizing = neuron or gpu_engine  # the engine whose limits size the copies
     if (pin := profile.container.image_pin) is not None and (neuron is not None or not inst.is_neuron):
         # A tag of the image this instance type runs.
-        errors.extend((neuron or engine).pin_errors(version, pin, where("container.image_pin")))
+        errors.extend((neuron or gpu_engine).pin_errors(version, pin, where("container.image_pin")))
     gpus = inst.n_accelerators
     count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"

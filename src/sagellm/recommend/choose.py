@@ -220,9 +220,12 @@ def engine_verdict(rec: Recommendation) -> str | None:
         cheaper_elsewhere = True
         if best.usd_per_h > pick.usd_per_h:
             lines.append(f"{engine}'s cheapest is {best.label()} at ${best.usd_per_h:.2f}/h")
-        else:
+        elif worst_tightness(best, rec.rules) > worst_tightness(pick, rec.rules):
             lines.append(f"{engine}'s cheapest, {best.label()}, costs the same with less margin "
                          f"({least_margin(best, rec.rules) * 100:.0f} % against {least_margin(pick, rec.rules) * 100:.0f} %)")
+        else:
+            lines.append(f"{engine}'s {best.label()} ties on $/h and margin ({won} comes first: "
+                         f"{', '.join(engines)})")
     why = "the cheapest deployment that meets the SLO" if cheaper_elsewhere else \
         "the only engine predicted to meet the SLO"
     headroom = f" with {rec.headroom * 100:.0f} % headroom" if rec.headroom else ""

@@ -250,9 +250,9 @@ def _print_pick(rec: Recommendation, data: dict[str, Any]) -> None:
 
     print(f"pick: {pick.label()}: ${pick.usd_per_h:.2f}/h at {rec.load.name} "
           f"(profile: {data['profile']})")
+    print("margins: " + "; ".join(describe_rule(r, pick.values.get(r.label)) for r in rec.rules))
     if data["engine_verdict"]:
         print(data["engine_verdict"])
-    print("margins: " + "; ".join(describe_rule(r, pick.values.get(r.label)) for r in rec.rules))
     if passed := passed_over_for_headroom(rec):
         cheapest = passed[0]
         more = f" (and {len(passed) - 1} more)" if len(passed) > 1 else ""
