@@ -80,6 +80,26 @@ class CompiledShape:
                 f"({self.auto_cast_type})")
 
 
+def pick_compiled(shapes: Sequence[CompiledShape], max_total: int, batch_size: int | None, concurrent: int,
+                  w: Callable[[str], str], errors: list[str]) -> CompiledShape | None:
+    """The compiled shape of sequence length `max_total`: the pinned batch, or the largest within the admission
+    limit (requests beyond it queue); a shape the cache lacks is refused, naming those it has."""
+    compiled = "; ".join(c.describe() for c in shapes)
+    at_length = [c for c in shapes if c.sequence_length == max_total]
+    if not at_length:
+        errors.append(f"{w('max_total_tokens')}: {max_total} is not a compiled sequence length on Inferentia "
+                      f"(compiled: {compiled}); use auto")
+        return None
+    if batch_size is not None:
+        match = next((c for c in at_length if c.batch_size == batch_size), None)
+        if match is None:
+            errors.append(f"{w('max_batch_size')}: {batch_size} has no compiled model on Inferentia (compiled: "
+                          f"{compiled}); use auto or one of those batch sizes")
+        return match
+    within = [c for c in at_length if c.batch_size <= concurrent]
+    return max(within, key=lambda c: c.batch_size) if within else min(at_length, key=lambda c: c.batch_size)
+
+
 @dataclass(frozen=True)
 class Variable:
     """One server setting: its names in the environment, and the Settings field the plan sets it from."""
@@ -172,6 +192,27 @@ class Engine(ABC):
     def compiled_shapes(self, model_id: str) -> tuple[CompiledShape, ...] | None:
         """The shapes `model_id` is compiled for ahead of time; None: the server batches dynamically."""
         return None
+
+    def compiled_for(self, model_id: str, tp: int, batch_size: int | None = None,
+                     sequence_length: int | None = None) -> tuple[CompiledShape, ...] | None:
+        """The shapes `model_id` is compiled for on `tp` accelerators, of that batch and sequence length where
+        given; None: the server batches dynamically."""
+        return None
+
+    def accelerator_units(self, tp: int) -> str:
+        """What `tp` accelerators are as the server counts them ('2 NeuronCores'; on GPUs '2 GPUs')."""
+        return f"{tp} GPUs"
+
+    def uncompiled(self, model_id: str, instance_type: str, chips: int, tp: int | None, where_instance: str,
+                   where_tp: str) -> str:
+        """Why a model cannot start here: nothing compiled for it at `tp` (None: at any `tp` the instance's
+        `chips` allow), and what is compiled; only an engine with compiled shapes asks."""
+        raise NotImplementedError(f"{self.label} compiles nothing ahead of time")
+
+    def core_notes(self, instance_type: str, chips: int, model_id: str,
+                   copies: Sequence[tuple[int, int]]) -> tuple[str, ...]:
+        """What `plan` notes about how a plan's copies — (accelerators per copy, copies) each — use the instance."""
+        return ()
 
     def compiled_kv_tokens(self, max_batch_size: int | None, max_total_tokens: int) -> int | None:
         """The KV budget a compiled model holds (its batch × sequence length); None: what memory allows."""

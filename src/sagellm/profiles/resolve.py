@@ -20,8 +20,8 @@ from sagellm.engines import (
     engine_for,
     engine_option,
 )
+from sagellm.engines.engine import pick_compiled
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
-from sagellm.engines.tgi_neuron import CORES_PER_CHIP, core_use
 from sagellm.errors import InputError
 from sagellm.planner import (
     Calibration,
@@ -261,12 +261,12 @@ def design(
 
 
 def _core_notes(neuron: Engine | None, inst: Instance, copies: tuple[Copy, ...]) -> tuple[str, ...]:
-    """Inferentia: how many of the instance's NeuronCores the copies use, and why not all (`plan`, `profiles
-    show`); nothing on GPUs."""
+    """Inferentia: how the copies use the instance's cores, as the engine says (`plan`, `profiles show`); nothing
+    on GPUs."""
     if neuron is None:
         return ()
-    return (core_use(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
-                     [(c.tp, c.copies) for c in copies]),)
+    return neuron.core_notes(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
+                             [(c.tp, c.copies) for c in copies])
 
 
 def _validated(profile: Profile, sources: dict[str, Source], region: str,
@@ -352,9 +352,9 @@ def _compiled(neuron: Engine | None, model: Model, tp: int,
     (None: not Inferentia, the batch is dynamic)."""
     if neuron is None:
         return None
-    return tuple(c for c in neuron.compiled_shapes(model.hf_id) or () if c.num_cores == CORES_PER_CHIP * tp and (
-        pins is None or (pins.max_batch_size in (None, c.batch_size)
-                         and pins.max_total_tokens in ("auto", c.sequence_length))))
+    if pins is None:
+        return neuron.compiled_for(model.hf_id, tp)
+    return neuron.compiled_for(model.hf_id, tp, pins.max_batch_size, _pinned(pins.max_total_tokens))
 
 
 def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving) -> tuple[list[int], list[int]]:
@@ -376,51 +376,17 @@ def _extra_shapes(neuron: Engine | None, model: Model, tp: int, where: str,
     """The compiled shapes of an extra model on Inferentia; none is an error."""
     shapes = _compiled(neuron, model, tp)
     if shapes == ():
-        errors.append(f"{where} {model.hf_id} has no compiled model for {CORES_PER_CHIP * tp} NeuronCores in the "
+        assert neuron is not None  # only an engine with compiled shapes has none
+        errors.append(f"{where} {model.hf_id} has no compiled model for {neuron.accelerator_units(tp)} in the "
                       "neuron cache; see docs/containers.md for the models and shapes compiled for Inferentia")
     return shapes
 
 
 def _uncompiled(neuron: Engine, model: Model, inst: Instance, tp: int | None, where: Where) -> str:
-    """Say that the neuron cache has no compiled model for this model at the pinned TP (None: at any TP the
-    instance allows), and what it has."""
-    shapes = neuron.compiled_shapes(model.hf_id) or ()
-    if not shapes:
-        return (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache of the pinned "
-                "Inferentia image (optimum-neuron 0.3.0), so its server would stop with 'No cached version found'; "
-                "use a GPU instance type (docs/containers.md lists the models compiled for Inferentia)")
-    compiled = "; ".join(c.describe() for c in shapes)
-    runs = []
-    for chips in sorted({c.num_cores // CORES_PER_CHIP for c in shapes}):
-        names = [i.instance_type for i in instances().values() if i.is_neuron and i.n_accelerators >= chips]
-        runs.append(f"tensor_parallel {chips} on {' or '.join(names)}")
-    if tp is None:
-        place = (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache that fits the "
-                 f"{inst.n_accelerators} chip(s) of {inst.instance_type}")
-    else:
-        place = (f"{where('serving.tensor_parallel')}: {tp}: {model.hf_id} has no compiled model for "
-                 f"{CORES_PER_CHIP * tp} NeuronCores in the neuron cache")
-    return f"{place} (compiled: {compiled}); use {'; '.join(runs)}"
-
-
-def _pick_compiled(shapes: tuple[CompiledShape, ...], max_total: int, batch_size: int | None, concurrent: int,
-                   w: Any, errors: list[str]) -> CompiledShape | None:
-    """The compiled shape of sequence length `max_total`: the pinned batch, or the largest within the admission
-    limit (requests beyond it queue in TGI); a shape the cache lacks is refused, naming those it has."""
-    compiled = "; ".join(c.describe() for c in shapes)
-    at_length = [c for c in shapes if c.sequence_length == max_total]
-    if not at_length:
-        errors.append(f"{w('max_total_tokens')}: {max_total} is not a compiled sequence length on Inferentia "
-                      f"(compiled: {compiled}); use auto")
-        return None
-    if batch_size is not None:
-        match = next((c for c in at_length if c.batch_size == batch_size), None)
-        if match is None:
-            errors.append(f"{w('max_batch_size')}: {batch_size} has no compiled model on Inferentia (compiled: "
-                          f"{compiled}); use auto or one of those batch sizes")
-        return match
-    within = [c for c in at_length if c.batch_size <= concurrent]
-    return max(within, key=lambda c: c.batch_size) if within else min(at_length, key=lambda c: c.batch_size)
+    """Say that nothing is compiled for this model at the pinned TP (None: at any TP the instance allows), and
+    what is (the engine's words)."""
+    return neuron.uncompiled(model.hf_id, inst.instance_type, inst.n_accelerators, tp, where("instance_type"),
+                             where("serving.tensor_parallel"))
 
 
 def _pinned(value: Any) -> Any:
@@ -501,7 +467,7 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     if engine.queues and batch_size is None:
         batch_size = concurrent  # a server that queues instead of refusing runs at most its batch
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
-    if shapes and (compiled := _pick_compiled(shapes, max_total, batch_size, concurrent, w, errors)):
+    if shapes and (compiled := pick_compiled(shapes, max_total, batch_size, concurrent, w, errors)):
         batch_size = compiled.batch_size
         # TGI's neuron entry point fills an unset prefill budget with batch × max input tokens (tgi_env.py).
         prefill = pinned("max_batch_prefill_tokens", batch_size * max_input)
