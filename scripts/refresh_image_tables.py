@@ -2,8 +2,9 @@
 
     pip install sagemaker-core && python scripts/refresh_image_tables.py
 
-Copies the inference tables of the frameworks sagellm's engines name from the SDK's
-`sagemaker/core/image_uri_config/`, keeping only the fields sagellm.engines.images reads.
+Copies the inference tables of the frameworks sagellm's engines name (every engine in sagellm.engines.ENGINES and
+NEURON_ENGINES) from the SDK's `sagemaker/core/image_uri_config/`, keeping only the fields sagellm.engines.images
+reads. Run it where sagellm is importable (its environment, or with src/ on the path: it is put there).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from importlib.metadata import version
 from importlib.util import find_spec
 from pathlib import Path
 
-FRAMEWORKS = ("huggingface-llm", "djl-lmi", "huggingface-llm-neuronx", "vllm", "sglang")  # engines/tgi, lmi, tgi_neuron, vllm, sglang
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from sagellm.engines import ENGINES, NEURON_ENGINES  # the checkout's engines, not an installed copy
+
+ENGINES_ALL = (*ENGINES.values(), *NEURON_ENGINES.values())
+FRAMEWORKS = tuple(dict.fromkeys(engine.framework for engine in ENGINES_ALL))
 TABLE_KEYS = ("processors", "version_aliases", "versions")
 VERSION_KEYS = ("registries", "repository", "py_versions", "container_version", "tag_prefix")
-# The SDK builds these frameworks' tags with an inference tool in the processor's place: the Hugging Face
-# SDK retrieves huggingface-llm-neuronx with inference_tool="neuronx" (get_huggingface_llm_image_uri), and
-# image_uris._format_tag writes `<prefix>-neuronx-py310-…`; the table alone would give `…-inf2-…`.
-INFERENCE_TOOLS = {"huggingface-llm-neuronx": "neuronx"}
+# The SDK builds some frameworks' tags with an inference tool in the processor's place (Engine.inference_tool).
+INFERENCE_TOOLS = {engine.framework: engine.inference_tool for engine in ENGINES_ALL if engine.inference_tool}
 OUT = Path(__file__).resolve().parents[1] / "src" / "sagellm" / "engines" / "data"
 
 

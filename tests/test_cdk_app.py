@@ -40,3 +40,22 @@ def test_a_handed_over_plan_builds_the_stack_and_tags_its_profile_context_builds
     assert handed.tags.tag_values() == resolved.tags.tag_values()
     assert handed.tags.tag_values()["sagellm:bench-run"] == "run-1"
     assert (tmp_path / "cdk" / "plan.json").is_file()
+
+
+def test_engine_context_deploys_the_profile_on_that_engine_with_its_image_and_host_ami() -> None:
+    use_bundled_node()  # before aws_cdk starts jsii
+    from aws_cdk import App
+    from aws_cdk.assertions import Match, Template
+
+    from sagellm.cdk_app import endpoint_stack
+    from sagellm.engines import ENGINES
+
+    stack = endpoint_stack(App(context={"profile": "max-throughput", "model": "meta-llama/Llama-2-7b-hf",
+                                        "instance": "ml.g5.12xlarge", "engine": "lmi",
+                                        "hf_token_secret": HF_SECRET}))
+    template = Template.from_stack(stack)
+    lmi = ENGINES["lmi"]
+    template.has_resource_properties("AWS::SageMaker::Model", {"PrimaryContainer": Match.object_like({
+        "Image": lmi.image_uri(lmi.pinned, "us-east-1")})})
+    template.has_resource_properties("AWS::SageMaker::EndpointConfig", {"ProductionVariants": [Match.object_like({
+        "InferenceAmiVersion": lmi.inference_ami(lmi.pinned)})]})

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sagellm.cdk_context import read_context
+from sagellm.engines import ENGINES
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
@@ -30,6 +31,7 @@ def test_reads_every_key_with_defaults() -> None:
                input_tokens="512", output_tokens=64, stack_name="Chat-1", bootstrapless="true")
     assert (ctx.instance, ctx.region, ctx.profiles_dir) == ("ml.g5.2xlarge", "eu-west-1", Path("teams"))
     assert (ctx.payload, ctx.stack_name, ctx.bootstrapless) == (Payload(512, 64), "Chat-1", True)
+    assert (ctx.engine, read(profile="p", model="m", engine="lmi").engine) == (None, "lmi")
 
 
 def test_missing_profile_and_model_are_named_with_the_command_that_fixes_them() -> None:
@@ -52,8 +54,9 @@ def test_missing_profile_and_model_are_named_with_the_command_that_fixes_them() 
     ({"bootstrapless": "maybe"}, "bootstrapless: 'maybe' must be true or false"),
     ({"instance": ["ml.g5.2xlarge"]}, "instance: ['ml.g5.2xlarge'] must be text (-c instance=<value>)"),
     ({"regoin": "eu-west-1"}, "regoin: unknown context key; did you mean region?"),
+    ({"engine": "nope"}, f"engine: unknown engine 'nope' (known: {', '.join(ENGINES)})"),
 ], ids=["zero-tokens", "fractional-tokens", "boolean-tokens", "stack-name-digit", "stack-name-long",
-        "bootstrapless", "list-instead-of-text", "near-miss-key"])
+        "bootstrapless", "list-instead-of-text", "near-miss-key", "unknown-engine"])
 def test_a_bad_value_is_one_line_naming_the_key_the_value_and_the_fix(context: dict, message: str) -> None:
     assert problems(profile="max-throughput", model="llama2-7b", **context) == [message]
 

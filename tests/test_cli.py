@@ -317,3 +317,20 @@ def test_results_schema_prints_the_results_json_schema(tmp_path: Path) -> None:
     schema = json.loads(result.stdout)
     assert schema == Results.model_json_schema()
     assert {"run", "levels", "gate", "failure"} <= set(schema["properties"])
+
+
+def test_engine_serves_the_profile_on_another_engine_and_an_unknown_one_is_one_line(tmp_path: Path) -> None:
+    from sagellm.engines import ENGINES
+
+    shown = sagellm("profiles", "show", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.12xlarge",
+                    "--engine", "lmi", "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["container"] == "lmi"
+    planned = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.12xlarge",
+                      "--engine", "lmi", "--json", cwd=tmp_path)
+    assert json.loads(planned.stdout)["shape"]["container"] == f"lmi {ENGINES['lmi'].pinned}"
+    for command in (["plan", "--profile", "max-throughput"], ["profiles", "show", "max-throughput"],
+                    ["bench", "--profile", "max-throughput"]):
+        bad = sagellm(*command, "--model", LLAMA2_7B, "--engine", "nope", cwd=tmp_path)
+        assert assert_bad_input(bad, 1) == [(f"sagellm: error: --engine: unknown engine 'nope' (known: "
+                                            f"{', '.join(ENGINES)})")]

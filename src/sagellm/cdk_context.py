@@ -12,17 +12,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from sagellm.catalog.s3_weights import S3_PREFIX, S3_PREFIX_FORM
+from sagellm.engines import ENGINES
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.profiles.schema import U32_MAX
 from sagellm.profiles.tokens import STORE_IT, token_errors
 
-KEYS = ("plan", "profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
-        "stack_name", "bootstrapless", "hf_token_secret", "model_s3_uri", "bench_run", "bench_process", "engine")
+KEYS = ("plan", "profile", "model", "instance", "engine", "region", "profiles_dir", "input_tokens", "output_tokens",
+        "stack_name", "bootstrapless", "hf_token_secret", "model_s3_uri", "bench_run", "bench_process")
 # What a plan already decides: these keys resolve one, so they are not given beside it.
-RESOLVING = ("profile", "model", "instance", "region", "profiles_dir", "input_tokens", "output_tokens",
-             "hf_token_secret", "model_s3_uri", "engine")
+RESOLVING = ("profile", "model", "instance", "engine", "region", "profiles_dir", "input_tokens", "output_tokens",
+             "hf_token_secret", "model_s3_uri")
 # CloudFormation CreateStack StackName: ASCII letters, digits and hyphens, starting with a letter, ≤ 128.
 STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 STACK_NAME_MAX = 128
@@ -41,9 +42,9 @@ class AppContext:
     stack_name: str
     bootstrapless: bool
     hf_token_secret: str | None = None  # Secrets Manager name or ARN of the Hugging Face token
+    engine: str | None = None  # a container kind in place of the profile's (sagellm.engines.ENGINES)
     plan: DeploymentPlan | None = None  # `-c plan=<plan.json>`: deployed as it is (the bench hands over its own)
     model_s3_uri: str | None = None  # the main model's weights staged in S3: no token, no Hub
-    engine: str | None = None  # `-c engine=vllm`: another container kind than the profile's (resolve checks it)
 
 
 def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppContext:
@@ -84,11 +85,13 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
     if str(bootstrapless).lower() not in ("true", "false", "none"):
         errors.append(f"bootstrapless: {bootstrapless!r} must be true or false")
     instance, region, folder = text("instance"), text("region"), text("profiles_dir")
+    engine = text("engine")
+    if engine is not None and engine not in ENGINES:
+        errors.append(f"engine: unknown engine {engine!r} (known: {', '.join(ENGINES)})")
     # A token itself is never context: cdk.out and cdk.context.json would keep it.
     errors += [f"{key}: a token is never passed as context (it would be written to cdk.out): {STORE_IT}"
                for key in ("hf_token", "HF_TOKEN") if get(key) is not None]
     secret = text("hf_token_secret")
-    engine = text("engine")
     errors += token_errors({"hf_token_secret": secret}, lambda loc: loc[-1]) if secret is not None else []
     model_s3_uri = text("model_s3_uri")
     if model_s3_uri is not None and not S3_PREFIX.match(model_s3_uri):

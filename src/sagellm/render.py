@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sagellm.engines import ENGINES
+from sagellm.engines import variable_names
 from sagellm.planner import Curve
 from sagellm.profiles.plan import DeploymentPlan
 
@@ -80,11 +80,12 @@ def print_curve(shape: dict, env: dict[str, str], curve: Curve) -> None:
     c.print(t)
     c.print("ms/token = e2e ÷ output tokens · knee = max tokens/s ÷ ms/token · max = highest concurrency inside "
             "the timeout, admitted")
-    batch = next((env[name] for engine in ENGINES.values() for v in engine.variables if v.sets == "max_batch_size"
-                  for name in v.names if name in env), None)
+    batch = next((env[name] for name in variable_names("max_batch_size") if name in env), None)
+    admission = next((f"{name}={env[name]}" for name in variable_names("max_concurrent_requests") if name in env),
+                     "none (the server queues)")
     c.print(f"KV capacity {curve.kv_capacity_tokens} tokens per copy · {curve.max_sequences_per_copy} running "
             f"sequences at {curve.payload.total_tokens} tokens" + (f" (batch limit {batch})" if batch else "")
-            + f" · admission MAX_CONCURRENT_REQUESTS={env.get('MAX_CONCURRENT_REQUESTS', '– (LMI queues)')}")
+            + f" · admission {admission}")
     if curve.usd_per_h is not None:
         best = curve.usd_per_1m_tokens(curve.max_throughput)
         c.print(f"${curve.usd_per_h:.2f}/h" + (f" · ${best:.2f} per 1M tokens at max throughput" if best else "")

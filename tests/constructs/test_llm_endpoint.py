@@ -709,12 +709,15 @@ def test_an_lmi_plan_deploys_the_pinned_lmi_image_with_the_vllm_engine_named(tmp
         MODEL,
         {
             "PrimaryContainer": {
-                "Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:0.35.0-lmi17.0.0-cu128",
+                "Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:0.38.0-lmi29.0.0-cu130",
                 "Environment": Match.exact({**plan.environment, "HF_TOKEN": TOKEN_REF}),
             }
         },
     )
     assert plan.environment["OPTION_ENTRYPOINT"] == "djl_python.lmi_vllm.vllm_async_service"
+    # The CUDA 13 image's host: the AMI with NVIDIA driver 580 on the production variant.
+    synth(plan).has_resource_properties(CONFIG, {"ProductionVariants": [Match.object_like({
+        "InstanceType": "ml.g5.12xlarge", "InferenceAmiVersion": "al2023-ami-sagemaker-inference-gpu-4-1"})]})
 
 
 def test_an_inferentia_plan_deploys_the_neuronx_image_on_the_neuron_ami_with_the_neuron_timeouts(plans):

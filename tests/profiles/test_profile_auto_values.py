@@ -314,9 +314,11 @@ def test_lmi_container_names_the_vllm_engine_and_uses_option_names(write, team_d
         """)
     plan = resolve("lmi", LLAMA2_7B, "ml.g5.12xlarge", profiles_dir=team_dir)
     env = plan.environment
-    assert (plan.container, plan.container_version) == ("lmi", "0.35.0")
+    assert (plan.container, plan.container_version) == ("lmi", "0.38.0")
     assert plan.primary.image_uri == ("763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:"
-                                      "0.35.0-lmi17.0.0-cu128")
+                                      "0.38.0-lmi29.0.0-cu130")
+    # A CUDA 13 image runs only on the host AMI with NVIDIA driver 580 (botocore's InferenceAmiVersion docs).
+    assert plan.inference_ami_version == "al2023-ami-sagemaker-inference-gpu-4-1"
     tgi = resolve("max-throughput", LLAMA2_7B, "ml.g5.12xlarge").environment
     assert env == {
         "HF_MODEL_ID": LLAMA2_7B,

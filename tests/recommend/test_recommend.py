@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sagellm.catalog import find_model, instances
+from sagellm.engines import ENGINES
 from sagellm.planner import Payload, predict_point
 from sagellm.profiles import design_for
 from sagellm.recommend import Load, Space, choose, concurrency_for_rate, instance_types, search
@@ -47,7 +48,7 @@ def test_the_search_covers_every_priced_gpu_instance_type_of_the_catalog():
     (alone,) = [c for c in found.candidates if c.config.instance_type == "ml.g5.2xlarge"]
     assert alone.problem is not None and alone.problem.startswith("does not fit") and alone.point is None
     fitted = [c for c in found.candidates if c.problem is None]
-    assert {c.config.engine for c in fitted} == {"tgi", "lmi"}
+    assert {c.config.engine for c in fitted} == set(ENGINES)  # every registered engine
     for c in fitted:
         gpus = instances()[c.config.instance_type].n_accelerators
         if c.config.endpoint_kind == "inference-component":
@@ -183,8 +184,8 @@ def test_a_peak_rate_sizes_autoscaling_from_the_target_count_to_the_peaks(tmp_pa
      "--request-rate / --concurrency: give exactly one"),
     (["--concurrency", "4", "--peak-rate", "3"], "rules: [{metric: itl_ms.p50, max: 40}]",
      "--peak-rate: needs --request-rate"),
-    (["--concurrency", "4", "--engines", "tgi,vllm"], "rules: [{metric: itl_ms.p50, max: 40}]",
-     "--engines: unknown engine 'vllm'"),
+    (["--concurrency", "4", "--engine", "tgi,nope"], "rules: [{metric: itl_ms.p50, max: 40}]",
+     "--engine: unknown engine 'nope'"),
     (["--concurrency", "4"], "rules: [{metric: itl_ms.p50, where: knee, max: 40}]",
      "rules[0].where: knee depends on a measured sweep"),
     (["--concurrency", "4"], "rules: [{metric: token_gap_ms.p50, max: 40}]",

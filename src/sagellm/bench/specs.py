@@ -20,6 +20,7 @@ from sagellm.bench.load.open_loop import ARRIVALS, Arrivals
 from sagellm.bench.load.workers import worker_problems
 from sagellm.bench.sweep.choosers import Sweep
 from sagellm.bench.sweep.run import MAX_IN_FLIGHT
+from sagellm.engines import engine_option
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.tokens import token_errors
@@ -123,8 +124,10 @@ class ServingSpec:  # `Serving` is a profile's container settings (profiles/sche
     region: str = "us-east-1"
     profiles_dir: Path | None = None
     hf_token_secret: str | None = None  # Secrets Manager name or ARN (overrides the profile's)
+    engine: str | None = None  # a container kind in place of the profile's (sagellm.engines.ENGINES)
 
     def __post_init__(self) -> None:
+        engine_option(self.engine, "ServingSpec.engine")
         if self.hf_token_secret is not None:
             _raise(token_errors({"hf_token_secret": self.hf_token_secret}, lambda loc: "ServingSpec.hf_token_secret"))
 

@@ -27,6 +27,21 @@ def region_option(value: str) -> str:
 
 
 Region = Annotated[str, typer.Option("--region", help=REGION_HELP, callback=region_option)]
+
+
+def engine_choice(value: str | None) -> str | None:
+    """--engine checked as it is parsed: one of sagellm.engines.ENGINES (imported only when given)."""
+    if value is None:
+        return None
+    from sagellm.engines import engine_option
+
+    return engine_option(value)
+
+
+# The registry is imported only when the flag is given, so --help stays fast: its error names the engines.
+Engine = Annotated[str | None, typer.Option("--engine", callback=engine_choice, help="serving engine (a container "
+                                            "kind: tgi, lmi, …) in place of the profile's container.kind, at its "
+                                            "pinned version")]
 Instance = Annotated[str | None, typer.Option("--instance", help=INSTANCE_HELP)]
 Model = Annotated[str, typer.Option("--model", help="Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf")]
 InputTokens = Annotated[int | None, typer.Option("--input-tokens", help="prompt tokens per request "

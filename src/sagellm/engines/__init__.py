@@ -7,7 +7,9 @@ Engines take plain settings and return environments and behaviour: no plan or pr
 
 from __future__ import annotations
 
-from sagellm.engines import lmi, sglang, tgi, vllm
+import re
+
+from sagellm.engines import images, lmi, sglang, tgi, vllm
 from sagellm.engines.engine import (
     CompiledShape,
     Engine,
@@ -34,7 +36,7 @@ GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, 
 
 __all__ = [
     "ENGINES", "GENERATIONS", "NEURON_ENGINES", "CompiledShape", "Engine", "ErrorReply", "Generation", "Limits", "Settings",
-    "Token", "Variable", "engine_for", "generation", "generation_of",
+    "Token", "Variable", "engine_for", "engine_option", "generation", "generation_of", "kind_of_image", "kinds_on", "variable_names",
 ]
 
 
@@ -44,6 +46,35 @@ def engine_for(kind: str, *, neuron: bool = False) -> Engine:
     if kind not in engines:
         raise InputError(f"no {kind!r} engine{' on Inferentia' if neuron else ''} (known: {', '.join(engines)})")
     return engines[kind]
+
+
+def engine_option(kind: str | None, flag: str = "--engine") -> str | None:
+    """A container kind given on the command line or as CDK context, checked (InputError naming the known ones)."""
+    if kind is not None and kind not in ENGINES:
+        raise InputError(f"{flag}: unknown engine {kind!r} (known: {', '.join(ENGINES)})")
+    return kind
+
+
+def kinds_on(kinds: tuple[str, ...], *, neuron: bool) -> tuple[str, ...]:
+    """Those of `kinds` that have an image on an instance type: a GPU one, or Inferentia."""
+    return tuple(k for k in kinds if k in (NEURON_ENGINES if neuron else ENGINES))
+
+
+def kind_of_image(image: str) -> str | None:
+    """The container kind whose image tables hold an image (`repository:tag` or `repository@digest`, registry left
+    out, as a run records it); None: no registered engine's."""
+    repository = re.split(r"[:@]", image, maxsplit=1)[0]
+    for engines in (ENGINES, NEURON_ENGINES):
+        for kind, engine in engines.items():
+            if any(entry["repository"] == repository for entry in images.table(engine.framework)["versions"].values()):
+                return kind
+    return None
+
+
+def variable_names(setting: str) -> tuple[str, ...]:
+    """Every registered engine's environment names for a Settings field (`tensor_parallel`: SM_NUM_GPUS, …)."""
+    return tuple(dict.fromkeys(name for engine in ENGINES.values() for v in engine.variables if v.sets == setting
+                               for name in v.names))
 
 
 def generation(name: str) -> Generation:

@@ -16,6 +16,10 @@ InferenceAmiVersion = Literal[
     "al2-ami-sagemaker-inference-gpu-2", "al2-ami-sagemaker-inference-gpu-2-1", "al2-ami-sagemaker-inference-gpu-3-1",
     "al2-ami-sagemaker-inference-neuron-2", "al2023-ami-sagemaker-inference-gpu-4-1",
 ]
+# The AMI an image built for a newer CUDA than SageMaker's default host needs (NVIDIA driver 535, CUDA 12.2, on
+# which CUDA 12.x images run): botocore's ProductionVariant InferenceAmiVersion documentation (botocore 1.44.8)
+# lists al2023-ami-sagemaker-inference-gpu-4-1 as NVIDIA driver 580, CUDA 13.0, the only one for CUDA 13.
+CUDA_AMIS: dict[int, InferenceAmiVersion] = {13: "al2023-ami-sagemaker-inference-gpu-4-1"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,26 @@ class CompiledShape:
                 f"({self.auto_cast_type})")
 
 
+def pick_compiled(shapes: Sequence[CompiledShape], max_total: int, batch_size: int | None, concurrent: int,
+                  w: Callable[[str], str], errors: list[str]) -> CompiledShape | None:
+    """The compiled shape of sequence length `max_total`: the pinned batch, or the largest within the admission
+    limit (requests beyond it queue); a shape the cache lacks is refused, naming those it has."""
+    compiled = "; ".join(c.describe() for c in shapes)
+    at_length = [c for c in shapes if c.sequence_length == max_total]
+    if not at_length:
+        errors.append(f"{w('max_total_tokens')}: {max_total} is not a compiled sequence length on Inferentia "
+                      f"(compiled: {compiled}); use auto")
+        return None
+    if batch_size is not None:
+        match = next((c for c in at_length if c.batch_size == batch_size), None)
+        if match is None:
+            errors.append(f"{w('max_batch_size')}: {batch_size} has no compiled model on Inferentia (compiled: "
+                          f"{compiled}); use auto or one of those batch sizes")
+        return match
+    within = [c for c in at_length if c.batch_size <= concurrent]
+    return max(within, key=lambda c: c.batch_size) if within else min(at_length, key=lambda c: c.batch_size)
+
+
 @dataclass(frozen=True)
 class Variable:
     """One server setting: its names in the environment, and the Settings field the plan sets it from."""
@@ -131,6 +155,7 @@ class Engine(ABC):
     kind: str  # the profile's container.kind
     label: str  # "TGI", "LMI"
     framework: str  # the SageMaker SDK's image table
+    inference_tool: str | None = None  # what the SDK is called with for this table, written where the processor goes
     pinned: str  # the version sagellm pins
     oldest: tuple[int, ...]  # the oldest version whose behaviour docs/containers.md describes
     variables: tuple[Variable, ...]  # the settings the plan owns, and the aliases beside them
@@ -138,7 +163,7 @@ class Engine(ABC):
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()
     min_startup_timeout_s = 0  # the least start-up (and download) timeout an `auto` plan gives the image
-    inference_ami_version: InferenceAmiVersion | None = None  # the host AMI the image needs (ProductionVariant InferenceAmiVersion)
+    inference_ami_version: InferenceAmiVersion | None = None  # a host AMI every image of the engine needs
     stream_content_type: str  # how a streamed generate reply is framed
     # The bodies its `/invocations` takes (generate: TGI's; chat, completions: OpenAI's), and the one the bench
     # sends a SageMaker endpoint of it by default (the bench's API names: tgi, openai, chat).
@@ -172,6 +197,27 @@ class Engine(ABC):
         """The shapes `model_id` is compiled for ahead of time; None: the server batches dynamically."""
         return None
 
+    def compiled_for(self, model_id: str, tp: int, batch_size: int | None = None,
+                     sequence_length: int | None = None) -> tuple[CompiledShape, ...] | None:
+        """The shapes `model_id` is compiled for on `tp` accelerators, of that batch and sequence length where
+        given; None: the server batches dynamically."""
+        return None
+
+    def accelerator_units(self, tp: int) -> str:
+        """What `tp` accelerators are as the server counts them ('2 NeuronCores'; on GPUs '2 GPUs')."""
+        return f"{tp} GPUs"
+
+    def uncompiled(self, model_id: str, instance_type: str, chips: int, tp: int | None, where_instance: str,
+                   where_tp: str) -> str:
+        """Why a model cannot start here: nothing compiled for it at `tp` (None: at any `tp` the instance's
+        `chips` allow), and what is compiled; only an engine with compiled shapes asks."""
+        raise NotImplementedError(f"{self.label} compiles nothing ahead of time")
+
+    def core_notes(self, instance_type: str, chips: int, model_id: str,
+                   copies: Sequence[tuple[int, int]]) -> tuple[str, ...]:
+        """What `plan` notes about how a plan's copies — (accelerators per copy, copies) each — use the instance."""
+        return ()
+
     def compiled_kv_tokens(self, max_batch_size: int | None, max_total_tokens: int) -> int | None:
         """The KV budget a compiled model holds (its batch × sequence length); None: what memory allows."""
         return None
@@ -179,6 +225,12 @@ class Engine(ABC):
     def image_version(self, version: str) -> str:
         """The image version deployed for the pinned server version."""
         return version
+
+    def inference_ami(self, version: str) -> InferenceAmiVersion | None:
+        """The host AMI the image of `version` needs (ProductionVariant InferenceAmiVersion): the engine's own,
+        else the one that carries the image's CUDA; None: SageMaker's default."""
+        cuda = images.cuda_major(self.framework, self.image_version(version))
+        return self.inference_ami_version or (CUDA_AMIS.get(cuda) if cuda is not None else None)
 
     def version_errors(self, version: str, where: str) -> list[str]:
         """A pinned version the SDK tables do not know exactly, or older than sagellm models."""

@@ -17,6 +17,7 @@ from sagellm.catalog.regions import partition
 from sagellm.errors import InputError
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")  # an image manifest's digest, as ECR and Docker write it
+COMPILED_SHAPES = "neuron-compiled.json"  # data/'s one file that is no image table (engines/tgi_neuron.py)
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")  # Docker's tag grammar (ECR's too)
 
 
@@ -25,14 +26,21 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in re.split(r"[.-]", version))
 
 
+def frameworks() -> list[str]:
+    """The image tables sagellm ships (data/*.json, the compiled-shape list aside)."""
+    data = resources.files("sagellm.engines").joinpath("data")
+    return sorted(f.name.removesuffix(".json") for f in data.iterdir()
+                  if f.name.endswith(".json") and f.name != COMPILED_SHAPES)
+
+
 @cache
 def table(framework: str) -> dict[str, Any]:
     """The inference table of one framework (`huggingface-llm`, `djl-lmi`, …)."""
     try:
         text = resources.files("sagellm.engines").joinpath("data", f"{framework}.json").read_text()
     except FileNotFoundError:
-        raise InputError(f"container: no {framework} image table in sagellm (known: huggingface-llm, djl-lmi, "
-                         "huggingface-llm-neuronx)") from None
+        raise InputError(f"container: no {framework} image table in sagellm (known: {', '.join(frameworks())})") \
+            from None
     data: dict[str, Any] = json.loads(text)
     return data
 
@@ -61,6 +69,12 @@ def tag(framework: str, version: str) -> str:
     suffix = (entry.get("container_version") or {}).get(processor)
     return "-".join(p for p in (entry.get("tag_prefix", version), config.get("inference_tool") or processor, py,
                                 suffix) if p)
+
+
+def cuda_major(framework: str, version: str) -> int | None:
+    """The CUDA major version an image is built for, from its tag (`…-cu130-…` → 13); None: no CUDA tag."""
+    found = re.search(r"-cu(\d+)\d(?:-|$)", tag(framework, version))
+    return int(found.group(1)) if found else None
 
 
 def pin_errors(framework: str, version: str, pin: str, where: str) -> list[str]:

@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Token, Variable, read_int
 from sagellm.engines.vllm import COUNTERS, HISTOGRAMS
 
-PINNED = "0.35.0"  # a redeploy never changes the server underneath an endpoint
+# The newest LMI in the SDK's tables (sagemaker-core 2.27.0: 0.38.0-lmi29.0.0-cu130); a redeploy never changes
+# the server underneath an endpoint. Its CUDA 13 image needs the CUDA 13 host AMI (Engine.inference_ami).
+# The variables below are read as before: checked against djl-serving's newest published source of the CUDA 13
+# line (deepjavalibrary/djl-serving branch 0.36.0-lmi27-dlc, commit 7e13b081: properties_manager/
+# vllm_rb_properties.py maps tensor_parallel_degree, max_rolling_batch_size → max_num_seqs, quantize,
+# max_rolling_batch_prefill_tokens → max_num_batched_tokens and passes max_model_len through to vLLM's engine
+# arguments; lmi_vllm/vllm_async_service.py is still the async entry point; lmi.Dockerfile builds on CUDA 13.0).
+PINNED = "0.38.0"
 FRAMEWORK = "djl-lmi"
 OLDEST = (0, 33, 0)  # the oldest version whose behaviour docs/containers.md describes
 

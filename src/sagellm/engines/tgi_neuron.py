@@ -26,6 +26,8 @@ from dataclasses import replace
 from functools import cache
 from importlib import resources
 
+from sagellm.catalog import instances
+from sagellm.engines import images
 from sagellm.engines.engine import CompiledShape, InferenceAmiVersion, Limits, Settings
 from sagellm.engines.tgi import Tgi
 from sagellm.errors import InputError
@@ -44,7 +46,7 @@ INFERENCE_AMI_VERSION: InferenceAmiVersion = "al2-ami-sagemaker-inference-neuron
 @cache
 def compiled_table() -> dict[str, tuple[CompiledShape, ...]]:
     """Model id → the shapes the neuron cache holds compiled for the pinned image (data/neuron-compiled.json)."""
-    text = resources.files("sagellm.engines").joinpath("data", "neuron-compiled.json").read_text()
+    text = resources.files("sagellm.engines").joinpath("data", images.COMPILED_SHAPES).read_text()
     return {model_id: tuple(CompiledShape(**shape) for shape in entry["shapes"])
             for model_id, entry in json.loads(text)["models"].items()}
 
@@ -72,6 +74,10 @@ class TgiNeuron(Tgi):
 
     label = "TGI (Neuron)"
     framework = FRAMEWORK
+    # The Hugging Face SDK retrieves huggingface-llm-neuronx with inference_tool="neuronx"
+    # (get_huggingface_llm_image_uri) and image_uris._format_tag writes `<prefix>-neuronx-py310-…`: the table
+    # alone would give `…-inf2-…` (scripts/refresh_image_tables.py records it in the table).
+    inference_tool = "neuronx"
     model_id_variables = ("MODEL_ID", "HF_MODEL_ID")
     min_startup_timeout_s = STARTUP_TIMEOUT_S
     inference_ami_version = INFERENCE_AMI_VERSION
@@ -83,6 +89,43 @@ class TgiNeuron(Tgi):
     def compiled_shapes(self, model_id: str) -> tuple[CompiledShape, ...]:
         """The shapes the neuron cache holds for `model_id` (none: it cannot start from the cache)."""
         return compiled_table().get(model_id, ())
+
+    def compiled_for(self, model_id: str, tp: int, batch_size: int | None = None,
+                     sequence_length: int | None = None) -> tuple[CompiledShape, ...]:
+        """The cached shapes of `model_id` on `tp` chips' NeuronCores (of that batch and length where given)."""
+        return tuple(c for c in self.compiled_shapes(model_id) if c.num_cores == CORES_PER_CHIP * tp
+                     and batch_size in (None, c.batch_size) and sequence_length in (None, c.sequence_length))
+
+    def accelerator_units(self, tp: int) -> str:
+        """`tp` chips as NeuronCores."""
+        return f"{CORES_PER_CHIP * tp} NeuronCores"
+
+    def uncompiled(self, model_id: str, instance_type: str, chips: int, tp: int | None, where_instance: str,
+                   where_tp: str) -> str:
+        """The neuron cache has no compiled model for `model_id` at `tp` (None: at any TP the instance's `chips`
+        allow): what it has, and where that runs."""
+        shapes = self.compiled_shapes(model_id)
+        if not shapes:
+            return (f"{where_instance}: {model_id} has no compiled model in the neuron cache of the pinned Inferentia "
+                    f"image (optimum-neuron {IMAGE_VERSION}), so its server would stop with 'No cached version "
+                    "found'; use a GPU instance type (docs/containers.md lists the models compiled for Inferentia)")
+        compiled = "; ".join(c.describe() for c in shapes)
+        runs = []
+        for need in sorted({c.num_cores // CORES_PER_CHIP for c in shapes}):
+            names = [i.instance_type for i in instances().values() if i.is_neuron and i.n_accelerators >= need]
+            runs.append(f"tensor_parallel {need} on {' or '.join(names)}")
+        if tp is None:
+            place = (f"{where_instance}: {model_id} has no compiled model in the neuron cache that fits the {chips} "
+                     f"chip(s) of {instance_type}")
+        else:
+            place = (f"{where_tp}: {tp}: {model_id} has no compiled model for {CORES_PER_CHIP * tp} NeuronCores in "
+                     "the neuron cache")
+        return f"{place} (compiled: {compiled}); use {'; '.join(runs)}"
+
+    def core_notes(self, instance_type: str, chips: int, model_id: str,
+                   copies: Sequence[tuple[int, int]]) -> tuple[str, ...]:
+        """How many of the instance's NeuronCores the copies use, and why not all."""
+        return (core_use(instance_type, chips, model_id, copies),)
 
     def compiled_kv_tokens(self, max_batch_size: int | None, max_total_tokens: int) -> int:
         """The compiled batch × sequence length: every slot holds one whole sequence."""

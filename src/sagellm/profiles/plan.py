@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from sagellm.catalog import Instance, Model, find_model, models
 from sagellm.engines.engine import InferenceAmiVersion
 from sagellm.errors import InputError
-from sagellm.profiles.schema import Architecture
+from sagellm.profiles.schema import Architecture, Kind
 
 
 class _Frozen(BaseModel):
@@ -127,7 +127,7 @@ class DeploymentPlan(_Frozen):
     schema_version: int = 1
     profile: str
     region: str
-    container: Literal["tgi", "lmi", "vllm", "sglang"]
+    container: Kind  # a registered engine (sagellm.engines.ENGINES)
     container_version: str | None = None  # the pinned image version; None in hand-built plans: sagellm's pin
     instance_type: str
     initial_instance_count: int

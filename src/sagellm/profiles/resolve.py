@@ -12,9 +12,17 @@ from sagellm import __version__
 from sagellm.catalog import Instance, Model, check_offered, find_instance, find_model, instances
 from sagellm.catalog import models as catalog_models
 from sagellm.catalog.s3_weights import CONTAINER_MODEL_DIR, s3_model
-from sagellm.engines import ENGINES, NEURON_ENGINES, CompiledShape, Engine, Settings, engine_for
+from sagellm.engines import (
+    ENGINES,
+    NEURON_ENGINES,
+    CompiledShape,
+    Engine,
+    Settings,
+    engine_for,
+    engine_option,
+)
+from sagellm.engines.engine import pick_compiled
 from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
-from sagellm.engines.tgi_neuron import CORES_PER_CHIP, core_use
 from sagellm.errors import InputError
 from sagellm.planner import (
     Calibration,
@@ -189,14 +197,18 @@ def design(
     instance_count: int | None = None,
     profiles_dir: Path | None = None,
     model_s3_uri: str | None = None,
+    engine: str | None = None,
 ) -> Design:
-    """Fill every `auto` value and validate; all errors of the profile are raised together.
-
-    `model_s3_uri` (else the profile's `model_source`) stages the main model's weights in S3."""
+    """Fill every `auto` value and validate; all errors of the profile are raised together. `model_s3_uri` (else
+    the profile's `model_source`) stages the main model's weights in S3; `engine` serves the profile on another
+    container kind, at that engine's pinned version."""
+    if engine_option(engine) not in (None, profile.container.kind):
+        # The profile's version and image pin are its own kind's: the other engine runs its pinned image.
+        profile = profile.model_copy(update={"container": Container(kind=engine)})
     # Values given on the command line (or as CDK context) are named by their option, not a profile line.
     given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
              "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count),
-             "payload": ("input_tokens/output_tokens", payload)}
+             "container.kind": ("engine", engine), "payload": ("input_tokens/output_tokens", payload)}
     where = _validated(profile, sources, region, given)
     errors: list[str] = []
     payload = payload or Payload(profile.payload.input_tokens, profile.payload.output_tokens)
@@ -208,17 +220,17 @@ def design(
     kind = profile.container.kind
     # The caps are sized by the kind's GPU engine, an Inferentia plan's too (its environment and image are
     # the Inferentia engine's: Design.engine).
-    engine = ENGINES[kind]
-    version = profile.container.version or engine.pinned
-    gen = engine.generation(version).name  # the planner's physics and constants for that server
+    gpu_engine = ENGINES[kind]
+    version = profile.container.version or gpu_engine.pinned
+    gen = gpu_engine.generation(version).name  # the planner's physics and constants for that server
 
     inst = _instance(profile, instance, model, payload, region, gen, where)
     # Inferentia serves a shape compiled ahead of time: the engine that sizes the caps is the neuron one.
     neuron = _neuron_engine(kind, inst, where, errors)
-    sizing = neuron or engine  # the engine whose limits size the copies
+    sizing = neuron or gpu_engine  # the engine whose limits size the copies
     if (pin := profile.container.image_pin) is not None and (neuron is not None or not inst.is_neuron):
         # A tag of the image this instance type runs.
-        errors.extend((neuron or engine).pin_errors(version, pin, where("container.image_pin")))
+        errors.extend((neuron or gpu_engine).pin_errors(version, pin, where("container.image_pin")))
     gpus = inst.n_accelerators
     count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"
@@ -260,12 +272,12 @@ def design(
 
 
 def _core_notes(neuron: Engine | None, inst: Instance, copies: tuple[Copy, ...]) -> tuple[str, ...]:
-    """Inferentia: how many of the instance's NeuronCores the copies use, and why not all (`plan`, `profiles
-    show`); nothing on GPUs."""
+    """Inferentia: how the copies use the instance's cores, as the engine says (`plan`, `profiles show`); nothing
+    on GPUs."""
     if neuron is None:
         return ()
-    return (core_use(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
-                     [(c.tp, c.copies) for c in copies]),)
+    return neuron.core_notes(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
+                             [(c.tp, c.copies) for c in copies])
 
 
 def _validated(profile: Profile, sources: dict[str, Source], region: str,
@@ -340,8 +352,9 @@ def _neuron_engine(kind: str, inst: Instance, where: Where, errors: list[str]) -
     if not inst.is_neuron:
         return None
     if kind not in NEURON_ENGINES:
-        errors.append(f"{where('container.kind')}: lmi has no image for {inst.instance_type} (Inferentia); "
-                      "use container: {kind: tgi} (optimum-neuron) or a GPU instance type")
+        there = " or ".join(f"{{kind: {k}}} ({e.label})" for k, e in NEURON_ENGINES.items())
+        errors.append(f"{where('container.kind')}: {kind} has no image for {inst.instance_type} (Inferentia); "
+                      f"use container: {there} or a GPU instance type")
         return None
     return NEURON_ENGINES[kind]
 
@@ -352,9 +365,9 @@ def _compiled(neuron: Engine | None, model: Model, tp: int,
     (None: not Inferentia, the batch is dynamic)."""
     if neuron is None:
         return None
-    return tuple(c for c in neuron.compiled_shapes(model.hf_id) or () if c.num_cores == CORES_PER_CHIP * tp and (
-        pins is None or (pins.max_batch_size in (None, c.batch_size)
-                         and pins.max_total_tokens in ("auto", c.sequence_length))))
+    if pins is None:
+        return neuron.compiled_for(model.hf_id, tp)
+    return neuron.compiled_for(model.hf_id, tp, pins.max_batch_size, _pinned(pins.max_total_tokens))
 
 
 def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving) -> tuple[list[int], list[int]]:
@@ -376,51 +389,17 @@ def _extra_shapes(neuron: Engine | None, model: Model, tp: int, where: str,
     """The compiled shapes of an extra model on Inferentia; none is an error."""
     shapes = _compiled(neuron, model, tp)
     if shapes == ():
-        errors.append(f"{where} {model.hf_id} has no compiled model for {CORES_PER_CHIP * tp} NeuronCores in the "
+        assert neuron is not None  # only an engine with compiled shapes has none
+        errors.append(f"{where} {model.hf_id} has no compiled model for {neuron.accelerator_units(tp)} in the "
                       "neuron cache; see docs/containers.md for the models and shapes compiled for Inferentia")
     return shapes
 
 
 def _uncompiled(neuron: Engine, model: Model, inst: Instance, tp: int | None, where: Where) -> str:
-    """Say that the neuron cache has no compiled model for this model at the pinned TP (None: at any TP the
-    instance allows), and what it has."""
-    shapes = neuron.compiled_shapes(model.hf_id) or ()
-    if not shapes:
-        return (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache of the pinned "
-                "Inferentia image (optimum-neuron 0.3.0), so its server would stop with 'No cached version found'; "
-                "use a GPU instance type (docs/containers.md lists the models compiled for Inferentia)")
-    compiled = "; ".join(c.describe() for c in shapes)
-    runs = []
-    for chips in sorted({c.num_cores // CORES_PER_CHIP for c in shapes}):
-        names = [i.instance_type for i in instances().values() if i.is_neuron and i.n_accelerators >= chips]
-        runs.append(f"tensor_parallel {chips} on {' or '.join(names)}")
-    if tp is None:
-        place = (f"{where('instance_type')}: {model.hf_id} has no compiled model in the neuron cache that fits the "
-                 f"{inst.n_accelerators} chip(s) of {inst.instance_type}")
-    else:
-        place = (f"{where('serving.tensor_parallel')}: {tp}: {model.hf_id} has no compiled model for "
-                 f"{CORES_PER_CHIP * tp} NeuronCores in the neuron cache")
-    return f"{place} (compiled: {compiled}); use {'; '.join(runs)}"
-
-
-def _pick_compiled(shapes: tuple[CompiledShape, ...], max_total: int, batch_size: int | None, concurrent: int,
-                   w: Any, errors: list[str]) -> CompiledShape | None:
-    """The compiled shape of sequence length `max_total`: the pinned batch, or the largest within the admission
-    limit (requests beyond it queue in TGI); a shape the cache lacks is refused, naming those it has."""
-    compiled = "; ".join(c.describe() for c in shapes)
-    at_length = [c for c in shapes if c.sequence_length == max_total]
-    if not at_length:
-        errors.append(f"{w('max_total_tokens')}: {max_total} is not a compiled sequence length on Inferentia "
-                      f"(compiled: {compiled}); use auto")
-        return None
-    if batch_size is not None:
-        match = next((c for c in at_length if c.batch_size == batch_size), None)
-        if match is None:
-            errors.append(f"{w('max_batch_size')}: {batch_size} has no compiled model on Inferentia (compiled: "
-                          f"{compiled}); use auto or one of those batch sizes")
-        return match
-    within = [c for c in at_length if c.batch_size <= concurrent]
-    return max(within, key=lambda c: c.batch_size) if within else min(at_length, key=lambda c: c.batch_size)
+    """Say that nothing is compiled for this model at the pinned TP (None: at any TP the instance allows), and
+    what is (the engine's words)."""
+    return neuron.uncompiled(model.hf_id, inst.instance_type, inst.n_accelerators, tp, where("instance_type"),
+                             where("serving.tensor_parallel"))
 
 
 def _pinned(value: Any) -> Any:
@@ -501,7 +480,7 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     if engine.queues and batch_size is None:
         batch_size = concurrent  # a server that queues instead of refusing runs at most its batch
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
-    if shapes and (compiled := _pick_compiled(shapes, max_total, batch_size, concurrent, w, errors)):
+    if shapes and (compiled := pick_compiled(shapes, max_total, batch_size, concurrent, w, errors)):
         batch_size = compiled.batch_size
         # TGI's neuron entry point fills an unset prefill budget with batch × max input tokens (tgi_env.py).
         prefill = pinned("max_batch_prefill_tokens", batch_size * max_input)
@@ -628,7 +607,7 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
         initial_instance_count=d.instance_count, endpoint_kind=p.endpoint_kind, models=tuple(models),
         scaling=d.scaling, instance_scaling=_instance_scaling(models, d) if ic else None,
         startup_health_check_timeout_s=startup, model_data_download_timeout_s=download, volume_size_gb=volume,
-        inference_ami_version=d.engine.inference_ami_version,
+        inference_ami_version=d.engine.inference_ami(d.container_version),
         hf_token_secret=hf_token_secret or p.hf_token_secret, input_tokens=d.payload.input_tokens,
         output_tokens=d.payload.output_tokens, tags=tags | dict(p.tags),
     )
@@ -653,16 +632,12 @@ def design_for(profile: str, model: str, instance: str | None = None, *, payload
                region: str = "us-east-1", profiles_dir: Path | None = None, tensor_parallel: int | None = None,
                copies: int | None = None, instance_count: int | None = None,
                model_s3_uri: str | None = None, engine: str | None = None) -> Design:
-    """Load a profile by name and design it (no container images: fast, for the planner CLI); `engine`: another
-    container kind than the profile's, at that engine's pinned version."""
+    """Load a profile by name and design it (no container images: fast, for the planner CLI)."""
     sources = all_sources(profiles_dir)
     prof = load_profile(profile, sources)
-    if engine is not None and engine != prof.container.kind:
-        engine_for(engine)  # InputError naming the known engines
-        prof = prof.model_copy(update={"container": Container(kind=engine)})  # type: ignore[arg-type]
     return design(prof, model, sources, instance=instance, payload=payload, region=region,
                   tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
-                  profiles_dir=profiles_dir, model_s3_uri=model_s3_uri)
+                  profiles_dir=profiles_dir, model_s3_uri=model_s3_uri, engine=engine)
 
 
 def resolve(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from sagellm.catalog.s3_weights import S3_PREFIX
-from sagellm.engines import tgi
+from sagellm.engines import ENGINES, tgi
 
 # Bounds the services accept: a value outside them would fail only after a paid deploy (or at the
 # container's start). Sources: botocore's SageMaker and Application Auto Scaling service models
@@ -25,6 +26,18 @@ Tokens = Annotated[int, Field(ge=1, le=U32_MAX)]
 Seconds = Annotated[int, Field(ge=TIMEOUT_RANGE_S[0], le=TIMEOUT_RANGE_S[1])]
 Cooldown = Annotated[int, Field(ge=0, le=INT32_MAX)]  # a duration is never negative
 Billions = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # parameters, in billions
+
+
+def known_kind(kind: str) -> str:
+    """A container kind of a registered engine (sagellm.engines.ENGINES)."""
+    if kind not in ENGINES:
+        raise PydanticCustomError("unknown_engine", "'{kind}' is not an engine sagellm knows (known: {known})",
+                                  {"kind": kind, "known": ", ".join(ENGINES)})
+    return kind
+
+
+# container.kind: one of the registered engines; the JSON Schema lists them as an enum.
+Kind = Annotated[str, AfterValidator(known_kind), WithJsonSchema({"type": "string", "enum": list(ENGINES)})]
 Quantization = Literal["none", "gptq", "awq", "bitsandbytes", "eetq", "fp8"]
 
 
@@ -59,9 +72,11 @@ class Serving(_Strict):
 class Container(_Strict):
     """The serving container, pinned: a redeploy never swaps the server version underneath an endpoint."""
 
-    kind: Literal["tgi", "lmi", "vllm", "sglang"] = Field("tgi", description="tgi: Hugging Face TGI; lmi: AWS LMI (vLLM); vllm, sglang: AWS's SageMaker images")
+    kind: Kind = Field("tgi", description="the serving engine: " + "; ".join(
+        f"{kind}: {engine.label}" for kind, engine in ENGINES.items()))
     version: str | None = Field(None, description="exact image version in the SageMaker SDK tables; default: "
-                                "the version sagellm pins (tgi 3.3.6, lmi 0.35.0)")
+                                "the version sagellm pins (" + ", ".join(
+                                    f"{kind} {engine.pinned}" for kind, engine in ENGINES.items()) + ")")
     image_pin: str | None = Field(None, description="that version's image by its full tag (the short tag with "
                                   "its patch suffix, e.g. …-ubuntu22.04-v1.1) or digest (sha256:…); default: the "
                                   "SDK table's tag, which AWS re-pushes with each patch")

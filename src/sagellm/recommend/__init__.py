@@ -6,7 +6,6 @@ the frontier, why each other lost) → write (table, JSON, plot, profile YAML).
 
 from sagellm.recommend.choose import PeakSizing, Recommendation, choose
 from sagellm.recommend.search import (
-           ENGINES,
            Candidate,
            Config,
            Space,
@@ -17,5 +16,5 @@ from sagellm.recommend.search import (
 from sagellm.recommend.slo import Load, load_slo
 from sagellm.recommend.write import frontier_markdown, write_all
 
-__all__ = ["ENGINES", "Candidate", "Config", "Load", "PeakSizing", "Recommendation", "Space", "choose",
+__all__ = ["Candidate", "Config", "Load", "PeakSizing", "Recommendation", "Space", "choose",
            "concurrency_for_rate", "frontier_markdown", "instance_types", "load_slo", "search", "write_all"]

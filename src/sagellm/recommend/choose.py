@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sagellm.catalog import find_instance
+from sagellm.engines import ENGINES
 from sagellm.planner import Payload
 from sagellm.profiles import Design
 from sagellm.recommend.search import (
@@ -196,6 +197,39 @@ def choose(found: Search, load: Load, rules: Sequence[Rule], payload: Payload,
         closest=None if pick is not None else closest(found.candidates, rules, load), peak=sizing,
         design=found.designs[pick.config] if pick is not None else None, notes=list(found.notes),
         skipped_for_peak=skipped, designs=found.designs, headroom=found.headroom, short_of_headroom=short)
+
+
+def engine_verdict(rec: Recommendation) -> str | None:
+    """Which engine the pick runs and why it won, against each other engine searched (None with one engine, or
+    without a pick: the binding limit says why then)."""
+    engines = list(dict.fromkeys(c.config.engine for c in rec.candidates if c.config.engine in ENGINES))
+    if rec.pick is None or len(engines) < 2:
+        return None
+    pick, won = rec.pick, rec.pick.config.engine
+    lines, cheaper_elsewhere = [], False
+    for engine in (e for e in engines if e != won):
+        own = [c for c in rec.candidates if c.config.engine == engine]
+        best = min((c for c in own if c.meets and least_margin(c, rec.rules) >= rec.headroom
+                    and id(c) not in rec.skipped_for_peak and id(c) not in rec.measured_misses),
+                   key=lambda c: (c.usd_per_h, worst_tightness(c, rec.rules)), default=None)
+        if best is None:
+            near = closest(own, rec.rules, rec.load)
+            lines.append(f"{engine} meets it nowhere" + (f" (closest: {near.label()}: {rec.reason(near)})"
+                                                          if near is not None else ""))
+            continue
+        cheaper_elsewhere = True
+        if best.usd_per_h > pick.usd_per_h:
+            lines.append(f"{engine}'s cheapest is {best.label()} at ${best.usd_per_h:.2f}/h")
+        elif worst_tightness(best, rec.rules) > worst_tightness(pick, rec.rules):
+            lines.append(f"{engine}'s cheapest, {best.label()}, costs the same with less margin "
+                         f"({least_margin(best, rec.rules) * 100:.0f} % against {least_margin(pick, rec.rules) * 100:.0f} %)")
+        else:
+            lines.append(f"{engine}'s {best.label()} ties on $/h and margin ({won} comes first: "
+                         f"{', '.join(engines)})")
+    why = "the cheapest deployment that meets the SLO" if cheaper_elsewhere else \
+        "the only engine predicted to meet the SLO"
+    headroom = f" with {rec.headroom * 100:.0f} % headroom" if rec.headroom else ""
+    return f"engine: {won} won, {why}{headroom} (${pick.usd_per_h:.2f}/h); {'; '.join(lines)}"
 
 
 def passed_over_for_headroom(rec: Recommendation) -> list[Candidate]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from sagellm.catalog import Instance, Model, check_offered, find_instance, instances
+from sagellm.engines import ENGINES, kinds_on
 from sagellm.errors import InputError
 from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, usd_per_1m_tokens, valid_tp
 from sagellm.profiles import Design, design_for
@@ -21,7 +22,6 @@ from sagellm.recommend.slo import Gap, Load, gap_of, level_value, margin, predic
 from sagellm.results.gate import Rule, level_name
 from sagellm.results.schema import LevelSummary
 
-ENGINES = ("tgi", "lmi")
 # Most instances one endpoint is sized to (SageMaker quotas are usually lower; beyond this, say so).
 MAX_INSTANCES = 64
 # The standard profile each endpoint kind extends (inference components: copies = GPUs ÷ TP).
@@ -216,7 +216,7 @@ class Space:
     model: Model
     payload: Payload
     instance_types: tuple[Instance, ...]
-    engines: tuple[str, ...] = ENGINES
+    engines: tuple[str, ...] = tuple(ENGINES)  # every registered engine; those without an image are skipped
     quantizations: tuple[str, ...] = ("none",)
     region: str = "us-east-1"
     profiles_dir: Path | None = None  # whose calibration/ corrects the predictions (./profiles by default)
@@ -264,8 +264,8 @@ def base_profiles(folder: Path, engines: Sequence[str], quantizations: Sequence[
 
 def configs(space: Space, inst: Instance, quant: str) -> Iterator[Config]:
     """Every config of one instance type: each fitting TP on an instance endpoint, and as inference-component
-    copies (GPUs ÷ TP, two or more: one copy is the instance endpoint again), on each engine."""
-    for engine in space.engines:
+    copies (GPUs ÷ TP, two or more: one copy is the instance endpoint again), on each engine with an image there."""
+    for engine in kinds_on(space.engines, neuron=inst.is_neuron):
         for tp in fitting_tps(space.model, inst, quant, space.payload):
             yield Config(inst.instance_type, "instance", tp, 1, engine, quant)
             if inst.n_accelerators // tp >= 2:

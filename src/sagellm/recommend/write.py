@@ -14,7 +14,13 @@ import yaml
 
 from sagellm.errors import InputError
 from sagellm.profiles import design_for
-from sagellm.recommend.choose import Recommendation, binding_limit, passed_over_for_headroom, worst_tightness
+from sagellm.recommend.choose import (
+    Recommendation,
+    binding_limit,
+    engine_verdict,
+    passed_over_for_headroom,
+    worst_tightness,
+)
 from sagellm.recommend.search import BASE_PROFILE, Candidate
 from sagellm.recommend.slo import bounds, describe_rule, margin
 from sagellm.results.gate import Rule
@@ -152,6 +158,8 @@ def recommendation_json(rec: Recommendation, model_id: str, profile: Path | None
         "slo": [r.label for r in rec.rules],
         "model_note": MODEL_NOTE,
         "pick": _candidate(rec.pick, rec) if rec.pick is not None else None,
+        "engines": sorted({c.config.engine for c in rec.candidates if c.config.engine != "-"}),
+        "engine_verdict": engine_verdict(rec),
         "profile": str(profile) if profile is not None else None,
         "peak": asdict(rec.peak) | {"peak": asdict(rec.peak.peak)} if rec.peak is not None else None,
         "closest": (_candidate(rec.closest, rec) | {"gaps": gaps}) if rec.closest is not None else None,

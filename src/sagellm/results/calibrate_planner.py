@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sagellm import __version__
+from sagellm.engines import kind_of_image, variable_names
 from sagellm.errors import InputError
 from sagellm.planner import Observation, Payload, Shape, fit_calibration
 from sagellm.profiles import Design, design_for
@@ -60,7 +61,9 @@ def _load(run: Path, profiles_dir: Path | None, accept_emulated: bool) -> _Run:
     try:
         design = design_for(r.profile, r.model, r.instance_type, payload=Payload(r.input_tokens, r.output_tokens),
                             region=r.region, profiles_dir=profiles_dir, instance_count=r.instance_count,
-                            tensor_parallel=_int_env(env, "SM_NUM_GPUS", "OPTION_TENSOR_PARALLEL_DEGREE"))
+                            tensor_parallel=_int_env(env, *variable_names("tensor_parallel")),
+                            # The engine the run served (a bench's --engine), known by its image.
+                            engine=kind_of_image(r.container) if r.container else None)
     except InputError as exc:
         raise InputError([f"{path}: {m}" for m in exc.messages]) from None
     return _Run(path, results, design)
@@ -72,7 +75,8 @@ def _observations(run: _Run) -> list[Observation]:
     base: Shape = replace(run.design.shape(), calibration=None)
     shape = replace(
         base,
-        max_concurrent_requests=_int_env(env, "MAX_CONCURRENT_REQUESTS") or base.max_concurrent_requests,
+        max_concurrent_requests=_int_env(env, *variable_names("max_concurrent_requests"))
+        or base.max_concurrent_requests,
         max_batch_total_tokens=_int_env(env, "MAX_BATCH_TOTAL_TOKENS") or base.max_batch_total_tokens,
     )
     r = run.results.run

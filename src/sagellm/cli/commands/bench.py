@@ -20,6 +20,7 @@ from sagellm.cli.options import (
     REGION_HELP,
     SERVED,
     concurrency_levels,
+    engine_choice,
     rate_levels,
     region_option,
     worker_count,
@@ -50,6 +51,9 @@ def bench(
                                               "meta-llama/Llama-2-7b-hf (optional for --target http; with "
                                               "--endpoint-name: default the deployed one)")] = None,
     instance: Annotated[str | None, typer.Option("--instance", rich_help_panel=SERVED, help=INSTANCE_HELP)] = None,
+    engine: Annotated[str | None, typer.Option("--engine", rich_help_panel=SERVED, callback=engine_choice,
+                                               help="serving engine (a container kind: tgi, lmi, …) in place of "
+                                               "the profile's container.kind, at its pinned version")] = None,
     region: Annotated[str, typer.Option("--region", rich_help_panel=SERVED, help=REGION_HELP,
                                                          callback=region_option)] = "us-east-1",
     profiles_dir: Annotated[Path | None, typer.Option("--profiles-dir", rich_help_panel=SERVED,
@@ -219,7 +223,7 @@ def bench(
     build("target", lambda: _target(target, url, api, served_model, endpoint_name, inference_component, keep,
                                     time_scale, instance_startup))
     build("serving", lambda: specs.ServingSpec(profile, model, instance, region=region, profiles_dir=profiles_dir,
-                                               hf_token_secret=hf_token_secret))
+                                               hf_token_secret=hf_token_secret, engine=engine))
     if "target" in parts and "serving" in parts:  # reported with every other problem, not after them
         errors.extend(specs.pairing_problems(parts["serving"], parts["target"]))
 
@@ -285,7 +289,7 @@ def _target(target: str, url: str | None, api: str, served_model: str | None, en
 # user sees the flag (`--warmup: -1 must be 0 or more`).
 FLAGS = {
     "api": "--api", "url": "--url", "name": "--endpoint-name", "time_scale": "--time-scale",
-    "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance",
+    "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance", "engine": "--engine",
     "hf_token_secret": "--hf-token-secret", "request_rate": "--request-rate", "arrivals": "--arrivals",
     "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
     "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",

@@ -10,6 +10,7 @@ import typer
 from sagellm.cli.app import app
 from sagellm.cli.options import (
     INT32_MAX,
+    Engine,
     InputTokens,
     Instance,
     Json,
@@ -30,6 +31,7 @@ def plan(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
     model: Model,
     instance: Instance = None,
+    engine: Engine = None,
     tensor_parallel: Annotated[int | None, typer.Option("--tensor-parallel", min=1, max=INT32_MAX,
                                                            help="GPUs per copy (overrides the profile)")] = None,
     replicas: Annotated[int | None, typer.Option("--replicas", min=1, max=INT32_MAX, help="copies per instance "
@@ -61,7 +63,7 @@ def plan(
     levels = concurrency_levels(concurrency)
     d = design_for(profile, model, instance, payload=payload_from(input_tokens, output_tokens), region=region,
                    profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
-                   instance_count=instance_count)
+                   instance_count=instance_count, engine=engine)
     curve = predict(d.shape(), d.payload, levels, region)
     curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]

@@ -10,6 +10,7 @@ import typer
 
 from sagellm.cli.app import app
 from sagellm.cli.options import (
+    Engine,
     InputTokens,
     Instance,
     Json,
@@ -47,6 +48,7 @@ def profiles_show(
     profile: Annotated[str, typer.Argument(help="profile name, e.g. max-throughput")],
     model: Model,
     instance: Instance = None,
+    engine: Engine = None,
     input_tokens: InputTokens = None,
     output_tokens: OutputTokens = None,
     region: Region = "us-east-1",
@@ -58,7 +60,7 @@ def profiles_show(
     from sagellm.profiles import design_for
 
     design = design_for(profile, model, instance, payload=payload_from(input_tokens, output_tokens), region=region,
-                        profiles_dir=profiles_dir)
+                        profiles_dir=profiles_dir, engine=engine)
     plan = design.plan()
     if json_out:
         print(plan.model_dump_json(indent=2))

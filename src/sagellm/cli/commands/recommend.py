@@ -56,7 +56,8 @@ def recommend(
     instances: Annotated[str | None, typer.Option("--instances", help="only these instance types "
                                                   "(comma-separated)")] = None,
     families: Annotated[str | None, typer.Option("--families", help="only these families, e.g. g5,g6e")] = None,
-    engines: Annotated[str, typer.Option("--engines", help="serving engines to search")] = "tgi,lmi",
+    engines: Annotated[str | None, typer.Option("--engine", "--engines", help="only these serving engines "
+                                                "(comma-separated; default: every engine sagellm knows)")] = None,
     quantization: Annotated[str | None, typer.Option("--quantization", help="also search this weight "
                                                      "quantization (gptq, awq, fp8, …)")] = None,
     region: Region = "us-east-1",
@@ -104,7 +105,7 @@ def recommend(
     from sagellm.recommend.write import check_out
 
     started = time.monotonic()
-    engine_names = _names(engines, "--engines")
+    engine_names = _names(engines, "--engine")
     _check_options(request_rate, concurrency, peak_rate, bool(instances and families), engine_names, quantization)
     _check_verify_options(verify, target, time_scale, budget_minutes, hf_token_secret)
     check_out(out)
@@ -115,7 +116,7 @@ def recommend(
     quants = ("none",) if quantization in (None, "none") else ("none", quantization)
     space = Space(catalog_model, payload, instance_types(_names(instances, "--instances"),
                                                         _names(families, "--families"), region),
-                  tuple(dict.fromkeys(engine_names)), quants, region, profiles_dir)
+                  tuple(dict.fromkeys(engine_names)) or Space.engines, quants, region, profiles_dir)
     found = search(space, load, rules, None if json_out else _progress(started), headroom / 100)
     peak = Load(request_rate=peak_rate) if peak_rate is not None else None
     rec = choose(found, load, rules, payload, peak)
@@ -190,12 +191,12 @@ def _check_verify_options(verify: int, target: str, time_scale: float | None, bu
 def _check_options(request_rate: float | None, concurrency: int | None, peak_rate: float | None,
                    instances_and_families: bool, engine_names: tuple[str, ...], quantization: str | None) -> None:
     """Every problem with the options at once, as bad input."""
-    from sagellm.recommend import ENGINES
+    from sagellm.engines import ENGINES
 
     problems = _load_problems(request_rate, concurrency, peak_rate)
     if instances_and_families:
         problems.append("--instances / --families: give one or the other")
-    problems += [f"--engines: unknown engine {e!r} (known: {', '.join(ENGINES)})" for e in engine_names
+    problems += [f"--engine: unknown engine {e!r} (known: {', '.join(ENGINES)})" for e in engine_names
                  if e not in ENGINES]
     if quantization is not None and quantization not in QUANTIZATIONS:
         problems.append(f"--quantization: unknown {quantization!r} (known: {', '.join(QUANTIZATIONS)})")
@@ -250,6 +251,8 @@ def _print_pick(rec: Recommendation, data: dict[str, Any]) -> None:
     print(f"pick: {pick.label()}: ${pick.usd_per_h:.2f}/h at {rec.load.name} "
           f"(profile: {data['profile']})")
     print("margins: " + "; ".join(describe_rule(r, pick.values.get(r.label)) for r in rec.rules))
+    if data["engine_verdict"]:
+        print(data["engine_verdict"])
     if passed := passed_over_for_headroom(rec):
         cheapest = passed[0]
         more = f" (and {len(passed) - 1} more)" if len(passed) > 1 else ""

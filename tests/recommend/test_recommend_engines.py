@@ -1,0 +1,52 @@
+"""recommend across engines: every registered engine with an image on the instance type, and which one won."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sagellm.catalog import find_instance, find_model
+from sagellm.engines import ENGINES
+from sagellm.planner import Payload
+from sagellm.recommend import Load, Space, choose, search
+from sagellm.recommend.choose import engine_verdict
+from sagellm.recommend.search import Search
+from sagellm.results.gate import Rule
+
+LOAD = Load(concurrency=16)
+RULES = (Rule(metric="itl_ms.p50", where=LOAD.name, max=40),)
+
+
+def _search(engines: tuple[str, ...] | None = None) -> Search:
+    space = Space(find_model("llama2-7b"), Payload(), (find_instance("ml.g6e.xlarge"), find_instance("ml.g5.2xlarge")))
+    return search(space if engines is None else replace(space, engines=engines), LOAD, RULES)
+
+
+def test_every_registered_engine_is_searched_unless_narrowed() -> None:
+    assert {c.config.engine for c in _search().candidates} == set(ENGINES)
+    assert {c.config.engine for c in _search(("lmi",)).candidates} == {"lmi"}
+    assert engine_verdict(choose(_search(("lmi",)), LOAD, RULES, Payload())) is None  # one engine: nothing to say
+
+
+def test_the_verdict_names_the_cheaper_engine_and_what_the_other_costs() -> None:
+    found = _search(("tgi", "lmi"))
+    for c in found.candidates:  # LMI made dearer: TGI wins on price
+        if c.config.engine == "lmi":
+            c.usd_per_h *= 2
+    rec = choose(found, LOAD, RULES, Payload())
+    assert rec.pick is not None and rec.pick.config.engine == "tgi"
+    verdict = engine_verdict(rec)
+    assert verdict is not None
+    assert verdict.startswith(f"engine: tgi won, the cheapest deployment that meets the SLO with 10 % headroom "
+                              f"(${rec.pick.usd_per_h:.2f}/h); lmi's cheapest is ")
+    assert f"at ${2 * rec.pick.usd_per_h:.2f}/h" in verdict
+
+
+def test_the_verdict_says_when_the_winner_is_the_only_engine_meeting_the_slo() -> None:
+    found = _search(("tgi", "lmi"))
+    for c in found.candidates:  # LMI made to miss everywhere
+        if c.config.engine == "lmi":
+            c.problem = "refused for the test"
+    rec = choose(found, LOAD, RULES, Payload())
+    verdict = engine_verdict(rec)
+    assert verdict is not None and verdict.startswith("engine: tgi won, the only engine predicted to meet the SLO")
+    assert "lmi meets it nowhere (closest: " in verdict and "refused for the test" in verdict
