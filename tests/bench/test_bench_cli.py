@@ -17,6 +17,7 @@ import time
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from bench_helpers import (
     emulator_children_of,
     finish,
     free_port,
+    hung_server,
     processes_mentioning,
     request_lines,
     results_of,
@@ -573,6 +575,27 @@ def test_http_target_at_a_closed_port_fails_in_one_line_with_exit_3_and_writes_n
     assert assert_one_line_error(ran) == (f"sagellm: error: --url: {url}: nothing answers at 127.0.0.1:{port} "
                                           "(Connection refused); start the server or fix the URL")
     assert not out.exists()
+
+
+@pytest.mark.integration
+def test_a_hung_endpoint_is_told_in_one_line_within_70_s_of_the_first_request(tmp_path: Path) -> None:
+    # The real numbers: SageMaker's 60 s invocation limit on the first requests, then stop (not the warm-up's
+    # timeouts, the measured ones' and a metrics flush: 115-190 s before).
+    out = tmp_path / "out"
+    with hung_server() as url:
+        ran = sagellm("bench", "--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE,
+                      "--target", "http", "--url", url, "--api", "tgi", "--concurrency", "1,4", "--warmup", "1",
+                      "--out", str(out), timeout=100)
+
+    assert ran.returncode == 3
+    error = ran.stderr.strip().splitlines()[-1]
+    assert error == ("sagellm: error: the endpoint answered none of the first requests: no first byte within "
+                     "the invocation limit (60 s) (is it hung? its logs say why)")
+    [record] = request_lines(out)
+    assert record["warmup"] and record["error_kind"] == "timeout" and record["e2e_s"] >= 60
+    run = results_of(out)["run"]  # started before the first request was sent, ended when the run stopped
+    stopped_s = (datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    assert stopped_s < 70, f"stopped {stopped_s:.0f} s after the run started"
 
 
 # ------------------------------------------------------------------------------ interrupted mid-sweep

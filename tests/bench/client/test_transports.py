@@ -173,6 +173,11 @@ class FakeEndpoint:
             return web.Response(status=500, text="Internal Server Error")
         if scenario == "slow":
             await asyncio.sleep(1)
+        if scenario == "silent_after_headers":  # a hung server that sent its headers
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await asyncio.sleep(1)
+            return resp
         events = tgi_sse(n, server_e2e_s=0.5 if scenario == "server_timed" else None)
         if scenario == "split":  # every line cut into 5-byte pieces, each its own TCP write
             return await self._stream(request, cut(b"".join(events), 5), "text/event-stream", gap_s=0.001)
@@ -264,9 +269,11 @@ def sagemaker_transport(fake: FakeEndpoint, **kwargs: Any) -> SageMakerTransport
                               base_backoff_s=0.001, max_backoff_s=0.002, **kwargs)
 
 
-def send_tgi(prompt: str, n: int = 5, token_gap_s: float = 0.0, timeout_s: float = 10.0) -> RequestRecord:
+def send_tgi(prompt: str, n: int = 5, token_gap_s: float = 0.0, timeout_s: float = 10.0,
+             first_byte_s: float = 60.0) -> RequestRecord:
     async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> RequestRecord:
-        return await HttpTransport(fake.url, TGI, timeout_s=timeout_s).send(session, prompt, n)
+        transport = HttpTransport(fake.url, TGI, timeout_s=timeout_s, first_byte_s=first_byte_s)
+        return await transport.send(session, prompt, n)
     return asyncio.run(with_endpoint(go, token_gap_s))
 
 
@@ -380,6 +387,20 @@ def test_tgi_midstream_error_keeps_the_partial_timings() -> None:
 def test_client_timeout_is_a_timeout_error() -> None:
     out = send_tgi("slow", timeout_s=0.2)
     assert not out.ok and out.error_kind == "timeout" and 0.15 < out.e2e_s < 2
+
+
+@pytest.mark.parametrize("prompt", ["slow", "silent_after_headers"])
+def test_no_first_byte_within_the_invocation_limit_is_a_timeout_that_says_so(prompt: str) -> None:
+    out = send_tgi(prompt, first_byte_s=0.2)
+    assert not out.ok and out.error_kind == "timeout" and out.ttft_s is None
+    assert out.error == "no first byte within the invocation limit (0.2 s)"
+    assert 0.2 <= out.e2e_s  # not before the limit (how much after is the scheduler's, not the transport's)
+
+
+def test_a_stream_that_started_within_the_limit_may_outlast_it() -> None:
+    # The limit is on the first byte: a stream that takes longer in all, within the client timeout, is whole.
+    out = send_tgi("ok", n=5, token_gap_s=0.1, first_byte_s=0.2)
+    assert out.ok and out.output_tokens == 5 and out.e2e_s > 0.4
 
 
 def test_connection_refused_is_an_error_not_an_exception() -> None:
