@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from bench_helpers import EngineTransport, FakeTransport, InProcessPool
-from cpu_wait import CpuWait, judge_only_when_fed
+from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from sagellm.bench.client.records import RecordLog, RequestRecord, read_records
 from sagellm.bench.client.summary import summarize, tokens_in_window
 from sagellm.bench.client.transports import TGI, HttpTransport
@@ -25,10 +25,6 @@ from sagellm.catalog import find_instance, find_model
 from sagellm.emulator.serving.copies import CopyEngine
 from sagellm.engines import Limits
 from sagellm.planner import Payload, Shape, StepModel, predict_point
-
-# Above this share of a level spent waiting for a CPU, a timing is not comparable (tests/cpu_wait.py); the
-# share the vLLM agreement tests allow.
-MAX_CPU_WAIT = 0.05
 
 
 def workload(n_in: int = 16, n_out: int = 4) -> Workload:
