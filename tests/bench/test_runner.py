@@ -372,6 +372,7 @@ def test_a_token_given_as_the_secret_option_is_refused_without_echoing_it(tmp_pa
 
 # ------------------------------------------------------------------------------------------ hung endpoint
 
+@pytest.mark.slow
 def test_a_hung_endpoint_stops_the_bench_at_its_first_requests_limit_in_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The invocation limit cut from SageMaker's 60 s to 0.5 s, so the test takes seconds.

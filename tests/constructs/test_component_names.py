@@ -38,6 +38,7 @@ def empty_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("no-team-profiles")
 
 
+@pytest.mark.slow
 def test_every_catalog_model_on_every_standard_profile_builds_an_endpoint_with_valid_names(empty_dir: Path) -> None:
     # The construct's own validation and naming, for all 35 × 5 plans (built, not synthesized: ~50 ms each).
     app = cdk_app()
@@ -57,6 +58,7 @@ def test_every_catalog_model_on_every_standard_profile_builds_an_endpoint_with_v
     assert built == 5 * len(models()) and any("." in m for m in models())
 
 
+@pytest.mark.slow
 def test_a_dotted_model_deploys_on_replicas_as_a_named_component(empty_dir: Path) -> None:
     plan = resolve("replicas", "mistralai/Mistral-7B-Instruct-v0.3", profiles_dir=empty_dir,
                    hf_token_secret=HF_SECRET)

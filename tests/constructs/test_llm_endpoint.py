@@ -51,6 +51,7 @@ def endpoint_template(plan: DeploymentPlan, **kwargs: object) -> tuple[Template,
 
 
 @pytest.mark.parametrize("profile", INSTANCE_PROFILES)
+@pytest.mark.slow
 def test_model_runs_plan_image_with_exact_plan_environment(profile, plans, templates):
     plan = plans[profile]
     templates[profile].resource_count_is(MODEL, 1)
@@ -429,6 +430,7 @@ def test_given_secret_is_referenced_and_overrides_the_plan_secret_name():
     assert "ignored" not in str(env)
 
 
+@pytest.mark.slow
 def test_vpc_places_model_in_private_subnets_with_an_egress_only_security_group():
     def vpc(stack: Stack) -> ec2.IVpc:
         return ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
@@ -541,6 +543,7 @@ def test_stack_outputs_the_endpoint_name_and_runs_in_the_plan_region(stacks, tem
     assert stacks["max-throughput"].region == "us-east-1"
 
 
+@pytest.mark.slow
 def test_llm_endpoint_imports_from_the_package_root_without_loading_cdk_on_import():
     code = "import sys, sagellm; assert 'aws_cdk' not in sys.modules; from sagellm import LlmEndpoint; print(LlmEndpoint.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -736,6 +739,7 @@ def endpoint_ids(plan: DeploymentPlan) -> set[str]:
     return set(synth(plan).find_resources(ENDPOINT))
 
 
+@pytest.mark.slow
 def test_only_a_scaled_variant_gets_a_new_endpoint_for_a_new_instance_type(plans) -> None:
     """SageMaker refuses UpdateEndpoint to change a scaled variant's instance type; an unscaled one updates."""
     scaled_plan, fixed = plans["autoscale"], plans["max-throughput"]

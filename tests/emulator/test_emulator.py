@@ -202,6 +202,7 @@ def test_rejects_input_over_max_input_tokens_or_total_over_max_total_tokens_with
     run(plan(), scenario)
 
 
+@pytest.mark.slow
 def test_queues_a_request_while_the_kv_budget_is_full() -> None:
     # The KV budget is what memory holds (MAX_BATCH_TOTAL_TOKENS is ignored): room for n sequences of
     # 4000 + 90 tokens (4 for Llama 2 7B on one A10G); one more waits for one of them to finish.

@@ -40,6 +40,7 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Deploymen
     return out
 
 
+@pytest.mark.slow
 def test_every_inferentia_plan_names_its_model_and_a_cached_shape(plans) -> None:
     assert len(plans) >= 100 and {p for p, _, _ in plans} == set(PROFILES)
     for profile, plan, _ in plans:

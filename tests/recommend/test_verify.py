@@ -86,6 +86,7 @@ def sagellm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
      "--hf-token-secret: only with --target sagemaker (the local emulator loads no weights)"),
     (("--verify", "1", "--target", "aws"), "--target: 'aws' must be local or sagemaker"),
 ])
+@pytest.mark.slow
 def test_verify_options_out_of_place_are_one_line_of_bad_input(tmp_path, args, message):
     slo = tmp_path / "slo.yaml"
     slo.write_text("rules:\n  - {metric: itl_ms.p50, max: 40}\n")

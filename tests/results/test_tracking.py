@@ -108,6 +108,7 @@ def test_report_logs_a_finished_run_from_the_command_line(server: str, tmp_path:
     assert MlflowClient(tracking_uri=server).get_run(run_id).data.params["profile"] == "max-throughput"
 
 
+@pytest.mark.slow
 def test_a_server_that_does_not_answer_is_one_line_and_exit_2_before_anything(tmp_path: Path) -> None:
     folder = finished_run(tmp_path)
     url = f"http://127.0.0.1:{free_port()}"
@@ -164,6 +165,7 @@ FIX = ("give a tracking server (http://host:5000; start one with `mlflow server 
                   "backend is in maintenance mode); use sqlite:///path/mlflow.db or a tracking server (`mlflow "
                   "server --backend-store-uri sqlite:///mlflow.db`)")),
 ])
+@pytest.mark.slow
 def test_a_bad_tracking_uri_is_exit_2_in_one_line_before_the_bench_makes_anything(
         tmp_path: Path, uri: str, line: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ALLOW_FILE_STORE"}

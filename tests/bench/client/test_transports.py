@@ -384,12 +384,14 @@ def test_tgi_midstream_error_keeps_the_partial_timings() -> None:
     assert out.ttft_s is not None and len(out.token_gaps_s) == 1
 
 
+@pytest.mark.slow
 def test_client_timeout_is_a_timeout_error() -> None:
     out = send_tgi("slow", timeout_s=0.2)
     assert not out.ok and out.error_kind == "timeout" and 0.15 < out.e2e_s < 2
 
 
 @pytest.mark.parametrize("prompt", ["slow", "silent_after_headers"])
+@pytest.mark.slow
 def test_no_first_byte_within_the_invocation_limit_is_a_timeout_that_says_so(prompt: str) -> None:
     out = send_tgi(prompt, first_byte_s=0.2)
     assert not out.ok and out.error_kind == "timeout" and out.ttft_s is None

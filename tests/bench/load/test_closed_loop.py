@@ -97,6 +97,7 @@ def test_window_runs_from_the_end_of_the_ramp_to_the_ramp_workers_last_completio
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.slow
 def test_a_closed_loop_moving_in_phase_is_measured_over_whole_cycles(workers: int) -> None:
     # On a continuous-batching server equal-length streams stay in the groups their first prefill passes
     # made: a cycle is every group's prefill pass in a row (decoding paused), then decoding only. The ramp
@@ -281,6 +282,7 @@ class CountingTgi:
             self.open -= 1
 
 
+@pytest.mark.slow
 def test_sweep_over_loopback_holds_c_streams_open_at_the_server() -> None:
     server = CountingTgi()
     records: list[RequestRecord] = []

@@ -119,6 +119,7 @@ def test_without_simulated_scaling_the_ramp_says_so_and_counts_the_fixed_fleet()
     (["--request-rate", "1,2", "--repeats", "2"], "--repeats: a ramp runs once"),
     (["--ramp", "--concurrency", "1,2"], "--ramp/--concurrency: a ramp is open loop"),
 ])
+@pytest.mark.slow
 def test_bad_ramp_options_are_one_line_and_exit_2(tmp_path: Path, extra: list[str], message: str) -> None:
     ran = sagellm("bench", "--profile", "autoscale", "--model", MODEL, "--instance", "ml.g5.2xlarge",
                   "--out", str(tmp_path / "out"), *extra)
