@@ -97,6 +97,7 @@ def test_a_gate_rule_on_a_server_metric_is_checked(local_run: tuple[Ran, Path]) 
     assert gate["passed"] is True
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_server_table(local_run: tuple[Ran, Path]) -> None:
     _, out = local_run
     report = (out / "report.md").read_text()

@@ -21,6 +21,10 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline_app.py"
 TAG = "LlmPipeline.Bench"
 
 
+# A pipeline synthesized per module (tens of seconds on a busy machine): `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def app() -> App:
     spec = importlib.util.spec_from_file_location("pipeline_app", EXAMPLE)
@@ -61,7 +65,6 @@ def build_spec(project: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
     return json.loads(text), [p for p in parts if not isinstance(p, str)]
 
 
-@pytest.mark.slow
 def test_the_step_runs_after_the_stage_deploys_and_before_the_next_stage(pipeline: dict[str, Any]) -> None:
     [codepipeline] = of_type(pipeline, "AWS::CodePipeline::Pipeline").values()
     stages = codepipeline["Properties"]["Stages"]
@@ -98,7 +101,6 @@ def test_pips_cache_is_kept_between_runs_on_the_build_host(pipeline: dict[str, A
     assert spec["cache"] == {"paths": ["/root/.cache/pip/**/*"]}
 
 
-@pytest.mark.slow
 def test_a_pipeline_may_share_pips_cache_across_hosts_in_a_bucket() -> None:
     from aws_cdk import aws_codebuild as codebuild
     from aws_cdk import aws_s3 as s3
@@ -169,7 +171,6 @@ def test_the_stage_tags_every_endpoint_resource_and_outputs_the_endpoint_name(st
     assert output["Value"] == {"Fn::GetAtt": [endpoint_id, "EndpointName"]}
 
 
-@pytest.mark.slow
 def test_on_an_inference_component_endpoint_the_step_names_the_component_it_benches() -> None:
     from sagellm import BenchStep, LlmEndpoint
     from sagellm.profiles import resolve

@@ -71,6 +71,7 @@ def test_a_dotted_model_deploys_on_replicas_as_a_named_component(empty_dir: Path
     template.has_output(f"ComponentName{pascal(model.name)}", {"Value": name})
 
 
+@pytest.mark.slow
 def test_two_copies_of_one_dotted_model_on_one_endpoint_get_two_names(empty_dir: Path) -> None:
     team = empty_dir.parent / "team-two-copies"
     team.mkdir(exist_ok=True)
@@ -84,6 +85,7 @@ def test_two_copies_of_one_dotted_model_on_one_endpoint_get_two_names(empty_dir:
     assert len(set(names)) == 2 and all(SAGEMAKER_NAME.match(n) for n in names)
 
 
+@pytest.mark.slow
 def test_a_long_dotted_name_stays_within_63_characters_and_unique() -> None:
     long_name = "a.very.long.model.name.from.some.hub.organisation_with_underscores-v0.3"
     plan = two_model_plan(models=tuple(m.model_copy(update={"name": f"{long_name}-{i}"})

@@ -265,6 +265,7 @@ def test_replicas_component_reserves_plan_compute_per_copy(plans, stacks, templa
     templates["replicas"].has_output(f"ComponentName{'Llama213b'}", {"Value": name})
 
 
+@pytest.mark.slow
 def test_two_models_share_one_endpoint_as_separate_components():
     plan = two_model_plan()
     template, endpoint, _ = endpoint_template(plan)
@@ -718,6 +719,7 @@ def test_an_lmi_plan_deploys_the_pinned_lmi_image_with_the_vllm_engine_named(tmp
     assert plan.environment["OPTION_ENTRYPOINT"] == "djl_python.lmi_vllm.vllm_async_service"
 
 
+@pytest.mark.slow
 def test_an_inferentia_plan_deploys_the_neuronx_image_on_the_neuron_ami_with_the_neuron_timeouts(plans):
     from sagellm.profiles import resolve
 
@@ -752,6 +754,7 @@ def test_only_a_scaled_variant_gets_a_new_endpoint_for_a_new_instance_type(plans
     assert "RetainAllVariantProperties" not in endpoint["Properties"]
 
 
+@pytest.mark.slow
 def test_an_update_of_the_scaling_alone_leaves_the_components_as_they_were(plans) -> None:
     """CloudFormation calls a resource's update handler only when its properties change: a new target value
     changes the scaling policies and no inference component, so none is sent its copy count again. The template's
@@ -765,6 +768,7 @@ def test_an_update_of_the_scaling_alone_leaves_the_components_as_they_were(plans
     assert component["Properties"]["RuntimeConfig"] == {"CopyCount": plan.models[0].copy_count}
 
 
+@pytest.mark.slow
 def test_a_sagellm_upgrade_alone_leaves_the_components_as_they_were(plans, tmp_path) -> None:
     """The version tag changes with every upgrade; on a component it would be an update that may send the copy
     count again, so components do not carry it (the endpoint does), nor does the stack (CloudFormation copies

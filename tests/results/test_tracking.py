@@ -122,6 +122,7 @@ def test_a_server_that_does_not_answer_is_one_line_and_exit_2_before_anything(tm
         "the URI")]
 
 
+@pytest.mark.slow
 def test_a_server_that_stops_answering_before_the_log_is_a_target_error_in_one_line(tmp_path: Path) -> None:
     folder = finished_run(tmp_path)
     url = f"http://127.0.0.1:{free_port()}"
@@ -134,6 +135,7 @@ def test_a_server_that_stops_answering_before_the_log_is_a_target_error_in_one_l
     assert len(str(failed.value).splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_server_that_accepts_but_never_answers_is_refused_within_the_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracking, "REACH_TIMEOUT_S", 1.0)

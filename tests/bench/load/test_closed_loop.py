@@ -122,12 +122,15 @@ def test_a_closed_loop_moving_in_phase_is_measured_over_whole_cycles(workers: in
         finally:
             await engine.stop()
 
+    cpu_wait = CpuWait()  # the engine paces on the wall clock, in this process
     level = asyncio.run(run())
     assert level.ramp_excluded
     # The truth, from the requests inside the window: a closed loop with no pause between requests serves
     # streams × tokens ÷ mean request time (Little's law), whatever the phase.
     inside = [r for r in level.measured if level.window_start_s <= r.start_s and r.end_s <= level.window_end_s]
     little = 24 * 32 / (sum(r.e2e_s for r in inside) / len(inside))
+    judge_only_when_fed(cpu_wait.share(), MAX_CPU_WAIT,
+                        f"{level.throughput_tokens_per_s:.0f} tokens/s against {little:.0f} by Little's law")
     assert level.throughput_tokens_per_s == pytest.approx(little, rel=0.05)
     assert level.throughput_tokens_per_s * scale == pytest.approx(  # ... which the planner predicts
         predict_point(shape, Payload(1024, 32), 24).throughput_tokens_per_s, rel=0.05)
