@@ -34,9 +34,10 @@ test: lint
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --site-dir build/site
 	.venv/bin/python -m pytest
 
-# Day-to-day work: the static checks and every test not marked integration (those deploy through the real CDK
-# CLI, run the moto server or a real load). CI runs `make test`.
+# Day-to-day work, in under two minutes: the static checks and every test marked neither integration (those
+# deploy through the real CDK CLI, run the moto server or a real load) nor slow (over about a second each:
+# worker processes, the CLI as a subprocess, synth). CI runs `make test`, which runs them all.
 test-fast: lint
-	.venv/bin/python -m pytest -q -m "not integration"
+	.venv/bin/python -m pytest -q -m "not integration and not slow"
 
 .PHONY: setup demo lint test test-fast

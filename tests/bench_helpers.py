@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -325,3 +326,35 @@ class EngineTransport:
         return RequestRecord(ok=True, start_s=t0, e2e_s=stamps[-1] - t0, output_tokens=len(stamps),
                              ttft_s=stamps[0] - t0, token_gaps_s=[b - a for a, b in itertools.pairwise(stamps)],
                              status=200)
+
+
+@contextmanager
+def hung_server() -> Iterator[str]:
+    """A server on loopback that accepts every connection and answers its GETs (`/info`: 404) but never a POST:
+    a hung endpoint. Gives its URL; runs on a thread of its own, so a bench in this process can be pointed at it."""
+    loop = asyncio.new_event_loop()
+    held: list[asyncio.StreamWriter] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if (await reader.readline()).startswith(b"GET "):
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            writer.close()
+        else:
+            held.append(writer)  # read, never answered, closed when the server stops
+
+    server = loop.run_until_complete(asyncio.start_server(serve, "127.0.0.1", 0))
+    port = server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        async def stop() -> None:
+            server.close()
+            for writer in held:
+                writer.close()
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

@@ -49,6 +49,7 @@ def assert_bad_input(result: subprocess.CompletedProcess[str], lines: int | None
 
 # ---------------------------------------------------------------- profiles
 
+@pytest.mark.slow
 def test_profiles_list_shows_the_five_standard_profiles(tmp_path: Path) -> None:
     result = sagellm("profiles", "list", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -56,6 +57,7 @@ def test_profiles_list_shows_the_five_standard_profiles(tmp_path: Path) -> None:
     assert names == list(STANDARD)
 
 
+@pytest.mark.slow
 def test_profiles_list_json_includes_team_profiles_and_what_they_extend(tmp_path: Path) -> None:
     write(tmp_path, "team.yaml", "name: team\nextends: max-throughput\ndescription: ours\n")
     result = sagellm("profiles", "list", "--profiles-dir", str(tmp_path), "--json", cwd=tmp_path)
@@ -66,6 +68,7 @@ def test_profiles_list_json_includes_team_profiles_and_what_they_extend(tmp_path
                             "description": "ours"}
 
 
+@pytest.mark.slow
 def test_profiles_show_json_is_the_resolved_plan(tmp_path: Path) -> None:
     result = sagellm("profiles", "show", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.12xlarge",
                      "--json", cwd=tmp_path)
@@ -76,6 +79,7 @@ def test_profiles_show_json_is_the_resolved_plan(tmp_path: Path) -> None:
     assert shown["models"][0]["environment"]["SM_NUM_GPUS"] == "4"
 
 
+@pytest.mark.slow
 def test_profiles_show_passes_payload_and_region(tmp_path: Path) -> None:
     result = sagellm("profiles", "show", "min-latency", "--model", "llama2-7b", "--instance", "g5.2xlarge",
                      "--input-tokens", "1024", "--output-tokens", "128", "--region", "eu-west-1", "--json",
@@ -90,6 +94,7 @@ def test_profiles_show_passes_payload_and_region(tmp_path: Path) -> None:
     assert shown["instance_type"] == "ml.g5.2xlarge"
 
 
+@pytest.mark.slow
 def test_profiles_show_prints_the_environment_for_people(tmp_path: Path) -> None:
     result = sagellm("profiles", "show", "replicas", "--model", LLAMA2_7B, "--instance", "ml.p4d.24xlarge",
                      cwd=tmp_path)
@@ -99,6 +104,7 @@ def test_profiles_show_prints_the_environment_for_people(tmp_path: Path) -> None
         assert text in result.stdout, text
 
 
+@pytest.mark.slow
 def test_profiles_show_of_a_model_that_does_not_fit_is_one_line_and_exit_2(tmp_path: Path) -> None:
     result = sagellm("profiles", "show", "max-throughput", "--model", "meta-llama/Llama-2-70b-hf", "--instance",
                      "ml.g5.2xlarge", cwd=tmp_path)
@@ -108,6 +114,7 @@ def test_profiles_show_of_a_model_that_does_not_fit_is_one_line_and_exit_2(tmp_p
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_profiles_validate_bad_file_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
     path = write(tmp_path, "bad.yaml", """
         name: bad
@@ -129,6 +136,7 @@ def test_profiles_validate_bad_file_exits_2_with_one_line_per_problem(tmp_path: 
     ])
 
 
+@pytest.mark.slow
 def test_profiles_validate_reports_every_bad_file_together(tmp_path: Path) -> None:
     a = write(tmp_path, "a.yaml", "name: a\nextends: nowhere\n")
     b = write(tmp_path, "b.yaml", "name: b\ncolour: blue\n")
@@ -138,6 +146,7 @@ def test_profiles_validate_reports_every_bad_file_together(tmp_path: Path) -> No
     assert errors[1] == f"sagellm: error: {b}:2: colour: unknown key (remove it or check its spelling)"
 
 
+@pytest.mark.slow
 def test_profiles_validate_good_file_exits_0(tmp_path: Path) -> None:
     path = write(tmp_path, "good.yaml", "name: good\nextends: max-throughput\ninstance_type: ml.g5.12xlarge\n")
     result = sagellm("profiles", "validate", str(path), cwd=tmp_path)
@@ -145,11 +154,13 @@ def test_profiles_validate_good_file_exits_0(tmp_path: Path) -> None:
     assert result.stdout.strip() == "1 profile(s) valid: good"
 
 
+@pytest.mark.slow
 def test_profiles_validate_missing_file_exits_2(tmp_path: Path) -> None:
     result = sagellm("profiles", "validate", str(tmp_path / "nope.yaml"), cwd=tmp_path)
     assert assert_bad_input(result, lines=1) == [f"sagellm: error: {tmp_path / 'nope.yaml'}: no such file"]
 
 
+@pytest.mark.slow
 def test_profiles_validate_accepts_the_standard_and_example_team_profiles(tmp_path: Path) -> None:
     result = sagellm("profiles", "validate", "--profiles-dir", str(REPO / "profiles"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -157,6 +168,7 @@ def test_profiles_validate_accepts_the_standard_and_example_team_profiles(tmp_pa
         assert name in result.stdout
 
 
+@pytest.mark.slow
 def test_profiles_schema_prints_the_profile_json_schema(tmp_path: Path) -> None:
     result = sagellm("profiles", "schema", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -165,6 +177,7 @@ def test_profiles_schema_prints_the_profile_json_schema(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- plan
 
+@pytest.mark.slow
 def test_plan_json_has_a_point_per_concurrency_with_the_documented_keys(tmp_path: Path) -> None:
     result = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.2xlarge",
                      "--json", cwd=tmp_path)
@@ -188,6 +201,7 @@ def test_plan_json_has_a_point_per_concurrency_with_the_documented_keys(tmp_path
     assert curve["kv_capacity_tokens_per_copy"] == shape.kv_capacity_tokens
 
 
+@pytest.mark.slow
 def test_plan_takes_concurrency_levels_and_payload(tmp_path: Path) -> None:
     result = sagellm("plan", "--profile", "min-latency", "--model", LLAMA2_7B, "--instance", "ml.g5.12xlarge",
                      "--concurrency", "1,3,5", "--input-tokens", "512", "--output-tokens", "64", "--json",
@@ -201,6 +215,7 @@ def test_plan_takes_concurrency_levels_and_payload(tmp_path: Path) -> None:
     assert [(p["running_per_copy"], p["queued_per_copy"]) for p in curve["points"]] == [(1, 0), (1, 2), (1, 4)]
 
 
+@pytest.mark.slow
 def test_plan_flags_override_tp_copies_and_instance_count(tmp_path: Path) -> None:
     result = sagellm("plan", "--profile", "replicas", "--model", LLAMA2_7B, "--instance", "ml.p4d.24xlarge",
                      "--tensor-parallel", "2", "--replicas", "4", "--instance-count", "2", "--json", cwd=tmp_path)
@@ -212,6 +227,7 @@ def test_plan_flags_override_tp_copies_and_instance_count(tmp_path: Path) -> Non
     assert out["curve"]["usd_per_h"] == pytest.approx(2 * 25.2513)
 
 
+@pytest.mark.slow
 def test_plan_prints_a_table_for_people(tmp_path: Path) -> None:
     result = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.2xlarge",
                      "--concurrency", "1,2", cwd=tmp_path)
@@ -243,6 +259,7 @@ def test_plan_prints_a_table_for_people(tmp_path: Path) -> None:
     (["--instance", "ml.g5.2xlarg"], ("sagellm: error: instance: unknown instance type 'ml.g5.2xlarg': did you "
                                       "mean ml.g5.2xlarge, ml.g5.24xlarge, ml.g5.12xlarge?")),
 ])
+@pytest.mark.slow
 def test_plan_with_a_bad_flag_value_exits_2_with_one_line(tmp_path: Path, flags: list[str], message: str) -> None:
     args = ["plan", "--profile", "max-throughput", "--model", LLAMA2_7B]
     if "--instance" not in flags:
@@ -256,6 +273,7 @@ def test_plan_with_a_bad_flag_value_exits_2_with_one_line(tmp_path: Path, flags:
     ["--model", LLAMA2_7B, "--no-such-flag"],
     [],  # --model missing
 ], ids=["not-an-integer", "unknown-flag", "missing-model"])
+@pytest.mark.slow
 def test_plan_usage_error_exits_2_without_traceback(tmp_path: Path, flags: list[str]) -> None:
     result = sagellm("plan", "--profile", "max-throughput", *flags, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
@@ -263,12 +281,14 @@ def test_plan_usage_error_exits_2_without_traceback(tmp_path: Path, flags: list[
 
 
 @pytest.mark.parametrize("flag", ["--tensor-parallel", "--instance-count", "--replicas"])
+@pytest.mark.slow
 def test_plan_rejects_zero_for_a_count_flag(tmp_path: Path, flag: str) -> None:
     result = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.2xlarge",
                      flag, "0", "--json", cwd=tmp_path)
     assert result.returncode == 2, result.stdout
 
 
+@pytest.mark.slow
 def test_input_errors_show_a_traceback_only_with_debug(tmp_path: Path) -> None:
     result = sagellm("plan", "--profile", "nope", "--model", LLAMA2_7B, "--debug", cwd=tmp_path)
     assert result.returncode != 0
@@ -286,6 +306,7 @@ print(sorted({name.split(".")[0] for name in sys.modules} & heavy))
 """
 
 
+@pytest.mark.slow
 def test_plan_never_imports_aws_cdk_or_the_sagemaker_sdk(tmp_path: Path) -> None:
     # The start-up promise (`sagellm plan` under 1 s) rests on this; wall-clock is measured, not asserted.
     result = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], cwd=tmp_path, capture_output=True, text=True,
@@ -294,6 +315,7 @@ def test_plan_never_imports_aws_cdk_or_the_sagemaker_sdk(tmp_path: Path) -> None
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_help_lists_the_commands_and_exit_codes(tmp_path: Path) -> None:
     result = sagellm("--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -301,6 +323,7 @@ def test_help_lists_the_commands_and_exit_codes(tmp_path: Path) -> None:
         assert text in result.stdout
 
 
+@pytest.mark.slow
 def test_version_prints_the_package_version(tmp_path: Path) -> None:
     from sagellm import __version__
 
@@ -309,6 +332,7 @@ def test_version_prints_the_package_version(tmp_path: Path) -> None:
     assert result.stdout == f"sagellm {__version__}\n"
 
 
+@pytest.mark.slow
 def test_results_schema_prints_the_results_json_schema(tmp_path: Path) -> None:
     from sagellm.results.schema import Results
 

@@ -66,6 +66,7 @@ def cases(junit: Path) -> dict[str, str]:
             for c in suite.findall("testcase")}
 
 
+@pytest.mark.slow
 def test_a_passing_gate_exits_0_and_writes_its_verdict_beside_the_run(sagellm: Sagellm, tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
     before = run.read_bytes()
@@ -84,6 +85,7 @@ def test_a_passing_gate_exits_0_and_writes_its_verdict_beside_the_run(sagellm: S
     assert set(cases(verdict / "junit.xml").values()) == {"passed"}
 
 
+@pytest.mark.slow
 def test_a_failing_rule_exits_1_with_the_violation_printed(sagellm: Sagellm, tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
 
@@ -94,6 +96,7 @@ def test_a_failing_rule_exits_1_with_the_violation_printed(sagellm: Sagellm, tmp
     assert cases(tmp_path / "v" / "junit.xml")["latency_ms_per_token.p50@4 <= 10"] == "failure"
 
 
+@pytest.mark.slow
 def test_a_planned_level_the_sweep_never_reached_exits_1_as_an_error_case(sagellm: Sagellm, tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
 
@@ -104,6 +107,7 @@ def test_a_planned_level_the_sweep_never_reached_exits_1_as_an_error_case(sagell
     assert cases(tmp_path / "run" / "gate" / "junit.xml")["ttft_ms.p99@32 <= 500"] == "error"
 
 
+@pytest.mark.slow
 def test_a_level_outside_the_runs_sweep_is_bad_input_exit_2(sagellm: Sagellm, tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
     gates = rules(tmp_path, "rules:\n  - {metric: error_rate, where: 3, max: 0.01}\n")
@@ -116,6 +120,7 @@ def test_a_level_outside_the_runs_sweep_is_bad_input_exit_2(sagellm: Sagellm, tm
     assert not (tmp_path / "run" / "gate").exists()
 
 
+@pytest.mark.slow
 def test_an_empty_rule_list_is_bad_input_exit_2(sagellm: Sagellm, tmp_path: Path) -> None:
     ran = sagellm("gate", str(write_run(tmp_path / "run")), "--thresholds", str(rules(tmp_path, "rules: []\n")))
 
@@ -123,6 +128,7 @@ def test_an_empty_rule_list_is_bad_input_exit_2(sagellm: Sagellm, tmp_path: Path
     assert "rules: empty, so the gate would pass anything" in one_line_error(ran)
 
 
+@pytest.mark.slow
 def test_nothing_to_check_is_bad_input_exit_2(sagellm: Sagellm, tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
     baseline_block_only = rules(tmp_path, "baseline: {max_regression_pct: 5}\n")
@@ -135,6 +141,7 @@ def test_nothing_to_check_is_bad_input_exit_2(sagellm: Sagellm, tmp_path: Path) 
     assert "--baseline: required: the thresholds have no rules" in one_line_error(no_file)
 
 
+@pytest.mark.slow
 def test_out_pointing_at_the_runs_own_folder_is_bad_input_exit_2(sagellm: Sagellm, tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
 
@@ -148,6 +155,7 @@ def test_out_pointing_at_the_runs_own_folder_is_bad_input_exit_2(sagellm: Sagell
     ("model", "mistralai/Mistral-7B-v0.1"), ("instance_type", "ml.g5.12xlarge"),
     ("container", "djl-inference:0.29.0-lmi11.0.0-cu124"), ("input_tokens", 64), ("output_tokens", 128),
 ])
+@pytest.mark.slow
 def test_an_incomparable_baseline_is_refused_exit_2_unless_allowed(
         sagellm: Sagellm, tmp_path: Path, field: str, value: object) -> None:
     run = write_run(tmp_path / "run")
@@ -167,6 +175,7 @@ def test_an_incomparable_baseline_is_refused_exit_2_unless_allowed(
     assert verdict["incomparable"] and verdict["incomparable"][0].startswith(f"{field} ")
 
 
+@pytest.mark.slow
 def test_a_baseline_of_another_profile_is_comparable(sagellm: Sagellm, tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
     baseline = write_run(tmp_path / "old", profile="min-latency", environment={"MAX_CONCURRENT_REQUESTS": "1"})
@@ -177,6 +186,7 @@ def test_a_baseline_of_another_profile_is_comparable(sagellm: Sagellm, tmp_path:
     assert "NOTE" not in ran.out
 
 
+@pytest.mark.slow
 def test_a_baseline_alone_gates_on_the_default_metrics_and_a_regression_exits_1(
         sagellm: Sagellm, tmp_path: Path) -> None:
     run = write_run(tmp_path / "run")
@@ -196,6 +206,7 @@ def test_a_baseline_alone_gates_on_the_default_metrics_and_a_regression_exits_1(
 
 
 @pytest.mark.parametrize("status", [3, 130])
+@pytest.mark.slow
 def test_a_run_that_did_not_complete_never_passes_its_exit_status_is_kept(
         sagellm: Sagellm, tmp_path: Path, status: int) -> None:
     failure = Failure(exit_status=status, message="deploy failed: no capacity")  # type: ignore[arg-type]

@@ -47,6 +47,7 @@ def files_under(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_it_writes_the_app_into_a_new_folder(tmp_path: Path) -> None:
     done = sagellm("init", "app", cwd=tmp_path)
 
@@ -59,6 +60,7 @@ def test_it_writes_the_app_into_a_new_folder(tmp_path: Path) -> None:
     assert "$" not in (app / "README.md").read_text()  # every placeholder filled in
 
 
+@pytest.mark.slow
 def test_its_cdk_json_runs_app_py_with_the_repositorys_feature_flags(tmp_path: Path) -> None:
     sagellm("init", cwd=tmp_path)
 
@@ -68,6 +70,7 @@ def test_its_cdk_json_runs_app_py_with_the_repositorys_feature_flags(tmp_path: P
     assert written["context"] == ours["context"]
 
 
+@pytest.mark.slow
 def test_its_team_profile_and_gates_are_valid(tmp_path: Path) -> None:
     sagellm("init", cwd=tmp_path)
 
@@ -79,6 +82,7 @@ def test_its_team_profile_and_gates_are_valid(tmp_path: Path) -> None:
     assert load_thresholds(tmp_path / "gates.yaml").rules
 
 
+@pytest.mark.slow
 def test_it_refuses_to_overwrite_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text("mine\n")
 
@@ -90,6 +94,7 @@ def test_it_refuses_to_overwrite_in_one_line_and_writes_nothing(tmp_path: Path) 
     assert files_under(tmp_path) == ["app.py"] and (tmp_path / "app.py").read_text() == "mine\n"
 
 
+@pytest.mark.slow
 def test_force_overwrites(tmp_path: Path) -> None:
     (tmp_path / "app.py").write_text("mine\n")
 
@@ -106,6 +111,7 @@ def unprivileged(*args: str) -> list[str]:
     return [*drop, str(SAGELLM), *args]
 
 
+@pytest.mark.slow
 def test_a_read_only_folder_is_one_line_naming_it_and_nothing_is_written() -> None:
     home = Path(tempfile.mkdtemp(prefix="sagellm-init-"))  # not under pytest's folder, which only root may enter
     try:
@@ -125,6 +131,7 @@ def test_a_read_only_folder_is_one_line_naming_it_and_nothing_is_written() -> No
         shutil.rmtree(home)
 
 
+@pytest.mark.slow
 def test_a_file_in_the_way_is_one_line_and_nothing_is_written(tmp_path: Path) -> None:
     (tmp_path / "profiles").write_text("not a folder\n")
     (tmp_path / "occupied").write_text("a file\n")
@@ -140,6 +147,7 @@ def test_a_file_in_the_way_is_one_line_and_nothing_is_written(tmp_path: Path) ->
     assert files_under(tmp_path) == ["occupied", "profiles"]
 
 
+@pytest.mark.slow
 def test_it_never_writes_through_a_symlink_to_outside_its_folder(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -155,6 +163,7 @@ def test_it_never_writes_through_a_symlink_to_outside_its_folder(tmp_path: Path)
     assert list(outside.iterdir()) == [] and files_under(app) == []
 
 
+@pytest.mark.slow
 def test_sagellm_cdk_passes_its_arguments_to_the_cli_and_exits_with_its_status(tmp_path: Path) -> None:
     fake = tmp_path / "cdk"
     fake.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "2.1148.1 (build 1a2b3c4)"; exit 0; }\n'

@@ -37,6 +37,7 @@ def tmpdir_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_a_command_and_its_children_make_temporary_files_in_its_folder_removed_at_the_end(tmpdir_env: Path) -> None:
     with run_scratch() as folder:
         assert folder.parent == tmpdir_env and folder.name.startswith(f"{PREFIX}{os.getpid()}-")
@@ -77,6 +78,7 @@ def own_a_folder(owners: list[subprocess.Popen[str]]) -> tuple[subprocess.Popen[
     return proc, Path(proc.stdout.readline().strip())
 
 
+@pytest.mark.slow
 def test_a_killed_runs_folder_is_removed_at_the_next_start_and_a_running_ones_kept(
         tmpdir_env: Path, owners: list[subprocess.Popen[str]]) -> None:
     killed, killed_folder = own_a_folder(owners)

@@ -173,6 +173,7 @@ def test_a_redeploy_on_another_instance_type_moves_an_autoscaled_endpoint(aws: L
     assert aws.leftovers() == {}
 
 
+@pytest.mark.slow
 def test_stopping_the_cli_waits_for_every_process_of_its_group(tmp_path: Path) -> None:
     # The CLI (a shell here, which SIGTERM ends at once) started a child that takes 0.5 s to exit (node
     # finishing up). Stopping must not return while the child still runs: the bench would exit, or tear

@@ -55,6 +55,7 @@ def test_the_variable_wins_over_the_checkout(tmp_path: Path) -> None:
     assert find_cli(environ={"SAGELLM_CDK_CLI": str(chosen)}) == [str(chosen)]
 
 
+@pytest.mark.slow
 def test_a_chosen_npm_link_runs_with_the_wheels_node(tmp_path: Path) -> None:
     command = find_cli(environ={"SAGELLM_CDK_CLI": str(REPO / "node_modules" / ".bin" / "cdk")})
 
@@ -152,6 +153,7 @@ def offline_env(tmp_path: Path) -> dict[str, str]:
             "npm_config_fetch_retries": "0", "XDG_CACHE_HOME": str(tmp_path / "cache")}
 
 
+@pytest.mark.slow
 def test_offline_with_nothing_cached_is_exit_2_with_the_command_that_fixes_it(tmp_path: Path) -> None:
     env = offline_env(tmp_path)
     said: list[str] = []
@@ -203,6 +205,7 @@ def test_it_fetches_the_pinned_cli_from_the_npm_registry_once_even_when_two_runs
     assert len(said) == before  # cached: nothing fetched, nothing said
 
 
+@pytest.mark.slow
 def test_the_benchs_cdk_cli_option_is_the_first_place_looked(tmp_path: Path) -> None:
     sagellm = Path(sys.executable).with_name("sagellm")
     env = {k: v for k, v in os.environ.items() if k != "SAGELLM_CDK_CLI"}
@@ -216,6 +219,7 @@ def test_the_benchs_cdk_cli_option_is_the_first_place_looked(tmp_path: Path) -> 
         f"sagellm: error: SAGELLM_CDK_CLI (or --cdk-cli): {tmp_path / 'nope' / 'cdk'}: not an executable file")
 
 
+@pytest.mark.slow
 def test_a_chosen_program_that_prints_no_cdk_version_is_refused_through_the_cli_before_anything_runs(
         tmp_path: Path) -> None:
     sagellm = Path(sys.executable).with_name("sagellm")

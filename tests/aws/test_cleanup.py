@@ -15,6 +15,9 @@ from moto.cloudformation.models import CloudFormationBackend
 from sagellm.aws.cleanup import delete_leftovers, find_leftovers, this_process
 from sagellm.aws.local import LocalAws
 
+# Each test drives the moto server (one per module): over a second each, so `make test-fast` leaves them out.
+pytestmark = pytest.mark.slow
+
 ROLE = "arn:aws:iam::123456789012:role/sagellm-test"
 PROFILE_TAGS = {"sagellm:profile": "max-throughput", "sagellm:model": "meta-llama/Llama-2-7b-hf",
                 "sagellm:version": "0.1.0"}

@@ -29,6 +29,7 @@ def live(aws: LocalAws) -> list[str]:
             if s["StackStatus"] != "DELETE_COMPLETE"]
 
 
+@pytest.mark.slow
 def test_deletes_the_stack_of_this_run(aws: LocalAws) -> None:
     create(aws, "sagellm-bench-x-r1", **{"sagellm:bench-run": "r1"})
 

@@ -57,6 +57,7 @@ def test_contiguous_windows_share_their_edges_and_end_on_the_resolution() -> Non
     assert (third.start, third.end) == (second.end, t + timedelta(seconds=10))
 
 
+@pytest.mark.slow
 def test_reads_latency_percentiles_in_ms_and_counts_inside_the_window_only(aws: LocalAws) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
     start, end = now - timedelta(seconds=30), now - timedelta(seconds=10)

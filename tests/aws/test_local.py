@@ -18,6 +18,9 @@ from bench_helpers import SAGELLM, free_port, wait_for
 from sagellm.aws.local import LocalAws
 from sagellm.emulator.process import port_is_free
 
+# Each test drives the moto server (one per module): over a second each, so `make test-fast` leaves them out.
+pytestmark = pytest.mark.slow
+
 TAGS = [{"Key": "sagellm:profile", "Value": "replicas"}]
 ROLE = "arn:aws:iam::123456789012:role/sagellm-test"
 

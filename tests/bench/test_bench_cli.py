@@ -17,6 +17,7 @@ import time
 import urllib.request
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from bench_helpers import (
     emulator_children_of,
     finish,
     free_port,
+    hung_server,
     processes_mentioning,
     request_lines,
     results_of,
@@ -285,6 +287,7 @@ def test_duration_per_level_is_in_simulated_seconds_like_the_results(gated: tupl
     assert levels and all(0.5 <= lv["window_s"] <= 2.0 for lv in levels), [lv["window_s"] for lv in levels]
 
 
+@pytest.mark.slow
 def test_malformed_thresholds_exit_2_before_deploying(tmp_path: Path) -> None:
     gates = write(tmp_path, "gates.yaml", """
         rules:
@@ -369,6 +372,7 @@ def test_gate_command_rejects_malformed_thresholds_with_exit_2(finished: Path, t
     assert not (finished / "gate").exists()
 
 
+@pytest.mark.slow
 def test_bench_refuses_an_incomparable_baseline_and_a_rule_outside_its_sweep_with_exit_2(tmp_path: Path) -> None:
     from results_helpers import write_run
 
@@ -386,6 +390,7 @@ def test_bench_refuses_an_incomparable_baseline_and_a_rule_outside_its_sweep_wit
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_report_and_gate_without_results_json_exit_2_with_one_line(tmp_path: Path) -> None:
     rules = write(tmp_path, "gates.yaml", FAILING)
 
@@ -399,6 +404,7 @@ def test_report_and_gate_without_results_json_exit_2_with_one_line(tmp_path: Pat
 
 # ---------------------------------------------------------------------------------------------- report
 
+@pytest.mark.slow
 def test_report_explains_a_results_file_of_an_older_schema_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "results.json").write_text('{"schema_version": 1, "run": {}, "levels": []}')
 
@@ -440,6 +446,7 @@ def test_report_rerenders_report_curve_junit_and_csv_from_results_json(finished:
     (["--dataset", "/no/such/prompts.jsonl"], "--dataset: /no/such/prompts.jsonl: cannot be read"),
     (["--endpoint-name", "prod-chat"], "--endpoint-name: only with --target sagemaker"),
 ])
+@pytest.mark.slow
 def test_bad_input_exits_2_with_one_line_and_deploys_nothing(
         tmp_path: Path, args: list[str], message: str) -> None:
     out = tmp_path / "out"
@@ -477,6 +484,7 @@ def with_flag(args: list[str], flag: str, value: str) -> list[str]:
                                "512:64 (mean:stddev) or 256-1024 (min-max))")),
     ("--concurency", "1,2", "--concurency: no such option; did you mean --concurrency? (see `sagellm bench --help`)"),
 ])
+@pytest.mark.slow
 def test_bad_flag_is_named_with_its_value_before_anything_is_written(
         tmp_path: Path, flag: str, value: str, message: str) -> None:
     out = tmp_path / "out"
@@ -554,6 +562,7 @@ def test_sweep_workers_mlflow_and_workload_fields_are_named_by_their_flags(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_out_folder_that_cannot_be_written_is_refused_up_front(tmp_path: Path) -> None:
     blocker = tmp_path / "results"
     blocker.write_text("a file where the results folder would go\n")
@@ -564,6 +573,7 @@ def test_out_folder_that_cannot_be_written_is_refused_up_front(tmp_path: Path) -
     assert blocker.read_text() == "a file where the results folder would go\n"
 
 
+@pytest.mark.slow
 def test_http_target_at_a_closed_port_fails_in_one_line_with_exit_3_and_writes_nothing(tmp_path: Path) -> None:
     out, port = tmp_path / "out", free_port()
     url = f"http://127.0.0.1:{port}"
@@ -573,6 +583,27 @@ def test_http_target_at_a_closed_port_fails_in_one_line_with_exit_3_and_writes_n
     assert assert_one_line_error(ran) == (f"sagellm: error: --url: {url}: nothing answers at 127.0.0.1:{port} "
                                           "(Connection refused); start the server or fix the URL")
     assert not out.exists()
+
+
+@pytest.mark.integration
+def test_a_hung_endpoint_is_told_in_one_line_within_70_s_of_the_first_request(tmp_path: Path) -> None:
+    # The real numbers: SageMaker's 60 s invocation limit on the first requests, then stop (not the warm-up's
+    # timeouts, the measured ones' and a metrics flush: 115-190 s before).
+    out = tmp_path / "out"
+    with hung_server() as url:
+        ran = sagellm("bench", "--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE,
+                      "--target", "http", "--url", url, "--api", "tgi", "--concurrency", "1,4", "--warmup", "1",
+                      "--out", str(out), timeout=100)
+
+    assert ran.returncode == 3
+    error = ran.stderr.strip().splitlines()[-1]
+    assert error == ("sagellm: error: the endpoint answered none of the first requests: no first byte within "
+                     "the invocation limit (60 s) (is it hung? its logs say why)")
+    [record] = request_lines(out)
+    assert record["warmup"] and record["error_kind"] == "timeout" and record["e2e_s"] >= 60
+    run = results_of(out)["run"]  # started before the first request was sent, ended when the run stopped
+    stopped_s = (datetime.fromisoformat(run["ended_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+    assert stopped_s < 70, f"stopped {stopped_s:.0f} s after the run started"
 
 
 # ------------------------------------------------------------------------------ interrupted mid-sweep

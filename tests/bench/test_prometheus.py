@@ -83,6 +83,7 @@ def test_tgi_names_map_to_the_same_metrics_and_its_time_per_token_is_not_itl() -
     assert block.metrics["prompt_tokens"].stats.sum == 5000
 
 
+@pytest.mark.slow
 def test_an_http_bench_reports_what_the_servers_metrics_counted_per_level(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with pacing_server_process(itl_s=0.002, ttft_s=0.01) as server:

@@ -8,6 +8,7 @@ what moto holds at the moment the bench stops it, and records every emulator chi
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import json
 import signal
@@ -19,13 +20,14 @@ import pytest
 from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.models import SageMakerModelBackend
 
-from bench_helpers import INSTANCE, MODEL, Probe, install_probe, pid_alive, request_lines
+from bench_helpers import INSTANCE, MODEL, Probe, hung_server, install_probe, pid_alive, request_lines
 from sagellm import bench
 from sagellm.aws import cloudformation
 from sagellm.aws.local import LocalAws
 from sagellm.bench import runner
 from sagellm.bench.client.transports import HttpTransport, SageMakerTransport
 from sagellm.bench.client.workload import WorkloadOptions
+from sagellm.bench.targets import http as http_target
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import Payload
@@ -366,3 +368,26 @@ def test_a_token_given_as_the_secret_option_is_refused_without_echoing_it(tmp_pa
     assert caught.value.messages == [
         ("ServingSpec.hf_token_secret: looks like a Hugging Face access token itself; give the name or ARN of the Secrets "
         "Manager secret that holds the token (e.g. prod/huggingface/token)")]
+
+
+# ------------------------------------------------------------------------------------------ hung endpoint
+
+@pytest.mark.slow
+def test_a_hung_endpoint_stops_the_bench_at_its_first_requests_limit_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The invocation limit cut from SageMaker's 60 s to 0.5 s, so the test takes seconds.
+    monkeypatch.setattr(http_target, "HttpTransport", functools.partial(HttpTransport, first_byte_s=0.5))
+    with hung_server() as url:
+        outcome = bench.run(spec(tmp_path, target=bench.Http(url, api="tgi"),
+                                 load=bench.Closed((2, 4), requests_per_level=8, warmup=1)), say=quiet)
+
+    assert outcome.exit_status == ExitStatus.TARGET_FAILED
+    assert outcome.error == ("the endpoint answered none of the first requests: no first byte within the "
+                             "invocation limit (0.5 s) (is it hung? its logs say why)")
+    # Stopped at the first warm-up request's limit: no measured request was sent, no later level waited out.
+    records = request_lines(tmp_path)
+    assert 1 <= len(records) <= 2 and all(r["warmup"] and r["error_kind"] == "timeout" for r in records)
+    assert all(r["e2e_s"] >= 0.5 for r in records)
+    assert outcome.results.levels == []
+    assert outcome.results.failure is not None and outcome.results.failure.message == outcome.error
+    assert outcome.results.teardown.status == "not-applicable"

@@ -89,6 +89,7 @@ def test_server_model_latency_agrees_with_the_client_e2e(local_run: tuple[Ran, P
         assert server_ms >= client_ms * (1 - TOLERANCE)
 
 
+@pytest.mark.slow
 def test_a_gate_rule_on_a_server_metric_is_checked(local_run: tuple[Ran, Path]) -> None:
     _, out = local_run
     gate = results_of(out)["gate"]
@@ -96,6 +97,7 @@ def test_a_gate_rule_on_a_server_metric_is_checked(local_run: tuple[Ran, Path]) 
     assert gate["passed"] is True
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_server_table(local_run: tuple[Ran, Path]) -> None:
     _, out = local_run
     report = (out / "report.md").read_text()
@@ -103,6 +105,7 @@ def test_the_report_shows_the_server_table(local_run: tuple[Ran, Path]) -> None:
     assert "| model_latency_ms | ms |" in report and "AWS/SageMaker ModelLatency" in report
 
 
+@pytest.mark.slow
 def test_the_sagemaker_target_reads_each_level_as_whole_minutes_of_cloudwatch(
         server: LocalAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real-account path, against the local AWS: SageMaker's 1-minute data, one period per level."""

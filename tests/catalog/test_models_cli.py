@@ -31,6 +31,7 @@ def hub_env(tmp_path: Path) -> dict[str, str]:
     return env | {"HF_HUB_CACHE": str(cache)}
 
 
+@pytest.mark.slow
 def test_models_lists_the_catalog_as_json_and_as_plain_rows_when_piped(tmp_path: Path) -> None:
     listed = json.loads(sagellm("models", "--json", cwd=tmp_path).stdout)
     plain = sagellm("models", cwd=tmp_path).stdout.splitlines()
@@ -43,6 +44,7 @@ def test_models_lists_the_catalog_as_json_and_as_plain_rows_when_piped(tmp_path:
     assert plain[-1].startswith(f"{len(listed)} models in the catalog")
 
 
+@pytest.mark.slow
 def test_instances_lists_every_instance_type(tmp_path: Path) -> None:
     listed = json.loads(sagellm("instances", "--json", cwd=tmp_path).stdout)
     plain = sagellm("instances", "--region", "us-west-2", cwd=tmp_path).stdout.splitlines()
@@ -54,6 +56,7 @@ def test_instances_lists_every_instance_type(tmp_path: Path) -> None:
     assert g5.split()[1:4] == ["4", "×", "A10G"] and g5.split()[-1] == "7.09"
 
 
+@pytest.mark.slow
 def test_a_hub_model_offline_says_where_it_fits_and_at_which_tp(tmp_path: Path, hub_env: dict[str, str]) -> None:
     done = sagellm("--offline", "models", "--model", MOE, "--json", cwd=tmp_path, env=hub_env)
 
@@ -69,6 +72,7 @@ def test_a_hub_model_offline_says_where_it_fits_and_at_which_tp(tmp_path: Path, 
     assert listed.index("ml.g6e.12xlarge") < listed.index("ml.p4de.24xlarge") < listed.index("ml.g5.2xlarge")
 
 
+@pytest.mark.slow
 def test_min_cost_picks_an_instance_that_models_says_fits(tmp_path: Path, hub_env: dict[str, str]) -> None:
     # The same fit test decides both (sagellm.planner.fit): the plan of a Hub model is one `models` lists.
     fits = json.loads(sagellm("--offline", "models", "--model", MOE, "--json", cwd=tmp_path, env=hub_env).stdout)
@@ -80,6 +84,7 @@ def test_min_cost_picks_an_instance_that_models_says_fits(tmp_path: Path, hub_en
     assert shape["model"] == MOE and shape["tensor_parallel"] in fitting[shape["instance_type"]]
 
 
+@pytest.mark.slow
 def test_offline_with_nothing_cached_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = sagellm("--offline", "models", "--model", "Qwen/Qwen2.5-7B-Instruct", cwd=tmp_path)
 
@@ -89,6 +94,7 @@ def test_offline_with_nothing_cached_is_one_line_and_exit_2(tmp_path: Path) -> N
                            "offline")
 
 
+@pytest.mark.slow
 def test_an_unknown_quantization_is_bad_input(tmp_path: Path) -> None:
     done = sagellm("models", "--model", "llama2-7b", "--quantization", "int3", cwd=tmp_path)
 
@@ -97,6 +103,7 @@ def test_an_unknown_quantization_is_bad_input(tmp_path: Path) -> None:
         "sagellm: error: --quantization: 'int3': use one of none, fp8, eetq, bitsandbytes, gptq, awq"]
 
 
+@pytest.mark.slow
 def test_models_reads_a_local_folders_config_json(tmp_path: Path) -> None:
     folder = tmp_path / "my-model"
     folder.mkdir()
@@ -110,6 +117,7 @@ def test_models_reads_a_local_folders_config_json(tmp_path: Path) -> None:
         36, 8, "config.json in my-model (parameters estimated from it)")
 
 
+@pytest.mark.slow
 def test_a_local_folder_without_a_config_json_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "weights").mkdir()
 
@@ -129,6 +137,7 @@ def test_a_local_folder_without_a_config_json_is_one_line(tmp_path: Path) -> Non
                                            "to 134,217,728 is")]),
     ({"num_key_value_heads": 5}, ["num_key_value_heads: 5 must divide num_attention_heads (32)"]),
 ])
+@pytest.mark.slow
 def test_impossible_config_values_are_refused_naming_the_file(tmp_path: Path, changes: dict[str, object],
                                                                lines: list[str]) -> None:
     folder = tmp_path / "broken"

@@ -85,6 +85,7 @@ def test_the_sagemaker_regions_are_botocores_for_every_partition() -> None:
 
 @pytest.mark.parametrize("command", [["instances"], ["plan", "--profile", "max-throughput", "--model",
                                                      "meta-llama/Llama-2-7b-hf"]])
+@pytest.mark.slow
 def test_an_unknown_region_is_exit_2_in_one_line_naming_close_ones(tmp_path: Path, command: list[str]) -> None:
     done = subprocess.run([str(Path(sys.executable).with_name("sagellm")), *command, "--region", "eu-west-7"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)

@@ -21,6 +21,10 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline_app.py"
 TAG = "LlmPipeline.Bench"
 
 
+# A pipeline synthesized per module (tens of seconds on a busy machine): `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def app() -> App:
     spec = importlib.util.spec_from_file_location("pipeline_app", EXAMPLE)

@@ -38,6 +38,7 @@ def empty_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("no-team-profiles")
 
 
+@pytest.mark.slow
 def test_every_catalog_model_on_every_standard_profile_builds_an_endpoint_with_valid_names(empty_dir: Path) -> None:
     # The construct's own validation and naming, for all 35 × 5 plans (built, not synthesized: ~50 ms each).
     app = cdk_app()
@@ -57,6 +58,7 @@ def test_every_catalog_model_on_every_standard_profile_builds_an_endpoint_with_v
     assert built == 5 * len(models()) and any("." in m for m in models())
 
 
+@pytest.mark.slow
 def test_a_dotted_model_deploys_on_replicas_as_a_named_component(empty_dir: Path) -> None:
     plan = resolve("replicas", "mistralai/Mistral-7B-Instruct-v0.3", profiles_dir=empty_dir,
                    hf_token_secret=HF_SECRET)
@@ -69,6 +71,7 @@ def test_a_dotted_model_deploys_on_replicas_as_a_named_component(empty_dir: Path
     template.has_output(f"ComponentName{pascal(model.name)}", {"Value": name})
 
 
+@pytest.mark.slow
 def test_two_copies_of_one_dotted_model_on_one_endpoint_get_two_names(empty_dir: Path) -> None:
     team = empty_dir.parent / "team-two-copies"
     team.mkdir(exist_ok=True)
@@ -82,6 +85,7 @@ def test_two_copies_of_one_dotted_model_on_one_endpoint_get_two_names(empty_dir:
     assert len(set(names)) == 2 and all(SAGEMAKER_NAME.match(n) for n in names)
 
 
+@pytest.mark.slow
 def test_a_long_dotted_name_stays_within_63_characters_and_unique() -> None:
     long_name = "a.very.long.model.name.from.some.hub.organisation_with_underscores-v0.3"
     plan = two_model_plan(models=tuple(m.model_copy(update={"name": f"{long_name}-{i}"})

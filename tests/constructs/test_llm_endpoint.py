@@ -51,6 +51,7 @@ def endpoint_template(plan: DeploymentPlan, **kwargs: object) -> tuple[Template,
 
 
 @pytest.mark.parametrize("profile", INSTANCE_PROFILES)
+@pytest.mark.slow
 def test_model_runs_plan_image_with_exact_plan_environment(profile, plans, templates):
     plan = plans[profile]
     templates[profile].resource_count_is(MODEL, 1)
@@ -264,6 +265,7 @@ def test_replicas_component_reserves_plan_compute_per_copy(plans, stacks, templa
     templates["replicas"].has_output(f"ComponentName{'Llama213b'}", {"Value": name})
 
 
+@pytest.mark.slow
 def test_two_models_share_one_endpoint_as_separate_components():
     plan = two_model_plan()
     template, endpoint, _ = endpoint_template(plan)
@@ -429,6 +431,7 @@ def test_given_secret_is_referenced_and_overrides_the_plan_secret_name():
     assert "ignored" not in str(env)
 
 
+@pytest.mark.slow
 def test_vpc_places_model_in_private_subnets_with_an_egress_only_security_group():
     def vpc(stack: Stack) -> ec2.IVpc:
         return ec2.Vpc(stack, "Vpc", max_azs=2, nat_gateways=1)
@@ -543,6 +546,7 @@ def test_stack_outputs_the_endpoint_name_and_runs_in_the_plan_region(stacks, tem
     assert stacks["max-throughput"].region == "us-east-1"
 
 
+@pytest.mark.slow
 def test_llm_endpoint_imports_from_the_package_root_without_loading_cdk_on_import():
     code = "import sys, sagellm; assert 'aws_cdk' not in sys.modules; from sagellm import LlmEndpoint; print(LlmEndpoint.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -720,6 +724,7 @@ def test_an_lmi_plan_deploys_the_pinned_lmi_image_with_the_vllm_engine_named(tmp
         "InstanceType": "ml.g5.12xlarge", "InferenceAmiVersion": "al2023-ami-sagemaker-inference-gpu-4-1"})]})
 
 
+@pytest.mark.slow
 def test_an_inferentia_plan_deploys_the_neuronx_image_on_the_neuron_ami_with_the_neuron_timeouts(plans):
     from sagellm.profiles import resolve
 
@@ -741,6 +746,7 @@ def endpoint_ids(plan: DeploymentPlan) -> set[str]:
     return set(synth(plan).find_resources(ENDPOINT))
 
 
+@pytest.mark.slow
 def test_only_a_scaled_variant_gets_a_new_endpoint_for_a_new_instance_type(plans) -> None:
     """SageMaker refuses UpdateEndpoint to change a scaled variant's instance type; an unscaled one updates."""
     scaled_plan, fixed = plans["autoscale"], plans["max-throughput"]
@@ -753,6 +759,7 @@ def test_only_a_scaled_variant_gets_a_new_endpoint_for_a_new_instance_type(plans
     assert "RetainAllVariantProperties" not in endpoint["Properties"]
 
 
+@pytest.mark.slow
 def test_an_update_of_the_scaling_alone_leaves_the_components_as_they_were(plans) -> None:
     """CloudFormation calls a resource's update handler only when its properties change: a new target value
     changes the scaling policies and no inference component, so none is sent its copy count again. The template's
@@ -766,6 +773,7 @@ def test_an_update_of_the_scaling_alone_leaves_the_components_as_they_were(plans
     assert component["Properties"]["RuntimeConfig"] == {"CopyCount": plan.models[0].copy_count}
 
 
+@pytest.mark.slow
 def test_a_sagellm_upgrade_alone_leaves_the_components_as_they_were(plans, tmp_path) -> None:
     """The version tag changes with every upgrade; on a component it would be an update that may send the copy
     count again, so components do not carry it (the endpoint does), nor does the stack (CloudFormation copies

@@ -58,6 +58,7 @@ def add_nag_app(outdir: str) -> App:
     return app
 
 
+@pytest.mark.slow
 def test_aws_solutions_pack_passes_on_every_profile_and_option(plans: dict[str, DeploymentPlan], tmp_path):
     app = add_nag_app(str(tmp_path))
     for name, plan in plans.items():
@@ -88,6 +89,7 @@ def test_aws_solutions_pack_passes_on_every_profile_and_option(plans: dict[str, 
     assert report["pluginReports"] == []
 
 
+@pytest.mark.slow
 def test_aws_solutions_pack_rejects_a_managed_full_access_role(tmp_path):
     app = add_nag_app(str(tmp_path))
     stack = Stack(app, "Stack")

@@ -13,6 +13,7 @@ import pytest
 from botocore.eventstream import EventStreamBuffer
 from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, steps_of, tgi_body
 
+from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import Emulator, count_tokens, make_prompt
 from sagellm.emulator.frontend.eventstream import exception_event, payload_part
@@ -201,6 +202,7 @@ def test_rejects_input_over_max_input_tokens_or_total_over_max_total_tokens_with
     run(plan(), scenario)
 
 
+@pytest.mark.slow
 def test_queues_a_request_while_the_kv_budget_is_full() -> None:
     # The KV budget is what memory holds (MAX_BATCH_TOTAL_TOKENS is ignored): room for n sequences of
     # 4000 + 90 tokens (4 for Llama 2 7B on one A10G); one more waits for one of them to finish.
@@ -235,16 +237,21 @@ def test_single_stream_inter_token_latency_follows_the_step_model() -> None:
     async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> list[tuple[float, Any]]:
         async with s.post(f"{url}/generate_stream", json=tgi_body(n_in, n_out)) as r:
             return await sse_events(r)
+    cpu_wait = CpuWait()  # the emulator and its client both run in this process
     events = run(p, scenario, time_scale=scale)
     steps = steps_of(p)
     # After the prefill (first token), step k decodes with the prompt and k generated tokens in the cache.
     expected = [steps.decode_step_s(1, n_in + k) * scale for k in range(1, n_out)]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(events)]
-    assert sum(gaps) / len(gaps) == pytest.approx(sum(expected) / len(expected), rel=0.1)
     ttft = events[-1][1]["details"]["sagellm_server_ttft_s"]
     # The time to first token is the prefill pass; wake-up jitter on a busy box can only add to it.
     prefill = steps.prefill_s(n_in) * scale
-    assert prefill * 0.97 <= ttft <= prefill * 1.1 + 0.04
+    assert len(gaps) == n_out - 1 and prefill * 0.97 <= ttft
+    # How much later than that, and the pace of the gaps, only a process that got its CPU can tell.
+    judge_only_when_fed(cpu_wait.share(), MAX_CPU_WAIT, f"a mean gap of {sum(gaps) / len(gaps) * 1000:.1f} ms "
+                                                       f"and a TTFT of {ttft * 1000:.0f} ms")
+    assert sum(gaps) / len(gaps) == pytest.approx(sum(expected) / len(expected), rel=0.1)
+    assert ttft <= prefill * 1.1 + 0.04
 
 
 def test_prefill_of_a_new_request_pauses_decoding_of_the_running_one() -> None:

@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import pytest
 
 from sagellm.emulator import Emulator, make_prompt
 from sagellm.profiles.plan import DeploymentPlan
@@ -58,6 +59,7 @@ async def keep_in_flight(session: aiohttp.ClientSession, url: str, streams: int,
     await asyncio.gather(*(one_stream() for _ in range(streams)))
 
 
+@pytest.mark.slow
 def test_requests_in_flight_above_the_target_scale_out_and_a_second_instance_joins_the_pool() -> None:
     async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
         before = await state(session, url)
@@ -83,6 +85,7 @@ def test_requests_in_flight_above_the_target_scale_out_and_a_second_instance_joi
     assert served[1] > 0  # the new instance's copy took requests
 
 
+@pytest.mark.slow
 def test_two_in_flight_per_instance_under_the_target_never_scale() -> None:
     async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
         await keep_in_flight(session, url, streams=2, simulated_s=180.0)

@@ -60,6 +60,7 @@ def published(server: LocalAws) -> tuple[list[float | None], dict[str, cloudwatc
     return e2e, readings, clock
 
 
+@pytest.mark.slow
 def test_invocations_and_errors_are_counted_per_component(published) -> None:  # type: ignore[no-untyped-def]
     e2e, readings, _ = published
     assert e2e[3] is None  # 3000 prompt tokens: refused
@@ -68,6 +69,7 @@ def test_invocations_and_errors_are_counted_per_component(published) -> None:  #
     assert readings["invocation_5xx_errors"].stats["sum"] == 0
 
 
+@pytest.mark.slow
 def test_model_latency_is_the_emulators_own_e2e_in_simulated_time(published) -> None:  # type: ignore[no-untyped-def]
     e2e, readings, _ = published
     latency = readings["model_latency_ms"]

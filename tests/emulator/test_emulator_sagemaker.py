@@ -93,6 +93,7 @@ def _stream_events(response: dict[str, Any]) -> list[tuple[float, dict[str, Any]
     return out
 
 
+@pytest.mark.slow
 def test_invoke_endpoint_returns_the_tgi_reply_of_the_named_component(ic_endpoint: Served) -> None:
     emu, client = ic_endpoint
     before = _metrics(emu)["models"]["big"]["completed"]
@@ -155,6 +156,7 @@ def test_unknown_endpoint_is_a_validation_error(ic_endpoint: Served) -> None:
     assert info.value.response["Error"]["Message"] == "Endpoint other of account 000000000000 not found."
 
 
+@pytest.mark.slow
 def test_container_refusal_comes_back_as_model_error_with_the_original_status(
         fast_endpoint: Served) -> None:
     _, client = fast_endpoint
@@ -193,6 +195,7 @@ def test_response_stream_times_out_with_a_model_stream_error_after_tokens(
     assert 1000 < tokens < 2500
 
 
+@pytest.mark.slow
 def test_child_process_runs_in_its_own_session_and_leaves_no_port_behind() -> None:
     emu = EmulatorProcess(INSTANCE_PLAN, time_scale=0.1)
     with emu:
@@ -213,6 +216,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_child_process_exits_when_its_parent_is_killed(tmp_path: Any) -> None:
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(INSTANCE_PLAN.model_dump_json())
@@ -243,6 +247,7 @@ def test_child_process_exits_when_its_parent_is_killed(tmp_path: Any) -> None:
     assert not os.path.exists(work_dir)  # the orphan removed its own log folder
 
 
+@pytest.mark.slow
 def test_run_emulator_serves_in_the_foreground_until_interrupted(tmp_path: Any) -> None:
     plan_path = tmp_path / "plan.json"
     plan_path.write_text(INSTANCE_PLAN.model_dump_json())

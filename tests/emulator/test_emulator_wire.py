@@ -216,10 +216,12 @@ def test_lmi_queues_instead_of_refusing_and_reports_errors_as_lmi_does() -> None
     async def scenario(s: aiohttp.ClientSession, url: str, emulator: Emulator) -> tuple[list[int], Any, Any]:
         # Rolling batch of one: the second request waits for the first instead of getting a 429.
         both = [asyncio.create_task(s.post(f"{url}/invocations", json=tgi_body(10, 20))) for _ in range(2)]
-        for _ in range(100):  # until both arrived (a loaded machine may take a while to send them)
+        # Until both arrived and the batch took the first (a loaded machine may take a while to send them, and
+        # to run the batch's step after they arrive: both are queued until then).
+        for _ in range(500):
             await asyncio.sleep(0.01)
             stats = emulator.primary.stats()
-            if stats["running"] + stats["queued"] == 2:
+            if stats["running"] == stats["queued"] == 1:
                 break
         statuses = []
         for task in both:

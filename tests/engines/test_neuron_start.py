@@ -40,6 +40,7 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Deploymen
     return out
 
 
+@pytest.mark.slow
 def test_every_inferentia_plan_names_its_model_and_a_cached_shape(plans) -> None:
     assert len(plans) >= 100 and {p for p, _, _ in plans} == set(PROFILES)
     for profile, plan, _ in plans:
@@ -56,6 +57,7 @@ def test_every_inferentia_plan_names_its_model_and_a_cached_shape(plans) -> None
             assert shape[0] <= cores, where  # the entry point asks only that the compiled cores be there
 
 
+@pytest.mark.slow
 def test_every_inferentia_plan_has_what_the_image_needs_around_it(plans) -> None:
     for profile, plan, notes in plans:
         # The SDK's -neuronx- tag, the maintainers' own timeout and AMI (awslabs/llm-hosting-container

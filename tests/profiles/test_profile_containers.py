@@ -106,6 +106,7 @@ def test_lmi_on_inferentia_is_refused(write, team_dir: Path) -> None:
             "{kind: tgi} (TGI (Neuron)) or a GPU instance type") in exc.value.messages
 
 
+@pytest.mark.slow
 def test_resolving_a_plan_never_imports_the_sagemaker_sdk() -> None:
     # The SDK costs seconds to import; `cdk synth` and `sagellm plan` only read its JSON tables.
     code = ("import sys; from sagellm.profiles import resolve; "

@@ -37,6 +37,7 @@ def itl(load: Load, limit: float) -> tuple[Rule, ...]:
     return (Rule(metric="itl_ms.p50", where=load.name, max=limit),)
 
 
+@pytest.mark.slow
 def test_the_search_covers_every_priced_gpu_instance_type_of_the_catalog():
     load = Load(concurrency=8)
     found = search(Space(find_model("llama2-13b"), Payload(), instance_types()), load, itl(load, 60))
@@ -69,6 +70,7 @@ def test_an_open_loop_rate_becomes_the_concurrency_littles_law_gives():
     assert concurrency_for_rate(shape, Payload(), 1e6) is None  # no single GPU sustains a million requests/s
 
 
+@pytest.mark.slow
 def test_inference_component_copies_can_beat_every_single_copy_endpoint():
     # Look for a load and an ITL bound where the planner prefers copies, instead of guessing one.
     space = Space(MODEL, Payload(), instance_types(families=("g5", "g6e", "p4d")))
@@ -96,6 +98,7 @@ def test_inference_component_copies_can_beat_every_single_copy_endpoint():
     assert all(found.reason(c).startswith("misses itl_ms.p50 by") for c in same)
 
 
+@pytest.mark.slow
 def test_a_recommendation_writes_the_frontier_the_json_the_plot_and_a_profile_that_resolves(tmp_path):
     slo = slo_file(tmp_path, "rules:\n  - {metric: ttft_ms.p90, max: 800}\n  - {metric: itl_ms.p50, max: 40}\n")
     result = sagellm("recommend", "--model", "llama2-7b", "--request-rate", "2", "--thresholds", str(slo),
@@ -134,6 +137,7 @@ def test_a_recommendation_writes_the_frontier_the_json_the_plot_and_a_profile_th
     assert design.profile.extends in ("max-throughput", "replicas")
 
 
+@pytest.mark.slow
 def test_nothing_meets_the_slo_exits_1_naming_the_closest_and_its_gap(tmp_path):
     slo = slo_file(tmp_path, "rules:\n  - {metric: itl_ms.p50, max: 1}\n")
     result = sagellm("recommend", "--model", "llama2-7b", "--concurrency", "16", "--thresholds", str(slo),
@@ -150,6 +154,7 @@ def test_nothing_meets_the_slo_exits_1_naming_the_closest_and_its_gap(tmp_path):
     assert not (tmp_path / "rec" / "profiles").exists()
 
 
+@pytest.mark.slow
 def test_a_peak_rate_sizes_autoscaling_from_the_target_count_to_the_peaks(tmp_path):
     slo = slo_file(tmp_path, "rules:\n  - {metric: itl_ms.p50, max: 40}\n")
     result = sagellm("recommend", "--model", "llama2-7b", "--request-rate", "2", "--peak-rate", "8",
@@ -194,6 +199,7 @@ def test_a_peak_rate_sizes_autoscaling_from_the_target_count_to_the_peaks(tmp_pa
     (["--concurrency", "4", "--families", "zz9"], "rules: [{metric: itl_ms.p50, max: 40}]",
      "--families: zz9: no such family"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, slo, message):
     path = slo_file(tmp_path, slo)
     result = sagellm("recommend", "--model", "llama2-7b", "--thresholds", str(path), *args, cwd=tmp_path)
@@ -220,6 +226,7 @@ def test_a_rule_without_where_applies_at_the_target_load_and_one_with_where_at_i
     assert at64.itl_ms > at8.itl_ms
 
 
+@pytest.mark.slow
 def test_a_rule_at_a_load_nothing_sustains_is_a_miss_not_a_crash(tmp_path):
     slo = slo_file(tmp_path, "rules:\n  - {metric: error_rate, max: 0}\n"
                              "  - {metric: ttft_ms.p90, where: 100000/s, max: 800}\n")
@@ -233,6 +240,7 @@ def test_a_rule_at_a_load_nothing_sustains_is_a_miss_not_a_crash(tmp_path):
     assert (tmp_path / "rec" / "frontier.png").is_file()
 
 
+@pytest.mark.slow
 def test_an_out_that_is_a_file_is_one_line_before_the_search(tmp_path):
     (tmp_path / "rec").write_text("a file\n")
     slo = slo_file(tmp_path, "rules:\n  - {metric: latency_ms_per_token.p50, max: 60}\n")
@@ -245,6 +253,7 @@ def test_an_out_that_is_a_file_is_one_line_before_the_search(tmp_path):
                                           "write the results in")]
 
 
+@pytest.mark.slow
 def test_a_file_where_the_profiles_go_is_one_line_and_nothing_of_the_recommendation_is_kept(tmp_path):
     (tmp_path / "rec").mkdir()
     (tmp_path / "rec" / "profiles").write_text("in the way\n")
@@ -261,6 +270,7 @@ def test_a_file_where_the_profiles_go_is_one_line_and_nothing_of_the_recommendat
     assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == ["profiles"]
 
 
+@pytest.mark.slow
 def test_a_read_only_out_is_one_line_before_the_search(tmp_path):
     home = Path(tempfile.mkdtemp(prefix="sagellm-rec-"))  # outside pytest's folder, which only root may enter
     try:

@@ -35,6 +35,7 @@ def output(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "rec" / "recommendation.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_load_nothing_carries_names_the_instance_count_and_a_rate_in_e_notation_is_a_rate(tmp_path):
     result = recommend(tmp_path, "--model", "llama2-7b", "--request-rate", "1e+06", "--families", "g5")
     assert result.returncode == 1, result.stderr
@@ -49,6 +50,7 @@ def test_a_load_nothing_carries_names_the_instance_count_and_a_rate_in_e_notatio
 
 
 @pytest.mark.parametrize("spelling", ["5e-05/s", "0.00005/s", ".00005/s"])
+@pytest.mark.slow
 def test_a_rate_in_any_float_spelling_names_the_same_level(tmp_path, spelling):
     assert parse_load(spelling) == 5e-05
     slo = f"rules:\n  - {{metric: itl_ms.p50, max: 40}}\n  - {{metric: itl_ms.p50, where: '{spelling}', max: 41}}\n"
@@ -60,6 +62,7 @@ def test_a_rate_in_any_float_spelling_names_the_same_level(tmp_path, spelling):
     assert at_target == at_where  # one level, whichever way its rate is written
 
 
+@pytest.mark.slow
 def test_a_payload_over_the_context_names_the_context(tmp_path):
     result = recommend(tmp_path, "--model", "llama2-7b", "--request-rate", "1", "--input-tokens", "8000",
                        "--instances", "ml.g5.xlarge,ml.g5.12xlarge")
@@ -70,6 +73,7 @@ def test_a_payload_over_the_context_names_the_context(tmp_path):
     assert rest == []  # over the context, no deployment is closer than another
 
 
+@pytest.mark.slow
 def test_a_model_too_big_for_every_instance_names_the_memory(tmp_path):
     result = recommend(tmp_path, "--model", "llama2-70b", "--request-rate", "1",
                        "--instances", "ml.g5.xlarge,ml.g5.12xlarge")
@@ -81,6 +85,7 @@ def test_a_model_too_big_for_every_instance_names_the_memory(tmp_path):
         in rest[0], rest
 
 
+@pytest.mark.slow
 def test_inferentia_only_instances_say_none_was_searched_and_why(tmp_path):
     result = recommend(tmp_path, "--model", "llama2-7b", "--request-rate", "1", "--instances", "ml.inf2.xlarge")
     assert result.returncode == 1, result.stderr
@@ -91,6 +96,7 @@ def test_inferentia_only_instances_say_none_was_searched_and_why(tmp_path):
     assert rest == []
 
 
+@pytest.mark.slow
 def test_a_rule_nothing_meets_names_the_rule_with_predicted_and_allowed(tmp_path):
     result = recommend(tmp_path, "--model", "llama2-7b", "--concurrency", "4", "--instances", "ml.g5.xlarge",
                        slo="rules:\n  - {metric: ttft_ms.p90, max: 5}\n  - {metric: itl_ms.p50, max: 400}\n")
@@ -105,6 +111,7 @@ def test_a_rule_nothing_meets_names_the_rule_with_predicted_and_allowed(tmp_path
     assert "itl_ms.p50 " in closest and "<= 400 (" in closest and "% margin)" in closest
 
 
+@pytest.mark.slow
 def test_headroom_keeps_the_pick_off_the_edge_and_says_what_it_passed_over(tmp_path):
     edge = recommend(tmp_path, "--model", "llama2-7b", "--concurrency", "16", "--families", "g5", "--headroom", "0")
     assert edge.returncode == 0, edge.stderr
@@ -139,6 +146,7 @@ def test_headroom_keeps_the_pick_off_the_edge_and_says_what_it_passed_over(tmp_p
     assert "ttft_ms.p90@16 <= 800 (margin)" in table
 
 
+@pytest.mark.slow
 def test_no_pick_with_the_headroom_names_the_headroom(tmp_path):
     result = recommend(tmp_path, "--model", "llama2-7b", "--concurrency", "4", "--instances", "ml.g5.xlarge",
                        "--headroom", "99")
@@ -149,6 +157,7 @@ def test_no_pick_with_the_headroom_names_the_headroom(tmp_path):
     assert "% margin)" in closest
 
 
+@pytest.mark.slow
 def test_progress_goes_to_stderr_and_json_stays_quiet(tmp_path):
     result = recommend(tmp_path, "--model", "llama2-7b", "--concurrency", "4", "--instances",
                        "ml.g5.xlarge,ml.g5.2xlarge")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sagellm.catalog import find_model
 from sagellm.planner import Payload
 from sagellm.recommend import Load, Space, choose, instance_types, search
@@ -33,6 +35,7 @@ def test_the_mean_meets_the_slo_but_the_simulated_p90_misses_it_so_the_candidate
     assert row["prediction"]["ttft_ms"] == one.point.ttft_ms  # the mean model's, kept alongside
 
 
+@pytest.mark.slow
 def test_the_mean_model_decides_what_cannot_fit_sustain_or_come_near_the_slo_and_says_so() -> None:
     rules = (Rule(metric="itl_ms.p50", where=LOAD.name, max=20),)  # an A10G's 7B decode step is ~30 ms
     found = search(Space(MODEL, Payload(256, 256), instance_types(["ml.g5.xlarge", "ml.g5.12xlarge"]),

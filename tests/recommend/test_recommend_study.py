@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -25,6 +27,7 @@ def _study() -> ModuleType:
         sys.path.remove(str(BENCHMARKS))
 
 
+@pytest.mark.slow
 def test_study_on_the_jumpstart_long_prompt_group() -> None:
     study = _study()
     rows = study.load_rows(study.DEFAULT_CSV)

@@ -19,6 +19,7 @@ from sagellm.results.gate import Rule
 SAGELLM = Path(sys.executable).parent / "sagellm"
 
 
+@pytest.mark.slow
 def test_a_candidate_measured_to_miss_loses_the_pick_to_the_next_cheapest(tmp_path):
     load = Load(request_rate=2)
     rules = (Rule(metric="itl_ms.p50", where="2/s", max=40),)
@@ -86,6 +87,7 @@ def sagellm(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
      "--hf-token-secret: only with --target sagemaker (the local emulator loads no weights)"),
     (("--verify", "1", "--target", "aws"), "--target: 'aws' must be local or sagemaker"),
 ])
+@pytest.mark.slow
 def test_verify_options_out_of_place_are_one_line_of_bad_input(tmp_path, args, message):
     slo = tmp_path / "slo.yaml"
     slo.write_text("rules:\n  - {metric: itl_ms.p50, max: 40}\n")
@@ -173,6 +175,7 @@ def test_before_the_first_deploy_the_cost_at_most_is_said(tmp_path):
                            f"about ${dearest / 2:.2f} on demand (${dearest:.2f}/h, the dearest, × the 30-min budget")
 
 
+@pytest.mark.slow
 def test_a_stored_correction_moves_the_next_recommends_prediction_and_is_named(tmp_path):
     from sagellm.engines.tgi import TGI
     from sagellm.profiles.calibration import CalibrationFile, calibration_path, save_calibration

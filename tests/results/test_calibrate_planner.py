@@ -144,6 +144,7 @@ def test_one_usable_level_is_not_enough_to_fit_and_no_file_is_written(tmp_path: 
 
 # ---------------------------------------------------------------- used by plan and profiles show
 
+@pytest.mark.slow
 def test_plan_and_profiles_show_use_the_calibration_and_say_so(tmp_path: Path) -> None:
     profiles = profiles_in(tmp_path)
     flags = ("--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", INSTANCE)
@@ -173,23 +174,27 @@ def test_plan_and_profiles_show_use_the_calibration_and_say_so(tmp_path: Path) -
 
 # ---------------------------------------------------------------- bad input: exit 2, one line
 
+@pytest.mark.slow
 def test_a_missing_run_is_one_line_and_exit_2(tmp_path: Path) -> None:
     line = assert_one_line_bad_input(sagellm("calibrate", "nowhere", cwd=tmp_path))
     assert "nowhere/results.json: file not found" in line or "nowhere: file not found" in line
 
 
+@pytest.mark.slow
 def test_an_emulated_run_is_refused(tmp_path: Path) -> None:
     run = measured_run(tmp_path / "emu", Payload(256, 256), emulated=True)
     line = assert_one_line_bad_input(sagellm("calibrate", str(run), cwd=tmp_path))
     assert "run.emulated is true" in line and "--target sagemaker or http" in line
 
 
+@pytest.mark.slow
 def test_a_results_file_that_is_not_json_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "results.json").write_text("{not json")
     line = assert_one_line_bad_input(sagellm("calibrate", str(tmp_path / "results.json"), cwd=tmp_path))
     assert "results.json: line 1: not valid JSON" in line
 
 
+@pytest.mark.slow
 def test_a_run_of_an_unknown_profile_names_the_file_and_the_profile(tmp_path: Path) -> None:
     run = measured_run(tmp_path / "r", Payload(256, 256))
     data = json.loads((run / "results.json").read_text())
@@ -199,6 +204,7 @@ def test_a_run_of_an_unknown_profile_names_the_file_and_the_profile(tmp_path: Pa
     assert line.startswith(f"sagellm: error: {run / 'results.json'}: ") and "team-special" in line
 
 
+@pytest.mark.slow
 def test_a_run_that_names_no_profile_is_refused(tmp_path: Path) -> None:
     run = measured_run(tmp_path / "r", Payload(256, 256))
     data = json.loads((run / "results.json").read_text())
@@ -208,11 +214,13 @@ def test_a_run_that_names_no_profile_is_refused(tmp_path: Path) -> None:
     assert "run.profile" in line
 
 
+@pytest.mark.slow
 def test_calibrate_without_runs_is_a_usage_error(tmp_path: Path) -> None:
     result = sagellm("calibrate", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_damaged_calibration_file_makes_plan_exit_2_naming_file_and_field(tmp_path: Path) -> None:
     profiles = profiles_in(tmp_path)
     calibrate_runs([measured_run(tmp_path / "run", Payload(256, 256))], profiles)

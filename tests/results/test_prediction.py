@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from results_helpers import RUN, level, results
 from sagellm.results.prediction import departures
 from sagellm.results.report import render_markdown
@@ -60,6 +62,7 @@ def test_a_knee_at_the_highest_level_measured_says_the_sweep_never_reached_satur
     assert "never reached saturation" not in render_markdown(saturated)
 
 
+@pytest.mark.slow
 def test_the_curve_draws_the_predicted_line_with_ttft_beside(tmp_path: Path) -> None:
     from sagellm.results.plot import plot_curve
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from results_helpers import RUN, level
 from sagellm.results.picks import make_results
 from sagellm.results.report import render_markdown, write_report
@@ -69,6 +71,7 @@ def test_the_ramp_section_gives_the_delay_the_slo_the_requests_while_scaling_and
     assert rows[0] == "| 0:00.0 | 2.00 | 1.80 | 1 | 1 | 60 | 0 | 5 | 100 / 200 | 1.00 / 2.00 |"
 
 
+@pytest.mark.slow
 def test_write_report_draws_ramp_png_only_after_a_ramp(tmp_path: Path) -> None:
     paths = write_report(tmp_path / "ramp", results(ramp()))
     assert tmp_path / "ramp" / "ramp.png" in paths

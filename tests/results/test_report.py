@@ -6,6 +6,8 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from results_helpers import RUN, level
 from sagellm.results.gate import Rule, Thresholds, gate
 from sagellm.results.picks import make_results
@@ -77,6 +79,7 @@ def test_markdown_lists_errors_by_kind_and_gate_violations() -> None:
     assert "| `latency_ms_per_token.p90@4 <= 15` | 16.800 | 15.000 |" in text
 
 
+@pytest.mark.slow
 def test_write_report_writes_markdown_junit_and_a_real_png(tmp_path: Path) -> None:
     paths = write_report(tmp_path / "out", results(FAILING))
     assert [p.name for p in paths] == ["report.md", "junit.xml", "curve.png", "results.csv"]
@@ -176,6 +179,7 @@ def _server(p50_ms: float, p90_ms: float | None, source: str = "cloudwatch") -> 
                          metrics={key: ServerMetric(unit="ms", name=name, stats=stats)})
 
 
+@pytest.mark.slow
 def test_server_metrics_get_a_table_per_level_and_a_second_plot_panel(tmp_path: Path) -> None:
     levels = [level(1, 100, 20), level(4, 300, 30)]
     plain = _run(levels)
@@ -191,6 +195,7 @@ def test_server_metrics_get_a_table_per_level_and_a_second_plot_panel(tmp_path: 
     assert _png_size(tmp_path / "served.png") == (800, 950)
 
 
+@pytest.mark.slow
 def test_a_prometheus_mean_is_plotted_and_listed_as_the_source_gave_it(tmp_path: Path) -> None:
     served = _run([level(1, 100, 20).model_copy(update={"server": _server(800.0, None, "prometheus")})])
     report = render_markdown(served)

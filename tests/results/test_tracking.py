@@ -108,6 +108,7 @@ def test_report_logs_a_finished_run_from_the_command_line(server: str, tmp_path:
     assert MlflowClient(tracking_uri=server).get_run(run_id).data.params["profile"] == "max-throughput"
 
 
+@pytest.mark.slow
 def test_a_server_that_does_not_answer_is_one_line_and_exit_2_before_anything(tmp_path: Path) -> None:
     folder = finished_run(tmp_path)
     url = f"http://127.0.0.1:{free_port()}"
@@ -121,6 +122,7 @@ def test_a_server_that_does_not_answer_is_one_line_and_exit_2_before_anything(tm
         "the URI")]
 
 
+@pytest.mark.slow
 def test_a_server_that_stops_answering_before_the_log_is_a_target_error_in_one_line(tmp_path: Path) -> None:
     folder = finished_run(tmp_path)
     url = f"http://127.0.0.1:{free_port()}"
@@ -133,6 +135,7 @@ def test_a_server_that_stops_answering_before_the_log_is_a_target_error_in_one_l
     assert len(str(failed.value).splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_server_that_accepts_but_never_answers_is_refused_within_the_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tracking, "REACH_TIMEOUT_S", 1.0)
@@ -164,6 +167,7 @@ FIX = ("give a tracking server (http://host:5000; start one with `mlflow server 
                   "backend is in maintenance mode); use sqlite:///path/mlflow.db or a tracking server (`mlflow "
                   "server --backend-store-uri sqlite:///mlflow.db`)")),
 ])
+@pytest.mark.slow
 def test_a_bad_tracking_uri_is_exit_2_in_one_line_before_the_bench_makes_anything(
         tmp_path: Path, uri: str, line: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ALLOW_FILE_STORE"}

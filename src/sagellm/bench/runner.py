@@ -25,8 +25,8 @@ from sagellm.bench.sweep.ramp import DEFAULT_STEP_S
 from sagellm.bench.sweep.shapes import ClosedLoopSweep, Levels, LoadShape, OpenLoopSweep, RampRun
 from sagellm.bench.targets.target import Target, choose_target
 from sagellm.bench.targets.teardown import tear_down
-from sagellm.bench.verdict import target_failure
-from sagellm.errors import ExitStatus, SagellmError
+from sagellm.bench.verdict import target_failure, went_silent
+from sagellm.errors import ExitStatus, SagellmError, TargetError
 from sagellm.planner import predict_point
 from sagellm.results import picks
 from sagellm.results.gate import gate
@@ -166,11 +166,18 @@ class _Recorder:
         self.log = RecordLog(out / "requests.jsonl")
         self.servers: ServerWatch | None = None
         self._loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
+        self.heard = False  # whether the endpoint has answered any request of the run
 
     def record(self, record: RequestRecord) -> None:
         record = on_simulated_clock(record, self.time_scale, self.target.emulated)
         self.log.append(record)
         self.watch.record(record)
+        if not self.heard and went_silent(record):
+            # A hung endpoint, told by the first requests at the invocation limit (60 s), not after every
+            # level's timeouts and a metrics flush: the level raises this, its other requests cancelled.
+            raise TargetError(f"the endpoint answered none of the first requests: {record.error} (is it hung? "
+                              "its logs say why)")
+        self.heard = self.heard or record.ok or record.ttft_s is not None or record.status is not None
 
     def level(self, level: LevelResult) -> None:
         self.measurement.levels.append(level)

@@ -18,6 +18,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import (
     INFERENCE_COMPONENT_HEADER,
@@ -173,6 +174,11 @@ class FakeEndpoint:
             return web.Response(status=500, text="Internal Server Error")
         if scenario == "slow":
             await asyncio.sleep(1)
+        if scenario == "silent_after_headers":  # a hung server that sent its headers
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await asyncio.sleep(1)
+            return resp
         events = tgi_sse(n, server_e2e_s=0.5 if scenario == "server_timed" else None)
         if scenario == "split":  # every line cut into 5-byte pieces, each its own TCP write
             return await self._stream(request, cut(b"".join(events), 5), "text/event-stream", gap_s=0.001)
@@ -264,9 +270,11 @@ def sagemaker_transport(fake: FakeEndpoint, **kwargs: Any) -> SageMakerTransport
                               base_backoff_s=0.001, max_backoff_s=0.002, **kwargs)
 
 
-def send_tgi(prompt: str, n: int = 5, token_gap_s: float = 0.0, timeout_s: float = 10.0) -> RequestRecord:
+def send_tgi(prompt: str, n: int = 5, token_gap_s: float = 0.0, timeout_s: float = 10.0,
+             first_byte_s: float = 60.0) -> RequestRecord:
     async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> RequestRecord:
-        return await HttpTransport(fake.url, TGI, timeout_s=timeout_s).send(session, prompt, n)
+        transport = HttpTransport(fake.url, TGI, timeout_s=timeout_s, first_byte_s=first_byte_s)
+        return await transport.send(session, prompt, n)
     return asyncio.run(with_endpoint(go, token_gap_s))
 
 
@@ -377,9 +385,29 @@ def test_tgi_midstream_error_keeps_the_partial_timings() -> None:
     assert out.ttft_s is not None and len(out.token_gaps_s) == 1
 
 
+@pytest.mark.slow
 def test_client_timeout_is_a_timeout_error() -> None:
+    cpu_wait = CpuWait()
     out = send_tgi("slow", timeout_s=0.2)
-    assert not out.ok and out.error_kind == "timeout" and 0.15 < out.e2e_s < 2
+    assert not out.ok and out.error_kind == "timeout" and 0.15 < out.e2e_s
+    # Given up on soon after the timeout, which only a process that got its CPU can tell.
+    judge_only_when_fed(cpu_wait.share(), MAX_CPU_WAIT, f"a timeout taken after {out.e2e_s:.2f} s")
+    assert out.e2e_s < 2
+
+
+@pytest.mark.parametrize("prompt", ["slow", "silent_after_headers"])
+@pytest.mark.slow
+def test_no_first_byte_within_the_invocation_limit_is_a_timeout_that_says_so(prompt: str) -> None:
+    out = send_tgi(prompt, first_byte_s=0.2)
+    assert not out.ok and out.error_kind == "timeout" and out.ttft_s is None
+    assert out.error == "no first byte within the invocation limit (0.2 s)"
+    assert 0.2 <= out.e2e_s  # not before the limit (how much after is the scheduler's, not the transport's)
+
+
+def test_a_stream_that_started_within_the_limit_may_outlast_it() -> None:
+    # The limit is on the first byte: a stream that takes longer in all, within the client timeout, is whole.
+    out = send_tgi("ok", n=5, token_gap_s=0.1, first_byte_s=0.2)
+    assert out.ok and out.output_tokens == 5 and out.e2e_s > 0.4
 
 
 def test_connection_refused_is_an_error_not_an_exception() -> None:
@@ -519,6 +547,7 @@ def test_sagemaker_without_credentials_is_refused_at_construction(monkeypatch: p
         SageMakerTransport("e", REGION, endpoint_url="http://127.0.0.1:9", boto_session=boto3.Session())
 
 
+@pytest.mark.slow
 def test_sagemaker_default_host_is_the_regional_runtime() -> None:
     boto_session = boto3.Session(aws_access_key_id="a", aws_secret_access_key="b")
     transport = SageMakerTransport("ep", "eu-west-1", boto_session=boto_session)

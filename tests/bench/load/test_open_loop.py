@@ -125,6 +125,7 @@ def test_a_rate_level_stops_sending_once_its_failure_is_certain() -> None:
     assert level.stopped_reason is not None and "at request rate 200/s" in level.stopped_reason
 
 
+@pytest.mark.slow
 def test_a_rate_sweep_runs_each_rate_the_repeats_asked_and_the_schedule_follows_the_time_scale() -> None:
     records: list[RequestRecord] = []
     loop = OpenLoop((20.0, 40.0), arrivals="poisson", max_in_flight=8, seed=3, time_scale=0.5)

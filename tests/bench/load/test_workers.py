@@ -54,6 +54,7 @@ def sweep(url: str, work: Workload, records: list[RequestRecord], pool: object, 
                                  on_record=records.append, pool=pool, **kwargs))  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_two_worker_processes_send_every_request_once_and_merge_in_completion_order() -> None:
     work, records = workload(), []
     with pacing_server_process(itl_s=0.004, ttft_s=0.02) as remote, \
@@ -76,6 +77,7 @@ def test_two_worker_processes_send_every_request_once_and_merge_in_completion_or
         assert level.stopped_reason is None
 
 
+@pytest.mark.slow
 def test_open_loop_workers_send_every_nth_arrival_of_one_schedule() -> None:
     work, records = workload(), []
     loop = OpenLoop(rates=(40.0,), seed=3)
@@ -96,6 +98,7 @@ def test_open_loop_workers_send_every_nth_arrival_of_one_schedule() -> None:
 
 
 @pytest.mark.parametrize("kind", ["processes", pytest.param("ray", marks=pytest.mark.integration)])
+@pytest.mark.slow
 def test_a_dead_worker_turns_its_requests_in_flight_into_client_errors_and_stops_the_sweep(kind: str) -> None:
     if kind == "ray":
         pytest.importorskip("ray")
@@ -132,6 +135,7 @@ def test_a_dead_worker_turns_its_requests_in_flight_into_client_errors_and_stops
     assert_in_completion_order(level)
 
 
+@pytest.mark.slow
 def test_bench_cli_with_two_workers_writes_each_request_once_to_requests_jsonl(tmp_path: Path) -> None:
     with pacing_server_process(itl_s=0.004, ttft_s=0.02) as remote:
         ran = sagellm("bench", "--target", "http", "--url", remote.url, "--api", "tgi", "--workers", "2",
@@ -151,6 +155,7 @@ def test_bench_cli_with_two_workers_writes_each_request_once_to_requests_jsonl(t
 
 
 @pytest.mark.parametrize("value", ["0", "x", "-2"])
+@pytest.mark.slow
 def test_bad_workers_value_is_one_line_and_exit_2(tmp_path: Path, value: str) -> None:
     ran = sagellm("bench", "--target", "http", "--url", "http://127.0.0.1:9", "--workers", value,
                   "--out", str(tmp_path / "out"))
@@ -215,6 +220,7 @@ def test_a_level_through_a_local_ray_cluster_sends_every_request_once() -> None:
     assert level.ramp_excluded and level.window_start_s < level.window_end_s
 
 
+@pytest.mark.slow
 def test_a_ray_address_nothing_answers_on_fails_at_once_with_exit_3() -> None:
     pytest.importorskip("ray")
     from sagellm.bench.load.ray_workers import RayPool

@@ -405,6 +405,7 @@ def test_bench_adaptive_measures_fewer_levels_than_doubling_and_reports_knee_and
     json.dumps(results)
 
 
+@pytest.mark.slow
 def test_a_bad_sweep_is_one_line_and_exit_2(tmp_path: Path) -> None:
     args = [a for a in bench_args(tmp_path / "out") if a not in ("--concurrency", "1,4")]
     ran = sagellm(*args, "--sweep", "fast")

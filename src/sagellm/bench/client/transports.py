@@ -16,6 +16,9 @@ Definitions (all with `time.perf_counter()`, one clock read per received chunk):
 - output tokens: the server's count (TGI `details.generated_tokens`, OpenAI `usage.completion_tokens`,
   asked for with `stream_options.include_usage`); only when the server reports none, the number of token
   events.
+- first byte: a request that has heard nothing (no response, no stream byte) within `first_byte_s` (SageMaker's
+  60 s invocation limit) ends as a `timeout` then, whatever its total timeout: the bench reads that on the
+  first requests as a hung endpoint (`runner`).
 - Retries (SageMaker throttling only) are counted in `retries`; the timings are those of the last
   attempt, and `start_s` is when the last attempt began, so the backoff wait is neither hidden inside the
   latency nor silently dropped: it shows as a gap between the request's start and the previous one.
@@ -45,6 +48,7 @@ from sagellm.bench.client.responses import (
     openai_event,
     tgi_event,
 )
+from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.results.schema import ErrorKind
 
 if TYPE_CHECKING:
@@ -125,6 +129,7 @@ class _StreamingTransport:
     """The request loop shared by every transport: POST, check the status, parse the stream, time it."""
 
     timeout_s: float
+    first_byte_s: float
     api: Api
     max_retries = 0
     base_backoff_s = 0.0
@@ -161,9 +166,10 @@ class _StreamingTransport:
         t0 = time.perf_counter()
         st = StreamState(t0)
         status: int | None = None
+        first_byte = asyncio.timeout(self.first_byte_s)  # lifted once the response's first byte is in
         try:
-            async with session.post(url, data=body, headers=headers,
-                                    timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
+            async with first_byte, session.post(url, data=body, headers=headers,
+                                                timeout=aiohttp.ClientTimeout(total=self.timeout_s)) as resp:
                 status = resp.status
                 if status != 200:
                     text = (await resp.read()).decode("utf-8", "replace")
@@ -174,7 +180,9 @@ class _StreamingTransport:
                 event = self.api.event
                 done_marker = self.api.done_marker
                 read = resp.content.readany
-                while chunk := await read():
+                chunk = await read()
+                first_byte.reschedule(None)
+                while chunk:
                     now = time.perf_counter()
                     for data in decoder.feed(chunk):
                         if data == done_marker:
@@ -187,6 +195,7 @@ class _StreamingTransport:
                         except ValueError:
                             raise Failed("other", f"unparseable stream event: {data[:200]!r}") from None
                         event(st, parsed, now)
+                    chunk = await read()
                 if isinstance(decoder, EventStreamLines):
                     decoder.close()
             end = time.perf_counter()
@@ -195,6 +204,9 @@ class _StreamingTransport:
         except Failed as failure:
             return self._failed(st, failure.kind, failure.message, failure.status or status)
         except TimeoutError:
+            if first_byte.expired():
+                return self._failed(st, "timeout", f"no first byte within the invocation limit "
+                                                   f"({self.first_byte_s:g} s)", status)
             return self._failed(st, "timeout", f"no complete response within the client timeout "
                                                f"({self.timeout_s:g} s)", status)
         except aiohttp.ClientError as exc:
@@ -211,11 +223,13 @@ class _StreamingTransport:
 class HttpTransport(_StreamingTransport):
     """A TGI or OpenAI-compatible server (vLLM, LMI, the emulator): server-sent events over HTTP."""
 
-    def __init__(self, url: str, api: Api = TGI, model: str = "", *, timeout_s: float = 60.0):
+    def __init__(self, url: str, api: Api = TGI, model: str = "", *, timeout_s: float = 60.0,
+                 first_byte_s: float = INVOCATION_TIMEOUT_S):
         self.url = url.rstrip("/") + api.path
         self.api = api
         self.model = model
         self.timeout_s = timeout_s
+        self.first_byte_s = first_byte_s
 
     def _request(self, prompt: str, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
         body = json.dumps(self.api.body(prompt, max_new_tokens, self.model)).encode()
@@ -233,8 +247,8 @@ class SageMakerTransport(_StreamingTransport):
 
     def __init__(self, endpoint_name: str, region: str, *, api: Api = TGI, inference_component: str | None = None,
                  endpoint_url: str | None = None, boto_session: boto3.Session | None = None,
-                 timeout_s: float = 70.0, max_retries: int = 3, base_backoff_s: float = 0.2,
-                 max_backoff_s: float = 2.0):
+                 timeout_s: float = 70.0, first_byte_s: float = INVOCATION_TIMEOUT_S + 1.0, max_retries: int = 3,
+                 base_backoff_s: float = 0.2, max_backoff_s: float = 2.0):
         import boto3 as _boto3
 
         session = boto_session or _boto3.Session(region_name=region)
@@ -252,6 +266,7 @@ class SageMakerTransport(_StreamingTransport):
         self._credentials = credentials
         # A little over SageMaker's 60 s invocation timeout, so the runtime's own error arrives first.
         self.timeout_s = timeout_s
+        self.first_byte_s = first_byte_s
         self.max_retries = max_retries
         self.base_backoff_s = base_backoff_s
         self.max_backoff_s = max_backoff_s
