@@ -8,8 +8,9 @@ inside the invocation timeout.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 from sagellm.bench.client.records import RequestRecord
@@ -60,15 +61,44 @@ def summary_of(sim: Simulation, concurrency: int | None, request_rate: float | N
         "requests_per_s": tokens / mean_tokens / (end - start) if mean_tokens else 0.0})
 
 
+@dataclass(frozen=True)
+class Offered:
+    """How a measured closed loop's clients sent: when each first sent after the level began, the gaps between
+    a reply's end and the same client's next request, and the warm-up and measured requests (the load the
+    endpoint saw, which a prediction of that level replays)."""
+
+    starts_s: tuple[float, ...]
+    think_s: tuple[float, ...]
+    warmup: int
+    requests: int
+
+
+def offered(records: Sequence[RequestRecord]) -> Offered:
+    """What a closed-loop level's clients offered, from its records (on the simulated clock)."""
+    by_worker: dict[int, list[RequestRecord]] = {}
+    for r in sorted(records, key=lambda r: r.start_s):
+        by_worker.setdefault(r.worker or 0, []).append(r)
+    zero = min((r.start_s for r in records), default=0.0)
+    starts = tuple(sent[0].start_s - zero for _, sent in sorted(by_worker.items()))
+    think = tuple(max(0.0, b.start_s - a.start_s - a.e2e_s) for sent in by_worker.values()
+                  for a, b in itertools.pairwise(sent))
+    warmup = sum(r.warmup for r in records)
+    return Offered(starts, think, warmup, len(records) - warmup)
+
+
 def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *, concurrency: int | None = None,
                     request_rate: float | None = None, sizes: Sizes | None = None,
-                    requests: int = SIMULATED_REQUESTS) -> LevelSummary:
+                    requests: int = SIMULATED_REQUESTS, offered: Offered | None = None) -> LevelSummary:
     """The summary of the plan's endpoint at a concurrency (closed loop) or a request rate (open loop, Poisson),
-    every request of `payload`'s size unless `sizes` draws each one's (the bench's workload)."""
+    every request of `payload`'s size unless `sizes` draws each one's (the bench's workload); `offered` replays
+    how a measured closed loop's clients sent (its starts, gaps and request counts)."""
     load: SimulatedOpenLoop | SimulatedClosedLoop = (
-        SimulatedOpenLoop(request_rate) if request_rate is not None else SimulatedClosedLoop(concurrency or 1))
-    sim = simulate(plan, payload.input_tokens, payload.output_tokens, load, requests=requests, steps=steps,
-                   sizes=sizes)
+        SimulatedOpenLoop(request_rate) if request_rate is not None else
+        SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
+        SimulatedClosedLoop(concurrency or 1))
+    sim = simulate(plan, payload.input_tokens, payload.output_tokens, load, steps=steps, sizes=sizes,
+                   requests=offered.requests if offered is not None else requests,
+                   warmup=offered.warmup if offered is not None else None)
     return summary_of(sim, concurrency, request_rate)
 
 
@@ -83,13 +113,14 @@ def point_of(summary: LevelSummary, pruned: Point) -> Point:
 
 
 def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
-                    sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS) -> Point:
+                    sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS,
+                    offered: Offered | None = None) -> Point:
     """One closed-loop level: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
     pruned = predict_point(shape, payload, concurrency)
     if pruned.rejected:
         return pruned
     summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
-                              requests=requests)
+                              requests=requests, offered=offered)
     return point_of(summary, pruned) if summary.ok else pruned
 
 

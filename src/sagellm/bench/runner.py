@@ -17,7 +17,7 @@ from sagellm.bench.interrupts import Interrupted, Interrupts
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
-from sagellm.bench.predicted import predicted_point
+from sagellm.bench.predicted import offered, predicted_point
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.specs import Bench, Http, Local, Ramp, SageMaker
@@ -307,12 +307,14 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
     """The results' levels: measured, predicted (closed loop with a design) and the server's own metrics."""
     shape, mean = p.shape, p.workload.payload()
 
-    def predict(level: LevelSummary) -> Predicted | None:
-        # Simulated requests of the same workload at the same concurrency (the emulator's engine on a virtual
-        # clock); an open-loop level (or a run without a design) has no prediction.
+    def predict(level: LevelSummary, records: list[RequestRecord]) -> Predicted | None:
+        # Simulated requests of the same workload at the same load as the clients offered it (the emulator's
+        # engine on a virtual clock); an open-loop level (or a run without a design) has no prediction.
         if shape is None or p.plan is None or level.concurrency is None:
             return None
-        return predicted_from(predicted_point(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes))
+        point = predicted_point(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
+                                offered=offered(records))
+        return predicted_from(point).model_copy(update={"same_engine": run.emulated})
 
     levels = levels_of(m.levels, time_scale=run.time_scale, emulated=run.emulated, predict=predict, lags=m.lags)
     return [lv.model_copy(update={"server": m.server.get(lv.load)}) for lv in levels]

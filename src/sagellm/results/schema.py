@@ -183,6 +183,9 @@ class Predicted(_Strict):
     # p90 of the simulated requests (the figures above are their p50); None in results from before simulation.
     ms_per_token_p90: float | None = None
     ttft_ms_p90: float | None = None
+    # The target is the emulator, which runs the engine the prediction simulates: they agree by construction,
+    # so a departure is the measuring machine's (client overhead, event-loop lag), not the prediction's.
+    same_engine: bool = False
 
 
 class PredictedPoint(Predicted):

@@ -46,9 +46,13 @@ class SimulatedOpenLoop:
 
 @dataclass(frozen=True)
 class SimulatedClosedLoop:
-    """`users` clients, each sending its next request as soon as its last one ends."""
+    """`users` clients, each sending its next request as soon as its last one ends; or, where a measured closed
+    loop is replayed, client u first sends at `starts_s[u]` and waits a `think_s` gap (drawn in turn, seeded)
+    after each reply, as the bench's clients did."""
 
     users: int
+    starts_s: tuple[float, ...] = ()
+    think_s: tuple[float, ...] = ()
 
 
 @dataclass
@@ -243,7 +247,7 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
     else:
         run = _SimulatedRun(endpoint_of, size_of, requests,
                             max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
-        _closed_loop(run, load.users)
+        _closed_loop(run, load, random.Random(seed))
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
 
@@ -260,18 +264,18 @@ def _open_loop(run: _SimulatedRun, rate: float, rng: random.Random) -> None:
     schedule(rng.expovariate(rate))
 
 
-def _closed_loop(run: _SimulatedRun, users: int) -> None:
+def _closed_loop(run: _SimulatedRun, load: SimulatedClosedLoop, rng: random.Random) -> None:
     def again(req: SimulatedRequest) -> None:
         # The next request leaves as the reply ends: after the pass that ended it, like an HTTP client would.
         # A refusal takes no simulated time, so a refused client comes back once the next pass has ended
         # (sending again at once would refuse it again at the same instant, for ever).
         user = req.user
         when = run.clock.now if req.status != 429 else max(run.clock.now, run.endpoint.next_pass_end())
-        run.clock.at(when, lambda: run.send(user))
+        run.clock.at(when + (rng.choice(load.think_s) if load.think_s else 0.0), lambda: run.send(user))
 
     run.on_end = again
-    for user in range(users):
-        run.clock.at(0.0, _sender(run, user))
+    for user in range(load.users):
+        run.clock.at(load.starts_s[user] if user < len(load.starts_s) else 0.0, _sender(run, user))
 
 
 def _sender(run: _SimulatedRun, user: int) -> Callable[[], None]:
