@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,20 @@ def test_sagellm_cdk_synth_runs_the_app_with_its_own_python_without_the_virtuale
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "app" / "cdk.out" / "sagellm-team-falcon-7b.template.json").is_file()
     assert "!!" not in done.stdout + done.stderr  # no jsii end-of-life banner
+
+
+@pytest.mark.integration
+def test_the_readmes_local_bench_line_passes_the_gates_it_writes_in_about_a_minute(tmp_path: Path) -> None:
+    assert sagellm("init", "app", cwd=tmp_path).returncode == 0
+    app = tmp_path / "app"
+    [line] = [ln.split("#")[0].split() for ln in (app / "README.md").read_text().splitlines()
+              if ln.strip().startswith("sagellm bench") and "--target" not in ln]
+    assert "--time-scale" in line and "--thresholds" in line
+    started = time.perf_counter()
+    ran = sagellm(*line[1:], "--out", str(tmp_path / "run"), cwd=app, timeout=600)
+    took_s = time.perf_counter() - started
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["gate"]["passed"] and results["gate"]["violations"] == []
+    # About a minute on a quiet machine (deploying to the local AWS is half of it); a shared CI runner gets 4.
+    assert took_s < 240, took_s
