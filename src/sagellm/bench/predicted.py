@@ -68,20 +68,30 @@ class Offered:
     endpoint saw, which a prediction of that level replays)."""
 
     starts_s: tuple[float, ...]
-    think_s: tuple[float, ...]
+    think_s: tuple[tuple[float, ...], ...]  # per client, in the order it sent
     warmup: int
     requests: int
+
+
+def arrived_s(record: RequestRecord) -> float:
+    """When a request reached the server, on the simulated clock: sent, plus half the client's overhead where the
+    emulator stamped it (the other half is the reply's way back; at a time scale of 0.1 a few wall milliseconds
+    are tens of simulated ones, enough to move a request to another pass)."""
+    if record.server_e2e_s and record.client_e2e_s is not None:
+        overhead_s = (record.client_e2e_s - record.server_e2e_s) * record.e2e_s / record.server_e2e_s
+        return record.start_s + max(0.0, overhead_s) / 2
+    return record.start_s
 
 
 def offered(records: Sequence[RequestRecord]) -> Offered:
     """What a closed-loop level's clients offered, from its records (on the simulated clock)."""
     by_worker: dict[int, list[RequestRecord]] = {}
-    for r in sorted(records, key=lambda r: r.start_s):
+    for r in sorted(records, key=arrived_s):
         by_worker.setdefault(r.worker or 0, []).append(r)
-    zero = min((r.start_s for r in records), default=0.0)
-    starts = tuple(sent[0].start_s - zero for _, sent in sorted(by_worker.items()))
-    think = tuple(max(0.0, b.start_s - a.start_s - a.e2e_s) for sent in by_worker.values()
-                  for a, b in itertools.pairwise(sent))
+    zero = min((arrived_s(r) for r in records), default=0.0)
+    starts = tuple(arrived_s(sent[0]) - zero for _, sent in sorted(by_worker.items()))
+    think = tuple(tuple(max(0.0, arrived_s(b) - arrived_s(a) - a.e2e_s) for a, b in itertools.pairwise(sent))
+                  for _, sent in sorted(by_worker.items()))
     warmup = sum(r.warmup for r in records)
     return Offered(starts, think, warmup, len(records) - warmup)
 

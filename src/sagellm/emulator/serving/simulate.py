@@ -47,12 +47,12 @@ class SimulatedOpenLoop:
 @dataclass(frozen=True)
 class SimulatedClosedLoop:
     """`users` clients, each sending its next request as soon as its last one ends; or, where a measured closed
-    loop is replayed, client u first sends at `starts_s[u]` and waits a `think_s` gap (drawn in turn, seeded)
-    after each reply, as the bench's clients did."""
+    loop is replayed, client u first sends at `starts_s[u]` and waits its own gaps `think_s[u]` after its replies,
+    in turn (cycling), as the bench's clients did."""
 
     users: int
     starts_s: tuple[float, ...] = ()
-    think_s: tuple[float, ...] = ()
+    think_s: tuple[tuple[float, ...], ...] = ()
 
 
 @dataclass
@@ -247,7 +247,7 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
     else:
         run = _SimulatedRun(endpoint_of, size_of, requests,
                             max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
-        _closed_loop(run, load, random.Random(seed))
+        _closed_loop(run, load)
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
 
@@ -264,14 +264,22 @@ def _open_loop(run: _SimulatedRun, rate: float, rng: random.Random) -> None:
     schedule(rng.expovariate(rate))
 
 
-def _closed_loop(run: _SimulatedRun, load: SimulatedClosedLoop, rng: random.Random) -> None:
+def _closed_loop(run: _SimulatedRun, load: SimulatedClosedLoop) -> None:
+    replies = [0] * load.users  # per client: replies so far (which of its gaps comes next)
+
+    def think(user: int) -> float:
+        gaps = load.think_s[user] if user < len(load.think_s) else ()
+        replies[user] += 1
+        return gaps[(replies[user] - 1) % len(gaps)] if gaps else 0.0
+
     def again(req: SimulatedRequest) -> None:
         # The next request leaves as the reply ends: after the pass that ended it, like an HTTP client would.
         # A refusal takes no simulated time, so a refused client comes back once the next pass has ended
         # (sending again at once would refuse it again at the same instant, for ever).
         user = req.user
+        assert user is not None  # a closed loop's requests carry their client
         when = run.clock.now if req.status != 429 else max(run.clock.now, run.endpoint.next_pass_end())
-        run.clock.at(when + (rng.choice(load.think_s) if load.think_s else 0.0), lambda: run.send(user))
+        run.clock.at(when + think(user), lambda: run.send(user))
 
     run.on_end = again
     for user in range(load.users):
