@@ -32,9 +32,12 @@ METRICS = (("TTFT p50", "ttft_ms", "p50", "ttft_ms"), ("TTFT p90", "ttft_ms", "p
 
 
 def compared(level: Level) -> list[tuple[str, float, float, float]]:
-    """(metric, predicted, measured, measured ÷ predicted − 1) for each metric of a level."""
+    """(metric, predicted, measured, measured ÷ predicted − 1) for each metric of a level; none for a level
+    where nothing finished inside the invocation timeout (predicted and measured alike)."""
     p = level.predicted
     assert p is not None, f"level {level.load} has no prediction"
+    if level.ok == 0:
+        return []
     out = []
     for name, dist, stat, field in METRICS:
         predicted, measured = getattr(p, field), getattr(getattr(level, dist), stat)
@@ -72,6 +75,10 @@ def main() -> None:
             measured = bench_pair(profile, model, levels, args.time_scale, root / f"{profile}-{model}")
             for level in measured:
                 cells = compared(level)
+                if not cells:
+                    print(f"{profile:<15} {model:<13} {level.concurrency:>4}  no request finished inside the timeout "
+                          f"(predicted: {'over' if not level.predicted or not level.predicted.within_timeout else 'inside'})")
+                    continue
                 worst = max(worst, *(abs(c[3]) for c in cells))
                 rows.append({"profile": profile, "model": model, "concurrency": level.concurrency,
                              **{c[0]: {"predicted": c[1], "measured": c[2], "off": c[3]} for c in cells}})
