@@ -76,8 +76,10 @@ def main() -> None:
             for level in measured:
                 cells = compared(level)
                 if not cells:
-                    print(f"{profile:<15} {model:<13} {level.concurrency:>4}  no request finished inside the timeout "
-                          f"(predicted: {'over' if not level.predicted or not level.predicted.within_timeout else 'inside'})")
+                    alike = level.predicted is not None and not level.predicted.within_timeout
+                    why = "measured and simulated alike" if alike else "the simulation finished some"
+                    print(f"{profile:<15} {model:<13} {level.concurrency:>4}  no request finished inside the "
+                          f"timeout ({why})")
                     continue
                 worst = max(worst, *(abs(c[3]) for c in cells))
                 rows.append({"profile": profile, "model": model, "concurrency": level.concurrency,

@@ -131,7 +131,8 @@ def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concur
         return pruned
     summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
                               requests=requests, offered=offered)
-    return point_of(summary, pruned) if summary.ok else pruned
+    # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
+    return point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)
 
 
 def simulated_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: Sequence[int],
