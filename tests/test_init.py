@@ -257,3 +257,17 @@ def test_the_repositorys_own_app_py_synthesizes_with_plain_python_and_no_node_on
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "out" / "sagellm-max-throughput-falcon-7b.template.json").is_file()
     assert no_jsii_banner(done.stderr), done.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)  # init, a local deploy and a bench: minutes on a busy machine
+def test_the_readmes_local_bench_line_passes_the_gates_it_writes_in_about_a_minute(tmp_path: Path) -> None:
+    assert sagellm("init", "app", cwd=tmp_path).returncode == 0
+    app = tmp_path / "app"
+    [line] = [ln.split("#")[0].split() for ln in (app / "README.md").read_text().splitlines()
+              if ln.strip().startswith("sagellm bench") and "--target" not in ln]
+    assert "--time-scale" in line and "--thresholds" in line
+    ran = sagellm(*line[1:], "--out", str(tmp_path / "run"), cwd=app, timeout=600)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["gate"]["passed"] and results["gate"]["violations"] == []

@@ -36,6 +36,24 @@ def test_a_metric_more_than_25_percent_off_is_flagged_beside_it_with_what_the_pr
     assert [row.endswith("| 50.0 ⚠ +80% |") for row in ttft_rows] == [False, False, True]
 
 
+def test_a_p90_off_its_prediction_is_flagged_too() -> None:
+    slow_tail = agreeing(8, 360, 25)
+    assert slow_tail.predicted is not None
+    slow_tail = slow_tail.model_copy(update={"predicted": slow_tail.predicted.model_copy(
+        update={"ms_per_token_p90": slow_tail.latency_ms_per_token.p90 / 1.5})})
+    assert [d.metric for d in departures(slow_tail)] == ["ms/token p90"]
+
+
+def test_the_emulator_running_the_predicted_engine_is_never_flagged_and_the_report_says_why() -> None:
+    slow_ttft = agreeing(8, 360, 25, ttft_ms=Stats(p50=90, p90=95, p99=99, mean=91))
+    assert slow_ttft.predicted is not None
+    same = slow_ttft.model_copy(update={"predicted": slow_ttft.predicted.model_copy(update={"same_engine": True})})
+
+    assert departures(same) == []
+    text = render_markdown(results([same], stopped_reason=None))
+    assert "agree by construction" in text and "Prediction off" not in text and "⚠" not in text
+
+
 def test_a_sweep_confirmed_by_throughput_and_ms_per_token_names_the_metrics_that_differ() -> None:
     slow_ttft = agreeing(8, 360, 25, ttft_ms=Stats(p50=90, p90=95, p99=99, mean=91))
     sweep = SweepRecord(method="adaptive", endpoint_minutes=1.0, predicted_knee=8, predicted_max=8, order=["8", "1"],

@@ -17,6 +17,7 @@ from sagellm.bench.interrupts import Interrupted, Interrupts
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
+from sagellm.bench.predicted import offered, predicted_point
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.specs import Bench, Http, Local, Ramp, SageMaker
@@ -48,6 +49,8 @@ from sagellm.results.schema import (
 from sagellm.results.tracking import log_run
 
 __all__ = ["BenchOutcome", "run"]
+
+CURVE_REQUESTS = 200  # simulated requests per point of the drawn predicted curve
 
 
 @dataclass(frozen=True)
@@ -282,8 +285,11 @@ def _predicted_curve(p: BenchPlan, levels: list[Level]) -> list[PredictedPoint]:
     measured = [lv.concurrency for lv in levels if lv.concurrency is not None]
     if p.shape is None or not measured:
         return []
+    assert p.plan is not None  # a design has its plan
     grid = sorted({max(1, round(1.15 ** i)) for i in range(round(math.log(2 * max(measured), 1.15)) + 1)})
-    points = [predict_point(p.shape, p.workload.payload(), c) for c in grid]
+    # A line to draw: fewer simulated requests per point than a measured level's prediction.
+    points = [predicted_point(p.plan, p.shape, p.workload.payload(), c, sizes=p.workload.sizes,
+                              requests=CURVE_REQUESTS) for c in grid]
     return [PredictedPoint(concurrency=pt.concurrency, **predicted_from(pt).model_dump())
             for pt in points if not pt.rejected]
 
@@ -309,11 +315,14 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
     """The results' levels: measured, predicted (closed loop with a design) and the server's own metrics."""
     shape, mean = p.shape, p.workload.payload()
 
-    def predict(level: LevelSummary) -> Predicted | None:
-        # The planner predicts closed loops; an open-loop level (or a run without a design) has no prediction.
-        if shape is None or level.concurrency is None:
+    def predict(level: LevelSummary, records: list[RequestRecord]) -> Predicted | None:
+        # Simulated requests of the same workload at the same load as the clients offered it (the emulator's
+        # engine on a virtual clock); an open-loop level (or a run without a design) has no prediction.
+        if shape is None or p.plan is None or level.concurrency is None:
             return None
-        return predicted_from(predict_point(shape, mean, level.concurrency))
+        point = predicted_point(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
+                                offered=offered(records))
+        return predicted_from(point).model_copy(update={"same_engine": run.emulated})
 
     levels = levels_of(m.levels, time_scale=run.time_scale, emulated=run.emulated, predict=predict, lags=m.lags)
     return [lv.model_copy(update={"server": m.server.get(lv.load)}) for lv in levels]

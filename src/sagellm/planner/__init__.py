@@ -5,6 +5,7 @@ from sagellm.planner.curve import (
     DEFAULT_CONCURRENCY,
     Curve,
     Point,
+    curve_of,
     knee_index,
     knee_of,
     max_concurrency_in_timeout,
@@ -19,6 +20,6 @@ from sagellm.planner.steps import StepModel
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "Calibration", "Curve", "Observation", "Payload", "Point", "Shape", "StepModel",
-    "fit_calibration", "fits", "fitting_tps", "knee_index", "knee_of",
+    "curve_of", "fit_calibration", "fits", "fitting_tps", "knee_index", "knee_of",
     "max_concurrency_in_timeout", "predict", "predict_point", "step_time_notes", "usd_per_1m_tokens", "valid_tp",
 ]

@@ -32,6 +32,9 @@ class Point:
     within_timeout: bool
     queue_wait_s: float = 0.0  # in the server's queue before the prefill (batching + no free slot)
     own_prefill_s: float = 0.0  # the request's own prefill pass alone
+    # From simulated requests (p50 above): None for the steady-state mean, whose every percentile is the mean.
+    ms_per_token_p90: float | None = None
+    ttft_ms_p90: float | None = None
 
 
 @dataclass(frozen=True)
@@ -214,8 +217,13 @@ def usd_per_1m_tokens(throughput_tokens_per_s: float | None, usd_per_h: float | 
 
 def predict(shape: Shape, payload: Payload, concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY,
             region: str = "us-east-1") -> Curve:
-    """Predict the curve of a shape over a concurrency sweep."""
-    points = tuple(predict_point(shape, payload, c) for c in concurrency)
+    """The steady-state mean curve of a shape over a concurrency sweep (what prunes: simulated requests give
+    the curve `plan` prints)."""
+    return curve_of(shape, payload, tuple(predict_point(shape, payload, c) for c in concurrency), region)
+
+
+def curve_of(shape: Shape, payload: Payload, points: tuple[Point, ...], region: str = "us-east-1") -> Curve:
+    """A curve from its points: the knee, the max-throughput point inside the timeout, the cost and notes."""
     usable = [p for p in points if p.within_timeout and not p.rejected]
     best = max(usable, key=lambda p: p.concurrency, default=None)
     price = shape.instance.price_per_h(region)

@@ -35,14 +35,17 @@ def _pairs(level: Level) -> list[tuple[str, float | None, float]]:
     return [("tokens/s", level.throughput_tokens_per_s, p.throughput_tokens_per_s),
             ("requests/s", level.requests_per_s, p.requests_per_s),
             ("ms/token p50", level.latency_ms_per_token.p50, p.ms_per_token),
+            ("ms/token p90", level.latency_ms_per_token.p90, p.ms_per_token_p90 or 0.0),
             ("TTFT p50 ms", level.ttft_ms.p50, p.ttft_ms),
+            ("TTFT p90 ms", level.ttft_ms.p90, p.ttft_ms_p90 or 0.0),
             ("ITL p50 ms", level.itl_ms.p50, p.itl_ms),
             ("e2e p50 s", level.e2e_s.p50, p.e2e_s)]
 
 
 def departures(level: Level) -> list[Departure]:
-    """The metrics of a level more than FLAG off their prediction (none without one)."""
-    if level.predicted is None or level.ok == 0:
+    """The metrics of a level more than FLAG off their prediction (none without one, and none where the target
+    runs the predicted engine: the emulator agrees by construction)."""
+    if level.predicted is None or level.predicted.same_engine or level.ok == 0:
         return []
     return [Departure(level.load, metric, measured, predicted) for metric, measured, predicted in _pairs(level)
             if measured is not None and predicted > 0 and abs(measured / predicted - 1) > FLAG]

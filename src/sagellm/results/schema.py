@@ -180,6 +180,12 @@ class Predicted(_Strict):
     requests_per_s: float
     rejected: bool
     within_timeout: bool
+    # p90 of the simulated requests (the figures above are their p50); None in results from before simulation.
+    ms_per_token_p90: float | None = None
+    ttft_ms_p90: float | None = None
+    # The target is the emulator, which runs the engine the prediction simulates: they agree by construction,
+    # so a departure is the measuring machine's (client overhead, event-loop lag), not the prediction's.
+    same_engine: bool = False
 
 
 class PredictedPoint(Predicted):
@@ -194,6 +200,7 @@ def predicted_from(point: Point) -> Predicted:
         ms_per_token=point.ms_per_token, ttft_ms=point.ttft_ms, itl_ms=point.itl_ms, e2e_s=point.e2e_s,
         throughput_tokens_per_s=point.throughput_tokens_per_s, requests_per_s=point.requests_per_s,
         rejected=point.rejected, within_timeout=point.within_timeout,
+        ms_per_token_p90=point.ms_per_token_p90, ttft_ms_p90=point.ttft_ms_p90,
     )
 
 

@@ -51,8 +51,9 @@ def test_repeats_of_a_level_become_one_level_with_each_repeats_spread() -> None:
     slow = [rec(e2e_s=2.0, start_s=1.0)] * 4
     seen: list[LevelSummary] = []
 
-    def predict(level: LevelSummary) -> Predicted | None:
+    def predict(level: LevelSummary, records: list[RequestRecord]) -> Predicted | None:
         seen.append(level)
+        assert records == fast  # the first run's records: the load a prediction replays
         return PREDICTED
 
     [level] = levels_of([result(fast, 0), result(slow, 1)], time_scale=1.0, emulated=False, predict=predict,
@@ -71,7 +72,7 @@ def test_rate_levels_are_keyed_by_their_rate_in_the_order_measured() -> None:
         return result([rec(concurrency=None, request_rate=rate, worker=None, late_s=0.002)], 0,
                       concurrency=None, rate=rate)
 
-    levels = levels_of([at(2.0), at(0.5)], time_scale=1.0, emulated=False, predict=lambda lv: None, lags={})
+    levels = levels_of([at(2.0), at(0.5)], time_scale=1.0, emulated=False, predict=lambda *_: None, lags={})
     assert [(lv.load, lv.concurrency, lv.request_rate, lv.repeats) for lv in levels] == [
         ("2/s", None, 2.0, 1), ("0.5/s", None, 0.5, 1)]
     assert levels[0].lateness_ms is not None and levels[0].lateness_ms.p50 == pytest.approx(2.0)

@@ -212,6 +212,14 @@ class Workload:
             return max(e.input_tokens for e in self.entries), max(outputs)
         return self.inputs.high, self.outputs.high
 
+    def sizes(self, index: int) -> tuple[int, int]:
+        """Request `index`'s (input, output) tokens, without building its prompt (what a simulation sends)."""
+        if self.entries is not None:
+            request = self.request(index)
+            return request.input_tokens, request.max_new_tokens
+        rng = random.Random(f"{self.options.seed}/{index}")
+        return self.inputs.draw(rng), self.outputs.draw(rng)
+
     def next(self) -> Request:
         """The run's next request."""
         index = self.issued

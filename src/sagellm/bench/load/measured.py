@@ -42,7 +42,7 @@ def on_simulated_clock(record: RequestRecord, time_scale: float, emulated: bool)
 
 
 def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bool,
-              predict: Callable[[LevelSummary], Predicted | None],
+              predict: Callable[[LevelSummary, list[RequestRecord]], Predicted | None],
               lags: dict[str, float]) -> list[Level]:
     """One results level per level key (its repeats together), in the order measured; levels without a
     measured request are left out."""
@@ -60,6 +60,7 @@ def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bo
         s = summarize_runs(parts)
         why = next((reason for lv in repeats if (reason := lv.bottleneck(time_scale))), None)
         client_lags = [lv.loop_lag_ms for lv in repeats if lv.loop_lag_ms is not None]
-        out.append(Level(**s.model_dump(), predicted=predict(s), server_loop_lag_ms=lags.get(load),
+        # The prediction replays the first run's offered load (its records, on the simulated clock).
+        out.append(Level(**s.model_dump(), predicted=predict(s, parts[0][0]), server_loop_lag_ms=lags.get(load),
                          client_bottleneck=why, client_loop_lag_ms=round(max(client_lags), 2) if client_lags else None))
     return out

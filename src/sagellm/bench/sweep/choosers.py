@@ -179,7 +179,7 @@ def measured(results: list[LevelResult], time_scale: float, emulated: bool, inst
     """What the chooser needs of the levels measured so far (repeats together), in the order measured; a
     level without a measured request counts as failed (so it is never chosen again)."""
     summaries = {lv.load: lv for lv in levels_of(results, time_scale=time_scale, emulated=emulated,
-                                                 predict=lambda _: None, lags={})}
+                                                 predict=lambda *_: None, lags={})}
     out = []
     for load in dict.fromkeys(r.load for r in results):
         runs = [r for r in results if r.load == load]

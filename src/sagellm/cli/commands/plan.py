@@ -48,8 +48,9 @@ def plan(
 ) -> None:
     """Predict the latency–throughput curve of a profile before paying for a GPU hour.
 
-    Per concurrency: ms/token (e2e ÷ output tokens, the published definition), TTFT, ITL, e2e, tokens/s,
-    and whether requests would exceed the 60 s invocation timeout; plus KV capacity, the knee
+    Per concurrency, from simulated requests (the emulator's engine on a virtual clock, the bench's closed
+    loop): p50 ms/token (e2e ÷ output tokens, the published definition), TTFT, ITL, e2e (p90 of ms/token and
+    TTFT in --json), tokens/s, and whether requests would exceed the 60 s invocation timeout; plus KV capacity, the knee
     (max throughput ÷ latency), the max-throughput point inside the timeout and $/1M tokens.
 
     --json prints {"shape": {...}, "environment": {...}, "curve": {"points": [...], "knee", "max_throughput",
@@ -57,14 +58,14 @@ def plan(
     """
     from dataclasses import replace
 
-    from sagellm.planner import predict
+    from sagellm.bench.predicted import simulated_curve
     from sagellm.profiles import design_for
 
     levels = concurrency_levels(concurrency)
     d = design_for(profile, model, instance, payload=payload_from(input_tokens, output_tokens), region=region,
                    profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
                    instance_count=instance_count, engine=engine)
-    curve = predict(d.shape(), d.payload, levels, region)
+    curve = simulated_curve(d.plan(), d.shape(), d.payload, levels, region)
     curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,

@@ -46,9 +46,13 @@ class SimulatedOpenLoop:
 
 @dataclass(frozen=True)
 class SimulatedClosedLoop:
-    """`users` clients, each sending its next request as soon as its last one ends."""
+    """`users` clients, each sending its next request as soon as its last one ends; or, where a measured closed
+    loop is replayed, client u first sends at `starts_s[u]` and waits its own gaps `think_s[u]` after its replies,
+    in turn (cycling), as the bench's clients did."""
 
     users: int
+    starts_s: tuple[float, ...] = ()
+    think_s: tuple[tuple[float, ...], ...] = ()
 
 
 @dataclass
@@ -175,13 +179,13 @@ class _Endpoint:
 class _SimulatedRun:
     """One simulated run: who sends what when, and what happened to each request."""
 
-    def __init__(self, endpoint_of: Callable[[_Clock], _Endpoint], input_tokens: int,
-                 output_tokens: int, requests: int, warmup: int, timeout_s: float | None):
+    def __init__(self, endpoint_of: Callable[[_Clock], _Endpoint], sizes: Callable[[int], tuple[int, int]],
+                 requests: int, warmup: int, timeout_s: float | None):
         self.clock = _Clock()
         self.endpoint = endpoint_of(self.clock)
         for copy in self.endpoint.router.copies:
             copy.on_end = self._ended
-        self.input_tokens, self.output_tokens = input_tokens, output_tokens
+        self.sizes = sizes
         self.requests, self.warmup, self.timeout_s = requests, warmup, timeout_s
         self.sent: list[SimulatedRequest] = []
         self._of: dict[Sequence, SimulatedRequest] = {}  # in flight
@@ -191,12 +195,13 @@ class _SimulatedRun:
     def send(self, user: int | None = None) -> None:
         """A request arrives now."""
         n = len(self.sent)
-        req = SimulatedRequest(self.clock.now, self.input_tokens, warmup=n < self.warmup,
+        input_tokens, output_tokens = self.sizes(n)
+        req = SimulatedRequest(self.clock.now, input_tokens, warmup=n < self.warmup,
                                measured=self.warmup <= n < self.warmup + self.requests, user=user)
         self.sent.append(req)
         deadline = self.clock.now + self.timeout_s if self.timeout_s is not None else None
         try:
-            seq = self.endpoint.send(self.input_tokens, self.output_tokens, deadline)
+            seq = self.endpoint.send(input_tokens, output_tokens, deadline)
         except RequestError as exc:
             req.error, req.status = exc.error_type, exc.status
             self._end(req)
@@ -222,9 +227,11 @@ class _SimulatedRun:
 
 def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: SimulatedOpenLoop | SimulatedClosedLoop, *,
              requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
-             steps: StepModel | None = None, timeout_s: float | None = INVOCATION_TIMEOUT_S) -> Simulation:
+             steps: StepModel | None = None, timeout_s: float | None = INVOCATION_TIMEOUT_S,
+             sizes: Callable[[int], tuple[int, int]] | None = None) -> Simulation:
     """Run the plan's first model (copies × instances, the limits its server reads) under a load on a
-    virtual clock; `steps` replaces the emulator's step model (a design's generation and calibration)."""
+    virtual clock; `steps` replaces the emulator's step model (a design's generation and calibration), `sizes`
+    gives request i's (input, output) tokens where they vary (a bench's workload)."""
     deployment = plan.primary
     shape, _, limits = served_shape(plan, deployment)
     step_model = _AffineSteps((steps or StepModel(shape)).shape)
@@ -233,14 +240,14 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
     def endpoint_of(clock: _Clock) -> _Endpoint:
         return _Endpoint(Router(limits, [CopyScheduler(step_model, limits) for _ in range(n_copies)]), clock)
 
+    size_of = sizes or (lambda _: (input_tokens, output_tokens))
     if isinstance(load, SimulatedOpenLoop):
-        run = _SimulatedRun(endpoint_of, input_tokens, output_tokens, requests,
-                   DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
+        run = _SimulatedRun(endpoint_of, size_of, requests, DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
         _open_loop(run, load.rate, random.Random(seed))
     else:
-        run = _SimulatedRun(endpoint_of, input_tokens, output_tokens, requests,
-                   max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
-        _closed_loop(run, load.users)
+        run = _SimulatedRun(endpoint_of, size_of, requests,
+                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
+        _closed_loop(run, load)
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
 
@@ -257,18 +264,26 @@ def _open_loop(run: _SimulatedRun, rate: float, rng: random.Random) -> None:
     schedule(rng.expovariate(rate))
 
 
-def _closed_loop(run: _SimulatedRun, users: int) -> None:
+def _closed_loop(run: _SimulatedRun, load: SimulatedClosedLoop) -> None:
+    replies = [0] * load.users  # per client: replies so far (which of its gaps comes next)
+
+    def think(user: int) -> float:
+        gaps = load.think_s[user] if user < len(load.think_s) else ()
+        replies[user] += 1
+        return gaps[(replies[user] - 1) % len(gaps)] if gaps else 0.0
+
     def again(req: SimulatedRequest) -> None:
         # The next request leaves as the reply ends: after the pass that ended it, like an HTTP client would.
         # A refusal takes no simulated time, so a refused client comes back once the next pass has ended
         # (sending again at once would refuse it again at the same instant, for ever).
         user = req.user
+        assert user is not None  # a closed loop's requests carry their client
         when = run.clock.now if req.status != 429 else max(run.clock.now, run.endpoint.next_pass_end())
-        run.clock.at(when, lambda: run.send(user))
+        run.clock.at(when + think(user), lambda: run.send(user))
 
     run.on_end = again
-    for user in range(users):
-        run.clock.at(0.0, _sender(run, user))
+    for user in range(load.users):
+        run.clock.at(load.starts_s[user] if user < len(load.starts_s) else 0.0, _sender(run, user))
 
 
 def _sender(run: _SimulatedRun, user: int) -> Callable[[], None]:

@@ -1,0 +1,145 @@
+"""Predictions from simulated requests: the plan's endpoint run on the emulator's engine on a virtual clock at a
+load, its requests summarised as the bench summarises a measured level (same percentiles, same token counting).
+
+One account of the server for `plan`'s curve, the bench's predicted levels and `recommend`: the steady-state
+mean model (planner.predict_point) only prunes, saying which levels the server refuses (429) or cannot finish
+inside the invocation timeout.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import cast
+
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.summary import summarize, tokens_in_window
+from sagellm.emulator.serving.simulate import (
+    SimulatedClosedLoop,
+    SimulatedOpenLoop,
+    SimulatedRequest,
+    Simulation,
+    simulate,
+)
+from sagellm.planner import Curve, Payload, Point, Shape, StepModel, curve_of, predict_point
+from sagellm.profiles.plan import DeploymentPlan
+from sagellm.results.schema import ErrorKind, LevelSummary
+
+# Measured requests per simulated level: p90 rests on the 60 slowest, and a whole catalog takes seconds.
+SIMULATED_REQUESTS = 600
+
+Sizes = Callable[[int], tuple[int, int]]  # request index → (input tokens, output tokens)
+
+
+def record_of(req: SimulatedRequest, concurrency: int | None, request_rate: float | None) -> RequestRecord:
+    """A simulated request as the bench records one (times in seconds since the run started). The simulator
+    stamps the first and last token; the tokens between are spread evenly (what ITL and throughput read)."""
+    ok = req.ok and req.first_token_s is not None
+    first = req.first_token_s if req.first_token_s is not None else req.arrived_s
+    n = req.output_tokens if ok else 0
+    gap = (req.end_s - first) / (n - 1) if n > 1 else 0.0
+    return RequestRecord(
+        concurrency=concurrency, request_rate=request_rate, worker=req.user, start_s=req.arrived_s,
+        ok=ok, e2e_s=req.end_s - req.arrived_s, output_tokens=n, input_tokens=req.input_tokens,
+        input_tokens_by="server", ttft_s=first - req.arrived_s if ok else None, token_gaps_s=[gap] * (n - 1),
+        status=req.status, error_kind=cast(ErrorKind, req.error), warmup=not req.measured,
+        late_s=0.0 if request_rate is not None else None)
+
+
+def summary_of(sim: Simulation, concurrency: int | None, request_rate: float | None) -> LevelSummary:
+    """The measured requests' summary; throughput counts every request's tokens inside the window (the
+    warm-up's and the tail's too: they are the load the window saw)."""
+    records = [record_of(r, concurrency, request_rate) for r in sim.requests]
+    start, end = sim.window_start_s, sim.window_end_s
+    summary = summarize(records, window_start_s=start, window_end_s=end)
+    tokens = tokens_in_window([r for r in records if r.ok], start, end)  # it reads no warm-up flag: all of them
+    ok = [r for r in records if r.ok and not r.warmup]
+    mean_tokens = sum(r.output_tokens for r in ok) / len(ok) if ok else 0
+    return summary.model_copy(update={
+        "output_tokens": tokens, "throughput_tokens_per_s": tokens / (end - start),
+        "requests_per_s": tokens / mean_tokens / (end - start) if mean_tokens else 0.0})
+
+
+@dataclass(frozen=True)
+class Offered:
+    """How a measured closed loop's clients sent: when each first sent after the level began, the gaps between
+    a reply's end and the same client's next request, and the warm-up and measured requests (the load the
+    endpoint saw, which a prediction of that level replays)."""
+
+    starts_s: tuple[float, ...]
+    think_s: tuple[tuple[float, ...], ...]  # per client, in the order it sent
+    warmup: int
+    requests: int
+
+
+def arrived_s(record: RequestRecord) -> float:
+    """When a request reached the server, on the simulated clock: sent, plus half the client's overhead where the
+    emulator stamped it (the other half is the reply's way back; at a time scale of 0.1 a few wall milliseconds
+    are tens of simulated ones, enough to move a request to another pass)."""
+    if record.server_e2e_s and record.client_e2e_s is not None:
+        overhead_s = (record.client_e2e_s - record.server_e2e_s) * record.e2e_s / record.server_e2e_s
+        return record.start_s + max(0.0, overhead_s) / 2
+    return record.start_s
+
+
+def offered(records: Sequence[RequestRecord]) -> Offered:
+    """What a closed-loop level's clients offered, from its records (on the simulated clock)."""
+    by_worker: dict[int, list[RequestRecord]] = {}
+    for r in sorted(records, key=arrived_s):
+        by_worker.setdefault(r.worker or 0, []).append(r)
+    zero = min((arrived_s(r) for r in records), default=0.0)
+    starts = tuple(arrived_s(sent[0]) - zero for _, sent in sorted(by_worker.items()))
+    think = tuple(tuple(max(0.0, arrived_s(b) - arrived_s(a) - a.e2e_s) for a, b in itertools.pairwise(sent))
+                  for _, sent in sorted(by_worker.items()))
+    warmup = sum(r.warmup for r in records)
+    return Offered(starts, think, warmup, len(records) - warmup)
+
+
+def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *, concurrency: int | None = None,
+                    request_rate: float | None = None, sizes: Sizes | None = None,
+                    requests: int = SIMULATED_REQUESTS, offered: Offered | None = None) -> LevelSummary:
+    """The summary of the plan's endpoint at a concurrency (closed loop) or a request rate (open loop, Poisson),
+    every request of `payload`'s size unless `sizes` draws each one's (the bench's workload); `offered` replays
+    how a measured closed loop's clients sent (its starts, gaps and request counts)."""
+    load: SimulatedOpenLoop | SimulatedClosedLoop = (
+        SimulatedOpenLoop(request_rate) if request_rate is not None else
+        SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
+        SimulatedClosedLoop(concurrency or 1))
+    sim = simulate(plan, payload.input_tokens, payload.output_tokens, load, steps=steps, sizes=sizes,
+                   requests=offered.requests if offered is not None else requests,
+                   warmup=offered.warmup if offered is not None else None)
+    return summary_of(sim, concurrency, request_rate)
+
+
+def point_of(summary: LevelSummary, pruned: Point) -> Point:
+    """A curve's point from a simulated level (p50 figures, p90 beside them); the mean model's point keeps what
+    it prunes on (refused above the admission limit, past the invocation timeout)."""
+    return replace(
+        pruned, ms_per_token=summary.latency_ms_per_token.p50 or 0.0, ttft_ms=summary.ttft_ms.p50 or 0.0,
+        itl_ms=summary.itl_ms.p50 or 0.0, e2e_s=summary.e2e_s.p50 or 0.0,
+        throughput_tokens_per_s=summary.throughput_tokens_per_s, requests_per_s=summary.requests_per_s,
+        ms_per_token_p90=summary.latency_ms_per_token.p90, ttft_ms_p90=summary.ttft_ms.p90)
+
+
+def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
+                    sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS,
+                    offered: Offered | None = None) -> Point:
+    """One closed-loop level: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
+    pruned = predict_point(shape, payload, concurrency)
+    if pruned.rejected:
+        return pruned
+    summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
+                              requests=requests, offered=offered)
+    # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
+    return point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)
+
+
+def simulated_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: Sequence[int],
+                    region: str) -> Curve:
+    """`plan`'s curve: every level from simulated requests, the knee and cost read off them."""
+    points = tuple(predicted_point(plan, shape, payload, c) for c in concurrency)
+    curve = curve_of(shape, payload, points, region)
+    how = (f"each level from {SIMULATED_REQUESTS} simulated requests (the emulator's engine on a virtual clock); "
+           "p50 figures, p90 in --json")
+    return replace(curve, notes=(how, *curve.notes))

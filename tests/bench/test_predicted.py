@@ -1,0 +1,85 @@
+"""Predictions from simulated requests: the curve `plan` prints, and a bench level's prediction replaying the load
+its clients offered; on the local target they agree with the measurement (integration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sagellm import bench
+from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.predicted import arrived_s, offered, simulated_curve, simulated_level
+from sagellm.emulator.serving.simulate import SimulatedClosedLoop, simulate
+from sagellm.planner import StepModel
+from sagellm.profiles import design_for
+
+
+def test_offered_reads_each_clients_first_arrival_its_gaps_and_the_counts() -> None:
+    records = [RequestRecord(concurrency=2, worker=0, start_s=1.0, e2e_s=2.0, warmup=True),
+               RequestRecord(concurrency=2, worker=1, start_s=1.5, e2e_s=2.0, warmup=True),
+               RequestRecord(concurrency=2, worker=0, start_s=3.25, e2e_s=2.0),
+               RequestRecord(concurrency=2, worker=1, start_s=3.5, e2e_s=2.0),
+               RequestRecord(concurrency=2, worker=0, start_s=5.5, e2e_s=2.0)]
+    load = offered(records)
+    assert load.starts_s == (0.0, 0.5)
+    assert load.think_s == ((0.25, 0.25), (0.0,))
+    assert (load.warmup, load.requests) == (2, 3)
+
+
+def test_an_emulated_request_arrives_half_the_clients_overhead_after_it_was_sent() -> None:
+    # Time scale 0.1: 10 ms of client overhead (wall) is 100 ms simulated, half of it on the way in.
+    r = RequestRecord(start_s=1.0, e2e_s=3.0, server_e2e_s=0.3, client_e2e_s=0.31, clock="emulator")
+    assert arrived_s(r) == pytest.approx(1.05)
+    assert arrived_s(RequestRecord(start_s=1.0, e2e_s=3.0)) == 1.0  # a real server: the client's clock
+
+
+def test_a_replayed_closed_loop_sends_when_and_as_often_as_its_clients_did() -> None:
+    d = design_for("max-throughput", "falcon-7b", None)
+    load = SimulatedClosedLoop(2, starts_s=(0.0, 0.4), think_s=((1.0,), (0.0, 2.0)))
+    sim = simulate(d.plan(), 64, 8, load, requests=6, warmup=2, steps=StepModel(d.shape()))
+    sent = {u: [r for r in sim.requests if r.user == u] for u in (0, 1)}
+    assert [r.arrived_s for r in sim.requests[:2]] == [0.0, 0.4]
+    for a, b in zip(sent[0], sent[0][1:], strict=False):
+        assert b.arrived_s == pytest.approx(a.end_s + 1.0)
+    gaps = [b.arrived_s - a.end_s for a, b in zip(sent[1], sent[1][1:], strict=False)]
+    assert gaps[:3] == pytest.approx([0.0, 2.0, 0.0])
+
+
+def test_plans_curve_is_the_simulated_requests_p50_with_their_p90_beside_it() -> None:
+    d = design_for("max-throughput", "falcon-7b", None)
+    curve = simulated_curve(d.plan(), d.shape(), d.payload, (1, 16), "us-east-1")
+    level = simulated_level(d.plan(), StepModel(d.shape()), d.payload, concurrency=16)
+    point = curve.points[1]
+    assert point.ms_per_token == level.latency_ms_per_token.p50
+    assert (point.ttft_ms, point.ttft_ms_p90) == (level.ttft_ms.p50, level.ttft_ms.p90)
+    assert point.throughput_tokens_per_s == level.throughput_tokens_per_s
+    assert curve.knee is not None and "simulated requests" in curve.notes[0]
+
+
+@pytest.mark.integration
+def test_on_the_local_target_prediction_and_measurement_agree_within_15_percent(tmp_path: Path) -> None:
+    # benchmarks/plan_vs_emulator.py runs this for every standard profile × three models. ms/token agrees at every
+    # level; TTFT where requests queue behind one another (concurrency 1: alone) — at 4 and more a TTFT of a few
+    # hundred ms rests on which prefill pass each request joins, which a few ms of client timing moves (up to
+    # +117 % p50 and 49 % p90 at worst on a shared 2-core machine, docs/studies.md): reported there, not asserted here.
+    outcome = bench.run(bench.Bench(
+        serving=bench.ServingSpec(profile="max-throughput", model="falcon-7b"), target=bench.Local(time_scale=0.2),
+        workload=bench.WorkloadOptions(output_tokens="64"), load=bench.Closed(concurrency=(1, 4, 16)),
+        sweep=bench.Sweep(method="doubling"), output=bench.Output(tmp_path / "run")))
+    assert outcome.error is None, outcome.error
+    off = {}
+    for level in outcome.results.levels:
+        p = level.predicted
+        assert p is not None and p.same_engine
+        assert p.ttft_ms_p90 is not None and p.ms_per_token_p90 is not None
+        pairs = {"ms/token p50": (level.latency_ms_per_token.p50, p.ms_per_token),
+                 "ms/token p90": (level.latency_ms_per_token.p90, p.ms_per_token_p90)}
+        if level.concurrency == 1:
+            pairs |= {"TTFT p50": (level.ttft_ms.p50, p.ttft_ms), "TTFT p90": (level.ttft_ms.p90, p.ttft_ms_p90)}
+        for name, (measured, predicted) in pairs.items():
+            assert measured is not None
+            off[f"{name} at {level.load}"] = round(measured / predicted - 1, 3)
+    assert len(off) == 8 and all(abs(v) <= 0.15 for v in off.values()), off
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "agree by construction" in report and "Prediction off" not in report
