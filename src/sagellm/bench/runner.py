@@ -28,7 +28,6 @@ from sagellm.bench.targets.target import Target, choose_target
 from sagellm.bench.targets.teardown import tear_down
 from sagellm.bench.verdict import target_failure, went_silent
 from sagellm.errors import ExitStatus, SagellmError, TargetError
-from sagellm.planner import predict_point
 from sagellm.results import picks
 from sagellm.results.gate import gate
 from sagellm.results.picks import make_results
