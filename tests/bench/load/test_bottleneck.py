@@ -154,6 +154,6 @@ def test_a_flagged_level_is_one_line_on_stderr_as_it_ends_and_is_in_the_results(
     assert [line.split(":")[0] for line in lines] == ["sagellm"]
     assert lines[0].startswith("sagellm: the load generator was the bottleneck at rate 50/s, not the endpoint: "
                                "requests were sent late")
-    [result] = levels_of([level], time_scale=1.0, emulated=False, predict=lambda _: None, lags={})
+    [result] = levels_of([level], time_scale=1.0, emulated=False, predict=lambda _summary, _records: None, lags={})
     assert result.client_bottleneck == level.bottleneck()
     assert result.client_loop_lag_ms is not None and result.client_loop_lag_ms > 0
