@@ -343,6 +343,7 @@ def test_results_schema_prints_the_results_json_schema(tmp_path: Path) -> None:
     assert {"run", "levels", "gate", "failure"} <= set(schema["properties"])
 
 
+@pytest.mark.slow
 def test_engine_serves_the_profile_on_another_engine_and_an_unknown_one_is_one_line(tmp_path: Path) -> None:
     from sagellm.engines import ENGINES
 

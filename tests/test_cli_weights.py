@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bench_helpers import SAGELLM
 from sagellm.aws.local import LocalAws
 
@@ -16,6 +18,7 @@ def upload(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           env=env, check=False)
 
 
+@pytest.mark.slow
 def test_upload_puts_the_snapshot_under_the_prefix_and_says_how_to_deploy_it(server: LocalAws) -> None:
     server.reset()
     server.client("s3").create_bucket(Bucket="models")

@@ -62,6 +62,7 @@ def test_an_instance_a_region_does_not_offer_is_one_line_naming_the_nearest_by_m
     check_offered("ml.trn1.32xlarge", "cn-north-1")
 
 
+@pytest.mark.slow
 def test_plan_refuses_p5_in_cn_north_1_in_one_line(tmp_path: Path) -> None:
     done = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "p5.48xlarge",
                    "--region", "cn-north-1", cwd=tmp_path)
@@ -71,6 +72,7 @@ def test_plan_refuses_p5_in_cn_north_1_in_one_line(tmp_path: Path) -> None:
     assert "ml.p5.48xlarge is not offered in cn-north-1 (offered there: ml.g5.48xlarge" in line
 
 
+@pytest.mark.slow
 def test_plan_says_whose_price_it_is_and_unknown_where_the_region_has_none(tmp_path: Path) -> None:
     east = sagellm("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "g5.2xlarge",
                    "--concurrency", "1,8", "--json", cwd=tmp_path)

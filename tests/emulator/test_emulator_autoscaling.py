@@ -109,6 +109,7 @@ def test_a_plan_without_autoscaling_is_not_simulated_and_components_scale_their_
     assert (reply["in_service"], reply["instances"]) == (1, 1)  # copies, and the instance they run on
 
 
+@pytest.mark.slow
 def test_a_component_scaled_to_zero_refuses_with_no_capacity_then_its_alarm_starts_a_copy() -> None:
     from sagellm.emulator.frontend.container import IC_HEADER
     from sagellm.emulator.frontend.sagemaker import NO_CAPACITY_MESSAGE

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from sagellm.catalog import find_instance, find_model
 from sagellm.engines import ENGINES
 from sagellm.planner import Payload
@@ -21,6 +23,7 @@ def _search(engines: tuple[str, ...] | None = None) -> Search:
     return search(space if engines is None else replace(space, engines=engines), LOAD, RULES)
 
 
+@pytest.mark.slow
 def test_every_registered_engine_is_searched_unless_narrowed() -> None:
     assert {c.config.engine for c in _search().candidates} == set(ENGINES)
     assert {c.config.engine for c in _search(("lmi",)).candidates} == {"lmi"}

@@ -69,6 +69,7 @@ def test_a_closed_loop_whose_client_blocks_its_event_loop_is_flagged() -> None:
     assert why is not None and "event loop lagged" in why and "--workers" in why
 
 
+@pytest.mark.slow
 def test_an_open_loop_whose_client_cannot_keep_its_schedule_is_flagged() -> None:
     # 50/s is a request every 20 ms; each send blocks the client for 100 ms: it falls further behind each time.
     level = opened(BlockingTransport(0.1), rate=50.0, requests=20)
@@ -77,6 +78,7 @@ def test_an_open_loop_whose_client_cannot_keep_its_schedule_is_flagged() -> None
     assert why is not None and "requests were sent late" in why and "could not keep its schedule" in why
 
 
+@pytest.mark.slow
 def test_an_open_loop_held_back_by_its_in_flight_cap_is_flagged_and_names_the_cap() -> None:
     # One request in flight at a time, each 200 ms, due every 20 ms: the rest wait for the cap.
     level = opened(FakeTransport(duration_s=(0.2, 0.2)), rate=50.0, requests=10, max_in_flight=1)
@@ -86,6 +88,7 @@ def test_an_open_loop_held_back_by_its_in_flight_cap_is_flagged_and_names_the_ca
     assert why is not None and f"{level.capped} of 10 waited for the in-flight cap (--max-in-flight)" in why
 
 
+@pytest.mark.slow
 def test_a_ramp_whose_client_cannot_keep_its_schedule_flags_its_steps() -> None:
     steps = ramped(BlockingTransport(0.1), (50.0, 100.0), step_s=0.2)
 
@@ -94,6 +97,7 @@ def test_a_ramp_whose_client_cannot_keep_its_schedule_flags_its_steps() -> None:
         assert why is not None and "requests were sent late" in why
 
 
+@pytest.mark.slow
 def test_a_level_split_across_workers_carries_their_lag_and_cap_waits_back_to_the_coordinator() -> None:
     def shared(transport: Any, max_in_flight: int) -> LevelResult:
         # Workers as tasks of one loop (every worker's probe sees it blocked), the cap split between them.
@@ -111,6 +115,7 @@ def test_a_level_split_across_workers_carries_their_lag_and_cap_waits_back_to_th
     assert f"{capped.capped} of 16 waited for the in-flight cap" in (capped.bottleneck() or "")
 
 
+@pytest.mark.slow
 def test_healthy_levels_of_every_shape_are_not_flagged() -> None:
     cpu_wait = CpuWait()
     closed_level = closed(FakeTransport(), concurrency=2, requests=40)
@@ -139,6 +144,7 @@ def test_the_criterion_scales_lateness_with_the_inter_arrival_gap_and_the_time_s
                              time_scale=1.0) is not None
 
 
+@pytest.mark.slow
 def test_a_flagged_level_is_one_line_on_stderr_as_it_ends_and_is_in_the_results(
         capsys: pytest.CaptureFixture[str]) -> None:
     level = opened(BlockingTransport(0.1), rate=50.0, requests=20)
