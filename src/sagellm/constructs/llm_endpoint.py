@@ -76,12 +76,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
             kms_key=kms_key,
             hf_token_secret=hf_token_secret,
         )
-        for key, value in plan.tags.items():
-            # The version tag changes with every sagellm upgrade; on an inference component that change alone would
-            # be a stack update of the component, which may set its copies back to the plan's count and drop the
-            # ones the scaler added (docs/deploy.md). The endpoint and the stack still carry it.
-            skip = ["AWS::SageMaker::InferenceComponent"] if key == VERSION_TAG else []
-            Tags.of(self).add(key, value, exclude_resource_types=skip)
+        tag_with_plan(self, plan)
 
         own_role = role is None
         vpc_config = self._vpc_config(vpc, subnets, security_groups)
@@ -211,9 +206,19 @@ class LlmEndpoint(Construct, EndpointMetrics):
         def warn(warning_id: str, message: str) -> None:
             Annotations.of(self).add_warning_v2(f"sagellm:{warning_id}", message)
 
-        has_secret = hf_token_secret is not None or bool(self.plan.hf_token_secret)
+        plan = self.plan
+        # The endpoint's instances, not a component's (an LlmComponent's plan may scale to zero on any endpoint).
+        if plan.endpoint_kind == "inference-component" and plan.scaling is not None and plan.scaling.from_zero and (
+            plan.instance_scaling is None or plan.instance_scaling.min_instance_count != 0
+        ):
+            warn(
+                "ScaleToZeroInstances",
+                "plan.scaling.min_capacity 0: copies scale to zero but the instances stay (and are billed); "
+                "set instance_scaling.min_instance_count 0 (ManagedInstanceScaling) to stop them too",
+            )
+        has_secret = hf_token_secret is not None or bool(plan.hf_token_secret)
         errors = [
-            *plan_errors(self, self.plan, has_secret=has_secret, kms_key=kms_key),
+            *plan_errors(self, plan, has_secret=has_secret, kms_key=kms_key),
             *self._network_errors(vpc, subnets, security_groups, network_isolation, warn),
         ]
         if errors:
@@ -249,6 +254,16 @@ class LlmEndpoint(Construct, EndpointMetrics):
         return errors
 
 
+def tag_with_plan(scope: Construct, plan: DeploymentPlan) -> None:
+    """Tag everything under `scope` with the plan's tags, but no inference component with the version."""
+    for key, value in plan.tags.items():
+        # The version tag changes with every sagellm upgrade; on an inference component that change alone would
+        # be a stack update of the component, which may set its copies back to the plan's count and drop the
+        # ones the scaler added (docs/deploy.md). The endpoint and the stack still carry it.
+        skip = ["AWS::SageMaker::InferenceComponent"] if key == VERSION_TAG else []
+        Tags.of(scope).add(key, value, exclude_resource_types=skip)
+
+
 def plan_errors(scope: Construct, plan: DeploymentPlan, *, has_secret: bool, kms_key: kms.IKey | None = None
                 ) -> list[str]:
     """Every problem of `plan` that CloudFormation accepts but SageMaker refuses or ignores, so a deploy cannot
@@ -264,7 +279,7 @@ def plan_errors(scope: Construct, plan: DeploymentPlan, *, has_secret: bool, kms
         *token_errors(written, _plan_path),
         *gated_without_secret(plan.gated_models, has_secret),
         *_capacity_errors(plan, kms_key),
-        *_scaling_errors(plan, warn),
+        *_scaling_errors(plan),
         *_placement_errors(plan),
         *_weights_source_errors(plan),
     ]
@@ -336,8 +351,8 @@ def _capacity_errors(plan: DeploymentPlan, kms_key: kms.IKey | None) -> list[str
         )
     return errors
 
-def _scaling_errors(plan: DeploymentPlan, warn: Callable[[str, str], None]) -> list[str]:
-    """Scaling bounds that hold the starting count, a positive target, and no scale-in to zero unsaid."""
+def _scaling_errors(plan: DeploymentPlan) -> list[str]:
+    """Scaling bounds that hold the starting count and a positive target."""
     scaling = plan.scaling
     if scaling is None:
         return []
@@ -359,14 +374,6 @@ def _scaling_errors(plan: DeploymentPlan, warn: Callable[[str, str], None]) -> l
         errors.append(
             f"plan.initial_instance_count: {plan.initial_instance_count} lies outside the scaling bounds "
             f"{scaling.min_capacity}..{scaling.max_capacity}; start within them"
-        )
-    if not instance_based and scaling.from_zero and (
-        plan.instance_scaling is None or plan.instance_scaling.min_instance_count != 0
-    ):
-        warn(
-            "ScaleToZeroInstances",
-            "plan.scaling.min_capacity 0: copies scale to zero but the instances stay (and are billed); "
-            "set instance_scaling.min_instance_count 0 (ManagedInstanceScaling) to stop them too",
         )
     return errors
 
