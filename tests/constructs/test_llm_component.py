@@ -10,6 +10,7 @@ from aws_cdk import Environment, Stack, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Annotations, Match, Template
 from cdk_nag import AwsSolutionsChecks
+from cfnlint.api import lint
 from construct_plans import cdk_app, instance_plan, scaled, two_model_plan
 
 from sagellm.constructs import ILlmEndpoint, LlmComponent, LlmEndpoint
@@ -154,6 +155,15 @@ def test_a_component_joins_an_endpoint_deployed_elsewhere_by_name() -> None:
         Match.object_like({"Sid": "WriteEndpointLogs", "Resource": Match.array_with([
             "arn:aws:logs:us-east-1:111122223333:log-group:/aws/sagemaker/InferenceComponents/*"])})])}})
     assert added.metric_errors().dimensions == {"InferenceComponentName": added.component_name}
+
+
+def test_the_templates_pass_cfn_lint(shared) -> None:
+    template, _, _, _ = shared
+    where = stack()
+    LlmComponent(where, "Mistral", endpoint=LlmEndpoint.from_endpoint_name(where, "Shared", "shared-p4d"),
+                 plan=one_model(1))
+    for each in (template, Template.from_stack(where)):
+        assert [f"{m.rule.id} {m.message}" for m in lint(json.dumps(each.to_json()), regions=["us-east-1"])] == []
 
 
 def test_rejects_an_instance_based_endpoint() -> None:
