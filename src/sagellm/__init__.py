@@ -4,9 +4,9 @@ __version__ = "0.3.0"
 
 
 def __getattr__(name: str) -> object:
-    """`from sagellm import LlmEndpoint, BenchStep` without importing aws_cdk on `import sagellm` (the CLI stays
+    """`from sagellm import LlmEndpoint, LlmComponent, BenchStep` without importing aws_cdk on `import sagellm` (the CLI stays
     fast)."""
-    if name in ("LlmEndpoint", "BenchStep"):
+    if name in ("LlmEndpoint", "LlmComponent", "BenchStep"):
         from sagellm import constructs
 
         return getattr(constructs, name)

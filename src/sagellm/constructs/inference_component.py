@@ -10,6 +10,8 @@ from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from sagellm.constructs.endpoint import VARIANT_NAME
+from sagellm.constructs.scaling import COMPONENT_COPIES, Scaling
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
@@ -64,6 +66,42 @@ def component_name(scope: Construct, model_name: str) -> str:
         digest = _digest(name, 8)
         name = f"{name[: room - 9].rstrip('-')}-{digest}"
     return f"{name}-{path}"
+
+
+def scaled_component(
+    scope: Construct,
+    suffix: str,
+    *,
+    name: str,
+    plan: DeploymentPlan,
+    model: ModelDeployment,
+    model_name: str,
+    endpoint_name: str,
+) -> sagemaker.CfnInferenceComponent:
+    """`Component<suffix>` (with its rollback alarms) on the endpoint's variant, and `Scaling<suffix>` of its
+    copies when the plan scales: what LlmEndpoint builds per model and LlmComponent for its one."""
+    component = inference_component(
+        scope,
+        f"Component{suffix}",
+        name=name,
+        plan=plan,
+        model=model,
+        model_name=model_name,
+        endpoint_name=endpoint_name,
+        variant_name=VARIANT_NAME,
+    )
+    if plan.scaling is not None:
+        scaling = Scaling(
+            scope,
+            f"Scaling{suffix}",
+            resource_id=f"inference-component/{name}",
+            dimension=COMPONENT_COPIES,
+            scaling=plan.scaling,
+            component_name=name,
+        )
+        # The resource id is a plain name, not a reference: order it after the component.
+        scaling.node.add_dependency(component)
+    return component
 
 
 def inference_component(

@@ -16,15 +16,11 @@ from sagellm.catalog import has_local_nvme, instances
 from sagellm.catalog.regions import endpoint_types, missing_types_errors, partition
 from sagellm.catalog.s3_weights import S3_PREFIX, S3_PREFIX_FORM
 from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
-from sagellm.constructs.inference_component import component_name, inference_component
+from sagellm.constructs.inference_component import component_name, scaled_component
 from sagellm.constructs.metrics import EndpointMetrics
 from sagellm.constructs.model import container_model
 from sagellm.constructs.role import INVOKE_ACTIONS, VpcNetwork, ecr_repository_arn, execution_role
-from sagellm.constructs.scaling import (
-    COMPONENT_COPIES,
-    VARIANT_INSTANCES,
-    Scaling,
-)
+from sagellm.constructs.scaling import VARIANT_INSTANCES, Scaling
 from sagellm.errors import InputError
 from sagellm.profiles.plan import VERSION_TAG, DeploymentPlan, instances_for, pascal, with_min_copies
 from sagellm.profiles.schema import TIMEOUT_RANGE_S, VOLUME_RANGE_GB  # SageMaker's accepted ranges
@@ -80,12 +76,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
             kms_key=kms_key,
             hf_token_secret=hf_token_secret,
         )
-        for key, value in plan.tags.items():
-            # The version tag changes with every sagellm upgrade; on an inference component that change alone would
-            # be a stack update of the component, which may set its copies back to the plan's count and drop the
-            # ones the scaler added (docs/deploy.md). The endpoint and the stack still carry it.
-            skip = ["AWS::SageMaker::InferenceComponent"] if key == VERSION_TAG else []
-            Tags.of(self).add(key, value, exclude_resource_types=skip)
+        tag_with_plan(self, plan)
 
         own_role = role is None
         vpc_config = self._vpc_config(vpc, subnets, security_groups)
@@ -99,10 +90,10 @@ class LlmEndpoint(Construct, EndpointMetrics):
             if vpc_config is not None else None,
             weights_s3_uris=weights,
         )
-        hf_token = _hf_token(hf_token_secret, plan.hf_token_secret)
+        hf_token = token_reference(hf_token_secret, plan.hf_token_secret)
 
         def model(id: str, index: int) -> sagemaker.CfnModel:
-            cfn = container_model(
+            return container_model(
                 self,
                 id,
                 model=plan.models[index],
@@ -110,12 +101,8 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 hf_token=hf_token,
                 vpc_config=vpc_config,
                 network_isolation=network_isolation,
+                own_role=own_role,
             )
-            if own_role:
-                # SageMaker checks the role's permissions when it creates the model and pulls the image: wait
-                # for the policy too (the role itself is a dependency already, through its ARN).
-                cfn.node.add_dependency(self.role.node.find_child("DefaultPolicy"))
-            return cfn
 
         instance_based = plan.endpoint_kind == "instance"
         primary = model("Model", 0) if instance_based else None
@@ -163,28 +150,16 @@ class LlmEndpoint(Construct, EndpointMetrics):
         for index, deployment in enumerate(plan.models):
             suffix = pascal(deployment.name)
             name = component_name(self, deployment.name)
-            component = inference_component(
+            scaled_component(
                 self,
-                f"Component{suffix}",
+                suffix,
                 name=name,
                 plan=plan,
                 model=deployment,
                 model_name=model(f"Model{suffix}", index).attr_model_name,
                 endpoint_name=self.endpoint_name,
-                variant_name=VARIANT_NAME,
             )
             self.inference_component_names[deployment.name] = name
-            if plan.scaling is not None:
-                scaling = Scaling(
-                    self,
-                    f"Scaling{suffix}",
-                    resource_id=f"inference-component/{name}",
-                    dimension=COMPONENT_COPIES,
-                    scaling=plan.scaling,
-                    component_name=name,
-                )
-                # The resource id is a plain name, not a reference: order it after the component.
-                scaling.node.add_dependency(component)
 
     def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
         """Allow `grantee` to invoke this endpoint (plain and streaming), and nothing else."""
@@ -228,122 +203,12 @@ class LlmEndpoint(Construct, EndpointMetrics):
 
         Checks what CloudFormation accepts but SageMaker refuses or ignores, so a deploy cannot fail late.
         """
-        plan = self.plan
-
         def warn(warning_id: str, message: str) -> None:
             Annotations.of(self).add_warning_v2(f"sagellm:{warning_id}", message)
 
-        # The one token check of the project, on everything the plan would write into the template.
-        written = {"hf_token_secret": plan.hf_token_secret, "models": [m.model_dump() for m in plan.models]}
-        has_secret = hf_token_secret is not None or bool(plan.hf_token_secret)
-        errors = [
-            *self._region_errors(warn),
-            *self._model_errors(warn),
-            *token_errors(written, _plan_path),
-            *gated_without_secret(plan.gated_models, has_secret),
-            *self._capacity_errors(kms_key),
-            *self._scaling_errors(warn),
-            *_placement_errors(plan),
-            *self._network_errors(vpc, subnets, security_groups, network_isolation, warn),
-            *_weights_source_errors(plan),
-        ]
-        if errors:
-            raise InputError([f"{self.node.path}: {message}" for message in errors])
-
-    def _model_errors(self, warn: Callable[[str, str], None]) -> list[str]:
-        """One model on an instance endpoint, unique names, ECR images, and what inference components need."""
         plan = self.plan
-        errors: list[str] = []
-        instance_based = plan.endpoint_kind == "instance"
-        if instance_based and len(plan.models) != 1:
-            errors.append(
-                f"plan.models: an instance-based endpoint serves exactly one model, got {len(plan.models)}"
-            )
-        if not plan.models:
-            errors.append("plan.models: at least one model is required")
-        names = [m.name for m in plan.models]
-        for duplicate in sorted({n for n in names if names.count(n) > 1}):
-            errors.append(f"plan.models: name {duplicate!r} is used twice; model names must be unique")
-        ids = [pascal(n) for n in dict.fromkeys(names)]  # a model's construct ids and stack output derive from it
-        for same in sorted({i for i in ids if ids.count(i) > 1}):
-            errors.append(f"plan.models: names {', '.join(repr(n) for n in dict.fromkeys(names) if pascal(n) == same)} "
-                          f"give the same construct id ({same}); rename one")
-        for i, m in enumerate(plan.models):
-            where = f"plan.models[{i}]"
-            if not Token.is_unresolved(m.image_uri) and ecr_repository_arn(m.image_uri) is None:
-                errors.append(
-                    f"{where}.image_uri: {m.image_uri!r} is not an ECR image URI "
-                    "(<account>.dkr.ecr.<region>.<the region's DNS suffix, e.g. amazonaws.com>/<repository>:<tag>)"
-                )
-            if instance_based and (m.compute is not None or m.copy_count != 1):
-                warn(
-                    "IgnoredComponentSettings",
-                    f"{where}: compute and copy_count apply to inference components only; ignored",
-                )
-            if not instance_based:
-                if m.compute is None:
-                    errors.append(f"{where}.compute: required for an inference-component endpoint")
-                if m.copy_count < 1:
-                    errors.append(f"{where}.copy_count: {m.copy_count} must be at least 1")
-        return errors
-
-    def _capacity_errors(self, kms_key: kms.IKey | None) -> list[str]:
-        """Storage, encryption, instance count and timeouts within what SageMaker accepts for the instance type."""
-        plan = self.plan
-        errors: list[str] = []
-        if kms_key is not None and has_local_nvme(plan.instance_type):
-            errors.append(
-                f"kms_key: {plan.instance_type} has NVMe instance storage, which SageMaker encrypts in hardware, "
-                "and CreateEndpointConfig refuses a KmsKeyId for it; drop kms_key (the storage is encrypted "
-                "already) or use an instance type without instance storage"
-            )
-        if plan.volume_size_gb is not None and has_local_nvme(plan.instance_type):
-            errors.append(
-                f"plan.volume_size_gb: {plan.instance_type} brings its own NVMe storage and SageMaker refuses "
-                "VolumeSizeInGB for it; leave volume_size_gb unset"
-            )
-        if plan.initial_instance_count < 1:
-            errors.append(f"plan.initial_instance_count: {plan.initial_instance_count} must be at least 1")
-        low, high = TIMEOUT_RANGE_S
-        for field in ("startup_health_check_timeout_s", "model_data_download_timeout_s"):
-            value = getattr(plan, field)
-            if not low <= value <= high:
-                errors.append(f"plan.{field}: {value} must be within {low}..{high} seconds")
-        if (
-            plan.volume_size_gb is not None
-            and not VOLUME_RANGE_GB[0] <= plan.volume_size_gb <= VOLUME_RANGE_GB[1]
-        ):
-            errors.append(
-                f"plan.volume_size_gb: {plan.volume_size_gb} must be within {VOLUME_RANGE_GB[0]}..{VOLUME_RANGE_GB[1]}"
-            )
-        return errors
-
-    def _scaling_errors(self, warn: Callable[[str, str], None]) -> list[str]:
-        """Scaling bounds that hold the starting count, a positive target, and no scale-in to zero unsaid."""
-        plan = self.plan
-        scaling = plan.scaling
-        if scaling is None:
-            return []
-        errors: list[str] = []
-        instance_based = plan.endpoint_kind == "instance"
-        lowest = 1 if instance_based else 0
-        if scaling.min_capacity < lowest:
-            errors.append(f"plan.scaling.min_capacity: {scaling.min_capacity} must be at least {lowest}")
-        if scaling.max_capacity < scaling.min_capacity:
-            errors.append(
-                f"plan.scaling.max_capacity: {scaling.max_capacity} must not be below min_capacity ({scaling.min_capacity})"
-            )
-        if scaling.target_value <= 0:
-            errors.append(f"plan.scaling.target_value: {scaling.target_value} must be positive")
-        if (
-            instance_based
-            and not scaling.min_capacity <= plan.initial_instance_count <= scaling.max_capacity
-        ):
-            errors.append(
-                f"plan.initial_instance_count: {plan.initial_instance_count} lies outside the scaling bounds "
-                f"{scaling.min_capacity}..{scaling.max_capacity}; start within them"
-            )
-        if not instance_based and scaling.from_zero and (
+        # The endpoint's instances, not a component's (an LlmComponent's plan may scale to zero on any endpoint).
+        if plan.endpoint_kind == "inference-component" and plan.scaling is not None and plan.scaling.from_zero and (
             plan.instance_scaling is None or plan.instance_scaling.min_instance_count != 0
         ):
             warn(
@@ -351,7 +216,13 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 "plan.scaling.min_capacity 0: copies scale to zero but the instances stay (and are billed); "
                 "set instance_scaling.min_instance_count 0 (ManagedInstanceScaling) to stop them too",
             )
-        return errors
+        has_secret = hf_token_secret is not None or bool(plan.hf_token_secret)
+        errors = [
+            *plan_errors(self, plan, has_secret=has_secret, kms_key=kms_key),
+            *self._network_errors(vpc, subnets, security_groups, network_isolation, warn),
+        ]
+        if errors:
+            raise InputError([f"{self.node.path}: {message}" for message in errors])
 
     def _network_errors(self, vpc: ec2.IVpc | None, subnets: ec2.SubnetSelection | None,
                         security_groups: Sequence[ec2.ISecurityGroup] | None, network_isolation: bool,
@@ -382,33 +253,157 @@ class LlmEndpoint(Construct, EndpointMetrics):
             )
         return errors
 
-    def _region_errors(self, warn: Callable[[str, str], None]) -> list[str]:
-        """The plan must have been resolved for the stack's region, and CloudFormation offer its resources there.
 
-        The plan's image, prices and instance choice are those of `plan.region`; an image from another region
-        would fail only at deploy time, after the role exists.
-        """
-        plan = self.plan
-        stack = Stack.of(self)
-        region = stack.region
-        if Token.is_unresolved(region):
-            warn(
-                "RegionAgnosticStack",
-                f"stack {stack.node.id} names no region: the plan's image and prices are those of {plan.region}; "
-                f"deploy it there, or give the stack env=Environment(region={plan.region!r})",
+def tag_with_plan(scope: Construct, plan: DeploymentPlan) -> None:
+    """Tag everything under `scope` with the plan's tags, but no inference component with the version."""
+    for key, value in plan.tags.items():
+        # The version tag changes with every sagellm upgrade; on an inference component that change alone would
+        # be a stack update of the component, which may set its copies back to the plan's count and drop the
+        # ones the scaler added (docs/deploy.md). The endpoint and the stack still carry it.
+        skip = ["AWS::SageMaker::InferenceComponent"] if key == VERSION_TAG else []
+        Tags.of(scope).add(key, value, exclude_resource_types=skip)
+
+
+def plan_errors(scope: Construct, plan: DeploymentPlan, *, has_secret: bool, kms_key: kms.IKey | None = None
+                ) -> list[str]:
+    """Every problem of `plan` that CloudFormation accepts but SageMaker refuses or ignores, so a deploy cannot
+    fail late (warnings go to `scope`'s Annotations): LlmEndpoint's and LlmComponent's one check."""
+    def warn(warning_id: str, message: str) -> None:
+        Annotations.of(scope).add_warning_v2(f"sagellm:{warning_id}", message)
+
+    # The one token check of the project, on everything the plan would write into the template.
+    written = {"hf_token_secret": plan.hf_token_secret, "models": [m.model_dump() for m in plan.models]}
+    return [
+        *_region_errors(scope, plan, warn),
+        *_model_errors(plan, warn),
+        *token_errors(written, _plan_path),
+        *gated_without_secret(plan.gated_models, has_secret),
+        *_capacity_errors(plan, kms_key),
+        *_scaling_errors(plan),
+        *_placement_errors(plan),
+        *_weights_source_errors(plan),
+    ]
+
+
+def _model_errors(plan: DeploymentPlan, warn: Callable[[str, str], None]) -> list[str]:
+    """One model on an instance endpoint, unique names, ECR images, and what inference components need."""
+    errors: list[str] = []
+    instance_based = plan.endpoint_kind == "instance"
+    if instance_based and len(plan.models) != 1:
+        errors.append(
+            f"plan.models: an instance-based endpoint serves exactly one model, got {len(plan.models)}"
+        )
+    if not plan.models:
+        errors.append("plan.models: at least one model is required")
+    names = [m.name for m in plan.models]
+    for duplicate in sorted({n for n in names if names.count(n) > 1}):
+        errors.append(f"plan.models: name {duplicate!r} is used twice; model names must be unique")
+    ids = [pascal(n) for n in dict.fromkeys(names)]  # a model's construct ids and stack output derive from it
+    for same in sorted({i for i in ids if ids.count(i) > 1}):
+        errors.append(f"plan.models: names {', '.join(repr(n) for n in dict.fromkeys(names) if pascal(n) == same)} "
+                      f"give the same construct id ({same}); rename one")
+    for i, m in enumerate(plan.models):
+        where = f"plan.models[{i}]"
+        if not Token.is_unresolved(m.image_uri) and ecr_repository_arn(m.image_uri) is None:
+            errors.append(
+                f"{where}.image_uri: {m.image_uri!r} is not an ECR image URI "
+                "(<account>.dkr.ecr.<region>.<the region's DNS suffix, e.g. amazonaws.com>/<repository>:<tag>)"
             )
-            region = plan.region
-        elif region != plan.region:
-            return [(
-                f"plan.region: the plan was resolved for {plan.region} (its image, prices and instance choice) but "
-                f"stack {stack.node.id} deploys to {region}; resolve it with region={region!r}"
-            )]
-        try:
-            partition(region, "plan.region")
-        except InputError as exc:
-            return exc.messages
-        types = endpoint_types(plan.endpoint_kind == "inference-component")
-        return missing_types_errors(region, types, "plan.region")
+        if instance_based and (m.compute is not None or m.copy_count != 1):
+            warn(
+                "IgnoredComponentSettings",
+                f"{where}: compute and copy_count apply to inference components only; ignored",
+            )
+        if not instance_based:
+            if m.compute is None:
+                errors.append(f"{where}.compute: required for an inference-component endpoint")
+            if m.copy_count < 1:
+                errors.append(f"{where}.copy_count: {m.copy_count} must be at least 1")
+    return errors
+
+def _capacity_errors(plan: DeploymentPlan, kms_key: kms.IKey | None) -> list[str]:
+    """Storage, encryption, instance count and timeouts within what SageMaker accepts for the instance type."""
+    errors: list[str] = []
+    if kms_key is not None and has_local_nvme(plan.instance_type):
+        errors.append(
+            f"kms_key: {plan.instance_type} has NVMe instance storage, which SageMaker encrypts in hardware, "
+            "and CreateEndpointConfig refuses a KmsKeyId for it; drop kms_key (the storage is encrypted "
+            "already) or use an instance type without instance storage"
+        )
+    if plan.volume_size_gb is not None and has_local_nvme(plan.instance_type):
+        errors.append(
+            f"plan.volume_size_gb: {plan.instance_type} brings its own NVMe storage and SageMaker refuses "
+            "VolumeSizeInGB for it; leave volume_size_gb unset"
+        )
+    if plan.initial_instance_count < 1:
+        errors.append(f"plan.initial_instance_count: {plan.initial_instance_count} must be at least 1")
+    low, high = TIMEOUT_RANGE_S
+    for field in ("startup_health_check_timeout_s", "model_data_download_timeout_s"):
+        value = getattr(plan, field)
+        if not low <= value <= high:
+            errors.append(f"plan.{field}: {value} must be within {low}..{high} seconds")
+    if (
+        plan.volume_size_gb is not None
+        and not VOLUME_RANGE_GB[0] <= plan.volume_size_gb <= VOLUME_RANGE_GB[1]
+    ):
+        errors.append(
+            f"plan.volume_size_gb: {plan.volume_size_gb} must be within {VOLUME_RANGE_GB[0]}..{VOLUME_RANGE_GB[1]}"
+        )
+    return errors
+
+def _scaling_errors(plan: DeploymentPlan) -> list[str]:
+    """Scaling bounds that hold the starting count and a positive target."""
+    scaling = plan.scaling
+    if scaling is None:
+        return []
+    errors: list[str] = []
+    instance_based = plan.endpoint_kind == "instance"
+    lowest = 1 if instance_based else 0
+    if scaling.min_capacity < lowest:
+        errors.append(f"plan.scaling.min_capacity: {scaling.min_capacity} must be at least {lowest}")
+    if scaling.max_capacity < scaling.min_capacity:
+        errors.append(
+            f"plan.scaling.max_capacity: {scaling.max_capacity} must not be below min_capacity ({scaling.min_capacity})"
+        )
+    if scaling.target_value <= 0:
+        errors.append(f"plan.scaling.target_value: {scaling.target_value} must be positive")
+    if (
+        instance_based
+        and not scaling.min_capacity <= plan.initial_instance_count <= scaling.max_capacity
+    ):
+        errors.append(
+            f"plan.initial_instance_count: {plan.initial_instance_count} lies outside the scaling bounds "
+            f"{scaling.min_capacity}..{scaling.max_capacity}; start within them"
+        )
+    return errors
+
+
+def _region_errors(scope: Construct, plan: DeploymentPlan, warn: Callable[[str, str], None]) -> list[str]:
+    """The plan must have been resolved for the stack's region, and CloudFormation offer its resources there.
+
+    The plan's image, prices and instance choice are those of `plan.region`; an image from another region
+    would fail only at deploy time, after the role exists.
+    """
+    stack = Stack.of(scope)
+    region = stack.region
+    if Token.is_unresolved(region):
+        warn(
+            "RegionAgnosticStack",
+            f"stack {stack.node.id} names no region: the plan's image and prices are those of {plan.region}; "
+            f"deploy it there, or give the stack env=Environment(region={plan.region!r})",
+        )
+        region = plan.region
+    elif region != plan.region:
+        return [(
+            f"plan.region: the plan was resolved for {plan.region} (its image, prices and instance choice) but "
+            f"stack {stack.node.id} deploys to {region}; resolve it with region={region!r}"
+        )]
+    try:
+        partition(region, "plan.region")
+    except InputError as exc:
+        return exc.messages
+    types = endpoint_types(plan.endpoint_kind == "inference-component")
+    return missing_types_errors(region, types, "plan.region")
 
 
 def _weights_source_errors(plan: DeploymentPlan) -> list[str]:
@@ -459,7 +454,7 @@ def _placement_errors(plan: DeploymentPlan) -> list[str]:
     return errors
 
 
-def _hf_token(secret: secretsmanager.ISecret | None, name_or_arn: str | None) -> SecretValue | None:
+def token_reference(secret: secretsmanager.ISecret | None, name_or_arn: str | None) -> SecretValue | None:
     """The token as a dynamic reference: from the given secret, else the plan's secret name or ARN."""
     if secret is not None:
         return secret.secret_value
