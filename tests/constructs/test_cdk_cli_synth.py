@@ -62,7 +62,10 @@ def test_cdk_synth_builds_the_profile_stack(profile, tmp_path):
     assert {"AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint"} <= types
     assert ("AWS::SageMaker::InferenceComponent" in types) == (profile in ("replicas", "scale-to-zero"))
     assert ("AWS::ApplicationAutoScaling::ScalableTarget" in types) == (profile in ("autoscale", "scale-to-zero"))
-    assert ("AWS::CloudWatch::Alarm" in types) == (profile == "scale-to-zero")
+    # Components carry their rollout's alarms; only scale-to-zero adds one on no-capacity failures.
+    alarms = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    assert bool(alarms) == (profile in ("replicas", "scale-to-zero"))
+    assert any(a.get("MetricName") == "NoCapacityInvocationFailures" for a in alarms) == (profile == "scale-to-zero")
     # The context key's secret reaches the container as a dynamic reference, nothing else.
     models = [r for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
     assert all(m["Properties"]["PrimaryContainer"]["Environment"]["HF_TOKEN"]
