@@ -151,7 +151,11 @@ def test_the_scale_to_zero_stack_deploys_with_its_alarm_acting_on_the_step_polic
     assert (target["ScalableDimension"], target["MinCapacity"]) == ("sagemaker:inference-component:DesiredCopyCount", 0)
     policies = autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"]
     [step] = [p for p in policies if p["PolicyType"] == "StepScaling"]
-    [alarm] = server.client("cloudwatch").describe_alarms()["MetricAlarms"]
+    alarms = server.client("cloudwatch").describe_alarms()["MetricAlarms"]
+    # Beside the component's two rollback alarms (5XX errors, p90 latency), one on no-capacity failures.
+    assert sorted(a["MetricName"] for a in alarms) == ["Invocation5XXErrors", "ModelLatency",
+                                                       "NoCapacityInvocationFailures"]
+    [alarm] = [a for a in alarms if a["MetricName"] == "NoCapacityInvocationFailures"]
     assert alarm["MetricName"] == "NoCapacityInvocationFailures" and alarm["AlarmActions"] == [step["PolicyARN"]]
     component = target["ResourceId"].removeprefix("inference-component/")
     assert alarm["Dimensions"] == [{"Name": "InferenceComponentName", "Value": component}]

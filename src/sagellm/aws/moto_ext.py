@@ -450,7 +450,8 @@ class ScalingPolicy(_Declared, CloudFormationModel):
             pass  # already deleted along with its scalable target
 
 
-# --- CloudWatch alarms: moto's CloudFormation has no AWS::CloudWatch::Alarm (the scale-from-zero alarm).
+# --- CloudWatch alarms: moto's CloudFormation has no AWS::CloudWatch::Alarm (the scale-from-zero alarm, a
+# component's rollback alarms).
 
 
 class MetricAlarm(_Declared, CloudFormationModel):
@@ -481,7 +482,8 @@ class MetricAlarm(_Declared, CloudFormationModel):
             name=props.get("AlarmName", resource_name), namespace=props["Namespace"],
             metric_name=props["MetricName"], comparison_operator=props["ComparisonOperator"],
             evaluation_periods=int(props["EvaluationPeriods"]), period=int(props["Period"]),
-            threshold=float(props["Threshold"]), statistic=props["Statistic"],
+            threshold=float(props["Threshold"]), statistic=props.get("Statistic"),  # type: ignore[arg-type]
+            extended_statistic=props.get("ExtendedStatistic"),  # a percentile (p90) in place of Statistic
             description=props.get("AlarmDescription", ""), dimensions=props.get("Dimensions", []),
             alarm_actions=props.get("AlarmActions", []),
             datapoints_to_alarm=int(props["DatapointsToAlarm"]) if "DatapointsToAlarm" in props else None,
