@@ -39,7 +39,7 @@ def aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAws]:
 @pytest.mark.parametrize(
     ("profile", "model", "instance", "extra"),
     [
-        ("replicas", "meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge", {"inference_components"}),
+        ("replicas", "meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge", {"inference_components", "alarms"}),  # rollback alarms
         ("autoscale", "meta-llama/Llama-2-7b-hf", None, {"scalable_targets", "scaling_policies"}),
     ],
 )
