@@ -52,6 +52,8 @@ def summary_of(sim: Simulation, concurrency: int | None, request_rate: float | N
     warm-up's and the tail's too: they are the load the window saw)."""
     records = [record_of(r, concurrency, request_rate) for r in sim.requests]
     start, end = sim.window_start_s, sim.window_end_s
+    if end <= start and records:  # shorter than its ramp (one request): the whole level, as the bench measures it
+        start, end = min(r.start_s for r in records), max(r.start_s + r.e2e_s for r in records)
     summary = summarize(records, window_start_s=start, window_end_s=end)
     tokens = tokens_in_window([r for r in records if r.ok], start, end)  # it reads no warm-up flag: all of them
     ok = [r for r in records if r.ok and not r.warmup]
