@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sagellm.catalog.s3_weights import S3_PREFIX, S3_PREFIX_FORM
-from sagellm.engines import ENGINES
+from sagellm.engines import engine_option
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.plan import DeploymentPlan
@@ -86,8 +86,10 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
         errors.append(f"bootstrapless: {bootstrapless!r} must be true or false")
     instance, region, folder = text("instance"), text("region"), text("profiles_dir")
     engine = text("engine")
-    if engine is not None and engine not in ENGINES:
-        errors.append(f"engine: unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    try:
+        engine_option(engine, "engine")
+    except InputError as bad:
+        errors += bad.messages
     # A token itself is never context: cdk.out and cdk.context.json would keep it.
     errors += [f"{key}: a token is never passed as context (it would be written to cdk.out): {STORE_IT}"
                for key in ("hf_token", "HF_TOKEN") if get(key) is not None]
