@@ -154,6 +154,17 @@ def config_errors(config: dict[str, Any], where: str) -> list[str]:
     return errors
 
 
+def _quant_method(config: dict[str, Any]) -> str | None:
+    """The method a pre-quantized checkpoint's weights are stored in (transformers writes quantization_config with
+    its quant_method: gptq, awq, fp8, bitsandbytes, eetq, compressed-tensors, …); None: not quantized."""
+    quant = _text_config(config).get("quantization_config")
+    if not isinstance(quant, dict) or not isinstance(method := quant.get("quant_method"), str):
+        return None
+    if method == "bitsandbytes" and quant.get("load_in_4bit"):  # 4-bit: TGI's bitsandbytes-nf4 / -fp4
+        return f"bitsandbytes-{quant.get('bnb_4bit_quant_type', 'fp4')}"
+    return method.lower()
+
+
 def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False,
                       where: str | None = None) -> Model:
     """A catalog Model from a Hugging Face config.json (fields named as transformers names them); `where` names
@@ -189,6 +200,7 @@ def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False
         architecture=(config.get("architectures") or [c.get("model_type")])[0],
         dtype=_first(config, "torch_dtype", "dtype") or _first(c, "torch_dtype", "dtype"),
         sliding_window=window if isinstance(window, int) else None,
+        quantization=_quant_method(config),
         source="config.json from the Hugging Face Hub (parameters estimated from it)",
     )
 

@@ -29,6 +29,7 @@ class Model:
     architecture: str | None = None  # the transformers class (config.json `architectures`), where known
     dtype: str | None = None  # the weights' dtype in config.json (torch_dtype), where known
     sliding_window: int | None = None  # tokens a sliding-window attention layer sees, where the config has one
+    quantization: str | None = None  # how the checkpoint's weights are stored: config.json quantization_config.quant_method
     source: str = "catalog"  # where the facts come from: the catalog, or a config.json from the Hub
 
     @property

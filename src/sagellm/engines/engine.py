@@ -159,6 +159,9 @@ class Engine(ABC):
     pinned: str  # the version sagellm pins
     oldest: tuple[int, ...]  # the oldest version whose behaviour docs/containers.md describes
     variables: tuple[Variable, ...]  # the settings the plan owns, and the aliases beside them
+    # Every value the server's quantization setting takes (its own list, read at the source named beside it in
+    # the engine's module); a profile's serving.quantization outside it is refused.
+    quantizations: frozenset[str]
     model_id_variables: tuple[str, ...]  # where the server reads the model id
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()

@@ -36,6 +36,12 @@ DEFAULT_ROLLING_BATCH_SIZE = 32
 # LMI turns a generate body without max_new_tokens into a vLLM request of 30 (request_response_utils.py).
 DEFAULT_NEW_TOKENS = 30
 
+# What OPTION_QUANTIZE takes, from LMI's vLLM user guide (djl-serving 0.36.0-lmi27-dlc @7e13b081,
+# serving/docs/lmi/user_guides/vllm_user_guide.md, "Quantization Support"): fp8 and bitsandbytes quantize at
+# start-up; ahead-of-time methods (the guide names GPTQ, AWQ and FP8) are read from the checkpoint, and the option,
+# passed through to vLLM's `quantization`, must then name the checkpoint's method.
+QUANTIZATIONS = frozenset({"fp8", "bitsandbytes", "gptq", "awq"})
+
 # vLLM queues every request and admits waiting prompts at every step, chunking long ones.
 GENERATION = Generation("lmi", "LMI (vLLM)", "tgi-1", waiting_served_ratio=0.0)
 
@@ -65,6 +71,7 @@ class Lmi(Engine):
     pinned = PINNED
     oldest = OLDEST
     variables = VARIABLES
+    quantizations = QUANTIZATIONS
     model_id_variables = ("HF_MODEL_ID", "OPTION_MODEL_ID")
     queues = True
     stream_content_type = "application/jsonlines"  # one JSON object per line, not server-sent events

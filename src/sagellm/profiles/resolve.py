@@ -11,6 +11,7 @@ from typing import Any
 from sagellm import __version__
 from sagellm.catalog import Instance, Model, check_offered, find_instance, find_model, instances
 from sagellm.catalog import models as catalog_models
+from sagellm.catalog.model import BYTES_PER_PARAM
 from sagellm.catalog.s3_weights import CONTAINER_MODEL_DIR, s3_model
 from sagellm.engines import (
     ENGINES,
@@ -49,7 +50,13 @@ from sagellm.profiles.plan import (
     instances_for,
 )
 from sagellm.profiles.schema import Architecture, Container, ExtraModel, Profile, Serving
-from sagellm.profiles.validate import cap_errors, profile_errors, region_errors, with_values
+from sagellm.profiles.validate import (
+    cap_errors,
+    profile_errors,
+    quantization_errors,
+    region_errors,
+    with_values,
+)
 
 # Share of the instance's vCPUs and host memory handed to inference-component copies; the rest is
 # left to the SageMaker agent and the OS (write-up example: 13B on p4d → 10 vCPUs, 100 GiB per copy).
@@ -215,6 +222,7 @@ def design(
     local = local_models(profiles_dir)
     source = model_s3_uri or (profile.model_source.s3_uri if profile.model_source is not None else None)
     model = _model(model_id, profile.architecture, local, "model", source)
+    profile, stored = _stored_quantization(profile, model, where)
     s = profile.serving
     quant = s.quantization
     kind = profile.container.kind
@@ -267,7 +275,7 @@ def design(
     if errors:
         raise InputError(errors)
     return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version,
-                  notes=_core_notes(neuron, inst, copies_all), generation=gen, calibration=calibration,
+                  notes=stored + _core_notes(neuron, inst, copies_all), generation=gen, calibration=calibration,
                   model_s3_uri=source)
 
 
@@ -320,11 +328,47 @@ def _extra_copy(i: int, extra: ExtraModel, inst: Instance, local: dict[str, Arch
                 version: str) -> Copy:
     """An extra model of an inference-component endpoint, sized like the main one on the GPUs it pins."""
     xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
+    # An extra model names its stored method itself (the engine check of profile_errors then covers it).
+    errors.extend(_checkpoint_errors(xm, extra.quantization, f"components.extra_models.{i}.quantization", where,
+                                     adopts_none=False))
     xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
     xshapes = _extra_shapes(neuron, xm, extra.tensor_parallel,
                             f"{where('components.extra_models')}: [{i}]", errors)
     return _caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload, profile, where,
                  errors, prefix=f"components.extra_models[{i}]", engine=engine, version=version, shapes=xshapes)
+
+
+def _stored_quantization(profile: Profile, model: Model, where: Where) -> tuple[Profile, tuple[str, ...]]:
+    """A pre-quantized checkpoint served as it is stored: `none` becomes its method (checked against the engine),
+    with a note saying so; another method, or one sagellm cannot size, is refused (every size depends on it)."""
+    quant = profile.serving.quantization
+    if errors := _checkpoint_errors(model, quant, "serving.quantization", where, adopts_none=True):
+        raise InputError(errors)
+    if model.quantization is None or quant != "none":
+        return profile, ()
+    serving = profile.serving.model_copy(update={"quantization": model.quantization})
+    profile = profile.model_copy(update={"serving": serving})
+    stored_at = f"{model.hf_id}: its config.json quantization_config.quant_method"
+    if errors := quantization_errors(profile, lambda path: stored_at if path == "serving.quantization" else where(path)):
+        raise InputError(errors)
+    return profile, (f"serving.quantization: {model.quantization}, as {model.hf_id}'s config.json stores its weights",)
+
+
+def _checkpoint_errors(model: Model, quant: str, field: str, where: Where, *, adopts_none: bool) -> list[str]:
+    """A quantization other than the one a pre-quantized checkpoint is stored in (its config.json; `none` too unless
+    the caller `adopts_none`), or a stored one sagellm cannot size: the server reads the weights as they are, and
+    the plan must size them so."""
+    stored = model.quantization
+    if stored is None or stored == quant or (adopts_none and quant == "none" and stored in BYTES_PER_PARAM):
+        return []
+    if stored not in BYTES_PER_PARAM:
+        sized = ", ".join(q for q in BYTES_PER_PARAM if q != "none")
+        return [(f"{where(field)}: {model.hf_id}'s weights are stored quantized with {stored!r} (its config.json "
+                f"quantization_config), which sagellm does not size (it sizes {sized}); pick a checkpoint of one "
+                "of those, or the unquantized model")]
+    return [(f"{where(field)}: {quant!r}, but {model.hf_id}'s weights are stored quantized with {stored} (its "
+            f"config.json quantization_config.quant_method); set {field}: {stored} (the server loads that format, "
+            "and memory is sized by it)")]
 
 
 def _auto_tp(ic: bool, model: Model, inst: Instance, quant: str, payload: Payload, free_gpus: int,

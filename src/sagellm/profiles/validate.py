@@ -10,14 +10,14 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from sagellm.catalog import find_instance
 from sagellm.catalog.regions import check_region, endpoint_types, missing_types_errors, partition
 from sagellm.engines import ENGINES, NEURON_ENGINES
 from sagellm.errors import InputError
 from sagellm.profiles.loader import Source, Where, load_profile
-from sagellm.profiles.schema import Profile
+from sagellm.profiles.schema import Profile, Quantization
 
 Check = Callable[[Profile, Callable[[str], str]], list[str]]
 
@@ -160,6 +160,23 @@ def _pin_errors(kind: str, version: str, pin: str, where: str) -> list[str]:
     return [] if [] in found else found[0]
 
 
+def quantization_errors(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """A quantization the engine's server does not take (its own list: Engine.quantizations), named with the
+    engine and where it was chosen, and the quantizations of sagellm's it does take."""
+    kind = profile.container.kind
+    engine = ENGINES[kind]
+    variable = next(v.names[0] for v in engine.variables if v.sets == "quantization")
+    takes = [q for q in get_args(Quantization) if q == "none" or q in engine.quantizations]
+    asked = [("serving.quantization", profile.serving.quantization)] + [
+        (f"components.extra_models.{i}.quantization", extra.quantization)
+        for i, extra in enumerate(profile.components.extra_models)]
+    version = profile.container.version or engine.pinned
+    return [f"{where(path)}: {quant!r} is not a quantization {engine.label} {version} takes "
+            f"({where('container.kind')}: {kind}); of sagellm's it takes {', '.join(takes)} ({variable}): use one "
+            "of those, or another engine (docs/containers.md)"
+            for path, quant in asked if quant != "none" and quant not in engine.quantizations]
+
+
 def _instance_type(profile: Profile, where: Callable[[str], str]) -> list[str]:
     """A pinned instance type the catalog knows (with near names when not)."""
     if profile.instance_type == "auto":
@@ -203,7 +220,7 @@ def _autoscaling(profile: Profile, where: Callable[[str], str]) -> list[str]:
     return errors
 
 
-CHECKS: tuple[Check, ...] = (_name, _container, _environment, _tags, _token_caps, _instance_type,
+CHECKS: tuple[Check, ...] = (_name, _container, quantization_errors, _environment, _tags, _token_caps, _instance_type,
                              _endpoint_kind, _autoscaling)
 
 
