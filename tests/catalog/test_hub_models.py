@@ -232,3 +232,15 @@ def test_a_gated_hub_model_is_known_gated_online_and_remembered_offline(
     assert hub_model("org/gated").gated and not hub_model("org/open").gated
     assert json.loads((tmp_path / "cache" / "sagellm" / "hub-gated.json").read_text()) == {
         "org/gated": True, "org/open": False}
+
+
+def test_a_pre_quantized_checkpoint_says_how_its_weights_are_stored() -> None:
+    tiny = {"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 10,
+            "max_position_embeddings": 64}
+    assert model_from_config("a/plain", tiny).quantization is None
+    # quantization_config as transformers writes it (a GPTQ export; a 4-bit bitsandbytes one).
+    gptq = {**tiny, "quantization_config": {"bits": 4, "group_size": 128, "quant_method": "gptq"}}
+    assert model_from_config("a/gptq", gptq).quantization == "gptq"
+    nf4 = {**tiny, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True,
+                                           "bnb_4bit_quant_type": "nf4"}}
+    assert model_from_config("a/nf4", nf4).quantization == "bitsandbytes-nf4"  # TGI's name for it; not 8-bit

@@ -22,7 +22,8 @@ from sagellm.profiles import resolve
 SETTINGS = Settings(model_id="meta-llama/Llama-2-7b-hf", version="0.30.0", tensor_parallel=2, quantization="awq",
                     max_input_tokens=3072, max_total_tokens=4096, max_batch_prefill_tokens=4096,
                     max_concurrent_requests=64, max_batch_size=None)
-SGLANG_FLAGS = json.loads((Path(__file__).parent / "data" / "sglang-0.5.20-flags.json").read_text())["flags"]
+SGLANG_DATA = json.loads((Path(__file__).parent / "data" / "sglang-0.5.20-flags.json").read_text())
+SGLANG_FLAGS = SGLANG_DATA["flags"]
 
 
 def test_vllm_environment_is_one_sm_vllm_variable_per_flag() -> None:
@@ -109,6 +110,11 @@ def test_every_standard_sglang_plan_becomes_flags_sglang_0_5_20_has(tmp_path: Pa
             assert "--enable-metrics" in argv and given["--quantization"] == "awq"
 
 
+def test_sglangs_quantizations_are_the_choices_of_its_quantization_flag() -> None:
+    assert SGLANG.quantizations == set(SGLANG_DATA["choices"]["--quantization"])
+    assert {"gptq", "awq", "fp8", "bitsandbytes"} <= SGLANG.quantizations and "eetq" not in SGLANG.quantizations
+
+
 def test_the_sglang_check_refuses_a_flag_sglang_lacks() -> None:
     argv = sglang_argv({"SM_SGLANG_MAX_NUM_SEQS": "8"})  # vLLM's name, not SGLang's
     assert argv[:2] == ["--max-num-seqs", "8"] and "--max-num-seqs" not in SGLANG_FLAGS
@@ -161,6 +167,19 @@ def test_every_standard_vllm_plan_becomes_flags_vllms_own_parser_takes(tmp_path:
                       "max_num_batched_tokens": int(env["SM_VLLM_MAX_NUM_BATCHED_TOKENS"]),
                       "quantization": "awq", "enable_prefix_caching": True,
                       "middleware": ["sagemaker_serve.SageMakerRouteMiddleware"]}
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(1800, func_only=True)
+def test_vllms_quantizations_are_the_list_vllm_checks_its_flag_against() -> None:
+    from vllm_server import vllm_python
+
+    script = ("import json; from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS as q; "
+              "print('RESULT ' + json.dumps(q))")
+    done = subprocess.run([str(vllm_python()), "-c", script], capture_output=True, text=True, timeout=900, check=False)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, done.stderr[-3000:]
+    assert VLLM.quantizations == set(json.loads(line.removeprefix("RESULT ")))
 
 
 def test_cdk_context_engine_resolves_a_standard_profile_for_that_engine() -> None:

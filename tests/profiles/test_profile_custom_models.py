@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from sagellm.catalog import Model, find_instance
 from sagellm.errors import InputError
 from sagellm.planner import Shape
-from sagellm.profiles import resolve
+from sagellm.profiles import design_for, resolve
 from sagellm.profiles.loader import all_sources, load_profile
 
 ARCH = """
@@ -102,3 +103,48 @@ def test_plan_carries_a_custom_architecture_so_the_emulator_can_simulate_it(writ
     assert plan.primary.model() == CUSTOM
     # a catalog model needs no facts in the plan
     assert resolve("max-throughput", "meta-llama/Llama-2-7b-hf", "ml.g5.12xlarge").primary.architecture is None
+
+
+def _checkpoint(folder: Path, method: str) -> str:
+    """A local model folder whose config.json is a Llama-2-7B checkpoint stored quantized with `method`."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000, "intermediate_size": 11008,
+        "max_position_embeddings": 4096, "quantization_config": {"bits": 4, "quant_method": method}}))
+    return str(folder)
+
+
+def test_a_pre_quantized_checkpoint_is_served_and_sized_as_its_config_json_stores_it(tmp_path: Path) -> None:
+    model = _checkpoint(tmp_path / "llama-gptq", "gptq")
+    design = design_for("max-throughput", model, "ml.g5.2xlarge")  # the profile says none
+    assert design.copies[0].quantization == "gptq" and design.environment["HF_MODEL_QUANTIZE"] == "gptq"
+    assert f"serving.quantization: gptq, as {model}'s config.json stores its weights" in design.notes
+    assert design_for("max-throughput", model, "ml.g5.2xlarge", engine="vllm").environment[
+        "SM_VLLM_QUANTIZATION"] == "gptq"
+
+
+def test_a_quantization_other_than_the_checkpoints_is_one_line_with_the_fix(write, team_dir: Path,
+                                                                            tmp_path: Path) -> None:
+    model = _checkpoint(tmp_path / "llama-gptq", "gptq")
+    path = write("awq.yaml", "name: awq\nextends: max-throughput\nserving: {quantization: awq}\n")
+    with pytest.raises(InputError) as exc:
+        resolve("awq", model, "ml.g5.2xlarge", profiles_dir=team_dir)
+    assert exc.value.messages == [
+        (f"{path}:3: serving.quantization: 'awq', but {model}'s weights are stored quantized with gptq (its config.json "
+        "quantization_config.quant_method); set serving.quantization: gptq (the server loads that format, and memory "
+        "is sized by it)")]
+
+
+def test_a_checkpoint_stored_in_a_method_sagellm_cannot_size_or_the_engine_lacks_is_refused(tmp_path: Path) -> None:
+    exl2 = _checkpoint(tmp_path / "llama-exl2", "exl2")
+    with pytest.raises(InputError, match=r"stored quantized with 'exl2' .*which sagellm does not size"):
+        resolve("max-throughput", exl2, "ml.g5.2xlarge")
+    bnb = _checkpoint(tmp_path / "llama-bnb", "bitsandbytes")
+    with pytest.raises(InputError) as exc:
+        resolve("max-throughput", bnb, "ml.g5.2xlarge", engine="vllm")
+    assert exc.value.messages == [
+        (f"{bnb}: its config.json quantization_config.quant_method: 'bitsandbytes' is not a quantization vLLM 0.30.0 "
+        "takes (engine: vllm); of sagellm's it takes none, gptq, awq, fp8 (SM_VLLM_QUANTIZATION): use one of those, "
+        "or another engine (docs/containers.md)")]
+    assert resolve("max-throughput", bnb, "ml.g5.2xlarge", engine="sglang").primary.quantization == "bitsandbytes"
