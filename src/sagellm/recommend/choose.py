@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sagellm.catalog import find_instance
-from sagellm.engines import ENGINES
+from sagellm.engines import ENGINES, GENERATIONS
 from sagellm.planner import Payload
 from sagellm.profiles import Design
 from sagellm.recommend.search import (
@@ -206,7 +206,7 @@ def engine_verdict(rec: Recommendation) -> str | None:
     if rec.pick is None or len(engines) < 2:
         return None
     pick, won = rec.pick, rec.pick.config.engine
-    lines, cheaper_elsewhere = [], False
+    lines, cheaper_elsewhere, tied = [], False, {}
     for engine in (e for e in engines if e != won):
         own = [c for c in rec.candidates if c.config.engine == engine]
         best = min((c for c in own if c.meets and least_margin(c, rec.rules) >= rec.headroom
@@ -224,12 +224,31 @@ def engine_verdict(rec: Recommendation) -> str | None:
             lines.append(f"{engine}'s cheapest, {best.label()}, costs the same with less margin "
                          f"({least_margin(best, rec.rules) * 100:.0f} % against {least_margin(pick, rec.rules) * 100:.0f} %)")
         else:
-            lines.append(f"{engine}'s {best.label()} ties on $/h and margin ({won} comes first: "
-                         f"{', '.join(engines)})")
+            tied[engine] = best
+    if tied:
+        named = _and([f"{engine}'s {best.label()}" for engine, best in tied.items()])
+        lines.append(f"{named} tie{'s' if len(tied) == 1 else ''} on $/h and margin{_tie_reason([won, *tied])} "
+                     f"({won} comes first in the registry: {', '.join(engines)})")
     why = "the cheapest deployment that meets the SLO" if cheaper_elsewhere else \
         "the only engine predicted to meet the SLO"
     headroom = f" with {rec.headroom * 100:.0f} % headroom" if rec.headroom else ""
     return f"engine: {won} won, {why}{headroom} (${pick.usd_per_h:.2f}/h); {'; '.join(lines)}"
+
+
+def _tie_reason(engines: Sequence[str]) -> str:
+    """Why engines tie: predicted equal where all run one generation's fitted step constants."""
+    constants = {ENGINES[e].generation(None).constants_from for e in engines}
+    if len(constants) > 1:
+        return ""
+    labels = [ENGINES[e].label for e in engines]
+    return (f": predicted equal, as {_and(labels)} {'both' if len(labels) == 2 else 'all'} run "
+            f"{GENERATIONS[constants.pop()].label}'s fitted step constants, and no published measurement compares "
+            "the pinned versions on one GPU and model (docs/containers.md)")
+
+
+def _and(items: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join(filter(None, (", ".join(items[:-1]), items[-1])))
 
 
 def passed_over_for_headroom(rec: Recommendation) -> list[Candidate]:
