@@ -136,6 +136,23 @@ def _prefill_passes(running: float, payload: Payload, prefill_budget: int,
     return min(running, max(1.0, out / interval)), (interval - 1) / 2
 
 
+def _router_running_cap(payload: Payload, prefill_budget: int, gen: Generation) -> float:
+    """Most sequences a router that waits for prompts (ratio > 0: TGI 1.x) keeps running in a closed loop.
+
+    TGI 1.x's router (router/src/infer.rs and queue.rs, v1.0–v1.4) adds prompts to a running batch of n only
+    when floor(ratio × n) of them fit in one prefill pass (`MAX_BATCH_PREFILL_TOKENS`), or once
+    `max_waiting_tokens` decode steps have passed since the last pass. Where a pass holds fewer prompts than
+    that (long prompts: one 3,840-token prompt in 4,096 tokens), the batch grows by one pass every
+    `max_waiting_tokens` steps while running ÷ output requests finish per step: it levels off at
+    output × prompts per pass ÷ max_waiting_tokens, and the rest wait in the queue.
+    """
+    if gen.waiting_served_ratio == 0:
+        return math.inf
+    per_pass = max(1, prefill_budget // max(1, payload.input_tokens))
+    free = (per_pass + 1) / gen.waiting_served_ratio  # below this batch size a pass always holds enough
+    return max(free, max(1, payload.output_tokens) * per_pass / gen.max_waiting_tokens)
+
+
 def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     """Closed-loop steady state: `concurrency` clients spread evenly over all copies."""
     steps = StepModel(shape)
@@ -144,7 +161,8 @@ def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     rejected = admit is not None and per_copy > admit
     in_server = min(per_copy, admit) if admit is not None else per_copy
     capacity = max(1, shape.max_sequences(Payload(payload.input_tokens, payload.output_tokens)))
-    running = max(min(in_server, capacity), 1e-9)
+    cap = _router_running_cap(payload, shape.prefill_budget, StepModel(shape).generation)
+    running = max(min(in_server, capacity, cap), 1e-9)
     out = max(1, payload.output_tokens)
 
     batch = max(1, round(running))
