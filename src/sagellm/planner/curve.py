@@ -139,9 +139,10 @@ def _prefill_passes(running: float, payload: Payload, prefill_budget: int,
 def _router_running_cap(payload: Payload, prefill_budget: int, gen: Generation) -> float:
     """Most sequences a router that waits for prompts (ratio > 0: TGI 1.x) keeps running in a closed loop.
 
-    TGI 1.x's router (router/src/infer.rs and queue.rs, v1.0–v1.4) adds prompts to a running batch of n only
-    when floor(ratio × n) of them fit in one prefill pass (`MAX_BATCH_PREFILL_TOKENS`), or once
-    `max_waiting_tokens` decode steps have passed since the last pass. Where a pass holds fewer prompts than
+    TGI 1.x's router adds prompts to a running batch of n only when floor(ratio × n) of them fit in one
+    prefill pass (`MAX_BATCH_PREFILL_TOKENS`), or once `max_waiting_tokens` decode steps have passed since the
+    last pass (huggingface/text-generation-inference v1.1.0 @7a6fad6a: router/src/infer.rs `batching_task`
+    sets min_size, router/src/queue.rs `State::next_batch` returns no batch below it). Where a pass holds fewer prompts than
     that (long prompts: one 3,840-token prompt in 4,096 tokens), the batch grows by one pass every
     `max_waiting_tokens` steps while running ÷ output requests finish per step: it levels off at
     output × prompts per pass ÷ max_waiting_tokens, and the rest wait in the queue.
