@@ -162,7 +162,7 @@ def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     rejected = admit is not None and per_copy > admit
     in_server = min(per_copy, admit) if admit is not None else per_copy
     capacity = max(1, shape.max_sequences(Payload(payload.input_tokens, payload.output_tokens)))
-    cap = _router_running_cap(payload, shape.prefill_budget, StepModel(shape).generation)
+    cap = _router_running_cap(payload, shape.prefill_budget, steps.generation)
     running = max(min(in_server, capacity, cap), 1e-9)
     out = max(1, payload.output_tokens)
 
