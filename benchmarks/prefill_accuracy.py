@@ -26,6 +26,7 @@ import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 from sagellm.catalog import find_instance, find_model
 from sagellm.emulator.serving.batching import CopyScheduler, Sequence
@@ -73,6 +74,7 @@ class Row:
 
     @property
     def label(self) -> str:
+        """How the row prints: model, instance, TP, payload, concurrency."""
         return (f"{self.model} {self.instance_type} tp{self.tp} {self.input_tokens}/{self.output_tokens} "
                 f"c={self.concurrency}")
 
@@ -153,7 +155,7 @@ def score(rows: list[Row], predictor: str = "simulated") -> dict:
     return {"groups": groups, "rows": scored}
 
 
-def render(result: dict, out=sys.stdout, rows: bool = True) -> None:
+def render(result: dict, out: TextIO = sys.stdout, rows: bool = True) -> None:
     """Print each row (published → predicted) and the MAPE tables."""
     def f(v: float | None) -> str:
         return "   -  " if v is None else f"{v:5.1f}%"
