@@ -130,6 +130,10 @@ def test_tgi_1_router_admits_prompts_longer_than_half_the_prefill_budget_one_per
     point = predict_point(tgi1, long, 32)
     assert point.running_per_copy == pytest.approx(256 / 20)
     assert point.queued_per_copy == pytest.approx(32 - 256 / 20)
+    # past its queue wait a prompt gets its own pass (one prompt fits), then the step it joins
+    steps = StepModel(tgi1)
+    assert point.ttft_ms / 1000 - point.queue_wait_s == pytest.approx(
+        steps.prefill_s(3840) + steps.decode_step_s(13, 13 * (3840 + 128)))
     assert predict_point(replace(tgi1, generation="tgi-3"), long, 32).running_per_copy == 32
     # 256-token prompts: 16 per pass; 128 running finish 0.5 a step, 10 per 20 steps, which a pass holds.
     assert predict_point(tgi1, P256, 128).running_per_copy == 128

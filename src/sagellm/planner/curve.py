@@ -120,7 +120,8 @@ def _prefill_passes(running: float, payload: Payload, prefill_budget: int,
     A router with a ratio waits until floor(ratio × running) prompts are queued, or max_waiting_tokens
     decode steps; a prompt that finds the batch empty goes at once, and below a minimum of one every prompt
     goes alone. At a ratio of 1 or more (TGI 1.x: 1.2) a closed loop never queues that many, so requests
-    run in waves: equal outputs finish together, the batch empties and the whole wave is prefilled at once.
+    run in waves: equal outputs finish together, the batch empties and the whole wave is prefilled at once,
+    unless one pass cannot hold floor(ratio × running) prompts: then it goes in passes of what one holds.
     """
     out = max(1, payload.output_tokens)
     if gen.waiting_served_ratio == 0:
@@ -129,7 +130,9 @@ def _prefill_passes(running: float, payload: Payload, prefill_budget: int,
     if gen.waiting_served_ratio * running < 1:
         return max(1.0, running), 0.0
     if gen.waiting_served_ratio >= 1:
-        return 1.0, 0.0
+        per_pass = max(1, prefill_budget // max(1, payload.input_tokens))
+        # A wave that one pass cannot hold goes in passes of what fits (see _router_running_cap).
+        return (running / per_pass, 0.0) if math.floor(gen.waiting_served_ratio * running) > per_pass else (1.0, 0.0)
     finishing_per_step = running / out
     interval = min(gen.max_waiting_tokens, math.floor(gen.waiting_served_ratio * running) / finishing_per_step)
     interval = max(1.0, interval)
