@@ -140,3 +140,14 @@ def test_the_simulator_agrees_with_the_emulator_served_over_http() -> None:
                         + ", ".join(f"{predicted:.0f} vs {emulated:.0f}" for predicted, emulated in compared.values()))
     for key, (predicted, emulated) in compared.items():
         assert predicted == pytest.approx(emulated, rel=0.15), key  # within 1 % when last run
+
+
+def test_a_pass_of_prompts_prefilled_together_costs_each_prompt_its_own_attention() -> None:
+    p = plan()
+    steps = steps_of(p)
+    sim = simulate(p, 1000, 5, SimulatedClosedLoop(4), requests=4, warmup=0)
+    # Four users start together: one pass takes all four prompts; attention is quadratic in each prompt's length,
+    # so the pass costs less than one 4,000-token prompt would.
+    first = sim.requests[:4]
+    assert all(ttft_ms(r) == pytest.approx(steps.prefill_s(4000, 4) * 1000) for r in first)
+    assert steps.prefill_s(4000, 4) < steps.prefill_s(4000)

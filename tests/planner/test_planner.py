@@ -119,3 +119,21 @@ def test_ttft_alone_is_the_prefill_and_with_others_decoding_one_step_more():
     assert alone.queue_wait_s == 0 and pair.queue_wait_s == 0
     step = steps.decode_step_s(2, 2 * (256 + 128))  # two sequences holding 256 + 128 tokens on average
     assert pair.ttft_ms == pytest.approx((steps.prefill_s(512, 2) + step) * 1000)
+
+
+def test_tgi_1_router_admits_prompts_longer_than_half_the_prefill_budget_one_per_twenty_steps():
+    # JumpStart's Llama 2 7B on ml.p4d.24xlarge: 3,840-token prompts, one per 4,096-token prefill pass. TGI 1.x adds
+    # a pass to a running batch of n only when floor(1.2 n) prompts fit in it, or after 20 decode steps: the batch
+    # levels off at 256 output tokens × 1 prompt ÷ 20 steps, the rest queue. TGI 3 admits at every step.
+    long = Payload(3840, 256)
+    tgi1 = shape("llama2-7b", "ml.p4d.24xlarge", 8, max_batch_total_tokens=131072)
+    point = predict_point(tgi1, long, 32)
+    assert point.running_per_copy == pytest.approx(256 / 20)
+    assert point.queued_per_copy == pytest.approx(32 - 256 / 20)
+    # past its queue wait a prompt gets its own pass (one prompt fits), then the step it joins
+    steps = StepModel(tgi1)
+    assert point.ttft_ms / 1000 - point.queue_wait_s == pytest.approx(
+        steps.prefill_s(3840) + steps.decode_step_s(13, 13 * (3840 + 128)))
+    assert predict_point(replace(tgi1, generation="tgi-3"), long, 32).running_per_copy == 32
+    # 256-token prompts: 16 per pass; 128 running finish 0.5 a step, 10 per 20 steps, which a pass holds.
+    assert predict_point(tgi1, P256, 128).running_per_copy == 128

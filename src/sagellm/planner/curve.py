@@ -120,7 +120,8 @@ def _prefill_passes(running: float, payload: Payload, prefill_budget: int,
     A router with a ratio waits until floor(ratio × running) prompts are queued, or max_waiting_tokens
     decode steps; a prompt that finds the batch empty goes at once, and below a minimum of one every prompt
     goes alone. At a ratio of 1 or more (TGI 1.x: 1.2) a closed loop never queues that many, so requests
-    run in waves: equal outputs finish together, the batch empties and the whole wave is prefilled at once.
+    run in waves: equal outputs finish together, the batch empties and the whole wave is prefilled at once,
+    unless one pass cannot hold floor(ratio × running) prompts: then it goes in passes of what one holds.
     """
     out = max(1, payload.output_tokens)
     if gen.waiting_served_ratio == 0:
@@ -129,11 +130,31 @@ def _prefill_passes(running: float, payload: Payload, prefill_budget: int,
     if gen.waiting_served_ratio * running < 1:
         return max(1.0, running), 0.0
     if gen.waiting_served_ratio >= 1:
-        return 1.0, 0.0
+        per_pass = max(1, prefill_budget // max(1, payload.input_tokens))
+        # A wave that one pass cannot hold goes in passes of what fits (see _router_running_cap).
+        return (running / per_pass, 0.0) if math.floor(gen.waiting_served_ratio * running) > per_pass else (1.0, 0.0)
     finishing_per_step = running / out
     interval = min(gen.max_waiting_tokens, math.floor(gen.waiting_served_ratio * running) / finishing_per_step)
     interval = max(1.0, interval)
     return min(running, max(1.0, out / interval)), (interval - 1) / 2
+
+
+def _router_running_cap(payload: Payload, prefill_budget: int, gen: Generation) -> float:
+    """Most sequences a router that waits for prompts (ratio > 0: TGI 1.x) keeps running in a closed loop.
+
+    TGI 1.x's router adds prompts to a running batch of n only when floor(ratio × n) of them fit in one
+    prefill pass (`MAX_BATCH_PREFILL_TOKENS`), or once `max_waiting_tokens` decode steps have passed since the
+    last pass (huggingface/text-generation-inference v1.1.0 @7a6fad6a: router/src/infer.rs `batching_task`
+    sets min_size, router/src/queue.rs `State::next_batch` returns no batch below it). Where a pass holds fewer prompts than
+    that (long prompts: one 3,840-token prompt in 4,096 tokens), the batch grows by one pass every
+    `max_waiting_tokens` steps while running ÷ output requests finish per step: it levels off at
+    output × prompts per pass ÷ max_waiting_tokens, and the rest wait in the queue.
+    """
+    if gen.waiting_served_ratio == 0:
+        return math.inf
+    per_pass = max(1, prefill_budget // max(1, payload.input_tokens))
+    free = (per_pass + 1) / gen.waiting_served_ratio  # below this batch size a pass always holds enough
+    return max(free, max(1, payload.output_tokens) * per_pass / gen.max_waiting_tokens)
 
 
 def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
@@ -144,7 +165,8 @@ def predict_point(shape: Shape, payload: Payload, concurrency: int) -> Point:
     rejected = admit is not None and per_copy > admit
     in_server = min(per_copy, admit) if admit is not None else per_copy
     capacity = max(1, shape.max_sequences(Payload(payload.input_tokens, payload.output_tokens)))
-    running = max(min(in_server, capacity), 1e-9)
+    cap = _router_running_cap(payload, shape.prefill_budget, steps.generation)
+    running = max(min(in_server, capacity, cap), 1e-9)
     out = max(1, payload.output_tokens)
 
     batch = max(1, round(running))

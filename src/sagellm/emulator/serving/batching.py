@@ -168,8 +168,9 @@ class CopyScheduler:
         if batch:
             # A pass cannot start before its requests arrive (an idle server starts on arrival).
             self.sim_s = max(self.sim_s, *(s.arrived_s for s in batch))
-            # A prefill pass for the newly admitted requests; decoding of the others pauses meanwhile.
-            yield self._advance(self.steps.prefill_s(sum(s.input_tokens for s in batch)))
+            # A prefill pass for the newly admitted requests; decoding of the others pauses meanwhile. Each prompt
+            # attends to itself only: the pass's attention grows with each prompt's length, not with their sum.
+            yield self._advance(self.steps.prefill_s(sum(s.input_tokens for s in batch), len(batch)))
             self.emit([s for s in batch if s.state == RUNNING])
         if self.running:
             yield self._advance(self.steps.decode_step_s(len(self.running), self.context))
