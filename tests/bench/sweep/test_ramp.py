@@ -256,22 +256,26 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
 
 @pytest.mark.integration
 def test_a_local_scale_to_zero_ramp_reports_the_cold_start_after_zero_copies(tmp_path: Path) -> None:
-    # One request, then idle: the copy scales in to zero (15 idle datapoints and the metric delay, ~3.5 min); the
-    # second step's first request is refused and its alarm starts a copy and an instance (120 s).
+    # One request, then idle: the copy scales in to zero (15 idle datapoints and the metric delay, ~3.5 min) and its
+    # idle instance is released 20 min later; the second step's first request is refused and its alarm starts a
+    # copy and an instance (120 s).
     out = tmp_path / "out"
     ran = sagellm("bench", "--profile", "scale-to-zero", "--model", MODEL, "--time-scale", "0.01",
-                  "--request-rate", "0.001,0.1", "--duration-per-level", "300", "--instance-startup", "120",
-                  "--out", str(out), timeout=240)
+                  "--request-rate", "0.0005,0.05", "--duration-per-level", "1800", "--instance-startup", "120",
+                  "--out", str(out), timeout=300)
     assert ran.returncode == 0, ran.stderr[-3000:]
     ramp = results_of(out)["ramp"]
     assert ramp["capacity"] == "copies"
     kinds = [e["kind"] for e in ramp["events"]]
-    assert kinds[:5] == ["alarm-low", "scale-in", "alarm-no-capacity", "scale-out", "in-service"]
-    zero, alarm, joined = (ramp["events"][i] for i in (1, 2, 4))
-    assert (zero["desired"], zero["instances"], joined["in_service"], joined["instances"]) == (0, 0, 1, 1)
-    assert 30 <= alarm["t_s"] - 300 <= 60  # the 30 s alarm period, then its 30 s delay
+    assert kinds[:6] == ["alarm-low", "scale-in", "instance-released", "alarm-no-capacity", "scale-out", "in-service"]
+    zero, released, alarm, joined = (ramp["events"][i] for i in (1, 2, 3, 5))
+    assert (zero["desired"], zero["instances"], released["instances"]) == (0, 1, 0)
+    assert released["t_s"] - zero["t_s"] == pytest.approx(1200)  # the instance idles through the release cooldown
+    assert (joined["in_service"], joined["instances"]) == (1, 1)
+    assert 30 <= alarm["t_s"] - 1800 <= 60  # the 30 s alarm period, then its 30 s delay
     # Refused from the step's start until the copy is in service, then the first token: the cold start.
-    assert ramp["cold_start_s"] == pytest.approx(joined["t_s"] - 300, abs=20)
+    assert ramp["cold_start_s"] == pytest.approx(joined["t_s"] - 1800, abs=20)
     assert ramp["cold_start_s"] > 120
     report = (out / "report.md").read_text()
     assert "cold start (first request after zero copies → first token)" in report and "| alarm-no-capacity |" in report
+    assert "| instance-released |" in report
