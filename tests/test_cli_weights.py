@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from bench_helpers import SAGELLM
+from bench_helpers import SAGELLM, finish, free_port, spawn, wait_for
 from sagellm.aws.local import LocalAws
 
 TINY = Path(__file__).resolve().parent / "fixtures" / "tiny-model"
@@ -44,3 +48,75 @@ def test_a_target_that_is_not_a_prefix_is_one_line_and_exit_2(server: LocalAws) 
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "sagellm: error: S3_URI: 's3://models/tiny' is not an S3 prefix; give s3://<bucket>/<prefix>/ (ending in '/')"]
+
+
+def uploaded(server: LocalAws) -> dict[str, str]:
+    """The tiny model uploaded under s3://models/tiny/ by `sagellm weights upload`; the local AWS's environment."""
+    server.reset()
+    server.client("s3").create_bucket(Bucket="models")
+    assert upload(str(TINY), "s3://models/tiny/", env=server.env()).returncode == 0
+    return server.env()
+
+
+@pytest.mark.integration
+def test_bench_deploys_a_model_from_its_s3_prefix_and_reads_its_config_there(server: LocalAws, tmp_path: Path) -> None:
+    env = uploaded(server)
+    out = tmp_path / "out"
+    ran = subprocess.run([str(SAGELLM), "bench", "--profile", "max-throughput", "--model", "my-org/tiny-llama",
+                          "--model-s3-uri", "s3://models/tiny/", "--instance", "ml.g5.xlarge", "--concurrency", "1",
+                          "--requests-per-level", "2", "--warmup", "0", "--time-scale", "0.1", "--output-tokens", "16",
+                          "--out", str(out)], capture_output=True, text=True, timeout=600, env=env, check=False)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    run = results["run"]
+    # A model the catalog does not know: planned from the config.json in the prefix, served from /opt/ml/model.
+    assert run["model"] == "my-org/tiny-llama" and run["environment"]["HF_MODEL_ID"] == "/opt/ml/model"
+    assert "HF_TOKEN" not in run["environment"]
+    assert results["levels"][0]["ok"] == 2
+
+
+@pytest.mark.slow
+def test_emulate_serves_a_model_planned_from_the_config_json_in_its_s3_prefix(server: LocalAws) -> None:
+    env = uploaded(server)
+    port = free_port()
+    proc = spawn("emulate", "--profile", "max-throughput", "--model", "my-org/tiny-llama", "--model-s3-uri",
+                 "s3://models/tiny/", "--instance", "ml.g5.xlarge", "--port", str(port), env=env)
+    started = time.monotonic()
+    try:
+        info: dict[str, object] = {}
+
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=1) as reply:
+                    info.update(json.load(reply))
+                return True
+            except OSError:
+                return proc.poll() is not None  # ended: fail below with its stderr
+
+        wait_for(answers, 60, "the emulator's /info")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert info["model_id"] == "my-org/tiny-llama"
+        # The plan's limits come from the config.json staged in S3: its 2048-token context.
+        assert info["max_total_tokens"] == 2048
+    finally:
+        proc.send_signal(signal.SIGINT)
+        finish(proc, started, timeout=30)
+
+
+@pytest.mark.parametrize("command", ["bench", "emulate"])
+def test_a_model_s3_uri_that_is_not_a_prefix_is_one_line_and_exit_2(command: str, server: LocalAws) -> None:
+    ran = subprocess.run([str(SAGELLM), command, "--profile", "max-throughput", "--model", "my-org/tiny-llama",
+                          "--model-s3-uri", "s3://models/tiny"], capture_output=True, text=True, timeout=120,
+                         env=server.env(), check=False)
+    assert ran.returncode == 2
+    assert ran.stderr.splitlines() == [
+        ("sagellm: error: --model-s3-uri: 's3://models/tiny' is not an S3 prefix; give s3://<bucket>/<prefix>/ "
+         "(ending in '/')")]
+
+
+def test_an_existing_endpoint_takes_no_model_s3_uri(server: LocalAws) -> None:
+    ran = subprocess.run([str(SAGELLM), "bench", "--target", "sagemaker", "--endpoint-name", "prod-chat",
+                          "--model-s3-uri", "s3://models/tiny/"], capture_output=True, text=True, timeout=120,
+                         env=server.env(), check=False)
+    assert ran.returncode == 2
+    assert "--model-s3-uri: an existing endpoint serves the weights it was deployed with" in ran.stderr

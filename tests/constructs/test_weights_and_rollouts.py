@@ -160,3 +160,40 @@ def test_weights_from_s3_in_a_vpc_warn_that_the_subnets_must_reach_s3() -> None:
     annotations.has_warning("/Stack/Llm", Match.string_like_regexp("S3 gateway endpoint"))
     # No Hub to reach: no warning about a route to it.
     assert annotations.find_warning("/Stack/Llm", Match.string_like_regexp("Hugging Face Hub")) == []
+
+
+@pytest.mark.slow
+def test_an_inferentia_plan_with_weights_from_s3_reads_them_from_disk_and_keeps_the_hub_for_its_compiled_model() -> None:
+    from sagellm.profiles import resolve
+
+    uri = "s3://team-models/llama-3.1-8b/"
+    plan = resolve("max-throughput", "meta-llama/Llama-3.1-8B", "ml.inf2.xlarge", model_s3_uri=uri)
+    assert plan.hf_token_secret is None and plan.gated_models == []  # gated on the Hub, not from S3
+    template, stack = template_of(plan)
+    [model] = template.find_resources("AWS::SageMaker::Model").values()
+    container = model["Properties"]["PrimaryContainer"]
+    assert container["ModelDataSource"] == {
+        "S3DataSource": {"S3Uri": uri, "S3DataType": "S3Prefix", "CompressionType": "None"}}
+    # The neuron entry point reads MODEL_ID, TGI's launcher HF_MODEL_ID: both name the folder SageMaker fills.
+    env = container["Environment"]
+    assert env["MODEL_ID"] == env["HF_MODEL_ID"] == "/opt/ml/model"
+    assert "HF_TOKEN" not in env and TOKEN_REF not in json.dumps(template.to_json())
+    assert container["Image"].endswith("/huggingface-pytorch-tgi-inference:2.7.0-optimum3.3.6-neuronx-py310-ubuntu22.04")
+    # A plain snapshot is exported from the Hub's neuron cache as the server starts: no network isolation.
+    assert model["Properties"].get("EnableNetworkIsolation") in (None, False)
+    template.has_resource_properties("AWS::SageMaker::EndpointConfig", {"ProductionVariants": [Match.object_like({
+        "InstanceType": "ml.inf2.xlarge", "InferenceAmiVersion": "al2-ami-sagemaker-inference-neuron-2",
+        "ContainerStartupHealthCheckTimeoutInSeconds": 1800, "ModelDataDownloadTimeoutInSeconds": 1800})]})
+    statements = [s for p in template.find_resources("AWS::IAM::Policy").values()
+                  for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    reads = sorted(str(s["Resource"]) for s in statements if str(s["Action"]).startswith("s3:"))
+    assert len(reads) == 2 and all("team-models" in r for r in reads)
+    assert "llama-3.1-8b/*" in reads[0] + reads[1]
+    # Isolation asked for anyway: said at synth, with what it would take.
+    isolated, _ = template_of(plan, network_isolation=True)
+    [model] = isolated.find_resources("AWS::SageMaker::Model").values()
+    assert model["Properties"]["EnableNetworkIsolation"] is True
+    stack = Stack(cdk_app(), "Isolated", stack_name="sagellm-isolated")
+    LlmEndpoint(stack, "Llm", plan=plan, network_isolation=True)
+    Annotations.from_stack(stack).has_warning("/Isolated/Llm", Match.string_like_regexp("aws-neuron/optimum-neuron-cache"))
+    assert not lint(json.dumps(Template.from_stack(stack).to_json()), regions=["us-east-1"])

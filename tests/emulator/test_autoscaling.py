@@ -9,8 +9,16 @@ import math
 
 import pytest
 
-from sagellm.emulator.serving.autoscaling import INSTANCE_STARTUP_S, Policy, TargetTracking
-from sagellm.profiles.plan import CONCURRENT_REQUESTS_PER_MODEL, ScalingPlan
+from sagellm.catalog import instances
+from sagellm.emulator.serving.autoscaling import (
+    INSTANCE_RELEASE_COOLDOWN_S,
+    INSTANCE_STARTUP_S,
+    EndpointScaling,
+    ManagedInstances,
+    Policy,
+    TargetTracking,
+)
+from sagellm.profiles.plan import CONCURRENT_REQUESTS_PER_MODEL, ComputeRequirements, ScalingPlan
 
 HOLD_S = 60.0  # how long each driven request stays in flight
 _held: dict[int, list[float]] = {}  # per loop: when its requests in flight end
@@ -175,14 +183,30 @@ def test_about_two_in_flight_per_instance_never_scales_and_well_above_the_target
 
 
 def copy_policy(**kw: float) -> Policy:
-    """Copies of an inference component, two per instance, scaling from zero to four."""
+    """Copies of an inference component, scaling from zero to four."""
     from sagellm.profiles.plan import CONCURRENT_REQUESTS_PER_COPY
 
-    return policy(metric=CONCURRENT_REQUESTS_PER_COPY, min_capacity=0, copies_per_instance=2, **kw)
+    return policy(metric=CONCURRENT_REQUESTS_PER_COPY, min_capacity=0, **kw)
+
+
+def fleet(copies: dict[str, int], *, accelerators: dict[str, int] | None = None, min_count: int = 0,
+          max_count: int = 4, initial: int = 1) -> ManagedInstances:
+    """Managed instances of ml.g5.12xlarge (4 GPUs) under components whose copies take 2 GPUs each (two per
+    instance) unless `accelerators` says otherwise; the policy's 300 s start-up."""
+    gpus = accelerators or {}
+    compute = {name: ComputeRequirements(accelerators=gpus.get(name, 2), cpu_cores=1, min_memory_mib=1024)
+               for name in copies}
+    return ManagedInstances(instances()["ml.g5.12xlarge"], compute, dict(copies), initial_count=initial,
+                            min_count=min_count, max_count=max_count, instance_startup_s=300.0)
+
+
+def component(in_service: int = 1, **kw: float) -> TargetTracking:
+    """One component's copies on their own managed instances."""
+    return TargetTracking(copy_policy(**kw), in_service=in_service, fleet=fleet({"a": in_service}), component="a")
 
 
 def test_copies_that_fit_on_a_running_instance_start_faster_than_ones_that_need_another() -> None:
-    tt = TargetTracking(copy_policy(), in_service=1)
+    tt = component()
     assert tt.instances == 1
     drive(tt, rate_per_s=3.0, until_s=600.0)  # 180 in flight per copy: wants 3 copies, 2 per instance
     out = next(e for e in tt.events if e.kind == "scale-out")
@@ -191,15 +215,35 @@ def test_copies_that_fit_on_a_running_instance_start_faster_than_ones_that_need_
     assert [round(e.t_s - out.t_s) for e in in_service[:2]] == [round(300.0 * 2.28 / 5.028), 300]
 
 
-def test_a_component_scales_in_to_zero_copies_and_instances_when_idle() -> None:
-    tt = TargetTracking(copy_policy(scale_in_cooldown_s=0.0), in_service=1)
-    tt.advance(15 * 60.0 + 120.0)  # 15 idle datapoints, then the metric delay
-    assert (tt.in_service, tt.desired, tt.instances) == (0, 0, 0)
-    assert [e.kind for e in tt.events] == ["alarm-low", "scale-in"]
+def test_a_component_scales_in_to_zero_copies_and_its_instance_goes_after_the_release_cooldown() -> None:
+    tt = component(scale_in_cooldown_s=0.0)
+    scaling = EndpointScaling({"a": tt}, "a", tt.fleet)
+    scaling.advance(15 * 60.0 + 120.0)  # 15 idle datapoints, then the metric delay: zero copies at 960 s
+    assert (tt.in_service, tt.desired, tt.instances) == (0, 0, 1)  # the idle instance stays ...
+    scaling.advance(960.0 + INSTANCE_RELEASE_COOLDOWN_S - 1)
+    assert tt.instances == 1
+    scaling.advance(960.0 + INSTANCE_RELEASE_COOLDOWN_S)  # ... 20 min after the last endpoint operation
+    assert tt.instances == 0
+    assert [(e.kind, e.instances) for e in tt.events] == [("alarm-low", 1), ("scale-in", 1),
+                                                          ("instance-released", 0)]
+    assert tt.events[-1].t_s == 960.0 + 1200.0
+
+
+def test_a_copy_that_comes_back_before_the_release_starts_on_the_idle_instance() -> None:
+    tt = component(scale_in_cooldown_s=0.0)
+    scaling = EndpointScaling({"a": tt}, "a", tt.fleet)
+    scaling.advance(1020.0)  # zero copies at 960 s; the instance is idle
+    tt.no_capacity(1000.0 + 20.0)
+    scaling.advance(1020.0 + 60.0 + 300.0)  # the alarm by 1080 s, a copy's start-up only (136 s), not 300 s
+    out = next(e for e in tt.events if e.kind == "scale-out")
+    joined = next(e for e in tt.events if e.kind == "in-service")
+    assert round(joined.t_s - out.t_s) == round(300.0 * 2.28 / 5.028)
+    assert "instance-released" not in kinds(tt) and tt.instances == 1
 
 
 def test_a_request_at_zero_copies_fires_the_no_capacity_alarm_and_one_copy_starts_on_a_new_instance() -> None:
-    tt = TargetTracking(copy_policy(), in_service=0)
+    tt = TargetTracking(copy_policy(), in_service=0, fleet=fleet({"a": 0}, initial=0), component="a")
+    assert tt.instances == 0
     tt.no_capacity(10.0)
     tt.no_capacity(20.0)  # the same 30 s period: one alarm
     tt.advance(59.0)
@@ -214,12 +258,46 @@ def test_a_request_at_zero_copies_fires_the_no_capacity_alarm_and_one_copy_start
 
 
 def test_datapoints_from_before_zero_copies_do_not_count_towards_the_next_scale_in() -> None:
-    tt = TargetTracking(copy_policy(scale_in_cooldown_s=0.0), in_service=1)
+    tt = component(scale_in_cooldown_s=0.0)
     tt.advance(1020.0)  # scaled in to zero at 960 s
     tt.no_capacity(1000.0)
-    tt.advance(1000.0 + 60.0 + 300.0)  # the alarm at 1060 s, the copy (and its instance) at 1360 s
+    tt.advance(1000.0 + 60.0 + 300.0)  # the alarm at 1050 s, the copy (on the idle instance) 136 s later
     assert tt.in_service == 1
-    tt.advance(1360.0 + 14 * 60.0)  # idle again, but only 14 datapoints since the gap
+    joined = next(e.t_s for e in tt.events if e.kind == "in-service")
+    tt.advance(joined + 14 * 60.0)  # idle again, but only 14 datapoints since the gap
     assert tt.in_service == 1
-    tt.advance(1360.0 + 15 * 60.0 + 60.0)
+    tt.advance(joined + 15 * 60.0 + 60.0)
     assert tt.in_service == 0
+
+
+def test_each_component_scales_on_its_own_and_the_instances_follow_the_sum_of_their_accelerators() -> None:
+    shared = fleet({"busy": 1, "idle": 1}, accelerators={"busy": 2, "idle": 3})
+    busy, idle = (TargetTracking(copy_policy(max_capacity=4), in_service=1, fleet=shared, component=name)
+                  for name in ("busy", "idle"))
+    scaling = EndpointScaling({"busy": busy, "idle": idle}, "busy", shared)
+    assert shared.count == 2  # 2 + 3 GPUs on 4-GPU instances
+    t, held = 0.25, []
+    while t < 600.0:  # 3 requests/s held 60 s at the busy component only: 180 in flight per copy
+        scaling.advance(t)
+        for end in [e for e in held if e <= t]:
+            busy.finished(end)
+            held.remove(end)
+        for _ in range(3 if t % 1.0 < 0.5 else 0):
+            busy.started(t)
+            held.append(t + HOLD_S)
+        t += 0.5
+    scaling.advance(600.0)
+    assert busy.desired == 3 and idle.desired == 1  # the idle component's copies do not follow the busy one's
+    assert [e.kind for e in idle.events] == []
+    # 3 × 2 + 3 GPUs: three instances, though the busy component's copies alone would fit on two
+    assert shared.count == 3 and busy.instances == idle.instances == 3
+    scaling.advance(900.0)
+    assert busy.in_service == 3
+
+
+def test_copies_beyond_max_instance_count_do_not_start() -> None:
+    tt = TargetTracking(copy_policy(max_capacity=4), in_service=1, fleet=fleet({"a": 1}, max_count=1),
+                        component="a")
+    drive(tt, rate_per_s=3.0, until_s=600.0)  # wants 3 copies; one instance holds 2
+    assert tt.desired == 2 and tt.instances == 1
+    assert any(e.kind == "blocked" and "MaxInstanceCount" in e.detail for e in tt.events)

@@ -140,3 +140,37 @@ def test_a_component_scaled_to_zero_refuses_with_no_capacity_then_its_alarm_star
     kinds = [e["kind"] for e in after["events"]]
     assert kinds == ["alarm-low", "scale-in", "alarm-no-capacity", "scale-out", "in-service"]
     assert (after["in_service"], after["instances"], after["no_capacity_failures"]) == (1, 1, 1)
+
+
+@pytest.mark.slow
+def test_each_component_scales_its_own_copies_on_the_requests_it_holds() -> None:
+    from sagellm.emulator.frontend.container import IC_HEADER
+
+    data = scaling_plan("inference-component").model_dump()
+    first = {**data["models"][0], "compute": {"accelerators": 1, "cpu_cores": 2, "min_memory_mib": 1024}}
+    data["models"] = [first, {**first, "name": "second"}]
+    data["instance_type"] = "ml.g5.12xlarge"  # four GPUs: room for both components and a third copy
+    p = DeploymentPlan.model_validate(data)
+    body = {"inputs": make_prompt(16), "parameters": {"max_new_tokens": 64}}
+
+    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 240.0 * TIME_SCALE
+
+        async def one_stream() -> None:
+            while loop.time() < end:
+                async with session.post(f"{url}/endpoints/ep/invocations", json=body,
+                                        headers={IC_HEADER: "second"}) as resp:
+                    assert resp.status == 200
+                    await resp.read()
+
+        await asyncio.gather(*(one_stream() for _ in range(4)))  # 4 in flight at the second, the target is 1
+        return await state(session, url), {name: len(m.copies) for name, m in emulator.models.items()}
+
+    after, copies = serve(p, scenario, instance_startup_s=30.0)
+    second, primary = after["components"]["second"], after["components"]["llama2-7b"]
+    assert [e["kind"] for e in second["events"]][:3] == ["breach", "alarm-high", "scale-out"]
+    assert (second["desired"], primary["desired"]) == (2, 1)
+    assert [e["kind"] for e in primary["events"]] == []
+    assert copies == {"llama2-7b": 1, "second": 2}
+    assert after["fleet"]["instances"] == 1  # three one-GPU copies on one four-GPU instance

@@ -164,7 +164,8 @@ def _design(serving: ServingSpec, options: WorkloadOptions, deployed: DeployedEn
     design = design_for(profile, model, deployed.instance_type if deployed else serving.instance,
                         payload=serving.payload if longest == default else longest, region=serving.region,
                         profiles_dir=serving.profiles_dir,
-                        instance_count=deployed.instance_count if deployed else None, engine=serving.engine)
+                        instance_count=deployed.instance_count if deployed else None, engine=serving.engine,
+                        model_s3_uri=serving.model_s3_uri)
     return design, workload
 
 

@@ -20,6 +20,7 @@ from sagellm.bench.load.open_loop import ARRIVALS, Arrivals
 from sagellm.bench.load.workers import worker_problems
 from sagellm.bench.sweep.choosers import Sweep
 from sagellm.bench.sweep.run import MAX_IN_FLIGHT
+from sagellm.catalog.s3_weights import split_s3_prefix
 from sagellm.engines import engine_option
 from sagellm.errors import InputError
 from sagellm.planner import Payload
@@ -125,9 +126,12 @@ class ServingSpec:  # `Serving` is a profile's container settings (profiles/sche
     profiles_dir: Path | None = None
     hf_token_secret: str | None = None  # Secrets Manager name or ARN (overrides the profile's)
     engine: str | None = None  # a container kind in place of the profile's (sagellm.engines.ENGINES)
+    model_s3_uri: str | None = None  # the model's weights staged in S3 (no token, no Hub), else the profile's source
 
     def __post_init__(self) -> None:
         engine_option(self.engine, "ServingSpec.engine")
+        if self.model_s3_uri is not None:
+            split_s3_prefix(self.model_s3_uri, "ServingSpec.model_s3_uri")
         if self.hf_token_secret is not None:
             _raise(token_errors({"hf_token_secret": self.hf_token_secret}, lambda loc: "ServingSpec.hf_token_secret"))
 
@@ -275,6 +279,9 @@ def pairing_problems(serving: ServingSpec, target: TargetSpec) -> list[str]:
             return [("ServingSpec.profile/ServingSpec.model: give both to label and predict the run, or neither "
                      "(no prediction)")]
         return []
+    if isinstance(target, Endpoint) and serving.model_s3_uri is not None:
+        return [("ServingSpec.model_s3_uri: an existing endpoint serves the weights it was deployed with; leave it "
+                 "out (it applies to what a bench deploys)")]
     if not isinstance(target, Endpoint) and not (serving.profile and serving.model):
         return [("ServingSpec.profile/ServingSpec.model: required: the profile and the catalog model to deploy (or "
                  "name a deployed endpoint to bench: Endpoint.name)")]

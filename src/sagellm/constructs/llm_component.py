@@ -9,7 +9,13 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from sagellm.constructs.inference_component import component_name, scaled_component
-from sagellm.constructs.llm_endpoint import LlmEndpoint, plan_errors, tag_with_plan, token_reference
+from sagellm.constructs.llm_endpoint import (
+    LlmEndpoint,
+    plan_errors,
+    reaches_hub,
+    tag_with_plan,
+    token_reference,
+)
 from sagellm.constructs.metrics import PERIOD, EndpointMetrics, ILlmEndpoint
 from sagellm.constructs.model import container_model
 from sagellm.constructs.role import INVOKE_ACTIONS, execution_role
@@ -51,7 +57,7 @@ class LlmComponent(Construct, EndpointMetrics):
         (model,) = plan.models
         weights = [model.model_data_s3_uri] if model.model_data_s3_uri is not None else []
         if network_isolation is None:
-            network_isolation = bool(weights)
+            network_isolation = not reaches_hub(plan)
         self.role: iam.IRole = role or execution_role(
             self, "Role", image_uris=[model.image_uri], kms_key=None, inference_components=True,
             weights_s3_uris=weights,

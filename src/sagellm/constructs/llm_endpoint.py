@@ -21,6 +21,7 @@ from sagellm.constructs.metrics import EndpointMetrics
 from sagellm.constructs.model import container_model
 from sagellm.constructs.role import INVOKE_ACTIONS, VpcNetwork, ecr_repository_arn, execution_role
 from sagellm.constructs.scaling import VARIANT_INSTANCES, Scaling
+from sagellm.engines import Engine, engine_for
 from sagellm.errors import InputError
 from sagellm.profiles.plan import VERSION_TAG, DeploymentPlan, instances_for, pascal, with_min_copies
 from sagellm.profiles.schema import TIMEOUT_RANGE_S, VOLUME_RANGE_GB  # SageMaker's accepted ranges
@@ -43,7 +44,8 @@ class LlmEndpoint(Construct, EndpointMetrics):
     `HF_TOKEN`, so the execution role needs no Secrets Manager access. `network_isolation` blocks the
     container's network: TGI then cannot download weights from the Hub. A model whose plan stages its weights in
     S3 (`model_data_s3_uri`) needs neither token nor Hub: the role reads that prefix only, and `network_isolation`
-    defaults to on when every model's weights come from S3 (nothing in the container needs the network then).
+    defaults to on when every model's weights come from S3 and the image reads nothing else from the Hub as it
+    starts (Inferentia's does: its compiled models, so it stays off there).
     """
 
     def __init__(
@@ -67,7 +69,7 @@ class LlmEndpoint(Construct, EndpointMetrics):
         self.plan = plan
         weights = [m.model_data_s3_uri for m in plan.models if m.model_data_s3_uri is not None]
         if network_isolation is None:
-            network_isolation = len(weights) == len(plan.models)
+            network_isolation = not reaches_hub(plan)
         self._validate(
             vpc=vpc,
             subnets=subnets,
@@ -251,7 +253,25 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 "network_isolation: the container cannot reach the Hugging Face Hub; "
                 "the image must find the model data elsewhere (S3)",
             )
+        elif network_isolation and (hub := _engine(self.plan).hub_at_start) is not None:
+            warn(
+                "NetworkIsolation",
+                f"network_isolation: the image looks up its compiled model in the Hub's {hub} as it starts, unless "
+                "the weights in S3 are a neuron export; stage an export there, or leave network_isolation off",
+            )
         return errors
+
+
+def _engine(plan: DeploymentPlan) -> Engine:
+    """The plan's serving engine (on Inferentia, its neuron build)."""
+    instance = instances().get(plan.instance_type)
+    return engine_for(plan.container, neuron=instance is not None and instance.is_neuron)
+
+
+def reaches_hub(plan: DeploymentPlan) -> bool:
+    """Whether a container reads the Hugging Face Hub as it starts: weights from the Hub, or an image that looks up a
+    Hub cache even with its weights from S3 (Inferentia's compiled models)."""
+    return any(m.model_data_s3_uri is None for m in plan.models) or _engine(plan).hub_at_start is not None
 
 
 def tag_with_plan(scope: Construct, plan: DeploymentPlan) -> None:

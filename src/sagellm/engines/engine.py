@@ -166,6 +166,9 @@ class Engine(ABC):
     queues: bool  # admission: True queues every request (no 429), False refuses above MAX_CONCURRENT_REQUESTS
     payload_too_large = ""  # the refusal of a body over payload_limit()
     min_startup_timeout_s = 0  # the least start-up (and download) timeout an `auto` plan gives the image
+    # A Hugging Face Hub repository the server reads as it starts even when its weights are on disk (None: none), so
+    # network isolation would stop it.
+    hub_at_start: str | None = None
     inference_ami_version: InferenceAmiVersion | None = None  # a host AMI every image of the engine needs
     stream_content_type: str  # how a streamed generate reply is framed
     # The bodies its `/invocations` takes (generate: TGI's; chat, completions: OpenAI's), and the one the bench

@@ -40,6 +40,12 @@ CORES_PER_CHIP = 2  # NeuronCores per Inferentia2 chip
 # inference_ami_version="al2-ami-sagemaker-inference-neuron-2" (the AMI with Neuron driver 2.19, added for
 # the TGI 3.3.x neuron images in #156). Loading a compiled model from the cache takes longer than a GPU load.
 STARTUP_TIMEOUT_S = 1800
+# The compiled models the server looks up as it starts, on the Hub: a model folder without a neuron export (a plain
+# snapshot, e.g. weights staged in S3 at /opt/ml/model) is exported from this cache, and `is_cached` first lists the
+# repository's registry and matches the folder's config.json against it (TGI v3.3.6
+# backends/neuron/server/text_generation_server/model.py `fetch_model`; optimum-neuron cache/hub_cache.py
+# `get_hub_cached_entries`, `HfApi.list_repo_files`). Only a folder holding a neuron export skips it.
+NEURON_CACHE_REPO = "aws-neuron/optimum-neuron-cache"
 INFERENCE_AMI_VERSION: InferenceAmiVersion = "al2-ami-sagemaker-inference-neuron-2"
 
 
@@ -81,6 +87,7 @@ class TgiNeuron(Tgi):
     model_id_variables = ("MODEL_ID", "HF_MODEL_ID")
     min_startup_timeout_s = STARTUP_TIMEOUT_S
     inference_ami_version = INFERENCE_AMI_VERSION
+    hub_at_start = NEURON_CACHE_REPO
 
     def image_version(self, version: str) -> str:
         """Always the pinned optimum-neuron image (its TGI version is fixed by the build)."""

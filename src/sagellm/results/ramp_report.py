@@ -33,6 +33,9 @@ def render_ramp(ramp: RampRecord) -> list[str]:
                   f"{p.out_datapoints} datapoints above / {p.in_datapoints} below 90 %, acted on "
                   f"{p.metric_delay_s:g} s after the period; cooldowns out {p.scale_out_cooldown_s:g} s / in "
                   f"{p.scale_in_cooldown_s:g} s; instance start-up {p.instance_startup_s:g} s)"), ""]
+    elif ramp.scaling == "observed":
+        lines += [(f"Scaling: **observed** on the endpoint ({ramp.capacity} and instances as its control plane "
+                   "reported them while the ramp ran, and its scaling activities)"), ""]
     else:
         lines += ["Scaling: **none observed** (a fixed fleet, or a target whose scaling is not read)", ""]
     slo = f"{ramp.slo_ms_per_token:g} ms/token" if ramp.slo_ms_per_token is not None else "no SLO given"
@@ -47,7 +50,7 @@ def render_ramp(ramp: RampRecord) -> list[str]:
         f"| first new instance InService | {_s(ramp.first_in_service_s)} |",
         f"| **breach → new instance InService** | **{_s(ramp.breach_to_in_service_s)}** |",
         *([f"| **cold start (first request after zero copies → first token)** | **{_s(ramp.cold_start_s)}** |"]
-          if ramp.capacity == "copies" else []),
+          if ramp.capacity == "copies" or ramp.cold_start_s is not None else []),
         f"| over the SLO ({slo}) | {violated} |",
         f"| requests sent while scaling out | {ramp.requests_while_scaling} |",
         f"| … failed | {ramp.failed_while_scaling} |",
@@ -92,7 +95,7 @@ def plot_ramp(results: Results, path: Path) -> None:
     load.bar(t, [iv.errors / ramp.interval_s for iv in ramp.intervals], width=ramp.interval_s / 60 * 0.8,
              color="tab:red", alpha=0.5, label="failed")
     load.set_ylabel("requests/s")
-    if ramp.scaling == "simulated":
+    if ramp.scaling != "none":
         # Exact times from the events (the intervals only sample the count at their ends).
         end = ramp.intervals[-1].start_s + ramp.interval_s if ramp.intervals else 0.0
         first = results.run.instance_count or 0
@@ -122,6 +125,9 @@ def plot_ramp(results: Results, path: Path) -> None:
     zero = next((e.t_s for e in ramp.events if e.kind == "scale-in" and e.desired == 0), None)
     if ramp.cold_start_s is not None and zero is not None:
         marks.append((zero, "zero copies"))
+    released = next((e.t_s for e in ramp.events if e.kind == "instance-released"), None)
+    if released is not None:
+        marks.append((released, "instance released"))
     for ax in (load, inst, lat):
         for at, label in marks:
             if at is not None:

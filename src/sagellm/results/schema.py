@@ -376,7 +376,9 @@ class RampRecord(_Strict):
     rates: list[float]  # the steps, requests/s
     step_s: float  # simulated seconds per step
     interval_s: float  # the time series' resolution
-    scaling: Literal["simulated", "none"]  # the emulator's target tracking, or none observed
+    # the emulator's target tracking; what a SageMaker endpoint's control plane showed (copies, instances,
+    # scaling activities); or none observed
+    scaling: Literal["simulated", "observed", "none"]
     policy: ScalingPolicyRecord | None
     intervals: list[RampInterval]
     events: list[ScalingEvent]

@@ -15,7 +15,7 @@ from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.sweep.ramp import ramp_rates, ramp_steps, run_ramp
-from sagellm.bench.sweep.ramp_figures import ramp_block
+from sagellm.bench.sweep.ramp_figures import cold_start_s, ramp_block
 from sagellm.errors import InputError
 from sagellm.planner import Payload, predict
 from sagellm.profiles import design_for
@@ -118,12 +118,19 @@ def test_without_simulated_scaling_the_ramp_says_so_and_counts_the_fixed_fleet()
     assert ramp.instance_minutes == pytest.approx(3 * 2.0)
 
 
+def refused(start_s: float) -> RequestRecord:
+    """A request SageMaker refused for want of a copy, as the transport records it."""
+    return RequestRecord(request_rate=1.0, start_s=start_s, ok=False, e2e_s=0.05, status=400,
+                         error_kind="validation", error="HTTP 400 ValidationError: Inference Component has no capacity "
+                                                        "to process this request. ApplicationAutoScaling may be …")
+
+
 def test_a_component_ramp_reports_copies_instances_and_the_cold_start_after_zero_copies() -> None:
     # Scaled to zero at 200 s; the requests at 300 and 310 s are refused, the one at 320 s gets its first token
-    # 0.1 s later: the first caller after zero waited 20.1 s.
-    records = [record(0.0), record(300.0, ok=False), record(310.0, ok=False), record(320.0)]
-    events = [(200.0, "scale-in", 0, 0, 0), (300.0, "alarm-no-capacity", 0, 0, 0), (300.0, "scale-out", 1, 0, 1),
-              (315.0, "in-service", 1, 1, 1)]
+    # 0.1 s later: the first caller after zero waited 20.1 s. The instance stays until released at 1400 s.
+    records = [record(0.0), refused(300.0), refused(310.0), record(320.0)]
+    events = [(200.0, "scale-in", 0, 0, 1), (300.0, "alarm-no-capacity", 0, 0, 1), (300.0, "scale-out", 1, 0, 1),
+              (315.0, "in-service", 1, 1, 1), (500.0, "scale-in", 0, 0, 1), (560.0, "instance-released", 0, 0, 0)]
     state = {**scaling_state(0.0), "instances": 1,
              "events": [{"t_s": t, "kind": k, "desired": d, "in_service": n, "instances": i, "detail": ""}
                         for t, k, d, n, i in events]}
@@ -131,9 +138,37 @@ def test_a_component_ramp_reports_copies_instances_and_the_cold_start_after_zero
                       initial_instances=1, slo_ms_per_token=None, usd_per_instance_h=None, interval_s=60.0)
     assert ramp.capacity == "copies"
     assert ramp.cold_start_s == pytest.approx(20.1)
-    assert [iv.instances_running for iv in ramp.intervals] == [None, None, None, 0, 1, 1, 1, 1, 1, 1]
-    assert ramp_block(records, rates=[0.1], step_s=300.0, scaling=scaling_state(0.0), scaling_offset_s=0.0,
-                      initial_instances=1, slo_ms_per_token=None, usd_per_instance_h=None).cold_start_s is None
+    assert [iv.instances_running for iv in ramp.intervals] == [None, None, None, 1, 1, 1, 1, 1, 1, 0]
+    # Instance-minutes count the instance held while idle, not the copies: one instance until 560 s.
+    assert ramp.instance_minutes == pytest.approx(560 / 60)
+
+
+def test_the_cold_start_comes_from_the_records_alone_on_any_target() -> None:
+    # No scaling read at all (e.g. an endpoint whose scaling events are not read): the bench's own records tell.
+    records = [record(0.0), record(100.0, ok=False), refused(300.0), refused(310.0), record(320.0)]
+    ramp = ramp_block(records, rates=[0.01, 0.1], step_s=300.0, scaling=None, scaling_offset_s=0.0,
+                      initial_instances=1, slo_ms_per_token=None, usd_per_instance_h=None, interval_s=60.0)
+    assert ramp.scaling == "none" and ramp.cold_start_s == pytest.approx(20.1)
+    # A failure that is not SageMaker's no-capacity error starts no cold start; nothing served after: none.
+    assert cold_start_s([record(0.0), record(100.0, ok=False), record(200.0)]) is None
+    assert cold_start_s([record(0.0), refused(300.0)]) is None
+
+
+def test_scaling_observed_on_an_endpoint_puts_its_copies_and_instances_on_the_ramps_clock() -> None:
+    events = [{"t_s": 50.0, "kind": "observed", "desired": 1, "in_service": 1, "instances": 1},
+              {"t_s": 250.0, "kind": "activity", "desired": 2, "in_service": 1, "instances": 2,
+               "detail": "Successful: Setting desired copy count to 2."},
+              {"t_s": 260.0, "kind": "observed", "desired": 2, "in_service": 1, "instances": 2},
+              {"t_s": 450.0, "kind": "observed", "desired": 2, "in_service": 2, "instances": 2}]
+    state = {"observed": True, "now_s": 500.0, "desired": 2, "in_service": 2, "instances": 2, "events": events}
+    ramp = ramp_block([record(t) for t in range(0, 600, 10)], rates=[0.1, 0.1], step_s=300.0, scaling=state,
+                      scaling_offset_s=50.0, initial_instances=1, slo_ms_per_token=None, usd_per_instance_h=None,
+                      interval_s=60.0)
+    assert (ramp.scaling, ramp.policy, ramp.capacity) == ("observed", None, "copies")
+    assert [e.t_s for e in ramp.events] == [0.0, 200.0, 210.0, 400.0]
+    assert [iv.instances_in_service for iv in ramp.intervals] == [1, 1, 1, 1, 1, 1, 2, 2, 2, 2]
+    assert [iv.instances_running for iv in ramp.intervals][:4] == [1, 1, 1, 2]
+    assert ramp.requests_while_scaling == 20  # sent from 200 s (desired 2 > current 1) to 400 s
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -221,22 +256,26 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
 
 @pytest.mark.integration
 def test_a_local_scale_to_zero_ramp_reports_the_cold_start_after_zero_copies(tmp_path: Path) -> None:
-    # One request, then idle: the copy scales in to zero (15 idle datapoints and the metric delay, ~3.5 min); the
-    # second step's first request is refused and its alarm starts a copy and an instance (120 s).
+    # One request, then idle: the copy scales in to zero (15 idle datapoints and the metric delay, ~3.5 min) and its
+    # idle instance is released 20 min later; the second step's first request is refused and its alarm starts a
+    # copy and an instance (120 s).
     out = tmp_path / "out"
     ran = sagellm("bench", "--profile", "scale-to-zero", "--model", MODEL, "--time-scale", "0.01",
-                  "--request-rate", "0.001,0.1", "--duration-per-level", "300", "--instance-startup", "120",
-                  "--out", str(out), timeout=240)
+                  "--request-rate", "0.0005,0.05", "--duration-per-level", "1800", "--instance-startup", "120",
+                  "--out", str(out), timeout=300)
     assert ran.returncode == 0, ran.stderr[-3000:]
     ramp = results_of(out)["ramp"]
     assert ramp["capacity"] == "copies"
     kinds = [e["kind"] for e in ramp["events"]]
-    assert kinds[:5] == ["alarm-low", "scale-in", "alarm-no-capacity", "scale-out", "in-service"]
-    zero, alarm, joined = (ramp["events"][i] for i in (1, 2, 4))
-    assert (zero["desired"], zero["instances"], joined["in_service"], joined["instances"]) == (0, 0, 1, 1)
-    assert 30 <= alarm["t_s"] - 300 <= 60  # the 30 s alarm period, then its 30 s delay
+    assert kinds[:6] == ["alarm-low", "scale-in", "instance-released", "alarm-no-capacity", "scale-out", "in-service"]
+    zero, released, alarm, joined = (ramp["events"][i] for i in (1, 2, 3, 5))
+    assert (zero["desired"], zero["instances"], released["instances"]) == (0, 1, 0)
+    assert released["t_s"] - zero["t_s"] == pytest.approx(1200)  # the instance idles through the release cooldown
+    assert (joined["in_service"], joined["instances"]) == (1, 1)
+    assert 30 <= alarm["t_s"] - 1800 <= 60  # the 30 s alarm period, then its 30 s delay
     # Refused from the step's start until the copy is in service, then the first token: the cold start.
-    assert ramp["cold_start_s"] == pytest.approx(joined["t_s"] - 300, abs=20)
+    assert ramp["cold_start_s"] == pytest.approx(joined["t_s"] - 1800, abs=20)
     assert ramp["cold_start_s"] > 120
     report = (out / "report.md").read_text()
     assert "cold start (first request after zero copies → first token)" in report and "| alarm-no-capacity |" in report
+    assert "| instance-released |" in report

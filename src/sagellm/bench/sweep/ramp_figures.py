@@ -1,13 +1,17 @@
 """The `ramp` block of results.json: a time series per interval, the scaling events, and what they add up to.
 
-All times are simulated seconds from the ramp's first request (the records' clock). The emulator reports
-its scaling events on its own simulated clock; `scaling_offset_s` (its clock when the ramp started)
-moves them onto the ramp's. Definitions (README "Autoscaling under a ramp"):
+All times are simulated seconds from the ramp's first request (the records' clock). The scaling events come
+from the emulator's simulated scaling (local target) or from what a SageMaker endpoint's control plane showed
+while the ramp ran (`targets.scaling_watch`), each on its own clock; `scaling_offset_s` (that clock when the ramp
+started) moves them onto the ramp's. Definitions (README "Autoscaling under a ramp"):
 - a request belongs to the interval it was *sent* in; `achieved_rps` counts ok completions instead;
 - over the SLO: an ok request slower than `slo_ms_per_token` (e2e ÷ output tokens), and an interval whose
   p50 ms/token is over it or that has a failed request;
 - while scaling: from a scale-out to the last of its instances InService (desired > in service);
-- instance-minutes: instances in service over the ramp (billing while an instance starts is not counted).
+- instance-minutes: instances in service over the ramp (billing while an instance starts is not counted); for
+  inference components the instances held for the copies (idle ones until managed scaling releases them);
+- cold start: from the first request refused for want of a copy (SageMaker's no-capacity error) to the first
+  token of the first request sent at or after it that succeeded: what the bench itself saw, on any target.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from sagellm.bench.client.summary import stats
 from sagellm.results.schema import RampInterval, RampRecord, ScalingEvent, ScalingPolicyRecord
 
 DEFAULT_INTERVAL_S = 30.0  # half a metric period: fine enough to see an instance join
+# InvokeEndpoint on a component with no copy: SageMaker's ValidationError "Inference Component has no capacity to
+# process this request. …" (quoted in the AWS ML blog on scale to zero, 2024-12-03), as a record's error carries it.
+NO_CAPACITY_TEXT = "Inference Component has no capacity"
 
 
 def _ms_per_token(r: RequestRecord) -> float | None:
@@ -54,15 +61,19 @@ def _scaling_windows(events: Sequence[ScalingEvent], end_s: float) -> list[tuple
 
 
 def _instance_minutes(events: Sequence[ScalingEvent], initial: int, end_s: float) -> float:
+    """Instances × minutes over the ramp: those in service, or (inference components) those held for the copies."""
+    def held(e: ScalingEvent) -> int:
+        return e.in_service if e.instances is None else e.instances
+
     t, n, total = 0.0, initial, 0.0
     for e in events:
         if e.t_s <= 0:
-            n = e.in_service
+            n = held(e)
             continue
         if e.t_s >= end_s:
             break
         total += n * (e.t_s - t)
-        t, n = e.t_s, e.in_service
+        t, n = e.t_s, held(e)
     return (total + n * (end_s - t)) / 60
 
 
@@ -70,13 +81,15 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
                scaling: dict[str, Any] | None, scaling_offset_s: float, initial_instances: int,
                slo_ms_per_token: float | None, usd_per_instance_h: float | None,
                interval_s: float = DEFAULT_INTERVAL_S) -> RampRecord:
-    """The ramp's time series and figures from its records (simulated clock) and the emulator's scaling state."""
+    """The ramp's time series and figures from its records (simulated clock) and the scaling state: the emulator's
+    (`simulated`), or what a SageMaker endpoint showed (`observed`)."""
     simulated = bool(scaling and scaling.get("simulated"))
-    events = _events(scaling, scaling_offset_s) if simulated else []
+    seen = simulated or bool(scaling and scaling.get("observed"))
+    events = _events(scaling, scaling_offset_s) if seen else []
     sent = sorted((r for r in records if not r.warmup), key=lambda r: r.start_s)
     end_s = max([len(rates) * step_s, *(r.end_s for r in sent)])
     slo = _Slo(slo_ms_per_token)
-    intervals = _intervals(sent, events, end_s, interval_s, initial_instances if simulated else None, slo)
+    intervals = _intervals(sent, events, end_s, interval_s, initial_instances if seen else None, slo)
     breach, scale_out = _first(events, "breach"), _first(events, "scale-out")
     in_service_at = next((e.t_s for e in events if e.kind == "in-service" and scale_out is not None
                           and e.t_s >= scale_out), None)
@@ -84,9 +97,10 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
     windows = _scaling_windows(events, end_s)
     scaling_sent = [r for r in sent if any(a <= r.start_s < b for a, b in windows)]
     minutes = _instance_minutes(events, initial_instances, end_s)
-    copies = simulated and (scaling or {}).get("instances") is not None
+    copies = seen and (scaling or {}).get("instances") is not None
     return RampRecord(
-        rates=list(rates), step_s=step_s, interval_s=interval_s, scaling="simulated" if simulated else "none",
+        rates=list(rates), step_s=step_s, interval_s=interval_s,
+        scaling="simulated" if simulated else "observed" if seen else "none",
         policy=_policy(scaling) if simulated else None, intervals=intervals, events=events,
         first_breach_s=breach, first_scale_out_s=scale_out, first_in_service_s=in_service_at,
         breach_to_in_service_s=in_service_at - breach if in_service_at is not None and breach is not None else None,
@@ -94,21 +108,20 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
         requests_while_scaling=len(scaling_sent), failed_while_scaling=sum(not r.ok for r in scaling_sent),
         above_slo_while_scaling=slo.count_above(scaling_sent), instance_minutes=minutes,
         cost_usd=minutes / 60 * usd_per_instance_h if usd_per_instance_h is not None else None,
-        capacity="copies" if copies else "instances", cold_start_s=cold_start_s(sent, events))
+        capacity="copies" if copies else "instances", cold_start_s=cold_start_s(sent))
 
 
-def cold_start_s(sent: Sequence[RequestRecord], events: Sequence[ScalingEvent]) -> float | None:
-    """From the first request sent once the copies reached zero to the first token of the first request that
-    succeeded after it (the cold start a scale-to-zero endpoint costs its first caller)."""
-    zero = next((e.t_s for e in events if e.kind == "scale-in" and e.desired == 0), None)
-    if zero is None:
+def cold_start_s(sent: Sequence[RequestRecord]) -> float | None:
+    """From the first request refused with no copy to serve it (the component was at zero copies) to the first
+    token of the first request sent at or after it that succeeded (the cold start a scale-to-zero endpoint costs
+    its first caller); None when no request was refused so, or none succeeded after."""
+    refused = next((r for r in sent if not r.ok and NO_CAPACITY_TEXT in (r.error or "")), None)
+    if refused is None:
         return None
-    first = next((r for r in sent if r.start_s >= zero), None)
-    served = next((r for r in sent if first is not None and r.start_s >= first.start_s and r.ok
-                   and r.ttft_s is not None), None)
-    if first is None or served is None or served.ttft_s is None:
+    served = next((r for r in sent if r.start_s >= refused.start_s and r.ok and r.ttft_s is not None), None)
+    if served is None or served.ttft_s is None:
         return None
-    return served.start_s + served.ttft_s - first.start_s
+    return served.start_s + served.ttft_s - refused.start_s
 
 
 def _events(scaling: dict[str, Any] | None, offset_s: float) -> list[ScalingEvent]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sagellm.aws.endpoints import DeployedEndpoint, describe_endpoint
 from sagellm.bench.client.transports import TGI, Api, SageMakerTransport, Transport
 from sagellm.bench.targets.http import runtime_is_emulated
+from sagellm.bench.targets.scaling_watch import Watched
 from sagellm.catalog import find_model
 from sagellm.errors import InputError
 from sagellm.results.schema import Teardown
@@ -56,8 +57,9 @@ def _hf_id(model: str) -> str:
         return model
 
 
-class ExistingEndpoint:
-    """An in-service SageMaker endpoint: invoked as deployed; nothing deployed, nothing deleted."""
+class ExistingEndpoint(Watched):
+    """An in-service SageMaker endpoint: invoked as deployed, its scaling read from its control plane
+    (`scaling_watch`); nothing deployed, nothing deleted."""
 
     kind = "sagemaker"
     emulated = False
@@ -69,10 +71,12 @@ class ExistingEndpoint:
 
     def deploy(self) -> Transport:
         self.emulated = runtime_is_emulated()
+        self.watch_scaling(self.deployed.name, self.deployed.inference_component, self.region)
         return SageMakerTransport(self.deployed.name, self.region, api=self.api,
                                   inference_component=self.deployed.inference_component)
 
     def teardown(self) -> Teardown:
+        self.stop_watching()
         return Teardown(status="not-applicable",
                         detail=f"existing endpoint {self.deployed.name}: nothing deployed, nothing deleted")
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from sagellm.aws import cdk_cli, cloudformation
 from sagellm.bench.client.transports import TGI, Api, SageMakerTransport, Transport
 from sagellm.bench.targets.http import runtime_is_emulated
+from sagellm.bench.targets.scaling_watch import Watched
 from sagellm.errors import TargetError
 from sagellm.profiles.plan import DeploymentPlan, component_output
 from sagellm.results.schema import Teardown
@@ -108,18 +109,21 @@ class _StackTarget:
         return [f"stack {self.stack}"]
 
 
-class SageMakerTarget(_StackTarget):
-    """An AWS account: CloudFormation waits for InService; the runtime is SigV4 with response streaming."""
+class SageMakerTarget(_StackTarget, Watched):
+    """An AWS account: CloudFormation waits for InService; the runtime is SigV4 with response streaming; its
+    scaling is read from the control plane (`scaling_watch`)."""
 
     kind = "sagemaker"
 
     def deploy(self) -> Transport:
         outputs = self._deploy_stack(self.plan)
         self.emulated = runtime_is_emulated()
-        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api,
-                                  inference_component=_component(self.plan, outputs))
+        component = _component(self.plan, outputs)
+        self.watch_scaling(self.endpoint or "", component, self.plan.region)
+        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=component)
 
     def teardown(self) -> Teardown:
+        self.stop_watching()
         return self._delete_stack()
 
 

@@ -16,6 +16,7 @@ from sagellm.cli.options import (
     INSTANCE_HELP,
     JSON_HELP,
     MLFLOW_HELP,
+    MODEL_S3_URI_HELP,
     PROFILES_DIR_HELP,
     REGION_HELP,
     SERVED,
@@ -58,6 +59,8 @@ def bench(
                                                          callback=region_option)] = "us-east-1",
     profiles_dir: Annotated[Path | None, typer.Option("--profiles-dir", rich_help_panel=SERVED,
                                                       help=PROFILES_DIR_HELP)] = None,
+    model_s3_uri: Annotated[str | None, typer.Option("--model-s3-uri", rich_help_panel=SERVED,
+                                                     help=MODEL_S3_URI_HELP)] = None,
     hf_token_secret: Annotated[str | None, typer.Option("--hf-token-secret", rich_help_panel=SERVED, help="Secrets "
                                "Manager name or ARN of the Hugging Face token (gated models on the sagemaker "
                                "target)")] = None,
@@ -223,7 +226,8 @@ def bench(
     build("target", lambda: _target(target, url, api, served_model, endpoint_name, inference_component, keep,
                                     time_scale, instance_startup))
     build("serving", lambda: specs.ServingSpec(profile, model, instance, region=region, profiles_dir=profiles_dir,
-                                               hf_token_secret=hf_token_secret, engine=engine))
+                                               hf_token_secret=hf_token_secret, engine=engine,
+                                               model_s3_uri=model_s3_uri))
     if "target" in parts and "serving" in parts:  # reported with every other problem, not after them
         errors.extend(specs.pairing_problems(parts["serving"], parts["target"]))
 
@@ -290,7 +294,7 @@ def _target(target: str, url: str | None, api: str, served_model: str | None, en
 FLAGS = {
     "api": "--api", "url": "--url", "name": "--endpoint-name", "time_scale": "--time-scale",
     "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance", "engine": "--engine",
-    "hf_token_secret": "--hf-token-secret", "request_rate": "--request-rate", "arrivals": "--arrivals",
+    "hf_token_secret": "--hf-token-secret", "model_s3_uri": "--model-s3-uri", "request_rate": "--request-rate", "arrivals": "--arrivals",
     "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
     "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
     "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
@@ -299,7 +303,7 @@ FLAGS = {
     "tokenizer": "--tokenizer",
 }
 SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"
-                        r"|WorkloadOptions)\.([a-z_]+)\b")
+                        r"|WorkloadOptions)\.([a-z][a-z0-9_]*)\b")
 
 
 def _as_flags(messages: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ from sagellm.cli.options import (
     InputTokens,
     Instance,
     Model,
+    ModelS3Uri,
     OutputTokens,
     ProfilesDir,
     Region,
@@ -25,6 +26,7 @@ def emulate(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
     model: Model,
     instance: Instance = None,
+    model_s3_uri: ModelS3Uri = None,
     port: Annotated[int, typer.Option("--port", help="loopback port")] = 8080,
     endpoint_name: Annotated[str | None, typer.Option("--endpoint-name", help="the one endpoint name the "
                              "SageMaker routes answer to (default: sagellm-<profile>)")] = None,
@@ -42,12 +44,15 @@ def emulate(
     Prompt tokens are counted as whitespace-separated words. Results from it are emulated, not measured.
     """
     from sagellm import profiles
+    from sagellm.catalog.s3_weights import split_s3_prefix
     from sagellm.emulator import run_emulator
 
     if not 0 < time_scale <= 1:
         raise InputError(f"--time-scale: {time_scale} must be in (0, 1]")
+    if model_s3_uri is not None:
+        split_s3_prefix(model_s3_uri, "--model-s3-uri")
     plan = profiles.resolve(profile, model, instance, payload=payload_from(input_tokens, output_tokens), region=region,
-                   profiles_dir=profiles_dir)
+                            profiles_dir=profiles_dir, model_s3_uri=model_s3_uri)
     print(f"emulating {plan.profile}: {plan.primary.model_id} on {plan.instance_type} at http://127.0.0.1:{port} "
           f"(time scale {time_scale:g}); Ctrl-C to stop", file=sys.stderr)
     run_emulator(plan, port=port, time_scale=time_scale, endpoint_name=endpoint_name)

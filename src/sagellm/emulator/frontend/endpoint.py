@@ -10,15 +10,22 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+from sagellm.catalog import Instance
 from sagellm.catalog import instances as catalog_instances
 from sagellm.catalog import models as catalog_models
 from sagellm.emulator.frontend.calls import Call, Reply, reply_of
 from sagellm.emulator.frontend.formats import Ask
-from sagellm.emulator.serving.autoscaling import INSTANCE_STARTUP_S, Policy, TargetTracking
+from sagellm.emulator.serving.autoscaling import (
+    INSTANCE_STARTUP_S,
+    EndpointScaling,
+    ManagedInstances,
+    Policy,
+    TargetTracking,
+)
 from sagellm.emulator.serving.copies import ModelServer, RequestError
 from sagellm.errors import InputError
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
-from sagellm.profiles.plan import DeploymentPlan
+from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment
 
 
 class Endpoint:
@@ -50,7 +57,7 @@ class Endpoint:
         self.served = 0
         # Every reply carries these.
         self.headers = {"X-Sagellm-Emulated": "true", "X-Sagellm-Time-Scale": f"{time_scale:g}"}
-        self.autoscaling = _target_tracking(plan, instance_startup_s)
+        self.autoscaling = _scaling(plan, self.models, instance_startup_s)
         self._zero = time.perf_counter()  # the simulated clock's origin (`start_clock` when serving starts)
 
     # -- which model answers --------------------------------------------------------------------------
@@ -105,24 +112,31 @@ class Endpoint:
         return (time.perf_counter() - self._zero) / self.time_scale
 
     def apply_scaling(self) -> None:
-        """Bring the scaling loop up to the simulated now; resize the primary model's copies if it says so."""
+        """Bring the scaling up to the simulated now; resize the copies of the models whose capacity changed."""
         assert self.autoscaling is not None
-        if not self.autoscaling.advance(self.simulated_now_s()):
-            return
-        if self.plan.endpoint_kind == "inference-component":
-            self.primary.set_copies(self.autoscaling.in_service)
-        else:
-            self.primary.resize(self.autoscaling.in_service)
+        for name in self.autoscaling.advance(self.simulated_now_s()):
+            in_service = self.autoscaling.trackers[name].in_service
+            if self.plan.endpoint_kind == "inference-component":
+                self.models[name].set_copies(in_service)
+            else:
+                self.models[name].resize(in_service)
+
+    def _tracker(self, model: ModelServer | None) -> TargetTracking | None:
+        """The scaling loop of `model`'s capacity (None: no autoscaling, or no such model)."""
+        if self.autoscaling is None or model is None:
+            return None
+        return self.autoscaling.trackers.get(model.deployment.name)
 
     def no_capacity(self, model: ModelServer) -> bool:
-        """Whether `model` has no copy now (SageMaker then refuses the request); the refusal counts in
-        NoCapacityInvocationFailures, which the scale-from-zero alarm watches."""
+        """Whether `model` has no copy now (SageMaker then refuses the request); the refusal counts in its
+        NoCapacityInvocationFailures, which its scale-from-zero alarm watches."""
         if self.autoscaling is not None:
             self.apply_scaling()
         if model.copies:
             return False
-        if self.autoscaling is not None and model is self.primary:
-            self.autoscaling.no_capacity(self.simulated_now_s())
+        tracker = self._tracker(model)
+        if tracker is not None:
+            tracker.no_capacity(self.simulated_now_s())
         return True
 
     async def scale(self) -> None:
@@ -132,40 +146,49 @@ class Endpoint:
             await asyncio.sleep(self.time_scale)
 
     @contextlib.contextmanager
-    def in_flight(self) -> Iterator[None]:
-        """An InvokeEndpoint call held by the variant, from arrival to its reply's end: it counts in the
-        concurrent-requests metric the scaling policy tracks."""
-        if self.autoscaling is None:
+    def in_flight(self, component: str | None = None) -> Iterator[None]:
+        """An InvokeEndpoint call held by the variant (or by `component`), from arrival to its reply's end: it
+        counts in the concurrent-requests metric that model's scaling policy tracks."""
+        tracker = self._tracker(self.primary if component is None else self.by_component.get(component))
+        if tracker is None:
             yield
             return
         self.apply_scaling()
-        self.autoscaling.started(self.simulated_now_s())
+        tracker.started(self.simulated_now_s())
         try:
             yield
         finally:
             self.apply_scaling()
-            self.autoscaling.finished(self.simulated_now_s())
+            tracker.finished(self.simulated_now_s())
 
 
-def _target_tracking(plan: DeploymentPlan, instance_startup_s: float | None) -> TargetTracking | None:
-    """The simulated scaling loop of a plan with autoscaling (None without): instances of an instance-based
-    variant, or the copies of the first inference component (with the instances they need)."""
+def _scaling(plan: DeploymentPlan, models: dict[str, ModelServer],
+             instance_startup_s: float | None) -> EndpointScaling | None:
+    """The simulated scaling of a plan with autoscaling (None without): the instances of an instance-based variant,
+    or every inference component's copies on its own target tracking (the policy each component deploys), over
+    the managed instances they share."""
     scaling = plan.scaling
     if scaling is None:
         return None
     startup = INSTANCE_STARTUP_S if instance_startup_s is None else instance_startup_s
+    policy = Policy.of(scaling, startup)
+    primary = plan.primary.name
     if plan.endpoint_kind == "instance":
-        return TargetTracking(Policy.of(scaling, startup), in_service=plan.initial_instance_count)
-    primary = plan.primary
-    per_instance = _copies_per_instance(plan)
-    return TargetTracking(Policy.of(scaling, startup, per_instance),
-                          in_service=primary.copy_count * plan.initial_instance_count)
+        return EndpointScaling({primary: TargetTracking(policy, in_service=plan.initial_instance_count)}, primary)
+    instance = catalog_instances()[plan.instance_type]
+    bounds = plan.instance_scaling
+    fleet = ManagedInstances(
+        instance, compute={name: _compute(m.deployment, instance) for name, m in models.items()},
+        copies={name: len(m.copies) for name, m in models.items()}, initial_count=plan.initial_instance_count,
+        min_count=bounds.min_instance_count if bounds else plan.initial_instance_count,
+        max_count=bounds.max_instance_count if bounds else plan.initial_instance_count, instance_startup_s=startup)
+    trackers = {name: TargetTracking(policy, in_service=len(m.copies), fleet=fleet, component=name)
+                for name, m in models.items()}
+    return EndpointScaling(trackers, primary, fleet)
 
 
-def _copies_per_instance(plan: DeploymentPlan) -> int:
-    """Copies of the first component one instance holds (by accelerators; 1 outside the catalog)."""
-    compute = plan.primary.compute
-    instance = catalog_instances().get(plan.instance_type)
-    if compute is None or instance is None or compute.accelerators == 0:
-        return 1
-    return max(1, instance.n_accelerators // compute.accelerators)
+def _compute(model: ModelDeployment, instance: Instance) -> ComputeRequirements:
+    """A copy's ComputeResourceRequirements (a copy without them takes a whole instance)."""
+    if model.compute is not None:
+        return model.compute
+    return ComputeRequirements(accelerators=max(1, instance.n_accelerators), cpu_cores=0, min_memory_mib=0)

@@ -149,7 +149,7 @@ class SageMakerRuntime:
         return call
 
     async def _invocations(self, request: web.Request) -> web.StreamResponse:
-        with self.endpoint.in_flight():
+        with self.endpoint.in_flight(request.headers.get(IC_HEADER)):
             return await self._invocation(request)
 
     async def _invocation(self, request: web.Request) -> web.StreamResponse:
@@ -171,7 +171,7 @@ class SageMakerRuntime:
         return web.Response(body=body, headers={**self._headers(content_type), **call.timing_headers()})
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
-        with self.endpoint.in_flight():
+        with self.endpoint.in_flight(request.headers.get(IC_HEADER)):
             return await self._streamed(request)
 
     async def _streamed(self, request: web.Request) -> web.StreamResponse:

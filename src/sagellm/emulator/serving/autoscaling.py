@@ -36,12 +36,23 @@ where each figure comes from (README "Autoscaling under a ramp" lists the same):
   and "Unlock cost savings with the new scale down to zero feature" (AWS ML blog, 2024-12-03).
   Scale-in removes an instance at once (it takes no new requests; those in flight finish).
 
-Inference components (`Policy.copies_per_instance` set) scale copies the same way, on concurrent requests per
-copy (`SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution`), with managed instance scaling
-beneath: a copy that fits on a running instance starts in `COPY_STARTUP_FRACTION` of the instance start-up
-(the blog's 2.28 of 5.03 minutes end to end are the copy; the rest the trigger and a new instance), a copy that
-needs another instance takes the whole start-up; instances follow the copies (ceil(copies ÷ copies per
-instance)), down to zero with `MinInstanceCount` 0.
+Inference components scale copies the same way, each component on its own target tracking (as deployed: one
+scalable target and policy per component), on concurrent requests per copy
+(`SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution`), with managed instance scaling beneath
+(`ManagedInstances`, shared by the endpoint's components):
+- **Instances follow the copies**: enough to place every copy in service or starting, by the copies'
+  ComputeResourceRequirements (`sagellm.profiles.plan.instances_for`, first fit), within MinInstanceCount and
+  MaxInstanceCount; a copy that would need more than MaxInstanceCount is not started (a `blocked` event).
+- **Start-up**: a copy that fits on a running instance starts in `COPY_STARTUP_FRACTION` of the instance start-up
+  (the blog's 2.28 of 5.03 minutes end to end are the copy; the rest the trigger and a new instance); a copy that
+  needs another instance takes the whole start-up.
+- **Release**: an instance the copies no longer need stays until `INSTANCE_RELEASE_COOLDOWN_S` have passed since
+  the endpoint's last operation (a copy added or removed, an instance released), then goes, one at a time: the
+  deployed scale-in policy is CONSOLIDATION (`sagellm.constructs.endpoint`) with SageMaker's defaults,
+  CooldownInMinutes 20 ("after the last endpoint operation before the endpoint evaluates consolidation scale-in
+  opportunities") and MaximumStepSize 1
+  (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ProductionVariantManagedInstanceScalingScaleInPolicy.html).
+  Until then a new copy starts on the idle instance, in the copy's start-up only.
 - **Scale to zero** (`min_capacity` 0): target tracking scales in to zero copies; it has no per-copy metric at
   zero copies, so a request then gets SageMaker's no-capacity error, counted in `NoCapacityInvocationFailures`.
   The alarm on it (Maximum ≥ 1 over one 30 s period, `sagellm.constructs.scaling`) fires `FROM_ZERO_DELAY_S`
@@ -56,7 +67,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from sagellm.profiles.plan import FROM_ZERO_ALARM_PERIOD_S, FROM_ZERO_COOLDOWN_S, ScalingPlan
+from sagellm.catalog import Instance
+from sagellm.profiles.plan import (
+    FROM_ZERO_ALARM_PERIOD_S,
+    FROM_ZERO_COOLDOWN_S,
+    ComputeRequirements,
+    ScalingPlan,
+    instances_for,
+)
 
 OUT_DATAPOINTS = 3  # scale-out alarm: this many datapoints above the target
 IN_DATAPOINTS = 15  # scale-in alarm: this many datapoints below IN_FRACTION × target
@@ -68,9 +86,12 @@ COPY_STARTUP_FRACTION = 2.28 / 5.028
 # A no-capacity datapoint reaches its alarm this long after its period ends (the blog's "about 1 minute" from the
 # failed request to the step policy, less the 30 s period).
 FROM_ZERO_DELAY_S = 30.0
+# Managed instance scaling releases an instance no copy needs this long after the endpoint's last operation
+# (CONSOLIDATION's CooldownInMinutes default, see above).
+INSTANCE_RELEASE_COOLDOWN_S = 20 * 60.0
 
 EventKind = Literal["breach", "alarm-high", "alarm-low", "alarm-no-capacity", "scale-out", "scale-in", "in-service",
-                    "blocked"]
+                    "blocked", "instance-released"]
 
 
 @dataclass(frozen=True)
@@ -88,23 +109,15 @@ class Policy:
     metric_delay_s: float = METRIC_DELAY_S
     out_datapoints: int = OUT_DATAPOINTS
     in_datapoints: int = IN_DATAPOINTS
-    copies_per_instance: int | None = None  # inference components: copies one instance holds; None: instances
     from_zero_delay_s: float = FROM_ZERO_DELAY_S
 
     @classmethod
-    def of(cls, scaling: ScalingPlan, instance_startup_s: float = INSTANCE_STARTUP_S,
-           copies_per_instance: int | None = None) -> Policy:
+    def of(cls, scaling: ScalingPlan, instance_startup_s: float = INSTANCE_STARTUP_S) -> Policy:
         """The policy a plan deploys (metric, target, bounds, period, cooldowns), with the simulation's delays."""
         return cls(metric=scaling.metric, target=scaling.target_value, min_capacity=scaling.min_capacity,
                    max_capacity=scaling.max_capacity, period_s=scaling.period_s,
                    scale_out_cooldown_s=scaling.scale_out_cooldown_s,
-                   scale_in_cooldown_s=scaling.scale_in_cooldown_s, instance_startup_s=instance_startup_s,
-                   copies_per_instance=copies_per_instance)
-
-    @property
-    def copy_startup_s(self) -> float:
-        """A new copy on an instance with room for it."""
-        return self.instance_startup_s * COPY_STARTUP_FRACTION
+                   scale_in_cooldown_s=scaling.scale_in_cooldown_s, instance_startup_s=instance_startup_s)
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form (the emulator's `/autoscaling` reply)."""
@@ -124,6 +137,79 @@ class Event:
 
 
 @dataclass
+class ManagedInstances:
+    """Managed instance scaling beneath an endpoint's components: instances enough to place every copy in service or
+    starting (within the endpoint config's bounds); one no longer needed goes after the scale-in cooldown."""
+
+    instance: Instance
+    compute: dict[str, ComputeRequirements]  # each component's per-copy requirements
+    copies: dict[str, int]  # each component's copies placed (in service or starting)
+    initial_count: int  # the endpoint's InitialInstanceCount
+    min_count: int
+    max_count: int
+    instance_startup_s: float = INSTANCE_STARTUP_S
+    release_cooldown_s: float = INSTANCE_RELEASE_COOLDOWN_S
+    count: int = field(init=False)  # instances held: in service, starting, or idle until released
+    _starting: list[float] = field(default_factory=list)  # InService times of instances starting up
+    _last_operation_s: float = 0.0  # the endpoint's last operation (its creation, to begin with)
+
+    def __post_init__(self) -> None:
+        self.count = max(self.initial_count, self.min_count, self.needed(self.copies))
+
+    def needed(self, copies: dict[str, int]) -> int:
+        """Instances that place `copies` (first fit, as the plan sizes them)."""
+        return instances_for([(self.compute[name], n) for name, n in copies.items() if n], self.instance)
+
+    @property
+    def copy_startup_s(self) -> float:
+        """A new copy on an instance with room for it."""
+        return self.instance_startup_s * COPY_STARTUP_FRACTION
+
+    def place(self, component: str, now_s: float) -> float | None:
+        """One more copy of `component` at `now_s`: seconds until it serves (None: it needs more than
+        MaxInstanceCount instances, so it does not start)."""
+        copies = {**self.copies, component: self.copies.get(component, 0) + 1}
+        need = self.needed(copies)
+        if need > self.max_count:
+            return None
+        self.copies, self._last_operation_s = copies, now_s
+        if need > self.count:
+            self._starting += [now_s + self.instance_startup_s] * (need - self.count)
+            self.count = need
+            return self.instance_startup_s
+        if need > self.count - len(self._starting):  # its room is on an instance still starting
+            return max(self.copy_startup_s, max(self._starting) - now_s)
+        return self.copy_startup_s
+
+    def remove(self, component: str, n: int, now_s: float) -> None:
+        """`n` copies of `component` scaled in at `now_s` (their instances stay until released)."""
+        self.copies[component] -= n
+        self._last_operation_s = now_s
+
+    def next_s(self) -> float:
+        """When something happens next: an instance InService, or an idle one released."""
+        ready = min(self._starting, default=math.inf)
+        surplus = self.count > max(self.min_count, self.needed(self.copies))
+        return min(ready, self._last_operation_s + self.release_cooldown_s if surplus else math.inf)
+
+    def advance(self, t_s: float) -> list[float]:
+        """Instances InService and released up to `t_s`; returns when each release happened."""
+        self._starting = [t for t in self._starting if t > t_s]
+        released = []
+        while (at := self.next_s()) <= t_s:  # those still starting are later
+            self.count -= 1  # MaximumStepSize 1: one instance per operation
+            self._last_operation_s = at
+            released.append(at)
+        return released
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready state."""
+        return {"instances": self.count, "starting": len(self._starting), "min_instance_count": self.min_count,
+                "max_instance_count": self.max_count, "copies": dict(self.copies),
+                "release_cooldown_s": self.release_cooldown_s}
+
+
+@dataclass
 class _Datapoint:
     end_s: float  # the period's end
     value: float  # requests in flight per instance at the period's end
@@ -136,6 +222,9 @@ class TargetTracking:
     policy: Policy
     in_service: int
     now_s: float = 0.0
+    # Inference components: the instances beneath (shared by the endpoint's components) and this one's name there.
+    fleet: ManagedInstances | None = None
+    component: str = ""
     desired: int = field(init=False)
     events: list[Event] = field(default_factory=list)
     datapoints: list[_Datapoint] = field(default_factory=list)
@@ -157,9 +246,8 @@ class TargetTracking:
 
     @property
     def instances(self) -> int | None:
-        """Inference components: instances running for the copies in service and starting (None: instance-based)."""
-        per = self.policy.copies_per_instance
-        return None if per is None else math.ceil((self.in_service + len(self._pending)) / per)
+        """Inference components: instances the endpoint holds (None: instance-based, where capacity is instances)."""
+        return None if self.fleet is None else self.fleet.count
 
     def no_capacity(self, t_s: float) -> None:
         """A request found no copy at `t_s` (SageMaker's no-capacity error): a NoCapacityInvocationFailures
@@ -186,30 +274,32 @@ class TargetTracking:
         self.advance(t_s)
         self.in_flight = max(0, self.in_flight - 1)
 
+    def next_s(self) -> float:
+        """When the loop acts next: a period ends, an evaluation, new capacity InService, a no-capacity alarm."""
+        period_end = self._period_start_s + self.policy.period_s
+        evaluation = self._evaluations[0][0] if self._evaluations else math.inf
+        return min(period_end, evaluation, min(self._pending, default=math.inf),
+                   min(self._no_capacity_alarms, default=math.inf))
+
     def advance(self, t_s: float) -> int:
-        """Run the loop up to `t_s` (period ends, evaluations, instances coming in service), in time order;
-        returns the change in instances in service."""
+        """Run the loop up to `t_s` (period ends, evaluations, capacity coming in service), in time order;
+        returns the change in capacity in service."""
         before = self.in_service
-        while True:
-            period_end = self._period_start_s + self.policy.period_s
-            evaluation = self._evaluations[0][0] if self._evaluations else math.inf
+        while (t := self.next_s()) <= t_s:
+            self.now_s = t
             ready = min(self._pending, default=math.inf)
             alarm = min(self._no_capacity_alarms, default=math.inf)
-            t = min(period_end, evaluation, ready, alarm)
-            if t > t_s:
-                break
-            self.now_s = t
             if t == ready:
                 self._pending.remove(ready)
                 self.in_service += 1
                 if not self._pending:
                     self._last_out_done_s = t
-                self._event("in-service", "a new copy is InService" if self.policy.copies_per_instance
+                self._event("in-service", "a new copy is InService" if self.fleet is not None
                             else "a new instance is InService; its copies take requests")
             elif t == alarm:
                 self._no_capacity_alarms.remove(alarm)
                 self._from_zero()
-            elif t == period_end:
+            elif t == self._period_start_s + self.policy.period_s:
                 self._close_period(t)
             else:
                 _, index = self._evaluations.pop(0)
@@ -266,17 +356,22 @@ class TargetTracking:
         self._add(wanted)
 
     def _add(self, wanted: int) -> None:
-        """Start capacity up to `wanted`: an instance each, or a copy each (with an instance where none has room)."""
-        p = self.policy
-        per = p.copies_per_instance
+        """Start capacity up to `wanted`: an instance each, or a copy each (with instances where none has room)."""
         startups = []
         for _ in range(wanted - self.desired):
-            running = self.in_service + len(self._pending)
-            new_instance = per is None or running % per == 0
-            startups.append(p.instance_startup_s if new_instance else p.copy_startup_s)
-            self._pending.append(self.now_s + startups[-1])
-        before, self.desired = self.desired, wanted
-        self._event("scale-out", f"desired {before} → {wanted}; InService in {max(startups):g} s")
+            startup = self.policy.instance_startup_s if self.fleet is None else \
+                self.fleet.place(self.component, self.now_s)
+            if startup is None:
+                self._event("blocked", f"scale-out to {wanted} waits: its copies need more than MaxInstanceCount "
+                                       f"({self.fleet.max_count if self.fleet else 0}) instances")
+                break
+            startups.append(startup)
+            self._pending.append(self.now_s + startup)
+        if not startups:
+            return
+        before = self.desired
+        self.desired += len(startups)
+        self._event("scale-out", f"desired {before} → {self.desired}; InService in {max(startups):g} s")
 
     def _from_zero(self) -> None:
         """The no-capacity alarm fired: the step-scaling policy adds one copy, unless one is already coming."""
@@ -302,10 +397,17 @@ class TargetTracking:
         before = self.desired
         self.desired = self.in_service = wanted
         self._last_in_s = self.now_s
+        if self.fleet is not None:
+            self.fleet.remove(self.component, before - wanted, self.now_s)
         self._event("scale-in", f"desired {before} → {wanted}; removed at once")
 
     def _event(self, kind: EventKind, detail: str) -> None:
         self.events.append(Event(self.now_s, kind, self.desired, self.in_service, detail, self.instances))
+
+    def released(self, t_s: float) -> None:
+        """Managed instance scaling released an idle instance at `t_s` (an event in this component's history)."""
+        self.advance(t_s)
+        self._event("instance-released", "an instance no copy needed is released (the scale-in cooldown passed)")
 
     def to_dict(self) -> dict[str, object]:
         """State and history, JSON-ready."""
@@ -313,3 +415,38 @@ class TargetTracking:
                 "instances": self.instances, "no_capacity_failures": self.no_capacity_failures,
                 "policy": self.policy.to_dict(), "events": [asdict(e) for e in self.events],
                 "datapoints": [asdict(d) for d in self.datapoints]}
+
+
+@dataclass
+class EndpointScaling:
+    """The scaling of one endpoint on one clock: the variant's instances, or each inference component's copies on
+    its own target tracking over the managed instances they share."""
+
+    trackers: dict[str, TargetTracking]  # model name → its loop (one for an instance-based variant)
+    primary: str  # the model whose history `to_dict` puts first (the one the bench invokes)
+    fleet: ManagedInstances | None = None
+
+    def advance(self, t_s: float) -> set[str]:
+        """Every loop and the instances up to `t_s`, in time order; returns the models whose capacity changed."""
+        before = {name: t.in_service for name, t in self.trackers.items()}
+        while True:
+            t = min([tr.next_s() for tr in self.trackers.values()]
+                    + [self.fleet.next_s() if self.fleet else math.inf])
+            if t > t_s:
+                break
+            for tracker in self.trackers.values():
+                tracker.advance(t)
+            for at in self.fleet.advance(t) if self.fleet else []:
+                for tracker in self.trackers.values():
+                    tracker.released(at)
+        for tracker in self.trackers.values():
+            tracker.advance(t_s)
+        return {name for name, t in self.trackers.items() if t.in_service != before[name]}
+
+    def to_dict(self) -> dict[str, object]:
+        """The primary model's state and history, every component's, and the instances (JSON-ready)."""
+        body = self.trackers[self.primary].to_dict()
+        if self.fleet is not None:
+            body["fleet"] = self.fleet.to_dict()
+            body["components"] = {name: t.to_dict() for name, t in self.trackers.items()}
+        return body
