@@ -94,6 +94,21 @@ def test_moe_reads_only_routed_experts_at_batch_1_with_a_fused_moe_kernel():
     assert fused.weight_bytes_read(256) == pytest.approx(dense_bytes, rel=0.01)
 
 
+@pytest.mark.parametrize("batch", [2, 4, 16])
+def test_moe_reads_the_expected_distinct_experts_of_a_batch(batch):
+    # b rows each routed to k of E experts touch E·(1 - (1 - k/E)^b) distinct experts per layer on average
+    # (each expert is missed by a row with probability 1 - k/E), plus the dense part (attention, norms, router).
+    moe, inst = find_model("mixtral-8x7b"), find_instance("ml.p4de.24xlarge")
+    steps = StepModel(Shape(moe, inst, 2, generation="tgi-3"))
+    total, e, k = moe.weight_bytes(), moe.n_experts, moe.experts_per_token
+    active = total * moe.active_b / moe.params_b
+    expert = (total - active) / (e - k)  # one expert's weights over all layers
+    dense = active - k * expert
+    touched = e * (1 - (1 - k / e) ** batch)
+    assert steps.weight_bytes_read(batch) == pytest.approx(dense + touched * expert)
+    assert k < touched < e
+
+
 def test_moe_on_tgi_1_computes_every_expert_up_to_256_token_rows():
     # TGI 1.x's Mixtral runs dense_forward (all experts) unless a pass has more than 256 rows.
     moe, inst = find_model("mixtral-8x7b"), find_instance("ml.p4de.24xlarge")
