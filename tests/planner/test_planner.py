@@ -57,9 +57,11 @@ def test_tensor_parallelism_cuts_batch1_latency_on_nvlink_when_weight_reads_domi
     tp1 = StepModel(shape("llama2-13b", "ml.p4d.24xlarge", 1)).decode_step_s(1, 256)
     tp2 = StepModel(shape("llama2-13b", "ml.p4d.24xlarge", 2)).decode_step_s(1, 256)
     assert tp2 < 0.9 * tp1
+    # 70B on 80 GB A100s: TP 4 halves TP 2's ~36 ms of weight reads per GPU, and adds one doubling of latency to
+    # 2 × 80 all-reduces (~13 ms at the fitted NVLink latency): a net gain of about a tenth.
     tp2_70b = StepModel(shape("llama2-70b", "ml.p4de.24xlarge", 2)).decode_step_s(1, 256)
     tp4_70b = StepModel(shape("llama2-70b", "ml.p4de.24xlarge", 4)).decode_step_s(1, 256)
-    assert tp4_70b < 0.9 * tp2_70b
+    assert tp4_70b < 0.95 * tp2_70b
 
 
 def test_queueing_beyond_kv_capacity_raises_latency_linearly_at_flat_throughput():
