@@ -161,6 +161,14 @@ def _mape(values: list[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def _table(scored: list[dict]) -> dict:
+    """MAPE of ms/token and throughput over scored rows: at concurrency 1 and over all levels."""
+    c1 = [s for s in scored if s["concurrency"] == 1]
+    return {"n": len(scored),
+            "ms_c1": _mape([s["ape_ms"] for s in c1]), "thr_c1": _mape([s["ape_thr"] for s in c1]),
+            "ms_all": _mape([s["ape_ms"] for s in scored]), "thr_all": _mape([s["ape_thr"] for s in scored])}
+
+
 def score(rows: list[Row], calibration: Calibration | None = None) -> dict:
     """Per-row predictions and the MAPE tables."""
     scored = []
@@ -171,16 +179,10 @@ def score(rows: list[Row], calibration: Calibration | None = None) -> dict:
                        "throughput": r.throughput, "pred_throughput": thr, "pred_within_timeout": ok,
                        "ape_ms": _ape(ms, r.ms_per_token), "ape_thr": _ape(thr, r.throughput)})
 
-    def table(sel: list[dict]) -> dict:
-        c1 = [s for s in sel if s["concurrency"] == 1]
-        return {"n": len(sel),
-                "ms_c1": _mape([s["ape_ms"] for s in c1]), "thr_c1": _mape([s["ape_thr"] for s in c1]),
-                "ms_all": _mape([s["ape_ms"] for s in sel]), "thr_all": _mape([s["ape_thr"] for s in sel])}
-
-    groups: dict[str, dict] = {"overall": table(scored)}
+    groups: dict[str, dict] = {"overall": _table(scored)}
     for key in ("source", "instance_type"):
         for v in sorted({s[key] for s in scored}):
-            groups[f"{key}={v}"] = table([s for s in scored if s[key] == v])
+            groups[f"{key}={v}"] = _table([s for s in scored if s[key] == v])
     worst = sorted(scored, key=lambda s: -max(s["ape_ms"] or 0, s["ape_thr"] or 0))[:10]
     return {"groups": groups, "worst": worst, "rows": scored}
 
@@ -238,8 +240,8 @@ PRIOR_WEIGHT = 1.0
 
 
 def fit(rows: list[Row], prior_weight: float = PRIOR_WEIGHT) -> dict[str, float]:
-    """Least squares on log errors of ms/token and throughput; a weak pull toward the priors (scaled by
-    each bound's width) keeps constants the data cannot see where physics put them."""
+    """Least squares on log errors of ms/token and throughput; a pull toward the priors (scaled by each
+    bound's width, PRIOR_WEIGHT) keeps constants the data cannot see where physics put them."""
     from scipy.optimize import least_squares
 
     names = list(FIT)
@@ -277,36 +279,19 @@ def logo(rows: list[Row]) -> dict[str, dict]:
 
 def leave_one_source_out(rows: list[Row]) -> dict[str, dict]:
     """Fit on every source but one, score the held-out source: the error on tables the fit never saw."""
-    out = {}
+    out, pooled = {}, []
     saved = _current()
     for source in sorted({r.source for r in rows}):
         fitted = fit([r for r in rows if r.source != source])
         try:
             _set(list(fitted), fitted.values())
-            out[f"source={source}"] = score([r for r in rows if r.source == source])["groups"]["overall"]
+            held_out = score([r for r in rows if r.source == source])
         finally:
             _set(list(saved), saved.values())
-    out["overall (pooled held-out rows)"] = _pool(out, rows)
+        out[f"source={source}"] = held_out["groups"]["overall"]
+        pooled += held_out["rows"]
+    out["overall (pooled held-out rows)"] = _table(pooled)
     return out
-
-
-def _pool(tables: dict[str, dict], rows: list[Row]) -> dict:
-    """The row-weighted mean of per-source held-out MAPEs (each row counted once, in its own source)."""
-    def mean(col: str, n_of) -> float | None:
-        parts = [(t[col], n_of(name)) for name, t in tables.items() if t[col] is not None]
-        total = sum(n for _, n in parts)
-        return sum(v * n for v, n in parts) / total if total else None
-
-    def count(name: str, c1: bool = False, metric: str = "ms_per_token") -> int:
-        src = name.split("=", 1)[1]
-        return sum(1 for r in rows if r.source == src and getattr(r, metric) is not None
-                   and (not c1 or r.concurrency == 1))
-
-    return {"n": len(rows),
-            "ms_c1": mean("ms_c1", lambda n: count(n, True)),
-            "thr_c1": mean("thr_c1", lambda n: count(n, True, "throughput")),
-            "ms_all": mean("ms_all", count),
-            "thr_all": mean("thr_all", lambda n: count(n, metric="throughput"))}
 
 
 def render_table(title: str, tables: dict[str, dict], out=sys.stdout) -> None:
