@@ -278,13 +278,13 @@ def test_prefill_of_a_new_request_pauses_decoding_of_the_running_one() -> None:
 
 def test_tgi_routes_have_no_invocation_timeout() -> None:
     async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> Any:
-        async with s.post(f"{url}/generate", json=tgi_body(10, 2000)) as r:
+        async with s.post(f"{url}/generate", json=tgi_body(10, 2400)) as r:
             assert r.status == 200
             return await r.json()
-    # 2000 tokens at ~32 ms each is over 60 simulated seconds.
-    assert steps_of(plan()).decode_step_s(1, 10) * 2000 > 60
+    # 2400 tokens at ~30 ms each is over 60 simulated seconds.
+    assert steps_of(plan()).decode_step_s(1, 10) * 2400 > 60
     body = run(plan(), scenario, time_scale=0.004)
-    assert body["details"]["generated_tokens"] == 2000
+    assert body["details"]["generated_tokens"] == 2400
 
 
 def test_copies_share_the_load_and_reject_only_when_every_copy_is_full() -> None:

@@ -57,9 +57,11 @@ def test_tensor_parallelism_cuts_batch1_latency_on_nvlink_when_weight_reads_domi
     tp1 = StepModel(shape("llama2-13b", "ml.p4d.24xlarge", 1)).decode_step_s(1, 256)
     tp2 = StepModel(shape("llama2-13b", "ml.p4d.24xlarge", 2)).decode_step_s(1, 256)
     assert tp2 < 0.9 * tp1
+    # 70B on 80 GB A100s: TP 4 halves TP 2's ~36 ms of weight reads per GPU, and adds one doubling of latency to
+    # 2 × 80 all-reduces (~13 ms at the fitted NVLink latency): a net gain of about a tenth.
     tp2_70b = StepModel(shape("llama2-70b", "ml.p4de.24xlarge", 2)).decode_step_s(1, 256)
     tp4_70b = StepModel(shape("llama2-70b", "ml.p4de.24xlarge", 4)).decode_step_s(1, 256)
-    assert tp4_70b < 0.9 * tp2_70b
+    assert tp4_70b < 0.95 * tp2_70b
 
 
 def test_queueing_beyond_kv_capacity_raises_latency_linearly_at_flat_throughput():
@@ -92,6 +94,21 @@ def test_moe_reads_only_routed_experts_at_batch_1_with_a_fused_moe_kernel():
     assert moe_bytes < 0.3 * dense_bytes
     # A big batch touches every expert: MoE then reads (nearly) all its weights.
     assert fused.weight_bytes_read(256) == pytest.approx(dense_bytes, rel=0.01)
+
+
+@pytest.mark.parametrize("batch", [2, 4, 16])
+def test_moe_reads_the_expected_distinct_experts_of_a_batch(batch):
+    # b rows each routed to k of E experts touch E·(1 - (1 - k/E)^b) distinct experts per layer on average
+    # (each expert is missed by a row with probability 1 - k/E), plus the dense part (attention, norms, router).
+    moe, inst = find_model("mixtral-8x7b"), find_instance("ml.p4de.24xlarge")
+    steps = StepModel(Shape(moe, inst, 2, generation="tgi-3"))
+    total, e, k = moe.weight_bytes(), moe.n_experts, moe.experts_per_token
+    active = total * moe.active_b / moe.params_b
+    expert = (total - active) / (e - k)  # one expert's weights over all layers
+    dense = active - k * expert
+    touched = e * (1 - (1 - k / e) ** batch)
+    assert steps.weight_bytes_read(batch) == pytest.approx(dense + touched * expert)
+    assert k < touched < e
 
 
 def test_moe_on_tgi_1_computes_every_expert_up_to_256_token_rows():

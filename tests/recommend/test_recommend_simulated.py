@@ -13,24 +13,24 @@ from sagellm.results.gate import Rule
 
 MODEL = find_model("llama2-7b")
 LOAD = Load(request_rate=2.0)
-RULES = (Rule(metric="ttft_ms.p90", where=LOAD.name, max=1000), Rule(metric="itl_ms.p50", where=LOAD.name, max=60))
+RULES = (Rule(metric="ttft_ms.p90", where=LOAD.name, max=1500), Rule(metric="itl_ms.p50", where=LOAD.name, max=70))
 
 
 def test_the_mean_meets_the_slo_but_the_simulated_p90_misses_it_so_the_candidate_is_rejected() -> None:
     found = search(Space(MODEL, Payload(256, 256), instance_types(["ml.g5.xlarge"]), engines=("tgi",)), LOAD, RULES)
     one = next(c for c in found.candidates if c.instance_count == 1)
-    assert one.point is not None and one.point.ttft_ms < 1000  # the steady-state mean: within the SLO
+    assert one.point is not None and one.point.ttft_ms < 1500  # the steady-state mean: within the SLO
     assert one.predicted_by.startswith("simulation")
     assert one.summary is not None and one.summary.ttft_ms.mean is not None
-    p90 = one.values["ttft_ms.p90@2/s <= 1000"]
-    assert p90 is not None and p90 > 1000 and p90 > 2 * one.summary.ttft_ms.mean  # queueing: a long tail
+    p90 = one.values["ttft_ms.p90@2/s <= 1500"]
+    assert p90 is not None and p90 > 1500 and p90 > 2 * one.summary.ttft_ms.mean  # queueing: a long tail
     assert not one.meets and one.gaps[0].rule.metric == "ttft_ms.p90"
     rec = choose(found, LOAD, RULES, Payload(256, 256))
     assert rec.pick is not None and rec.pick is not one and rec.pick.instance_count > 1
     assert rec.reason(one).startswith("misses ttft_ms.p90 by")
     data = recommendation_json(rec, MODEL.hf_id, None)
     row = next(c for c in data["candidates"] if c["deployment"] == one.label())
-    assert row["predicted_by"] == "simulation (600 requests at 2/s)" and row["slo"]["ttft_ms.p90@2/s <= 1000"] == p90
+    assert row["predicted_by"] == "simulation (600 requests at 2/s)" and row["slo"]["ttft_ms.p90@2/s <= 1500"] == p90
     assert row["simulated"]["ttft_ms"]["p90"] == p90 and row["simulated"]["requests"] == 600
     assert row["prediction"]["ttft_ms"] == one.point.ttft_ms  # the mean model's, kept alongside
 
