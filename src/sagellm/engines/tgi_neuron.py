@@ -78,6 +78,7 @@ class TgiNeuron(Tgi):
     # (get_huggingface_llm_image_uri) and image_uris._format_tag writes `<prefix>-neuronx-py310-…`: the table
     # alone would give `…-inf2-…` (scripts/refresh_image_tables.py records it in the table).
     inference_tool = "neuronx"
+    gpu = False
     model_id_variables = ("MODEL_ID", "HF_MODEL_ID")
     min_startup_timeout_s = STARTUP_TIMEOUT_S
     inference_ami_version = INFERENCE_AMI_VERSION
