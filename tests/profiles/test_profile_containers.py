@@ -103,7 +103,7 @@ def test_lmi_on_inferentia_is_refused(write, team_dir: Path) -> None:
     with pytest.raises(InputError) as exc:
         resolve("l", LLAMA2_7B, "ml.inf2.48xlarge", profiles_dir=team_dir)
     assert (f"{path}:3: container.kind: lmi has no image for ml.inf2.48xlarge (Inferentia); use container: "
-            "{kind: tgi} (TGI (Neuron)) or a GPU instance type") in exc.value.messages
+            "{kind: tgi} (TGI (Neuron)) or {kind: vllm-neuronx} (vLLM (Neuron)) or a GPU instance type") in exc.value.messages
 
 
 @pytest.mark.slow
