@@ -6,14 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from entrypoints import STANDARD, vllm_neuronx_argv
 
 from sagellm.catalog import instances
 from sagellm.engines import ENGINES, NEURON_ENGINES, engine_for, kinds_on
 from sagellm.engines.vllm_neuronx import STARTUP_TIMEOUT_S, VLLM_NEURONX
 from sagellm.errors import InputError
 from sagellm.profiles import design_for, resolve
-
-from entrypoints import STANDARD, vllm_neuronx_argv
 
 # `optimum-cli neuron serve`'s own options (huggingface/optimum-neuron v0.4.4, commit f4bc3c5c,
 # optimum/commands/neuron/serve.py `ServeCommand.parse_args`): each takes a value but the store_true one.
@@ -70,8 +69,8 @@ def test_a_gpu_instance_is_refused_in_one_line() -> None:
     with pytest.raises(InputError) as exc:
         resolve("max-throughput", MODEL, "ml.g5.12xlarge", engine="vllm-neuronx")
     # Named by the option that asked for it, as every value given on the command line is.
-    assert exc.value.messages == ["engine: vllm-neuronx runs on Inferentia only, not on ml.g5.12xlarge; use an "
-                                  "ml.inf2 instance type or another engine"]
+    assert exc.value.messages == [("engine: vllm-neuronx runs on Inferentia only, not on ml.g5.12xlarge; use an "
+                                   "ml.inf2 instance type or another engine")]
 
 
 @pytest.fixture(scope="module")
@@ -98,10 +97,10 @@ def test_every_standard_plan_starts_the_serve_command_with_every_neuroncore(plan
             assert int(args["tensor_parallel_size"]) == 2 * m.tp_degree
             used += 2 * m.tp_degree * m.copy_count
         assert used == cores, (profile, name, used)
-        assert design.notes == (f"NeuronCores: {cores} of the {cores} of {name} used "
-                                f"({design.notes[0].split('(')[1].split(')')[0]}); the image compiles the plan's "
-                                "batch and sequence length for them at start-up unless the neuron cache holds that "
-                                "shape",)
+        (note,) = design.notes
+        assert note.startswith(f"NeuronCores: {cores} of the {cores} of {name} used (") and note.endswith(
+            "the image compiles the plan's batch and sequence length for them at start-up unless the neuron cache "
+            "holds that shape")
     assert parsed(vllm_neuronx_argv(plans[("min-latency", "ml.inf2.24xlarge")].plan().models[0].environment))[
         "batch_size"] == "1"  # one sequence at a time, as the profile pins
 
