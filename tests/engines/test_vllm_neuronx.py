@@ -3,6 +3,10 @@ every NeuronCore used, the compiled shape from the plan, and the Inferentia defa
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +21,7 @@ from sagellm.profiles import design_for, resolve
 # `optimum-cli neuron serve`'s own options (huggingface/optimum-neuron v0.4.4, commit f4bc3c5c,
 # optimum/commands/neuron/serve.py `ServeCommand.parse_args`): each takes a value but the store_true one.
 SERVE_OPTIONS = {"--model": True, "-m": True, "--served_model_name": True, "--served-model-name": True,
-                 "--task": True, "--tensor_parallel_size": True, "--tensor-parallel-size": True,
+                 "--tensor_parallel_size": True, "--tensor-parallel-size": True,
                  "--batch_size": True, "--batch-size": True, "--sequence_length": True, "--sequence-length": True,
                  "--port": True, "--allow_non_cached_model": False, "--allow-non-cached-model": False}
 MODEL = "meta-llama/Llama-3.1-8B"
@@ -125,3 +129,65 @@ def test_a_profile_variable_outside_its_prefix_is_refused() -> None:
     errors = VLLM_NEURONX.environment_errors("0.4.4", {"MAX_BATCH_SIZE": "4", "SM_ON_SERVED_MODEL_NAME": "x"},
                                              lambda n: n)
     assert len(errors) == 1 and errors[0].startswith("MAX_BATCH_SIZE: the vLLM (Neuron) 0.4.4 image does not read it")
+
+
+# optimum-neuron's serve command from PyPI, installed once into a cache folder beside the vLLM CPU build, with the
+# versions its 0.4.4 wheel asks for (transformers~=4.57.1, optimum~=2.0.0) where the vLLM venv has newer ones; it
+# runs on the vLLM venv's torch and vLLM. Its code is not kept in this repository.
+OPTIMUM_NEURON = ("optimum-neuron==0.4.4", "optimum==2.0.0", "transformers==4.57.1", "tokenizers==0.22.1",
+                  "huggingface_hub==0.36.0")
+ON_CACHE = Path(os.environ.get("SAGELLM_VLLM_CACHE", Path.home() / ".cache" / "sagellm")) / "optimum-neuron-0.4.4"
+# Each argv through the serve command's own parser (ServeCommand.parse_args on a plain argparse parser: an option
+# it lacks is an error, as `optimum-cli` makes it for vLLM's parser after it).
+PARSE = """
+import argparse, contextlib, io, json, sys
+from optimum.commands.neuron.serve import ServeCommand
+out = []
+for argv in json.load(sys.stdin):
+    parser = argparse.ArgumentParser()
+    ServeCommand.parse_args(parser)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            ns = parser.parse_args(argv)
+    except SystemExit:
+        out.append({"error": err.getvalue().strip().splitlines()[-1]})
+        continue
+    out.append(vars(ns))
+print("RESULT " + json.dumps(out))
+"""
+
+
+def optimum_neuron_path(python: Path) -> Path:
+    """The cache folder holding optimum-neuron 0.4.4 and the versions it asks for (installed on first use)."""
+    marker = ON_CACHE / ".sagellm-installed"
+    with (ON_CACHE.parent / f"{ON_CACHE.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            subprocess.run(["rm", "-rf", str(ON_CACHE)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(ON_CACHE),
+                            *OPTIMUM_NEURON], check=True, timeout=900)
+            marker.write_text(" ".join(OPTIMUM_NEURON) + "\n")
+    return ON_CACHE
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(1800, func_only=True)
+def test_every_standard_inf2_plan_becomes_options_the_serve_commands_own_parser_takes(plans) -> None:
+    from vllm_server import vllm_python
+
+    python = vllm_python()
+    envs = [m.environment for design in plans.values() for m in design.plan().models]
+    misspelt_env = {"SM_ON_MODEL": MODEL, "SM_ON_BATCH_SIZEZ": "8"}
+    argvs = [vllm_neuronx_argv(env) for env in envs] + [vllm_neuronx_argv(misspelt_env)]
+    done = subprocess.run([str(python), "-c", PARSE], input=json.dumps(argvs), capture_output=True, text=True,
+                          timeout=900, check=False, env={**os.environ, "PYTHONPATH": str(optimum_neuron_path(python))})
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line is not None, done.stderr[-3000:]
+    *parsed_all, misspelt = json.loads(line.removeprefix("RESULT "))
+    assert "unrecognized arguments: --batch_sizez 8" in misspelt["error"]
+    for env, ns in zip(envs, parsed_all, strict=True):
+        assert ns == {"model": MODEL, "served_model_name": None, "port": 8080,
+                      "tensor_parallel_size": int(env["SM_ON_TENSOR_PARALLEL_SIZE"]),
+                      "batch_size": int(env["SM_ON_BATCH_SIZE"]), "sequence_length": int(env["SM_ON_SEQUENCE_LENGTH"]),
+                      "allow_non_cached_model": True}, env
