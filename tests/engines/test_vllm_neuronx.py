@@ -69,6 +69,20 @@ def test_it_runs_on_inferentia_only_and_tgi_stays_the_inferentia_default() -> No
         engine_for("vllm-neuronx")
 
 
+def test_an_architecture_optimum_neuron_does_not_serve_is_refused_and_one_tgi_lacks_is_planned() -> None:
+    with pytest.raises(InputError) as exc:
+        resolve("max-throughput", "mistralai/Mistral-7B-Instruct-v0.3", "ml.inf2.xlarge", engine="vllm-neuronx")
+    assert exc.value.messages == [(
+        "instance: mistralai/Mistral-7B-Instruct-v0.3 is a MistralForCausalLM, which optimum-neuron 0.4.4 does not "
+        "serve on Inferentia (it serves Granite, Llama, Llama4, Mixtral, Phi3, Qwen2, Qwen3, Qwen3Moe, SmolLM3); use "
+        "a GPU instance type and another engine")]
+    # Qwen3 has no compiled model in TGI's neuron cache (refused there), and vllm-neuronx compiles it.
+    with pytest.raises(InputError, match="has no compiled model in the neuron cache"):
+        resolve("max-throughput", "Qwen/Qwen3-8B", "ml.inf2.xlarge")
+    plan = resolve("max-throughput", "Qwen/Qwen3-8B", "ml.inf2.xlarge", engine="vllm-neuronx")
+    assert plan.models[0].environment["SM_ON_MODEL"] == "Qwen/Qwen3-8B"
+
+
 def test_a_gpu_instance_is_refused_in_one_line() -> None:
     with pytest.raises(InputError) as exc:
         resolve("max-throughput", MODEL, "ml.g5.12xlarge", engine="vllm-neuronx")

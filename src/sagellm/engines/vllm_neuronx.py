@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from sagellm.catalog import models
 from sagellm.engines.engine import CompiledShape, Generation, InferenceAmiVersion, Limits, Settings, read_int
 from sagellm.engines.openai_server import CHAT, COMPLETIONS, OpenAiServer, variable_for
 from sagellm.engines.tgi_neuron import CORES_PER_CHIP, INFERENCE_AMI_VERSION
@@ -37,11 +38,32 @@ STARTUP_TIMEOUT_S = 3600
 BATCH_SIZES = (1, 4, 8, 16, 32)
 SEQUENCE_LENGTHS = (2048, 4096)
 AUTO_CAST_TYPE = "bf16"  # serve.py's dtype when the model's config names none
+# The text-generation model types optimum-neuron 0.4.4 registers (optimum/neuron/models/inference/auto_models.py),
+# as their transformers classes (config.json `architectures`).
+SERVED = ("GraniteForCausalLM", "LlamaForCausalLM", "Llama4ForCausalLM", "Llama4ForConditionalGeneration",
+          "MixtralForCausalLM", "Phi3ForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+          "SmolLM3ForCausalLM")
+# The catalog's checkpoints by family, with the class their config.json names (the catalog records none).
+CATALOG_ARCHITECTURES = {
+    "meta-llama/": "LlamaForCausalLM", "deepseek-ai/DeepSeek-R1-Distill-Llama-": "LlamaForCausalLM",
+    "Qwen/Qwen2.5-": "Qwen2ForCausalLM", "Qwen/Qwen3-": "Qwen3ForCausalLM", "mistralai/Mixtral-": "MixtralForCausalLM",
+    "microsoft/Phi-3": "Phi3ForCausalLM", "microsoft/phi-4": "Phi3ForCausalLM", "mistralai/Mistral-": "MistralForCausalLM",
+    "google/gemma-2-": "Gemma2ForCausalLM", "google/gemma-3-": "Gemma3ForConditionalGeneration",
+    "tiiuae/falcon-": "FalconForCausalLM",
+}
 
 # vLLM V1's scheduler over a static compiled batch: waiting prompts join free slots at every step. No measurement
 # of it on Inferentia exists here: it borrows TGI 1.x's fitted step constants, as the other unmeasured engines do.
 GENERATION = Generation("vllm-neuronx", "vLLM 0.11 on optimum-neuron 0.4 (Inferentia2)", "tgi-1",
                         waiting_served_ratio=0.0)
+
+
+def architecture(model_id: str) -> str | None:
+    """The transformers class of a model: a Hub model's own, a catalog checkpoint's by family; None: unknown."""
+    model = models().get(model_id)
+    if model is not None and model.architecture:
+        return model.architecture
+    return next((arch for prefix, arch in CATALOG_ARCHITECTURES.items() if model_id.startswith(prefix)), None)
 
 
 class VllmNeuronx(OpenAiServer):
@@ -94,9 +116,19 @@ class VllmNeuronx(OpenAiServer):
 
     def compiled_for(self, model_id: str, tp: int, batch_size: int | None = None,
                      sequence_length: int | None = None) -> tuple[CompiledShape, ...]:
-        """The shapes a plan may ask it to compile on `tp` chips' NeuronCores (of that batch and length if given)."""
+        """The shapes a plan may ask it to compile on `tp` chips' NeuronCores (of that batch and length if given);
+        none for an architecture optimum-neuron does not serve (an unknown one may be tried)."""
+        if architecture(model_id) not in (None, *SERVED):
+            return ()
         return tuple(CompiledShape(b, n, CORES_PER_CHIP * tp, AUTO_CAST_TYPE) for n in SEQUENCE_LENGTHS
                      for b in BATCH_SIZES if batch_size in (None, b) and sequence_length in (None, n))
+
+    def uncompiled(self, model_id: str, instance_type: str, chips: int, tp: int | None, where_instance: str,
+                   where_tp: str) -> str:
+        """optimum-neuron 0.4.4 has no model of this architecture."""
+        served = ", ".join(a.removesuffix("ForCausalLM") for a in SERVED if a.endswith("ForCausalLM"))
+        return (f"{where_instance}: {model_id} is a {architecture(model_id)}, which optimum-neuron {PINNED} does not "
+                f"serve on Inferentia (it serves {served}); use a GPU instance type and another engine")
 
     def accelerator_units(self, tp: int) -> str:
         """`tp` chips as NeuronCores."""
