@@ -177,7 +177,7 @@ def test_a_model_the_neuron_cache_lacks_is_refused_naming_the_way_out() -> None:
         resolve("max-throughput", "Qwen/Qwen2.5-7B", "ml.inf2.8xlarge")
     [message] = exc.value.messages
     assert message.startswith("instance: Qwen/Qwen2.5-7B has no compiled model in the neuron cache of the pinned "
-                              "Inferentia image") and "use a GPU instance type" in message
+                              "Inferentia image") and "use a GPU instance type, or container kind vllm-neuronx" in message
     with pytest.raises(InputError) as exc:
         resolve("max-throughput", "meta-llama/Llama-3.1-70B", "ml.inf2.24xlarge")
     assert exc.value.messages == [

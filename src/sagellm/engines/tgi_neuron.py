@@ -109,7 +109,8 @@ class TgiNeuron(Tgi):
         if not shapes:
             return (f"{where_instance}: {model_id} has no compiled model in the neuron cache of the pinned Inferentia "
                     f"image (optimum-neuron {IMAGE_VERSION}), so its server would stop with 'No cached version "
-                    "found'; use a GPU instance type (docs/containers.md lists the models compiled for Inferentia)")
+                    "found'; use a GPU instance type, or container kind vllm-neuronx, which compiles a model of the "
+                    "architectures it serves at start-up (docs/containers.md lists the models compiled for Inferentia)")
         compiled = "; ".join(c.describe() for c in shapes)
         runs = []
         for need in sorted({c.num_cores // CORES_PER_CHIP for c in shapes}):

@@ -26,11 +26,13 @@ from sagellm.engines.vllm import COUNTERS, HISTOGRAMS
 
 PINNED = "0.4.4"  # the newest huggingface-vllm-neuronx image in sagemaker-core 2.27.0's tables (vLLM 0.11.0)
 FRAMEWORK = "huggingface-vllm-neuronx"
-OLDEST = (0, 4, 2)  # the first image on vLLM 0.11 with the serve command this module describes
+# The oldest image on vLLM 0.11 (0.4.1 runs 0.10.2); its entrypoint and serve options take what a plan sets as
+# 0.4.4's do (huggingface/optimum-neuron v0.4.2..v0.4.4 added only the dashed option aliases and argument pass-through).
+OLDEST = (0, 4, 2)
 PREFIX = "SM_ON_"
-# Compiling a shape the cache lacks runs inside the container's start-up: optimum-neuron's own SageMaker notebooks
-# for this image give 2400 s (Mixtral 8x7B) and 3600 s (Llama 3.3 70B) (notebooks/sagemaker/, v0.4.4), and 3600 s
-# is SageMaker's largest ContainerStartupHealthCheckTimeoutInSeconds.
+# Compiling a shape the cache lacks runs inside the container's start-up: "30-60 minutes for large models"
+# (optimum-neuron v0.4.4 docs/source/guides/cache_system.mdx), and 3600 s is SageMaker's largest
+# ContainerStartupHealthCheckTimeoutInSeconds (its own SageMaker notebooks give a 70B model 3600 s).
 STARTUP_TIMEOUT_S = 3600
 # The shapes a plan asks it to compile: the batch sizes and sequence lengths optimum-neuron's cache configurations
 # use (engines/data/neuron-compiled.json lists those of 0.3.0). It compiles any shape; these keep a plan's static
@@ -93,7 +95,6 @@ class VllmNeuronx(OpenAiServer):
     reads = frozenset({"HF_TOKEN"})
     generation_ = GENERATION
     default_running = 1  # serve.py's batch without a cached entry
-    default_prefill_tokens = 2048  # unused: every prompt is prefilled whole
     min_startup_timeout_s = STARTUP_TIMEOUT_S
     # The one Neuron host AMI a production variant may name (the TGI neuron image's, with the newer driver).
     inference_ami_version: InferenceAmiVersion | None = INFERENCE_AMI_VERSION

@@ -220,8 +220,8 @@ class Space:
     quantizations: tuple[str, ...] = ("none",)
     region: str = "us-east-1"
     profiles_dir: Path | None = None  # whose calibration/ corrects the predictions (./profiles by default)
-    # Search Inferentia types too, with the engines named that have an image there (`--engines tgi,vllm-neuronx`):
-    # only on request, as their step times extrapolate GPU measurements.
+    # Search Inferentia types too, with the engines that have an image there: only when an Inferentia-only engine is
+    # asked for (`--engines tgi,vllm-neuronx`), as their step times extrapolate GPU measurements.
     inferentia: bool = False
 
 
