@@ -61,7 +61,7 @@ GENERATION = Generation("vllm-neuronx", "vLLM 0.11 on optimum-neuron 0.4 (Infere
 
 
 def architecture(model_id: str) -> str | None:
-    """The transformers class of a model: a Hub model's own, a catalog checkpoint's by family; None: unknown."""
+    """The transformers class of a model: the catalog's record, else its family's; None: unknown."""
     model = models().get(model_id)
     if model is not None and model.architecture:
         return model.architecture
