@@ -21,7 +21,7 @@ from sagellm.engines import ENGINES, NEURON_ENGINES  # the checkout's engines, n
 ENGINES_ALL = (*ENGINES.values(), *NEURON_ENGINES.values())
 FRAMEWORKS = tuple(dict.fromkeys(engine.framework for engine in ENGINES_ALL))
 TABLE_KEYS = ("processors", "version_aliases", "versions")
-VERSION_KEYS = ("registries", "repository", "py_versions", "container_version", "tag_prefix")
+VERSION_KEYS = ("registries", "repository", "py_versions", "container_version", "tag_prefix", "sdk_versions")
 # The SDK builds some frameworks' tags with an inference tool in the processor's place (Engine.inference_tool).
 INFERENCE_TOOLS = {engine.framework: engine.inference_tool for engine in ENGINES_ALL if engine.inference_tool}
 OUT = Path(__file__).resolve().parents[1] / "src" / "sagellm" / "engines" / "data"

@@ -74,6 +74,26 @@ def test_cdk_synth_builds_the_profile_stack(profile, tmp_path):
     assert "end-of-life" not in result.stderr
 
 
+def test_cdk_synth_of_an_inf2_plan_on_vllm_neuronx_runs_its_image_on_every_neuroncore(tmp_path):
+    result = cdk_synth(tmp_path, "profile=max-throughput", "model=Qwen/Qwen3-8B", "instance=ml.inf2.24xlarge",
+                       "engine=vllm-neuronx", f"hf_token_secret={HF_SECRET}")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "cdk.out" / "manifest.json").read_text())
+    (artifact,) = [a for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"]
+    template = json.loads((tmp_path / "cdk.out" / artifact["properties"]["templateFile"]).read_text())
+    (model,) = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::Model"]
+    (config,) = [r["Properties"] for r in template["Resources"].values()
+                 if r["Type"] == "AWS::SageMaker::EndpointConfig"]
+    container, (variant,) = model["PrimaryContainer"], config["ProductionVariants"]
+    assert container["Image"].endswith("/huggingface-vllm-inference-neuronx:"
+                                       "0.11.0-optimum0.4.4-neuronx-py310-sdk2.26.1-ubuntu22.04")
+    assert {k: v for k, v in container["Environment"].items() if k != "SM_ON_BATCH_SIZE"} == {
+        "SM_ON_MODEL": "Qwen/Qwen3-8B", "SM_ON_TENSOR_PARALLEL_SIZE": "12", "SM_ON_SEQUENCE_LENGTH": "4096",
+        "SM_ON_ALLOW_NON_CACHED_MODEL": "", "HF_TOKEN": f"{{{{resolve:secretsmanager:{HF_SECRET}:SecretString:::}}}}"}
+    assert (variant["InferenceAmiVersion"], variant["ContainerStartupHealthCheckTimeoutInSeconds"]) == (
+        "al2-ami-sagemaker-inference-neuron-2", 3600)
+
+
 def sagellm_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     return [line for line in result.stderr.splitlines() if line.startswith("sagellm:")]

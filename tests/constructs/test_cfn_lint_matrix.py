@@ -51,6 +51,8 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DeploymentPlan
                                      for r in ("us-gov-west-1", "eu-west-3"))
     plans["inferentia@us-east-1"] = resolve("max-throughput", LLAMA2_7B, "ml.inf2.24xlarge",
                                             hf_token_secret=HF_SECRET)
+    plans["inferentia-vllm-neuronx@us-east-1"] = resolve("max-throughput", LLAMA2_7B, "ml.inf2.24xlarge",
+                                                         hf_token_secret=HF_SECRET, engine="vllm-neuronx")
     return plans
 
 
@@ -63,7 +65,7 @@ def test_the_matrix_synthesizes_with_no_cfn_lint_error_and_only_acknowledged_war
         template = json.dumps(Template.from_stack(stack).to_json())
         findings += [f"{case}: {m.rule.id} {m.message}" for m in lint(template, regions=[matrix[case].region])
                      if m.rule.id not in ACKNOWLEDGED]
-    assert len(matrix) == 29 and findings == []
+    assert len(matrix) == 30 and findings == []
 
 
 def test_cfn_lint_finds_what_the_matrix_would_get_wrong() -> None:

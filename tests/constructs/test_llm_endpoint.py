@@ -742,6 +742,23 @@ def test_an_inferentia_plan_deploys_the_neuronx_image_on_the_neuron_ami_with_the
     assert "InferenceAmiVersion" not in str(synth(plans["max-throughput"]).find_resources(CONFIG))
 
 
+@pytest.mark.slow
+def test_a_vllm_neuronx_plan_deploys_its_image_on_every_neuroncore_with_an_hour_to_compile() -> None:
+    from sagellm.profiles import resolve
+
+    plan = resolve("max-throughput", "Qwen/Qwen3-8B", "ml.inf2.24xlarge", hf_token_secret=HF_SECRET,
+                   engine="vllm-neuronx")
+    template = synth(plan)
+    template.has_resource_properties(CONFIG, {"ProductionVariants": [Match.object_like({
+        "InstanceType": "ml.inf2.24xlarge", "InferenceAmiVersion": "al2-ami-sagemaker-inference-neuron-2",
+        "ContainerStartupHealthCheckTimeoutInSeconds": 3600, "ModelDataDownloadTimeoutInSeconds": 3600})]})
+    template.has_resource_properties(MODEL, {"PrimaryContainer": Match.object_like({
+        "Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-vllm-inference-neuronx:"
+                 "0.11.0-optimum0.4.4-neuronx-py310-sdk2.26.1-ubuntu22.04",
+        "Environment": Match.object_like({"SM_ON_MODEL": "Qwen/Qwen3-8B", "SM_ON_TENSOR_PARALLEL_SIZE": "12",
+                                          "SM_ON_SEQUENCE_LENGTH": "4096", "SM_ON_ALLOW_NON_CACHED_MODEL": ""})})})
+
+
 def endpoint_ids(plan: DeploymentPlan) -> set[str]:
     return set(synth(plan).find_resources(ENDPOINT))
 

@@ -63,6 +63,11 @@ def test_aws_solutions_pack_passes_on_every_profile_and_option(plans: dict[str, 
     app = add_nag_app(str(tmp_path))
     for name, plan in plans.items():
         EndpointStack(app, f"Stack-{name}", plan=plan.model_copy(update={"hf_token_secret": "team/hf"}))
+    # Inferentia's vLLM image: its own environment, AMI and timeouts (docs/containers.md).
+    from sagellm.profiles import resolve
+
+    EndpointStack(app, "Stack-vllm-neuronx", plan=resolve("max-throughput", "Qwen/Qwen3-8B", "ml.inf2.24xlarge",
+                                                          hf_token_secret="team/hf", engine="vllm-neuronx"))
     # Every optional part at once: VPC, two scaled components, a KMS key (where the instance has EBS storage).
     stack = Stack(app, "Options", env=Environment(region="us-east-1"))
     key = kms.Key(stack, "Key", enable_key_rotation=True)

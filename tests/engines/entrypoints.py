@@ -10,6 +10,9 @@ after each entrypoint's rule (their code is not copied), and the standard profil
 - SGLang (same commit, scripts/docker/sglang/sagemaker_entrypoint.sh): every SM_SGLANG_* variable in the
   environment's order with the same naming and true/false/empty rule (no JSON handling), then `--port 8080`,
   `--host 0.0.0.0` and `--model-path /opt/ml/model` where those flags are not given.
+- vLLM on Inferentia (huggingface/optimum-neuron v0.4.4, commit f4bc3c5c, docker/vllm/Dockerfile's `entrypoint.sh`):
+  `--port 8080`, then every SM_ON_* variable in the environment's order: the name after the prefix in lower case,
+  underscores kept, then the value unless it is empty; all of it goes to `optimum-cli neuron serve`.
 """
 
 from __future__ import annotations
@@ -64,6 +67,16 @@ def sglang_argv(env: dict[str, str]) -> list[str]:
                           ("--model-path", env.get(f"{prefix}MODEL_PATH", "/opt/ml/model"))):
         if flag not in args:
             args += [flag, default]
+    return args
+
+
+def vllm_neuronx_argv(env: dict[str, str]) -> list[str]:
+    """What Hugging Face's vllm-neuronx image runs `optimum-cli neuron serve` with, for `env`."""
+    prefix = "SM_ON_"
+    args = ["--port", "8080"]
+    for key, value in env.items():
+        if key.startswith(prefix):
+            args += ["--" + key[len(prefix):].lower(), *([value] if value else [])]
     return args
 
 

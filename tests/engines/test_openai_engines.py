@@ -189,7 +189,7 @@ def test_cdk_context_engine_resolves_a_standard_profile_for_that_engine() -> Non
     plan = resolve(ctx.profile, ctx.model, "ml.g5.12xlarge", engine=ctx.engine)
     assert (plan.container, plan.container_version) == ("sglang", "0.5.20")
     assert plan.environment["SM_SGLANG_MODEL_PATH"] == "meta-llama/Llama-2-7b-hf"
-    with pytest.raises(InputError, match=r"unknown engine 'trt' \(known: tgi, lmi, vllm, sglang\)"):
+    with pytest.raises(InputError, match=r"unknown engine 'trt' \(known: tgi, lmi, vllm, sglang, vllm-neuronx\)"):
         resolve("max-throughput", "meta-llama/Llama-2-7b-hf", "ml.g5.12xlarge", engine="trt")
 
 

@@ -103,7 +103,7 @@ def test_lmi_on_inferentia_is_refused(write, team_dir: Path) -> None:
     with pytest.raises(InputError) as exc:
         resolve("l", LLAMA2_7B, "ml.inf2.48xlarge", profiles_dir=team_dir)
     assert (f"{path}:3: container.kind: lmi has no image for ml.inf2.48xlarge (Inferentia); use container: "
-            "{kind: tgi} (TGI (Neuron)) or a GPU instance type") in exc.value.messages
+            "{kind: tgi} (TGI (Neuron)) or {kind: vllm-neuronx} (vLLM (Neuron)) or a GPU instance type") in exc.value.messages
 
 
 @pytest.mark.slow
@@ -177,7 +177,7 @@ def test_a_model_the_neuron_cache_lacks_is_refused_naming_the_way_out() -> None:
         resolve("max-throughput", "Qwen/Qwen2.5-7B", "ml.inf2.8xlarge")
     [message] = exc.value.messages
     assert message.startswith("instance: Qwen/Qwen2.5-7B has no compiled model in the neuron cache of the pinned "
-                              "Inferentia image") and "use a GPU instance type" in message
+                              "Inferentia image") and "use a GPU instance type, or container kind vllm-neuronx" in message
     with pytest.raises(InputError) as exc:
         resolve("max-throughput", "meta-llama/Llama-3.1-70B", "ml.inf2.24xlarge")
     assert exc.value.messages == [

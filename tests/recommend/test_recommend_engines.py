@@ -25,9 +25,20 @@ def _search(engines: tuple[str, ...] | None = None) -> Search:
 
 @pytest.mark.slow
 def test_every_registered_engine_is_searched_unless_narrowed() -> None:
-    assert {c.config.engine for c in _search().candidates} == set(ENGINES)
+    assert {c.config.engine for c in _search().candidates} == {k for k, e in ENGINES.items() if e.gpu}
     assert {c.config.engine for c in _search(("lmi",)).candidates} == {"lmi"}
     assert engine_verdict(choose(_search(("lmi",)), LOAD, RULES, Payload())) is None  # one engine: nothing to say
+
+
+@pytest.mark.slow
+def test_inferentia_is_searched_with_the_engines_named_and_vllm_neuronx_serves_what_tgis_cache_lacks() -> None:
+    space = Space(find_model("Qwen/Qwen3-8B"), Payload(), (find_instance("ml.inf2.xlarge"),),
+                  engines=("tgi", "vllm-neuronx"))
+    assert search(space, LOAD, RULES).candidates == []  # not asked for Inferentia: not searched
+    found = search(replace(space, inferentia=True), LOAD, RULES)
+    by_engine = {c.config.engine: c for c in found.candidates}
+    assert by_engine["tgi"].problem is not None and "no compiled model in the neuron cache" in by_engine["tgi"].problem
+    assert by_engine["vllm-neuronx"].problem is None and by_engine["vllm-neuronx"].point is not None
 
 
 def test_the_verdict_names_the_cheaper_engine_and_what_the_other_costs() -> None:

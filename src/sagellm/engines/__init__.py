@@ -1,4 +1,4 @@
-"""Serving engines, one module each (tgi, lmi, tgi_neuron, vllm, sglang): pinned images, the variables each
+"""Serving engines, one module each (tgi, lmi, tgi_neuron, vllm, sglang, vllm_neuronx): pinned images, the variables each
 version reads, its environment, how it batches and admits, its wire format; and the one lookup from a container
 to them.
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from sagellm.engines import images, lmi, sglang, tgi, vllm
+from sagellm.engines import images, lmi, sglang, tgi, vllm, vllm_neuronx
 from sagellm.engines.engine import (
     CompiledShape,
     Engine,
@@ -25,14 +25,16 @@ from sagellm.engines.sglang import SGLANG
 from sagellm.engines.tgi import TGI
 from sagellm.engines.tgi_neuron import TGI_NEURON
 from sagellm.engines.vllm import VLLM
+from sagellm.engines.vllm_neuronx import VLLM_NEURONX
 from sagellm.errors import InputError
 
-# By the profile's container.kind: the GPU engine, and the one on Inferentia where the kind has an image there.
-ENGINES: dict[str, Engine] = {"tgi": TGI, "lmi": LMI, "vllm": VLLM, "sglang": SGLANG}
-NEURON_ENGINES: dict[str, Engine] = {"tgi": TGI_NEURON}
+# By the profile's container.kind: every kind's engine (its GPU one; vllm-neuronx runs on Inferentia only), and
+# the one on Inferentia where the kind has an image there. TGI stays the Inferentia default (docs/containers.md).
+ENGINES: dict[str, Engine] = {"tgi": TGI, "lmi": LMI, "vllm": VLLM, "sglang": SGLANG, "vllm-neuronx": VLLM_NEURONX}
+NEURON_ENGINES: dict[str, Engine] = {"tgi": TGI_NEURON, "vllm-neuronx": VLLM_NEURONX}
 # Every generation the planner knows, the measured one (TGI 1.x) included.
 GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, lmi.GENERATION, vllm.GENERATION,
-                                                             sglang.GENERATION)}
+                                                             sglang.GENERATION, vllm_neuronx.GENERATION)}
 
 __all__ = [
     "ENGINES", "GENERATIONS", "NEURON_ENGINES", "CompiledShape", "Engine", "ErrorReply", "Generation", "Limits", "Settings",
@@ -42,9 +44,10 @@ __all__ = [
 
 def engine_for(kind: str, *, neuron: bool = False) -> Engine:
     """The engine of a container kind on GPUs, or on Inferentia (InputError where it has no image there)."""
-    engines = NEURON_ENGINES if neuron else ENGINES
+    engines = NEURON_ENGINES if neuron else {k: e for k, e in ENGINES.items() if e.gpu}
     if kind not in engines:
-        raise InputError(f"no {kind!r} engine{' on Inferentia' if neuron else ''} (known: {', '.join(engines)})")
+        where = "on Inferentia" if neuron else "on GPUs"
+        raise InputError(f"no {kind!r} engine {where} (known: {', '.join(engines)})")
     return engines[kind]
 
 
@@ -57,7 +60,7 @@ def engine_option(kind: str | None, flag: str = "--engine") -> str | None:
 
 def kinds_on(kinds: tuple[str, ...], *, neuron: bool) -> tuple[str, ...]:
     """Those of `kinds` that have an image on an instance type: a GPU one, or Inferentia."""
-    return tuple(k for k in kinds if k in (NEURON_ENGINES if neuron else ENGINES))
+    return tuple(k for k in kinds if (k in NEURON_ENGINES if neuron else k in ENGINES and ENGINES[k].gpu))
 
 
 def kind_of_image(image: str) -> str | None:

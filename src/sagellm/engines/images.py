@@ -18,6 +18,9 @@ from sagellm.errors import InputError
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")  # an image manifest's digest, as ECR and Docker write it
 COMPILED_SHAPES = "neuron-compiled.json"  # data/'s one file that is no image table (engines/tgi_neuron.py)
+# The repositories whose tags the SDK gives the newest Neuron SDK version of the entry (`sdk2.26.1-` before the
+# container version): sagemaker-core 2.27.0 image_uris.retrieve, for the ones sagellm's engines name.
+SDK_VERSIONED = ("huggingface-vllm-inference-neuronx",)
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")  # Docker's tag grammar (ECR's too)
 
 
@@ -60,13 +63,15 @@ def tag(framework: str, version: str) -> str:
     """The image tag of exactly `version`, as the SDK builds it (the same in every region).
 
     A table with an `inference_tool` (Inferentia's `neuronx`) names it where others name the processor, as the
-    SDK's `_format_tag` does for the tool its caller passes.
+    SDK's `_format_tag` does for the tool its caller passes; an SDK_VERSIONED repository's tag carries its Neuron SDK.
     """
     config = table(framework)
     entry = config["versions"][version]
     processor = (config.get("processors") or [None])[0]
     py = (entry.get("py_versions") or [None])[0]
     suffix = (entry.get("container_version") or {}).get(processor)
+    if entry["repository"] in SDK_VERSIONED:
+        suffix = f"{max(entry['sdk_versions'], key=lambda v: version_key(v.removeprefix('sdk')))}-{suffix}"
     return "-".join(p for p in (entry.get("tag_prefix", version), config.get("inference_tool") or processor, py,
                                 suffix) if p)
 

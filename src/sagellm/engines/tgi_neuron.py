@@ -84,6 +84,7 @@ class TgiNeuron(Tgi):
     # (get_huggingface_llm_image_uri) and image_uris._format_tag writes `<prefix>-neuronx-py310-…`: the table
     # alone would give `…-inf2-…` (scripts/refresh_image_tables.py records it in the table).
     inference_tool = "neuronx"
+    gpu = False
     model_id_variables = ("MODEL_ID", "HF_MODEL_ID")
     min_startup_timeout_s = STARTUP_TIMEOUT_S
     inference_ami_version = INFERENCE_AMI_VERSION
@@ -115,7 +116,8 @@ class TgiNeuron(Tgi):
         if not shapes:
             return (f"{where_instance}: {model_id} has no compiled model in the neuron cache of the pinned Inferentia "
                     f"image (optimum-neuron {IMAGE_VERSION}), so its server would stop with 'No cached version "
-                    "found'; use a GPU instance type (docs/containers.md lists the models compiled for Inferentia)")
+                    "found'; use a GPU instance type, or container kind vllm-neuronx, which compiles a model of the "
+                    "architectures it serves at start-up (docs/containers.md lists the models compiled for Inferentia)")
         compiled = "; ".join(c.describe() for c in shapes)
         runs = []
         for need in sorted({c.num_cores // CORES_PER_CHIP for c in shapes}):

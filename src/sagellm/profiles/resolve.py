@@ -394,6 +394,9 @@ def _tp_errors(tp: int, valid: Sequence[int], model: Model, inst: Instance, wher
 def _neuron_engine(kind: str, inst: Instance, where: Where, errors: list[str]) -> Engine | None:
     """The engine of `kind` on an Inferentia instance (None on a GPU; an error where the kind has no image)."""
     if not inst.is_neuron:
+        if not ENGINES[kind].gpu:
+            errors.append(f"{where('container.kind')}: {kind} runs on Inferentia only, not on {inst.instance_type}; "
+                          "use an ml.inf2 instance type or another engine")
         return None
     if kind not in NEURON_ENGINES:
         there = " or ".join(f"{{kind: {k}}} ({e.label})" for k, e in NEURON_ENGINES.items())
@@ -521,10 +524,12 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     prefill = pinned("max_batch_prefill_tokens", min(prefill_auto, max(kv, max_input)))
     limit = _per_copy_limit(replace(shape, max_batch_size=batch_size), payload) if fits else 1
     concurrent = pinned("max_concurrent_requests", max(1, limit))
-    if engine.queues and batch_size is None:
-        batch_size = concurrent  # a server that queues instead of refusing runs at most its batch
+    if engine.queues and batch_size is None and not shapes:
+        batch_size = concurrent  # a server that queues instead of refusing runs at most its batch (else compiled)
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
-    if shapes and (compiled := pick_compiled(shapes, max_total, batch_size, concurrent, w, errors)):
+    # A queuing server compiles the batch the plan names (vllm-neuronx): as many whole sequences as memory holds.
+    held = min(concurrent, max(1, kv // max_total)) if engine.queues and fits else concurrent
+    if shapes and (compiled := pick_compiled(shapes, max_total, batch_size, held, w, errors)):
         batch_size = compiled.batch_size
         # TGI's neuron entry point fills an unset prefill budget with batch × max input tokens (tgi_env.py).
         prefill = pinned("max_batch_prefill_tokens", batch_size * max_input)

@@ -220,6 +220,9 @@ class Space:
     quantizations: tuple[str, ...] = ("none",)
     region: str = "us-east-1"
     profiles_dir: Path | None = None  # whose calibration/ corrects the predictions (./profiles by default)
+    # Search Inferentia types too, with the engines that have an image there: only when an Inferentia-only engine is
+    # asked for (`--engines tgi,vllm-neuronx`), as their step times extrapolate GPU measurements.
+    inferentia: bool = False
 
 
 def instance_types(names: Sequence[str] = (), families: Sequence[str] = (),
@@ -315,7 +318,7 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
             price = inst.rank_price(space.region)
             if inst.offered_in(space.region) is False:
                 notes.append(f"{inst.instance_type}: not searched (not offered in {space.region})")
-            elif inst.is_neuron:
+            elif inst.is_neuron and not space.inferentia:
                 notes.append(f"{inst.instance_type}: not searched (Inferentia needs compiled artefacts and the "
                              "planner's step times are GPU measurements)")
             elif price is None:

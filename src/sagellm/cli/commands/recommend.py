@@ -100,6 +100,7 @@ def recommend(
     interrupted (the bench in flight torn down).
     """
     from sagellm.catalog import find_model
+    from sagellm.engines import ENGINES
     from sagellm.planner import Payload
     from sagellm.recommend import Load, Space, choose, instance_types, load_slo, search, write_all
     from sagellm.recommend.write import check_out
@@ -116,7 +117,8 @@ def recommend(
     quants = ("none",) if quantization in (None, "none") else ("none", quantization)
     space = Space(catalog_model, payload, instance_types(_names(instances, "--instances"),
                                                         _names(families, "--families"), region),
-                  tuple(dict.fromkeys(engine_names)) or Space.engines, quants, region, profiles_dir)
+                  tuple(dict.fromkeys(engine_names)) or Space.engines, quants, region, profiles_dir,
+                  inferentia=any(not ENGINES[e].gpu for e in engine_names))
     found = search(space, load, rules, None if json_out else _progress(started), headroom / 100)
     peak = Load(request_rate=peak_rate) if peak_rate is not None else None
     rec = choose(found, load, rules, payload, peak)
