@@ -71,6 +71,8 @@ def test_an_open_loop_rate_becomes_the_concurrency_littles_law_gives():
 
 
 @pytest.mark.slow
+# One search of three families' every count: 90–250 s of CPU alone, ×4 beside four CPU-bound jobs on two cores.
+@pytest.mark.timeout(1000)
 def test_inference_component_copies_can_beat_every_single_copy_endpoint():
     # Look for a load and an ITL bound where the planner prefers copies, instead of guessing one.
     space = Space(MODEL, Payload(), instance_types(families=("g5", "g6e", "p4d")))

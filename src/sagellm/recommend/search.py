@@ -388,9 +388,7 @@ def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
             return [Candidate(config, 1, price, problem=context_problem(space), limit=CONTEXT)]
         return [Candidate(config, 1, price, problem=f"refused by the profile: {exc.messages[0]}", limit=PROFILE)]
     designs[config] = design
-    # Configs whose copies run alike share simulations (one cache for the whole search).
-    cache = next(iter(simulators.values())).cache if simulators else {}
-    simulators[config] = simulator = Simulator(design, space.payload, cache)
+    simulators[config] = simulator = Simulator(design, space.payload)  # alike configs share simulations
     out = []
     before = -math.inf  # the last count's thinnest margin
     for count in _count_range(design, config, space, load):

@@ -1,5 +1,6 @@
 """Predictions from simulated requests for the search: a candidate's endpoint at any instance count and load
-(bench.predicted runs and summarises them), shared by designs whose copies run alike."""
+(bench.predicted runs and summarises them), shared by designs whose copies run alike and by every search of the
+process at that load."""
 
 from __future__ import annotations
 
@@ -14,17 +15,21 @@ from sagellm.profiles.plan import DeploymentPlan
 from sagellm.recommend.slo import Load
 from sagellm.results.schema import LevelSummary
 
+# Simulated summaries by everything a simulation reads, for the whole process: a simulation is deterministic
+# (one seed), so searches that differ only in the SLO (the study's targets, a test's sweep of limits, peak
+# sizing) run each one once. Emptied when full: a whole-catalog search fills a few hundred.
+SUMMARIES: dict[tuple[Any, ...], LevelSummary] = {}
+MAX_SUMMARIES = 10_000
+
 
 class Simulator:
     """Simulated summaries of one design at any instance count and load, shared with designs whose copies
     run alike (same accelerator, split, server and limits: ml.g5.xlarge and ml.g5.4xlarge at TP 1)."""
 
-    def __init__(self, design: Design, payload: Payload, cache: dict[tuple[Any, ...], LevelSummary],
-                 requests: int = SIMULATED_REQUESTS):
+    def __init__(self, design: Design, payload: Payload, requests: int = SIMULATED_REQUESTS):
         self.design = design
         self.payload = payload
         self.requests = requests
-        self.cache = cache
 
     @cached_property
     def _plan(self) -> DeploymentPlan:
@@ -34,16 +39,19 @@ class Simulator:
     def summary(self, count: int, load: Load) -> LevelSummary:
         """The summary of `count` instances at `load`."""
         key = (*self._alike(), count, astuple(self.payload), load.concurrency, load.request_rate, self.requests)
-        if key not in self.cache:
+        if key not in SUMMARIES:
+            if len(SUMMARIES) >= MAX_SUMMARIES:
+                SUMMARIES.clear()
             plan = self._plan.model_copy(update={"initial_instance_count": count})
-            self.cache[key] = simulated_level(plan, StepModel(self.design.shape(count)), self.payload,
-                                              concurrency=load.concurrency if load.request_rate is None else None,
-                                              request_rate=load.request_rate, requests=self.requests)
-        return self.cache[key]
+            SUMMARIES[key] = simulated_level(plan, StepModel(self.design.shape(count)), self.payload,
+                                             concurrency=load.concurrency if load.request_rate is None else None,
+                                             request_rate=load.request_rate, requests=self.requests)
+        return SUMMARIES[key]
 
     def _alike(self) -> tuple[Any, ...]:
         """What the simulation depends on, less the instance type's name, host and price."""
         i, d = self.design.instance, self._plan.primary
         return (i.accelerator, i.device_mem_mib, i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect,
-                d.model_id, d.tp_degree, d.quantization, d.copy_count, tuple(sorted(d.environment.items())),
-                self._plan.container, self._plan.container_version, self.design.generation, self.design.calibration)
+                self.design.copies[0].model, d.model_id, d.tp_degree, d.quantization, d.copy_count,
+                tuple(sorted(d.environment.items())), self._plan.container, self._plan.container_version,
+                self.design.generation, self.design.calibration)
