@@ -92,6 +92,7 @@ class VllmNeuronx(OpenAiServer):
     extra_flags = (("served model name", "--served_model_name"),)
     # An empty value is the bare flag: compile the plan's shape at start-up when the cache lacks it.
     always: ClassVar[dict[str, str]] = {"--allow_non_cached_model": ""}
+    quantizations = frozenset[str]()  # serve.py has no quantization flag: the compiled graph holds the weights' dtype
     reads = frozenset({"HF_TOKEN"})
     generation_ = GENERATION
     default_running = 1  # serve.py's batch without a cached entry

@@ -165,7 +165,7 @@ def quantization_errors(profile: Profile, where: Callable[[str], str]) -> list[s
     engine and where it was chosen, and the quantizations of sagellm's it does take."""
     kind = profile.container.kind
     engine = ENGINES[kind]
-    variable = next(v.names[0] for v in engine.variables if v.sets == "quantization")
+    variable = next((v.names[0] for v in engine.variables if v.sets == "quantization"), "it has no quantization setting")
     takes = [q for q in get_args(Quantization) if q == "none" or q in engine.quantizations]
     asked = [("serving.quantization", profile.serving.quantization)] + [
         (f"components.extra_models.{i}.quantization", extra.quantization)
