@@ -9,7 +9,7 @@ import pytest
 
 from sagellm import bench
 from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.predicted import arrived_s, offered, simulated_curve, simulated_level
+from sagellm.bench.predicted import arrivals, offered, simulated_curve, simulated_level
 from sagellm.emulator.serving.simulate import SimulatedClosedLoop, simulate
 from sagellm.planner import StepModel
 from sagellm.profiles import design_for
@@ -27,11 +27,17 @@ def test_offered_reads_each_clients_first_arrival_its_gaps_and_the_counts() -> N
     assert (load.warmup, load.requests) == (2, 3)
 
 
-def test_an_emulated_request_arrives_half_the_clients_overhead_after_it_was_sent() -> None:
-    # Time scale 0.1: 10 ms of client overhead (wall) is 100 ms simulated, half of it on the way in.
-    r = RequestRecord(start_s=1.0, e2e_s=3.0, server_e2e_s=0.3, client_e2e_s=0.31, clock="emulator")
-    assert arrived_s(r) == pytest.approx(1.05)
-    assert arrived_s(RequestRecord(start_s=1.0, e2e_s=3.0)) == 1.0  # a real server: the client's clock
+def test_an_emulated_request_arrives_when_the_emulator_stamped_it_on_the_simulated_clock() -> None:
+    # Time scale 0.1: the emulator saw them 0.5 and 0.7 wall seconds after it began serving (5 and 7 simulated);
+    # the client's send times say they were 3 s apart, the server saw 3.01.
+    records = [RequestRecord(worker=0, start_s=1.0, e2e_s=3.0, server_arrived_s=0.5, clock="emulator"),
+               RequestRecord(worker=0, start_s=4.0, e2e_s=3.0, server_arrived_s=0.801, clock="emulator"),
+               RequestRecord(worker=1, start_s=2.0, e2e_s=0.0, status=429)]  # refused: never stamped
+    assert arrivals(records, 0.1) == pytest.approx([5.0, 8.01, 6.0])  # 2 + the quickest way in (4 s)
+    load = offered(records, 0.1)
+    assert load.starts_s == pytest.approx((0.0, 1.0))
+    assert load.think_s[0] == pytest.approx((0.01,))
+    assert arrivals([RequestRecord(start_s=1.0, e2e_s=3.0)], 0.1) == [1.0]  # a real server: the client's clock
 
 
 def test_a_replayed_closed_loop_sends_when_and_as_often_as_its_clients_did() -> None:

@@ -75,24 +75,26 @@ class Offered:
     requests: int
 
 
-def arrived_s(record: RequestRecord) -> float:
-    """When a request reached the server, on the simulated clock: sent, plus half the client's overhead where the
-    emulator stamped it (the other half is the reply's way back; at a time scale of 0.1 a few wall milliseconds
-    are tens of simulated ones, enough to move a request to another pass)."""
-    if record.server_e2e_s and record.client_e2e_s is not None:
-        overhead_s = (record.client_e2e_s - record.server_e2e_s) * record.e2e_s / record.server_e2e_s
-        return record.start_s + max(0.0, overhead_s) / 2
-    return record.start_s
+def arrivals(records: Sequence[RequestRecord], time_scale: float = 1.0) -> list[float]:
+    """When each request reached the server, in seconds on the simulated clock: the emulator's own stamp where it
+    sent one (at a time scale of 0.1 a few wall milliseconds between the client and the engine are tens of
+    simulated ones, enough to move a request to another prefill pass), else the client's send time. A request
+    the emulator did not stamp (refused before admission) arrives its send time plus the quickest way in seen."""
+    stamped = [r.server_arrived_s / time_scale - r.start_s for r in records if r.server_arrived_s is not None]
+    way_in = min(stamped, default=0.0)
+    return [r.server_arrived_s / time_scale if r.server_arrived_s is not None else r.start_s + way_in
+            for r in records]
 
 
-def offered(records: Sequence[RequestRecord]) -> Offered:
-    """What a closed-loop level's clients offered, from its records (on the simulated clock)."""
-    by_worker: dict[int, list[RequestRecord]] = {}
-    for r in sorted(records, key=arrived_s):
-        by_worker.setdefault(r.worker or 0, []).append(r)
-    zero = min((arrived_s(r) for r in records), default=0.0)
-    starts = tuple(arrived_s(sent[0]) - zero for _, sent in sorted(by_worker.items()))
-    think = tuple(tuple(max(0.0, arrived_s(b) - arrived_s(a) - a.e2e_s) for a, b in itertools.pairwise(sent))
+def offered(records: Sequence[RequestRecord], time_scale: float = 1.0) -> Offered:
+    """What a closed-loop level's clients offered, from its records (on the simulated clock; `time_scale` is the
+    emulator's, for its arrival stamps)."""
+    by_worker: dict[int, list[tuple[float, RequestRecord]]] = {}
+    for at, r in sorted(zip(arrivals(records, time_scale), records, strict=True), key=lambda pair: pair[0]):
+        by_worker.setdefault(r.worker or 0, []).append((at, r))
+    zero = min((sent[0][0] for sent in by_worker.values()), default=0.0)
+    starts = tuple(sent[0][0] - zero for _, sent in sorted(by_worker.items()))
+    think = tuple(tuple(max(0.0, b - a - r.e2e_s) for (a, r), (b, _) in itertools.pairwise(sent))
                   for _, sent in sorted(by_worker.items()))
     warmup = sum(r.warmup for r in records)
     return Offered(starts, think, warmup, len(records) - warmup)
