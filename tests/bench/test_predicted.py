@@ -9,7 +9,15 @@ import pytest
 
 from sagellm import bench
 from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.predicted import arrivals, offered, simulated_curve, simulated_level
+from sagellm.bench.predicted import (
+    CLIENT_START_GAP_S,
+    CLIENT_TURNAROUND_S,
+    arrivals,
+    modelled_clients,
+    offered,
+    simulated_curve,
+    simulated_level,
+)
 from sagellm.emulator.serving.simulate import SimulatedClosedLoop, simulate
 from sagellm.planner import StepModel
 from sagellm.profiles import design_for
@@ -50,6 +58,18 @@ def test_a_replayed_closed_loop_sends_when_and_as_often_as_its_clients_did() -> 
         assert b.arrived_s == pytest.approx(a.end_s + 1.0)
     gaps = [b.arrived_s - a.end_s for a, b in zip(sent[1], sent[1][1:], strict=False)]
     assert gaps[:3] == pytest.approx([0.0, 2.0, 0.0])
+
+
+def test_without_measured_clients_the_loop_is_modelled_clients_that_do_not_send_in_lockstep() -> None:
+    load = modelled_clients(16, time_scale=0.2)
+    assert load == modelled_clients(16, time_scale=0.2)  # seeded
+    assert load.starts_s[1] - load.starts_s[0] == pytest.approx(CLIENT_START_GAP_S / 0.2)  # on the emulator's clock
+    turns = {t for gaps in load.think_s for t in gaps}
+    assert len(turns) == 16 * 16
+    assert min(CLIENT_TURNAROUND_S) / 0.2 <= min(turns) and max(turns) <= max(CLIENT_TURNAROUND_S) / 0.2
+    d = design_for("max-throughput", "falcon-7b", None)
+    sim = simulate(d.plan(), 256, 64, load, requests=64, steps=StepModel(d.shape()))
+    assert len({r.arrived_s for r in sim.requests}) == len(sim.requests)  # no two requests arrive together
 
 
 def test_plans_curve_is_the_simulated_requests_p50_with_their_p90_beside_it() -> None:

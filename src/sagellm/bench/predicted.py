@@ -9,6 +9,7 @@ inside the invocation timeout.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -28,6 +29,15 @@ from sagellm.results.schema import ErrorKind, LevelSummary
 
 # Measured requests per simulated level: p90 rests on the 60 slowest, and a whole catalog takes seconds.
 SIMULATED_REQUESTS = 600
+# A closed loop of real clients, where none was measured (`plan`, `recommend`): the bench's own clients against the
+# emulator on loopback, wall seconds, as the emulator stamped them. TURNAROUND: from a reply's last token to the same
+# client's next request at the server, deciles, at concurrency 1 (the emulator on its schedule: above it, on a busy
+# machine, its own lag in writing replies joins in); START_GAP: between successive clients' first requests of a
+# level, median. Printed by benchmarks/plan_vs_emulator.py (max-throughput and autoscale × phi3-mini-4k and
+# falcon-7b, time scale 0.2, 2 shared cores at a load average of about 8, 2026-11-27).
+CLIENT_TURNAROUND_S = (0.0059, 0.0073, 0.0075, 0.0088, 0.0116, 0.0151, 0.0162, 0.0194, 0.0386)
+CLIENT_START_GAP_S = 0.0002
+_TURNS = 16  # turnarounds each modelled client cycles through
 
 Sizes = Callable[[int], tuple[int, int]]  # request index → (input tokens, output tokens)
 
@@ -100,16 +110,34 @@ def offered(records: Sequence[RequestRecord], time_scale: float = 1.0) -> Offere
     return Offered(starts, think, warmup, len(records) - warmup)
 
 
+def modelled_clients(users: int, time_scale: float = 1.0, seed: int = 0) -> SimulatedClosedLoop:
+    """`users` clients as the bench's behave, seeded: each first sends a start gap after the one before, then
+    again a turnaround after each reply (drawn between the measured deciles), so requests do not arrive in lockstep;
+    `time_scale` puts those wall seconds on an emulator's clock."""
+    rng = random.Random(seed)
+
+    def turnaround() -> float:
+        # Between the measured deciles, linearly: two replies that end together rarely send again together.
+        at = rng.uniform(0, len(CLIENT_TURNAROUND_S) - 1)
+        low, high = CLIENT_TURNAROUND_S[int(at)], CLIENT_TURNAROUND_S[min(int(at) + 1, len(CLIENT_TURNAROUND_S) - 1)]
+        return (low + (high - low) * (at - int(at))) / time_scale
+
+    starts = tuple(u * CLIENT_START_GAP_S / time_scale for u in range(users))
+    return SimulatedClosedLoop(users, starts, tuple(tuple(turnaround() for _ in range(_TURNS)) for _ in range(users)))
+
+
 def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *, concurrency: int | None = None,
                     request_rate: float | None = None, sizes: Sizes | None = None,
-                    requests: int = SIMULATED_REQUESTS, offered: Offered | None = None) -> LevelSummary:
+                    requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
+                    time_scale: float = 1.0) -> LevelSummary:
     """The summary of the plan's endpoint at a concurrency (closed loop) or a request rate (open loop, Poisson),
     every request of `payload`'s size unless `sizes` draws each one's (the bench's workload); `offered` replays
-    how a measured closed loop's clients sent (its starts, gaps and request counts)."""
+    how a measured closed loop's clients sent (its starts, gaps and request counts), else the clients are
+    modelled (their turnaround on the clock of an emulator at `time_scale`)."""
     load: SimulatedOpenLoop | SimulatedClosedLoop = (
         SimulatedOpenLoop(request_rate) if request_rate is not None else
         SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
-        SimulatedClosedLoop(concurrency or 1))
+        modelled_clients(concurrency or 1, time_scale))
     sim = simulate(plan, payload.input_tokens, payload.output_tokens, load, steps=steps, sizes=sizes,
                    requests=offered.requests if offered is not None else requests,
                    warmup=offered.warmup if offered is not None else None)
@@ -128,13 +156,13 @@ def point_of(summary: LevelSummary, pruned: Point) -> Point:
 
 def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
                     sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS,
-                    offered: Offered | None = None) -> Point:
+                    offered: Offered | None = None, time_scale: float = 1.0) -> Point:
     """One closed-loop level: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
     pruned = predict_point(shape, payload, concurrency)
     if pruned.rejected:
         return pruned
     summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
-                              requests=requests, offered=offered)
+                              requests=requests, offered=offered, time_scale=time_scale)
     # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
     return point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)
 
