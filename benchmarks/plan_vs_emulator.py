@@ -2,9 +2,13 @@
 level, for each standard profile × three catalog models of different sizes on the profile's default instance.
 
 Each pair is one `sagellm bench` on the local target (the emulator, `--time-scale` to keep it short) through the
-library; the prediction beside each level is the results' own (simulated requests of the same workload at the load
-the clients offered). Prints one row per level with predicted, measured and the difference, and the worst
-difference of all; exit 1 where any is over `--within` (15 %).
+library. Two predictions stand beside each measured level, both simulated requests of the same workload:
+- `replay`: the results' own, replaying the arrivals the emulator stamped (what the bench reports);
+- `plan`: what `plan` predicts without anything measured, its clients modelled (their measured turnaround, on
+  the emulator's clock).
+Prints one row per level and prediction with predicted, measured and the difference; then how many levels agree
+within `--within` (15 %) per metric and prediction, and the clients' turnaround as the emulator saw it (wall ms:
+what `bench.predicted.CLIENT_TURNAROUND_S` holds). Exit 1 where any replayed difference is over `--within`.
 
     .venv/bin/python benchmarks/plan_vs_emulator.py [--profiles min-latency,max-throughput,…]
         [--models phi3-mini-4k,falcon-7b,qwen2.5-14b] [--concurrency 1,4,16] [--time-scale 0.2] [--out DIR]
@@ -13,14 +17,19 @@ difference of all; exit 1 where any is over `--within` (15 %).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from sagellm import bench
-from sagellm.results.schema import Level
+from sagellm.bench.client.records import RequestRecord, read_records
+from sagellm.bench.planning import BenchPlan, plan_bench
+from sagellm.bench.predicted import predicted_point
+from sagellm.results.schema import Level, Predicted, predicted_from
 
 PROFILES = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")  # the standard ones
 MODELS = ("phi3-mini-4k", "falcon-7b", "qwen2.5-14b")  # 3.8 B, 7.2 B, 14.8 B parameters, none gated
@@ -31,13 +40,8 @@ METRICS = (("TTFT p50", "ttft_ms", "p50", "ttft_ms"), ("TTFT p90", "ttft_ms", "p
            ("ms/token p90", "latency_ms_per_token", "p90", "ms_per_token_p90"))
 
 
-def compared(level: Level) -> list[tuple[str, float, float, float]]:
-    """(metric, predicted, measured, measured ÷ predicted − 1) for each metric of a level; none for a level
-    where nothing finished inside the invocation timeout (predicted and measured alike)."""
-    p = level.predicted
-    assert p is not None, f"level {level.load} has no prediction"
-    if level.ok == 0:
-        return []
+def compared(level: Level, p: Predicted) -> list[tuple[str, float, float, float]]:
+    """(metric, predicted, measured, measured ÷ predicted − 1) for each metric of a level."""
     out = []
     for name, dist, stat, field in METRICS:
         predicted, measured = getattr(p, field), getattr(getattr(level, dist), stat)
@@ -45,15 +49,51 @@ def compared(level: Level) -> list[tuple[str, float, float, float]]:
     return out
 
 
-def bench_pair(profile: str, model: str, concurrency: tuple[int, ...], time_scale: float, out: Path) -> list[Level]:
-    """One local bench of a profile × model at the given levels; its levels (measured and predicted)."""
-    outcome = bench.run(bench.Bench(
+def spec_of(profile: str, model: str, concurrency: tuple[int, ...], time_scale: float, out: Path) -> bench.Bench:
+    """The bench of a profile × model at the given levels on the local target."""
+    return bench.Bench(
         serving=bench.ServingSpec(profile=profile, model=model), target=bench.Local(time_scale=time_scale),
-        load=bench.Closed(concurrency=concurrency), sweep=bench.Sweep(method="doubling"),
-        output=bench.Output(out)))
+        load=bench.Closed(concurrency=concurrency), sweep=bench.Sweep(method="doubling"), output=bench.Output(out))
+
+
+def bench_pair(spec: bench.Bench) -> list[Level]:
+    """One local bench; its levels (measured and predicted)."""
+    outcome = bench.run(spec)
     if outcome.error:
-        raise SystemExit(f"{profile} × {model}: {outcome.error}")
+        raise SystemExit(f"{spec.serving.profile} × {spec.serving.model}: {outcome.error}")
     return outcome.results.levels
+
+
+def planned(p: BenchPlan, concurrency: int, time_scale: float) -> Predicted:
+    """`plan`'s prediction of a level: nothing measured, the clients modelled on the emulator's clock."""
+    assert p.plan is not None and p.shape is not None
+    point = predicted_point(p.plan, p.shape, p.workload.payload(), concurrency, sizes=p.workload.sizes,
+                            time_scale=time_scale)
+    return predicted_from(point)
+
+
+def turnarounds(records: list[RequestRecord]) -> tuple[list[float], list[float]]:
+    """As the emulator saw the clients (wall seconds): each reply's last token to the same client's next request,
+    and between successive clients' first requests of a level."""
+    by_client: dict[tuple[str, int, int], list[RequestRecord]] = {}
+    for r in records:
+        if r.server_arrived_s is not None:
+            by_client.setdefault((r.load, r.repeat, r.worker or 0), []).append(r)
+    turns, firsts_by_level = [], {}
+    for (load, repeat, _), sent in by_client.items():
+        sent.sort(key=lambda r: r.server_arrived_s or 0.0)
+        firsts_by_level.setdefault((load, repeat), []).append(sent[0].server_arrived_s or 0.0)
+        turns += [(b.server_arrived_s or 0.0) - (a.server_arrived_s or 0.0) - a.server_e2e_s
+                  for a, b in itertools.pairwise(sent) if a.server_e2e_s is not None]
+    gaps = [b - a for firsts in firsts_by_level.values() for a, b in itertools.pairwise(sorted(firsts))]
+    return turns, gaps
+
+
+def deciles(values: list[float]) -> str:
+    """p10 … p90 in milliseconds."""
+    if len(values) < 2:
+        return "none"
+    return " ".join(f"{q * 1000:.1f}" for q in statistics.quantiles(values, n=10))
 
 
 def main() -> None:
@@ -67,28 +107,53 @@ def main() -> None:
     args = parser.parse_args()
     levels = tuple(int(c) for c in args.concurrency.split(","))
     root = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-emulator-"))
-    rows, worst = [], 0.0
-    print(f"{'profile':<15} {'model':<13} {'conc':>4}  " + "  ".join(f"{m[0] + ' pred/meas':>24}" for m in METRICS))
+    rows: list[dict] = []
+    worst = 0.0
+    within: dict[tuple[str, str], list[bool]] = {}
+    turns: dict[int, list[float]] = {}
+    gaps: list[float] = []
+    print(f"{'profile':<15} {'model':<13} {'conc':>4} {'pred':<6} "
+          + "  ".join(f"{m[0] + ' pred/meas':>24}" for m in METRICS))
     for profile in args.profiles.split(","):
         for model in args.models.split(","):
             started = time.perf_counter()
-            measured = bench_pair(profile, model, levels, args.time_scale, root / f"{profile}-{model}")
+            spec = spec_of(profile, model, levels, args.time_scale, root / f"{profile}-{model}")
+            measured = bench_pair(spec)
+            p = plan_bench(spec)
             for level in measured:
-                cells = compared(level)
-                if not cells:
-                    alike = level.predicted is not None and not level.predicted.within_timeout
+                assert level.predicted is not None and level.concurrency is not None, level.load
+                if level.ok == 0:  # nothing finished inside the invocation timeout
+                    alike = not level.predicted.within_timeout
                     why = "measured and simulated alike" if alike else "the simulation finished some"
                     print(f"{profile:<15} {model:<13} {level.concurrency:>4}  no request finished inside the "
                           f"timeout ({why})")
                     continue
-                worst = max(worst, *(abs(c[3]) for c in cells))
-                rows.append({"profile": profile, "model": model, "concurrency": level.concurrency,
-                             **{c[0]: {"predicted": c[1], "measured": c[2], "off": c[3]} for c in cells}})
-                print(f"{profile:<15} {model:<13} {level.concurrency:>4}  "
-                      + "  ".join(f"{c[1]:>8.1f} {c[2]:>8.1f} {c[3]:>+5.0%}" for c in cells), flush=True)
+                row: dict = {"profile": profile, "model": model, "concurrency": level.concurrency}
+                for how, prediction in (("replay", level.predicted),
+                                        ("plan", planned(p, level.concurrency, args.time_scale))):
+                    cells = compared(level, prediction)
+                    if how == "replay":
+                        worst = max(worst, *(abs(c[3]) for c in cells))
+                    for c in cells:
+                        within.setdefault((how, c[0]), []).append(abs(c[3]) <= args.within)
+                    row[how] = {c[0]: {"predicted": c[1], "measured": c[2], "off": c[3]} for c in cells}
+                    print(f"{profile:<15} {model:<13} {level.concurrency:>4} {how:<6} "
+                          + "  ".join(f"{c[1]:>8.1f} {c[2]:>8.1f} {c[3]:>+5.0%}" for c in cells), flush=True)
+                rows.append(row)
+            records = read_records(root / f"{profile}-{model}" / "requests.jsonl")
+            for c in levels:
+                t, g = turnarounds([r for r in records if r.concurrency == c])
+                turns.setdefault(c, []).extend(t)
+                gaps += g
             print(f"  ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     (root / "plan_vs_emulator.json").write_text(json.dumps(rows, indent=1))
-    print(f"worst difference {worst:.1%} (limit {args.within:.0%}); table in {root / 'plan_vs_emulator.json'}")
+    for (how, metric), hits in within.items():
+        print(f"{how:<6} {metric:<12} within {args.within:.0%} at {sum(hits)} of {len(hits)} levels")
+    for c, t in turns.items():
+        print(f"client turnaround as the emulator saw it at concurrency {c}, wall ms, p10…p90: {deciles(t)} "
+              f"({len(t)} replies)")
+    print(f"between clients' first requests, wall ms, p10…p90: {deciles(gaps)}")
+    print(f"worst replayed difference {worst:.1%} (limit {args.within:.0%}); table in {root / 'plan_vs_emulator.json'}")
     sys.exit(0 if worst <= args.within else 1)
 
 

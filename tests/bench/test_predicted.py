@@ -9,7 +9,15 @@ import pytest
 
 from sagellm import bench
 from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.predicted import arrived_s, offered, simulated_curve, simulated_level
+from sagellm.bench.predicted import (
+    CLIENT_START_GAP_S,
+    CLIENT_TURNAROUND_S,
+    arrivals,
+    modelled_clients,
+    offered,
+    simulated_curve,
+    simulated_level,
+)
 from sagellm.emulator.serving.simulate import SimulatedClosedLoop, simulate
 from sagellm.planner import StepModel
 from sagellm.profiles import design_for
@@ -27,11 +35,17 @@ def test_offered_reads_each_clients_first_arrival_its_gaps_and_the_counts() -> N
     assert (load.warmup, load.requests) == (2, 3)
 
 
-def test_an_emulated_request_arrives_half_the_clients_overhead_after_it_was_sent() -> None:
-    # Time scale 0.1: 10 ms of client overhead (wall) is 100 ms simulated, half of it on the way in.
-    r = RequestRecord(start_s=1.0, e2e_s=3.0, server_e2e_s=0.3, client_e2e_s=0.31, clock="emulator")
-    assert arrived_s(r) == pytest.approx(1.05)
-    assert arrived_s(RequestRecord(start_s=1.0, e2e_s=3.0)) == 1.0  # a real server: the client's clock
+def test_an_emulated_request_arrives_when_the_emulator_stamped_it_on_the_simulated_clock() -> None:
+    # Time scale 0.1: the emulator saw them 0.5 and 0.7 wall seconds after it began serving (5 and 7 simulated);
+    # the client's send times say they were 3 s apart, the server saw 3.01.
+    records = [RequestRecord(worker=0, start_s=1.0, e2e_s=3.0, server_arrived_s=0.5, clock="emulator"),
+               RequestRecord(worker=0, start_s=4.0, e2e_s=3.0, server_arrived_s=0.801, clock="emulator"),
+               RequestRecord(worker=1, start_s=2.0, e2e_s=0.0, status=429)]  # refused: never stamped
+    assert arrivals(records, 0.1) == pytest.approx([5.0, 8.01, 6.0])  # 2 + the quickest way in (4 s)
+    load = offered(records, 0.1)
+    assert load.starts_s == pytest.approx((0.0, 1.0))
+    assert load.think_s[0] == pytest.approx((0.01,))
+    assert arrivals([RequestRecord(start_s=1.0, e2e_s=3.0)], 0.1) == [1.0]  # a real server: the client's clock
 
 
 def test_a_replayed_closed_loop_sends_when_and_as_often_as_its_clients_did() -> None:
@@ -44,6 +58,18 @@ def test_a_replayed_closed_loop_sends_when_and_as_often_as_its_clients_did() -> 
         assert b.arrived_s == pytest.approx(a.end_s + 1.0)
     gaps = [b.arrived_s - a.end_s for a, b in zip(sent[1], sent[1][1:], strict=False)]
     assert gaps[:3] == pytest.approx([0.0, 2.0, 0.0])
+
+
+def test_without_measured_clients_the_loop_is_modelled_clients_that_do_not_send_in_lockstep() -> None:
+    load = modelled_clients(16, time_scale=0.2)
+    assert load == modelled_clients(16, time_scale=0.2)  # seeded
+    assert load.starts_s[1] - load.starts_s[0] == pytest.approx(CLIENT_START_GAP_S / 0.2)  # on the emulator's clock
+    turns = {t for gaps in load.think_s for t in gaps}
+    assert len(turns) == 16 * 16
+    assert min(CLIENT_TURNAROUND_S) / 0.2 <= min(turns) and max(turns) <= max(CLIENT_TURNAROUND_S) / 0.2
+    d = design_for("max-throughput", "falcon-7b", None)
+    sim = simulate(d.plan(), 256, 64, load, requests=64, steps=StepModel(d.shape()))
+    assert len({r.arrived_s for r in sim.requests}) == len(sim.requests)  # no two requests arrive together
 
 
 def test_plans_curve_is_the_simulated_requests_p50_with_their_p90_beside_it() -> None:
@@ -61,8 +87,9 @@ def test_plans_curve_is_the_simulated_requests_p50_with_their_p90_beside_it() ->
 def test_on_the_local_target_prediction_and_measurement_agree_within_15_percent(tmp_path: Path) -> None:
     # benchmarks/plan_vs_emulator.py runs this for every standard profile × three models. ms/token agrees at every
     # level; TTFT where requests queue behind one another (concurrency 1: alone) — at 4 and more a TTFT of a few
-    # hundred ms rests on which prefill pass each request joins, which a few ms of client timing moves (up to
-    # +117 % p50 and 49 % p90 at worst on a shared 2-core machine, docs/studies.md): reported there, not asserted here.
+    # hundred ms rests on which prefill pass each request joins. Replaying the emulator's arrival stamps brings 37 of
+    # 41 levels within 15 % at p50 and 39 at p90, worst 28 %, on a busy 2-core machine (docs/studies.md): its own
+    # event loop still moves a few requests to another pass, so that is reported there, not asserted here.
     outcome = bench.run(bench.Bench(
         serving=bench.ServingSpec(profile="max-throughput", model="falcon-7b"), target=bench.Local(time_scale=0.2),
         workload=bench.WorkloadOptions(output_tokens="64"), load=bench.Closed(concurrency=(1, 4, 16)),

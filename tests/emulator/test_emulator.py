@@ -106,6 +106,22 @@ def test_generate_returns_the_requested_tokens_with_details_and_server_timings()
     run(plan(), scenario)
 
 
+def test_every_admitted_reply_says_when_its_request_arrived_since_serving_began() -> None:
+    # What a prediction replays: the arrivals the engine saw (wall seconds), on plain, streamed and SageMaker replies.
+    async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> list[float]:
+        stamps = []
+        for path, body in (("/generate", tgi_body(5, 2)), ("/generate_stream", tgi_body(5, 2)),
+                           ("/endpoints/sagellm-test/invocations-response-stream", tgi_body(5, 2, stream=True))):
+            await asyncio.sleep(0.05)
+            async with s.post(f"{url}{path}", json=body) as r:
+                assert r.status == 200
+                stamps.append(float(r.headers["X-Sagellm-Server-Arrived-S"]))
+                await r.read()
+        return stamps
+    first, second, third = run(plan(), scenario)
+    assert 0 < first < second < third and second - first >= 0.05 and third - second >= 0.05
+
+
 def test_generate_stream_sends_a_token_event_per_token_then_text_and_details() -> None:
     async def scenario(s: aiohttp.ClientSession, url: str, _: Emulator) -> list[tuple[float, Any]]:
         async with s.post(f"{url}/generate_stream", json=tgi_body(20, 15)) as r:

@@ -9,6 +9,7 @@ inside the invocation timeout.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
@@ -28,6 +29,15 @@ from sagellm.results.schema import ErrorKind, LevelSummary
 
 # Measured requests per simulated level: p90 rests on the 60 slowest, and a whole catalog takes seconds.
 SIMULATED_REQUESTS = 600
+# A closed loop of real clients, where none was measured (`plan`, `recommend`): the bench's own clients against the
+# emulator on loopback, wall seconds, as the emulator stamped them. TURNAROUND: from a reply's last token to the same
+# client's next request at the server, deciles, at concurrency 1 (the emulator on its schedule: above it, on a busy
+# machine, its own lag in writing replies joins in); START_GAP: between successive clients' first requests of a
+# level, median. Printed by benchmarks/plan_vs_emulator.py (max-throughput and autoscale × phi3-mini-4k and
+# falcon-7b, time scale 0.2, 2 shared cores at a load average of about 8, 2026-11-27).
+CLIENT_TURNAROUND_S = (0.0059, 0.0073, 0.0075, 0.0088, 0.0116, 0.0151, 0.0162, 0.0194, 0.0386)
+CLIENT_START_GAP_S = 0.0002
+_TURNS = 16  # turnarounds each modelled client cycles through
 
 Sizes = Callable[[int], tuple[int, int]]  # request index → (input tokens, output tokens)
 
@@ -75,39 +85,59 @@ class Offered:
     requests: int
 
 
-def arrived_s(record: RequestRecord) -> float:
-    """When a request reached the server, on the simulated clock: sent, plus half the client's overhead where the
-    emulator stamped it (the other half is the reply's way back; at a time scale of 0.1 a few wall milliseconds
-    are tens of simulated ones, enough to move a request to another pass)."""
-    if record.server_e2e_s and record.client_e2e_s is not None:
-        overhead_s = (record.client_e2e_s - record.server_e2e_s) * record.e2e_s / record.server_e2e_s
-        return record.start_s + max(0.0, overhead_s) / 2
-    return record.start_s
+def arrivals(records: Sequence[RequestRecord], time_scale: float = 1.0) -> list[float]:
+    """When each request reached the server, in seconds on the simulated clock: the emulator's own stamp where it
+    sent one (at a time scale of 0.1 a few wall milliseconds between the client and the engine are tens of
+    simulated ones, enough to move a request to another prefill pass), else the client's send time. A request
+    the emulator did not stamp (refused before admission) arrives its send time plus the quickest way in seen."""
+    stamped = [r.server_arrived_s / time_scale - r.start_s for r in records if r.server_arrived_s is not None]
+    way_in = min(stamped, default=0.0)
+    return [r.server_arrived_s / time_scale if r.server_arrived_s is not None else r.start_s + way_in
+            for r in records]
 
 
-def offered(records: Sequence[RequestRecord]) -> Offered:
-    """What a closed-loop level's clients offered, from its records (on the simulated clock)."""
-    by_worker: dict[int, list[RequestRecord]] = {}
-    for r in sorted(records, key=arrived_s):
-        by_worker.setdefault(r.worker or 0, []).append(r)
-    zero = min((arrived_s(r) for r in records), default=0.0)
-    starts = tuple(arrived_s(sent[0]) - zero for _, sent in sorted(by_worker.items()))
-    think = tuple(tuple(max(0.0, arrived_s(b) - arrived_s(a) - a.e2e_s) for a, b in itertools.pairwise(sent))
+def offered(records: Sequence[RequestRecord], time_scale: float = 1.0) -> Offered:
+    """What a closed-loop level's clients offered, from its records (on the simulated clock; `time_scale` is the
+    emulator's, for its arrival stamps)."""
+    by_worker: dict[int, list[tuple[float, RequestRecord]]] = {}
+    for at, r in sorted(zip(arrivals(records, time_scale), records, strict=True), key=lambda pair: pair[0]):
+        by_worker.setdefault(r.worker or 0, []).append((at, r))
+    zero = min((sent[0][0] for sent in by_worker.values()), default=0.0)
+    starts = tuple(sent[0][0] - zero for _, sent in sorted(by_worker.items()))
+    think = tuple(tuple(max(0.0, b - a - r.e2e_s) for (a, r), (b, _) in itertools.pairwise(sent))
                   for _, sent in sorted(by_worker.items()))
     warmup = sum(r.warmup for r in records)
     return Offered(starts, think, warmup, len(records) - warmup)
 
 
+def modelled_clients(users: int, time_scale: float = 1.0, seed: int = 0) -> SimulatedClosedLoop:
+    """`users` clients as the bench's behave, seeded: each first sends a start gap after the one before, then
+    again a turnaround after each reply (drawn between the measured deciles), so requests do not arrive in lockstep;
+    `time_scale` puts those wall seconds on an emulator's clock."""
+    rng = random.Random(seed)
+
+    def turnaround() -> float:
+        # Between the measured deciles, linearly: two replies that end together rarely send again together.
+        at = rng.uniform(0, len(CLIENT_TURNAROUND_S) - 1)
+        low, high = CLIENT_TURNAROUND_S[int(at)], CLIENT_TURNAROUND_S[min(int(at) + 1, len(CLIENT_TURNAROUND_S) - 1)]
+        return (low + (high - low) * (at - int(at))) / time_scale
+
+    starts = tuple(u * CLIENT_START_GAP_S / time_scale for u in range(users))
+    return SimulatedClosedLoop(users, starts, tuple(tuple(turnaround() for _ in range(_TURNS)) for _ in range(users)))
+
+
 def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *, concurrency: int | None = None,
                     request_rate: float | None = None, sizes: Sizes | None = None,
-                    requests: int = SIMULATED_REQUESTS, offered: Offered | None = None) -> LevelSummary:
+                    requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
+                    time_scale: float = 1.0) -> LevelSummary:
     """The summary of the plan's endpoint at a concurrency (closed loop) or a request rate (open loop, Poisson),
     every request of `payload`'s size unless `sizes` draws each one's (the bench's workload); `offered` replays
-    how a measured closed loop's clients sent (its starts, gaps and request counts)."""
+    how a measured closed loop's clients sent (its starts, gaps and request counts), else the clients are
+    modelled (their turnaround on the clock of an emulator at `time_scale`)."""
     load: SimulatedOpenLoop | SimulatedClosedLoop = (
         SimulatedOpenLoop(request_rate) if request_rate is not None else
         SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
-        SimulatedClosedLoop(concurrency or 1))
+        modelled_clients(concurrency or 1, time_scale))
     sim = simulate(plan, payload.input_tokens, payload.output_tokens, load, steps=steps, sizes=sizes,
                    requests=offered.requests if offered is not None else requests,
                    warmup=offered.warmup if offered is not None else None)
@@ -126,13 +156,13 @@ def point_of(summary: LevelSummary, pruned: Point) -> Point:
 
 def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
                     sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS,
-                    offered: Offered | None = None) -> Point:
+                    offered: Offered | None = None, time_scale: float = 1.0) -> Point:
     """One closed-loop level: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
     pruned = predict_point(shape, payload, concurrency)
     if pruned.rejected:
         return pruned
     summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
-                              requests=requests, offered=offered)
+                              requests=requests, offered=offered, time_scale=time_scale)
     # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
     return point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)
 

@@ -320,7 +320,7 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
         if shape is None or p.plan is None or level.concurrency is None:
             return None
         point = predicted_point(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
-                                offered=offered(records))
+                                offered=offered(records, run.time_scale))
         return predicted_from(point).model_copy(update={"same_engine": run.emulated})
 
     levels = levels_of(m.levels, time_scale=run.time_scale, emulated=run.emulated, predict=predict, lags=m.lags)

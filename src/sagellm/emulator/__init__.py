@@ -5,6 +5,7 @@ Token rule: one token per whitespace-separated word of the prompt; `make_prompt(
 """
 
 from sagellm.emulator.frontend.calls import (
+    SERVER_ARRIVED_HEADER,
     SERVER_E2E_DETAIL,
     SERVER_E2E_HEADER,
     SERVER_TTFT_DETAIL,
@@ -15,6 +16,6 @@ from sagellm.emulator.frontend.server import Emulator, run_emulator
 from sagellm.emulator.process import EmulatorProcess
 
 __all__ = [
-    "SERVER_E2E_DETAIL", "SERVER_E2E_HEADER", "SERVER_TTFT_DETAIL", "SERVER_TTFT_HEADER",
+    "SERVER_ARRIVED_HEADER", "SERVER_E2E_DETAIL", "SERVER_E2E_HEADER", "SERVER_TTFT_DETAIL", "SERVER_TTFT_HEADER",
     "Emulator", "EmulatorProcess", "count_tokens", "make_prompt", "run_emulator",
 ]

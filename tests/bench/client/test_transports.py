@@ -605,6 +605,7 @@ def test_each_transport_reads_the_emulators_stream_counts_and_timings(make: Call
     assert out.output_tokens == 6 and out.input_tokens == 10 and len(out.token_gaps_s) == 5
     assert out.server_ttft_s is not None and out.server_e2e_s is not None
     assert 0 < out.server_e2e_s <= out.e2e_s and 0 < out.server_ttft_s <= (out.ttft_s or 0)
+    assert out.server_arrived_s is not None and out.server_arrived_s > 0  # the arrival the engine saw
 
 
 def test_sagemaker_against_the_emulator_maps_its_refusals() -> None:

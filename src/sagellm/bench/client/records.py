@@ -50,6 +50,7 @@ class RequestRecord:
     # Timings the emulator stamps about itself, wall-clock seconds on its own clock (see README).
     server_ttft_s: float | None = None
     server_e2e_s: float | None = None
+    server_arrived_s: float | None = None  # when it reached the emulator, since the emulator began serving
     # "emulator": ttft/e2e are the emulator's simulated timings and client_e2e_s is what the client saw.
     clock: Literal["client", "emulator"] = "client"
     client_e2e_s: float | None = None

@@ -12,6 +12,7 @@ from sagellm.results.schema import ErrorKind
 # Headers and stream-detail keys in which the emulator reports its own timings.
 SERVER_TTFT_HEADER = "X-Sagellm-Server-Ttft-S"
 SERVER_E2E_HEADER = "X-Sagellm-Server-E2e-S"
+SERVER_ARRIVED_HEADER = "X-Sagellm-Server-Arrived-S"
 SERVER_TTFT_DETAIL = "sagellm_server_ttft_s"
 SERVER_E2E_DETAIL = "sagellm_server_e2e_s"
 
@@ -154,6 +155,7 @@ class StreamState:
     def server_timings(self, source: Any) -> None:
         """Read the server's self-reported timings from headers or a details dict, where present."""
         for attr, key in (("server_ttft_s", SERVER_TTFT_HEADER), ("server_e2e_s", SERVER_E2E_HEADER),
+                          ("server_arrived_s", SERVER_ARRIVED_HEADER),
                           ("server_ttft_s", SERVER_TTFT_DETAIL), ("server_e2e_s", SERVER_E2E_DETAIL)):
             value = source.get(key)
             if value is not None:

@@ -16,6 +16,9 @@ from sagellm.engines import Engine, ErrorReply
 
 SERVER_TTFT_HEADER = "X-Sagellm-Server-Ttft-S"
 SERVER_E2E_HEADER = "X-Sagellm-Server-E2e-S"
+# When the request reached the emulator (wall seconds since it began serving), on every admitted reply: the
+# arrivals the engine saw, which a prediction replays (a client's own send times are a few ms off).
+SERVER_ARRIVED_HEADER = "X-Sagellm-Server-Arrived-S"
 SERVER_TTFT_DETAIL = "sagellm_server_ttft_s"
 SERVER_E2E_DETAIL = "sagellm_server_e2e_s"
 SSE = "text/event-stream"
@@ -39,12 +42,14 @@ def reply_of(refusal: ErrorReply) -> Reply:
 class Call:
     """One admitted request: the copy serving it, its sequence, and the server-side timings."""
 
-    __slots__ = ("arrived_s", "ask", "copy", "e2e_s", "model", "seq", "ttft_s")
+    __slots__ = ("arrived_s", "ask", "copy", "e2e_s", "model", "origin_s", "seq", "ttft_s")
 
-    def __init__(self, model: ModelServer, ask: Ask, arrived_s: float, deadline_s: float | None):
+    def __init__(self, model: ModelServer, ask: Ask, arrived_s: float, deadline_s: float | None,
+                 origin_s: float = 0.0):
         self.model = model
         self.ask = ask
         self.arrived_s = arrived_s
+        self.origin_s = origin_s  # when the emulator began serving, on the arrival's clock
         self.copy: CopyEngine
         self.seq: Sequence
         self.copy, self.seq = model.submit(ask.input_tokens, ask.max_new_tokens, deadline_s, arrived_s)
@@ -60,9 +65,14 @@ class Call:
             out[SERVER_E2E_DETAIL] = round(self.e2e_s, 6)
         return out
 
+    def arrival_header(self) -> dict[str, str]:
+        """When the request arrived, wall seconds since the emulator began serving (every admitted reply)."""
+        return {SERVER_ARRIVED_HEADER: f"{self.arrived_s - self.origin_s:.6f}"}
+
     def timing_headers(self) -> dict[str, str]:
-        """The same timings as response headers (non-streamed replies)."""
-        return {SERVER_TTFT_HEADER: f"{self.ttft_s:.6f}", SERVER_E2E_HEADER: f"{self.e2e_s:.6f}"}
+        """The same timings as response headers, and the arrival (non-streamed replies)."""
+        return {SERVER_TTFT_HEADER: f"{self.ttft_s:.6f}", SERVER_E2E_HEADER: f"{self.e2e_s:.6f}",
+                **self.arrival_header()}
 
     async def finish(self) -> int:
         """Wait for the whole generation (non-streamed replies); stamp the timings."""

@@ -120,7 +120,8 @@ class ContainerRoutes:
                 self.endpoint.served += 1
                 return web.Response(body=body, content_type=JSON,
                                     headers={**self.endpoint.headers, **call.timing_headers()})
-            resp = web.StreamResponse(headers={**self.endpoint.headers, "Cache-Control": "no-cache"})
+            resp = web.StreamResponse(headers={**self.endpoint.headers, **call.arrival_header(),
+                                               "Cache-Control": "no-cache"})
             resp.content_type = content_type
             resp.enable_chunked_encoding()
             await resp.prepare(request)

@@ -91,7 +91,7 @@ class Endpoint:
         default_new_tokens = self.engine.default_max_new_tokens()
         if default_new_tokens is not None and ask.api == "generate" and ask.max_new_tokens is None:
             ask = replace(ask, max_new_tokens=default_new_tokens)
-        return Call(model, ask, arrived_s, deadline)
+        return Call(model, ask, arrived_s, deadline, self._zero)
 
     def container_error(self, exc: RequestError) -> Reply:
         """The pinned server's error reply (TGI `{"error", "error_type"}`, LMI `{"error", "code"}`)."""

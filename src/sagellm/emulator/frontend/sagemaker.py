@@ -187,7 +187,7 @@ class SageMakerRuntime:
             await resp.write_eof()
             return resp
         content_type, chunks = reply_chunks(call, self.endpoint.engine)
-        resp = web.StreamResponse(headers={**self._headers(_EVENT_STREAM),
+        resp = web.StreamResponse(headers={**self._headers(_EVENT_STREAM), **call.arrival_header(),
                                            "X-Amzn-SageMaker-Content-Type": content_type})
         resp.enable_chunked_encoding()
         try:

@@ -32,7 +32,8 @@ reads the scale from `/info` on every target and converts; see `copies`):
 `X-Sagellm-Server-Ttft-S` / `X-Sagellm-Server-E2e-S` headers on non-streamed replies;
 `sagellm_server_ttft_s` / `sagellm_server_e2e_s` in the last stream event's `details` (TGI and LMI,
 when `details` is asked for) or at the top of the last token chunk (OpenAI). Every reply carries
-`X-Sagellm-Emulated: true` and `X-Sagellm-Time-Scale`.
+`X-Sagellm-Emulated: true` and `X-Sagellm-Time-Scale`; every admitted one `X-Sagellm-Server-Arrived-S`, when the
+request arrived (wall seconds since the emulator began serving: the arrivals its engine saw).
 """
 
 from __future__ import annotations
