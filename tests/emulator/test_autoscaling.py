@@ -301,3 +301,43 @@ def test_copies_beyond_max_instance_count_do_not_start() -> None:
     drive(tt, rate_per_s=3.0, until_s=600.0)  # wants 3 copies; one instance holds 2
     assert tt.desired == 2 and tt.instances == 1
     assert any(e.kind == "blocked" and "MaxInstanceCount" in e.detail for e in tt.events)
+
+
+def test_high_resolution_datapoints_scale_an_idle_variant_in_after_fifteen_minutes_not_150_s() -> None:
+    tt = TargetTracking(policy(period_s=10.0), in_service=2)
+    tt.advance(959.0)  # 90 idle 10-s datapoints by 900 s: 15 one-minute ones, acted on at 960 s
+    assert len(tt.datapoints) > 15 and "scale-in" not in kinds(tt)
+    tt.advance(960.0)
+    assert [(e.kind, e.t_s) for e in tt.events] == [("alarm-low", 960.0), ("scale-in", 960.0)]
+    assert "15 datapoints of 60 s" in tt.events[0].detail and tt.in_service == 1
+
+
+def test_a_component_under_steady_light_load_never_scales_to_zero_copies() -> None:
+    tt = component(period_s=10.0, target=4.0, scale_in_cooldown_s=0.0)
+    scaling = EndpointScaling({"a": tt}, "a", tt.fleet)
+    start = 0.05
+    while start < 2 * 3600.0:  # a 1-s request every 10.2 s: most 10-s datapoints find none in flight
+        scaling.advance(start)
+        tt.started(start)
+        scaling.advance(start + 1.0)
+        tt.finished(start + 1.0)
+        start += 10.2
+    zeros = longest = 0
+    for d in tt.datapoints:
+        zeros = zeros + 1 if d.value == 0 else 0
+        longest = max(longest, zeros)
+    assert longest >= 15  # 15 of them in a row read 0, but no 15 minutes do
+    assert "scale-in" not in kinds(tt) and (tt.in_service, tt.desired) == (1, 1)
+
+
+def test_a_component_idle_for_fifteen_minutes_after_its_last_request_scales_in_to_zero_copies() -> None:
+    tt = component(period_s=10.0, target=4.0, scale_in_cooldown_s=0.0)
+    tt.started(5.0)
+    tt.finished(15.0)  # in flight at the 10-s datapoint: the first minute averages above zero
+    tt.advance(15.0 + 15 * 60.0)
+    assert tt.in_service == 1  # the minutes 1–15 are all idle by 960 s, acted on at 1020 s
+    tt.advance(1019.0)
+    assert tt.in_service == 1
+    tt.advance(1020.0)
+    assert (tt.in_service, tt.desired) == (0, 0)
+    assert [(e.kind, e.t_s) for e in tt.events] == [("alarm-low", 1020.0), ("scale-in", 1020.0)]

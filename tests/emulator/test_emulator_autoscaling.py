@@ -125,7 +125,7 @@ def test_a_component_scaled_to_zero_refuses_with_no_capacity_then_its_alarm_star
             return resp.status, (await resp.json(content_type=None)), resp.headers.get("x-amzn-ErrorType", "")
 
     async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> Any:
-        await asyncio.sleep(260 * TIME_SCALE)  # idle: 15 low datapoints, the metric delay: zero copies
+        await asyncio.sleep(1020 * TIME_SCALE)  # idle: 15 low one-minute datapoints, the metric delay: zero copies
         at_zero = len(emulator.primary.copies)
         refused = await invoke(session, url)
         await asyncio.sleep(100 * TIME_SCALE)  # the alarm (≤ 60 s), then 30 s to start the copy and instance

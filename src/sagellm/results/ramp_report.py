@@ -30,7 +30,7 @@ def render_ramp(ramp: RampRecord) -> list[str]:
         lines += [(f"Scaling: **simulated** target tracking on `{p.metric}` (target {p.target_value:g} requests in "
                   f"flight per {unit}, a datapoint every {p.period_s:g} s, {p.min_capacity}–{p.max_capacity} "
                   f"{ramp.capacity}; alarms "
-                  f"{p.out_datapoints} datapoints above / {p.in_datapoints} below 90 %, acted on "
+                  f"{p.out_datapoints} datapoints above / {p.in_datapoints} of {p.in_period_s:g} s below 90 %, acted on "
                   f"{p.metric_delay_s:g} s after the period; cooldowns out {p.scale_out_cooldown_s:g} s / in "
                   f"{p.scale_in_cooldown_s:g} s; instance start-up {p.instance_startup_s:g} s)"), ""]
     elif ramp.scaling == "observed":

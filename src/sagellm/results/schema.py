@@ -366,6 +366,7 @@ class ScalingPolicyRecord(_Strict):
     period_s: float  # the metric's period
     out_datapoints: int  # datapoints above the target that raise the scale-out alarm
     in_datapoints: int  # datapoints below 90 % of the target that raise the scale-in alarm
+    in_period_s: float = 60.0  # the scale-in alarm's period (each datapoint the metric's average over it)
     metric_delay_s: float  # from a period's end to the alarm acting on it
     instance_startup_s: float  # from a scale-out to the new instance InService
 

@@ -75,7 +75,8 @@ def scaling_state(offset: float) -> dict[str, Any]:
     """The emulator's /autoscaling reply: its clock runs `offset` s ahead of the ramp's."""
     policy = {"metric": "SageMakerVariantConcurrentRequestsPerModelHighResolution", "target": 60.0, "min_capacity": 1, "max_capacity": 2,
               "scale_out_cooldown_s": 60.0, "scale_in_cooldown_s": 300.0, "period_s": 60.0, "out_datapoints": 3,
-              "in_datapoints": 15, "metric_delay_s": 60.0, "instance_startup_s": 120.0}
+              "in_datapoints": 15, "in_period_s": 60.0, "metric_delay_s": 60.0,
+              "instance_startup_s": 120.0}
     events = [(100.0, "breach", 1, 1), (280.0, "alarm-high", 1, 1), (280.0, "scale-out", 2, 1),
               (400.0, "in-service", 2, 2)]
     return {"simulated": True, "now_s": 900.0, "policy": policy,
@@ -256,12 +257,12 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
 
 @pytest.mark.integration
 def test_a_local_scale_to_zero_ramp_reports_the_cold_start_after_zero_copies(tmp_path: Path) -> None:
-    # One request, then idle: the copy scales in to zero (15 idle datapoints and the metric delay, ~3.5 min) and its
-    # idle instance is released 20 min later; the second step's first request is refused and its alarm starts a
-    # copy and an instance (120 s).
+    # One request, then idle: the copy scales in to zero (15 idle one-minute datapoints and the metric delay, ~17 min)
+    # and its idle instance is released 20 min later; the second step's first request is refused and its alarm
+    # starts a copy and an instance (120 s).
     out = tmp_path / "out"
     ran = sagellm("bench", "--profile", "scale-to-zero", "--model", MODEL, "--time-scale", "0.01",
-                  "--request-rate", "0.0005,0.05", "--duration-per-level", "1800", "--instance-startup", "120",
+                  "--request-rate", "0.0003,0.05", "--duration-per-level", "2700", "--instance-startup", "120",
                   "--out", str(out), timeout=300)
     assert ran.returncode == 0, ran.stderr[-3000:]
     ramp = results_of(out)["ramp"]
@@ -272,9 +273,9 @@ def test_a_local_scale_to_zero_ramp_reports_the_cold_start_after_zero_copies(tmp
     assert (zero["desired"], zero["instances"], released["instances"]) == (0, 1, 0)
     assert released["t_s"] - zero["t_s"] == pytest.approx(1200)  # the instance idles through the release cooldown
     assert (joined["in_service"], joined["instances"]) == (1, 1)
-    assert 30 <= alarm["t_s"] - 1800 <= 60  # the 30 s alarm period, then its 30 s delay
+    assert 30 <= alarm["t_s"] - 2700 <= 60  # the 30 s alarm period, then its 30 s delay
     # Refused from the step's start until the copy is in service, then the first token: the cold start.
-    assert ramp["cold_start_s"] == pytest.approx(joined["t_s"] - 1800, abs=20)
+    assert ramp["cold_start_s"] == pytest.approx(joined["t_s"] - 2700, abs=20)
     assert ramp["cold_start_s"] > 120
     report = (out / "report.md").read_text()
     assert "cold start (first request after zero copies → first token)" in report and "| alarm-no-capacity |" in report

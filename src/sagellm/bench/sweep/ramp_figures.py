@@ -140,6 +140,7 @@ def _policy(scaling: dict[str, Any] | None) -> ScalingPolicyRecord | None:
                          max_capacity=p["max_capacity"], scale_out_cooldown_s=p["scale_out_cooldown_s"],
                          scale_in_cooldown_s=p["scale_in_cooldown_s"], period_s=p["period_s"],
                          out_datapoints=p["out_datapoints"], in_datapoints=p["in_datapoints"],
+                         in_period_s=p["in_period_s"],
                          metric_delay_s=p["metric_delay_s"], instance_startup_s=p["instance_startup_s"])
 
 

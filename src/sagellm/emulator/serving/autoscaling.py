@@ -11,17 +11,23 @@ where each figure comes from (README "Autoscaling under a ramp" lists the same):
   high-resolution metrics are emitted every 10 seconds,
   https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-auto-scaling-add-code-define.html), sampled at the
   period's end; an idle variant reports 0.
-- **Alarms**: scale-out when 3 consecutive datapoints are above the target, scale-in when 15 are below
-  90 % of it. AWS does not publish these counts for SageMaker; they are the alarms Application Auto Scaling
-  creates for target tracking on other services (and the ones moto models for ECS), see
+- **Alarms**: scale-out when 3 consecutive 10-s datapoints are above the target; scale-in when 15 consecutive
+  one-minute datapoints are below 90 % of it, each the average of that minute's 10-s datapoints (CloudWatch's
+  Average over a 60-s period), so 15 minutes. The same page says the high-resolution metrics make the policy
+  scale out faster than the standard (one-minute) metrics would, but scale in at the standard metrics' rate.
+  AWS does not publish the counts for SageMaker; they are the alarms Application Auto Scaling creates for
+  target tracking on other services (3 of 3 and 15 of 15 one-minute datapoints; moto models the same for ECS), see
   https://docs.aws.amazon.com/autoscaling/application/userguide/target-tracking-scaling-policy-overview.html
   ("scales in only when the metric is far enough below the target").
 - **Reaction delay**: a period's datapoint is acted on `METRIC_DELAY_S` after the period ends: the time to
   trigger "is usually 1–2 minutes longer … because it takes time for the endpoint to publish metrics to
   CloudWatch, and … for AutoScaling to react" (AWS ML blog, scale down to zero, 2024-12-03; the lower end).
 - **Desired capacity**: ceil(instances in service × metric ÷ target), clamped to [min, max]
-  (target tracking adds capacity "proportionally to the metric"). It only ever moves towards the alarm's
-  direction: a scale-out never lowers the desired capacity.
+  (target tracking adds capacity "proportionally to the metric"). The metric is the newest 10-s datapoint for a
+  scale-out, and the highest of the scale-in alarm's 15 one-minute datapoints for a scale-in (AWS does not say
+  which datapoint it uses; the highest keeps the capacity the busiest of those minutes needed, so a component
+  with any request in flight at a datapoint within those 15 minutes keeps a copy). It only ever moves towards
+  the alarm's direction: a scale-out never lowers the desired capacity.
 - **Endpoint Updating**: SageMaker sets the endpoint to Updating until new capacity is in service
   (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_UpdateEndpointWeightsAndCapacities.html);
   no other scaling activity starts meanwhile.
@@ -76,8 +82,9 @@ from sagellm.profiles.plan import (
     instances_for,
 )
 
-OUT_DATAPOINTS = 3  # scale-out alarm: this many datapoints above the target
-IN_DATAPOINTS = 15  # scale-in alarm: this many datapoints below IN_FRACTION × target
+OUT_DATAPOINTS = 3  # scale-out alarm: this many datapoints (of the metric's period) above the target
+IN_DATAPOINTS = 15  # scale-in alarm: this many datapoints of IN_PERIOD_S below IN_FRACTION × target
+IN_PERIOD_S = 60.0  # the scale-in alarm's period: the standard metrics' rate, whatever the metric's period
 IN_FRACTION = 0.9
 METRIC_DELAY_S = 60.0  # datapoint published and acted on this long after its period ends
 INSTANCE_STARTUP_S = 525.0  # scale-out → new instance InService (provisioning + container start-up)
@@ -109,6 +116,7 @@ class Policy:
     metric_delay_s: float = METRIC_DELAY_S
     out_datapoints: int = OUT_DATAPOINTS
     in_datapoints: int = IN_DATAPOINTS
+    in_period_s: float = IN_PERIOD_S  # each scale-in datapoint averages the metric's datapoints over this period
     from_zero_delay_s: float = FROM_ZERO_DELAY_S
 
     @classmethod
@@ -326,16 +334,26 @@ class TargetTracking:
     def _evaluate(self, datapoints: list[_Datapoint]) -> None:
         """The two alarms on the datapoints published so far, and the scaling activity they ask for."""
         p = self.policy
-        last = [d.value for d in datapoints[-max(p.out_datapoints, p.in_datapoints):]]
-        if not last:
+        if not datapoints:
             return  # published before a gap at zero copies
-        high = last[-p.out_datapoints:]
-        low = last[-p.in_datapoints:]
-        newest = last[-1]
+        high = [d.value for d in datapoints[-p.out_datapoints:]]
+        low = self._in_datapoints(datapoints)
         if len(high) == p.out_datapoints and all(v > p.target for v in high):
-            self._scale_out(newest)
+            self._scale_out(high[-1])
         elif len(low) == p.in_datapoints and all(v < IN_FRACTION * p.target for v in low):
-            self._scale_in(newest)
+            self._scale_in(max(low))
+
+    def _in_datapoints(self, datapoints: list[_Datapoint]) -> list[float]:
+        """The scale-in alarm's newest datapoints: each complete `in_period_s` period's average of the metric."""
+        p = self.policy
+        per_period = math.ceil(p.in_period_s / p.period_s)
+        published = datapoints[-1].end_s
+        periods: dict[int, list[float]] = {}
+        for d in datapoints[-(p.in_datapoints + 1) * per_period:]:
+            k = math.floor((d.end_s - p.period_s) / p.in_period_s + 1e-9)  # the period its own period starts in
+            if (k + 1) * p.in_period_s <= published + 1e-9:
+                periods.setdefault(k, []).append(d.value)
+        return [sum(v) / len(v) for v in periods.values()][-p.in_datapoints:]
 
     def wanted(self, metric: float) -> int:
         """Target tracking's capacity for a metric value: ceil(in service × metric ÷ target), clamped."""
@@ -393,7 +411,8 @@ class TargetTracking:
         wanted = self.wanted(metric)
         if wanted >= self.desired or self.updating or self.now_s < self._last_in_s + p.scale_in_cooldown_s:
             return
-        self._event("alarm-low", f"{p.in_datapoints} datapoints < {IN_FRACTION * p.target:g}; newest {metric:.1f}")
+        self._event("alarm-low", f"{p.in_datapoints} datapoints of {p.in_period_s:g} s < {IN_FRACTION * p.target:g}; "
+                                 f"highest {metric:.2f}")
         before = self.desired
         self.desired = self.in_service = wanted
         self._last_in_s = self.now_s
