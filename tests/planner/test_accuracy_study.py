@@ -4,23 +4,15 @@ was published, and the error on sources the fit never saw stays where docs/plann
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 
 def _study() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("planner_accuracy", BENCHMARKS / "planner_accuracy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("planner_accuracy")
 
 
 def test_holdout_rows_are_their_own_source_and_map_to_catalog_shapes():

@@ -4,23 +4,15 @@ planner's error on the prefill-heavy ones stays where docs/studies.md puts it.""
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 
 def _study() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("prefill_accuracy", BENCHMARKS / "prefill_accuracy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("prefill_accuracy")
 
 
 def test_prefill_rows_cite_a_source_and_say_how_they_were_measured():

@@ -3,28 +3,16 @@ they say."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from benchmark_scripts import load_benchmark
 
 
 def _study() -> ModuleType:
-    sys.path.insert(0, str(BENCHMARKS))  # the study imports planner_accuracy beside it
-    try:
-        spec = importlib.util.spec_from_file_location("recommend_study", BENCHMARKS / "recommend_study.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return load_benchmark("recommend_study")
 
 
 @pytest.mark.slow
