@@ -285,7 +285,10 @@ def _predicted_curve(p: BenchPlan, levels: list[Level]) -> list[PredictedPoint]:
     if p.shape is None or not measured:
         return []
     assert p.plan is not None  # a design has its plan
-    grid = sorted({max(1, round(1.15 ** i)) for i in range(round(math.log(2 * max(measured), 1.15)) + 1)})
+    # The measured levels are points too, so the line reaches each one the server admits (a 15 % grid alone can
+    # stop just short of an admission limit that a measured level sits on).
+    grid = sorted({max(1, round(1.15 ** i)) for i in range(round(math.log(2 * max(measured), 1.15)) + 1)}
+                  | set(measured))
     # A line to draw: fewer simulated requests per point than a measured level's prediction.
     points = [predicted_point(p.plan, p.shape, p.workload.payload(), c, sizes=p.workload.sizes,
                               requests=CURVE_REQUESTS) for c in grid]
