@@ -234,6 +234,26 @@ def test_a_kept_stack_survives_a_later_run_in_the_same_folder_interrupted_during
     assert kept_stack not in account.stacks()
 
 
+def test_a_ramp_on_an_existing_endpoint_records_the_scaling_its_control_plane_shows(account: Account,
+                                                                                     tmp_path: Path) -> None:
+    endpoint = account.endpoint_of(PROD_STACK)
+    [variant] = account.client("sagemaker").describe_endpoint(EndpointName=endpoint)["ProductionVariants"]
+
+    ran = sagellm("bench", "--target", "sagemaker", "--endpoint-name", endpoint, "--ramp", "--request-rate", "1,2",
+                  "--duration-per-level", "20", "--output-tokens", "16", "--out", str(tmp_path / "out"),
+                  env=account.env, cwd=tmp_path, timeout=300)
+
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    ramp = results_of(tmp_path / "out")["ramp"]
+    # Read from DescribeEndpoint while the ramp ran (an instance-based variant: its instances are the capacity).
+    assert (ramp["scaling"], ramp["capacity"], ramp["policy"]) == ("observed", "instances", None)
+    assert ramp["events"] and ramp["events"][0]["kind"] == "observed"
+    assert ramp["events"][0]["in_service"] == variant["CurrentInstanceCount"]
+    assert {iv["instances_in_service"] for iv in ramp["intervals"]} == {variant["CurrentInstanceCount"]}
+    assert ramp["cold_start_s"] is None  # nothing was refused for want of a copy
+    assert "Scaling: **observed** on the endpoint" in (tmp_path / "out" / "report.md").read_text()
+
+
 def test_when_the_control_plane_is_gone_at_teardown_results_are_written_and_the_stack_named(
         account: Account, tmp_path: Path) -> None:
     """Last in the module: it stops the local account."""
@@ -257,23 +277,3 @@ def test_when_the_control_plane_is_gone_at_teardown_results_are_written_and_the_
                                                           "EndpointConnectionError")
     assert stack in ran.stderr.strip().splitlines()[-1]
     assert (out / "report.md").is_file()
-
-
-def test_a_ramp_on_an_existing_endpoint_records_the_scaling_its_control_plane_shows(account: Account,
-                                                                                     tmp_path: Path) -> None:
-    endpoint = account.endpoint_of(PROD_STACK)
-    [variant] = account.client("sagemaker").describe_endpoint(EndpointName=endpoint)["ProductionVariants"]
-
-    ran = sagellm("bench", "--target", "sagemaker", "--endpoint-name", endpoint, "--ramp", "--request-rate", "1,2",
-                  "--duration-per-level", "20", "--output-tokens", "16", "--out", str(tmp_path / "out"),
-                  env=account.env, cwd=tmp_path, timeout=300)
-
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    ramp = results_of(tmp_path / "out")["ramp"]
-    # Read from DescribeEndpoint while the ramp ran (an instance-based variant: its instances are the capacity).
-    assert (ramp["scaling"], ramp["capacity"], ramp["policy"]) == ("observed", "instances", None)
-    assert ramp["events"] and ramp["events"][0]["kind"] == "observed"
-    assert ramp["events"][0]["in_service"] == variant["CurrentInstanceCount"]
-    assert {iv["instances_in_service"] for iv in ramp["intervals"]} == {variant["CurrentInstanceCount"]}
-    assert ramp["cold_start_s"] is None  # nothing was refused for want of a copy
-    assert "Scaling: **observed** on the endpoint" in (tmp_path / "out" / "report.md").read_text()
