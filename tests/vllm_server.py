@@ -189,10 +189,14 @@ _COMPLETIONS = 'handler="/v1/completions"'
 
 
 def scrape(url: str) -> dict[str, float]:
-    """vLLM's metrics as {name: value}, histogram buckets as `name{le}`, summed over other labels; and
-    FRONT_DOOR for `/v1/completions` only."""
+    """vLLM's metrics now, as `parse_metrics` reads them."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
+        return parse_metrics(reply.read().decode())
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """vLLM's metrics page as {name: value}, histogram buckets as `name{le}`, summed over other labels; and
+    FRONT_DOOR for `/v1/completions` only."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not (line.startswith("vllm:") or (line.startswith(FRONT_DOOR + "_") and _COMPLETIONS in line)):
@@ -247,7 +251,8 @@ class TokenSampler:
     A thread scrapes `vllm:generation_tokens_total` every `interval_s`, stamping each value with
     `time.perf_counter()` (the bench's clock); the count at any instant is interpolated linearly. It
     reads the one line it needs without parsing the page: the thread shares the GIL with the bench's
-    event loop, and parsing vLLM's whole page every 0.1 s delayed the loop by milliseconds.
+    event loop, and parsing vLLM's whole page every 0.1 s delayed the loop by milliseconds. It keeps
+    each page, unparsed, for `first_page_holding` to read afterwards.
     """
 
     COUNTER = "vllm:generation_tokens_total"
@@ -255,6 +260,7 @@ class TokenSampler:
     def __init__(self, url: str, interval_s: float = 0.1):
         self.url, self.interval_s = url, interval_s
         self.samples: list[tuple[float, float]] = []
+        self.pages: list[tuple[float, bytes]] = []  # (when it was requested, the page), the first at __enter__
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -276,6 +282,19 @@ class TokenSampler:
         start = page.index(f"\n{self.COUNTER}{{".encode()) + 1
         line = page[start:page.index(b"\n", start)]
         self.samples.append(((sent + done) / 2, float(line.rsplit(b" ", 1)[1])))
+        self.pages.append((sent, page))
+
+    def first_page_holding(self, after: float, histograms: tuple[str, ...], count: int) -> dict[str, float] | None:
+        """The first page requested after perf_counter() time `after` on which each of `histograms` holds
+        exactly `count` more observations than on the first page; None if no page does."""
+        first = parse_metrics(self.pages[0][1].decode())
+        for sent, page in self.pages:
+            if sent < after:
+                continue
+            metrics = parse_metrics(page.decode())
+            if all(Histogram(first, metrics, name).count == count for name in histograms):
+                return metrics
+        return None
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
