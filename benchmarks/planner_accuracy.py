@@ -14,7 +14,8 @@ sources define their figures differently, and each is compared on its own defini
     throughput = output tokens ÷ wall time.
   * Hugging Face (philschmid, TGI 1.0.3): ms/token = server-side time_per_token (inference time incl.
     prefill, EXCLUDING queue wait) → compared with the predicted e2e minus predicted queue wait;
-    throughput = VUs × 50 × 1000 ÷ mean request ms → Little's law on the predicted e2e.
+    throughput = VUs × 50 × 1000 ÷ mean request ms → Little's law on the predicted e2e. holdout.csv also holds
+    that benchmark's pilot runs (TGI 0.8.2, 2023-08; never fitted on), on the same definitions and source.
   * FMBench (holdout.csv, never fitted on): ms/token = mean client end-to-end latency ÷ mean completion tokens,
     queueing included (as JumpStart's, with means for medians); throughput = completion tokens ÷ wall time.
 No admission limit is applied; the KV budget is what the planner infers from memory, as TGI does.
