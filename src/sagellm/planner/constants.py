@@ -8,7 +8,7 @@ Llama 2 7B sweeps on g5.2xlarge/g5.12xlarge/g5.48xlarge/p4d, and Hugging Face's 
 script (method.md §4: 84 % of peak bandwidth, ~5 ms per step, ~4.4 ms per doubling of TP) with the prior weight
 that minimised the held-out error (`--holdout`, leave-one-source-out: 12.4 % ms/token, 14.7 % throughput; 13.4 % and
 16.9 % with the weaker pull these constants had before). benchmarks/data/holdout.csv (FMBench) is left out of this
-fit so that it stays a table these constants never saw: 7.2 % ms/token, 7.7 % throughput there. Those servers
+fit so that it stays a table these constants never saw: 8.5 % ms/token, 15.2 % throughput there (docs/studies.md). Those servers
 are TGI 1.x without CUDA graphs; JumpStart's rows are replayed with the KV budgets its deployments ran with
 (read off the sweeps, see the script). Efficiencies are relative to the catalog's peak figures.
 """
