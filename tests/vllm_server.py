@@ -284,10 +284,14 @@ class TokenSampler:
         self.samples.append(((sent + done) / 2, float(line.rsplit(b" ", 1)[1])))
         self.pages.append((sent, page))
 
+    def first(self) -> dict[str, float]:
+        """vLLM's metrics on the page sampled at __enter__, before what it samples began."""
+        return parse_metrics(self.pages[0][1].decode())
+
     def first_page_holding(self, after: float, histograms: tuple[str, ...], count: int) -> dict[str, float] | None:
         """The first page requested after perf_counter() time `after` on which each of `histograms` holds
         exactly `count` more observations than on the first page; None if no page does."""
-        first = parse_metrics(self.pages[0][1].decode())
+        first = self.first()
         for sent, page in self.pages:
             if sent < after:
                 continue

@@ -310,7 +310,6 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
     records: list[RequestRecord] = []
     zero = time.perf_counter()
     waited = runqueue_wait_s()
-    before = scrape(vllm.url)
     with TokenSampler(vllm.url) as sampler:
         level = asyncio.run(run_level(
             transport, concurrency=concurrency, requests=6 * concurrency, duration_s=None, warmup=1,
@@ -341,7 +340,7 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
         compared = [r for r in records if not r.warmup]
         starved += " · compared the measured requests"
     else:
-        compared, first_token_cut, end_cut = records, before, before
+        compared, first_token_cut, end_cut = records, sampler.first(), sampler.first()
         starved += " · compared every request, warm-up too (no sampled page held the warm-up alone)"
     ttft = Histogram(first_token_cut, after, HISTOGRAMS[0])
     tpot, e2e, door = (Histogram(end_cut, after, name) for name in HISTOGRAMS[1:])
