@@ -10,8 +10,13 @@ Prints one row per level and prediction with predicted, measured and the differe
 within `--within` (15 %) per metric and prediction, and the clients' turnaround as the emulator saw it (wall ms:
 what `bench.predicted.CLIENT_TURNAROUND_S` holds). Exit 1 where any replayed difference is over `--within`.
 
+Two ceilings on any prediction of one run, since a TTFT of a few passes rests on which pass each request joins:
+- `--repeat N` benches each pair N times and counts how often two runs of the same level agree with each other;
+- `--seeds N` draws `plan`'s modelled clients N ways and counts how often two draws agree (simulation only).
+
     .venv/bin/python benchmarks/plan_vs_emulator.py [--profiles min-latency,max-throughput,…]
         [--models phi3-mini-4k,falcon-7b,qwen2.5-14b] [--concurrency 1,4,16] [--time-scale 0.2] [--out DIR]
+        [--repeat 1] [--seeds 0]
 """
 
 from __future__ import annotations
@@ -64,12 +69,33 @@ def bench_pair(spec: bench.Bench) -> list[Level]:
     return outcome.results.levels
 
 
-def planned(p: BenchPlan, concurrency: int, time_scale: float) -> Predicted:
-    """`plan`'s prediction of a level: nothing measured, the clients modelled on the emulator's clock."""
+def planned(p: BenchPlan, concurrency: int, time_scale: float, seed: int = 0) -> Predicted:
+    """`plan`'s prediction of a level: nothing measured, the clients modelled on the emulator's clock (drawn with
+    `seed`; `plan` itself draws with 0)."""
     assert p.plan is not None and p.shape is not None
     point = predicted_point(p.plan, p.shape, p.workload.payload(), concurrency, sizes=p.workload.sizes,
-                            time_scale=time_scale)
+                            time_scale=time_scale, seed=seed)
     return predicted_from(point)
+
+
+def measured_values(level: Level) -> dict[str, float | None]:
+    """A measured level's figure per metric."""
+    return {name: getattr(getattr(level, dist), stat) for name, dist, stat, _ in METRICS}
+
+
+def predicted_values(p: Predicted) -> dict[str, float | None]:
+    """A prediction's figure per metric."""
+    return {name: getattr(p, field) for name, _, _, field in METRICS}
+
+
+def pairs_within(values: list[dict[str, float | None]], within: float) -> dict[str, list[bool]]:
+    """Per metric, for every ordered pair of the figures (runs or draws of one level): whether the second is
+    within `within` of the first, as a prediction and a measurement are compared."""
+    out: dict[str, list[bool]] = {}
+    for name, *_ in METRICS:
+        got = [x for v in values if (x := v[name])]
+        out[name] = [abs(b / a - 1) <= within for a, b in itertools.permutations(got, 2)]
+    return out
 
 
 def turnarounds(records: list[RequestRecord]) -> tuple[list[float], list[float]]:
@@ -79,7 +105,8 @@ def turnarounds(records: list[RequestRecord]) -> tuple[list[float], list[float]]
     for r in records:
         if r.server_arrived_s is not None:
             by_client.setdefault((r.load, r.repeat, r.worker or 0), []).append(r)
-    turns, firsts_by_level = [], {}
+    turns: list[float] = []
+    firsts_by_level: dict[tuple[str, int], list[float]] = {}
     for (load, repeat, _), sent in by_client.items():
         sent.sort(key=lambda r: r.server_arrived_s or 0.0)
         firsts_by_level.setdefault((load, repeat), []).append(sent[0].server_arrived_s or 0.0)
@@ -104,6 +131,8 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=0.2)
     parser.add_argument("--within", type=float, default=WITHIN)
     parser.add_argument("--out", type=Path, default=None, help="folder for each run's results (default: temporary)")
+    parser.add_argument("--repeat", type=int, default=1, help="bench each pair this many times (run against run)")
+    parser.add_argument("--seeds", type=int, default=0, help="draw plan's clients this many ways (draw against draw)")
     args = parser.parse_args()
     levels = tuple(int(c) for c in args.concurrency.split(","))
     root = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-emulator-"))
@@ -112,14 +141,27 @@ def main() -> None:
     within: dict[tuple[str, str], list[bool]] = {}
     turns: dict[int, list[float]] = {}
     gaps: list[float] = []
+    twins: dict[tuple[str, str], list[bool]] = {}  # ("runs" | "draws", metric) → pairs within
     print(f"{'profile':<15} {'model':<13} {'conc':>4} {'pred':<6} "
           + "  ".join(f"{m[0] + ' pred/meas':>24}" for m in METRICS))
     for profile in args.profiles.split(","):
         for model in args.models.split(","):
             started = time.perf_counter()
-            spec = spec_of(profile, model, levels, args.time_scale, root / f"{profile}-{model}")
-            measured = bench_pair(spec)
-            p = plan_bench(spec)
+            runs = [f"{profile}-{model}" + (f"-{k}" if k else "") for k in range(args.repeat)]
+            specs = [spec_of(profile, model, levels, args.time_scale, root / run) for run in runs]
+            measured = [level for spec in specs for level in bench_pair(spec)]
+            p = plan_bench(specs[0])
+            for conc in levels:
+                same = [measured_values(lv) for lv in measured if lv.concurrency == conc and lv.ok]
+                for metric, hits in pairs_within(same, args.within).items():
+                    twins.setdefault(("runs", metric), []).extend(hits)
+                if args.seeds and same:
+                    draws = [predicted_values(planned(p, conc, args.time_scale, seed)) for seed in range(args.seeds)]
+                    for metric, hits in pairs_within(draws, args.within).items():
+                        twins.setdefault(("draws", metric), []).extend(hits)
+                    ttft = [d["TTFT p50"] or 0.0 for d in draws]
+                    print(f"{profile:<15} {model:<13} {conc:>4} plan's TTFT p50 over {args.seeds} draws of its "
+                          f"clients: {min(ttft):.1f}–{max(ttft):.1f}")
             for level in measured:
                 assert level.predicted is not None and level.concurrency is not None, level.load
                 if level.ok == 0:  # nothing finished inside the invocation timeout
@@ -140,17 +182,22 @@ def main() -> None:
                     print(f"{profile:<15} {model:<13} {level.concurrency:>4} {how:<6} "
                           + "  ".join(f"{c[1]:>8.1f} {c[2]:>8.1f} {c[3]:>+5.0%}" for c in cells), flush=True)
                 rows.append(row)
-            records = read_records(root / f"{profile}-{model}" / "requests.jsonl")
-            for c in levels:
-                t, g = turnarounds([r for r in records if r.concurrency == c])
-                turns.setdefault(c, []).extend(t)
-                gaps += g
+            for run in runs:
+                records = read_records(root / run / "requests.jsonl")
+                for conc in levels:
+                    t, g = turnarounds([r for r in records if r.concurrency == conc])
+                    turns.setdefault(conc, []).extend(t)
+                    gaps += g
             print(f"  ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     (root / "plan_vs_emulator.json").write_text(json.dumps(rows, indent=1))
     for (how, metric), hits in within.items():
         print(f"{how:<6} {metric:<12} within {args.within:.0%} at {sum(hits)} of {len(hits)} levels")
-    for c, t in turns.items():
-        print(f"client turnaround as the emulator saw it at concurrency {c}, wall ms, p10…p90: {deciles(t)} "
+    for (what, metric), hits in twins.items():
+        if hits:
+            print(f"{what:<6} {metric:<12} one against another of the same level within {args.within:.0%}: "
+                  f"{sum(hits) / len(hits):.0%} of {len(hits)} pairs")
+    for conc, t in turns.items():
+        print(f"client turnaround as the emulator saw it at concurrency {conc}, wall ms, p10…p90: {deciles(t)} "
               f"({len(t)} replies)")
     print(f"between clients' first requests, wall ms, p10…p90: {deciles(gaps)}")
     print(f"worst replayed difference {worst:.1%} (limit {args.within:.0%}); table in {root / 'plan_vs_emulator.json'}")
