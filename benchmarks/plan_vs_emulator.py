@@ -13,10 +13,12 @@ what `bench.predicted.CLIENT_TURNAROUND_S` holds). Exit 1 where any replayed dif
 Two ceilings on any prediction of one run, since a TTFT of a few passes rests on which pass each request joins:
 - `--repeat N` benches each pair N times and counts how often two runs of the same level agree with each other;
 - `--seeds N` draws `plan`'s modelled clients N ways and counts how often two draws agree (simulation only).
+A level of the bench's default length (3 × concurrency requests) reads its p90 off a dozen requests at 4; `--requests`
+measures each level longer.
 
     .venv/bin/python benchmarks/plan_vs_emulator.py [--profiles min-latency,max-throughput,…]
         [--models phi3-mini-4k,falcon-7b,qwen2.5-14b] [--concurrency 1,4,16] [--time-scale 0.2] [--out DIR]
-        [--repeat 1] [--seeds 0]
+        [--requests N] [--repeat 1] [--seeds 0]
 """
 
 from __future__ import annotations
@@ -54,11 +56,14 @@ def compared(level: Level, p: Predicted) -> list[tuple[str, float, float, float]
     return out
 
 
-def spec_of(profile: str, model: str, concurrency: tuple[int, ...], time_scale: float, out: Path) -> bench.Bench:
-    """The bench of a profile × model at the given levels on the local target."""
+def spec_of(profile: str, model: str, concurrency: tuple[int, ...], time_scale: float, out: Path,
+            requests: int | None = None) -> bench.Bench:
+    """The bench of a profile × model at the given levels on the local target (`requests` per level, else the
+    bench's default)."""
     return bench.Bench(
         serving=bench.ServingSpec(profile=profile, model=model), target=bench.Local(time_scale=time_scale),
-        load=bench.Closed(concurrency=concurrency), sweep=bench.Sweep(method="doubling"), output=bench.Output(out))
+        load=bench.Closed(concurrency=concurrency, requests_per_level=requests), sweep=bench.Sweep(method="doubling"),
+        output=bench.Output(out))
 
 
 def bench_pair(spec: bench.Bench) -> list[Level]:
@@ -131,6 +136,8 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=0.2)
     parser.add_argument("--within", type=float, default=WITHIN)
     parser.add_argument("--out", type=Path, default=None, help="folder for each run's results (default: temporary)")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="measured requests per level (default: the bench's, 3 × concurrency, at least 8)")
     parser.add_argument("--repeat", type=int, default=1, help="bench each pair this many times (run against run)")
     parser.add_argument("--seeds", type=int, default=0, help="draw plan's clients this many ways (draw against draw)")
     args = parser.parse_args()
@@ -148,7 +155,7 @@ def main() -> None:
         for model in args.models.split(","):
             started = time.perf_counter()
             runs = [f"{profile}-{model}" + (f"-{k}" if k else "") for k in range(args.repeat)]
-            specs = [spec_of(profile, model, levels, args.time_scale, root / run) for run in runs]
+            specs = [spec_of(profile, model, levels, args.time_scale, root / run, args.requests) for run in runs]
             measured = [level for spec in specs for level in bench_pair(spec)]
             p = plan_bench(specs[0])
             for conc in levels:
