@@ -10,15 +10,18 @@ Prints one row per level and prediction with predicted, measured and the differe
 within `--within` (15 %) per metric and prediction, and the clients' turnaround as the emulator saw it (wall ms:
 what `bench.predicted.CLIENT_TURNAROUND_S` holds). Exit 1 where any replayed difference is over `--within`.
 
-Two ceilings on any prediction of one run, since a TTFT of a few passes rests on which pass each request joins:
-- `--repeat N` benches each pair N times and counts how often two runs of the same level agree with each other;
-- `--seeds N` draws `plan`'s modelled clients N ways and counts how often two draws agree (simulation only).
-A level of the bench's default length (3 × concurrency requests) reads its p90 off a dozen requests at 4; `--requests`
-measures each level longer.
+A TTFT of a few passes rests on which pass each request joins, and a level of the bench's default length
+(3 × concurrency requests) reads its p50 and p90 off a dozen requests at 4. So one run is a draw, and two ceilings
+say how often any prediction of one run can agree:
+- `--ceiling N`: the emulator's own engine on a virtual clock, run N times as long as each measured level (its
+  warm-up and measured requests, the clients drawn N ways): how often such a run is within `--within` of `plan`'s
+  prediction, i.e. what a perfect model of the server scores against one run of that length;
+- `--repeat N`: each pair benched N times; how often two runs of the same level agree with each other.
+`--requests` or `--duration` measures each level longer.
 
     .venv/bin/python benchmarks/plan_vs_emulator.py [--profiles min-latency,max-throughput,…]
         [--models phi3-mini-4k,falcon-7b,qwen2.5-14b] [--concurrency 1,4,16] [--time-scale 0.2] [--out DIR]
-        [--requests N] [--repeat 1] [--seeds 0]
+        [--requests N | --duration S] [--ceiling N] [--repeat N]
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from pathlib import Path
 from sagellm import bench
 from sagellm.bench.client.records import RequestRecord, read_records
 from sagellm.bench.planning import BenchPlan, plan_bench
-from sagellm.bench.predicted import predicted_point
+from sagellm.bench.predicted import predicted_point, simulated_level
+from sagellm.planner import StepModel
 from sagellm.results.schema import Level, Predicted, predicted_from
 
 PROFILES = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")  # the standard ones
@@ -57,13 +61,13 @@ def compared(level: Level, p: Predicted) -> list[tuple[str, float, float, float]
 
 
 def spec_of(profile: str, model: str, concurrency: tuple[int, ...], time_scale: float, out: Path,
-            requests: int | None = None) -> bench.Bench:
-    """The bench of a profile × model at the given levels on the local target (`requests` per level, else the
-    bench's default)."""
+            requests: int | None = None, duration_s: float | None = None) -> bench.Bench:
+    """The bench of a profile × model at the given levels on the local target (`requests` or `duration_s`
+    simulated seconds per level, else the bench's default length)."""
+    load = bench.Closed(concurrency=concurrency, requests_per_level=requests, duration_per_level_s=duration_s)
     return bench.Bench(
         serving=bench.ServingSpec(profile=profile, model=model), target=bench.Local(time_scale=time_scale),
-        load=bench.Closed(concurrency=concurrency, requests_per_level=requests), sweep=bench.Sweep(method="doubling"),
-        output=bench.Output(out))
+        load=load, sweep=bench.Sweep(method="doubling"), output=bench.Output(out))
 
 
 def bench_pair(spec: bench.Bench) -> list[Level]:
@@ -74,13 +78,31 @@ def bench_pair(spec: bench.Bench) -> list[Level]:
     return outcome.results.levels
 
 
-def planned(p: BenchPlan, concurrency: int, time_scale: float, seed: int = 0) -> Predicted:
-    """`plan`'s prediction of a level: nothing measured, the clients modelled on the emulator's clock (drawn with
-    `seed`; `plan` itself draws with 0)."""
+def planned(p: BenchPlan, concurrency: int, time_scale: float) -> Predicted:
+    """`plan`'s prediction of a level: nothing measured, the clients modelled on the emulator's clock."""
     assert p.plan is not None and p.shape is not None
     point = predicted_point(p.plan, p.shape, p.workload.payload(), concurrency, sizes=p.workload.sizes,
-                            time_scale=time_scale, seed=seed)
+                            time_scale=time_scale)
     return predicted_from(point)
+
+
+def ceiling(p: BenchPlan, level: Level, plan_said: Predicted, time_scale: float, draws: int,
+            within: float) -> dict[str, list[bool]]:
+    """Per metric, for `draws` runs of the emulator's engine as long as the measured level (a warm-up request per
+    client, then as many measured), its clients drawn a different way each time: whether the run's figure is within
+    `within` of `plan`'s prediction."""
+    assert p.plan is not None and p.shape is not None and level.concurrency is not None
+    said = predicted_values(plan_said)
+    out: dict[str, list[bool]] = {name: [] for name, *_ in METRICS}
+    for seed in range(1, draws + 1):
+        run = simulated_level(p.plan, StepModel(p.shape), p.workload.payload(), concurrency=level.concurrency,
+                              sizes=p.workload.sizes, requests=level.requests, time_scale=time_scale, seed=seed,
+                              warmup=level.concurrency)
+        for name, dist, stat, _ in METRICS:
+            got, predicted = getattr(getattr(run, dist), stat), said[name]
+            if got and predicted:
+                out[name].append(abs(got / predicted - 1) <= within)
+    return out
 
 
 def measured_values(level: Level) -> dict[str, float | None]:
@@ -94,8 +116,8 @@ def predicted_values(p: Predicted) -> dict[str, float | None]:
 
 
 def pairs_within(values: list[dict[str, float | None]], within: float) -> dict[str, list[bool]]:
-    """Per metric, for every ordered pair of the figures (runs or draws of one level): whether the second is
-    within `within` of the first, as a prediction and a measurement are compared."""
+    """Per metric, for every ordered pair of one level's runs: whether the second is within `within` of the first,
+    as a prediction and a measurement are compared."""
     out: dict[str, list[bool]] = {}
     for name, *_ in METRICS:
         got = [x for v in values if (x := v[name])]
@@ -136,10 +158,13 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=0.2)
     parser.add_argument("--within", type=float, default=WITHIN)
     parser.add_argument("--out", type=Path, default=None, help="folder for each run's results (default: temporary)")
-    parser.add_argument("--requests", type=int, default=None,
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--requests", type=int, default=None,
                         help="measured requests per level (default: the bench's, 3 × concurrency, at least 8)")
+    length.add_argument("--duration", type=float, default=None, help="simulated seconds per level instead")
+    parser.add_argument("--ceiling", type=int, default=0,
+                        help="score a perfect model: this many simulated runs as long as each measured level")
     parser.add_argument("--repeat", type=int, default=1, help="bench each pair this many times (run against run)")
-    parser.add_argument("--seeds", type=int, default=0, help="draw plan's clients this many ways (draw against draw)")
     args = parser.parse_args()
     levels = tuple(int(c) for c in args.concurrency.split(","))
     root = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-emulator-"))
@@ -148,27 +173,22 @@ def main() -> None:
     within: dict[tuple[str, str], list[bool]] = {}
     turns: dict[int, list[float]] = {}
     gaps: list[float] = []
-    twins: dict[tuple[str, str], list[bool]] = {}  # ("runs" | "draws", metric) → pairs within
+    perfect: dict[str, list[bool]] = {}  # metric → for each simulated run as long as a level, within of plan
+    twins: dict[str, list[bool]] = {}  # metric → for each pair of runs of a level, within
     print(f"{'profile':<15} {'model':<13} {'conc':>4} {'pred':<6} "
           + "  ".join(f"{m[0] + ' pred/meas':>24}" for m in METRICS))
     for profile in args.profiles.split(","):
         for model in args.models.split(","):
             started = time.perf_counter()
             runs = [f"{profile}-{model}" + (f"-{k}" if k else "") for k in range(args.repeat)]
-            specs = [spec_of(profile, model, levels, args.time_scale, root / run, args.requests) for run in runs]
+            specs = [spec_of(profile, model, levels, args.time_scale, root / run, args.requests, args.duration)
+                     for run in runs]
             measured = [level for spec in specs for level in bench_pair(spec)]
             p = plan_bench(specs[0])
             for conc in levels:
                 same = [measured_values(lv) for lv in measured if lv.concurrency == conc and lv.ok]
                 for metric, hits in pairs_within(same, args.within).items():
-                    twins.setdefault(("runs", metric), []).extend(hits)
-                if args.seeds and same:
-                    draws = [predicted_values(planned(p, conc, args.time_scale, seed)) for seed in range(args.seeds)]
-                    for metric, hits in pairs_within(draws, args.within).items():
-                        twins.setdefault(("draws", metric), []).extend(hits)
-                    ttft = [d["TTFT p50"] or 0.0 for d in draws]
-                    print(f"{profile:<15} {model:<13} {conc:>4} plan's TTFT p50 over {args.seeds} draws of its "
-                          f"clients: {min(ttft):.1f}–{max(ttft):.1f}")
+                    twins.setdefault(metric, []).extend(hits)
             for level in measured:
                 assert level.predicted is not None and level.concurrency is not None, level.load
                 if level.ok == 0:  # nothing finished inside the invocation timeout
@@ -178,8 +198,12 @@ def main() -> None:
                           f"timeout ({why})")
                     continue
                 row: dict = {"profile": profile, "model": model, "concurrency": level.concurrency}
-                for how, prediction in (("replay", level.predicted),
-                                        ("plan", planned(p, level.concurrency, args.time_scale))):
+                plan_said = planned(p, level.concurrency, args.time_scale)
+                if args.ceiling:
+                    for metric, hits in ceiling(p, level, plan_said, args.time_scale, args.ceiling,
+                                                args.within).items():
+                        perfect.setdefault(metric, []).extend(hits)
+                for how, prediction in (("replay", level.predicted), ("plan", plan_said)):
                     cells = compared(level, prediction)
                     if how == "replay":
                         worst = max(worst, *(abs(c[3]) for c in cells))
@@ -199,9 +223,13 @@ def main() -> None:
     (root / "plan_vs_emulator.json").write_text(json.dumps(rows, indent=1))
     for (how, metric), hits in within.items():
         print(f"{how:<6} {metric:<12} within {args.within:.0%} at {sum(hits)} of {len(hits)} levels")
-    for (what, metric), hits in twins.items():
+    for metric, hits in perfect.items():
         if hits:
-            print(f"{what:<6} {metric:<12} one against another of the same level within {args.within:.0%}: "
+            print(f"ceiling {metric:<12} a run of the engine as long as the level within {args.within:.0%} of plan: "
+                  f"{sum(hits) / len(hits):.0%} of {len(hits)} runs")
+    for metric, hits in twins.items():
+        if hits:
+            print(f"runs   {metric:<12} one run against another of the same level within {args.within:.0%}: "
                   f"{sum(hits) / len(hits):.0%} of {len(hits)} pairs")
     for conc, t in turns.items():
         print(f"client turnaround as the emulator saw it at concurrency {conc}, wall ms, p10…p90: {deciles(t)} "

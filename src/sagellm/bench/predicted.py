@@ -129,18 +129,19 @@ def modelled_clients(users: int, time_scale: float = 1.0, seed: int = 0) -> Simu
 def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *, concurrency: int | None = None,
                     request_rate: float | None = None, sizes: Sizes | None = None,
                     requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
-                    time_scale: float = 1.0, seed: int = 0) -> LevelSummary:
+                    time_scale: float = 1.0, seed: int = 0, warmup: int | None = None) -> LevelSummary:
     """The summary of the plan's endpoint at a concurrency (closed loop) or a request rate (open loop, Poisson),
     every request of `payload`'s size unless `sizes` draws each one's (the bench's workload); `offered` replays
     how a measured closed loop's clients sent (its starts, gaps and request counts), else the clients are
-    modelled (their turnaround on the clock of an emulator at `time_scale`, drawn with `seed`)."""
+    modelled (their turnaround on the clock of an emulator at `time_scale`, drawn with `seed`) after `warmup`
+    requests (None: the simulator's)."""
     load: SimulatedOpenLoop | SimulatedClosedLoop = (
         SimulatedOpenLoop(request_rate) if request_rate is not None else
         SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
         modelled_clients(concurrency or 1, time_scale, seed))
     sim = simulate(plan, payload.input_tokens, payload.output_tokens, load, steps=steps, sizes=sizes,
                    requests=offered.requests if offered is not None else requests,
-                   warmup=offered.warmup if offered is not None else None)
+                   warmup=offered.warmup if offered is not None else warmup)
     return summary_of(sim, concurrency, request_rate)
 
 
@@ -156,14 +157,13 @@ def point_of(summary: LevelSummary, pruned: Point) -> Point:
 
 def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
                     sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS,
-                    offered: Offered | None = None, time_scale: float = 1.0, seed: int = 0) -> Point:
-    """One closed-loop level: simulated, unless the mean model prunes it (refused: nothing to simulate); `seed`
-    draws the modelled clients' turnarounds."""
+                    offered: Offered | None = None, time_scale: float = 1.0) -> Point:
+    """One closed-loop level: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
     pruned = predict_point(shape, payload, concurrency)
     if pruned.rejected:
         return pruned
     summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
-                              requests=requests, offered=offered, time_scale=time_scale, seed=seed)
+                              requests=requests, offered=offered, time_scale=time_scale)
     # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
     return point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)
 
