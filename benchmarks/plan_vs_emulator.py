@@ -17,11 +17,12 @@ say how often any prediction of one run can agree:
   warm-up and measured requests, the clients drawn N ways): how often such a run is within `--within` of `plan`'s
   prediction, i.e. what a perfect model of the server scores against one run of that length;
 - `--repeat N`: each pair benched N times; how often two runs of the same level agree with each other.
-`--requests` or `--duration` measures each level longer.
+`--requests` or `--duration` measures each level longer. `--ceiling N --simulated` benches nothing: each level's
+stand-in is a simulated run of the bench's length (its default, or `--requests`).
 
     .venv/bin/python benchmarks/plan_vs_emulator.py [--profiles min-latency,max-throughput,…]
         [--models phi3-mini-4k,falcon-7b,qwen2.5-14b] [--concurrency 1,4,16] [--time-scale 0.2] [--out DIR]
-        [--requests N | --duration S] [--ceiling N] [--repeat N]
+        [--requests N | --duration S] [--ceiling N [--simulated]] [--repeat N]
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from sagellm import bench
 from sagellm.bench.client.records import RequestRecord, read_records
 from sagellm.bench.planning import BenchPlan, plan_bench
 from sagellm.bench.predicted import predicted_point, simulated_level
+from sagellm.bench.sweep.run import default_budget
 from sagellm.planner import StepModel
 from sagellm.results.schema import Level, Predicted, predicted_from
 
@@ -105,6 +107,38 @@ def ceiling(p: BenchPlan, level: Level, plan_said: Predicted, time_scale: float,
     return out
 
 
+def ceiling_alone(profiles: list[str], models: list[str], levels: tuple[int, ...], time_scale: float,
+                  requests: int | None, draws: int, within: float) -> None:
+    """`--ceiling` without a bench: each level's stand-in is a simulated run of the bench's length (its default,
+    or `requests`); prints, per level and overall, how often a perfect model lands within `within` of one run."""
+    budget = default_budget(open_loop=False)
+    perfect: dict[str, list[bool]] = {}
+    print(f"{'profile':<15} {'model':<13} {'conc':>4} {'requests':>8}  "
+          + "  ".join(f"{name:>12}" for name, *_ in METRICS))
+    for profile in profiles:
+        for model in models:
+            p = plan_bench(spec_of(profile, model, levels, time_scale, Path(tempfile.gettempdir()), requests))
+            assert p.plan is not None and p.shape is not None
+            for c in levels:
+                said = planned(p, c, time_scale)
+                if not said.within_timeout:
+                    print(f"{profile:<15} {model:<13} {c:>4}  nothing finishes inside the timeout")
+                    continue
+                n = requests or budget(c)
+                stand_in = simulated_level(p.plan, StepModel(p.shape), p.workload.payload(), concurrency=c,
+                                           sizes=p.workload.sizes, requests=n, time_scale=time_scale, warmup=c)
+                scored = ceiling(p, Level(**stand_in.model_dump()), said, time_scale, draws, within)
+                for metric, h in scored.items():
+                    perfect.setdefault(metric, []).extend(h)
+                # No run this short finished inside the invocation timeout: nothing to score.
+                print(f"{profile:<15} {model:<13} {c:>4} {n:>8}  "
+                      + "  ".join(f"{sum(h) / len(h):>12.0%}" if h else f"{'-':>12}" for h in scored.values()),
+                      flush=True)
+    for metric, hits in perfect.items():
+        print(f"ceiling {metric:<12} a run of the engine as long as the level within {within:.0%} of plan: "
+              f"{sum(hits) / len(hits):.0%} of {len(hits)} runs")
+
+
 def measured_values(level: Level) -> dict[str, float | None]:
     """A measured level's figure per metric."""
     return {name: getattr(getattr(level, dist), stat) for name, dist, stat, _ in METRICS}
@@ -164,9 +198,17 @@ def main() -> None:
     length.add_argument("--duration", type=float, default=None, help="simulated seconds per level instead")
     parser.add_argument("--ceiling", type=int, default=0,
                         help="score a perfect model: this many simulated runs as long as each measured level")
+    parser.add_argument("--simulated", action="store_true",
+                        help="with --ceiling: bench nothing, each level's stand-in a simulated run of the bench's length")
     parser.add_argument("--repeat", type=int, default=1, help="bench each pair this many times (run against run)")
     args = parser.parse_args()
     levels = tuple(int(c) for c in args.concurrency.split(","))
+    if args.simulated:
+        if not args.ceiling or args.duration is not None:
+            parser.error("--simulated needs --ceiling N, and a length in requests (the default, or --requests)")
+        ceiling_alone(args.profiles.split(","), args.models.split(","), levels, args.time_scale, args.requests,
+                      args.ceiling, args.within)
+        return
     root = args.out or Path(tempfile.mkdtemp(prefix="plan-vs-emulator-"))
     rows: list[dict] = []
     worst = 0.0
