@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import signal
 import socket
 import threading
@@ -95,6 +96,14 @@ class RayPool:
             # ray.init gives the driver its own SIGTERM handler (sys.exit); the bench's (teardown, results,
             # exit 130) must stay the one that answers, so it is put back.
             sigterm = signal.getsignal(signal.SIGTERM)
+            # Ray renices its workers to 15 so that its own daemons stay responsive. A cluster started here runs
+            # on the bench's machine, where the actors are the load generator: at 15, any other busy process
+            # starves them, as it does not the worker processes of `--workers`. So a cluster started here runs
+            # them at the bench's own priority (the raylet it starts reads this variable); a value the user set
+            # stands, and a running cluster keeps its own.
+            niceness = "RAY_worker_niceness" not in os.environ
+            if niceness:
+                os.environ["RAY_worker_niceness"] = "0"
             try:
                 ray.init(address=None if address == "auto" else address, include_dashboard=False,
                          log_to_driver=False, configure_logging=False)
@@ -102,6 +111,8 @@ class RayPool:
                 raise TargetError(f"--ray {address}: no Ray cluster could be reached or started: "
                                   f"{_first_line(exc)} (start one with `ray start --head`)") from None
             finally:
+                if niceness:
+                    os.environ.pop("RAY_worker_niceness", None)
                 if sigterm is not None and threading.current_thread() is threading.main_thread():
                     signal.signal(signal.SIGTERM, sigterm)
         # SPREAD: across the cluster's nodes, so that no one machine drives more than its share.
