@@ -117,6 +117,9 @@ def test_a_dead_worker_turns_its_requests_in_flight_into_client_errors_and_stops
             deadline = time.monotonic() + 120
             while len(remote.log()) < 4 and time.monotonic() < deadline:
                 time.sleep(0.05)
+            # A worker tells the bench of a request as it sends it (a Ray actor, in its next batch of messages):
+            # the kill waits a moment after the fourth reaches the server, well inside its 2 s reply.
+            time.sleep(0.5)
             in_flight_at_kill.append(len(remote.log()))
             os.kill(victim, signal.SIGKILL)
 
