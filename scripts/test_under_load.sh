@@ -11,6 +11,7 @@ set -euo pipefail
 jobs=${1:-4}
 log=$(realpath -m "${2:-test-under-load.log}")
 clone=$(mktemp -d "${TMPDIR:-/tmp}/sagellm-under-load.XXXXXX")
+chmod 755 "$clone"  # as a checkout is: tests run as root run sagellm as nobody, who must reach its virtualenv
 git clone --quiet "$(git rev-parse --show-toplevel)" "$clone"
 burners=()
 cleanup() { kill "${burners[@]}" 2>/dev/null || true; rm -rf "$clone"; }
