@@ -75,7 +75,7 @@ def test_without_measured_clients_the_loop_is_modelled_clients_that_do_not_send_
 
 def test_another_draw_of_the_modelled_clients_moves_ttft_not_ms_per_token() -> None:
     # At 4 a TTFT of a few passes rests on which pass each request joins, so the draw of the clients moves it;
-    # benchmarks/plan_vs_emulator.py --seeds counts how often two draws agree.
+    # benchmarks/plan_vs_emulator.py --ceiling counts how often such a draw lands near the prediction.
     d = design_for("max-throughput", "falcon-7b", None)
     draws = [simulated_level(d.plan(), StepModel(d.shape()), d.payload, concurrency=4, requests=200, seed=seed)
              for seed in range(3)]
