@@ -134,9 +134,15 @@ def ceiling_alone(profiles: list[str], models: list[str], levels: tuple[int, ...
                 print(f"{profile:<15} {model:<13} {c:>4} {n:>8}  "
                       + "  ".join(f"{sum(h) / len(h):>12.0%}" if h else f"{'-':>12}" for h in scored.values()),
                       flush=True)
+    print_ceiling(perfect, within)
+
+
+def print_ceiling(perfect: dict[str, list[bool]], within: float) -> None:
+    """The ceiling per metric over every scored run."""
     for metric, hits in perfect.items():
-        print(f"ceiling {metric:<12} a run of the engine as long as the level within {within:.0%} of plan: "
-              f"{sum(hits) / len(hits):.0%} of {len(hits)} runs")
+        if hits:
+            print(f"ceiling {metric:<12} a run of the engine as long as the level within {within:.0%} of plan: "
+                  f"{sum(hits) / len(hits):.0%} of {len(hits)} runs")
 
 
 def measured_values(level: Level) -> dict[str, float | None]:
@@ -227,6 +233,7 @@ def main() -> None:
                      for run in runs]
             measured = [level for spec in specs for level in bench_pair(spec)]
             p = plan_bench(specs[0])
+            plan_said = {conc: planned(p, conc, args.time_scale) for conc in levels}  # the same for every run
             for conc in levels:
                 same = [measured_values(lv) for lv in measured if lv.concurrency == conc and lv.ok]
                 for metric, hits in pairs_within(same, args.within).items():
@@ -240,12 +247,11 @@ def main() -> None:
                           f"timeout ({why})")
                     continue
                 row: dict = {"profile": profile, "model": model, "concurrency": level.concurrency}
-                plan_said = planned(p, level.concurrency, args.time_scale)
                 if args.ceiling:
-                    for metric, hits in ceiling(p, level, plan_said, args.time_scale, args.ceiling,
-                                                args.within).items():
+                    for metric, hits in ceiling(p, level, plan_said[level.concurrency], args.time_scale,
+                                                args.ceiling, args.within).items():
                         perfect.setdefault(metric, []).extend(hits)
-                for how, prediction in (("replay", level.predicted), ("plan", plan_said)):
+                for how, prediction in (("replay", level.predicted), ("plan", plan_said[level.concurrency])):
                     cells = compared(level, prediction)
                     if how == "replay":
                         worst = max(worst, *(abs(c[3]) for c in cells))
@@ -265,10 +271,7 @@ def main() -> None:
     (root / "plan_vs_emulator.json").write_text(json.dumps(rows, indent=1))
     for (how, metric), hits in within.items():
         print(f"{how:<6} {metric:<12} within {args.within:.0%} at {sum(hits)} of {len(hits)} levels")
-    for metric, hits in perfect.items():
-        if hits:
-            print(f"ceiling {metric:<12} a run of the engine as long as the level within {args.within:.0%} of plan: "
-                  f"{sum(hits) / len(hits):.0%} of {len(hits)} runs")
+    print_ceiling(perfect, args.within)
     for metric, hits in twins.items():
         if hits:
             print(f"runs   {metric:<12} one run against another of the same level within {args.within:.0%}: "
