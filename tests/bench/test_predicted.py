@@ -96,12 +96,11 @@ def test_plans_curve_is_the_simulated_requests_p50_with_their_p90_beside_it() ->
 
 
 @pytest.mark.integration
-def test_on_the_local_target_prediction_and_measurement_agree_within_15_percent(tmp_path: Path) -> None:
-    # benchmarks/plan_vs_emulator.py runs this for every standard profile × three models. ms/token agrees at every
-    # level; TTFT where requests queue behind one another (concurrency 1: alone) — at 4 and more a TTFT of a few
-    # hundred ms rests on which prefill pass each request joins. Replaying the emulator's arrival stamps brings 37 of
-    # 41 levels within 15 % at p50 and 39 at p90, worst 28 %, on a busy 2-core machine (docs/studies.md): its own
-    # event loop still moves a few requests to another pass, so that is reported there, not asserted here.
+def test_on_the_local_target_prediction_and_measurement_agree_at_every_level(tmp_path: Path) -> None:
+    # benchmarks/plan_vs_emulator.py runs this for every standard profile × three models. The bench's prediction
+    # replays the arrivals the emulator stamped on its own clock, and the emulator admits a request to a pass only
+    # if it arrived before the pass began on that clock: so TTFT agrees at 4 and 16 too, where it rests on which
+    # prefill pass each request joins, however late the machine's load makes the emulator's event loop.
     outcome = bench.run(bench.Bench(
         serving=bench.ServingSpec(profile="max-throughput", model="falcon-7b"), target=bench.Local(time_scale=0.2),
         workload=bench.WorkloadOptions(output_tokens="64"), load=bench.Closed(concurrency=(1, 4, 16)),
@@ -113,12 +112,12 @@ def test_on_the_local_target_prediction_and_measurement_agree_within_15_percent(
         assert p is not None and p.same_engine
         assert p.ttft_ms_p90 is not None and p.ms_per_token_p90 is not None
         pairs = {"ms/token p50": (level.latency_ms_per_token.p50, p.ms_per_token),
-                 "ms/token p90": (level.latency_ms_per_token.p90, p.ms_per_token_p90)}
-        if level.concurrency == 1:
-            pairs |= {"TTFT p50": (level.ttft_ms.p50, p.ttft_ms), "TTFT p90": (level.ttft_ms.p90, p.ttft_ms_p90)}
+                 "ms/token p90": (level.latency_ms_per_token.p90, p.ms_per_token_p90),
+                 "TTFT p50": (level.ttft_ms.p50, p.ttft_ms), "TTFT p90": (level.ttft_ms.p90, p.ttft_ms_p90)}
         for name, (measured, predicted) in pairs.items():
             assert measured is not None
             off[f"{name} at {level.load}"] = round(measured / predicted - 1, 3)
-    assert len(off) == 8 and all(abs(v) <= 0.15 for v in off.values()), off
+    # Exact but for the arrival stamps' microsecond rounding; 2 % still tells a pass joined early or late.
+    assert len(off) == 12 and all(abs(v) <= 0.02 for v in off.values()), off
     report = (tmp_path / "run" / "report.md").read_text()
     assert "agree by construction" in report and "Prediction off" not in report

@@ -18,6 +18,7 @@ from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import Emulator, count_tokens, make_prompt
 from sagellm.emulator.frontend.eventstream import exception_event, payload_part
 from sagellm.emulator.frontend.formats import generated_text
+from sagellm.emulator.serving.batching import QUEUED, RUNNING, CopyScheduler, Sequence
 from sagellm.emulator.serving.copies import ModelServer
 from sagellm.planner import Shape
 from sagellm.profiles import design_for
@@ -243,6 +244,28 @@ def test_queues_a_request_while_the_kv_budget_is_full() -> None:
     assert stats["running"] == n and stats["queued"] == 1
     # Sent after them, its first token still comes only after one of the first n has finished.
     assert 0.2 * n + last["sagellm_server_ttft_s"] > 0.95 * min(f["sagellm_server_e2e_s"] for f in firsts)
+
+
+def test_a_copy_that_resumes_late_lets_a_later_arrival_wait_for_the_pass_it_arrived_during() -> None:
+    # The driver resumes a turn after the pass it slept off has ended on the copy's clock (an emulator's event
+    # loop is late). A request that reached the copy in between arrived during the next pass, as the simulator
+    # has it: it waits for that decode step, rather than being prefilled at once.
+    p = plan()
+    copy = CopyScheduler(steps_of(p), ModelServer(p, p.models[0], 1.0).limits)
+    running = Sequence(100, 10, arrived_s=0.0, deadline_s=None)
+    copy.submit(running)
+    turn = copy.turn(0.0)
+    next(turn), next(turn)  # its prefill, then the first decode step (on the copy's clock until `sim_s`)
+    step_end = copy.sim_s
+    list(turn)
+    later = Sequence(100, 10, arrived_s=step_end + 0.001, deadline_s=None)
+    copy.submit(later)
+    turn = copy.turn(step_end + 0.005)  # resumed 5 ms late: the request is in the queue already
+    decode = next(turn)
+    assert later.state == QUEUED and decode == steps_of(p).decode_step_s(1, 102)
+    list(turn)
+    prefill = next(copy.turn(copy.sim_s))
+    assert later.state == RUNNING and prefill == steps_of(p).prefill_s(100, 1)
 
 
 def test_single_stream_inter_token_latency_follows_the_step_model() -> None:

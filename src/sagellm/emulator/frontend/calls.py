@@ -42,13 +42,12 @@ def reply_of(refusal: ErrorReply) -> Reply:
 class Call:
     """One admitted request: the copy serving it, its sequence, and the server-side timings."""
 
-    __slots__ = ("arrived_s", "ask", "copy", "e2e_s", "model", "origin_s", "seq", "ttft_s")
+    __slots__ = ("ask", "copy", "e2e_s", "model", "origin_s", "seq", "ttft_s")
 
     def __init__(self, model: ModelServer, ask: Ask, arrived_s: float, deadline_s: float | None,
                  origin_s: float = 0.0):
         self.model = model
         self.ask = ask
-        self.arrived_s = arrived_s
         self.origin_s = origin_s  # when the emulator began serving, on the arrival's clock
         self.copy: CopyEngine
         self.seq: Sequence
@@ -66,8 +65,9 @@ class Call:
         return out
 
     def arrival_header(self) -> dict[str, str]:
-        """When the request arrived, wall seconds since the emulator began serving (every admitted reply)."""
-        return {SERVER_ARRIVED_HEADER: f"{self.arrived_s - self.origin_s:.6f}"}
+        """When the request arrived, on its copy's clock in seconds since the emulator began serving (every
+        admitted reply)."""
+        return {SERVER_ARRIVED_HEADER: f"{self.seq.arrived_s - self.origin_s:.6f}"}
 
     def timing_headers(self) -> dict[str, str]:
         """The same timings as response headers, and the arrival (non-streamed replies)."""
@@ -85,12 +85,12 @@ class Call:
     def first_chunk(self) -> None:
         """The first token is about to be written: stamp its time on the schedule."""
         if self.ttft_s is None and self.seq.first_token_s is not None:
-            self.ttft_s = self.seq.first_token_s - self.arrived_s
+            self.ttft_s = self.seq.first_token_s - self.seq.arrived_s
 
     def last_chunk(self) -> None:
         """The last token is about to be written: stamp its time on the schedule."""
         if self.seq.last_token_s is not None:
-            self.e2e_s = self.seq.last_token_s - self.arrived_s
+            self.e2e_s = self.seq.last_token_s - self.seq.arrived_s
 
     def close(self) -> None:
         """Free the copy's slot if the request ends early (client gone, timeout, error)."""

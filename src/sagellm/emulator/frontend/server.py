@@ -33,7 +33,7 @@ reads the scale from `/info` on every target and converts; see `copies`):
 `sagellm_server_ttft_s` / `sagellm_server_e2e_s` in the last stream event's `details` (TGI and LMI,
 when `details` is asked for) or at the top of the last token chunk (OpenAI). Every reply carries
 `X-Sagellm-Emulated: true` and `X-Sagellm-Time-Scale`; every admitted one `X-Sagellm-Server-Arrived-S`, when the
-request arrived (wall seconds since the emulator began serving: the arrivals its engine saw).
+request arrived (seconds since the emulator began serving, on the copy's clock: the arrivals its engine saw).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ class Sequence:
         self.max_new_tokens = max_new_tokens
         self.generated = 0
         self.state = QUEUED
-        self.arrived_s = arrived_s  # when the request arrived, on the driver's clock
+        self.arrived_s = arrived_s  # when the request arrived, on the copy's clock (the driver's, less its lag)
         self.first_token_s: float | None = None  # on the copy's simulated clock
         self.last_token_s: float | None = None
         self.deadline_s = deadline_s  # on the driver's clock, or None
@@ -164,10 +164,10 @@ class CopyScheduler:
         """One turn at driver time `now`: expire, admit, prefill the admitted, one decode step; yields each
         pass's modelled seconds (the driver lets them pass) and stamps its tokens once the driver resumes it."""
         self.expire(now)
+        if self.queue and not self.running:  # an idle copy starts on the first arrival
+            self.sim_s = max(self.sim_s, self.queue[0].arrived_s)
         batch = self.admit()
         if batch:
-            # A pass cannot start before its requests arrive (an idle server starts on arrival).
-            self.sim_s = max(self.sim_s, *(s.arrived_s for s in batch))
             # A prefill pass for the newly admitted requests; decoding of the others pauses meanwhile. Each prompt
             # attends to itself only: the pass's attention grows with each prompt's length, not with their sum.
             yield self._advance(self.steps.prefill_s(sum(s.input_tokens for s in batch), len(batch)))
@@ -182,11 +182,12 @@ class CopyScheduler:
         return modelled_s
 
     def admit(self) -> list[Sequence]:
-        """Move queued requests (in order) into the batch while the KV, prefill and batch budgets allow."""
+        """Move queued requests (in order) into the batch while the KV, prefill and batch budgets allow; only
+        those that arrived by now on the copy's clock (a driver that resumes late has seen later ones)."""
         lim = self.limits
         batch: list[Sequence] = []
         prefill = 0
-        while self.queue:
+        while self.queue and self.queue[0].arrived_s <= self.sim_s:
             seq = self.queue[0]
             fits_kv = self.kv_reserved + seq.reserved_tokens <= lim.max_batch_total_tokens
             fits_prefill = prefill + seq.input_tokens <= lim.max_batch_prefill_tokens

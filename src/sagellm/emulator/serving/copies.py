@@ -2,14 +2,16 @@
 
 Each copy runs one asyncio task that takes turns (`CopyScheduler.turn`: a prefill pass for queued requests
 that fit the budgets, then a decode step) and sleeps for each pass's modelled duration × `time_scale`. Token
-waiters are woken at step ends, so there is one timer per step, not one per request. Sleeps are chained on
-deadlines (a late wake-up is made up on the next step) so the average pace stays exact despite ~1 ms timer
-granularity; a debt larger than `_MAX_DEBT_S` is dropped and reported. Tokens are stamped on the simulated
-clock (`sim_s`, in wall seconds): it advances by exactly each pass's modelled duration × `time_scale`, and a
-pass that admits requests starts no earlier than they arrived. Unlike the pacing schedule it never drops a
-debt, so a request's stamps are free of the event loop's jitter and stalls (which a time scale of 0.1 would
-otherwise multiply by ten); only the admission of a later arrival moves it forward, when the loop has fallen
-that far behind.
+waiters are woken at step ends, so there is one timer per step, not one per request. Tokens are stamped on the
+copy's clock (`sim_s`, in wall seconds): it advances by exactly each pass's modelled duration × `time_scale`,
+and an idle copy starts on the first arrival, so a request's stamps are free of the event loop's jitter and
+stalls (which a time scale of 0.1 would otherwise multiply by ten). Passes are paced on that clock plus how far
+the copy runs behind the wall clock: a late wake-up is made up on the next pass, so the average pace stays exact
+despite ~1 ms timer granularity; a debt larger than `_MAX_DEBT_S` is not made up but added to how far the copy
+runs behind, and reported. Arrivals are put on the copy's clock (their wall time less that lag), and a turn
+admits only those that arrived by its start: a copy that resumes late has already seen requests that reached it
+during the pass it was sleeping off, and letting them in at once would spare them the rest of that pass, which
+the simulator (and a server) does not.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class CopyEngine(CopyScheduler):
     def __init__(self, steps: StepModel, limits: Limits, time_scale: float):
         super().__init__(steps, limits, time_scale)
         self.max_behind_s = 0.0  # worst lateness of a step against the schedule, real seconds
-        self._clock = 0.0  # perf_counter() at which the current pass is due to end (pacing)
+        self._behind_s = 0.0  # wall clock less the copy's clock: debts not made up since the copy was last idle
         self._work = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -62,7 +64,11 @@ class CopyEngine(CopyScheduler):
             self.retire(seq, CANCELLED)
 
     def submit(self, seq: Sequence) -> None:
-        """Queue an admitted request and wake the loop."""
+        """Queue an admitted request (its arrival put on the copy's clock, never before one queued earlier) and
+        wake the loop."""
+        seq.arrived_s -= self._behind_s
+        if self.queue:
+            seq.arrived_s = max(seq.arrived_s, self.queue[-1].arrived_s)
         super().submit(seq)
         self._work.set()
 
@@ -70,21 +76,20 @@ class CopyEngine(CopyScheduler):
         while True:
             if not self.queue and not self.running:
                 self._work.clear()
+                self._behind_s = 0.0  # idle, the copy is on time: it starts on the next arrival
                 await self._work.wait()
-                self._clock = time.perf_counter()
             for modelled_s in self.turn(time.perf_counter()):
                 await self._pace(modelled_s)
 
     async def _pace(self, modelled_s: float) -> None:
-        """Sleep until the pass is due to end on the chained schedule (catching up on a small debt)."""
-        self._clock += modelled_s * self.time_scale
-        delay = self._clock - time.perf_counter()
+        """Sleep until the pass is due to end on the copy's clock (catching up on a small debt)."""
+        delay = self.sim_s + self._behind_s - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
             return
         self.max_behind_s = max(self.max_behind_s, -delay)
         if -delay > _MAX_DEBT_S:
-            self._clock = time.perf_counter()
+            self._behind_s -= delay
         await asyncio.sleep(0)
 
 
