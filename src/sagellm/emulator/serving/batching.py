@@ -67,7 +67,7 @@ class Sequence:
         self.arrived_s = arrived_s  # when the request arrived, on the copy's clock (the driver's, less its lag)
         self.first_token_s: float | None = None  # on the copy's simulated clock
         self.last_token_s: float | None = None
-        self.deadline_s = deadline_s  # on the driver's clock, or None
+        self.deadline_s = deadline_s  # on the copy's clock, or None
         self._waiter: asyncio.Future[None] | None = None
 
     @property
@@ -160,12 +160,12 @@ class CopyScheduler:
         if self.on_end is not None:
             self.on_end(seq)
 
-    def turn(self, now: float) -> Iterator[float]:
-        """One turn at driver time `now`: expire, admit, prefill the admitted, one decode step; yields each
+    def turn(self) -> Iterator[float]:
+        """One turn from the copy's clock: expire, admit, prefill the admitted, one decode step; yields each
         pass's modelled seconds (the driver lets them pass) and stamps its tokens once the driver resumes it."""
-        self.expire(now)
         if self.queue and not self.running:  # an idle copy starts on the first arrival
             self.sim_s = max(self.sim_s, self.queue[0].arrived_s)
+        self.expire(self.sim_s)
         batch = self.admit()
         if batch:
             # A prefill pass for the newly admitted requests; decoding of the others pauses meanwhile. Each prompt
@@ -223,7 +223,7 @@ class CopyScheduler:
             self.retire(seq, DONE)
 
     def expire(self, now: float) -> None:
-        """Retire every sequence whose deadline has passed at driver time `now`."""
+        """Retire every sequence whose deadline has passed at `now` on the copy's clock."""
         if now < self._next_deadline:
             return
         held = (*self.queue, *self.running)

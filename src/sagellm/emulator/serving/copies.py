@@ -8,10 +8,10 @@ and an idle copy starts on the first arrival, so a request's stamps are free of 
 stalls (which a time scale of 0.1 would otherwise multiply by ten). Passes are paced on that clock plus how far
 the copy runs behind the wall clock: a late wake-up is made up on the next pass, so the average pace stays exact
 despite ~1 ms timer granularity; a debt larger than `_MAX_DEBT_S` is not made up but added to how far the copy
-runs behind, and reported. Arrivals are put on the copy's clock (their wall time less that lag), and a turn
-admits only those that arrived by its start: a copy that resumes late has already seen requests that reached it
-during the pass it was sleeping off, and letting them in at once would spare them the rest of that pass, which
-the simulator (and a server) does not.
+runs behind, and reported. Arrivals and invocation deadlines are put on the copy's clock (their wall time less
+that lag). A turn expires what is past its deadline at its start on that clock and admits only what arrived by
+then: a copy that resumes late has already seen requests that reached it during the pass it was sleeping off,
+and letting them in at once would spare them the rest of that pass, which the simulator (and a server) does not.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _MAX_DEBT_S = 0.05  # real seconds an engine may run behind its schedule before 
 
 
 class CopyEngine(CopyScheduler):
-    """One model copy on the event loop: its turns, paced on perf_counter() (deadlines on that clock too)."""
+    """One model copy on the event loop: its turns on its own clock, paced on perf_counter()."""
 
     def __init__(self, steps: StepModel, limits: Limits, time_scale: float):
         super().__init__(steps, limits, time_scale)
@@ -64,9 +64,11 @@ class CopyEngine(CopyScheduler):
             self.retire(seq, CANCELLED)
 
     def submit(self, seq: Sequence) -> None:
-        """Queue an admitted request (its arrival put on the copy's clock, never before one queued earlier) and
-        wake the loop."""
+        """Queue an admitted request (its arrival and deadline put on the copy's clock, never arriving before one
+        queued earlier) and wake the loop."""
         seq.arrived_s -= self._behind_s
+        if seq.deadline_s is not None:
+            seq.deadline_s -= self._behind_s
         if self.queue:
             seq.arrived_s = max(seq.arrived_s, self.queue[-1].arrived_s)
         super().submit(seq)
@@ -78,7 +80,7 @@ class CopyEngine(CopyScheduler):
                 self._work.clear()
                 self._behind_s = 0.0  # idle, the copy is on time: it starts on the next arrival
                 await self._work.wait()
-            for modelled_s in self.turn(time.perf_counter()):
+            for modelled_s in self.turn():
                 await self._pace(modelled_s)
 
     async def _pace(self, modelled_s: float) -> None:

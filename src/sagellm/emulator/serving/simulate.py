@@ -151,7 +151,7 @@ class _Endpoint:
         copy, seq = self.router.submit(input_tokens, output_tokens, deadline_s, self.clock.now)
         index = self._index[id(copy)]
         if index not in self._turns:  # an idle copy starts a turn now, once the caller has the sequence
-            self._turns[index] = copy.turn(self.clock.now)
+            self._turns[index] = copy.turn()
             self.clock.at(self.clock.now, lambda: self._resume(index))
         return seq
 
@@ -168,7 +168,7 @@ class _Endpoint:
                 if not (copy.queue or copy.running):
                     del self._turns[index]
                     return
-                turn = self._turns[index] = copy.turn(copy.sim_s)
+                turn = self._turns[index] = copy.turn()
                 continue
             if copy.sim_s > self.clock.horizon():
                 self.clock.at(copy.sim_s, lambda: self._resume(index))
