@@ -234,10 +234,6 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
     assert {iv["instances_in_service"] for iv in before} == {1}
     assert {iv["instances_in_service"] for iv in after} == {2}
     assert ramp["requests_while_scaling"] > 0 and ramp["above_slo_while_scaling"] is not None
-    # Past one instance's knee the latency is higher than once two instances share the load.
-    slow = statistics.mean(iv["ms_per_token"]["p50"] for iv in before)
-    fast = statistics.mean(iv["ms_per_token"]["p50"] for iv in after)
-    assert slow > fast
     report = (out / "report.md").read_text()
     assert "## Ramp" in report and "breach → new instance InService" in report and "| scale-out |" in report
     assert (out / "ramp.png").stat().st_size > 10_000
@@ -253,6 +249,15 @@ def test_a_local_ramp_of_the_autoscale_profile_scales_out_and_reports_the_delay_
     assert all("client_bottleneck" in lv and lv["client_loop_lag_ms"] is not None for lv in steps)
     flagged = [lv["request_rate"] for lv in steps if lv["client_bottleneck"]]
     assert ran.stderr.count("sagellm: the load generator was the bottleneck") == len(flagged)
+    # Past one instance's knee the latency is higher than once two instances share the load. A load generator
+    # that could not keep its schedule (a busy machine) sent late and in bursts, which no stamp undoes: then the
+    # comparison is reported, not judged, as the bench itself says of such a level.
+    slow = statistics.mean(iv["ms_per_token"]["p50"] for iv in before)
+    fast = statistics.mean(iv["ms_per_token"]["p50"] for iv in after)
+    if flagged:
+        pytest.xfail(f"the load generator was the bottleneck at {flagged}/s: ms/token p50 {slow:.1f} on one instance "
+                     f"and {fast:.1f} on two is reported, not judged")
+    assert slow > fast
 
 
 @pytest.mark.integration
