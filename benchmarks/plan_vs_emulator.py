@@ -165,6 +165,15 @@ def pairs_within(values: list[dict[str, float | None]], within: float) -> dict[s
     return out
 
 
+def nothing_finished(level: Level) -> str:
+    """Why no measured request of a level finished, measured and predicted."""
+    assert level.predicted is not None
+    errors = ", ".join(f"{n} {kind}" for kind, n in level.errors.items() if n)
+    said = ("refused (above the admission limit)" if level.predicted.rejected else
+            "past the invocation timeout" if not level.predicted.within_timeout else "some finish")
+    return f"no measured request finished ({errors}); predicted: {said}"
+
+
 def turnarounds(records: list[RequestRecord]) -> tuple[list[float], list[float]]:
     """As the emulator saw the clients (wall seconds): each reply's last token to the same client's next request,
     and between successive clients' first requests of a level."""
@@ -240,11 +249,8 @@ def main() -> None:
                     twins.setdefault(metric, []).extend(hits)
             for level in measured:
                 assert level.predicted is not None and level.concurrency is not None, level.load
-                if level.ok == 0:  # nothing finished inside the invocation timeout
-                    alike = not level.predicted.within_timeout
-                    why = "measured and simulated alike" if alike else "the simulation finished some"
-                    print(f"{profile:<15} {model:<13} {level.concurrency:>4}  no request finished inside the "
-                          f"timeout ({why})")
+                if level.ok == 0:  # refused above the admission limit, or past the invocation timeout
+                    print(f"{profile:<15} {model:<13} {level.concurrency:>4}  {nothing_finished(level)}")
                     continue
                 row: dict = {"profile": profile, "model": model, "concurrency": level.concurrency}
                 if args.ceiling:
