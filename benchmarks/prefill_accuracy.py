@@ -116,7 +116,7 @@ def simulated(row: Row) -> tuple[float, float]:
     for seq in wave:
         copy.submit(seq)
     while copy.queue or copy.running:
-        for _ in copy.turn(copy.sim_s):
+        for _ in copy.turn():
             pass
     ends = [seq.last_token_s or 0.0 for seq in wave]
     e2e = sum(ends) / len(ends)
