@@ -93,7 +93,14 @@ class StepModel:
         # TGI's exllama 4-bit kernel cannot split act-order rows over shards: with TP > 1 the
         # row-parallel layers fall back to a launch-heavy Triton kernel.
         triton = k.quant_sharded_layer_overhead_s if self._quantized and s.tp_degree > 1 else 0.0
-        return k.step_overhead_s + triton * s.model.n_layers + self._allreduce_s(0)
+        return k.step_overhead_s + triton * s.model.n_layers + self._sharded_pass_s() + self._allreduce_s(0)
+
+    def _sharded_pass_s(self) -> float:
+        """What TP over NVLink adds to each pass whatever the model's depth (a layer's share is in the all-reduces)."""
+        s = self.shape
+        if s.tp_degree <= 1 or s.instance.interconnect == "pcie":
+            return 0.0
+        return self.k.nvlink_pass_overhead_s * math.log2(s.tp_degree)
 
     def _weights_s(self, tokens: int) -> float:
         """Streaming the weights once: 4-bit kernels dequantise on the fly and reach less of the bandwidth."""
