@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sagellm.catalog import instances
 from sagellm.results.schema import parse_load
@@ -118,9 +119,10 @@ def test_headroom_keeps_the_pick_off_the_edge_and_says_what_it_passed_over(tmp_p
     assert cheapest.returncode == 0, cheapest.stderr
     # Tighten the rule the cheapest pick passes by least to 5 % above its prediction: it still passes, at the edge.
     label, tightest = min(output(tmp_path)["pick"]["margins"].items(), key=lambda kv: kv[1]["margin_pct"])
-    metric = label.split("@")[0]
-    other = "itl_ms.p50, max: 40" if metric == "ttft_ms.p90" else "ttft_ms.p90, max: 800"
-    slo = f"rules:\n  - {{metric: {metric}, max: {tightest['predicted'] * 1.05:.6g}}}\n  - {{metric: {other}}}\n"
+    rules = yaml.safe_load(SLO)["rules"]
+    (rule,) = [r for r in rules if r["metric"] == label.split("@")[0]]
+    rule["max"] = float(f"{tightest['predicted'] * 1.05:.6g}")
+    slo = yaml.safe_dump({"rules": rules})
     edge = recommend(tmp_path, *args, "--headroom", "0", slo=slo)
     assert edge.returncode == 0, edge.stderr
     edge_pick = output(tmp_path)["pick"]

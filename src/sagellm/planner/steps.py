@@ -70,7 +70,8 @@ class StepModel:
         return m.params_b if self._all_experts(tokens) else m.active_b
 
     def _allreduce_s(self, rows: int) -> float:
-        """The all-reduces of one forward pass over `rows` token rows (one per layer with parallel attention)."""
+        """The all-reduces of one forward pass over `rows` token rows (one per layer with parallel attention);
+        over NVLink the pass also pays a cost per doubling of TP however deep the model."""
         tp = self.shape.tp_degree
         if tp <= 1:
             return 0.0
@@ -81,11 +82,13 @@ class StepModel:
             # every GPU's 2(N-1)/N share at once, so the bus sees 2(N-1) × size per all-reduce.
             latency = k.pcie_allreduce_latency_s
             transfer = size * 2 * (tp - 1) / (k.pcie_host_bw_gbps * 1e9)
+            per_pass = 0.0
         else:
             latency = k.nvlink_allreduce_latency_s
             transfer = size * 2 * (tp - 1) / tp / (k.nvlink_bw_gbps * 1e9)
+            per_pass = k.nvlink_pass_overhead_s
         per_layer = 1 if m.parallel_attention else 2
-        return per_layer * m.n_layers * (latency * math.log2(tp) + transfer)
+        return per_layer * m.n_layers * (latency * math.log2(tp) + transfer) + per_pass * math.log2(tp)
 
     def _fixed_s(self) -> float:
         """Per forward pass, whatever the batch: launches, scheduler, sampling set-up, TP latency."""
@@ -93,14 +96,7 @@ class StepModel:
         # TGI's exllama 4-bit kernel cannot split act-order rows over shards: with TP > 1 the
         # row-parallel layers fall back to a launch-heavy Triton kernel.
         triton = k.quant_sharded_layer_overhead_s if self._quantized and s.tp_degree > 1 else 0.0
-        return k.step_overhead_s + triton * s.model.n_layers + self._sharded_pass_s() + self._allreduce_s(0)
-
-    def _sharded_pass_s(self) -> float:
-        """What TP over NVLink adds to each pass whatever the model's depth (a layer's share is in the all-reduces)."""
-        s = self.shape
-        if s.tp_degree <= 1 or s.instance.interconnect == "pcie":
-            return 0.0
-        return self.k.nvlink_pass_overhead_s * math.log2(s.tp_degree)
+        return k.step_overhead_s + triton * s.model.n_layers + self._allreduce_s(0)
 
     def _weights_s(self, tokens: int) -> float:
         """Streaming the weights once: 4-bit kernels dequantise on the fly and reach less of the bandwidth."""
