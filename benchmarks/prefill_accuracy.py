@@ -7,11 +7,12 @@
 
 The rows are benchmarks/data/prefill.csv: FMBench's published SageMaker runs of TGI 1.1.0 (Llama 2 13B on
 g5.12xlarge/g5.24xlarge at TP 4 and g5.48xlarge at TP 8, Llama 2 70B on g5.48xlarge, Mistral 7B on g5.2xlarge),
-prompts of 304 to 3478 tokens (means per bucket), up to 100 output tokens, waves of 1 to 8 requests sent at once.
+prompts of 304 to 3478 tokens (means per bucket), up to 100 output tokens, waves of 1 to 8 requests sent at once
+through the client's pool of 6 threads (FMBENCH_CLIENT_THREADS in planner_accuracy.py says why: at 8, two wait).
 Each is compared on its own definitions: ms/token = mean client e2e ÷ output tokens (as JumpStart's tables,
-prefill included), throughput = output tokens ÷ wave wall time. A wave of c requests sent together is a closed
-loop at concurrency c whose requests all start and end together, which is what the planner's closed loop of
-TGI 1.x predicts (its router prefills a whole wave at once). Prefill-heavy: 900 input tokens or more. Requests
+prefill included), throughput = output tokens ÷ wave wall time. A wave of up to 6 requests sent together is a
+closed loop at its concurrency whose requests all start and end together, which is what the planner's closed loop
+of TGI 1.x predicts (its router prefills a whole wave at once). Prefill-heavy: 900 input tokens or more. Requests
 sampled and could stop early (mean outputs 6 to 102 of max_new_tokens 100): a wave then lasts as long as its
 longest request, which the published means do not give, so throughput is comparable only where no request
 stopped early (the "no early stop" groups); ms/token (mean e2e ÷ mean output) is comparable everywhere.
@@ -24,14 +25,17 @@ import csv
 import json
 import math
 import sys
+from collections import deque
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
+from planner_accuracy import FMBENCH_CLIENT_THREADS, fmbench_pool
+
 from sagellm.catalog import find_instance, find_model
 from sagellm.emulator.serving.batching import CopyScheduler, Sequence
 from sagellm.engines import Limits
-from sagellm.planner import Payload, Shape, StepModel, predict_point
+from sagellm.planner import Payload, Shape, StepModel
 from sagellm.planner import constants as planner_constants
 
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "prefill.csv"
@@ -97,14 +101,15 @@ def shape_of(row: Row) -> Shape:
 
 
 def mean_model(row: Row) -> tuple[float, float]:
-    """(ms/token, output tokens/s) of the planner's steady-state mean model at the row's concurrency."""
-    p = predict_point(shape_of(row), Payload(row.input_tokens, row.output_tokens), row.concurrency)
-    return p.ms_per_token, p.throughput_tokens_per_s
+    """(ms/token, output tokens/s) of the planner's steady-state mean model, through FMBench's client pool."""
+    return fmbench_pool(shape_of(row), Payload(row.input_tokens, row.output_tokens), row.concurrency)
 
 
 def simulated(row: Row) -> tuple[float, float]:
-    """(ms/token, output tokens/s) of one wave through the emulator's engine: `concurrency` requests arrive at
-    once on an idle copy, which admits and prefills them within its budgets and decodes until all are done."""
+    """(ms/token, output tokens/s) of one wave through the emulator's engine: the client's thread pool sends
+    `concurrency` requests to an idle copy, as many at once as it has threads and each of the rest as a thread frees;
+    the copy admits and prefills them within its budgets and decodes until all are done. Each request's latency runs
+    from its own start, as FMBench times it inside its thread."""
     shape = shape_of(row)
     total = shape.model.max_context
     limits = Limits(max_input_tokens=total - 1, max_total_tokens=total,
@@ -113,13 +118,22 @@ def simulated(row: Row) -> tuple[float, float]:
                     max_batch_size=None)
     copy = CopyScheduler(StepModel(shape), limits)
     wave = [Sequence(row.input_tokens, row.output_tokens, 0.0, None) for _ in range(row.concurrency)]
-    for seq in wave:
+    waiting = deque(wave[FMBENCH_CLIENT_THREADS:])
+
+    def next_request(_: Sequence) -> None:
+        if waiting:
+            seq = waiting.popleft()
+            seq.arrived_s = copy.sim_s
+            copy.submit(seq)
+
+    copy.on_end = next_request
+    for seq in wave[:FMBENCH_CLIENT_THREADS]:
         copy.submit(seq)
     while copy.queue or copy.running:
         for _ in copy.turn():
             pass
     ends = [seq.last_token_s or 0.0 for seq in wave]
-    e2e = sum(ends) / len(ends)
+    e2e = sum(end - seq.arrived_s for end, seq in zip(ends, wave)) / len(wave)
     return e2e / row.output_tokens * 1000, row.concurrency * row.output_tokens / max(ends)
 
 
@@ -220,7 +234,7 @@ def main() -> int:
     report = {name: score(rows, name) for name in PREDICTORS}
     print("Simulated requests (the emulator's engine, one wave per row):")
     render(report["simulated"])
-    print("\nThe steady-state mean model (closed loop at the row's concurrency):")
+    print("\nThe steady-state mean model (a closed loop at the row's concurrency, through the client's pool):")
     render(report["mean"], rows=False)
     if args.fit:
         value = report["fitted_" + FIT_NAME] = fit(rows)

@@ -6,9 +6,9 @@ log errors of ms/token and throughput of the 113 rows of benchmarks/data/calibra
 Llama 2 7B sweeps on g5.2xlarge/g5.12xlarge/g5.48xlarge/p4d, and Hugging Face's TGI 1.0.3 Llama 2
 7B/13B/70B fp16 + GPTQ benchmark), starting from and pulled toward the physics priors listed in that
 script (method.md §4: 84 % of peak bandwidth, ~5 ms per step, ~4.4 ms per doubling of TP) with the prior weight
-that minimised the held-out error (`--holdout`, leave-one-source-out over 198 levels: 10.5 % ms/token, 14.4 %
+chosen by the held-out error (`--holdout`, leave-one-source-out over 198 levels: 9.6 % ms/token, 13.0 %
 throughput). benchmarks/data/holdout.csv (FMBench, and the Hugging Face pilot) is left out of this fit so that it
-stays a table these constants never saw: 8.1 % ms/token, 14.9 % throughput there (docs/studies.md). Those servers
+stays a table these constants never saw: 6.5 % ms/token, 11.5 % throughput there (docs/studies.md). Those servers
 are TGI 1.x without CUDA graphs; JumpStart's rows are replayed with the KV budgets its deployments ran with
 (read off the sweeps, see the script). Efficiencies are relative to the catalog's peak figures.
 """
