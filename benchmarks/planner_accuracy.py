@@ -167,9 +167,10 @@ def shape_of(row: Row, calibration: Calibration | None = None) -> Shape:
 # asyncio.gather over asyncio.to_thread, i.e. through the event loop's default thread pool, whose size is
 # min(32, CPUs + 4) (CPython's ThreadPoolExecutor); each request's latency is timed inside its thread. The notebook
 # instance is not recorded: the levels themselves say 6 threads (a 2-vCPU notebook such as ml.t3.medium). By
-# Little's law (throughput × latency ÷ output tokens) they kept 5.1-5.9 requests in flight at nominal 6 but only
-# 4.2-4.8 at nominal 8, where a pool of 8 or more would keep ~7.5 and the wall time would not grow ~1.45× past the
-# mean latency (all_metrics.csv), as it does when two requests wait for a thread.
+# Little's law (throughput × latency ÷ output tokens) the published runs kept 0.70-1.0 of their nominal concurrency
+# in flight at 1 to 6, but 0.52-0.61 of it at 8 (4.2-4.8 requests), where a pool of 8 or more would keep nearly all;
+# and in FMBench's all_metrics.csv a chunk of 8 takes 1.44× its mean latency against 1.16× for 6 (70B, 980-token
+# prompts), as it does when two requests wait for a thread.
 FMBENCH_CLIENT_THREADS = 6
 
 

@@ -62,12 +62,14 @@ def _fmbench_in_flight(concurrency: int) -> list[float]:
 
 
 def test_fmbench_levels_show_the_client_pool_they_are_replayed_through():
-    # Why the replay caps FMBench at its thread pool: at nominal 6 the published runs kept more than 4 in flight
-    # (most above 5), at nominal 8 never as many as the pool, where 8 threads would keep nearly 8.
+    # Why the replay caps FMBench at its thread pool: every published run up to nominal 6 kept a larger share of its
+    # concurrency in flight (0.70-1.0) than any at nominal 8 (0.52-0.61), which kept fewer than the pool's 6, where 8
+    # threads would keep nearly 8.
     pool = _study().FMBENCH_CLIENT_THREADS
-    at_6, at_8 = _fmbench_in_flight(6), _fmbench_in_flight(8)
-    assert at_6 and at_8
-    assert min(at_6) > 4 and max(at_8) < pool < 8
+    within = [n / c for c in (1, 2, 4, 6) for n in _fmbench_in_flight(c)]
+    beyond = _fmbench_in_flight(8)
+    assert within and beyond
+    assert min(within) > max(beyond) / 8 and max(beyond) < pool < 8
 
 
 def test_fmbench_levels_within_the_pool_are_the_closed_loop():
