@@ -32,6 +32,8 @@ import math
 import re
 import statistics
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -311,33 +313,35 @@ def fit(rows: list[Row], prior_weight: float = PRIOR_WEIGHT) -> dict[str, float]
     return dict(zip(names, sol.x))
 
 
+@contextmanager
+def fitted_on(rows: list[Row]) -> Iterator[dict[str, float]]:
+    """Constants fitted on `rows`, installed for the measured generation while the block runs."""
+    fitted = fit(rows)
+    saved = _current()
+    _set(list(fitted), fitted.values())
+    try:
+        yield fitted
+    finally:
+        _set(list(saved), saved.values())
+
+
 def logo(rows: list[Row]) -> dict[str, dict]:
     """Hold out one instance type or one source at a time, fit on the rest, score the held-out rows."""
     out = {}
     groups = [("instance_type", v) for v in sorted({r.instance_type for r in rows})]
     groups += [("source", v) for v in sorted({r.source for r in rows})]
-    saved = _current()
     for key, value in groups:
-        fitted = fit([r for r in rows if getattr(r, key) != value])
-        try:
-            _set(list(fitted), fitted.values())
+        with fitted_on([r for r in rows if getattr(r, key) != value]):
             out[f"{key}={value}"] = score([r for r in rows if getattr(r, key) == value])["groups"]["overall"]
-        finally:
-            _set(list(saved), saved.values())
     return out
 
 
 def leave_one_source_out(rows: list[Row]) -> dict[str, dict]:
     """Fit on every source but one, score the held-out source: the error on tables the fit never saw."""
     out, pooled = {}, []
-    saved = _current()
     for source in sorted({r.source for r in rows}):
-        fitted = fit([r for r in rows if r.source != source])
-        try:
-            _set(list(fitted), fitted.values())
+        with fitted_on([r for r in rows if r.source != source]):
             held_out = score([r for r in rows if r.source == source])
-        finally:
-            _set(list(saved), saved.values())
         out[f"source={source}"] = held_out["groups"]["overall"]
         pooled += held_out["rows"]
     out["overall (pooled held-out rows)"] = _table(pooled)
@@ -365,11 +369,8 @@ def transfer(rows: list[Row]) -> list[dict]:
         if r.source == "jumpstart":
             runs.setdefault((r.instance_type, r.tp, r.input_tokens, r.output_tokens), []).append(r)
     out = []
-    saved = _current()
     for instance in sorted({key[0] for key in runs}):
-        fitted = fit([r for r in rows if r.instance_type != instance])
-        try:
-            _set(list(fitted), fitted.values())
+        with fitted_on([r for r in rows if r.instance_type != instance]):
             mine = {k: v for k, v in runs.items() if k[0] == instance}
             for src_key, src in mine.items():
                 obs = [Observation(shape_of(r), Payload(r.input_tokens, r.output_tokens), r.concurrency,
@@ -383,8 +384,6 @@ def transfer(rows: list[Row]) -> list[dict]:
                                 "to": f"{dst_key[2]}/{dst_key[3]}", "n": len(dst), "calibration": cal.describe(),
                                 "ms_before": before["ms_all"], "ms_after": after["ms_all"],
                                 "thr_before": before["thr_all"], "thr_after": after["thr_all"]})
-        finally:
-            _set(list(saved), saved.values())
     return out
 
 
@@ -421,16 +420,13 @@ def main() -> int:
     report = {"current": score(rows)}
     render(report["current"])
     if args.fit:
-        fitted = fit(rows)
-        print("\nFitted constants (paste into TGI_1 in src/sagellm/planner/constants.py):")
-        for n, v in fitted.items():
-            print(f"    {n}={v:.4g},")
-        saved = _current()
-        _set(list(fitted), fitted.values())
-        report["fitted"] = {"constants": fitted, **score(rows)}
-        print("\nWith the fitted constants:")
-        render(report["fitted"])
-        _set(list(saved), saved.values())
+        with fitted_on(rows) as fitted:
+            print("\nFitted constants (paste into TGI_1 in src/sagellm/planner/constants.py):")
+            for n, v in fitted.items():
+                print(f"    {n}={v:.4g},")
+            report["fitted"] = {"constants": fitted, **score(rows)}
+            print("\nWith the fitted constants:")
+            render(report["fitted"])
     if args.logo:
         report["leave_one_group_out"] = logo(rows)
         render_table("Leave-one-group-out (fit on the rest, MAPE on the held-out group):",
@@ -439,13 +435,8 @@ def main() -> int:
         render_transfer(report["calibration_transfer"])
     if args.holdout:
         new = load_rows(HOLDOUT_CSV)
-        fitted = fit(rows)  # the constants as --fit makes them: from --csv alone
-        saved = _current()
-        try:
-            _set(list(fitted), fitted.values())
+        with fitted_on(rows):  # the constants as --fit makes them: from --csv alone
             report["new_tables"] = score(new)
-        finally:
-            _set(list(saved), saved.values())
         print(f"\n{HOLDOUT_CSV.name}: published tables never fitted on, with the constants fitted on {args.csv.name} "
               "alone:")
         render(report["new_tables"])
