@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from bench_helpers import SAGELLM, free_port, wait_for
-from sagellm.aws.local import LocalAws
+from sagellm.aws.local import LocalAws, cannot_listen
 from sagellm.emulator.process import port_is_free
 
 # Each test drives the moto server (one per module): over a second each, so `make test-fast` leaves them out.
@@ -135,17 +135,21 @@ def test_serves_on_localhost_and_stop_releases_port_and_thread_and_state(aws: Lo
     create_stack(aws, "first", endpoint_template())
 
     aws.stop()
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", port))  # raises if the listening socket were still open
-    assert not [t for t in threading.enumerate() if t.name == "sagellm-moto"]
-    aws.start()
+    try:
+        assert cannot_listen(port) is None  # a reason if the listening socket were still open
+        assert not [t for t in threading.enumerate() if t.name == "sagellm-moto"]
+    finally:
+        aws.start()  # the module's other tests share this server
     assert aws.leftovers() == {}
 
 
 def test_refuses_a_second_server_in_the_same_process(aws: LocalAws) -> None:
-    with pytest.raises(RuntimeError, match="already running"):
-        LocalAws().start()
+    second = LocalAws()
+    try:
+        with pytest.raises(RuntimeError, match="already running"):
+            second.start()
+    finally:
+        second.stop()  # had it started, the next module's server could not
 
 
 def test_child_env_points_at_server_and_drops_the_users_aws_settings(aws: LocalAws) -> None:
@@ -305,6 +309,33 @@ def test_local_aws_command_serves_a_bootstrapped_account_until_sigterm_even_with
     assert f"export AWS_ENDPOINT_URL=http://localhost:{port}" in log.read_text()
     assert "Traceback" not in log.read_text()
     assert port_is_free("127.0.0.1", port)
+
+
+def _time_wait_port() -> int:
+    """A loopback port whose only socket is a closed connection in TIME_WAIT (its server side closed first), as
+    after a server there stopped with clients connected."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = listener.accept()
+            accepted.close()  # the server side closes first: its end waits in TIME_WAIT on `port`
+            client.recv(1)
+    return port
+
+
+def test_a_port_held_only_by_closing_connections_can_be_listened_on_and_a_listener_cannot() -> None:
+    port = _time_wait_port()
+    # a bind without SO_REUSEADDR, as the port check once probed, is refused there
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))
+    assert cannot_listen(port) is None
+    # werkzeug's server (socketserver's allow_reuse_address) does listen there, and then the port is taken
+    with socket.create_server(("127.0.0.1", port), reuse_port=False) as server:
+        assert server.getsockname()[1] == port
+        assert cannot_listen(port) == "Address already in use"
 
 
 def test_local_aws_command_on_a_busy_port_is_bad_input_in_one_line() -> None:

@@ -195,6 +195,19 @@ class LocalAws:
         return {kind: names for kind, names in found.items() if names}
 
 
+def cannot_listen(port: int) -> str | None:
+    """Why a server could not listen on localhost:`port` now (None: it could), probed as werkzeug binds: with
+    SO_REUSEADDR, so that an earlier server's connections closing in TIME_WAIT do not hold the port; a listener does."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+            probe.listen()
+        except OSError as error:
+            return error.strerror or str(error)
+    return None
+
+
 def serve(port: int, region: str, say: Callable[[str], None]) -> None:
     """`sagellm local-aws`: a bootstrapped LocalAws on `port` until SIGINT or SIGTERM (also when SIGINT is
     ignored, as in a background job)."""
@@ -207,11 +220,8 @@ def serve(port: int, region: str, say: Callable[[str], None]) -> None:
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    with socket.socket() as probe:  # werkzeug would print its own message and exit 1 on a busy port
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as error:
-            raise InputError(f"--port: {port}: {error.strerror}; pick a free port") from None
+    if (why := cannot_listen(port)) is not None:  # werkzeug would print its own message and exit 1 on a busy port
+        raise InputError(f"--port: {port}: {why}; pick a free port")
     signal.signal(signal.SIGTERM, stop)
     aws = LocalAws(region, port)
     aws.start()
