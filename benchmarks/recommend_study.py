@@ -3,6 +3,7 @@ is the recommended instance type the published cheapest one that met it, and wha
 
     python benchmarks/recommend_study.py                # the table and the agreement figure
     python benchmarks/recommend_study.py --json out.json
+    python benchmarks/recommend_study.py --holdout      # each source with constants fitted without it, FMBench too
 
 Groups: one per (source, model, quantization, payload) of benchmarks/data/calibration.csv (a copy of
 ../shared/reference/calibration.csv). Hugging Face rows are one ShareGPT mix at slightly different mean prompt
@@ -23,11 +24,18 @@ none (`--headroom 0`): the published cheapest met the target by any margin, so t
 Cost ratio: the recommended deployment's $ per 1M tokens ÷ the published cheapest's, the recommended one at its
 published throughput where the table has that shape (one instance, the published TP, that concurrency), else at
 its predicted throughput (marked `pred`).
+Held out (`--holdout`): the constants above were fitted on calibration.csv, so its targets are tables the planner
+saw. With `--holdout` each source's targets are recommended with constants fitted without that source (as
+planner_accuracy.py --holdout fits them, over both CSVs), and FMBench's levels (holdout.csv) join as a third source:
+TGI 1.1.0, Llama 2 13B on three instance types among others, at concurrency 1 to 6 (at 8 its client's thread pool
+kept fewer in flight, so those levels were not a closed loop at 8). The Hugging Face pilot (TGI 0.8.2) is in the
+fits, as there, but not among the targets: its levels would compete with the final benchmark's TGI 1.0.3 ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import statistics
@@ -37,7 +45,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from planner_accuracy import DEFAULT_CSV, Row, load_rows
+from planner_accuracy import DEFAULT_CSV, FMBENCH_CLIENT_THREADS, HOLDOUT_CSV, Row, fitted_on, load_rows
 
 from sagellm.catalog import find_instance, find_model
 from sagellm.planner import Payload
@@ -45,6 +53,7 @@ from sagellm.recommend import Load, Space, choose, search
 from sagellm.results.gate import Rule
 
 REGION = "us-east-1"  # the catalog's prices the $/1M tokens are at
+TAGS = {"jumpstart": "js", "huggingface": "hf", "fmbench": "fm"}  # how a group's name starts
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,7 @@ class Group:
     @property
     def name(self) -> str:
         q = "" if self.quantization == "none" else f" {self.quantization}"
-        return f"{'hf' if self.source == 'huggingface' else 'js'} {self.model}{q} {self.payload.input_tokens}/{self.payload.output_tokens}"
+        return f"{TAGS[self.source]} {self.model}{q} {self.payload.input_tokens}/{self.payload.output_tokens}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,11 @@ class Outcome:
         return self.recommended_shape == self.published
 
     @property
+    def same_instance_type(self) -> bool:
+        """The pick runs on the published cheapest's instance type (any TP, copies or count)."""
+        return self.recommended_instance == self.published.split()[0]
+
+    @property
     def cost_ratio(self) -> float | None:
         """Recommended ÷ published cheapest, $ per 1M output tokens."""
         if self.recommended_usd_per_1m is None:
@@ -98,19 +112,35 @@ def usd_per_1m(instance_type: str, tokens_per_s: float, count: int = 1) -> float
     return price * count / 3600 / tokens_per_s * 1e6
 
 
+# FMBench's prompt buckets: the upper bounds of its payload files (payload_en_1-500.jsonl … payload_en_3000-4000.jsonl).
+FMBENCH_BUCKETS = (500, 1000, 2000, 3000, 4000)
+
+
+def _payload_of(r: Row) -> tuple:
+    """Which payload a row's group is: JumpStart's own; one ShareGPT mix per Hugging Face model; one of FMBench's
+    prompt buckets (a level's mean prompt and completion differ a little from run to run)."""
+    if r.source == "huggingface":
+        return ("sharegpt",)
+    if r.source == "fmbench":
+        return ("bucket", bisect.bisect_left(FMBENCH_BUCKETS, r.input_tokens))
+    return (r.input_tokens, r.output_tokens)
+
+
 def groups(rows: Sequence[Row]) -> list[Group]:
-    """Rows with both figures, one group per source × model × quantization × payload."""
+    """Rows with both figures, one group per source × model × quantization × payload (a mix or a bucket at the
+    median of its levels' prompts and completions)."""
     keyed: dict[tuple, list[Row]] = {}
     for r in rows:
         if r.ms_per_token is None or r.throughput is None or r.replicas != 1:
             continue
-        prompt = 0 if r.source == "huggingface" else r.input_tokens  # one ShareGPT mix per HF model
-        keyed.setdefault((r.source, r.model, r.quantization, prompt, r.output_tokens), []).append(r)
+        if r.source == "fmbench" and r.concurrency > FMBENCH_CLIENT_THREADS:
+            continue  # fewer in flight than its concurrency: not the closed loop the recommender is asked about
+        keyed.setdefault((r.source, r.model, r.quantization, _payload_of(r)), []).append(r)
     out = []
-    for (source, model, quant, prompt, output), members in keyed.items():
-        if not prompt:
-            prompt = round(statistics.median(r.input_tokens for r in members))
-        out.append(Group(source, model, quant, Payload(prompt, output), tuple(members)))
+    for (source, model, quant, _), members in keyed.items():
+        payload = Payload(round(statistics.median(r.input_tokens for r in members)),
+                          round(statistics.median(r.output_tokens for r in members)))
+        out.append(Group(source, model, quant, payload, tuple(members)))
     return out
 
 
@@ -153,6 +183,17 @@ def run_study(rows: Sequence[Row], only: str | None = None) -> list[Outcome]:
     return out
 
 
+def held_out_study(only: str | None = None) -> list[Outcome]:
+    """Each source's targets, recommended with the planner's constants fitted without that source."""
+    fits = load_rows(DEFAULT_CSV) + load_rows(HOLDOUT_CSV)
+    studied = load_rows(DEFAULT_CSV) + [r for r in load_rows(HOLDOUT_CSV) if r.source == "fmbench"]
+    out = []
+    for source in TAGS:
+        with fitted_on([r for r in fits if r.source != source]):
+            out += run_study([r for r in studied if r.source == source], only)
+    return out
+
+
 def agreement(outcomes: Sequence[Outcome]) -> tuple[float, float | None]:
     """(share of targets whose pick is the published cheapest deployment, median cost ratio)."""
     share = sum(o.matched for o in outcomes) / len(outcomes) if outcomes else 0.0
@@ -178,12 +219,14 @@ def table(outcomes: Sequence[Outcome]) -> str:
 def summary(outcomes: Sequence[Outcome]) -> str:
     """One line per source and per group: targets, share matched, median cost ratio."""
     keys = dict.fromkeys([o.group.split()[0] for o in outcomes] + [o.group for o in outcomes])
-    lines = ["| targets of | n | pick = published cheapest | median cost ratio |", "|---|--:|--:|--:|"]
+    lines = ["| targets of | n | pick = published cheapest | its instance type | median cost ratio |",
+             "|---|--:|--:|--:|--:|"]
     for key in ["all", *keys]:
         members = [o for o in outcomes if key == "all" or o.group == key or o.group.split()[0] == key]
         share, median_ratio = agreement(members)
+        same_type = sum(o.same_instance_type for o in members) / len(members)
         ratio = "-" if median_ratio is None else f"{median_ratio:.2f}"
-        lines.append(f"| {key} | {len(members)} | {share * 100:.0f} % | {ratio} |")
+        lines.append(f"| {key} | {len(members)} | {share * 100:.0f} % | {same_type * 100:.0f} % | {ratio} |")
     return "\n".join(lines)
 
 
@@ -193,18 +236,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV)
     ap.add_argument("--only", help="only groups whose name contains this, e.g. 'js llama2-7b'")
     ap.add_argument("--json", type=Path, help="also write the outcomes here")
+    ap.add_argument("--holdout", action="store_true",
+                    help=f"each source with constants fitted without it; FMBench's levels of {HOLDOUT_CSV.name} join")
     args = ap.parse_args(argv)
-    outcomes = run_study(load_rows(args.csv), args.only)
+    outcomes = held_out_study(args.only) if args.holdout else run_study(load_rows(args.csv), args.only)
     print(table(outcomes))
     print()
     print(summary(outcomes))
     share, median_ratio = agreement(outcomes)
     ratio = "-" if median_ratio is None else f"{median_ratio:.2f}"
-    print(f"\n{len(outcomes)} targets: the pick is the published cheapest deployment in "
-          f"{share * 100:.0f} %; median cost ratio (recommended ÷ published cheapest) {ratio}")
+    same_type = sum(o.same_instance_type for o in outcomes) / len(outcomes) if outcomes else 0.0
+    print(f"\n{len(outcomes)} targets: the pick is the published cheapest deployment in {share * 100:.0f} % and "
+          f"on its instance type in {same_type * 100:.0f} %; median cost ratio (recommended ÷ published cheapest) "
+          f"{ratio}")
     if args.json:
-        args.json.write_text(json.dumps([asdict(o) | {"matched": o.matched, "cost_ratio": o.cost_ratio}
-                                         for o in outcomes], indent=2))
+        args.json.write_text(json.dumps([asdict(o) | {"matched": o.matched, "same_instance_type": o.same_instance_type,
+                                                      "cost_ratio": o.cost_ratio} for o in outcomes], indent=2))
 
 
 if __name__ == "__main__":

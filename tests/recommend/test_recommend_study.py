@@ -9,6 +9,7 @@ from types import ModuleType
 import pytest
 
 from benchmark_scripts import load_benchmark
+from sagellm.planner import constants as planner_constants
 
 
 def _study() -> ModuleType:
@@ -50,3 +51,30 @@ def test_only_the_published_deployment_itself_is_a_match() -> None:
     assert not picked("2 × ml.g5.2xlarge TP1 tgi", "2 × ml.g5.2xlarge TP1 tgi")  # two instances: another deployment
     assert not picked("1 × ml.g5.12xlarge IC 4×TP1 tgi", "1 × ml.g5.12xlarge IC 4×TP1 tgi")
     assert not picked("1 × ml.g5.12xlarge TP4 tgi", "ml.g5.12xlarge TP4")
+
+
+def test_fmbench_levels_group_by_prompt_bucket_and_only_where_the_client_kept_them_in_flight() -> None:
+    study = _study()
+    fmbench = [r for r in study.load_rows(study.HOLDOUT_CSV) if r.source == "fmbench"]
+    found = study.groups(fmbench)
+    assert found and all(g.name.startswith("fm ") for g in found)
+    for g in found:
+        # one payload file per group, whatever each run's mean prompt; none of the levels its client's pool capped
+        assert len({study._payload_of(r) for r in g.rows}) == 1
+        assert max(r.concurrency for r in g.rows) <= study.FMBENCH_CLIENT_THREADS
+    assert len(found) < len({(r.model, r.input_tokens, r.output_tokens) for r in fmbench})  # runs' means merge
+    # a real choice: Llama 2 13B's short-prompt bucket was measured on three instance types
+    short_13b = next(g for g in found if g.model == "llama2-13b" and g.payload.input_tokens < 500)
+    assert {r.instance_type for r in short_13b.rows} == {"ml.g5.12xlarge", "ml.g5.24xlarge", "ml.g5.48xlarge"}
+
+
+@pytest.mark.slow
+def test_held_out_study_recommends_with_constants_fitted_without_the_source() -> None:
+    study = _study()
+    consts = planner_constants.MEASURED["tgi-1"][0]
+    outcomes = study.held_out_study(only="fm llama2-70b 304")
+    group = next(g for g in study.groups(study.load_rows(study.HOLDOUT_CSV)) if g.name.startswith("fm llama2-70b 304"))
+    assert [o.target_ms for o in outcomes] == sorted({math.ceil(r.ms_per_token or 0) for r in group.rows})
+    assert all(o.group == group.name for o in outcomes)
+    # the fold's constants were installed only while it ran
+    assert planner_constants.MEASURED["tgi-1"][0] == consts
