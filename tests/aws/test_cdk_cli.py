@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from moto.sagemaker.exceptions import ValidationError
@@ -190,3 +194,38 @@ def test_stopping_the_cli_waits_for_every_process_of_its_group(tmp_path: Path) -
     assert proc.returncode is not None
     assert not cdk_cli._group_running(proc.pid)
     assert processes_mentioning(str(child)) == []
+
+
+class _Interrupted(BaseException):
+    """What the bench's signal handler raises (sagellm.bench.interrupts.Interrupted is a KeyboardInterrupt)."""
+
+
+@pytest.mark.slow
+def test_an_interrupt_that_lands_while_the_cli_starts_stops_it_too(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # The signal arrives once the CLI runs but before Popen has returned it to the caller (a loaded machine
+    # widens that moment): the handler raises in the main thread, and the CLI must still be stopped, not left
+    # deploying after the bench said it tore down.
+    started: list[subprocess.Popen[str]] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
+        proc = real_popen(*args, **kwargs)
+        started.append(proc)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.5)  # the main thread's handler runs meanwhile; Popen has not returned yet
+        return proc
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise _Interrupted
+
+    monkeypatch.setattr(cdk_cli.subprocess, "Popen", popen_then_signal)
+    monkeypatch.setattr(cdk_cli, "find_cli", lambda: [sys.executable, "-c", "import time; time.sleep(60)"])
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with pytest.raises(_Interrupted):
+            cdk_cli._run(["deploy"], dict(os.environ), tmp_path, 60, "cdk-deploy.log", None)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert len(started) == 1 and started[0].returncode is not None  # stopped and reaped
+    assert not cdk_cli._group_running(started[0].pid)

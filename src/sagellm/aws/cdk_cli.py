@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -100,17 +101,29 @@ def _run(args: list[str], env: dict[str, str], workdir: Path, timeout_s: float, 
     with (workdir / log_name).open("w", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(command)}\n")
         log.flush()
-        proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, bufsize=1, start_new_session=True)
+        started: list[subprocess.Popen[str]] = []
 
-        def expire() -> None:
-            timed_out.set()
-            _kill(proc)
+        def start() -> subprocess.Popen[str]:
+            proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, text=True, bufsize=1, start_new_session=True)
+            started.append(proc)
+            return proc
 
-        timer = threading.Timer(timeout_s, expire)
-        timer.daemon = True
-        timer.start()
+        # Started from a thread of its own: a signal handler raises only in the main thread, so an interrupt that
+        # lands while Popen returns (the CLI already running) cannot lose the CLI; the except below stops it.
+        pool = ThreadPoolExecutor(1, thread_name_prefix="sagellm-cdk-start")
+        timer: threading.Timer | None = None
         try:
+            proc = pool.submit(start).result()
+            pool.shutdown()
+
+            def expire() -> None:
+                timed_out.set()
+                _kill(proc)
+
+            timer = threading.Timer(timeout_s, expire)
+            timer.daemon = True
+            timer.start()
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
@@ -120,10 +133,13 @@ def _run(args: list[str], env: dict[str, str], workdir: Path, timeout_s: float, 
                     on_line(line.rstrip("\n"))
             proc.wait()
         except BaseException:  # Ctrl-C / SIGTERM in the bench: stop the CLI too, then let the bench tear down
-            _kill(proc)
+            pool.shutdown()  # a CLI still starting in the thread has started once this returns
+            for cli in started:
+                _kill(cli)
             raise
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
     if timed_out.is_set():
         raise TargetError(f"cdk {args[0]} did not finish within {timeout_s:.0f} s and was stopped; "
                           "what it created so far is still there")
