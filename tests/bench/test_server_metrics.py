@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bench_helpers import INSTANCE, MODEL, Ran, bench_args, request_lines, results_of, sagellm
+from sagellm.aws.account import resolve_account
 from sagellm.aws.local import LocalAws
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.targets.stack import SageMakerTarget
@@ -110,9 +111,8 @@ def test_the_sagemaker_target_reads_each_level_as_whole_minutes_of_cloudwatch(
         server: LocalAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real-account path, against the local AWS: SageMaker's 1-minute data, one period per level."""
     server.reset()
-    for key, value in server.env({}).items():
-        monkeypatch.setenv(key, value)
-    target = SageMakerTarget(resolve("max-throughput", MODEL, INSTANCE), tmp_path, "r1", "h:1")
+    account = resolve_account("us-east-1", server.env({}), bootstrap=False)
+    target = SageMakerTarget(resolve("max-throughput", MODEL, INSTANCE), account, tmp_path, "r1", "h:1")
     target.endpoint = "prod-chat"
     said: list[str] = []
     watch = ServerWatch(target, SimpleNamespace(inference_component=None), said.append)  # type: ignore[arg-type]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from sagellm import __version__
+from sagellm.aws.account import DEFAULT_REGION, Account, choose_region, configured_region, resolve_account
 from sagellm.aws.endpoints import DeployedEndpoint
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.open_loop import OpenLoop
@@ -31,6 +32,7 @@ from sagellm.bench.sweep.ramp import ramp_steps
 from sagellm.bench.sweep.run import default_budget
 from sagellm.bench.targets.existing import read_endpoint, reconcile
 from sagellm.bench.targets.http import api_for, check_reachable, emulator_time_scale, runtime_time_scale
+from sagellm.catalog.regions import check_region
 from sagellm.errors import InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, Shape
 from sagellm.profiles import DeploymentPlan, Design, design_for, profile_payload
@@ -58,6 +60,7 @@ class BenchPlan:
     thresholds: Thresholds | None
     baseline: Results | None
     notes: tuple[str, ...] = ()  # said once before deploying (e.g. why nothing is predicted)
+    account: Account | None = None  # a sagemaker target's account and region, checked before anything is made
 
     @property
     def time_scale(self) -> float:
@@ -98,8 +101,13 @@ def plan_bench(bench: Bench) -> BenchPlan:
     """Plan a bench: every input is read and checked here, so a bad profile, workload or thresholds file costs
     nothing. Reads the profiles, the gate's files and an existing endpoint's description; deploys nothing."""
     target = bench.target
-    deployed = read_endpoint(target.name, target.inference_component, bench.serving.region) \
-        if isinstance(target, Endpoint) else None
+    region, notes = _region(bench)
+    bench = replace(bench, serving=replace(bench.serving, region=region))
+    # An existing endpoint is read from the account before anything else; a stack is checked for last (the
+    # inputs first: they cost nothing).
+    account = resolve_account(region, bootstrap=False) if isinstance(target, Endpoint) else None
+    deployed = read_endpoint(target.name, target.inference_component, account) if account and isinstance(
+        target, Endpoint) else None
     # An http server runs on hardware sagellm cannot see: predicting for the profile's default instance would
     # set a measurement beside a prediction for another machine, so only a named instance is predicted.
     unseen = isinstance(target, Http) and bool(bench.serving.profile) and bench.serving.instance is None
@@ -121,9 +129,28 @@ def plan_bench(bench: Bench) -> BenchPlan:
                                      allow_incomparable=bench.gate.allow_incomparable)
     if isinstance(target, Http):
         check_reachable(target.url)  # a closed port is one line, before anything is written
-    notes = (NO_INSTANCE,) if unseen else ()
+    if isinstance(target, SageMaker):
+        account = resolve_account(region, bootstrap=True)
+    if account is not None:
+        notes = (f"AWS account {account.id}, region {region}: deploy, load, metrics and teardown all use them",
+                 *notes)
+    notes = (*notes, NO_INSTANCE) if unseen else notes
     return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline,
-                     notes)
+                     notes, account)
+
+
+def _region(bench: Bench) -> tuple[str, tuple[str, ...]]:
+    """The run's region, and what to say of it: a sagemaker target's is the AWS configuration's unless --region
+    names one (said when they differ); the others' are us-east-1 unless named (prices and image URIs only)."""
+    given = bench.serving.region
+    if not isinstance(bench.target, SageMaker | Endpoint):
+        return given or DEFAULT_REGION, ()
+    region, source = choose_region(given)
+    check_region(region, source)  # --region is checked as it is parsed; the configuration's is checked here
+    configured, where = configured_region()
+    if configured and configured != region:
+        return region, (f"--region {region}: the run uses it throughout, not {where}'s {configured}",)
+    return region, (() if given or configured else (f"region {region}: {source}",))
 
 
 def emulator_scale(bench: Bench) -> float | None:
@@ -162,7 +189,8 @@ def _design(serving: ServingSpec, options: WorkloadOptions, deployed: DeployedEn
     # The given payload (or none: the profile's) where the workload sends nothing longer, so that errors name
     # the option or the profile line the lengths came from.
     design = design_for(profile, model, deployed.instance_type if deployed else serving.instance,
-                        payload=serving.payload if longest == default else longest, region=serving.region,
+                        payload=serving.payload if longest == default else longest,
+                        region=serving.region or DEFAULT_REGION,
                         profiles_dir=serving.profiles_dir,
                         instance_count=deployed.instance_count if deployed else None, engine=serving.engine,
                         model_s3_uri=serving.model_s3_uri)
@@ -203,7 +231,8 @@ def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Cl
         instance_type=plan.instance_type if plan else None,
         instance_count=plan.initial_instance_count if plan else None,
         target=target.kind,
-        emulated=emulated, time_scale=scale or 1.0, region=bench.serving.region, bench_run=run_id,
+        emulated=emulated, time_scale=scale or 1.0, region=bench.serving.region or DEFAULT_REGION,
+        bench_run=run_id,
         # An existing endpoint runs the environment it was deployed with, whatever the profile says today.
         environment=deployed.environment if deployed else plan.environment if plan else {},
         # The served image without its registry (the same image is served from every region's registry).

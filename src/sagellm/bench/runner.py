@@ -123,6 +123,7 @@ def _target(p: BenchPlan, out: Path, say: Say) -> Target:
                          url=url_of(p.bench), api=spec.api,
                          served_model=spec.served_model if isinstance(spec, Http) else None, workdir=out / "cdk",
                          run=p.run_id, process=this_process(), time_scale=p.time_scale, deployed=p.deployed, say=say,
+                         account=p.account,
                          instance_startup_s=spec.instance_startup_s if isinstance(spec, Local) else None)
 
 

@@ -93,12 +93,9 @@ class ServerWatch:
             client: Any = target.aws.client("cloudwatch")
             wait_s = 0.0
         else:
-            import boto3
-
             resolution = cloudwatch.STANDARD_RESOLUTION_S  # whole minutes around each level, as CloudWatch rounds
             windows = {load: cloudwatch.aligned(*self.windows[load], resolution) for load in loads}
-            region = target.region if isinstance(target, ExistingEndpoint) else target.plan.region
-            client = boto3.client("cloudwatch", region_name=region)
+            client = target.account.client("cloudwatch")  # the run's account and region, as deployed
             # An emulated runtime (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME) publishes nothing there: no wait.
             wait_s = 0.0 if target.emulated else CLOUDWATCH_WAIT_S
         deadline = time.monotonic() + wait_s

@@ -122,7 +122,9 @@ class ServingSpec:  # `Serving` is a profile's container settings (profiles/sche
     model: str | None = None  # a catalog model: labels the run and predicts it
     instance: str | None = None  # default: the profile's
     payload: Payload | None = None  # the lengths the plan is sized for; the workload's own lengths win
-    region: str = "us-east-1"
+    # None: with a sagemaker target, the AWS configuration's region (AWS_REGION, AWS_DEFAULT_REGION, the profile's),
+    # else us-east-1; the bench resolves it once and every call of the run uses it.
+    region: str | None = None
     profiles_dir: Path | None = None
     hf_token_secret: str | None = None  # Secrets Manager name or ARN (overrides the profile's)
     engine: str | None = None  # a container kind in place of the profile's (sagellm.engines.ENGINES)

@@ -19,8 +19,10 @@ ALLOW_INCOMPARABLE_HELP = "compare with a baseline of another model, instance, c
 ProfilesDir = Annotated[Path | None, typer.Option("--profiles-dir", help=PROFILES_DIR_HELP)]
 
 
-def region_option(value: str) -> str:
+def region_option(value: str | None) -> str | None:
     """--region checked as it is parsed, before a command does anything (catalog.regions.check_region)."""
+    if value is None:  # the command's own default (the AWS configuration's region)
+        return None
     from sagellm.catalog.regions import check_region
 
     return check_region(value)

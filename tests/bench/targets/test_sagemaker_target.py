@@ -124,10 +124,14 @@ OWN = ("--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE, 
 
 def test_deploys_its_own_stack_benches_it_and_deletes_exactly_that(account: Account, tmp_path: Path) -> None:
     before = account.contents()
+    # Credentials but no region in the environment (an SSO profile without one, CI with keys only): the run's
+    # region (the default, us-east-1) is used from deploy to teardown.
+    env = {k: v for k, v in account.env.items() if k not in ("AWS_REGION", "AWS_DEFAULT_REGION")}
 
-    ran = sagellm(*bench(tmp_path / "out", *OWN), env=account.env, cwd=tmp_path, timeout=600)
+    ran = sagellm(*bench(tmp_path / "out", *OWN), env=env, cwd=tmp_path, timeout=600)
 
     assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "region us-east-1: the default (no AWS_REGION, AWS_DEFAULT_REGION or profile region set)" in ran.stderr
     results = results_of(tmp_path / "out")
     run = results["run"]
     assert (run["target"], run["emulated"], run["instance_type"]) == ("sagemaker", True, INSTANCE)
@@ -136,6 +140,36 @@ def test_deploys_its_own_stack_benches_it_and_deletes_exactly_that(account: Acco
     assert [lv["ok"] for lv in results["levels"]] == [4, 4]
     assert account.contents() == before  # its own stack came and went; nothing else changed
     assert " cdk │ " in ran.stderr and "CREATE_COMPLETE" in ran.stderr  # deploy progress, streamed
+
+
+def test_without_credentials_nothing_is_made_and_no_stack_is_spoken_of(account: Account, tmp_path: Path) -> None:
+    before = account.contents()
+    env = {k: v for k, v in account.env.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+
+    ran = sagellm(*bench(tmp_path / "out", *OWN), env=env, cwd=tmp_path)
+
+    assert ran.returncode == 2, ran.stderr[-3000:]
+    [line] = ran.stderr.strip().splitlines()
+    assert line.startswith("sagellm: error: AWS credentials: none found") and "nothing was deployed" in line
+    assert account.contents() == before
+    assert not (tmp_path / "out").exists()  # refused before the run began: no results, no error.log
+
+
+def test_a_region_the_account_has_not_bootstrapped_is_refused_before_anything_is_made(
+        account: Account, tmp_path: Path) -> None:
+    before = account.contents()
+    env = account.env | {"AWS_REGION": "us-east-1"}
+
+    ran = sagellm(*bench(tmp_path / "out", *OWN, "--region", "eu-west-1"), env=env, cwd=tmp_path)
+
+    assert ran.returncode == 2, ran.stderr[-3000:]
+    assert ran.stderr.strip().splitlines()[-1] == (
+        "sagellm: error: --region eu-west-1: account 123456789012 is not bootstrapped for the CDK there (no "
+        "CDKToolkit stack); run `sagellm cdk bootstrap aws://123456789012/eu-west-1` once, then run again; nothing "
+        "was deployed")
+    assert account.contents() == before
+    eu = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="eu-west-1")
+    assert eu.client("cloudformation", endpoint_url=account.env["AWS_ENDPOINT_URL"]).describe_stacks()["Stacks"] == []
 
 
 def test_benches_an_existing_endpoint_without_creating_or_deleting_anything(account: Account, tmp_path: Path) -> None:
@@ -273,7 +307,9 @@ def test_when_the_control_plane_is_gone_at_teardown_results_are_written_and_the_
     assert results["teardown"]["status"] == "failed"
     assert results["teardown"]["leftovers"] == [stack]
     assert [lv["ok"] for lv in results["levels"]] == [12, 12]  # the sweep finished and counts
-    assert ran.stderr.strip().splitlines()[-1].startswith("sagellm: error: TEARDOWN FAILED: "
-                                                          "EndpointConnectionError")
-    assert stack in ran.stderr.strip().splitlines()[-1]
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"sagellm: error: TEARDOWN FAILED: deleting {stack} in us-east-1 failed: Could not "
+                           "connect to the endpoint URL")
+    assert last.endswith("delete with `sagellm cleanup --region us-east-1 --older-than 0s --yes` or `aws "
+                         f"cloudformation delete-stack --stack-name {stack.split()[1]} --region us-east-1`")
     assert (out / "report.md").is_file()

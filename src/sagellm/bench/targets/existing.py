@@ -7,6 +7,7 @@ instance given on the command line must agree with it.
 
 from __future__ import annotations
 
+from sagellm.aws.account import Account
 from sagellm.aws.endpoints import DeployedEndpoint, describe_endpoint
 from sagellm.bench.client.transports import TGI, Api, SageMakerTransport, Transport
 from sagellm.bench.targets.http import runtime_is_emulated
@@ -16,11 +17,9 @@ from sagellm.errors import InputError
 from sagellm.results.schema import Teardown
 
 
-def read_endpoint(name: str, component: str | None, region: str) -> DeployedEndpoint:
-    """Describe the endpoint in `region` with the caller's credentials."""
-    import boto3
-
-    return describe_endpoint(boto3.Session(region_name=region).client("sagemaker"), name, component)
+def read_endpoint(name: str, component: str | None, account: Account) -> DeployedEndpoint:
+    """Describe the endpoint in the run's account and region."""
+    return describe_endpoint(account.client("sagemaker"), name, component)
 
 
 def reconcile(deployed: DeployedEndpoint, profile: str | None, model: str | None,
@@ -65,15 +64,16 @@ class ExistingEndpoint(Watched):
     emulated = False
     deploys = False
 
-    def __init__(self, deployed: DeployedEndpoint, region: str, *, api: Api = TGI):
-        self.deployed, self.region, self.api = deployed, region, api
+    def __init__(self, deployed: DeployedEndpoint, account: Account, *, api: Api = TGI):
+        self.deployed, self.account, self.api = deployed, account, api
         self.endpoint: str | None = deployed.name
 
     def deploy(self) -> Transport:
         self.emulated = runtime_is_emulated()
-        self.watch_scaling(self.deployed.name, self.deployed.inference_component, self.region)
-        return SageMakerTransport(self.deployed.name, self.region, api=self.api,
-                                  inference_component=self.deployed.inference_component)
+        self.watch_scaling(self.deployed.name, self.deployed.inference_component, self.account)
+        return SageMakerTransport(self.deployed.name, self.account.region, api=self.api,
+                                  inference_component=self.deployed.inference_component,
+                                  boto_session=self.account.session())
 
     def teardown(self) -> Teardown:
         self.stop_watching()

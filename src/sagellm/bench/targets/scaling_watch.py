@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+
+if TYPE_CHECKING:
+    from sagellm.aws.account import Account
 
 SAMPLE_S = 10.0  # simulated seconds between samples
 _MIN_WALL_S = 0.5  # and never more often than this (a compressed clock must not flood the control plane)
@@ -128,14 +131,11 @@ class Watched:
 
     watch: ScalingWatch | None = None
 
-    def watch_scaling(self, endpoint: str, component: str | None, region: str) -> None:
-        """Watch `endpoint` (and `component`) in `region` with the caller's credentials, once asked."""
-        import boto3
-
+    def watch_scaling(self, endpoint: str, component: str | None, account: Account) -> None:
+        """Watch `endpoint` (and `component`) in the run's account and region, once asked."""
         from sagellm.bench.targets.http import runtime_time_scale
 
-        session = boto3.Session(region_name=region)
-        self.watch = ScalingWatch(session.client("sagemaker"), session.client("application-autoscaling"), endpoint,
+        self.watch = ScalingWatch(account.client("sagemaker"), account.client("application-autoscaling"), endpoint,
                                   component, time_scale=runtime_time_scale() or 1.0)
 
     def autoscaling(self) -> dict[str, Any] | None:

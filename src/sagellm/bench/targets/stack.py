@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sagellm.aws import cdk_cli, cloudformation
+from sagellm.aws.account import Account
 from sagellm.bench.client.transports import TGI, Api, SageMakerTransport, Transport
 from sagellm.bench.targets.http import runtime_is_emulated
 from sagellm.bench.targets.scaling_watch import Watched
@@ -79,14 +80,16 @@ class _StackTarget:
             plan, workdir, run, process, on_line, api
         self.stack = stack_name(plan, run)
         self.endpoint: str | None = None
+        self.deploying = False  # whether `cdk deploy` was started: only then can a stack exist
 
     def _env(self) -> dict[str, str]:
-        return cdk_cli.cli_env()  # the caller's environment: its AWS credentials and region
+        raise NotImplementedError
 
     def _deploy_stack(self, plan: DeploymentPlan) -> dict[str, str]:
         """Deploy `plan` (this target's, or the local AWS's variant of it) as the run's stack."""
         # CloudFormation waits for InService; bound the wait by what the endpoint may take to start.
         wait_s = plan.startup_health_check_timeout_s + plan.model_data_download_timeout_s + DEPLOY_MARGIN_S
+        self.deploying = True
         outputs = cdk_cli.deploy(self.stack, cdk_context(plan, self.workdir, self.run, self.process), self._env(),
                                  self.workdir, timeout_s=wait_s, on_line=self.on_line)
         self.endpoint = outputs.get("EndpointName")
@@ -95,8 +98,15 @@ class _StackTarget:
         return outputs
 
     def _delete_stack(self) -> Teardown:
+        if not self.deploying:
+            return Teardown(status="not-applicable", detail="nothing was deployed")
         try:
-            deleted = cloudformation.delete_run_stack(cloudformation.client(self._env()), self.stack, self.run)
+            try:
+                deleted = cloudformation.delete_run_stack(cloudformation.client(self._env()), self.stack, self.run)
+            except cloudformation.CredentialsExpired:
+                # A new client reads the credentials again: a login renewed meanwhile (SSO, a credential
+                # process, a refreshed profile) finishes the job.
+                deleted = cloudformation.delete_run_stack(cloudformation.client(self._env()), self.stack, self.run)
         except TargetError as exc:
             return Teardown(status="failed", detail=str(exc), leftovers=[f"stack {self.stack}"])
         if not deleted:
@@ -105,22 +115,32 @@ class _StackTarget:
         return Teardown(status="destroyed", detail=f"stack {self.stack} deleted")
 
     def may_be_left(self) -> list[str]:
-        """What a teardown that failed midway may have left: this run's stack."""
-        return [f"stack {self.stack}"]
+        """What a teardown that failed midway may have left: this run's stack, once its deploy started."""
+        return [f"stack {self.stack}"] if self.deploying else []
 
 
 class SageMakerTarget(_StackTarget, Watched):
     """An AWS account: CloudFormation waits for InService; the runtime is SigV4 with response streaming; its
-    scaling is read from the control plane (`scaling_watch`)."""
+    scaling is read from the control plane (`scaling_watch`). Every call goes to the one account and region
+    the bench resolved before deploying."""
 
     kind = "sagemaker"
+
+    def __init__(self, plan: DeploymentPlan, account: Account, workdir: Path, run: str, process: str,
+                 on_line: Callable[[str], None] | None = None, *, api: Api = TGI):
+        super().__init__(plan, workdir, run, process, on_line, api=api)
+        self.account = account
+
+    def _env(self) -> dict[str, str]:
+        return cdk_cli.cli_env(self.account.env)  # the caller's credentials, the run's region pinned
 
     def deploy(self) -> Transport:
         outputs = self._deploy_stack(self.plan)
         self.emulated = runtime_is_emulated()
         component = _component(self.plan, outputs)
-        self.watch_scaling(self.endpoint or "", component, self.plan.region)
-        return SageMakerTransport(self.endpoint or "", self.plan.region, api=self.api, inference_component=component)
+        self.watch_scaling(self.endpoint or "", component, self.account)
+        return SageMakerTransport(self.endpoint or "", self.account.region, api=self.api,
+                                  inference_component=component, boto_session=self.account.session())
 
     def teardown(self) -> Teardown:
         self.stop_watching()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from sagellm.aws.account import Account
 from sagellm.aws.endpoints import DeployedEndpoint
 from sagellm.bench.client.transports import APIS, Api, Transport
 from sagellm.bench.targets.existing import ExistingEndpoint
@@ -42,22 +43,24 @@ class Target(Protocol):
 
 def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None, url: str | None, api: str,
                   served_model: str | None, workdir: Path, run: str, process: str, time_scale: float,
-                  deployed: DeployedEndpoint | None, say: Callable[[str], None],
+                  deployed: DeployedEndpoint | None, say: Callable[[str], None], account: Account | None = None,
                   instance_startup_s: float | None = None) -> Target:
-    """The target a run asked for (`deployed`: the existing endpoint `--endpoint-name` named)."""
+    """The target a run asked for (`deployed`: the existing endpoint `--endpoint-name` named; `account`: the
+    account and region a sagemaker target uses throughout)."""
     if target == "http":
         return HttpTarget(url or "", api, served_model, model)
     assert plan is not None  # the specs' checks: the other targets have a profile and a model
     # SageMaker endpoints: auto is what the plan's engine takes on /invocations (TGI's generate, vLLM's
     # completions, SGLang's chat).
     chosen = APIS[ENGINES[plan.container].sagemaker_api if api == "auto" else api]
-    if deployed is not None:
-        return ExistingEndpoint(deployed, plan.region, api=chosen)
 
     def cdk_line(line: str) -> None:
         say(f"  cdk │ {line}")
 
-    if target == "sagemaker":
-        return SageMakerTarget(plan, workdir, run, process, cdk_line, api=chosen)
-    return LocalTarget(plan, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen,
-                       instance_startup_s=instance_startup_s)
+    if target == "local":
+        return LocalTarget(plan, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen,
+                           instance_startup_s=instance_startup_s)
+    assert account is not None  # plan_bench resolves it for every sagemaker target
+    if deployed is not None:
+        return ExistingEndpoint(deployed, account, api=chosen)
+    return SageMakerTarget(plan, account, workdir, run, process, cdk_line, api=chosen)

@@ -55,8 +55,10 @@ def bench(
     engine: Annotated[str | None, typer.Option("--engine", rich_help_panel=SERVED, callback=engine_choice,
                                                help="serving engine (a container kind: tgi, lmi, …) in place of "
                                                "the profile's container.kind, at its pinned version")] = None,
-    region: Annotated[str, typer.Option("--region", rich_help_panel=SERVED, help=REGION_HELP,
-                                                         callback=region_option)] = "us-east-1",
+    region: Annotated[str | None, typer.Option("--region", rich_help_panel=SERVED, help=REGION_HELP + " (default: "
+                                               "with --target sagemaker, your AWS configuration's region, else "
+                                               "us-east-1; one region from deploy to teardown)",
+                                               callback=region_option)] = None,
     profiles_dir: Annotated[Path | None, typer.Option("--profiles-dir", rich_help_panel=SERVED,
                                                       help=PROFILES_DIR_HELP)] = None,
     model_s3_uri: Annotated[str | None, typer.Option("--model-s3-uri", rich_help_panel=SERVED,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from sagellm.cli.app import app
-from sagellm.cli.options import Region
+from sagellm.cli.options import region_option
 from sagellm.errors import InputError
 
 
@@ -18,7 +18,9 @@ from sagellm.errors import InputError
 def cleanup(
     older_than: Annotated[str, typer.Option("--older-than", help="only stacks older than this: 30m, 2h, 1d")]
     = "1h",
-    region: Region = "us-east-1",
+    region: Annotated[str | None, typer.Option("--region", callback=region_option,
+                                               help="the bench's region (default: your AWS configuration's region, "
+                                               "else us-east-1)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list, do not delete")] = False,
     yes: Annotated[bool, typer.Option("--yes", help="delete without asking")] = False,
 ) -> None:
@@ -28,13 +30,15 @@ def cleanup(
     `cdk deploy` or a team's own LlmEndpoint are never touched. A bench stack is kept while its bench still
     runs on this machine or while it is younger than --older-than. Shows what it will delete and asks first.
     """
-    import boto3
-
+    from sagellm.aws.account import choose_region, resolve_account
     from sagellm.aws.cleanup import delete_leftovers, find_leftovers
+    from sagellm.catalog.regions import check_region
     from sagellm.errors import TargetError
 
     seconds = _duration(older_than)
-    session = boto3.Session(region_name=region)
+    region, source = choose_region(region)
+    check_region(region, source)
+    session = resolve_account(region, bootstrap=False).session()  # credentials checked, one line if not
     survey = find_leftovers(session, seconds)
     for stack, reason in survey.kept:
         print(f"keep    {stack}: {reason}")
