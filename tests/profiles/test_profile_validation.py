@@ -314,7 +314,7 @@ def test_rejects_unknown_instance_type_from_a_profile_with_its_line(write, team_
         """)
     assert messages("inst", LLAMA2_7B, profiles_dir=team_dir) == [
         (f"{path}:3: instance_type: unknown instance type 'ml.p4d.24xlarg': did you mean ml.p4d.24xlarge, "
-         "ml.p4de.24xlarge, ml.p5.48xlarge?")
+         "ml.p4de.24xlarge, ml.p5.4xlarge?")
     ]
 
 

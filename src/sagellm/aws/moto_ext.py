@@ -279,7 +279,7 @@ def _add_inference_components() -> None:
 
 # --- Endpoint configs: moto rejects newer GPU/Inferentia instance types and variants without a model.
 
-_NEWER_INSTANCE_TYPE = re.compile(r"^ml\.(g5|g6|g6e|p4d|p4de|p5|p5e|p5en|inf2|trn1|trn2)\.\d*x?large$")
+_NEWER_INSTANCE_TYPE = re.compile(r"^ml\.(g5|g6|g6e|g7|g7e|p4d|p4de|p5|p5e|p5en|p6-b200|p6-b300|inf2|trn1|trn2)\.\d*x?large$")
 
 
 def _relax_endpoint_configs() -> None:

@@ -21,8 +21,8 @@ __all__ = ["BYTES_PER_PARAM", "HUB_ID", "NVME_FAMILIES", "Instance", "Model", "P
 # Families with local NVMe instance storage (AWS "Instance store volumes"; Inf2 is EBS-only): SageMaker
 # encrypts it in hardware and refuses both KmsKeyId and VolumeSizeInGB for them (CreateEndpointConfig).
 # The catalog's families, plus GPU families outside it that a hand-built plan may name.
-NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.", "ml.p5en.",
-                 "ml.g4dn.", "ml.p3dn.", "ml.trn1.", "ml.trn1n.")
+NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.g7.", "ml.g7e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.",
+                 "ml.p5en.", "ml.p6-b200.", "ml.p6-b300.", "ml.g4dn.", "ml.p3dn.", "ml.trn1.", "ml.trn1n.")
 # A Hugging Face repository id: owner/name of letters, digits, '-', '_', '.' (the Hub's own rule).
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
