@@ -19,6 +19,13 @@ def _no_hugging_face_hub(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
     hub_model.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def _no_price_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test asks the real AWS Price List or reads the user's cached copy: prices are the shipped table's
+    (tests/catalog/test_price_list.py turns it on against botocore's Stubber and a cache of its own)."""
+    monkeypatch.setenv("SAGELLM_PRICE_LIST", "off")
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalAws]:
     """A local AWS per test module (moto's state is process-global: one server at a time)."""

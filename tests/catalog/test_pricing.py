@@ -10,6 +10,7 @@ from pathlib import Path
 
 import cfnlint
 import pytest
+from price_list_stub import serve
 
 from sagellm.catalog import check_offered, find_model, instances, pricing
 from sagellm.errors import InputError
@@ -86,7 +87,8 @@ def test_plan_says_whose_price_it_is_and_unknown_where_the_region_has_none(tmp_p
     curve = json.loads(west.stdout)["curve"]
     assert curve["usd_per_h"] is None and curve["usd_per_1m_tokens_at_max_throughput"] is None
     assert curve["price"] == {"region": "eu-west-1"}
-    assert any(n.startswith("cost unknown: no eu-west-1 price of ml.g5.2xlarge") for n in curve["notes"])
+    assert any(n.startswith("cost unknown: no eu-west-1 price of ml.g5.2xlarge (the AWS Price List is off")
+               for n in curve["notes"])
 
 
 def test_a_teams_prices_file_replaces_the_catalogs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,8 +113,10 @@ def test_a_bad_prices_file_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
         instances()["ml.g5.2xlarge"].price("eu-west-1")
 
 
-def test_min_cost_only_picks_an_instance_the_region_offers() -> None:
-    # us-east-1's cheapest per token for a 7B model is a G6e, which ap-southeast-1 does not offer.
+def test_min_cost_only_picks_an_instance_the_region_offers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # us-east-1's cheapest per token for a 7B model is a G6e, which ap-southeast-1 does not offer: priced there
+    # (the Price List, stubbed) at a figure that would win were it offered.
+    serve(monkeypatch, tmp_path, "ap-southeast-1", {"ml.g6e.xlarge": 0.01, "ml.g5.2xlarge": 1.9, "ml.g5.xlarge": 1.8})
     east = resolve("min-cost", LLAMA2_7B)
     there = resolve("min-cost", LLAMA2_7B, region="ap-southeast-1")
 

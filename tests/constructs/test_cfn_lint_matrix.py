@@ -12,6 +12,7 @@ from aws_cdk.assertions import Template
 from cfnlint.api import lint
 from construct_plans import HF_SECRET, LLAMA2_7B, STANDARD, cdk_app
 
+from sagellm.catalog.pricing import PRICES_ENV
 from sagellm.errors import InputError
 from sagellm.profiles import DeploymentPlan, resolve
 from sagellm.stacks import EndpointStack
@@ -36,16 +37,23 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[str, DeploymentPlan
     """Every plan of the matrix that sagellm accepts (inference components are refused, in one line, where
     CloudFormation lacks them: tested in test_regions_and_vpc.py)."""
     team = lmi_profiles(tmp_path_factory.mktemp("lmi-profiles"))
+    # instance_type: auto ranks by the region's own prices only, and the tests ask no Price List: a team's file
+    # prices one type in the other regions (a test figure: the matrix lints templates, any price picks a type).
+    prices = tmp_path_factory.mktemp("prices") / "prices.csv"
+    prices.write_text("instance_type,region,per_h,currency,date,source\n" + "".join(
+        f"ml.g6.2xlarge,{region},1.0,USD,test,a test figure\n" for region in REGIONS[1:]))
     plans: dict[str, DeploymentPlan] = {}
     refused = []
-    for region in REGIONS:
-        for name, (model, instance) in STANDARD.items():
-            for profile in (name, f"{name}-lmi"):
-                try:
-                    plans[f"{profile}@{region}"] = resolve(profile, model, instance, region=region,
-                                                           profiles_dir=team, hf_token_secret=HF_SECRET)
-                except InputError:
-                    refused.append(f"{profile}@{region}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PRICES_ENV, str(prices))
+        for region in REGIONS:
+            for name, (model, instance) in STANDARD.items():
+                for profile in (name, f"{name}-lmi"):
+                    try:
+                        plans[f"{profile}@{region}"] = resolve(profile, model, instance, region=region,
+                                                               profiles_dir=team, hf_token_secret=HF_SECRET)
+                    except InputError:
+                        refused.append(f"{profile}@{region}")
     components = ("replicas", "replicas-lmi", "scale-to-zero", "scale-to-zero-lmi")
     assert sorted(refused) == sorted(f"{p}@{r}" for p in components
                                      for r in ("us-gov-west-1", "eu-west-3"))

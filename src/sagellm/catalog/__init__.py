@@ -71,10 +71,6 @@ class Instance:
         p = self.price(region)
         return p.per_h if p is not None and p.currency == "USD" else None
 
-    def rank_price(self, region: str) -> float | None:
-        """$/h that orders instance types by cost in a region: its own, else us-east-1's list (pricing.rank_price)."""
-        return pricing.rank_price(self.instance_type, region)
-
     def offered_in(self, region: str) -> bool | None:
         """Whether SageMaker hosting offers the type in a region; None where the region's list is not known."""
         return pricing.offered(self.instance_type, region)
@@ -190,7 +186,7 @@ def check_offered(instance_type: str, region: str, where: str = "instance_type")
         raise InputError(f"{where}: {instance_type} is not offered in {region}, nor is any catalog instance type "
                          f"(source: {OFFERINGS_SOURCE}); use a region such as us-east-1")
     want = catalog[instance_type].total_mem_gb
-    near = sorted(there, key=lambda i: (abs(i.total_mem_gb - want), i.rank_price(region) or 1e9))[:4]
+    near = sorted(there, key=lambda i: (abs(i.total_mem_gb - want), i.price_per_h(region) or 1e9))[:4]
     more = ", …" if len(there) > len(near) else ""
     raise InputError(f"{where}: {instance_type} is not offered in {region} (offered there: "
                      f"{', '.join(i.instance_type for i in near)}{more}; source: {OFFERINGS_SOURCE})")

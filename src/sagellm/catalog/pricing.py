@@ -1,9 +1,10 @@
 """Per-region SageMaker facts: which catalog instance types a region offers for hosting, and their prices.
 
-Both come from package data, each row with its source (data/README.md): `offerings.csv` (the SageMaker
-hosting instance types per region of the AWS Price List, as cfn-lint ships them) and `prices.csv` (on-demand
-prices, with their currency, date and source). A team's own prices (a discount, a private offer) replace the
-catalog's from the CSV file that SAGELLM_PRICES names (docs/regions.md).
+Offerings come from package data (`offerings.csv`: the SageMaker hosting instance types per region of the AWS
+Price List, as cfn-lint ships them; data/README.md). A price is, first found: the team's own (a discount, a private
+offer: the CSV file SAGELLM_PRICES names), the AWS Price List's for the region (price_list.py: asked when
+credentials allow, cached), or the shipped table `prices.csv` (the offline fallback, each row with its date and
+source). docs/regions.md says the same for users.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from pathlib import Path
 from sagellm.errors import InputError
 
 PRICES_ENV = "SAGELLM_PRICES"
-# The region whose list ranks instance types where a region has no price of its own (`rank_price`).
-LIST_REGION = "us-east-1"
 # Where offerings.csv comes from (data/README.md has the file path), as messages name it.
 OFFERINGS_SOURCE = "the AWS Price List's SageMaker hosting types, as cfn-lint 1.58.0 ships them"
 PRICE_COLUMNS = ("instance_type", "region", "per_h", "currency", "date", "source")
@@ -69,32 +68,49 @@ def _parse(rows: Iterable[dict[str, str]], where: str) -> dict[tuple[str, str], 
 
 
 @cache
-def _prices(override: str | None) -> dict[tuple[str, str], Price]:
-    table = _parse(csv.DictReader(_text("prices.csv").splitlines()), "catalog prices.csv")
-    if override:
-        path = Path(override).expanduser()
-        where = f"{PRICES_ENV}={override}"
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise InputError(f"{where}: cannot read it ({exc.strerror}); name a CSV file with columns "
-                             f"{','.join(PRICE_COLUMNS)}") from None
-        table |= _parse(csv.DictReader(text.splitlines()), where)
-    return table
+def _shipped() -> dict[tuple[str, str], Price]:
+    return _parse(csv.DictReader(_text("prices.csv").splitlines()), "catalog prices.csv")
+
+
+@cache
+def _team(override: str) -> dict[tuple[str, str], Price]:
+    where = f"{PRICES_ENV}={override}"
+    try:
+        text = Path(override).expanduser().read_text()
+    except OSError as exc:
+        raise InputError(f"{where}: cannot read it ({exc.strerror}); name a CSV file with columns "
+                         f"{','.join(PRICE_COLUMNS)}") from None
+    return _parse(csv.DictReader(text.splitlines()), where)
 
 
 def price(instance_type: str, region: str) -> Price | None:
-    """The region's own price of an instance type (the team's file first), or None where none is known."""
-    return _prices(os.environ.get(PRICES_ENV) or None).get((instance_type, region))
+    """The region's own price of an instance type: the team's file, the AWS Price List, the shipped table, first
+    found; None where none knows one (never another region's)."""
+    from sagellm.catalog import price_list  # it builds on Price
+
+    override = os.environ.get(PRICES_ENV)
+    key = (instance_type, region)
+    return ((_team(override).get(key) if override else None) or price_list.listed(region).prices.get(instance_type)
+            or _shipped().get(key))
 
 
-def rank_price(instance_type: str, region: str) -> float | None:
-    """What orders instance types by cost in a region: its own USD price, else us-east-1's list (regional
-    prices differ by a similar factor across types, so the order holds); None where neither is known."""
-    for p in (price(instance_type, region), price(instance_type, LIST_REGION)):
-        if p is not None and p.currency == "USD":
-            return p.per_h
-    return None
+def shipped_summary() -> str:
+    """What the shipped table holds, in one phrase: its regions and their dates."""
+    dates: dict[str, set[str]] = {}
+    for (_, region), p in _shipped().items():
+        dates.setdefault(region, set()).add(p.date)
+    held = "; ".join(f"{r}: {' and '.join(sorted(d))}" for r, d in dates.items())
+    return f"the shipped table (prices.csv, {held}; sources in catalog/data/README.md)"
+
+
+def unknown_why(region: str) -> str:
+    """Why a region's price of a type is not known: what the Price List said, and what the shipped table holds."""
+    from sagellm.catalog import price_list
+
+    listed = price_list.listed(region)
+    if listed.prices:
+        return f"{listed.why}, lists none"
+    return f"{listed.why}, and {shipped_summary()} has none"
 
 
 def offered(instance_type: str, region: str) -> bool | None:

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from sagellm.catalog import Price
+from sagellm.catalog import Price, pricing
 from sagellm.engines import Generation, generation
 from sagellm.planner import constants as k
 from sagellm.planner.shape import Calibration, Payload, Shape
@@ -251,7 +251,7 @@ def curve_of(shape: Shape, payload: Payload, points: tuple[Point, ...], region: 
     price = shape.instance.price_per_h(region)
     notes = list(step_time_notes(shape))
     if price is None:
-        notes.append(cost_unknown(shape.instance.instance_type, region, shape.instance.rank_price(region)))
+        notes.append(cost_unknown(shape.instance.instance_type, region, shape.instance.price(region)))
     if shape.memory_shortfall_gb > 0:
         notes.append(f"weights need {shape.memory_shortfall_gb:.1f} GB more per accelerator than is free")
     return Curve(
@@ -270,11 +270,12 @@ def curve_of(shape: Shape, payload: Payload, points: tuple[Point, ...], region: 
     )
 
 
-def cost_unknown(instance_type: str, region: str, list_price: float | None) -> str:
-    """The note where a region has no known USD price for an instance type (never another region's, silently)."""
-    hint = f"us-east-1's list is ${list_price:.2f}/h; " if list_price is not None else ""
-    return (f"cost unknown: no {region} price of {instance_type} in the catalog ({hint}give your own with "
-            "SAGELLM_PRICES, docs/regions.md)")
+def cost_unknown(instance_type: str, region: str, price: Price | None) -> str:
+    """The note where a region has no known USD price for an instance type, and why (never another region's)."""
+    if price is not None:  # CNY in the China regions: not converted without a dated rate
+        return f"cost unknown in USD: {instance_type} is {price.label()}, not converted"
+    return (f"cost unknown: no {region} price of {instance_type} ({pricing.unknown_why(region)}; give your own with "
+            f"{pricing.PRICES_ENV}, docs/regions.md)")
 
 
 def max_concurrency_in_timeout(shape: Shape, payload: Payload, limit: int = 4096) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sagellm import __version__
-from sagellm.catalog import Instance, Model, check_offered, find_instance, find_model, instances
+from sagellm.catalog import Instance, Model, check_offered, find_instance, find_model, instances, pricing
 from sagellm.catalog import models as catalog_models
 from sagellm.catalog.model import BYTES_PER_PARAM
 from sagellm.catalog.s3_weights import CONTAINER_MODEL_DIR, s3_model
@@ -162,13 +162,15 @@ def _per_copy_limit(shape: Shape, payload: Payload) -> int:
 
 def _choose_instance(profile: Profile, model: Model, payload: Payload, region: str, gen: str) -> Instance:
     """instance_type: auto — the cheapest type (per hour or per predicted token) the region offers where the model
-    fits; ranked by the region's prices, or us-east-1's list where the region has none (Instance.rank_price)."""
+    fits, by the region's own prices (pricing.price), never another region's."""
     quant = profile.serving.quantization
     best: tuple[float, Instance] | None = None
+    priced = False
     for inst in instances().values():
-        price = inst.rank_price(region)
+        price = inst.price_per_h(region)
         if inst.is_neuron or price is None or inst.offered_in(region) is False:
             continue  # Neuron needs compiled artefacts; unpriced types can't be ranked; the region lacks it
+        priced = True
         tps = fitting_tps(model, inst, quant, payload)
         if not tps:
             continue
@@ -185,6 +187,10 @@ def _choose_instance(profile: Profile, model: Model, payload: Payload, region: s
             score = cost
         if best is None or score < best[0]:
             best = (score, inst)
+    if not priced:
+        raise InputError(f"instance_type: auto: no {region} price to choose an instance type by: "
+                         f"{pricing.unknown_why(region)}; name one (--instance, -c instance=…), give prices "
+                         f"({pricing.PRICES_ENV}) or allow the AWS Price List (pricing:GetProducts; docs/regions.md)")
     if best is None:
         raise InputError(f"instance_type: auto: {model.hf_id} fits no priced instance type {region} offers at "
                          f"quantization {quant!r} (try serving.quantization: gptq, or a bigger payload-free profile)")

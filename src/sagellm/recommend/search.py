@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from sagellm.catalog import Instance, Model, check_offered, find_instance, instances
+from sagellm.catalog.pricing import PRICES_ENV, unknown_why
 from sagellm.engines import ENGINES, kinds_on
 from sagellm.errors import InputError
 from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, usd_per_1m_tokens, valid_tp
@@ -307,6 +308,7 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
     designs: dict[Config, Design] = {}
     simulators: dict[Config, Simulator] = {}
     notes: list[str] = []
+    unpriced: list[str] = []
     with tempfile.TemporaryDirectory(prefix="sagellm-recommend-") as tmp:
         profiles = base_profiles(Path(tmp), space.engines, space.quantizations)
         if calibration_dir(space.profiles_dir).is_dir():  # the stored corrections, as `plan` reads them
@@ -315,24 +317,22 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
         if progress:
             progress(0, total, 0)
         for done, inst in enumerate(space.instance_types, 1):
-            price = inst.rank_price(space.region)
+            price = inst.price_per_h(space.region)
             if inst.offered_in(space.region) is False:
                 notes.append(f"{inst.instance_type}: not searched (not offered in {space.region})")
             elif inst.is_neuron and not space.inferentia:
                 notes.append(f"{inst.instance_type}: not searched (Inferentia needs compiled artefacts and the "
                              "planner's step times are GPU measurements)")
             elif price is None:
-                notes.append(f"{inst.instance_type}: not searched (no price in {space.region})")
+                unpriced.append(inst.instance_type)
             else:
                 candidates += _instance_candidates(inst, price, space, load, rules, profiles, Path(tmp), designs,
                                                    simulators, headroom)
             if progress:
                 progress(done, total, len(candidates))
-    listed = [c.instance_type for c in dict.fromkeys(designs) if find_instance(c.instance_type).price_per_h(
-        space.region) is None]
-    if listed:
-        notes.append(f"{', '.join(dict.fromkeys(listed))}: no {space.region} price in the catalog; costed at "
-                     "us-east-1's list (give your own with SAGELLM_PRICES, docs/regions.md)")
+    if unpriced:  # never costed at another region's price
+        notes.append(f"{', '.join(unpriced)}: not searched (no {space.region} price: {unknown_why(space.region)}; "
+                     f"give your own with {PRICES_ENV}, docs/regions.md)")
     corrected = dict.fromkeys(f"{c.instance_type} {c.engine}" for c, d in designs.items() if d.calibration)
     if corrected:
         notes.append(f"{', '.join(corrected)}: predicted with the measured correction stored in "
@@ -376,7 +376,7 @@ def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
                 designs: dict[Config, Design], simulators: dict[Config, Simulator],
                 headroom: float) -> list[Candidate]:
     inst = find_instance(config.instance_type)
-    price = inst.rank_price(space.region) or 0.0
+    price = inst.price_per_h(space.region) or 0.0
     ic = config.endpoint_kind == "inference-component"
     try:
         design = design_for(profiles[(config.endpoint_kind, config.engine, config.quantization)],
