@@ -3,6 +3,7 @@ very tags, that resolving its profile from context builds."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,46 @@ def test_engine_context_deploys_the_profile_on_that_engine_with_its_image_and_ho
         "Image": lmi.image_uri(lmi.pinned, "us-east-1")})})
     template.has_resource_properties("AWS::SageMaker::EndpointConfig", {"ProductionVariants": [Match.object_like({
         "InferenceAmiVersion": lmi.inference_ami(lmi.pinned)})]})
+
+
+TINY = Path(__file__).resolve().parent / "fixtures" / "tiny-model"
+
+
+def test_a_local_folder_as_context_is_refused_with_the_upload_and_the_context_key_that_deploy_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_bundled_node()  # before aws_cdk starts jsii
+    from aws_cdk import App
+
+    from sagellm.cdk_app import endpoint_stack
+    from sagellm.errors import InputError
+
+    shutil.copytree(TINY, tmp_path / "snap")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InputError) as caught:
+        endpoint_stack(App(context={"profile": "max-throughput", "model": "./snap", "instance": "ml.g5.2xlarge"}))
+    assert caught.value.messages == [
+        ("model: snap is a local folder, which SageMaker cannot read: upload it with `sagellm weights upload snap "
+        "s3://<bucket>/<prefix>/`, then add -c model_s3_uri=s3://<bucket>/<prefix>/")]
+
+
+def test_a_local_folder_with_its_weights_in_s3_deploys_from_the_prefix_never_the_hub(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    use_bundled_node()  # before aws_cdk starts jsii
+    from aws_cdk import App
+    from aws_cdk.assertions import Template
+
+    from sagellm.cdk_app import endpoint_stack
+
+    shutil.copytree(TINY, tmp_path / "snap")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))  # the folder's facts, not S3's
+    stack = endpoint_stack(App(context={"profile": "max-throughput", "model": "./snap", "instance": "ml.g5.2xlarge",
+                                        "model_s3_uri": "s3://team-models/snap/"}))
+    (model,) = Template.from_stack(stack).find_resources("AWS::SageMaker::Model").values()
+    container = model["Properties"]["PrimaryContainer"]
+    assert container["ModelDataSource"] == {
+        "S3DataSource": {"S3Uri": "s3://team-models/snap/", "S3DataType": "S3Prefix", "CompressionType": "None"}}
+    assert container["Environment"]["HF_MODEL_ID"] == "/opt/ml/model"
+    assert "snap" not in container["Environment"].values()
+    # Sized from the folder's config.json: its 2048-token context.
+    assert container["Environment"]["MAX_TOTAL_TOKENS"] == "2048"

@@ -120,3 +120,54 @@ def test_an_existing_endpoint_takes_no_model_s3_uri(server: LocalAws) -> None:
                          env=server.env(), check=False)
     assert ran.returncode == 2
     assert "--model-s3-uri: an existing endpoint serves the weights it was deployed with" in ran.stderr
+
+
+def test_bench_on_sagemaker_refuses_a_local_folder_before_anything_is_made(server: LocalAws, tmp_path: Path) -> None:
+    ran = subprocess.run([str(SAGELLM), "bench", "--target", "sagemaker", "--profile", "max-throughput", "--model",
+                          str(TINY), "--instance", "ml.g5.xlarge", "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120, env=server.env(), check=False)
+    assert ran.returncode == 2
+    assert ran.stderr.splitlines() == [
+        (f"sagellm: error: --model: {TINY} is a local folder, which SageMaker cannot read: upload it with `sagellm "
+         f"weights upload {TINY} s3://<bucket>/<prefix>/`, then add --model-s3-uri=s3://<bucket>/<prefix>/")]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.integration
+def test_bench_on_the_local_target_serves_a_local_folder_without_its_weights(server: LocalAws, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    ran = subprocess.run([str(SAGELLM), "bench", "--profile", "max-throughput", "--model", str(TINY), "--instance",
+                          "ml.g5.xlarge", "--concurrency", "1", "--requests-per-level", "2", "--warmup", "0",
+                          "--time-scale", "0.1", "--output-tokens", "16", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, env=server.env(), check=False)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    # Planned from the folder's config.json (its 2048-token context); moto and the emulator need no weights.
+    assert results["run"]["model"] == str(TINY)
+    assert results["run"]["environment"]["MAX_TOTAL_TOKENS"] == "2048"
+    assert results["levels"][0]["ok"] == 2
+
+
+@pytest.mark.slow
+def test_emulate_serves_a_local_folder_planned_from_its_config_json(server: LocalAws) -> None:
+    port = free_port()
+    proc = spawn("emulate", "--profile", "max-throughput", "--model", str(TINY), "--instance", "ml.g5.xlarge",
+                 "--port", str(port), env=server.env())
+    started = time.monotonic()
+    try:
+        info: dict[str, object] = {}
+
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=1) as reply:
+                    info.update(json.load(reply))
+                return True
+            except OSError:
+                return proc.poll() is not None  # ended: fail below with its stderr
+
+        wait_for(answers, 60, "the emulator's /info")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert (info["model_id"], info["max_total_tokens"]) == (str(TINY), 2048)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        finish(proc, started, timeout=30)

@@ -34,9 +34,14 @@ def endpoint_stack(app: App) -> EndpointStack:
     from sagellm import profiles
     from sagellm.stacks import EndpointStack
     ctx = read_context(app.node.try_get_context, app.node.get_all_context())
-    plan = ctx.plan or profiles.resolve(ctx.profile, ctx.model, ctx.instance, payload=ctx.payload, region=ctx.region,
-                                        profiles_dir=ctx.profiles_dir, hf_token_secret=ctx.hf_token_secret,
-                                        model_s3_uri=ctx.model_s3_uri, engine=ctx.engine)
+    plan = ctx.plan
+    if plan is None:
+        design = profiles.design_for(ctx.profile, ctx.model, ctx.instance, payload=ctx.payload, region=ctx.region,
+                                     profiles_dir=ctx.profiles_dir, model_s3_uri=ctx.model_s3_uri, engine=ctx.engine)
+        # resolve()'s check, with the fix spelled as context: a local folder's weights must be staged in S3.
+        if errors := design.folder_errors(s3_option="-c model_s3_uri="):
+            raise InputError(errors)
+        plan = design.plan(ctx.hf_token_secret)
     stack = EndpointStack(app, ctx.stack_name, plan=plan, stack_name=ctx.stack_name,
                           synthesizer=BootstraplessSynthesizer() if ctx.bootstrapless else None)
     for key, tag in BENCH_TAGS.items():

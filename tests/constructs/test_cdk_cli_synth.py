@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -193,3 +194,22 @@ def test_cdk_synth_where_cloudformation_lacks_a_resource_is_sagellms_one_line(
     assert len(lines) == 1 and missing in lines[0] and region in lines[0], result.stderr
     # Before CDK's own check of resource types per region could speak.
     assert "ValidationError" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("model", "line"), [
+    ("./snap", ("model: snap is a local folder, which SageMaker cannot read: upload it with `sagellm weights upload "
+                "snap s3://<bucket>/<prefix>/`, then add -c model_s3_uri=s3://<bucket>/<prefix>/")),
+    ("./snapp", ("model: snapp: no such folder (looked for {cwd}/snapp); give the folder holding the model's "
+                "config.json, or a Hugging Face id")),
+])
+def test_sagellm_cdk_synth_of_a_local_folder_says_in_one_line_how_to_deploy_it(tmp_path, model, line):
+    shutil.copytree(ROOT / "tests" / "fixtures" / "tiny-model", tmp_path / "snap")
+    # The user's command, from the folder that holds ./snap.
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "sagellm"), "cdk", "synth", "--quiet", "--output", str(tmp_path / "out"),
+         "--app", f"{sys.executable} -m sagellm.cdk_app", "-c", "profile=max-throughput", "-c", f"model={model}",
+         "-c", "instance=ml.g5.2xlarge"],
+        cwd=tmp_path, env={**os.environ, "CDK_HOME": str(tmp_path / "cdk-home"), "CDK_DISABLE_CLI_TELEMETRY": "1"},
+        capture_output=True, text=True, timeout=240, check=False)
+    assert sagellm_lines(result) == [f"sagellm: bad cdk context: {line.format(cwd=tmp_path)}"]
+    assert not list((tmp_path / "out").glob("*.template.json"))

@@ -147,4 +147,6 @@ def test_a_checkpoint_stored_in_a_method_sagellm_cannot_size_or_the_engine_lacks
         (f"{bnb}: its config.json quantization_config.quant_method: 'bitsandbytes' is not a quantization vLLM 0.30.0 "
         "takes (engine: vllm); of sagellm's it takes none, gptq, awq, fp8 (SM_VLLM_QUANTIZATION): use one of those, "
         "or another engine (docs/containers.md)")]
-    assert resolve("max-throughput", bnb, "ml.g5.2xlarge", engine="sglang").primary.quantization == "bitsandbytes"
+    # design_for: resolve() deploys, and a local folder deploys only from S3 (model_s3_uri).
+    assert design_for("max-throughput", bnb, "ml.g5.2xlarge", engine="sglang").plan().primary.quantization \
+        == "bitsandbytes"

@@ -113,6 +113,10 @@ def plan_bench(bench: Bench) -> BenchPlan:
     unseen = isinstance(target, Http) and bool(bench.serving.profile) and bench.serving.instance is None
     design, workload = _design(bench.serving, bench.workload, deployed, predict=not unseen)
     plan = design.plan(bench.serving.hf_token_secret) if design else None
+    # A local folder never reaches the account (the local target's moto and emulator need no weights).
+    if design is not None and isinstance(target, SageMaker) and \
+            (errors := design.folder_errors("ServingSpec.model", "ServingSpec.model_s3_uri=")):
+        raise InputError(errors)
     if plan is not None and isinstance(target, SageMaker):
         # A gated model without a token would fail only after a paid start-up.
         missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))

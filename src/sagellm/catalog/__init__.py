@@ -16,7 +16,7 @@ from sagellm.catalog.pricing import OFFERINGS_SOURCE, Price
 from sagellm.errors import InputError
 
 __all__ = ["BYTES_PER_PARAM", "HUB_ID", "NVME_FAMILIES", "Instance", "Model", "Price", "check_offered",
-           "find_instance", "find_model", "has_local_nvme", "instances", "models"]
+           "find_instance", "find_model", "has_local_nvme", "instances", "local_folder", "models"]
 
 # Families with local NVMe instance storage (AWS "Instance store volumes"; Inf2 is EBS-only): SageMaker
 # encrypts it in hardware and refuses both KmsKeyId and VolumeSizeInGB for them (CreateEndpointConfig).
@@ -25,6 +25,8 @@ NVME_FAMILIES = ("ml.g5.", "ml.g6.", "ml.g6e.", "ml.g7.", "ml.g7e.", "ml.p4d.", 
                  "ml.p5en.", "ml.p6-b200.", "ml.p6-b300.", "ml.g4dn.", "ml.p3dn.", "ml.trn1.", "ml.trn1n.")
 # A Hugging Face repository id: owner/name of letters, digits, '-', '_', '.' (the Hub's own rule).
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# Names only a path has: a Hub id (and a catalog alias) starts with a letter or digit, holds one '/', no backslash.
+PATH_STARTS = (".", "/", "~")
 
 
 @dataclass(frozen=True)
@@ -135,17 +137,36 @@ def _suggest(value: str, choices: list[str]) -> str:
     return f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(sorted(choices))}"
 
 
-def find_model(name: str, where: str = "model") -> Model:
-    """Look a model up by Hugging Face id or alias (case-insensitive); an `owner/name` id outside the catalog
-    is read from its config.json on the Hugging Face Hub (sagellm.catalog.hub)."""
+@cache
+def _by_key() -> dict[str, Model]:
+    """Catalog models by lower-case Hugging Face id and alias."""
     by_key = {m.hf_id.lower(): m for m in models().values()}
     by_key.update({m.alias.lower(): m for m in models().values() if m.alias})
-    hit = by_key.get(name.lower())
-    if hit is None and Path(name).expanduser().is_dir():  # a local model folder wins, as in transformers
+    return by_key
+
+
+def local_folder(name: str) -> Path | None:
+    """The local model folder a model name means (None: a catalog or Hub id): an existing path wins over the Hub,
+    as in transformers; a name only a path can have (./x, ../x, /x, ~/x, x/, a/b/c) is a folder even if missing
+    (and `local_model` says so)."""
+    if name.lower() in _by_key():
+        return None
+    path = Path(name).expanduser()
+    path_like = name.startswith(PATH_STARTS) or name.endswith("/") or "\\" in name or name.count("/") > 1
+    return path if path_like or path.exists() else None
+
+
+def find_model(name: str, where: str = "model") -> Model:
+    """Look a model up by Hugging Face id or alias (case-insensitive); a local folder (`local_folder`) or an
+    `owner/name` id outside the catalog is read from its config.json there or on the Hugging Face Hub
+    (sagellm.catalog.hub)."""
+    hit = _by_key().get(name.lower())
+    folder = None if hit else local_folder(name)
+    if folder is not None:
         from sagellm.catalog.hub import local_model
 
         try:
-            return local_model(Path(name).expanduser())
+            return local_model(folder)
         except InputError as exc:
             raise InputError([f"{where}: {m}" for m in exc.messages]) from None
     if hit is None and HUB_ID.fullmatch(name):

@@ -248,6 +248,13 @@ def _download_config(hf_id: str, local_only: bool) -> str:
 
 def local_model(folder: Path) -> Model:
     """A model from the config.json in a local folder (a downloaded or fine-tuned model); one line per problem."""
+    if not folder.exists():
+        looked = "" if folder.is_absolute() else f" (looked for {folder.absolute()})"
+        raise InputError(f"{folder}: no such folder{looked}; give the folder holding the model's config.json, or a "
+                         "Hugging Face id")
+    if not folder.is_dir():
+        raise InputError(f"{folder}: a file, not a folder; give the folder holding the model's config.json, or a "
+                         "Hugging Face id")
     path = folder / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
@@ -261,7 +268,8 @@ def local_model(folder: Path) -> Model:
     if not isinstance(config, dict):
         raise InputError(f"{path}: not a config (a JSON object of the model's settings)")
     model = model_from_config(str(folder), config, where=str(path))
-    return dataclasses.replace(model, source=f"config.json in {folder} (parameters estimated from it)")
+    return dataclasses.replace(model, source=f"config.json in {folder} (parameters estimated from it)",
+                               folder=str(folder))
 
 
 @cache

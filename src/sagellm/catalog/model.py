@@ -31,6 +31,7 @@ class Model:
     sliding_window: int | None = None  # tokens a sliding-window attention layer sees, where the config has one
     quantization: str | None = None  # how the checkpoint's weights are stored: config.json quantization_config.quant_method
     source: str = "catalog"  # where the facts come from: the catalog, or a config.json from the Hub
+    folder: str | None = None  # the local folder the config.json was read from (its weights are on this machine)
 
     @property
     def active_b(self) -> float:

@@ -20,6 +20,8 @@ S3_PREFIX = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<
 S3_PREFIX_FORM = "s3://<bucket>/<prefix>/ (ending in '/')"
 # Where SageMaker puts the ModelDataSource in the container; the engines' model id names it.
 CONTAINER_MODEL_DIR = "/opt/ml/model"
+# The prefix a message tells the user to fill in.
+EXAMPLE_PREFIX = "s3://<bucket>/<prefix>/"
 
 
 def split_s3_prefix(uri: str, where: str) -> tuple[str, str]:
@@ -28,6 +30,16 @@ def split_s3_prefix(uri: str, where: str) -> tuple[str, str]:
     if match is None:
         raise InputError(f"{where}: {uri!r} is not an S3 prefix; give {S3_PREFIX_FORM}")
     return match["bucket"], match["prefix"]
+
+
+def upload_first(folder: str, s3_option: str) -> str:
+    """How a local model folder is deployed: staged in S3 first, then named by `s3_option` (e.g. `-c model_s3_uri=`).
+
+    Not as a CDK asset: a directory asset is uploaded as a zip (aws-cdk-lib FileAssetPackaging.ZIP_DIRECTORY), and
+    a ModelDataSource takes either an uncompressed prefix or a gzip-compressed TAR object (botocore sagemaker
+    service-2.json, S3ModelDataSource.CompressionType: None | Gzip)."""
+    return (f"{folder} is a local folder, which SageMaker cannot read: upload it with `sagellm weights upload "
+            f"{folder} {EXAMPLE_PREFIX}`, then add {s3_option}{EXAMPLE_PREFIX}")
 
 
 def s3_client() -> Any:

@@ -9,10 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from sagellm import __version__
-from sagellm.catalog import Instance, Model, check_offered, find_instance, find_model, instances, pricing
+from sagellm.catalog import (
+    Instance,
+    Model,
+    check_offered,
+    find_instance,
+    find_model,
+    instances,
+    local_folder,
+    pricing,
+)
 from sagellm.catalog import models as catalog_models
 from sagellm.catalog.model import BYTES_PER_PARAM
-from sagellm.catalog.s3_weights import CONTAINER_MODEL_DIR, s3_model
+from sagellm.catalog.s3_weights import CONTAINER_MODEL_DIR, s3_model, upload_first
 from sagellm.engines import (
     ENGINES,
     NEURON_ENGINES,
@@ -125,6 +134,16 @@ class Design:
         """The DeploymentPlan to deploy (container images looked up; `hf_token_secret` overrides the profile's)."""
         return to_plan(self, hf_token_secret)
 
+    def folder_errors(self, model: str = "model", s3_option: str = "model_s3_uri=") -> list[str]:
+        """One line per model read from a local folder that SageMaker could not load (it reads weights from the Hub
+        or S3, never from this machine): the main model without weights in S3 (how to stage them, `s3_option`
+        spelled as the caller's users pass it), an extra model (always from the Hub)."""
+        main = self.copies[0].model.folder
+        errors = [f"{model}: {upload_first(main, s3_option)}"] if main and self.model_s3_uri is None else []
+        return errors + [f"components.extra_models[{i}].model: {c.model.folder} is a local folder, which SageMaker "
+                         "cannot read, and extra models are served from the Hugging Face Hub: give its Hub id"
+                         for i, c in enumerate(self.copies[1:]) if c.model.folder]
+
 
 def _shape(copy: Copy, inst: Instance, engine: Engine, *, copies: int, instance_count: int, generation: str,
            calibration: Calibration | None) -> Shape:
@@ -148,7 +167,7 @@ def _slug(model: Model) -> str:
 def _model(model_id: str, arch: Architecture | None, local: dict[str, Architecture], where: str,
            s3_uri: str | None = None) -> Model:
     arch = arch or local.get(model_id)
-    if arch is None and s3_uri is not None and model_id not in catalog_models():
+    if arch is None and s3_uri is not None and model_id not in catalog_models() and local_folder(model_id) is None:
         return s3_model(model_id, s3_uri)  # its facts from the config.json staged beside the weights
     if arch is None:
         return find_model(model_id, where)
@@ -280,9 +299,11 @@ def design(
     scaling = _scaling(profile, main, inst, payload, region, ic, sizing, gen, calibration, where, errors)
     if errors:
         raise InputError(errors)
+    # `plan` and `profiles show` plan a local folder's architecture and say how it would be deployed.
+    staged = (upload_first(model.folder, "-c model_s3_uri="),) if model.folder and source is None else ()
     return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version,
-                  notes=stored + _core_notes(neuron, inst, copies_all), generation=gen, calibration=calibration,
-                  model_s3_uri=source)
+                  notes=stored + _core_notes(neuron, inst, copies_all) + staged, generation=gen,
+                  calibration=calibration, model_s3_uri=source)
 
 
 def _core_notes(neuron: Engine | None, inst: Instance, copies: tuple[Copy, ...]) -> tuple[str, ...]:
@@ -701,10 +722,13 @@ def resolve(profile: str, model: str, instance: str | None = None, *, payload: P
             hf_token_secret: str | None = None, model_s3_uri: str | None = None,
             engine: str | None = None) -> DeploymentPlan:
     """Profile name + model (+ instance, payload, region, a token secret overriding the profile's, weights in S3,
-    another engine) → a plan."""
+    another engine) → a plan to deploy (a local model folder needs `model_s3_uri`; `design_for(…).plan()` also
+    plans one for the emulator)."""
     design = design_for(profile, model, instance, payload=payload, region=region, profiles_dir=profiles_dir,
                         tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
                         model_s3_uri=model_s3_uri, engine=engine)
+    if errors := design.folder_errors():  # a plan to deploy: a folder on this machine never reaches SageMaker
+        raise InputError(errors)
     return to_plan(design, hf_token_secret)
 
 

@@ -51,8 +51,9 @@ def emulate(
         raise InputError(f"--time-scale: {time_scale} must be in (0, 1]")
     if model_s3_uri is not None:
         split_s3_prefix(model_s3_uri, "--model-s3-uri")
-    plan = profiles.resolve(profile, model, instance, payload=payload_from(input_tokens, output_tokens), region=region,
-                            profiles_dir=profiles_dir, model_s3_uri=model_s3_uri)
+    # design_for, not resolve: the emulator serves a local model folder without its weights staged in S3.
+    plan = profiles.design_for(profile, model, instance, payload=payload_from(input_tokens, output_tokens),
+                               region=region, profiles_dir=profiles_dir, model_s3_uri=model_s3_uri).plan()
     print(f"emulating {plan.profile}: {plan.primary.model_id} on {plan.instance_type} at http://127.0.0.1:{port} "
           f"(time scale {time_scale:g}); Ctrl-C to stop", file=sys.stderr)
     run_emulator(plan, port=port, time_scale=time_scale, endpoint_name=endpoint_name)
