@@ -1,6 +1,12 @@
 """sagellm: deploy, bench and predict LLM endpoints on Amazon SageMaker from named profiles."""
 
+from sagellm.aws.node import node_for_jsii
+
 __version__ = "0.3.0"
+
+# Any sagellm import made before aws_cdk's (which starts jsii's Node) lets a user's own CDK app and its tests run
+# with no Node.js installed: jsii then runs the one sagellm installs.
+node_for_jsii()
 
 
 def __getattr__(name: str) -> object:
