@@ -9,10 +9,13 @@ __version__ = "0.3.0"
 node_for_jsii()
 
 
+# The constructs (sagellm.constructs), re-exported lazily: `import sagellm` does not import aws_cdk (the CLI stays fast).
+__all__ = ["BenchStep", "ILlmEndpoint", "LlmComponent", "LlmEndpoint"]
+
+
 def __getattr__(name: str) -> object:
-    """`from sagellm import LlmEndpoint, LlmComponent, BenchStep` without importing aws_cdk on `import sagellm` (the CLI stays
-    fast)."""
-    if name in ("LlmEndpoint", "LlmComponent", "BenchStep"):
+    """`from sagellm import LlmEndpoint, LlmComponent, ILlmEndpoint, BenchStep`, importing aws_cdk only then."""
+    if name in __all__:
         from sagellm import constructs
 
         return getattr(constructs, name)

@@ -270,3 +270,12 @@ def test_warns_where_the_components_most_copies_together_outgrow_the_endpoint() 
     assert warning.entry.data.startswith(
         "endpoint Stack/Llm: its components at their scaling's most copies (7) need 2 × ml.g5.12xlarge but it may "
         "have 1 (3 accelerators over")
+
+
+def test_the_package_exports_the_constructs_and_the_endpoint_interface_they_take() -> None:
+    import sagellm
+    from sagellm import ILlmEndpoint as exported
+    from sagellm import constructs
+
+    assert exported is ILlmEndpoint
+    assert sagellm.__all__ == constructs.__all__ == ["BenchStep", "ILlmEndpoint", "LlmComponent", "LlmEndpoint"]
