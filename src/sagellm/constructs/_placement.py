@@ -87,7 +87,7 @@ def over(copies: list[tuple[ComputeRequirements, int]], instance: Instance, coun
 
 
 def _number(value: float) -> str:
-    return f"{value:g}"
+    return str(int(value)) if value == int(value) else f"{value:.1f}"  # never `g`'s 1e+06
 
 
 def _copies(count: int) -> str:
