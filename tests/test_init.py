@@ -259,6 +259,57 @@ def test_the_repositorys_own_app_py_synthesizes_with_plain_python_and_no_node_on
     assert no_jsii_banner(done.stderr), done.stderr
 
 
+# A team's own CDK app and its test, as docs/deploy.md writes them: sagellm is imported before aws_cdk, whose import
+# starts jsii's Node.
+OWN_APP = """from sagellm import LlmEndpoint
+from sagellm.profiles import resolve
+
+from aws_cdk import App, Environment, Stack
+
+
+def chat_stack(app: App) -> Stack:
+    stack = Stack(app, "Llm", env=Environment(region="us-east-1"))
+    LlmEndpoint(stack, "Chat", plan=resolve("max-throughput", "tiiuae/falcon-7b", "ml.g5.12xlarge"))
+    return stack
+
+
+if __name__ == "__main__":
+    app = App()
+    chat_stack(app)
+    app.synth()
+"""
+OWN_TEST = """from app import chat_stack
+
+from aws_cdk import App
+from aws_cdk.assertions import Template
+
+
+def test_the_stack_holds_one_endpoint() -> None:
+    Template.from_stack(chat_stack(App())).resource_count_is("AWS::SageMaker::Endpoint", 1)
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)  # two synths, ~20 s each alone, minutes on a busy machine
+def test_an_own_cdk_app_synthesizes_and_its_tests_pass_with_no_node_on_path(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(OWN_APP)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_app.py").write_text(OWN_TEST)
+    env = {**without_node(), "CDK_OUTDIR": str(tmp_path / "out"), "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+    synth = subprocess.run([sys.executable, "app.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=600, check=False)
+    tested = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "tests"], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=600, check=False)
+
+    assert synth.returncode == 0, synth.stderr[-3000:]
+    assert (tmp_path / "out" / "Llm.template.json").is_file()
+    assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr[-3000:]
+    assert "PASSED tests/test_app.py::test_the_stack_holds_one_endpoint" in tested.stdout
+    assert no_jsii_banner(synth.stderr + tested.stdout + tested.stderr)
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(900)  # init, a local deploy and a bench: minutes on a busy machine
 def test_the_readmes_local_bench_line_passes_the_gates_it_writes_in_about_a_minute(tmp_path: Path) -> None:

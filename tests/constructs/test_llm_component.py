@@ -15,7 +15,8 @@ from construct_plans import cdk_app, instance_plan, scaled, two_model_plan
 
 from sagellm.constructs import ILlmEndpoint, LlmComponent, LlmEndpoint
 from sagellm.errors import InputError
-from sagellm.profiles import DeploymentPlan
+from sagellm.profiles import DeploymentPlan, resolve
+from sagellm.profiles.plan import InstanceScaling
 
 MODEL = "AWS::SageMaker::Model"
 ENDPOINT = "AWS::SageMaker::Endpoint"
@@ -218,3 +219,63 @@ def test_aws_solutions_pack_passes_on_components_added_here_and_to_an_endpoint_e
                  plan=one_model(1))
     app.synth()  # raises on any unacknowledged AwsSolutions finding
     assert json.loads((tmp_path / "validation-report.json").read_text())["pluginReports"] == []
+
+
+LLAMA31_8B = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def replicas_on_g5(copies: int | None = None, profile: str = "replicas") -> DeploymentPlan:
+    """Llama 3.1 8B on ml.g5.12xlarge (4 GPUs): `replicas` puts one copy per GPU, each reserving 1 GPU."""
+    return resolve(profile, LLAMA31_8B, "ml.g5.12xlarge", copies=copies, hf_token_secret="prod/huggingface/token")
+
+
+def test_refuses_in_one_line_a_component_whose_copies_the_endpoints_instances_cannot_hold() -> None:
+    where = stack()
+    host = LlmEndpoint(where, "Llm", plan=replicas_on_g5())  # 4 copies × 1 GPU: the instance's 4 GPUs
+    with pytest.raises(InputError) as caught:
+        LlmComponent(where, "Extra", endpoint=host, plan=replicas_on_g5(copies=1))
+    assert caught.value.messages == [(
+        "Stack/Extra: plan.models: its 1 copy at the start cannot join endpoint Stack/Llm: beside the 4 copies already "
+        "there, the starting copies need 2 × ml.g5.12xlarge but the endpoint may have 1 (1 accelerator over, 2 CPU "
+        "cores over), and SageMaker places no copy beyond its instances; raise the endpoint plan's "
+        "initial_instance_count to 2, or start fewer copies here or there")]
+
+
+def test_components_that_fit_the_endpoints_instances_join_it_without_a_warning() -> None:
+    where = stack()
+    host = LlmEndpoint(where, "Llm", plan=replicas_on_g5(copies=3))
+    LlmComponent(where, "Extra", endpoint=host, plan=replicas_on_g5(copies=1))
+    Template.from_stack(where).resource_count_is(COMPONENT, 2)
+    assert Annotations.from_stack(where).find_warning("*", Match.string_like_regexp("most copies")) == []
+
+
+def test_with_instance_scaling_the_endpoints_most_instances_hold_the_starting_copies() -> None:
+    # SageMaker adds instances as copies need them, up to MaxInstanceCount.
+    plan = replicas_on_g5().model_copy(update={"instance_scaling": InstanceScaling(min_instance_count=1,
+                                                                                   max_instance_count=2)})
+    where = stack()
+    host = LlmEndpoint(where, "Llm", plan=plan)
+    LlmComponent(where, "Extra", endpoint=host, plan=replicas_on_g5(copies=4))
+    with pytest.raises(InputError) as caught:
+        LlmComponent(where, "More", endpoint=host, plan=replicas_on_g5(copies=1))
+    assert "raise the endpoint plan's instance_scaling.max_instance_count to 3" in caught.value.messages[0]
+
+
+def test_warns_where_the_components_most_copies_together_outgrow_the_endpoint() -> None:
+    where = stack()
+    host = LlmEndpoint(where, "Llm", plan=replicas_on_g5(copies=3))
+    LlmComponent(where, "Chat", endpoint=host, plan=replicas_on_g5(profile="scale-to-zero"))  # 1 copy, at most 4
+    (warning,) = Annotations.from_stack(where).find_warning("*", Match.string_like_regexp("most copies"))
+    assert warning.id == "/Stack/Chat"
+    assert warning.entry.data.startswith(
+        "endpoint Stack/Llm: its components at their scaling's most copies (7) need 2 × ml.g5.12xlarge but it may "
+        "have 1 (3 accelerators over")
+
+
+def test_the_package_exports_the_constructs_and_the_endpoint_interface_they_take() -> None:
+    import sagellm
+    from sagellm import ILlmEndpoint as exported
+    from sagellm import constructs
+
+    assert exported is ILlmEndpoint
+    assert sagellm.__all__ == constructs.__all__ == ["BenchStep", "ILlmEndpoint", "LlmComponent", "LlmEndpoint"]

@@ -6,6 +6,7 @@ The system Node 20 is past end-of-life (jsii prints a banner on every synth) and
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -24,6 +25,17 @@ def use_bundled_node(env: dict[str, str] | os._Environ[str] = os.environ) -> Non
     node = bundled_node()
     if node is not None:
         env.setdefault("JSII_NODE", node)
+
+
+def node_for_jsii(env: dict[str, str] | os._Environ[str] = os.environ) -> None:
+    """Point jsii at the bundled Node where it would find none: neither JSII_NODE nor a `node` on PATH.
+
+    jsii's Python runtime starts its kernel with `environ.get("JSII_NODE", "node")` (ProcessProvider.start in
+    jsii/_kernel/providers/process.py, aws/jsii packages/@jsii/python-runtime), when aws_cdk is first imported; a
+    user's own Node on PATH stays theirs.
+    """
+    if "JSII_NODE" not in env and shutil.which("node", path=env.get("PATH")) is None:
+        use_bundled_node(env)
 
 
 def bundled_npm() -> list[str] | None:

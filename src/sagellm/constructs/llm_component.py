@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Token
+from aws_cdk import Annotations, Duration, Token
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from sagellm.constructs._placement import copies_of, crowding_warning, joining_errors
 from sagellm.constructs.inference_component import component_name, scaled_component
 from sagellm.constructs.llm_endpoint import (
     LlmEndpoint,
@@ -52,6 +53,8 @@ class LlmComponent(Construct, EndpointMetrics):
         errors = [*_endpoint_errors(endpoint, plan), *plan_errors(self, plan, has_secret=has_secret)]
         if errors:
             raise InputError([f"{self.node.path}: {message}" for message in errors])
+        if isinstance(endpoint, LlmEndpoint):
+            _join(self, endpoint, plan)
         tag_with_plan(self, plan)
 
         (model,) = plan.models
@@ -105,6 +108,19 @@ class LlmComponent(Construct, EndpointMetrics):
         """GPUUtilizationNormalized of this component's copies (0–100 % of the GPUs they reserve)."""
         return super().metric_gpu_utilization(statistic=statistic, model=model or self.model_name,
                                               period=period)
+
+
+def _join(component: LlmComponent, endpoint: LlmEndpoint, plan: DeploymentPlan) -> None:
+    """Put the plan's copies on the endpoint's instances: refused where the starting copies do not fit them; a
+    warning where the components' most copies together do not (they share the room; see docs/deploy.md)."""
+    joining = copies_of(plan)
+    host = endpoint.node.path
+    errors = joining_errors(endpoint.plan, host, endpoint.placed, joining)
+    if errors:
+        raise InputError([f"{component.node.path}: {message}" for message in errors])
+    endpoint.placed.extend(joining)
+    if (warning := crowding_warning(endpoint.plan, host, endpoint.placed)) is not None:
+        Annotations.of(component).add_warning_v2("sagellm:CrowdedEndpoint", warning)
 
 
 def _endpoint_errors(endpoint: ILlmEndpoint, plan: DeploymentPlan) -> list[str]:

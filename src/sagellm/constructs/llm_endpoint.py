@@ -15,6 +15,7 @@ from constructs import Construct
 from sagellm.catalog import has_local_nvme, instances
 from sagellm.catalog.regions import endpoint_types, missing_types_errors, partition
 from sagellm.catalog.s3_weights import S3_PREFIX, S3_PREFIX_FORM
+from sagellm.constructs._placement import Copies, copies_of
 from sagellm.constructs.endpoint import VARIANT_NAME, endpoint_config
 from sagellm.constructs.inference_component import component_name, scaled_component
 from sagellm.constructs.metrics import EndpointMetrics
@@ -137,6 +138,8 @@ class LlmEndpoint(Construct, EndpointMetrics):
         self.endpoint_arn: str = endpoint.ref
         # Model name in the plan → inference component name (empty for instance-based endpoints).
         self.inference_component_names: dict[str, str] = {}
+        # The copies on this endpoint's instances: its own models', then each LlmComponent's as it joins.
+        self.placed: list[Copies] = [] if instance_based else copies_of(plan)
 
         if instance_based:
             if plan.scaling is not None:
