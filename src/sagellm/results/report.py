@@ -193,6 +193,9 @@ _SPREAD_SHOWN = ("throughput_tokens_per_s", "latency_ms_per_token.p50", "ttft_ms
 def _level(level: Level) -> list[str]:
     p = level.predicted
     errors = ", ".join(f"{k} {n}" for k, n in level.errors.items() if n) or "none"
+    if level.refused_no_capacity:
+        errors += (f" ({level.refused_no_capacity} refused for want of a copy: the cold start, not counted against "
+                   "the level's usability)")
     repeats = f" · {level.repeats} repeats (figures over all of them)" if level.repeats > 1 else ""
     lines = [
         f"### {level.describe_load().capitalize()}",

@@ -101,6 +101,9 @@ class LevelSummary(LoadKey):
     ok: int
     errors: dict[str, int]  # every error kind, zero included
     error_rate: float
+    # Of the validation errors: refused because the inference component had no copy (SageMaker's
+    # NoCapacityInvocationFailures), the cold start of a scale-to-zero endpoint (ramp.cold_start_s measures it).
+    refused_no_capacity: int = 0
     retries: int
     window_s: float
     output_tokens: float  # generated inside the window (token events counted where they fall)
