@@ -131,8 +131,13 @@ def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, 
 
 
 def knee_at_top(results: Results) -> bool:
-    """Whether the knee is the highest load measured: the sweep never reached saturation, so the true knee may
-    lie higher."""
+    """Whether the knee is the highest load measured and nothing else placed it: the sweep never reached
+    saturation, so the true knee may lie higher. An adaptive sweep that ended as planned did place it (its
+    prediction confirmed at the predicted knee and max, or the knee bracketed, at the admission limit when it is
+    the top), even from a single level: one that was cut short (budget, safety net, failure) did not."""
     if results.knee is None or not results.levels:
+        return False
+    sweep = results.sweep
+    if sweep is not None and sweep.method == "adaptive" and results.stopped_reason is None and results.failure is None:
         return False
     return max(results.levels, key=lambda lv: lv.load_value).load == results.knee.load
