@@ -244,7 +244,9 @@ class ServerMetrics(_Strict):
     """What the endpoint reported over one level's window, and where it came from."""
 
     source: Literal["cloudwatch", "prometheus"]
-    window_start: datetime  # the window the source was read over (CloudWatch: aligned to its resolution)
+    # the window the source was read over (CloudWatch: aligned to its resolution); on the local target, the
+    # emulator's simulated clock (its start in UTC, then simulated seconds), not a real UTC time
+    window_start: datetime
     window_end: datetime
     period_s: float | None = None  # CloudWatch: the one period the window was read as; None for Prometheus
     metrics: dict[str, ServerMetric]  # by SERVER_METRICS name; a metric the source did not report is absent
