@@ -33,3 +33,18 @@ def test_every_relative_link_in_the_readme_leads_to_a_file_and_heading() -> None
             broken.append(target)
 
     assert broken == []
+
+
+# A pin as the README writes one: `{kind: tgi, version: 3.3.6}` (profile YAML) or `lmi (0.38.0)` (prose).
+PIN = re.compile(r"kind: ([a-z-]+), version: ([\w.-]+)\}|(?<![\w-])([a-z][a-z-]*) \((\d+\.\d+\.\d+)\)")
+
+
+def test_every_engine_version_the_readme_states_is_the_one_sagellm_pins() -> None:
+    from sagellm.engines import ENGINES
+    from sagellm.profiles.schema import Container
+
+    stated = [(m[1] or m[3], m[2] or m[4]) for m in PIN.finditer(README) if (m[1] or m[3]) in ENGINES]
+    assert {kind for kind, _ in stated} >= {"tgi", "lmi"}  # the profile example names both: nothing went unread
+    assert [(kind, version) for kind, version in stated if version != ENGINES[kind].pinned] == []
+    default = next(line for line in README.splitlines() if "# the default pin" in line)
+    assert f"kind: {Container().kind}," in default

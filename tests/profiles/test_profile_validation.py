@@ -12,6 +12,7 @@ from sagellm.errors import InputError
 from sagellm.planner import Payload, Shape
 from sagellm.profiles import resolve
 from sagellm.profiles.loader import all_sources, load_profile
+from sagellm.profiles.validate import validate_profile
 
 
 def messages(*args, **kwargs) -> list[str]:
@@ -494,3 +495,59 @@ def test_several_schema_errors_and_a_token_come_in_one_input_error(write, team_d
         f"{path}:4: serving.tensor_parall: unknown key (did you mean tensor_parallel?)",
     ])
     assert str(exc.value) == "\n".join(exc.value.messages)
+
+
+def test_a_schema_error_and_semantic_errors_of_one_file_come_together(write, team_dir: Path) -> None:
+    path = write("team.yaml", """
+        name: team
+        extends: max-throughput
+        serving:
+          max_batch_size: 0
+          max_input_tokens: 4096
+          max_total_tokens: 2048
+        autoscaling:
+          min_capacity: 5
+          max_capacity: 2
+        """)
+    expected = [
+        f"{path}:4: serving.max_batch_size: 0: out of range; use a value ≥ 1",
+        (f"{path}:6: serving.max_total_tokens: 2048 must exceed max_input_tokens (4096); set it to at least 4097 "
+         "(input + the longest generation)"),
+        f"{path}:9: autoscaling.max_capacity: 2 must be at least min_capacity (5)",
+    ]
+    assert validate_profile("team", all_sources(team_dir)) == expected
+    # bench, plan and cdk synth report the same lines, before the model is looked at.
+    assert messages("team", "no/such-model", profiles_dir=team_dir) == expected
+
+
+def test_two_semantic_errors_of_one_file_come_together(write, team_dir: Path) -> None:
+    path = write("two.yaml", """
+        name: two
+        extends: max-throughput
+        tags:
+          "aws:team": chat
+        serving:
+          max_input_tokens: 4096
+          max_total_tokens: 2048
+        """)
+    assert validate_profile("two", all_sources(team_dir)) == [
+        f"{path}:4: tags.aws:team: the aws: prefix is reserved for AWS; rename the key",
+        (f"{path}:7: serving.max_total_tokens: 2048 must exceed max_input_tokens (4096); set it to at least 4097 "
+         "(input + the longest generation)"),
+    ]
+
+
+def test_a_value_the_schema_refused_is_not_checked_again_as_its_default(write, team_dir: Path) -> None:
+    # The refused count would stand in as 1, outside 2..4; the refused kind as tgi, which has no version 0.38.0.
+    path = write("refused.yaml", """
+        name: refused
+        extends: autoscale
+        initial_instance_count: 0
+        autoscaling: {min_capacity: 2, max_capacity: 4}
+        container: {kind: lmj, version: 0.38.0}
+        """)
+    assert sorted(validate_profile("refused", all_sources(team_dir))) == [
+        f"{path}:3: initial_instance_count: 0: out of range; use a value ≥ 1",
+        (f"{path}:5: container.kind: 'lmj': 'lmj' is not an engine sagellm knows (known: tgi, lmi, vllm, sglang, "
+         "vllm-neuronx)"),
+    ]

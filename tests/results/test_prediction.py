@@ -80,6 +80,24 @@ def test_a_knee_at_the_highest_level_measured_says_the_sweep_never_reached_satur
     assert "never reached saturation" not in render_markdown(saturated)
 
 
+def test_an_adaptive_sweep_of_one_confirmed_level_does_not_say_it_never_reached_saturation() -> None:
+    # min-latency (one sequence in the batch): the prediction puts its knee and its max at concurrency 1, and the
+    # one level measured there confirms it, so the sweep located the saturation it is said never to have reached.
+    confirmed = SweepRecord(method="adaptive", endpoint_minutes=1.08, predicted_knee=1, predicted_max=1, order=["1"],
+                            outcome="the prediction confirmed within 8% at its knee and max after 1 level(s)")
+    one = results([agreeing(1, 18, 54.7)], stopped_reason=None)
+    text = render_markdown(one.model_copy(update={"sweep": confirmed}))
+
+    assert "confirmed within 8% at its knee and max after 1 level(s)" in text
+    assert "never reached saturation" not in text
+    # The same level from a list (`--concurrency 1`), or an adaptive sweep its budget cut short, placed nothing.
+    assert "the sweep never reached saturation" in render_markdown(one)
+    budget = "budget reached: 1.08 of 1 endpoint-minutes spent after 1 level(s)"
+    short = results([agreeing(1, 18, 54.7)], stopped_reason=budget).model_copy(
+        update={"sweep": confirmed.model_copy(update={"outcome": budget})})
+    assert "the sweep never reached saturation" in render_markdown(short)
+
+
 @pytest.mark.slow
 def test_the_curve_draws_the_predicted_line_with_ttft_beside(tmp_path: Path) -> None:
     from sagellm.results.plot import plot_curve

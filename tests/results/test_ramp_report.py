@@ -92,3 +92,10 @@ def test_the_header_says_ramp_with_its_steps_and_the_instance_minutes_it_kept() 
 
     assert "- Ramp: 2 steps of 480 s back to back, 18.25 endpoint-minutes (instances in service × minutes)" in text
     assert "Sweep:" not in text
+
+
+def test_a_ramp_time_rounds_before_it_splits_into_minutes_and_seconds() -> None:
+    # The user's scale-to-zero cold start of 179.96 s read "2:60.0".
+    text = render_markdown(results(ramp().model_copy(update={"cold_start_s": 179.96, "slo_recovered_s": 59.96})))
+    assert "| **cold start (first request after zero copies → first token)** | **3:00.0** |" in text
+    assert "| over the SLO (8 ms/token) | 1:00.0 (from 0:00.0 to 1:00.0) |" in text

@@ -17,6 +17,7 @@ from sagellm.results.schema import (
     Failure,
     Level,
     Results,
+    Run,
     ServerMetric,
     ServerMetrics,
     ServerStats,
@@ -160,8 +161,8 @@ def test_markdown_level_table_has_a_column_per_statistic() -> None:
                if line.startswith(("| ms/token", "| TTFT ms", "| throughput tokens/s", "| requests/s")))
 
 
-def _run(levels: list[Level]) -> Results:
-    return make_results(RUN, levels, usd_per_h=1.0, teardown=Teardown(status="destroyed"))
+def _run(levels: list[Level], run: Run = RUN) -> Results:
+    return make_results(run, levels, usd_per_h=1.0, teardown=Teardown(status="destroyed"))
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -185,7 +186,10 @@ def test_server_metrics_get_a_table_per_level_and_a_second_plot_panel(tmp_path: 
     plain = _run(levels)
     served = _run([lv.model_copy(update={"server": _server(900.0 + i, 1100.0)}) for i, lv in enumerate(levels)])
     report = render_markdown(served)
-    assert report.count("Server-side (cloudwatch, one period of 60 s, 12:00:00–12:01:00 UTC):") == 2
+    # RUN is the local target: the emulator's metrics, and the window read over them, are on its simulated clock.
+    assert report.count("Server-side (cloudwatch, one period of 60 s, 12:00:00–12:01:00 simulated (the emulator's "
+                        "clock: its start in UTC, then simulated time)):") == 2
+    assert "UTC):" not in report
     assert "| model_latency_ms | ms | 900.00 | 1,100.00 |" in report
     assert "Server-side" not in render_markdown(plain)
     plot_curve(plain, tmp_path / "plain.png")
@@ -197,9 +201,10 @@ def test_server_metrics_get_a_table_per_level_and_a_second_plot_panel(tmp_path: 
 
 @pytest.mark.slow
 def test_a_prometheus_mean_is_plotted_and_listed_as_the_source_gave_it(tmp_path: Path) -> None:
-    served = _run([level(1, 100, 20).model_copy(update={"server": _server(800.0, None, "prometheus")})])
+    http = RUN.model_copy(update={"target": "http", "emulated": False, "time_scale": 1.0})
+    served = _run([level(1, 100, 20).model_copy(update={"server": _server(800.0, None, "prometheus")})], http)
     report = render_markdown(served)
-    assert "Server-side (prometheus, 12:00:00–12:01:00 UTC):" in report
+    assert "Server-side (prometheus, 12:00:00–12:01:00 UTC):" in report  # a real server's scrapes, on the wall clock
     assert "vllm:e2e_request_latency_seconds" in report
     plot_curve(served, tmp_path / "curve.png")
     assert _png_size(tmp_path / "curve.png") == (800, 950)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import types
 import typing
@@ -344,8 +345,18 @@ def _value_problem(errs: list[Any]) -> str:
     return "; ".join(dict.fromkeys(e["msg"] for e in errs))
 
 
-def load_profile(name: str, sources: dict[str, Source]) -> Profile:
-    """Build one profile, following `extends:` chains; every error of the profile is reported together."""
+@dataclass(frozen=True)
+class Read:
+    """A profile as its files give it, with what the files got wrong: the checks that need a profile still run
+    on it, so a profile's every error is reported together (a schema error does not hide a semantic one)."""
+
+    profile: Profile | None  # every value the schema refused left at its default (None: not even then)
+    errors: list[str]  # the files' own errors (schema, tokens), one line each
+    refused: frozenset[str]  # the dotted paths left at their default: checks say nothing more about them
+
+
+def read_profile(name: str, sources: dict[str, Source]) -> Read:
+    """Build one profile, following `extends:` chains, keeping every error of its files."""
     chain = _chain(name, sources)
     errors = [e for src in chain for e in _check_tokens(src)]
     merged: dict[str, Any] = {}
@@ -354,12 +365,41 @@ def load_profile(name: str, sources: dict[str, Source]) -> Profile:
     merged["name"] = name
     merged["extends"] = chain[0].data.get("extends")
     try:
-        profile = Profile.model_validate(merged)
+        return Read(Profile.model_validate(merged), errors, frozenset())
     except ValidationError as exc:
         errors.extend(redact(line) for line in _schema_errors(exc, chain))
-    if errors:
-        raise InputError(errors)
-    return profile
+        merged = copy.deepcopy(merged)  # it shares its mappings with the files' (their line numbers read them)
+        refused = frozenset(_drop(merged, loc) for loc in _by_field(exc, chain, ()))
+    try:
+        return Read(Profile.model_validate(merged), errors, refused)
+    except ValidationError:
+        return Read(None, errors, refused)
+
+
+def load_profile(name: str, sources: dict[str, Source]) -> Profile:
+    """Build one profile, following `extends:` chains; every error of its files is reported together."""
+    read = read_profile(name, sources)
+    if read.errors:
+        raise InputError(read.errors)
+    assert read.profile is not None  # no error: the schema took it
+    return read.profile
+
+
+def _drop(data: dict[str, Any], loc: tuple[str, ...]) -> str:
+    """Remove the value at a schema error's location (a missing field's mapping, a whole list, the whole
+    container: its version and image are its kind's), so the default stands in; returns the dotted path removed."""
+    keys = [k for k in loc if k]
+    if keys[:1] == ["container"]:
+        keys = ["container"]
+    at: Any = data
+    for i, key in enumerate(keys):
+        if not isinstance(at, dict) or key not in at:
+            break  # removed with an earlier error's mapping
+        if i == len(keys) - 1 or not isinstance(at[key], dict):
+            del at[key]
+            return ".".join(keys[:i + 1])
+        at = at[key]
+    return ".".join(keys)
 
 
 def _has_path(data: Any, loc: tuple[Any, ...]) -> bool:

@@ -46,7 +46,7 @@ from sagellm.planner import (
     valid_tp,
 )
 from sagellm.profiles.calibration import load_calibration
-from sagellm.profiles.loader import Source, Where, all_sources, load_profile, local_models
+from sagellm.profiles.loader import Read, Source, Where, all_sources, load_profile, local_models, read_profile
 from sagellm.profiles.plan import (
     CONCURRENT_REQUESTS_PER_COPY,
     CONCURRENT_REQUESTS_PER_MODEL,
@@ -230,10 +230,11 @@ def design(
     profiles_dir: Path | None = None,
     model_s3_uri: str | None = None,
     engine: str | None = None,
+    read: Read | None = None,
 ) -> Design:
     """Fill every `auto` value and validate; all errors of the profile are raised together. `model_s3_uri` (else
     the profile's `model_source`) stages the main model's weights in S3; `engine` serves the profile on another
-    container kind, at that engine's pinned version."""
+    container kind, at that engine's pinned version; `read`: how the profile was read, with its files' errors."""
     if engine_option(engine) not in (None, profile.container.kind):
         # The profile's version and image pin are its own kind's: the other engine runs its pinned image.
         profile = profile.model_copy(update={"container": Container(kind=engine)})
@@ -241,7 +242,7 @@ def design(
     given = {"instance_type": ("instance", instance), "serving.tensor_parallel": ("tensor_parallel", tensor_parallel),
              "components.copies": ("replicas", copies), "initial_instance_count": ("instance_count", instance_count),
              "container.kind": ("engine", engine), "payload": ("input_tokens/output_tokens", payload)}
-    where = _validated(profile, sources, region, given)
+    where = _validated(profile, sources, region, given, read)
     errors: list[str] = []
     payload = payload or Payload(profile.payload.input_tokens, profile.payload.output_tokens)
     local = local_models(profiles_dir)
@@ -316,12 +317,14 @@ def _core_notes(neuron: Engine | None, inst: Instance, copies: tuple[Copy, ...])
 
 
 def _validated(profile: Profile, sources: dict[str, Source], region: str,
-               given: dict[str, tuple[str, Any]]) -> Where:
+               given: dict[str, tuple[str, Any]], read: Read | None) -> Where:
     """Where each value comes from, once the one validation path (what `profiles validate` runs) passes on the
-    profile as overridden by the values given."""
+    profile as overridden by the values given; with the errors of its files (`read`), all together."""
     where = Where(profile.name, sources, {path: label for path, (label, value) in given.items() if value is not None})
     overrides = {path: value for path, (_, value) in given.items() if value is not None and path != "payload"}
-    problems = region_errors(region, profile.endpoint_kind) + profile_errors(with_values(profile, overrides), where)
+    refused = read.refused - set(overrides) if read is not None else frozenset()
+    problems = ((read.errors if read is not None else []) + region_errors(region, profile.endpoint_kind)
+                + profile_errors(with_values(profile, overrides), where, refused))
     if problems:
         raise InputError(problems)
     return where
@@ -710,10 +713,12 @@ def design_for(profile: str, model: str, instance: str | None = None, *, payload
                model_s3_uri: str | None = None, engine: str | None = None) -> Design:
     """Load a profile by name and design it (no container images: fast, for the planner CLI)."""
     sources = all_sources(profiles_dir)
-    prof = load_profile(profile, sources)
-    return design(prof, model, sources, instance=instance, payload=payload, region=region,
+    read = read_profile(profile, sources)
+    if read.profile is None:
+        raise InputError(read.errors)
+    return design(read.profile, model, sources, instance=instance, payload=payload, region=region,
                   tensor_parallel=tensor_parallel, copies=copies, instance_count=instance_count,
-                  profiles_dir=profiles_dir, model_s3_uri=model_s3_uri, engine=engine)
+                  profiles_dir=profiles_dir, model_s3_uri=model_s3_uri, engine=engine, read=read)
 
 
 def resolve(profile: str, model: str, instance: str | None = None, *, payload: Payload | None = None,

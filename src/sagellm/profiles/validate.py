@@ -16,7 +16,7 @@ from sagellm.catalog import find_instance
 from sagellm.catalog.regions import check_region, endpoint_types, missing_types_errors, partition
 from sagellm.engines import ENGINES, NEURON_ENGINES
 from sagellm.errors import InputError
-from sagellm.profiles.loader import Source, Where, load_profile
+from sagellm.profiles.loader import Source, Where, read_profile
 from sagellm.profiles.schema import Profile, Quantization
 
 Check = Callable[[Profile, Callable[[str], str]], list[str]]
@@ -214,7 +214,9 @@ def _autoscaling(profile: Profile, where: Callable[[str], str]) -> list[str]:
         errors.append(f"{where('autoscaling.min_capacity')}: 0 needs endpoint_kind: inference-component (only "
                       "inference components scale to zero; use the scale-to-zero profile)")
     count = profile.initial_instance_count
-    if profile.endpoint_kind == "instance" and not a.min_capacity <= count <= a.max_capacity:
+    # Inverted bounds hold no count: the error above is the one to fix.
+    if profile.endpoint_kind == "instance" and a.min_capacity <= a.max_capacity and not (
+            a.min_capacity <= count <= a.max_capacity):
         errors.append(f"{where('initial_instance_count')}: {count} must lie within autoscaling "
                       f"min_capacity..max_capacity ({a.min_capacity}..{a.max_capacity})")
     return errors
@@ -224,9 +226,18 @@ CHECKS: tuple[Check, ...] = (_name, _container, quantization_errors, _environmen
                              _endpoint_kind, _autoscaling)
 
 
-def profile_errors(profile: Profile, where: Callable[[str], str]) -> list[str]:
-    """Every model-free check of a loaded profile, all errors together."""
-    return [error for check in CHECKS for error in check(profile, where)]
+# Marks an error about a value the schema refused (read_profile left it at its default): the schema's own
+# error already names it, and a check of the default in its place would report what the file never said.
+_REFUSED = "\0refused"
+
+
+def profile_errors(profile: Profile, where: Callable[[str], str], refused: frozenset[str] = frozenset()) -> list[str]:
+    """Every model-free check of a loaded profile, all errors together; none about the `refused` paths."""
+    def marked(path: str) -> str:
+        about = any(path == r or path.startswith(f"{r}.") for r in refused if r)
+        return where(path) + (_REFUSED if about else "")
+
+    return [error for check in CHECKS for error in check(profile, marked) if _REFUSED not in error]
 
 
 def region_errors(region: str, endpoint_kind: str = "instance") -> list[str]:
@@ -242,11 +253,14 @@ def region_errors(region: str, endpoint_kind: str = "instance") -> list[str]:
     return missing_types_errors(region, endpoint_types(endpoint_kind == "inference-component"))
 
 def validate_profile(name: str, sources: dict[str, Source]) -> list[str]:
-    """`profiles validate` for one profile: read, merge `extends`, schema, then every check."""
+    """`profiles validate` for one profile: read, merge `extends`, schema, then every check, all errors together."""
     try:
-        return profile_errors(load_profile(name, sources), Where(name, sources))
-    except InputError as exc:
+        read = read_profile(name, sources)
+    except InputError as exc:  # a file that cannot be read, an unknown parent, a cycle: nothing to check
         return exc.messages
+    if read.profile is None:
+        return read.errors
+    return read.errors + profile_errors(read.profile, Where(name, sources), read.refused)
 
 
 def with_values(profile: Profile, values: dict[str, Any]) -> Profile:

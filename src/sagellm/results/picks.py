@@ -23,8 +23,10 @@ from sagellm.results.schema import (
 )
 
 # A level is "usable" (may be the knee, the max-throughput point or the best under an SLO) when none of
-# its requests hit the invocation timeout and at most this fraction of them failed for any reason: the
-# same fraction that stops the sweep (load.StopRule), so the last level a sweep keeps going past is usable.
+# its requests hit the invocation timeout and at most this fraction of them failed: the same fraction that
+# stops the sweep (load.StopRule), so the last level a sweep keeps going past is usable. Requests refused
+# for want of a copy do not count: they are a scale-to-zero endpoint's cold start, reported as such
+# (ramp.cold_start_s), not what the endpoint serves once a copy is up.
 MAX_ERROR_RATE = 0.05
 
 KNEE_DEFINITION = "maximum of throughput ÷ p50 ms/token among usable levels"
@@ -38,11 +40,17 @@ def max_definition(max_error_rate: float = MAX_ERROR_RATE) -> str:
 L = TypeVar("L", bound=LevelSummary)
 
 
+def serving_error_rate(level: LevelSummary) -> float:
+    """The level's error rate without the requests refused for want of a copy (a cold start's refusals)."""
+    refused = level.refused_no_capacity / level.requests if level.requests else 0.0
+    return level.error_rate - refused
+
+
 def is_usable(level: LevelSummary, max_error_rate: float = MAX_ERROR_RATE) -> bool:
-    """No timeouts, error rate within the limit, and something measured."""
+    """No timeouts, error rate (a cold start's refusals aside) within the limit, and something measured."""
     return (
         level.errors.get("timeout", 0) == 0
-        and level.error_rate <= max_error_rate
+        and serving_error_rate(level) <= max_error_rate
         and level.throughput_tokens_per_s > 0
         and level.latency_ms_per_token.p50 is not None
     )
@@ -123,8 +131,13 @@ def make_results(run: Run, levels: Sequence[Level], *, usd_per_h: float | None, 
 
 
 def knee_at_top(results: Results) -> bool:
-    """Whether the knee is the highest load measured: the sweep never reached saturation, so the true knee may
-    lie higher."""
+    """Whether the knee is the highest load measured and nothing else placed it: the sweep never reached
+    saturation, so the true knee may lie higher. An adaptive sweep that ended as planned did place it (its
+    prediction confirmed at the predicted knee and max, or the knee bracketed, at the admission limit when it is
+    the top), even from a single level: one that was cut short (budget, safety net, failure) did not."""
     if results.knee is None or not results.levels:
+        return False
+    sweep = results.sweep
+    if sweep is not None and sweep.method == "adaptive" and results.stopped_reason is None and results.failure is None:
         return False
     return max(results.levels, key=lambda lv: lv.load_value).load == results.knee.load

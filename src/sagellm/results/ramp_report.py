@@ -12,7 +12,8 @@ def _s(value: float | None) -> str:
     if value is None:
         return "–"
     sign, value = ("−", -value) if value < 0 else ("", value)
-    return f"{sign}{int(value // 60)}:{value % 60:04.1f}"
+    tenths = round(value * 10)  # rounded before splitting: 179.96 s is 3:00.0, not 2:60.0
+    return f"{sign}{tenths // 600}:{tenths % 600 / 10:04.1f}"
 
 
 def _n(value: float | None, digits: int = 1) -> str:

@@ -190,9 +190,12 @@ _SPREAD_SHOWN = ("throughput_tokens_per_s", "latency_ms_per_token.p50", "ttft_ms
                  "itl_ms.p50", "itl_ms.p95")
 
 
-def _level(level: Level) -> list[str]:
+def _level(level: Level, run: Run) -> list[str]:
     p = level.predicted
     errors = ", ".join(f"{k} {n}" for k, n in level.errors.items() if n) or "none"
+    if level.refused_no_capacity:
+        errors += (f" ({level.refused_no_capacity} refused for want of a copy: the cold start, not counted against "
+                   "the level's usability)")
     repeats = f" · {level.repeats} repeats (figures over all of them)" if level.repeats > 1 else ""
     lines = [
         f"### {level.describe_load().capitalize()}",
@@ -231,17 +234,21 @@ def _level(level: Level) -> list[str]:
     if level.server_loop_lag_ms is not None:
         lines += ["", f"Emulator event-loop lag: max {level.server_loop_lag_ms:.1f} ms (its own distortion)"]
     if level.server is not None:
-        lines += _server(level.server)
+        lines += _server(level.server, run)
     return lines + [""]
 
 
 _SERVER_STATS = tuple(ServerStats.model_fields)
 
 
-def _server(server: ServerMetrics) -> list[str]:
+def _server(server: ServerMetrics, run: Run) -> list[str]:
     """What the endpoint itself reported over the level, with where it came from."""
     period = f", one period of {server.period_s:g} s" if server.period_s is not None else ""
-    window = f"{server.window_start:%H:%M:%S}–{server.window_end:%H:%M:%S} UTC"
+    # The local target's emulator stamps its metrics on its simulated clock (its start, UTC, then simulated
+    # seconds), and the window is read on that clock: at a time scale below 1 it runs ahead of any real UTC.
+    clock = " simulated (the emulator's clock: its start in UTC, then simulated time)" if run.target == "local" \
+        else " UTC"
+    window = f"{server.window_start:%H:%M:%S}–{server.window_end:%H:%M:%S}{clock}"
     lines = ["", f"Server-side ({server.source}{period}, {window}):", ""]
     if not server.metrics:
         return lines + ["The server reported nothing for this window."]
@@ -318,7 +325,7 @@ def render_markdown(results: Results) -> str:
     else:
         lines += _overview(results)
     for level in results.levels:
-        lines += _level(level)
+        lines += _level(level, results.run)
     lines += _errors(results) + _teardown(results) + _gate(results)
     return "\n".join(lines)
 

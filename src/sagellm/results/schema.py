@@ -101,6 +101,9 @@ class LevelSummary(LoadKey):
     ok: int
     errors: dict[str, int]  # every error kind, zero included
     error_rate: float
+    # Of the validation errors: refused because the inference component had no copy (SageMaker's
+    # NoCapacityInvocationFailures), the cold start of a scale-to-zero endpoint (ramp.cold_start_s measures it).
+    refused_no_capacity: int = 0
     retries: int
     window_s: float
     output_tokens: float  # generated inside the window (token events counted where they fall)
@@ -241,7 +244,9 @@ class ServerMetrics(_Strict):
     """What the endpoint reported over one level's window, and where it came from."""
 
     source: Literal["cloudwatch", "prometheus"]
-    window_start: datetime  # the window the source was read over (CloudWatch: aligned to its resolution)
+    # the window the source was read over (CloudWatch: aligned to its resolution); on the local target, the
+    # emulator's simulated clock (its start in UTC, then simulated seconds), not a real UTC time
+    window_start: datetime
     window_end: datetime
     period_s: float | None = None  # CloudWatch: the one period the window was read as; None for Prometheus
     metrics: dict[str, ServerMetric]  # by SERVER_METRICS name; a metric the source did not report is absent

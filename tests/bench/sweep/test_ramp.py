@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ import pytest
 
 from bench_helpers import MODEL, FakeTransport, results_of, sagellm
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
+from results_helpers import RUN
 from sagellm.bench.client.records import RequestRecord
+from sagellm.bench.client.summary import summarize
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.sweep.ramp import ramp_rates, ramp_steps, run_ramp
@@ -19,6 +22,9 @@ from sagellm.bench.sweep.ramp_figures import cold_start_s, ramp_block
 from sagellm.errors import InputError
 from sagellm.planner import Payload, predict
 from sagellm.profiles import design_for
+from sagellm.results.picks import make_results
+from sagellm.results.report import render_markdown
+from sagellm.results.schema import Level, Results, Teardown
 
 
 def test_the_default_steps_rise_from_below_one_instances_knee_to_above_the_fleets_maximum() -> None:
@@ -155,6 +161,33 @@ def test_the_cold_start_comes_from_the_records_alone_on_any_target() -> None:
     assert cold_start_s([record(0.0), refused(300.0)]) is None
 
 
+def test_a_scale_to_zero_ramps_headline_is_the_step_served_after_the_cold_start_not_the_idle_one() -> None:
+    # The user's ramp: one request in a 45-minute idle step, then a step whose first requests are refused while the
+    # copy starts (3 of 30 here: over the 5 % that makes a level unusable). The refusals are the cold start.
+    idle = [replace(record(0.0), request_rate=0.0003)]
+    refusals = [replace(refused(2700.0 + 10 * i), request_rate=0.1) for i in range(3)]
+    served = [replace(record(2730.0 + 10 * i), request_rate=0.1) for i in range(27)]
+
+    def headline(busy: list[RequestRecord]) -> Results:
+        levels = [Level(**summarize(idle, window_start_s=0, window_end_s=2700).model_dump()),
+                  Level(**summarize(busy, window_start_s=2700, window_end_s=3000).model_dump())]
+        return make_results(RUN, levels, usd_per_h=1.13, teardown=Teardown(status="destroyed"))
+
+    results = headline(refusals + served)
+    assert results.levels[1].refused_no_capacity == 3 and results.levels[1].error_rate == pytest.approx(0.1)
+    assert results.knee is not None and results.max_throughput is not None
+    assert (results.knee.request_rate, results.max_throughput.request_rate, results.cost.at_request_rate) == (
+        0.1, 0.1, 0.1)
+    # $/1M tokens at the served step's 1.8 tokens/s, not at the idle step's 0.007.
+    assert results.cost.usd_per_1m_tokens == pytest.approx(1.13 / (1.8 * 3600) * 1e6, rel=0.01)
+    report = render_markdown(results)
+    assert "- Knee: request rate **0.1/s**" in report
+    assert "validation 3 (3 refused for want of a copy: the cold start" in report
+    # Only the refusals are set aside: the same step failing for another reason is still unusable.
+    overloaded = [replace(r, error="HTTP 429", error_kind="overloaded") for r in refusals]
+    assert headline(overloaded + served).knee.request_rate == 0.0003  # type: ignore[union-attr]
+
+
 def test_scaling_observed_on_an_endpoint_puts_its_copies_and_instances_on_the_ramps_clock() -> None:
     events = [{"t_s": 50.0, "kind": "observed", "desired": 1, "in_service": 1, "instances": 1},
               {"t_s": 250.0, "kind": "activity", "desired": 2, "in_service": 1, "instances": 2,
@@ -272,6 +305,8 @@ def test_a_local_scale_to_zero_ramp_reports_the_cold_start_after_zero_copies(tmp
     assert ran.returncode == 0, ran.stderr[-3000:]
     ramp = results_of(out)["ramp"]
     assert ramp["capacity"] == "copies"
+    # The second step's refusals are its cold start: the knee and the cost are that step, not the idle first one.
+    assert results_of(out)["knee"]["request_rate"] == results_of(out)["cost"]["at_request_rate"] == 0.05
     kinds = [e["kind"] for e in ramp["events"]]
     assert kinds[:6] == ["alarm-low", "scale-in", "instance-released", "alarm-no-capacity", "scale-out", "in-service"]
     zero, released, alarm, joined = (ramp["events"][i] for i in (1, 2, 3, 5))

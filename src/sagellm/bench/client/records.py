@@ -15,6 +15,9 @@ TokenSource = Literal["server", "tokenizer", "words"]
 # Marks the fields that are durations or times on the client's clock (seconds): an emulated run's time scale
 # applies to them (load.measured.on_simulated_clock), so a new client timing is declared here once.
 CLIENT_SECONDS = {"client_seconds": True}
+# InvokeEndpoint on a component with no copy: SageMaker's ValidationError "Inference Component has no capacity to
+# process this request. …" (quoted in the AWS ML blog on scale to zero, 2024-12-03), as a record's error carries it.
+NO_CAPACITY_TEXT = "Inference Component has no capacity"
 
 
 @dataclass
@@ -66,6 +69,11 @@ class RequestRecord:
         if not self.ok or self.ttft_s is None or self.output_tokens < 2:
             return None
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+    @property
+    def no_capacity(self) -> bool:
+        """Refused because the inference component had no copy (a scale-to-zero endpoint's cold start)."""
+        return not self.ok and NO_CAPACITY_TEXT in (self.error or "")
 
     @property
     def load(self) -> str:

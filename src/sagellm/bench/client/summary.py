@@ -105,6 +105,7 @@ def summarize_runs(runs: Sequence[Run]) -> LevelSummary:
         ok=len(ok),
         errors=errors_by_kind(measured),
         error_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+        refused_no_capacity=sum(r.no_capacity for r in measured),
         retries=sum(r.retries for r in measured),
         window_s=window_s,
         output_tokens=tokens,

@@ -26,9 +26,6 @@ from sagellm.bench.client.summary import stats
 from sagellm.results.schema import RampInterval, RampRecord, ScalingEvent, ScalingPolicyRecord
 
 DEFAULT_INTERVAL_S = 30.0  # half a metric period: fine enough to see an instance join
-# InvokeEndpoint on a component with no copy: SageMaker's ValidationError "Inference Component has no capacity to
-# process this request. …" (quoted in the AWS ML blog on scale to zero, 2024-12-03), as a record's error carries it.
-NO_CAPACITY_TEXT = "Inference Component has no capacity"
 
 
 def _ms_per_token(r: RequestRecord) -> float | None:
@@ -115,7 +112,7 @@ def cold_start_s(sent: Sequence[RequestRecord]) -> float | None:
     """From the first request refused with no copy to serve it (the component was at zero copies) to the first
     token of the first request sent at or after it that succeeded (the cold start a scale-to-zero endpoint costs
     its first caller); None when no request was refused so, or none succeeded after."""
-    refused = next((r for r in sent if not r.ok and NO_CAPACITY_TEXT in (r.error or "")), None)
+    refused = next((r for r in sent if r.no_capacity), None)
     if refused is None:
         return None
     served = next((r for r in sent if r.start_s >= refused.start_s and r.ok and r.ttft_s is not None), None)
