@@ -154,8 +154,8 @@ def test_a_component_joins_an_endpoint_deployed_elsewhere_by_name() -> None:
     template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
         Match.object_like({"Sid": "WriteEndpointLogs", "Resource": [
             f"arn:aws:logs:us-east-1:111122223333:log-group:/aws/sagemaker/InferenceComponents/{added.component_name}",
-            f"arn:aws:logs:us-east-1:111122223333:log-group:/aws/sagemaker/InferenceComponents/{added.component_name}"
-            ":log-stream:*"]})])}})
+            (f"arn:aws:logs:us-east-1:111122223333:log-group:/aws/sagemaker/InferenceComponents/{added.component_name}"
+            ":log-stream:*")]})])}})
     assert added.metric_errors().dimensions == {"InferenceComponentName": added.component_name}
 
 
