@@ -28,7 +28,8 @@ def test_upload_puts_the_snapshot_under_the_prefix_and_says_how_to_deploy_it(ser
     server.client("s3").create_bucket(Bucket="models")
     result = upload(str(TINY), "s3://models/tiny/", env=server.env())
     assert result.returncode == 0, result.stderr
-    assert result.stdout == ""  # the bar and the summary go to stderr
+    assert result.stdout == ""  # the summary goes to stderr; piped, there is no bar (nor its blank line)
+    assert len(result.stderr.splitlines()) == 1
     assert "uploaded 3 files" in result.stderr and "-c model_s3_uri=s3://models/tiny/" in result.stderr
     listed = server.client("s3").list_objects_v2(Bucket="models", Prefix="tiny/")["Contents"]
     assert {o["Key"] for o in listed} == {"tiny/config.json", "tiny/model.safetensors", "tiny/tokenizer_config.json"}
@@ -171,3 +172,12 @@ def test_emulate_serves_a_local_folder_planned_from_its_config_json(server: Loca
     finally:
         proc.send_signal(signal.SIGINT)
         finish(proc, started, timeout=30)
+
+
+def test_a_missing_bucket_is_one_line_and_exit_2(server: LocalAws) -> None:
+    server.reset()
+    result = upload(str(TINY), "s3://no-such-bucket/tiny/", env=server.env())
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        ("sagellm: error: S3_URI: bucket 'no-such-bucket' does not exist (NoSuchBucket); create it "
+         "(`aws s3 mb s3://no-such-bucket`) or give a bucket that exists")]

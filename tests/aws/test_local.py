@@ -143,6 +143,25 @@ def test_serves_on_localhost_and_stop_releases_port_and_thread_and_state(aws: Lo
     assert aws.leftovers() == {}
 
 
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "[::1]"])
+def test_a_stack_reads_its_template_url_on_any_loopback_spelling(aws: LocalAws, host: str) -> None:
+    # The CDK CLI uploads the template to the bootstrap bucket, then creates the stack from its URL on the endpoint
+    # it was given (path-style for an IP address): moto took "127" of 127.0.0.1 for the bucket (NoSuchBucket).
+    # The server listens on 127.0.0.1 only, so [::1] is a URL's spelling here, sent through 127.0.0.1.
+    url = f"http://{host if host != '[::1]' else '127.0.0.1'}:{aws.port}"
+    s3, cfn = (aws.session().client(service, endpoint_url=url) for service in ("s3", "cloudformation"))
+    s3.create_bucket(Bucket="cdk-hnb659fds-assets-123456789012-us-east-1")
+    template = {"Resources": {"Model": endpoint_template()["Resources"]["Model"]}}
+    s3.put_object(Bucket="cdk-hnb659fds-assets-123456789012-us-east-1", Key="stack.json", Body=json.dumps(template))
+    cfn.create_stack(StackName="from-url", TemplateURL=f"http://{host}:{aws.port}/"
+                     "cdk-hnb659fds-assets-123456789012-us-east-1/stack.json")
+    assert cfn.describe_stacks(StackName="from-url")["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
+    assert len(aws.client("sagemaker").list_models()["Models"]) == 1
+    with pytest.raises(ClientError, match="NoSuchKey"):
+        cfn.create_stack(StackName="missing", TemplateURL=f"http://{host}:{aws.port}/"
+                         "cdk-hnb659fds-assets-123456789012-us-east-1/missing.json")
+
+
 def test_refuses_a_second_server_in_the_same_process(aws: LocalAws) -> None:
     second = LocalAws()
     try:

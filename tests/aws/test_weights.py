@@ -81,3 +81,48 @@ def test_snapshot_check_wants_a_config_and_weights(tmp_path: Path) -> None:
 def test_an_upload_target_must_be_an_s3_prefix(uri: str) -> None:
     with pytest.raises(InputError, match=r"S3_URI: .* is not an S3 prefix; give s3://<bucket>/<prefix>/"):
         upload_snapshot(TINY, uri)
+
+
+def test_a_missing_bucket_is_bad_input_naming_the_bucket_and_how_to_make_it(aws: LocalAws) -> None:
+    with pytest.raises(InputError) as error:
+        upload_snapshot(TINY, "s3://no-such-bucket/tiny/", client=aws.client("s3"))
+    assert error.value.messages == [
+        ("S3_URI: bucket 'no-such-bucket' does not exist (NoSuchBucket); create it (`aws s3 mb s3://no-such-bucket`) "
+        "or give a bucket that exists")]
+
+
+@pytest.mark.parametrize(("code", "status", "expected"), [
+    ("AccessDenied", 403, ("S3_URI: these AWS credentials may not write to s3://models/tiny/ (AccessDenied); grant them "
+                          "s3:PutObject on arn:aws:s3:::models/tiny/* or give a prefix they can write")),
+    ("ExpiredToken", 400, ("S3_URI: S3 refused the AWS credentials (ExpiredToken); configure or renew them "
+                          "(a profile, environment variables or an instance role) and rerun")),
+])
+def test_refused_access_is_bad_input_saying_what_to_grant_or_renew(code: str, status: int, expected: str) -> None:
+    import boto3
+    from botocore.stub import Stubber
+
+    # Stubbed: moto does not enforce bucket policies or token expiry, and these are S3's answers to PutObject.
+    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    with Stubber(client) as stub:
+        stub.add_client_error("put_object", code, http_status_code=status)
+        with pytest.raises(InputError) as error:
+            upload_snapshot(TINY, "s3://models/tiny/", client=client)
+    assert error.value.messages == [expected]
+
+
+def test_an_unreachable_s3_is_an_infrastructure_failure_saying_how_far_it_got() -> None:
+    import boto3
+    from botocore.config import Config
+
+    from bench_helpers import free_port
+    from sagellm.errors import TargetError
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    client = boto3.client("s3", region_name="us-east-1", endpoint_url=closed, aws_access_key_id="k",
+                          aws_secret_access_key="s", config=Config(retries={"max_attempts": 1}))
+    with pytest.raises(TargetError) as error:
+        upload_snapshot(TINY, "s3://models/tiny/", client=client)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"uploading {TINY}/config.json to s3://models/tiny/config.json failed (Could not connect")
+    assert message.endswith("0 of 3 files were uploaded; rerun the same command (it writes every file again)")

@@ -148,13 +148,15 @@ def test_a_component_joins_an_endpoint_deployed_elsewhere_by_name() -> None:
     template.resource_count_is(COMPONENT, 1)
     template.has_resource_properties(COMPONENT, {"EndpointName": "shared-p4d", "VariantName": "AllTraffic",
                                                  "InferenceComponentName": added.component_name})
-    # Its own least-privilege execution role, which may write the component's log group.
+    # Its own least-privilege execution role, which may write the component's log group and nothing else's.
     template.resource_count_is("AWS::IAM::Role", 1)
     template.has_resource_properties(MODEL, {"ExecutionRoleArn": {"Fn::GetAtt": [Match.string_like_regexp(
         "^MistralRole"), "Arn"]}})
     template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([
-        Match.object_like({"Sid": "WriteEndpointLogs", "Resource": Match.array_with([
-            "arn:aws:logs:us-east-1:111122223333:log-group:/aws/sagemaker/InferenceComponents/*"])})])}})
+        Match.object_like({"Sid": "WriteEndpointLogs", "Resource": [
+            f"arn:aws:logs:us-east-1:111122223333:log-group:/aws/sagemaker/InferenceComponents/{added.component_name}",
+            (f"arn:aws:logs:us-east-1:111122223333:log-group:/aws/sagemaker/InferenceComponents/{added.component_name}"
+            ":log-stream:*")]})])}})
     assert added.metric_errors().dimensions == {"InferenceComponentName": added.component_name}
 
 

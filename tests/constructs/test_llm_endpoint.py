@@ -650,11 +650,12 @@ def log_groups(template: Template) -> list[str]:
     return [r["Fn::Join"][1][-1] for r in resources]
 
 
-def test_inference_component_role_may_write_the_components_own_log_groups(templates):
-    assert log_groups(templates["replicas"]) == [
-        ":log-group:/aws/sagemaker/Endpoints/*",
-        ":log-group:/aws/sagemaker/InferenceComponents/*",
-    ]
+def test_an_inference_component_role_writes_only_its_components_log_groups(stacks, templates):
+    (component,) = stacks["replicas"].endpoint.inference_component_names.values()
+    group = f":log-group:/aws/sagemaker/InferenceComponents/{component}"
+    # The group, and its streams (PutLogEvents' resource): no other component's, and no endpoint's.
+    assert log_groups(templates["replicas"]) == [group, f"{group}:log-stream:*"]
+    # An instance-based endpoint's group is named after the endpoint, which CloudFormation names after the role.
     assert log_groups(templates["max-throughput"]) == [":log-group:/aws/sagemaker/Endpoints/*"]
 
 

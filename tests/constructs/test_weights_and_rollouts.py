@@ -197,3 +197,25 @@ def test_an_inferentia_plan_with_weights_from_s3_reads_them_from_disk_and_keeps_
     LlmEndpoint(stack, "Llm", plan=plan, network_isolation=True)
     Annotations.from_stack(stack).has_warning("/Isolated/Llm", Match.string_like_regexp("aws-neuron/optimum-neuron-cache"))
     assert not lint(json.dumps(Template.from_stack(stack).to_json()), regions=["us-east-1"])
+
+
+@pytest.mark.slow
+def test_a_vllm_neuronx_plan_with_weights_from_s3_keeps_the_network_for_the_hub_cache_its_serve_lists() -> None:
+    from sagellm.profiles import resolve
+
+    uri = "s3://team-models/qwen3-8b/"
+    plan = resolve("max-throughput", "Qwen/Qwen3-8B", "ml.inf2.24xlarge", model_s3_uri=uri, engine="vllm-neuronx")
+    template, _ = template_of(plan)
+    [model] = template.find_resources("AWS::SageMaker::Model").values()
+    container = model["Properties"]["PrimaryContainer"]
+    assert container["Environment"]["SM_ON_MODEL"] == "/opt/ml/model" and "HF_TOKEN" not in container["Environment"]
+    assert container["ModelDataSource"]["S3DataSource"]["S3Uri"] == uri
+    # optimum-neuron's serve lists aws-neuron/optimum-neuron-cache for a plain snapshot, with or without
+    # HF_HUB_OFFLINE: isolated, the container would stop before it serves.
+    assert model["Properties"].get("EnableNetworkIsolation") in (None, False)
+    assert "HF_HUB_OFFLINE" not in container["Environment"]
+    stack = Stack(cdk_app(), "Isolated", stack_name="sagellm-isolated")
+    LlmEndpoint(stack, "Llm", plan=plan, network_isolation=True)
+    Annotations.from_stack(stack).has_warning("/Isolated/Llm", Match.string_like_regexp(
+        "looks up its compiled model in the Hub's aws-neuron/optimum-neuron-cache as it starts, unless the weights "
+        "in S3 are a neuron export"))

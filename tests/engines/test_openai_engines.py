@@ -202,3 +202,22 @@ def test_image_uri_is_what_the_sagemaker_sdk_returns(kind: str) -> None:
     for region in ("us-east-1", "eu-west-1", "ap-northeast-1"):
         want = image_uris.retrieve(engine.framework, region=region, version=engine.pinned, image_scope="inference")
         assert engine.image_uri(engine.pinned, region) == want, region
+
+
+def test_a_region_without_the_pinned_image_is_told_the_version_it_has() -> None:
+    from sagellm.engines.sglang import SGLANG
+
+    # GovCloud and China get images after the commercial regions (the SDK's tables, sagemaker-core 2.27.0).
+    with pytest.raises(InputError) as sglang:
+        SGLANG.image_uri(SGLANG.pinned, "us-gov-west-1")
+    assert sglang.value.messages == [
+        ("region: 'us-gov-west-1': no sglang 0.5.20 image there; the newest there is 0.5.19: pin it in the profile "
+        "(container.version: 0.5.19) or deploy to a region that has it, such as us-east-1")]
+    assert SGLANG.image_uri("0.5.19", "us-gov-west-1").startswith("442386744353.dkr.ecr.us-gov-west-1.amazonaws.com/")
+    # vLLM's newest image in China is older than the versions sagellm models: said, not offered as the fix.
+    with pytest.raises(InputError) as vllm:
+        ENGINES["vllm"].image_uri(ENGINES["vllm"].pinned, "cn-north-1")
+    assert vllm.value.messages == [
+        ("region: 'cn-north-1': no vllm 0.30.0 image there, and its newest there, 0.28.0, is older than the 0.30.0 "
+        "sagellm models; use another engine there or deploy to a region that has it, such as us-east-1")]
+    assert ENGINES["vllm"].version_errors("0.28.0", "container.version")

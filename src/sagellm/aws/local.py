@@ -116,7 +116,7 @@ class LocalAws:
 
     @property
     def endpoint_url(self) -> str:
-        """Base URL of every service; `localhost`, because moto reads a `127…` host as an S3 bucket name."""
+        """Base URL of every service (127.0.0.1 works as well: moto_ext reads a template URL on any loopback host)."""
         return f"http://localhost:{self.port}"
 
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -7,16 +7,19 @@ is used against real AWS. Defining the CloudFormation models below registers the
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
+from urllib.parse import urlparse
 
 from moto.applicationautoscaling import models as aas_models
 from moto.applicationautoscaling import responses as aas_responses
 from moto.applicationautoscaling.models import applicationautoscaling_backends
 from moto.cloudformation import parsing
+from moto.cloudformation import responses as cfn_responses
 from moto.cloudformation.models import CloudFormationBackend, Event, Stack
 from moto.cloudwatch.models import cloudwatch_backends
 from moto.core.common_models import CloudFormationModel
@@ -506,6 +509,39 @@ def _add_inference_component_dimension() -> None:
     aas_responses.ScalableDimensionValueSet = extended  # type: ignore[misc,assignment]
 
 
+# --- CloudFormation: a TemplateURL on 127.0.0.1 names a bucket "127".
+
+
+def _read_templates_on_loopback_addresses() -> None:
+    # With AWS_ENDPOINT_URL=http://127.0.0.1:PORT the CDK CLI uploads the template path-style (its host is an IP
+    # address) and passes CreateStack/UpdateStack/CreateChangeSet `TemplateURL=http://127.0.0.1:PORT/<bucket>/<key>`.
+    # moto 5.2 (cloudformation/utils.py `get_stack_from_s3_url`) reads the bucket from the path only when the URL
+    # contains "localhost", and otherwise takes the host's first dot-separated label as the bucket: "127", hence
+    # NoSuchBucket. Any loopback spelling (localhost, 127.0.0.1, [::1]) is read path-style here, a missing key as
+    # NoSuchKey (moto's own path answers 500); every other URL as moto reads it.
+    original = cfn_responses.get_stack_from_s3_url
+
+    def get_stack_from_s3_url(template_url: str, account_id: str, partition: str) -> str:
+        url = urlparse(template_url)
+        try:
+            loopback = url.hostname == "localhost" or ipaddress.ip_address(url.hostname or "").is_loopback
+        except ValueError:  # another host name, not an address
+            loopback = False
+        if not loopback:
+            return original(template_url, account_id, partition)
+        from moto.s3.exceptions import MissingKey
+        from moto.s3.models import s3_backends
+
+        bucket, _, key = url.path.lstrip("/").partition("/")
+        found = s3_backends[account_id][partition].get_object(bucket, key)  # MissingBucket when there is none
+        if found is None:
+            raise MissingKey(key)
+        body: bytes = found.value
+        return body.decode("utf-8")
+
+    cfn_responses.get_stack_from_s3_url = get_stack_from_s3_url
+
+
 # --- CloudFormation: UpdateStack fails on a parameter kept at its default (the CDK's BootstrapVersion).
 
 
@@ -654,6 +690,7 @@ def install() -> None:
     _add_inference_component_dimension()
     _roll_back_failed_creates()
     _keep_previous_defaults()
+    _read_templates_on_loopback_addresses()
     _add_percentiles()
     # moto caches the CloudFormation type map on first use; rebuild it to include the models above.
     for cached in (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map):

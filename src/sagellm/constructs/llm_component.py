@@ -61,8 +61,9 @@ class LlmComponent(Construct, EndpointMetrics):
         weights = [model.model_data_s3_uri] if model.model_data_s3_uri is not None else []
         if network_isolation is None:
             network_isolation = not reaches_hub(plan)
+        self.component_name: str = component_name(self, model.name)
         self.role: iam.IRole = role or execution_role(
-            self, "Role", image_uris=[model.image_uri], kms_key=None, inference_components=True,
+            self, "Role", image_uris=[model.image_uri], kms_key=None, components=[self.component_name],
             weights_s3_uris=weights,
         )
         cfn_model = container_model(
@@ -76,7 +77,6 @@ class LlmComponent(Construct, EndpointMetrics):
             own_role=role is None,
         )
         self.model_name: str = model.name  # the plan's name for it
-        self.component_name: str = component_name(self, model.name)
         self.component = scaled_component(
             self,
             "",

@@ -88,7 +88,9 @@ class LlmEndpoint(Construct, EndpointMetrics):
             "Role",
             image_uris=[m.image_uri for m in plan.models],
             kms_key=kms_key,
-            inference_components=plan.endpoint_kind == "inference-component",
+            # Each component's container logs to its own group (instance-based endpoints have none).
+            components=[component_name(self, m.name) for m in plan.models]
+            if plan.endpoint_kind == "inference-component" else (),
             network=VpcNetwork(list(vpc_config.subnets), list(vpc_config.security_group_ids))
             if vpc_config is not None else None,
             weights_s3_uris=weights,

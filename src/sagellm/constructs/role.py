@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Acknowledgment, ArnFormat, Stack, Token, Validations
@@ -20,8 +21,16 @@ _ECR_URI = re.compile(
 # SageMaker's own metric namespaces; PutMetricData has no resource-level permissions, so the
 # namespace condition is the only way to narrow it.
 METRIC_NAMESPACES = ["/aws/sagemaker/Endpoints", "/aws/sagemaker/InferenceComponents"]
-# Log groups SageMaker writes a container's logs to: the endpoint's, and an inference component's own.
-LOG_PREFIXES = ("/aws/sagemaker/Endpoints", "/aws/sagemaker/InferenceComponents")
+# Where SageMaker writes a container's logs: `/aws/sagemaker/Endpoints/<endpoint name>` for an instance-based
+# endpoint (streams `<variant>/<instance id>`, docs.aws.amazon.com/sagemaker/latest/dg/logging-cloudwatch.html), and
+# `/aws/sagemaker/InferenceComponents/<component name>` for an inference component's container, not its endpoint's.
+ENDPOINT_LOGS = "/aws/sagemaker/Endpoints"
+COMPONENT_LOGS = "/aws/sagemaker/InferenceComponents"
+ENDPOINT_GROUPS = ("SageMaker names the log group after the endpoint, whose name CloudFormation sets only after this "
+                   "role exists (naming it here would be a circular dependency); scoped to this account, region and "
+                   "SageMaker's log-group prefix for endpoints.")
+COMPONENT_STREAMS = ("SageMaker names a component's log streams after the instances and containers it starts; "
+                     "scoped to this inference component's own log group.")
 # What `grant_invoke` allows on an endpoint: plain and streaming invocations, nothing else.
 INVOKE_ACTIONS = ["sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithResponseStream"]
 
@@ -39,13 +48,10 @@ def ecr_repository_arn(image_uri: str) -> str | None:
 
 
 def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key: kms.IKey | None,
-                   inference_components: bool = False, network: VpcNetwork | None = None,
+                   components: Sequence[str] = (), network: VpcNetwork | None = None,
                    weights_s3_uris: list[str] | None = None) -> iam.Role:
     """A least-privilege SageMaker execution role for the given images (and key, VPC and weights' S3 prefixes,
-    when given).
-
-    An inference component's container logs to `/aws/sagemaker/InferenceComponents/<component name>`, not
-    to the endpoint's log group: those endpoints get that prefix too.
+    when given), writing the logs of the named inference components, or of an instance-based endpoint if none.
     """
     stack = Stack.of(scope)
     role = iam.Role(
@@ -65,12 +71,24 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
     role.add_to_principal_policy(
         iam.PolicyStatement(sid="RegistryLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"])
     )
-    prefixes = LOG_PREFIXES if inference_components else LOG_PREFIXES[:1]
-    log_groups = [
-        stack.format_arn(service="logs", resource="log-group", resource_name=f"{prefix}/*",
-                         arn_format=ArnFormat.COLON_RESOURCE_NAME)
-        for prefix in prefixes
-    ]
+
+    def log_group(name: str) -> str:
+        return stack.format_arn(service="logs", resource="log-group", resource_name=name,
+                                arn_format=ArnFormat.COLON_RESOURCE_NAME)
+
+    # PutLogEvents acts on a stream (`log-group:<group>:log-stream:<stream>`), the other actions on the group
+    # (Service Authorization Reference, CloudWatch Logs). A component's name is in the template, so its role writes
+    # that component's group only. An endpoint's name is CloudFormation's (LlmEndpoint sets none, so CloudFormation
+    # can replace it; a name change would also replace every named component on it), and naming it here would make
+    # the role depend on the endpoint that needs the role: an instance-based endpoint's role writes under SageMaker's
+    # prefix for endpoints.
+    if components:
+        groups = [f"{COMPONENT_LOGS}/{name}" for name in components]
+        log_arns = [arn for group in groups for arn in (log_group(group), log_group(f"{group}:log-stream:*"))]
+        log_wildcards = {f"{group}:log-stream:*": COMPONENT_STREAMS for group in groups}
+    else:
+        log_arns = [log_group(f"{ENDPOINT_LOGS}/*")]
+        log_wildcards = {f"{ENDPOINT_LOGS}/*": ENDPOINT_GROUPS}
     role.add_to_principal_policy(
         iam.PolicyStatement(
             sid="WriteEndpointLogs",
@@ -80,7 +98,7 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
                 "logs:DescribeLogStreams",
                 "logs:PutLogEvents",
             ],
-            resources=log_groups,
+            resources=log_arns,
         )
     )
     role.add_to_principal_policy(
@@ -111,12 +129,10 @@ def execution_role(scope: Construct, id: str, *, image_uris: list[str], kms_key:
             iam_acknowledgment(
                 f"Resource::arn:{_nag_label(stack.partition, 'AWS::Partition')}:logs:"
                 f"{_nag_label(stack.region, 'AWS::Region')}:"
-                f"{_nag_label(stack.account, 'AWS::AccountId')}:log-group:{prefix}/*",
-                "SageMaker names the log group after the endpoint or inference component, whose name exists "
-                "only after this role (naming it here would be a circular dependency); scoped to this account, "
-                "region and SageMaker's log-group prefix.",
+                f"{_nag_label(stack.account, 'AWS::AccountId')}:log-group:{wildcard}",
+                reason,
             )
-            for prefix in prefixes
+            for wildcard, reason in log_wildcards.items()
         ),
         *vpc_findings,
         *weight_findings,

@@ -259,7 +259,27 @@ class Engine(ABC):
 
     def image_uri(self, version: str, region: str, pin: str | None = None) -> str:
         """The ECR image URI of the pinned server `version` in `region` (`pin`: its full tag or digest)."""
-        return images.uri(self.framework, self.image_version(version), region, pin)
+        image_version = self.image_version(version)
+        if region not in images.regions(self.framework, image_version):
+            raise InputError(self.region_error(image_version, region))
+        return images.uri(self.framework, image_version, region, pin)
+
+    def region_error(self, version: str, region: str) -> str:
+        """Why `region` has no image of `version`, and the fix: the newest version sagellm models there, or a region
+        that holds this one (GovCloud and China get new images later than the commercial regions)."""
+        held = images.regions(self.framework, version)
+        elsewhere = f"a region that has it, such as {'us-east-1' if 'us-east-1' in held else held[0]}"
+        there = [v for v in images.versions(self.framework) if region in images.regions(self.framework, v)]
+        modelled = [v for v in there if version_key(v) >= self.oldest]
+        missing = f"region: {region!r}: no {self.framework} {version} image there"
+        if modelled:
+            return (f"{missing}; the newest there is {modelled[-1]}: pin it in the profile (container.version: "
+                    f"{modelled[-1]}) or deploy to {elsewhere}")
+        if there:
+            oldest = ".".join(map(str, self.oldest))
+            return (f"{missing}, and its newest there, {there[-1]}, is older than the {oldest} sagellm models; use "
+                    f"another engine there or deploy to {elsewhere}")
+        return f"{missing} (none of any version); use another engine there or deploy to {elsewhere}"
 
     def payload_limit(self, env: dict[str, str]) -> int | None:
         """The largest request body the server takes (None: no limit of its own)."""

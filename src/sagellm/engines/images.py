@@ -53,6 +53,11 @@ def versions(framework: str) -> list[str]:
     return sorted(table(framework)["versions"], key=version_key)
 
 
+def regions(framework: str, version: str) -> list[str]:
+    """The regions that hold exactly `version`'s image."""
+    return sorted(table(framework)["versions"][version]["registries"])
+
+
 def alias(framework: str, version: str) -> str | None:
     """The exact version a short one ("3.3") stands for, if the table has the alias."""
     found: str | None = table(framework).get("version_aliases", {}).get(version)
@@ -106,8 +111,8 @@ def uri(framework: str, version: str, region: str, pin: str | None = None) -> st
     entry = table(framework)["versions"][version]
     registry = entry["registries"].get(region)
     if registry is None:
-        raise InputError(f"region: {region!r}: no {framework} {version} image there (use a SageMaker region "
-                         "such as us-east-1)")
+        raise InputError(f"region: {region!r}: no {framework} {version} image there (it is in "
+                         f"{', '.join(regions(framework, version)[:3])}, …)")
     if pin is not None and (errors := pin_errors(framework, version, pin, "container.image_pin")):
         raise InputError(errors)
     reference = f"@{pin}" if pin is not None and DIGEST.match(pin) else f":{pin or tag(framework, version)}"

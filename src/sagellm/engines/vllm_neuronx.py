@@ -21,7 +21,7 @@ from typing import ClassVar
 from sagellm.catalog import models
 from sagellm.engines.engine import CompiledShape, Generation, InferenceAmiVersion, Limits, Settings, read_int
 from sagellm.engines.openai_server import CHAT, COMPLETIONS, OpenAiServer, variable_for
-from sagellm.engines.tgi_neuron import CORES_PER_CHIP, INFERENCE_AMI_VERSION
+from sagellm.engines.tgi_neuron import CORES_PER_CHIP, INFERENCE_AMI_VERSION, NEURON_CACHE_REPO
 from sagellm.engines.vllm import COUNTERS, HISTOGRAMS
 
 PINNED = "0.4.4"  # the newest huggingface-vllm-neuronx image in sagemaker-core 2.27.0's tables (vLLM 0.11.0)
@@ -99,6 +99,14 @@ class VllmNeuronx(OpenAiServer):
     min_startup_timeout_s = STARTUP_TIMEOUT_S
     # The one Neuron host AMI a production variant may name (the TGI neuron image's, with the newer driver).
     inference_ami_version: InferenceAmiVersion | None = INFERENCE_AMI_VERSION
+    # A model folder without a neuron export (a plain snapshot, e.g. weights staged in S3) makes serve.py, and again
+    # vLLM's model loader, call `select_hub_cached_entries`, which lists this Hub repository (`HfApi.list_repo_files`)
+    # with nothing to catch a failure; HF_HUB_OFFLINE=1 only makes that call raise OfflineModeIsEnabled, and
+    # CUSTOM_CACHE_REPO / HF_ENDPOINT only name another Hub (optimum-neuron v0.4.4, f4bc3c5c:
+    # optimum/commands/neuron/serve.py `run`, optimum/neuron/vllm/model_loader.py `get_optimum_neuron_model`,
+    # optimum/neuron/cache/hub_cache.py `get_hub_cached_entries`). No variable keeps it offline, so network isolation
+    # stays off by default: an isolated container would stop before serving.
+    hub_at_start = NEURON_CACHE_REPO
     invocations = (CHAT, COMPLETIONS)
     sagemaker_api = "openai"
     histograms: ClassVar[dict[str, tuple[str, ...]]] = HISTOGRAMS  # vLLM 0.11's own server

@@ -32,8 +32,10 @@ def weights_upload(
     total = snapshot_bytes(folder)
     from rich.console import Console
 
+    console = Console(stderr=True)
+    # Off when stderr is a pipe or a CI log: a bar there is only a blank line before the result or the error.
     with Progress(TextColumn("uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                  console=Console(stderr=True), transient=True) as progress:
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("upload", total=total)
         keys = upload_snapshot(folder, s3_uri, progress=lambda sent: progress.advance(task, sent))
     print(f"uploaded {len(keys)} files ({total / 1e9:.2f} GB) to {s3_uri}; deploy with -c model_s3_uri={s3_uri} "
