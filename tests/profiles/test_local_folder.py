@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sagellm.bench import Bench, Local, SageMaker, ServingSpec
+from sagellm.aws.account import Account
+from sagellm.bench import Bench, Local, SageMaker, ServingSpec, planning
 from sagellm.bench.planning import plan_bench
 from sagellm.catalog import find_model, local_folder
 from sagellm.errors import InputError
@@ -103,7 +104,7 @@ def served(**kwargs: object) -> ServingSpec:
 
 
 def test_the_sagemaker_bench_refuses_a_folder_before_deploying_and_the_local_one_plans_it(
-        snap: Path, tmp_path: Path) -> None:
+        snap: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InputError) as caught:
         plan_bench(Bench(serving=served(), target=SageMaker()))
     assert caught.value.messages == [(f"ServingSpec.model: snap is a local folder, which SageMaker cannot read: upload "
@@ -111,5 +112,7 @@ def test_the_sagemaker_bench_refuses_a_folder_before_deploying_and_the_local_one
     # The local AWS runs no container and the emulator needs no weights.
     local = plan_bench(Bench(serving=served(), target=Local()))
     assert local.plan is not None and local.plan.primary.model_id == "snap"
+    # Staged in S3, the folder passes; the account checks that follow are stood in for (tests/aws/test_account.py).
+    monkeypatch.setattr(planning, "resolve_account", lambda region, bootstrap: Account("1", region, {}))
     staged = plan_bench(Bench(serving=served(model_s3_uri=URI), target=SageMaker()))
     assert staged.plan is not None and staged.plan.primary.model_data_s3_uri == URI

@@ -24,7 +24,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sagellm.catalog.pricing import Price
 from sagellm.catalog.regions import _botocore_partitions, find_partition
 
 PRICE_LIST_ENV = "SAGELLM_PRICE_LIST"
@@ -38,6 +37,21 @@ CLIENT_CONFIG = {"connect_timeout": 2, "read_timeout": 10, "retries": {"total_ma
 
 class NoCredentials(Exception):
     """No AWS credentials were found: nothing was asked."""
+
+
+@dataclass(frozen=True)
+class Price:
+    """The on-demand price of one instance for an hour in one region, with where the figure comes from."""
+
+    per_h: float
+    currency: str  # USD; CNY in the China regions
+    region: str
+    date: str  # when the figure was the list price (as precise as its source says)
+    source: str
+
+    def label(self) -> str:
+        """One line: the amount, whose price it is and from when."""
+        return f"{self.currency} {self.per_h:.4g}/h, {self.region} price of {self.date} ({self.source})"
 
 
 @dataclass(frozen=True)

@@ -12,32 +12,18 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from sagellm.catalog import price_list
+from sagellm.catalog.price_list import Price
 from sagellm.errors import InputError
 
 PRICES_ENV = "SAGELLM_PRICES"
 # Where offerings.csv comes from (data/README.md has the file path), as messages name it.
 OFFERINGS_SOURCE = "the AWS Price List's SageMaker hosting types, as cfn-lint 1.58.0 ships them"
 PRICE_COLUMNS = ("instance_type", "region", "per_h", "currency", "date", "source")
-
-
-@dataclass(frozen=True)
-class Price:
-    """The on-demand price of one instance for an hour in one region, with where the figure comes from."""
-
-    per_h: float
-    currency: str  # USD; CNY in the China regions
-    region: str
-    date: str  # when the figure was the list price (as precise as its source says)
-    source: str
-
-    def label(self) -> str:
-        """One line: the amount, whose price it is and from when."""
-        return f"{self.currency} {self.per_h:.4g}/h, {self.region} price of {self.date} ({self.source})"
 
 
 def _text(name: str) -> str:
@@ -86,7 +72,6 @@ def _team(override: str) -> dict[tuple[str, str], Price]:
 def price(instance_type: str, region: str) -> Price | None:
     """The region's own price of an instance type: the team's file, the AWS Price List, the shipped table, first
     found; None where none knows one (never another region's)."""
-    from sagellm.catalog import price_list  # it builds on Price
 
     override = os.environ.get(PRICES_ENV)
     key = (instance_type, region)
@@ -105,7 +90,6 @@ def shipped_summary() -> str:
 
 def unknown_why(region: str) -> str:
     """Why a region's price of a type is not known: what the Price List said, and what the shipped table holds."""
-    from sagellm.catalog import price_list
 
     listed = price_list.listed(region)
     if listed.prices:
