@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from sagellm.aws.local import LocalAws
+
+# Set for the whole session, before any fixture, so every child process inherits them too (a module-scoped
+# fixture that starts a bench runs before the function-scoped monkeypatches below): no test asks the real AWS
+# Price List or writes the user's price cache, and no credential lookup reaches an instance metadata service.
+os.environ["SAGELLM_PRICE_LIST"] = "off"
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 
 
 @pytest.fixture(autouse=True)
@@ -21,8 +28,8 @@ def _no_hugging_face_hub(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
 
 @pytest.fixture(autouse=True)
 def _no_price_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test asks the real AWS Price List or reads the user's cached copy: prices are the shipped table's
-    (tests/catalog/test_price_list.py turns it on against botocore's Stubber and a cache of its own)."""
+    """Prices are the shipped table's (tests/catalog/test_price_list.py turns the Price List on against
+    botocore's Stubber and a cache of its own; this puts it back off for the next test)."""
     monkeypatch.setenv("SAGELLM_PRICE_LIST", "off")
 
 
