@@ -66,13 +66,14 @@ def test_the_verdict_says_when_the_winner_is_the_only_engine_meeting_the_slo() -
     assert "lmi meets it nowhere (closest: " in verdict and "refused for the test" in verdict
 
 
-def test_a_tie_says_the_engines_are_predicted_equal_and_why() -> None:
+def test_a_tie_says_the_engines_are_predicted_equal_and_goes_to_the_engine_upstream_maintains() -> None:
     rec = choose(_search(("tgi", "lmi")), LOAD, RULES, Payload())
-    assert rec.pick is not None and rec.pick.config.engine == "tgi"
+    assert rec.pick is not None and rec.pick.config.engine == "lmi"  # TGI's twin, but TGI is no longer developed
     verdict = engine_verdict(rec)
     assert verdict is not None
     # Nothing was changed: both engines run TGI 1.x's fitted constants, so their predictions are the same.
     assert verdict.endswith(
-        f"lmi's {rec.pick.label().replace('tgi', 'lmi')} ties on $/h and margin: predicted equal, as TGI and LMI both "
+        f"tgi's {rec.pick.label().replace('lmi', 'tgi')} ties on $/h and margin: predicted equal, as LMI and TGI both "
         "run TGI 1.x's fitted step constants, and no published measurement compares the pinned versions on one GPU "
-        "and model (docs/containers.md) (tgi comes first in the registry: tgi, lmi)")
+        "and model (docs/containers.md) (lmi is chosen over tgi: upstream TGI has been in maintenance mode since "
+        "2025-12-11)")

@@ -157,6 +157,8 @@ class Engine(ABC):
     framework: str  # the SageMaker SDK's image table
     inference_tool: str | None = None  # what the SDK is called with for this table, written where the processor goes
     gpu = True  # whether its image runs on GPUs (False: on Inferentia only)
+    # Why upstream no longer develops it (None: maintained); `recommend` breaks an exact tie away from it.
+    unmaintained: str | None = None
     pinned: str  # the version sagellm pins
     oldest: tuple[int, ...]  # the oldest version whose behaviour docs/containers.md describes
     variables: tuple[Variable, ...]  # the settings the plan owns, and the aliases beside them

@@ -99,6 +99,8 @@ class Tgi(Engine):
 
     kind = "tgi"
     label = "TGI"
+    # huggingface/text-generation-inference README, 2025-12-11: "in maintenance mode" (docs/containers.md).
+    unmaintained = "upstream TGI has been in maintenance mode since 2025-12-11"
     framework = FRAMEWORK
     pinned = PINNED
     oldest = OLDEST

@@ -79,6 +79,8 @@ class TgiNeuron(Tgi):
     """TGI on Inferentia2: TGI's variables and wire format, a compiled static shape, its own image."""
 
     label = "TGI (Neuron)"
+    # huggingface/text-generation-inference README, 2025-12-11: "in maintenance mode" (docs/containers.md).
+    unmaintained = "upstream TGI has been in maintenance mode since 2025-12-11"
     framework = FRAMEWORK
     # The Hugging Face SDK retrieves huggingface-llm-neuronx with inference_tool="neuronx"
     # (get_huggingface_llm_image_uri) and image_uris._format_tag writes `<prefix>-neuronx-py310-…`: the table

@@ -90,10 +90,16 @@ def worst_tightness(candidate: Candidate, rules: Sequence[Rule]) -> float:
     return max((tightness(r, candidate.values.get(r.label)) for r in rules), default=0.0)
 
 
+def rank(candidate: Candidate, rules: Sequence[Rule]) -> tuple[float, float, bool]:
+    """Cheapest first, then the most margin; an exact tie goes to an engine upstream still develops (TGI is in
+    maintenance mode), then to registry order (the sort is stable)."""
+    return candidate.usd_per_h, worst_tightness(candidate, rules), _unmaintained(candidate.config.engine)
+
+
 def pareto(candidates: Sequence[Candidate], rules: Sequence[Rule]) -> list[Candidate]:
     """The cost–latency frontier: sorted by $/h, keep each one tighter than every cheaper one."""
     predicted = [c for c in candidates if c.problem is None]
-    predicted.sort(key=lambda c: (c.usd_per_h, worst_tightness(c, rules)))
+    predicted.sort(key=lambda c: rank(c, rules))
     out: list[Candidate] = []
     best = float("inf")
     for c in predicted:
@@ -172,8 +178,7 @@ def choose(found: Search, load: Load, rules: Sequence[Rule], payload: Payload,
            peak: Load | None = None) -> Recommendation:
     """The cheapest candidate meeting the SLO at the load with the search's headroom to every rule (and, with
     a peak, sizable for it within the cap); cheaper ones that meet it only without the headroom say so."""
-    meeting = sorted((c for c in found.candidates if c.meets),
-                     key=lambda c: (c.usd_per_h, worst_tightness(c, rules)))
+    meeting = sorted((c for c in found.candidates if c.meets), key=lambda c: rank(c, rules))
     skipped: dict[int, str] = {}
     short: dict[int, str] = {}
     pick = sizing = None
@@ -228,11 +233,27 @@ def engine_verdict(rec: Recommendation) -> str | None:
     if tied:
         named = _and([f"{engine}'s {best.label()}" for engine, best in tied.items()])
         lines.append(f"{named} tie{'s' if len(tied) == 1 else ''} on $/h and margin{_tie_reason([won, *tied])} "
-                     f"({won} comes first in the registry: {', '.join(engines)})")
+                     f"({_tie_break(won, list(tied), engines)})")
     why = "the cheapest deployment that meets the SLO" if cheaper_elsewhere else \
         "the only engine predicted to meet the SLO"
     headroom = f" with {rec.headroom * 100:.0f} % headroom" if rec.headroom else ""
     return f"engine: {won} won, {why}{headroom} (${pick.usd_per_h:.2f}/h); {'; '.join(lines)}"
+
+
+def _unmaintained(engine: str) -> bool:
+    """Whether upstream no longer develops the engine (an exact tie goes to one it does)."""
+    return engine in ENGINES and ENGINES[engine].unmaintained is not None
+
+
+def _tie_break(won: str, tied: Sequence[str], engines: Sequence[str]) -> str:
+    """Why the pick's engine won a tie: the others are no longer developed upstream, or registry order."""
+    stale = [e for e in tied if _unmaintained(e)]
+    if stale and not _unmaintained(won):
+        reasons = "; ".join(dict.fromkeys(str(ENGINES[e].unmaintained) for e in stale))
+        return f"{won} is chosen over {_and(stale)}: {reasons}" + (
+            f"; {_and([e for e in tied if e not in stale])} come after it in the registry: {', '.join(engines)}"
+            if len(stale) < len(tied) else "")
+    return f"{won} comes first in the registry: {', '.join(engines)}"
 
 
 def _tie_reason(engines: Sequence[str]) -> str:
