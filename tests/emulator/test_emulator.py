@@ -332,7 +332,10 @@ def test_copies_share_the_load_and_reject_only_when_every_copy_is_full() -> None
 
     async def scenario(s: aiohttp.ClientSession, url: str, emulator: Emulator) -> tuple[int, list[int]]:
         long = [asyncio.create_task(s.post(f"{url}/generate", json=tgi_body(10, 100))) for _ in range(2)]
-        await asyncio.sleep(0.05)
+        for _ in range(250):  # both admitted (a loaded machine may take a while to send them)
+            if sum(c.in_flight for c in emulator.primary.copies) == 2:
+                break
+            await asyncio.sleep(0.02)
         per_copy = [c.in_flight for c in emulator.primary.copies]
         async with s.post(f"{url}/generate", json=tgi_body(10, 5)) as r:
             status = r.status

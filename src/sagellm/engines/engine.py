@@ -119,6 +119,7 @@ class Limits:
     max_batch_total_tokens: int  # KV budget: what is free after warm-up; each sequence reserves input + max_new
     max_concurrent_requests: int | None  # TGI rejects above it (429); None: never rejects (LMI queues)
     max_batch_size: int | None  # running sequences; None: the KV budget alone decides
+    kv_block_tokens: int = 1  # paged KV is taken in blocks of this many tokens (vLLM: 16 on GPUs)
 
 
 class Token(NamedTuple):
@@ -159,6 +160,10 @@ class Engine(ABC):
     gpu = True  # whether its image runs on GPUs (False: on Inferentia only)
     # Why upstream no longer develops it (None: maintained); `recommend` breaks an exact tie away from it.
     unmaintained: str | None = None
+    # How a copy schedules its steps (emulator/serving/batching.py SCHEDULERS): "tgi" reserves each request's KV
+    # and pauses decoding for a prefill pass; "vllm" mixes decodes and prompt chunks in one token-budgeted pass
+    # over paged KV; "sglang" alternates prefill and decode passes, prefill first.
+    scheduling = "tgi"
     pinned: str  # the version sagellm pins
     oldest: tuple[int, ...]  # the oldest version whose behaviour docs/containers.md describes
     variables: tuple[Variable, ...]  # the settings the plan owns, and the aliases beside them

@@ -62,6 +62,9 @@ VARIABLES = (
 )
 
 
+VLLM_BLOCK_TOKENS = 16  # vLLM's DEFAULT_BLOCK_SIZE (config/cache.py; the same in the vLLM LMI 0.36 pins, 0.23)
+
+
 class Lmi(Engine):
     """AWS LMI with vLLM's async engine: queues instead of refusing; its rolling batch is the running limit."""
 
@@ -74,6 +77,7 @@ class Lmi(Engine):
     quantizations = QUANTIZATIONS
     model_id_variables = ("HF_MODEL_ID", "OPTION_MODEL_ID")
     queues = True
+    scheduling = "vllm"  # its engine is vLLM's (V1 scheduler: docs/planner.md)
     stream_content_type = "application/jsonlines"  # one JSON object per line, not server-sent events
     # vLLM's names (an http target's vLLM server too).
     histograms: ClassVar[dict[str, tuple[str, ...]]] = HISTOGRAMS
@@ -113,7 +117,8 @@ class Lmi(Engine):
         return Limits(max_input_tokens=total - 1, max_total_tokens=total,
                       max_batch_prefill_tokens=read_int(env, "OPTION_MAX_ROLLING_BATCH_PREFILL_TOKENS", total),
                       max_batch_total_tokens=kv_tokens, max_concurrent_requests=None,
-                      max_batch_size=read_int(env, "OPTION_MAX_ROLLING_BATCH_SIZE", DEFAULT_ROLLING_BATCH_SIZE))
+                      max_batch_size=read_int(env, "OPTION_MAX_ROLLING_BATCH_SIZE", DEFAULT_ROLLING_BATCH_SIZE),
+                      kv_block_tokens=VLLM_BLOCK_TOKENS)
 
     def default_max_new_tokens(self) -> int | None:
         """LMI's 30 tokens for a generate body without max_new_tokens."""

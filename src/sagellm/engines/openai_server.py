@@ -43,6 +43,7 @@ class OpenAiServer(Engine):
     generation_: Generation
     default_prefill_tokens: int  # the server's per-step token budget when its flag is unset
     default_running: int | None  # the server's running-sequence limit when unset (None: its KV pool decides)
+    kv_block_tokens: int  # tokens per KV block (page) of its paged cache
     queues = True
     stream_content_type = "text/event-stream"  # `data: {...}` OpenAI chunks, then `data: [DONE]`
 
@@ -95,7 +96,8 @@ class OpenAiServer(Engine):
         running = flag("max_batch_size", 0) or self.default_running
         return Limits(max_input_tokens=total - 1, max_total_tokens=total,
                       max_batch_prefill_tokens=flag("max_batch_prefill_tokens", self.default_prefill_tokens),
-                      max_batch_total_tokens=kv_tokens, max_concurrent_requests=None, max_batch_size=running)
+                      max_batch_total_tokens=kv_tokens, max_concurrent_requests=None, max_batch_size=running,
+                      kv_block_tokens=self.kv_block_tokens)
 
     # Neither server has TGI's generate API; the emulator refuses a generate body before it gets here
     # (`invocations` leaves it out), so these are never called.

@@ -57,6 +57,8 @@ class Sglang(OpenAiServer):
     quantizations = QUANTIZATIONS
     reads = frozenset({"HF_TOKEN"})
     generation_ = GENERATION
+    scheduling = "sglang"
+    kv_block_tokens = 1  # page_size (sglang 0.5.20 fields/schedule.py:145: None → 1 on CUDA)
     default_running = None  # sized from the KV pool (server_args.py)
     default_prefill_tokens = 4096  # chunked_prefill_size: 2048 to 16384 by GPU memory; the plan always sets it
     # The CUDA 13 images (cu130) need the host AMI with NVIDIA driver 580 (SageMaker's InferenceAmiVersion).

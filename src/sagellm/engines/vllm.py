@@ -73,6 +73,8 @@ class Vllm(OpenAiServer):
     reads = frozenset({"HF_MODEL_ID", "HF_TOKEN"})
     model_aliases = ("HF_MODEL_ID",)  # read when SM_VLLM_MODEL is unset and /opt/ml/model is empty
     generation_ = GENERATION
+    scheduling = "vllm"
+    kv_block_tokens = 16  # DEFAULT_BLOCK_SIZE (vllm 0.30.0 config/cache.py:71)
     # EngineArgs' OpenAI-server defaults below 70 GB of GPU memory (1024 and 8192 on H100/H200-class GPUs,
     # vllm/engine/arg_utils.py 0.32.0); the plan always sets both.
     default_running = 256

@@ -160,3 +160,16 @@ class StepModel:
         total = self._fixed_s() + max(compute, weights) + self._allreduce_s(tokens) - self._allreduce_s(0)
         cal = self.shape.calibration
         return total if cal is None else cal.prefill * total
+
+    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int) -> float:
+        """One forward pass over `prompt_tokens` of `prompts` prompt chunks and `batch` decoding sequences holding
+        `context_tokens` KV tokens (vLLM's steps): the pass pays the prompts' prefill and what the decodes add to
+        a step beyond its floor, as the fixed cost and the weight reads are shared."""
+        if prompt_tokens <= 0:
+            return self.decode_step_s(batch, context_tokens)
+        if batch <= 0:
+            return self.prefill_s(prompt_tokens, prompts)
+        floor = self.decode_floor_s()
+        cal = self.shape.calibration
+        return self.prefill_s(prompt_tokens, prompts) + self.decode_step_s(batch, context_tokens) - (
+            floor if cal is None else cal.decode_floor * floor)

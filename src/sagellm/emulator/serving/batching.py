@@ -24,6 +24,15 @@ from sagellm.planner import Shape, StepModel
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
 QUEUED, RUNNING, DONE, TIMED_OUT, CANCELLED = "queued", "running", "done", "timed_out", "cancelled"
+# SGLang 0.5.20's admission estimate (sglang/srt/environ.py:584-588, managers/schedule_policy.py:79-81, fields/
+# schedule.py:74-84): the share of the running sequences' remaining output it keeps room for starts at 0.7, falls by
+# (0.7 - 0.7 × 0.14) / 600 per decode step, is reset from the data after a retraction and to 0.7 when idle.
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+SGLANG_MIN_RATIO_FACTOR = 0.14
+SGLANG_RATIO_DECAY = (SGLANG_INIT_NEW_TOKEN_RATIO - SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR) / 600
+SGLANG_RETRACT_DECODE_STEPS = 20
+SGLANG_CLIP_MAX_NEW = 4096  # CLIP_MAX_NEW_TOKENS_ESTIMATION
+SGLANG_MAX_PREFILL_TOKENS = 16384  # max_prefill_tokens: a prefill batch's input tokens
 
 
 class RequestError(Exception):
@@ -50,9 +59,11 @@ class Sequence:
     __slots__ = (
         "_waiter",
         "arrived_s",
+        "computed",
         "deadline_s",
         "first_token_s",
         "generated",
+        "held",
         "input_tokens",
         "last_token_s",
         "max_new_tokens",
@@ -68,12 +79,21 @@ class Sequence:
         self.first_token_s: float | None = None  # on the copy's simulated clock
         self.last_token_s: float | None = None
         self.deadline_s = deadline_s  # on the copy's clock, or None
+        # Paged schedulers (vLLM, SGLang): tokens whose KV has been computed, and KV tokens held (whole blocks).
+        self.computed = 0
+        self.held = 0
         self._waiter: asyncio.Future[None] | None = None
 
     @property
     def reserved_tokens(self) -> int:
         """KV tokens the sequence holds a claim on while it runs."""
         return self.input_tokens + self.max_new_tokens
+
+    @property
+    def pending(self) -> int:
+        """Tokens to compute before the next one is sampled: the rest of the prompt (and, after a preemption, of
+        what it had generated), or 1 while decoding."""
+        return self.input_tokens + self.generated - self.computed
 
     @property
     def active(self) -> bool:
@@ -107,12 +127,17 @@ class Sequence:
 
 
 class CopyScheduler:
-    """One model copy without a clock of its own: a queue, a running batch within the budgets, its turns."""
+    """One model copy without a clock of its own: a queue, a running batch within the budgets, its turns, as the
+    copy's engine schedules them (`scheduling`: one of SCHEDULERS)."""
 
-    def __init__(self, steps: StepModel, limits: Limits, time_scale: float = 1.0):
+    def __init__(self, steps: StepModel, limits: Limits, time_scale: float = 1.0, scheduling: str = "tgi"):
         self.steps = steps
         self.limits = limits
         self.time_scale = time_scale  # simulated seconds per modelled second (the emulator runs faster)
+        self.scheduling = scheduling
+        self._turn = SCHEDULERS[scheduling]
+        self.kv_free = limits.max_batch_total_tokens  # paged schedulers: KV tokens no sequence holds
+        self.new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO  # SGLang's estimate of the decode tokens still to come
         self.queue: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.kv_reserved = 0
@@ -120,6 +145,7 @@ class CopyScheduler:
         self.completed = 0
         self.timed_out = 0
         self.cancelled = 0
+        self.preempted = 0  # paged schedulers: sequences whose KV was freed to be recomputed
         self.busy_s = 0.0  # modelled seconds spent in prefill or decode passes (the GPU busy)
         self.sim_s = 0.0  # the simulated clock: when the current pass ends
         self.on_end: Callable[[Sequence], None] | None = None  # told of every sequence that ends
@@ -149,6 +175,8 @@ class CopyScheduler:
             self.running.remove(seq)
             self.kv_reserved -= seq.reserved_tokens
             self.context -= seq.input_tokens + seq.generated
+        self.kv_free += seq.held
+        seq.held = 0
         seq.state = state
         if state == DONE:
             self.completed += 1
@@ -161,11 +189,16 @@ class CopyScheduler:
             self.on_end(seq)
 
     def turn(self) -> Iterator[float]:
-        """One turn from the copy's clock: expire, admit, prefill the admitted, one decode step; yields each
-        pass's modelled seconds (the driver lets them pass) and stamps its tokens once the driver resumes it."""
+        """One turn from the copy's clock, as its engine schedules: yields each pass's modelled seconds (the driver
+        lets them pass) and stamps its tokens once the driver resumes it."""
         if self.queue and not self.running:  # an idle copy starts on the first arrival
             self.sim_s = max(self.sim_s, self.queue[0].arrived_s)
         self.expire(self.sim_s)
+        yield from self._turn(self)
+
+    def reserved_turn(self) -> Iterator[float]:
+        """TGI: admit what the reserved KV and the prefill budget allow, prefill the admitted (decoding pauses),
+        then one decode step."""
         batch = self.admit()
         if batch:
             # A prefill pass for the newly admitted requests; decoding of the others pauses meanwhile. Each prompt
@@ -175,6 +208,151 @@ class CopyScheduler:
         if self.running:
             yield self._advance(self.steps.decode_step_s(len(self.running), self.context))
             self.emit(self.running)
+
+    def paged_turn(self) -> Iterator[float]:
+        """vLLM V1 (Scheduler.schedule, vllm 0.30.0 v1/core/sched/scheduler.py:561-1300): one forward pass within a
+        token budget (max_num_batched_tokens): the running sequences first, in admission order (a decode takes 1
+        token, a partly prefilled prompt the rest it can), then waiting prompts, first come first served, each
+        chunked into what is left. KV blocks are taken as tokens are computed, nothing reserved for the output;
+        when they run out the latest admitted sequence is preempted (its KV freed, recomputed later from the front
+        of the queue) and nobody new is admitted that step. A waiting prompt is admitted only when blocks for all
+        of it are free (scheduler_reserve_full_isl)."""
+        budget = self.limits.max_batch_prefill_tokens
+        steps: list[tuple[Sequence, int]] = []
+        preempted = False
+        for seq in list(self.running):
+            if budget <= 0 or seq.state != RUNNING:
+                break
+            n = min(seq.pending, budget)
+            # A sequence alone runs whatever the pool holds (it could never run otherwise).
+            while seq.state == RUNNING and not self._take_blocks(seq, n, force=len(self.running) == 1):
+                preempted = True
+                self._preempt(self.running[-1], front=True)
+            if seq.state != RUNNING:  # it was the latest admitted itself
+                break
+            steps.append((seq, n))
+            budget -= n
+        while (not preempted and budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
+               and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
+            seq = self.queue[0]
+            # The whole prompt's blocks must be free, unless nothing runs (a prompt over the pool runs alone).
+            if self._blocks(seq.pending) > self.kv_free and self.running:
+                break
+            n = min(seq.pending, budget)
+            self._start(seq)
+            self._take_blocks(seq, n, force=True)
+            steps.append((seq, n))
+            budget -= n
+        if steps:
+            yield self._advance(self._forward_s(steps))
+            self._computed(steps)
+
+    def alternating_turn(self) -> Iterator[float]:
+        """SGLang (Scheduler.get_next_batch_to_run, sglang 0.5.20 managers/scheduler.py:3562-3700): a prefill
+        (extend) pass whenever waiting prompts can be admitted, decoding paused; else one decode step. A prefill
+        takes the prompt being chunked first, then waiting ones in arrival order while their prompt plus all of
+        their output (at most 4096) fits the KV left after the running sequences' expected output (remaining ×
+        new_token_ratio), within chunked_prefill_size tokens (the last one chunked). Out of KV in decode, the
+        sequence with the fewest output tokens (ties: longest prompt) is retracted to the back of the queue."""
+        chunk = min(self.limits.max_batch_prefill_tokens, SGLANG_MAX_PREFILL_TOKENS)
+        steps: list[tuple[Sequence, int]] = []
+        chunked = next((s for s in self.running if s.pending > 1 or s.generated == 0), None)
+        if chunked is not None:
+            n = min(chunked.pending, chunk)
+            self._take_blocks(chunked, n, force=True)
+            steps.append((chunked, n))
+            chunk -= n
+        expected = sum(min(s.max_new_tokens - s.generated, SGLANG_CLIP_MAX_NEW) for s in self.running)
+        room = self.kv_free - expected * self.new_token_ratio
+        while (chunk > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
+               and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
+            seq = self.queue[0]
+            need = seq.pending + min(seq.max_new_tokens - seq.generated, SGLANG_CLIP_MAX_NEW) + 1
+            if need >= room and (self.running or steps):
+                break
+            n = min(seq.pending, chunk)
+            self._start(seq)
+            self._take_blocks(seq, n, force=True)
+            steps.append((seq, n))
+            room -= need
+            chunk -= n
+            if n < seq.pending:  # one prompt is chunked at a time
+                break
+        if steps:
+            yield self._advance(self.steps.prefill_s(sum(n for _, n in steps), len(steps)))
+            self._computed(steps)
+            return
+        if not self.running:
+            self.new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO  # on_idle
+            return
+        retracted = False
+        while len(self.running) > 1 and self.kv_free < len(self.running):
+            retracted = True
+            self._preempt(max(self.running, key=lambda s: (-s.generated, s.input_tokens)), front=False)
+        if retracted:
+            left = self.running
+            self.new_token_ratio = min(1.0, (sum(s.generated for s in left) + SGLANG_RETRACT_DECODE_STEPS * len(left))
+                                       / (sum(s.max_new_tokens for s in left) + 1))
+        else:
+            self.new_token_ratio = max(SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR,
+                                       self.new_token_ratio - SGLANG_RATIO_DECAY)
+        steps = [(s, 1) for s in self.running]
+        for seq, n in steps:
+            self._take_blocks(seq, n, force=True)
+        yield self._advance(self.steps.decode_step_s(len(steps), sum(s.computed for s, _ in steps)))
+        self._computed(steps)
+
+    def _blocks(self, tokens: int) -> int:
+        """KV tokens `tokens` take in whole blocks."""
+        block = self.limits.kv_block_tokens
+        return -(-tokens // block) * block
+
+    def _take_blocks(self, seq: Sequence, n: int, force: bool = False) -> bool:
+        """Give `seq` the blocks `n` more computed tokens need; False (nothing taken) when too few are free, unless
+        `force` (a sequence that must run although the pool is short: it runs alone)."""
+        more = self._blocks(seq.computed + n) - seq.held
+        if more > self.kv_free and not force:
+            return False
+        seq.held += more
+        self.kv_free -= more
+        return True
+
+    def _start(self, seq: Sequence) -> None:
+        """Move the queue's head into the running batch."""
+        self.queue.popleft()
+        seq.state = RUNNING
+        self.running.append(seq)
+
+    def _preempt(self, seq: Sequence, *, front: bool) -> None:
+        """Free a running sequence's KV and queue it again (front: vLLM; back: SGLang) to be recomputed."""
+        self.running.remove(seq)
+        self.kv_free += seq.held
+        seq.held = seq.computed = 0
+        seq.state = QUEUED
+        self.preempted += 1
+        if front:
+            self.queue.appendleft(seq)
+        else:
+            self.queue.append(seq)
+
+    def _forward_s(self, steps: list[tuple[Sequence, int]]) -> float:
+        """One forward pass over decodes and prompt chunks together: the weights read once, the decodes' attention
+        over their KV, each chunk's over itself."""
+        chunks = [(seq, n) for seq, n in steps if seq.pending > 1 or seq.generated == 0]
+        decodes = [seq for seq, n in steps if not (seq.pending > 1 or seq.generated == 0)]
+        return self.steps.mixed_step_s(sum(n for _, n in chunks), len(chunks), len(decodes),
+                                       sum(seq.computed for seq in decodes))
+
+    def _computed(self, steps: list[tuple[Sequence, int]]) -> None:
+        """After a pass: the tokens it computed are held; each sequence whose prompt (or last token) is done
+        samples its next token."""
+        ready = []
+        for seq, n in steps:
+            if seq.state == RUNNING:
+                seq.computed += n
+                if seq.pending == 0:
+                    ready.append(seq)
+        self.emit(ready)
 
     def _advance(self, modelled_s: float) -> float:
         self.busy_s += modelled_s
@@ -231,6 +409,14 @@ class CopyScheduler:
             self.retire(seq, TIMED_OUT)
         self._next_deadline = min((s.deadline_s for s in (*self.queue, *self.running) if s.deadline_s is not None),
                                   default=math.inf)
+
+
+# How each engine schedules a copy (Engine.scheduling names one); docs/planner.md says where they differ.
+SCHEDULERS: dict[str, Callable[[CopyScheduler], Iterator[float]]] = {
+    "tgi": CopyScheduler.reserved_turn,
+    "vllm": CopyScheduler.paged_turn,
+    "sglang": CopyScheduler.alternating_turn,
+}
 
 
 def served_shape(plan: DeploymentPlan, deployment: ModelDeployment) -> tuple[Shape, Engine, Limits]:

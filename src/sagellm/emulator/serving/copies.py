@@ -41,8 +41,8 @@ _MAX_DEBT_S = 0.05  # real seconds an engine may run behind its schedule before 
 class CopyEngine(CopyScheduler):
     """One model copy on the event loop: its turns on its own clock, paced on perf_counter()."""
 
-    def __init__(self, steps: StepModel, limits: Limits, time_scale: float):
-        super().__init__(steps, limits, time_scale)
+    def __init__(self, steps: StepModel, limits: Limits, time_scale: float, scheduling: str = "tgi"):
+        super().__init__(steps, limits, time_scale, scheduling)
         self.max_behind_s = 0.0  # worst lateness of a step against the schedule, real seconds
         self._behind_s = 0.0  # wall clock less the copy's clock: debts not made up since the copy was last idle
         self._work = asyncio.Event()
@@ -105,7 +105,8 @@ class ModelServer(Router[CopyEngine]):
         self._time_scale = time_scale
         # Copies behind the endpoint: per instance (inference components) × instances.
         n_copies = deployment.copy_count * plan.initial_instance_count
-        super().__init__(limits, [CopyEngine(self._steps, limits, time_scale) for _ in range(n_copies)])
+        super().__init__(limits, [CopyEngine(self._steps, limits, time_scale, self.engine.scheduling)
+                                  for _ in range(n_copies)])
         self.retired: list[CopyEngine] = []  # removed by a scale-in: they finish what they hold, take nothing new
 
     def start(self) -> None:
@@ -125,7 +126,7 @@ class ModelServer(Router[CopyEngine]):
     def set_copies(self, wanted: int) -> None:
         """Copy scaling (inference components): `wanted` copies, down to zero (then nothing takes requests)."""
         while len(self.copies) < wanted:
-            copy = CopyEngine(self._steps, self.limits, self._time_scale)
+            copy = CopyEngine(self._steps, self.limits, self._time_scale, self.engine.scheduling)
             copy.start()
             self.copies.append(copy)
         while len(self.copies) > wanted:

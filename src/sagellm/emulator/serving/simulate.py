@@ -233,12 +233,13 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
     virtual clock; `steps` replaces the emulator's step model (a design's generation and calibration), `sizes`
     gives request i's (input, output) tokens where they vary (a bench's workload)."""
     deployment = plan.primary
-    shape, _, limits = served_shape(plan, deployment)
+    shape, engine, limits = served_shape(plan, deployment)
     step_model = _AffineSteps((steps or StepModel(shape)).shape)
     n_copies = deployment.copy_count * plan.initial_instance_count
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
-        return _Endpoint(Router(limits, [CopyScheduler(step_model, limits) for _ in range(n_copies)]), clock)
+        return _Endpoint(Router(limits, [CopyScheduler(step_model, limits, scheduling=engine.scheduling)
+                                        for _ in range(n_copies)]), clock)
 
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
     if isinstance(load, SimulatedOpenLoop):
