@@ -18,9 +18,10 @@ from sagellm.bench.predicted import (
     simulated_curve,
     simulated_level,
 )
-from sagellm.emulator.serving.simulate import SimulatedClosedLoop, simulate
 from sagellm.planner import StepModel
+from sagellm.planner.simulate import SimulatedClosedLoop, simulate
 from sagellm.profiles import design_for
+from sagellm.profiles.plan import served
 
 
 def test_offered_reads_each_clients_first_arrival_its_gaps_and_the_counts() -> None:
@@ -51,7 +52,7 @@ def test_an_emulated_request_arrives_when_the_emulator_stamped_it_on_the_simulat
 def test_a_replayed_closed_loop_sends_when_and_as_often_as_its_clients_did() -> None:
     d = design_for("max-throughput", "falcon-7b", None)
     load = SimulatedClosedLoop(2, starts_s=(0.0, 0.4), think_s=((1.0,), (0.0, 2.0)))
-    sim = simulate(d.plan(), 64, 8, load, requests=6, warmup=2, steps=StepModel(d.shape()))
+    sim = simulate(served(d.plan(), StepModel(d.shape())), 64, 8, load, requests=6, warmup=2)
     sent = {u: [r for r in sim.requests if r.user == u] for u in (0, 1)}
     assert [r.arrived_s for r in sim.requests[:2]] == [0.0, 0.4]
     for a, b in zip(sent[0], sent[0][1:], strict=False):
@@ -69,7 +70,7 @@ def test_without_measured_clients_the_loop_is_modelled_clients_that_do_not_send_
     assert len(turns) == 16 * 16
     assert min(CLIENT_TURNAROUND_S) / 0.2 <= min(turns) and max(turns) <= max(CLIENT_TURNAROUND_S) / 0.2
     d = design_for("max-throughput", "falcon-7b", None)
-    sim = simulate(d.plan(), 256, 64, load, requests=64, steps=StepModel(d.shape()))
+    sim = simulate(served(d.plan(), StepModel(d.shape())), 256, 64, load, requests=64)
     assert len({r.arrived_s for r in sim.requests}) == len(sim.requests)  # no two requests arrive together
 
 

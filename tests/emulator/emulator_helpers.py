@@ -11,9 +11,8 @@ from typing import Any
 import aiohttp
 
 from sagellm.emulator import Emulator, make_prompt
-from sagellm.emulator.serving.batching import served_shape
 from sagellm.planner import StepModel
-from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+from sagellm.profiles.plan import DeploymentPlan, ModelDeployment, served_shape
 
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"
 

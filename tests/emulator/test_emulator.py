@@ -18,9 +18,9 @@ from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import Emulator, count_tokens, make_prompt
 from sagellm.emulator.frontend.eventstream import exception_event, payload_part
 from sagellm.emulator.frontend.formats import generated_text
-from sagellm.emulator.serving.batching import QUEUED, RUNNING, CopyScheduler, Sequence
 from sagellm.emulator.serving.copies import ModelServer
 from sagellm.planner import Shape
+from sagellm.planner.batching import QUEUED, RUNNING, CopyScheduler, Sequence
 from sagellm.profiles import design_for
 from sagellm.profiles.plan import ModelDeployment
 

@@ -13,12 +13,13 @@ from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
 
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from sagellm.emulator import Emulator
-from sagellm.emulator.serving.simulate import (
+from sagellm.planner.simulate import (
     SimulatedClosedLoop,
     SimulatedOpenLoop,
     SimulatedRequest,
     simulate,
 )
+from sagellm.profiles.plan import served
 
 
 def ttft_ms(r: SimulatedRequest) -> float:
@@ -39,7 +40,7 @@ def quantile(values: list[float], q: float) -> float:
 def test_one_user_alone_gets_a_prefill_pass_then_one_decode_step_per_token() -> None:
     p = plan()
     steps = steps_of(p)
-    sim = simulate(p, 100, 5, SimulatedClosedLoop(1), requests=3, warmup=1)
+    sim = simulate(served(p), 100, 5, SimulatedClosedLoop(1), requests=3, warmup=1)
     for r in sim.measured:
         assert r.ok and r.output_tokens == 5
         assert ttft_ms(r) == pytest.approx(steps.prefill_s(100) * 1000)
@@ -55,14 +56,14 @@ def test_a_run_is_the_same_for_a_seed_and_differs_for_another() -> None:
 
     def stamps(seed: int) -> list[tuple[float, float | None, float | None]]:
         return [(r.arrived_s, r.first_token_s, r.last_token_s)
-                for r in simulate(p, 256, 64, SimulatedOpenLoop(3.0), requests=200, seed=seed).requests]
+                for r in simulate(served(p), 256, 64, SimulatedOpenLoop(3.0), requests=200, seed=seed).requests]
 
     assert stamps(1) == stamps(1)
     assert stamps(1) != stamps(2)
 
 
 def test_warm_up_then_measured_requests_then_tail_fillers_until_every_measured_one_ends() -> None:
-    sim = simulate(plan(), 256, 64, SimulatedOpenLoop(3.0), requests=150, warmup=40)
+    sim = simulate(served(plan()), 256, 64, SimulatedOpenLoop(3.0), requests=150, warmup=40)
     assert [r.warmup for r in sim.requests[:41]] == [True] * 40 + [False]
     measured = sim.measured
     assert len(measured) == 150 and all(r.ok for r in measured)
@@ -73,33 +74,33 @@ def test_warm_up_then_measured_requests_then_tail_fillers_until_every_measured_o
 
 
 def test_queueing_makes_the_p90_ttft_much_more_than_the_median_at_high_utilisation() -> None:
-    sim = simulate(plan(), 256, 256, SimulatedOpenLoop(2.0), requests=600)
+    sim = simulate(served(plan()), 256, 256, SimulatedOpenLoop(2.0), requests=600)
     ttfts = [ttft_ms(r) for r in sim.measured]
     assert quantile(ttfts, 0.9) > 3 * quantile(ttfts, 0.5)
 
 
 def test_above_the_admission_limit_requests_are_refused_with_429() -> None:
     p = plan(model(env={**TOKEN_CAPS, "MAX_CONCURRENT_REQUESTS": "2"}))
-    sim = simulate(p, 256, 64, SimulatedClosedLoop(4), requests=100)
+    sim = simulate(served(p), 256, 64, SimulatedClosedLoop(4), requests=100)
     errors = {r.error for r in sim.measured if not r.ok}
     assert errors == {"overloaded"} and all(r.status == 429 for r in sim.measured if not r.ok)
     assert any(r.ok for r in sim.measured)
 
 
 def test_a_request_over_the_total_token_cap_is_refused_with_422() -> None:
-    sim = simulate(plan(), 2000, 4000, SimulatedOpenLoop(1.0), requests=5, warmup=0)
+    sim = simulate(served(plan()), 2000, 4000, SimulatedOpenLoop(1.0), requests=5, warmup=0)
     assert all(r.error == "validation" and r.status == 422 for r in sim.measured)
 
 
 def test_requests_past_the_invocation_timeout_fail_as_timeouts() -> None:
-    sim = simulate(plan(), 1024, 512, SimulatedOpenLoop(20.0), requests=200, timeout_s=60.0)
+    sim = simulate(served(plan()), 1024, 512, SimulatedOpenLoop(20.0), requests=200, timeout_s=60.0)
     assert any(r.error == "timeout" for r in sim.measured)
     assert all(r.end_s - r.arrived_s <= 60.0 + 1.0 for r in sim.measured if r.ok)
 
 
 def test_copies_share_the_load_least_loaded_first() -> None:
-    one = simulate(plan(), 256, 256, SimulatedOpenLoop(2.0), requests=300)
-    four = simulate(plan(model(copies=4), instance="ml.g5.12xlarge", kind="inference-component"), 256, 256,
+    one = simulate(served(plan()), 256, 256, SimulatedOpenLoop(2.0), requests=300)
+    four = simulate(served(plan(model(copies=4), instance="ml.g5.12xlarge", kind="inference-component")), 256, 256,
                     SimulatedOpenLoop(2.0), requests=300)
     assert quantile([ttft_ms(r) for r in four.measured], 0.9) < quantile([ttft_ms(r) for r in one.measured], 0.9)
 
@@ -109,7 +110,7 @@ def test_the_simulator_agrees_with_the_emulator_served_over_http() -> None:
     """Both get the same Poisson arrival times (the simulator's, from its seed); the emulator's own timings
     (its simulated clock, in the headers) ÷ the time scale against the simulated requests."""
     rate, n_in, n_out, n, extra, seed, scale = 3.0, 256, 64, 120, 20, 7, 0.25
-    sim = simulate(plan(), n_in, n_out, SimulatedOpenLoop(rate), requests=n, warmup=0, seed=seed)
+    sim = simulate(served(plan()), n_in, n_out, SimulatedOpenLoop(rate), requests=n, warmup=0, seed=seed)
     rng = random.Random(seed)
     arrivals = [0.0]
     for _ in range(n + extra):
@@ -130,11 +131,11 @@ def test_the_simulator_agrees_with_the_emulator_served_over_http() -> None:
         return await asyncio.gather(*(one(at) for at in arrivals))
 
     cpu_wait = CpuWait()  # the emulator and its client both run in this process
-    served = run(plan(), scenario, time_scale=scale)[:n]
+    answered = run(plan(), scenario, time_scale=scale)[:n]
     simulated = [(ttft_ms(r), itl_ms(r)) for r in sim.measured]
-    assert len(served) == len(simulated) == n
+    assert len(answered) == len(simulated) == n
     # The emulator's clock is the wall clock: a process left without a CPU serves late by that much.
-    compared = {(metric, q): (quantile([x[metric] for x in simulated], q), quantile([x[metric] for x in served], q))
+    compared = {(metric, q): (quantile([x[metric] for x in simulated], q), quantile([x[metric] for x in answered], q))
                 for metric in (0, 1) for q in (0.5, 0.9)}
     judge_only_when_fed(cpu_wait.share(), MAX_CPU_WAIT, "predicted vs emulated (TTFT, ITL) ms at p50/p90 "
                         + ", ".join(f"{predicted:.0f} vs {emulated:.0f}" for predicted, emulated in compared.values()))
@@ -145,7 +146,7 @@ def test_the_simulator_agrees_with_the_emulator_served_over_http() -> None:
 def test_a_pass_of_prompts_prefilled_together_costs_each_prompt_its_own_attention() -> None:
     p = plan()
     steps = steps_of(p)
-    sim = simulate(p, 1000, 5, SimulatedClosedLoop(4), requests=4, warmup=0)
+    sim = simulate(served(p), 1000, 5, SimulatedClosedLoop(4), requests=4, warmup=0)
     # Four users start together: one pass takes all four prompts; attention is quadratic in each prompt's length,
     # so the pass costs less than one 4,000-token prompt would.
     first = sim.requests[:4]

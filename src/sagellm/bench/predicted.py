@@ -16,15 +16,15 @@ from typing import cast
 
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import summarize, tokens_in_window
-from sagellm.emulator.serving.simulate import (
+from sagellm.planner import Curve, Payload, Point, Shape, StepModel, curve_of, predict_point
+from sagellm.planner.simulate import (
     SimulatedClosedLoop,
     SimulatedOpenLoop,
     SimulatedRequest,
     Simulation,
     simulate,
 )
-from sagellm.planner import Curve, Payload, Point, Shape, StepModel, curve_of, predict_point
-from sagellm.profiles.plan import DeploymentPlan
+from sagellm.profiles.plan import DeploymentPlan, served
 from sagellm.results.schema import ErrorKind, LevelSummary
 
 # Measured requests per simulated level: p90 rests on the 60 slowest, and a whole catalog takes seconds.
@@ -139,7 +139,7 @@ def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *,
         SimulatedOpenLoop(request_rate) if request_rate is not None else
         SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
         modelled_clients(concurrency or 1, time_scale, seed))
-    sim = simulate(plan, payload.input_tokens, payload.output_tokens, load, steps=steps, sizes=sizes,
+    sim = simulate(served(plan, steps), payload.input_tokens, payload.output_tokens, load, sizes=sizes,
                    requests=offered.requests if offered is not None else requests,
                    warmup=offered.warmup if offered is not None else warmup)
     return summary_of(sim, concurrency, request_rate)

@@ -160,7 +160,7 @@ class Engine(ABC):
     gpu = True  # whether its image runs on GPUs (False: on Inferentia only)
     # Why upstream no longer develops it (None: maintained); `recommend` breaks an exact tie away from it.
     unmaintained: str | None = None
-    # How a copy schedules its steps (emulator/serving/batching.py SCHEDULERS): "tgi" reserves each request's KV
+    # How a copy schedules its steps (planner/batching.py SCHEDULERS): "tgi" reserves each request's KV
     # and pauses decoding for a prefill pass; "vllm" mixes decodes and prompt chunks in one token-budgeted pass
     # over paged KV; "sglang" alternates prefill and decode passes, prefill first.
     scheduling = "tgi"

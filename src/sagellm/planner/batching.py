@@ -17,11 +17,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Generic, TypeVar
 
-from sagellm.catalog import find_instance
-from sagellm.engines import Engine, Limits, engine_for
-from sagellm.errors import InputError
-from sagellm.planner import Shape, StepModel
-from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+from sagellm.engines import Limits
+from sagellm.planner.steps import StepModel
 
 QUEUED, RUNNING, DONE, TIMED_OUT, CANCELLED = "queued", "running", "done", "timed_out", "cancelled"
 # SGLang 0.5.20's admission estimate (sglang/srt/environ.py:584-588, managers/schedule_policy.py:79-81, fields/
@@ -417,22 +414,6 @@ SCHEDULERS: dict[str, Callable[[CopyScheduler], Iterator[float]]] = {
     "vllm": CopyScheduler.paged_turn,
     "sglang": CopyScheduler.alternating_turn,
 }
-
-
-def served_shape(plan: DeploymentPlan, deployment: ModelDeployment) -> tuple[Shape, Engine, Limits]:
-    """The planner shape of one copy, the pinned server's engine and the limits it reads from the environment
-    (with its own defaults where one is unset); InputError where no KV cache fits."""
-    instance = find_instance(plan.instance_type)
-    engine = engine_for(plan.container, neuron=instance.is_neuron)
-    # The server generation's step constants, as the plan's prediction uses them (TGI 3 is not TGI 1).
-    shape = Shape(model=deployment.model(), instance=instance, tp_degree=deployment.tp_degree,
-                  quantization=deployment.quantization, generation=engine.generation(plan.container_version).name)
-    limits = engine.limits(plan.container_version, deployment.environment, shape.kv_capacity_tokens,
-                           shape.model.max_context)
-    if limits.max_batch_total_tokens <= 0:
-        raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
-                         f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")
-    return shape, engine, limits
 
 
 C = TypeVar("C", bound=CopyScheduler)

@@ -20,21 +20,25 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from sagellm.emulator.serving.batching import (
-    TIMED_OUT,
-    CopyScheduler,
-    RequestError,
-    Router,
-    Sequence,
-    served_shape,
-)
-from sagellm.planner import StepModel
+from sagellm.engines import Limits
+from sagellm.planner.batching import TIMED_OUT, CopyScheduler, RequestError, Router, Sequence
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
-from sagellm.profiles.plan import DeploymentPlan
+from sagellm.planner.steps import StepModel
 
 DEFAULT_REQUESTS = 1000  # measured requests: p99 then rests on the ten slowest
 DEFAULT_WARMUP = 100  # open loop; a closed loop warms up on two requests per user (at least this many)
 _PROBE = 1 << 20  # context tokens at which a decode step's slope is read (large: a precise difference)
+
+
+@dataclass(frozen=True)
+class Served:
+    """One model behind an endpoint, as the simulation needs it: its copies' step model, the limits their server
+    reads, how its engine schedules (batching.SCHEDULERS) and how many copies serve it."""
+
+    steps: StepModel
+    limits: Limits
+    scheduling: str
+    copies: int
 
 
 @dataclass(frozen=True)
@@ -225,21 +229,17 @@ class _SimulatedRun:
         return Simulation(self.sent, measured[0].arrived_s, measured[-1].arrived_s)
 
 
-def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: SimulatedOpenLoop | SimulatedClosedLoop, *,
+def simulate(served: Served, input_tokens: int, output_tokens: int, load: SimulatedOpenLoop | SimulatedClosedLoop, *,
              requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
-             steps: StepModel | None = None, timeout_s: float | None = INVOCATION_TIMEOUT_S,
+             timeout_s: float | None = INVOCATION_TIMEOUT_S,
              sizes: Callable[[int], tuple[int, int]] | None = None) -> Simulation:
-    """Run the plan's first model (copies × instances, the limits its server reads) under a load on a
-    virtual clock; `steps` replaces the emulator's step model (a design's generation and calibration), `sizes`
-    gives request i's (input, output) tokens where they vary (a bench's workload)."""
-    deployment = plan.primary
-    shape, engine, limits = served_shape(plan, deployment)
-    step_model = _AffineSteps((steps or StepModel(shape)).shape)
-    n_copies = deployment.copy_count * plan.initial_instance_count
+    """Run a served model (its copies, the limits its server reads, its engine's scheduling) under a load on a
+    virtual clock; `sizes` gives request i's (input, output) tokens where they vary (a bench's workload)."""
+    step_model = _AffineSteps(served.steps.shape)
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
-        return _Endpoint(Router(limits, [CopyScheduler(step_model, limits, scheduling=engine.scheduling)
-                                        for _ in range(n_copies)]), clock)
+        return _Endpoint(Router(served.limits, [CopyScheduler(step_model, served.limits, scheduling=served.scheduling)
+                                                for _ in range(served.copies)]), clock)
 
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
     if isinstance(load, SimulatedOpenLoop):

@@ -7,9 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from sagellm.catalog import Instance, Model, find_model, models
+from sagellm.catalog import Instance, Model, find_instance, find_model, models
+from sagellm.engines import Engine, Limits, engine_for
 from sagellm.engines.engine import InferenceAmiVersion
 from sagellm.errors import InputError
+from sagellm.planner import Shape, StepModel
+from sagellm.planner.simulate import Served
 from sagellm.profiles.schema import Architecture, Kind
 
 
@@ -201,3 +204,26 @@ def with_min_copies(plan: DeploymentPlan, copies: int, where: str) -> Deployment
     return plan.model_copy(update={"scaling": plan.scaling.model_copy(update={"min_capacity": copies}),
                                    "instance_scaling": bounds})
 
+
+def served_shape(plan: DeploymentPlan, deployment: ModelDeployment) -> tuple[Shape, Engine, Limits]:
+    """The planner shape of one copy, the pinned server's engine and the limits it reads from the environment
+    (with its own defaults where one is unset); InputError where no KV cache fits."""
+    instance = find_instance(plan.instance_type)
+    engine = engine_for(plan.container, neuron=instance.is_neuron)
+    # The server generation's step constants, as the plan's prediction uses them (TGI 3 is not TGI 1).
+    shape = Shape(model=deployment.model(), instance=instance, tp_degree=deployment.tp_degree,
+                  quantization=deployment.quantization, generation=engine.generation(plan.container_version).name)
+    limits = engine.limits(plan.container_version, deployment.environment, shape.kv_capacity_tokens,
+                           shape.model.max_context)
+    if limits.max_batch_total_tokens <= 0:
+        raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
+                         f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")
+    return shape, engine, limits
+
+
+def served(plan: DeploymentPlan, steps: StepModel | None = None) -> Served:
+    """The plan's first model as the simulation serves it: its copies (per instance × instances), their step model
+    (`steps`: a design's generation and calibration, else the served shape's), limits and scheduling."""
+    shape, engine, limits = served_shape(plan, plan.primary)
+    return Served(steps or StepModel(shape), limits, engine.scheduling,
+                  plan.primary.copy_count * plan.initial_instance_count)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from sagellm.emulator.serving.batching import (
+from sagellm.engines import Limits
+from sagellm.planner import StepModel
+from sagellm.planner.batching import (
     CANCELLED,
     Cancelled,
     CopyScheduler,
@@ -27,11 +29,8 @@ from sagellm.emulator.serving.batching import (
     RequestError,
     Router,
     Sequence,
-    served_shape,
 )
-from sagellm.engines import Limits
-from sagellm.planner import StepModel
-from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+from sagellm.profiles.plan import DeploymentPlan, ModelDeployment, served_shape
 
 __all__ = ["Cancelled", "CopyEngine", "InvocationTimeout", "ModelServer", "RequestError", "Sequence"]
 

@@ -1,4 +1,4 @@
-"""Each engine's copy schedules as its pinned version does (emulator/serving/batching.py SCHEDULERS): vLLM V1's
+"""Each engine's copy schedules as its pinned version does (planner/batching.py SCHEDULERS): vLLM V1's
 token-budgeted passes over paged KV with preemption, SGLang's prefill-first alternation with retraction, TGI's
 reserved KV. Driven turn by turn on a step model whose costs are simple to read: 1 s per pass plus 1 ms per token
 in it, so a pass's duration says what was in it."""
@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from sagellm.emulator.serving.batching import DONE, RUNNING, CopyScheduler, Sequence
 from sagellm.engines import Limits
 from sagellm.planner import StepModel
+from sagellm.planner.batching import DONE, RUNNING, CopyScheduler, Sequence
 
 
 @dataclass(frozen=True)
