@@ -176,6 +176,46 @@ class CopyScheduler:
             yield self._advance(self.steps.decode_step_s(len(self.running), self.context))
             self.emit(self.running)
 
+    def decode_run(self, until_s: float, line: Callable[[int], tuple[float, float]]) -> int:
+        """Run now, back to back, the turns to come that would only decode and end by `until_s` on the copy's clock
+        (the simulator's next arrival or event): turns in which no sequence finishes or expires and no queued one
+        can join. A decode step of `batch` sequences costs `line(batch)` = (s, s per context token), as the
+        simulator's step model costs it; each turn is costed and stamped as `turn` would (the same additions in
+        the same order, so the clocks read the same to the last bit). Returns how many ran. The simulator's:
+        nothing waits on a token there, and one generator turn per decode step was most of a whole-catalog
+        `recommend`."""
+        running = self.running
+        if not running or not self._blocked() or any(s.first_token_s is None for s in running):
+            return 0
+        last = min(s.max_new_tokens - s.generated for s in running) - 1  # the turn that finishes one is turn's
+        n, scale, deadline_s = len(running), self.time_scale, self._next_deadline
+        base_s, per_token_s = line(n)
+        sim_s, busy_s, context, done = self.sim_s, self.busy_s, self.context, 0
+        while done < last and sim_s < deadline_s:
+            step_s = base_s + per_token_s * context
+            end_s = sim_s + step_s * scale
+            if end_s > until_s:
+                break
+            sim_s, busy_s, context, done = end_s, busy_s + step_s, context + n, done + 1
+        if done:
+            self.sim_s, self.busy_s, self.context = sim_s, busy_s, context
+            for seq in running:
+                seq.generated += done
+                seq.last_token_s = sim_s
+        return done
+
+    def _blocked(self) -> bool:
+        """No queued request can join the batch until a running one leaves: the queue is empty, or its head has
+        arrived and does not fit the KV, prefill or batch budget (only a leaving sequence frees them)."""
+        if not self.queue:
+            return True
+        head, lim = self.queue[0], self.limits
+        if head.arrived_s > self.sim_s:
+            return False  # it may arrive (on this clock) within the run
+        return (self.kv_reserved + head.reserved_tokens > lim.max_batch_total_tokens
+                or head.input_tokens > lim.max_batch_prefill_tokens
+                or (lim.max_batch_size is not None and len(self.running) >= lim.max_batch_size))
+
     def _advance(self, modelled_s: float) -> float:
         self.busy_s += modelled_s
         self.sim_s += modelled_s * self.time_scale

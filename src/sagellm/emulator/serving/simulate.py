@@ -4,8 +4,9 @@ The copies are the emulator's (`batching.CopyScheduler`, routed by `batching.Rou
 prefill-then-decode turns, same 429 and 422 answers); only the driver differs. Instead of sleeping for a
 pass, the simulator moves a virtual clock to the pass's end, so a run of thousands of requests takes well
 under a second and two runs with one seed are identical. A copy whose next pass ends before any other event
-runs on at once (nothing could come between), and decode steps are costed once per batch size (a step is
-affine in the context it reads), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
+runs on at once (nothing could come between), decode steps are costed once per batch size (a step is
+affine in the context it reads), and the turns that only decode (nothing joins, finishes or expires) run in one
+tight loop (`CopyScheduler.decode_run`), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
 or closed loop (users who send again as soon as a reply ends, as the bench's workers do). The first
 requests warm the endpoint up and are marked so; then `requests` are measured, and arrivals go on until
 every measured one has ended so that the tail sees the same load as the rest.
@@ -128,21 +129,27 @@ class _AffineSteps(StepModel):
 
     lines: dict[int, tuple[float, float]] = field(default_factory=dict, compare=False)  # batch → (s, s per token)
 
-    def decode_step_s(self, batch: int, context_tokens: int) -> float:
-        """One decode step, from the batch size's cached intercept and slope."""
+    def line(self, batch: int) -> tuple[float, float]:
+        """A decode step of `batch` sequences: (seconds, seconds per context token), worked out once."""
         line = self.lines.get(batch)
         if line is None:
             at_zero = super().decode_step_s(batch, 0)
             line = self.lines[batch] = (at_zero, (super().decode_step_s(batch, _PROBE) - at_zero) / _PROBE)
-        return line[0] + line[1] * context_tokens
+        return line
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        """One decode step, from the batch size's intercept and slope."""
+        base_s, per_token_s = self.line(batch)
+        return base_s + per_token_s * context_tokens
 
 
 class _Endpoint:
     """The router and its copies driven on the virtual clock: each copy takes turns while it has work."""
 
-    def __init__(self, router: Router[CopyScheduler], clock: _Clock):
+    def __init__(self, router: Router[CopyScheduler], clock: _Clock, steps: _AffineSteps):
         self.router = router
         self.clock = clock
+        self.steps = steps
         self._turns: dict[int, Iterator[float]] = {}  # copy index → its turn in progress
         self._index = {id(c): i for i, c in enumerate(router.copies)}
 
@@ -168,6 +175,8 @@ class _Endpoint:
                 if not (copy.queue or copy.running):
                     del self._turns[index]
                     return
+                if copy.decode_run(self.clock.horizon(), self.steps.line):  # the turns that only decode, at once
+                    self.clock.now = copy.sim_s
                 turn = self._turns[index] = copy.turn()
                 continue
             if copy.sim_s > self.clock.horizon():
@@ -238,7 +247,7 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
     n_copies = deployment.copy_count * plan.initial_instance_count
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
-        return _Endpoint(Router(limits, [CopyScheduler(step_model, limits) for _ in range(n_copies)]), clock)
+        return _Endpoint(Router(limits, [CopyScheduler(step_model, limits) for _ in range(n_copies)]), clock, step_model)
 
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
     if isinstance(load, SimulatedOpenLoop):
