@@ -18,7 +18,7 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 from sagellm.emulator.serving.batching import (
@@ -29,6 +29,7 @@ from sagellm.emulator.serving.batching import (
     Sequence,
     served_shape,
 )
+from sagellm.engines import Limits
 from sagellm.planner import StepModel
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import DeploymentPlan
@@ -241,10 +242,7 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
     """Run the plan's first model (copies × instances, the limits its server reads) under a load on a
     virtual clock; `steps` replaces the emulator's step model (a design's generation and calibration), `sizes`
     gives request i's (input, output) tokens where they vary (a bench's workload)."""
-    deployment = plan.primary
-    shape, _, limits = served_shape(plan, deployment)
-    step_model = _AffineSteps((steps or StepModel(shape)).shape)
-    n_copies = deployment.copy_count * plan.initial_instance_count
+    step_model, limits, n_copies = _served(plan, steps)
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
         return _Endpoint(Router(limits, [CopyScheduler(step_model, limits) for _ in range(n_copies)]), clock, step_model)
@@ -259,6 +257,23 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
         _closed_loop(run, load)
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
+
+
+def run_inputs(plan: DeploymentPlan, steps: StepModel | None = None) -> tuple[Hashable, ...]:
+    """Everything `simulate` reads of the plan and the step model: the step times' inputs, a copy's limits and the
+    number of copies. Plans with equal inputs run alike under one load, sizes and seed, whatever their engine,
+    instance type or price (engines that schedule alike and instance types with the same accelerators)."""
+    step_model, limits, n_copies = _served(plan, steps)
+    return step_model.inputs, limits, n_copies
+
+
+def _served(plan: DeploymentPlan, steps: StepModel | None) -> tuple[_AffineSteps, Limits, int]:
+    """What a run serves with: the step model (the emulator's for the plan, else `steps`), a copy's limits as its
+    server reads them, and how many copies there are."""
+    deployment = plan.primary
+    shape, _, limits = served_shape(plan, deployment)
+    return (_AffineSteps((steps or StepModel(shape)).shape), limits,
+            deployment.copy_count * plan.initial_instance_count)
 
 
 def _open_loop(run: _SimulatedRun, rate: float, rng: random.Random) -> None:
