@@ -149,11 +149,25 @@ def _distributions(ok: Sequence[RequestRecord]) -> dict[str, Stats]:
         "ttft_ms": stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
         "itl_ms": itl,
         "tpot_ms": itl,
-        "token_gap_ms": stats([gap * 1000 for r in ok for gap in r.token_gaps_s]),
+        "token_gap_ms": stats(_token_gaps_ms(ok)),
         "e2e_s": stats([r.e2e_s for r in ok]),
         "request_input_tokens": stats([float(r.input_tokens) for r in ok]),
         "request_output_tokens": stats([float(r.output_tokens) for r in ok]),
     }
+
+
+def _token_gaps_ms(ok: Sequence[RequestRecord]) -> list[float]:
+    """Every token gap of the requests, in ms, in order. A simulated request's gaps are one value repeated
+    (bench.predicted.record_of): scaled once and repeated, the same list is built at C speed (scaling 150,000 gaps
+    one by one was half of a simulated level's summary)."""
+    out: list[float] = []
+    for r in ok:
+        gaps = r.token_gaps_s
+        if gaps and gaps.count(gaps[0]) == len(gaps):
+            out += [gaps[0] * 1000] * len(gaps)
+        else:
+            out += [gap * 1000 for gap in gaps]
+    return out
 
 
 def _lateness_ms(measured: Sequence[RequestRecord]) -> Stats:
