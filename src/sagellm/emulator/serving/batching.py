@@ -11,17 +11,19 @@ the least-loaded copy and answers as TGI does: 429 above the admission limit, 42
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from sagellm.catalog import find_instance
 from sagellm.engines import Engine, Limits, engine_for
 from sagellm.errors import InputError
 from sagellm.planner import Shape, StepModel
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+
+if TYPE_CHECKING:
+    import asyncio
 
 QUEUED, RUNNING, DONE, TIMED_OUT, CANCELLED = "queued", "running", "done", "timed_out", "cancelled"
 
@@ -94,6 +96,8 @@ class Sequence:
                 raise InvocationTimeout()
             if self.state == CANCELLED:
                 raise Cancelled()
+            import asyncio  # here: the simulator (plan, recommend) runs these copies without an event loop
+
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
 
@@ -177,26 +181,31 @@ class CopyScheduler:
             self.emit(self.running)
 
     def decode_run(self, until_s: float, line: Callable[[int], tuple[float, float]]) -> int:
-        """Run now, back to back, the turns to come that would only decode and end by `until_s` on the copy's clock
-        (the simulator's next arrival or event): turns in which no sequence finishes or expires and no queued one
-        can join. A decode step of `batch` sequences costs `line(batch)` = (s, s per context token), as the
-        simulator's step model costs it; each turn is costed and stamped as `turn` would (the same additions in
-        the same order, so the clocks read the same to the last bit). Returns how many ran. The simulator's:
+        """Between turns, run now, back to back, the turns to come that would only decode and end by `until_s` on
+        the copy's clock (the simulator's next arrival or event): turns in which no sequence finishes or expires and
+        no queued one can join. A decode step of `batch` sequences costs `line(batch)` = (s, s per context token),
+        as the simulator's step model costs it; each turn is costed and stamped as `turn` would (the same additions
+        in the same order, so the clocks read the same to the last bit). Returns how many ran. The simulator's:
         nothing waits on a token there, and one generator turn per decode step was most of a whole-catalog
         `recommend`."""
-        running = self.running
-        if not running or not self._blocked() or any(s.first_token_s is None for s in running):
+        running = self.running  # between turns: each has its first token (the prefill pass's)
+        if not running or not self._blocked():
             return 0
         last = min(s.max_new_tokens - s.generated for s in running) - 1  # the turn that finishes one is turn's
         n, scale, deadline_s = len(running), self.time_scale, self._next_deadline
         base_s, per_token_s = line(n)
         sim_s, busy_s, context, done = self.sim_s, self.busy_s, self.context, 0
-        while done < last and sim_s < deadline_s:
+        for _ in range(last):
+            if sim_s >= deadline_s:  # the turn would expire a sequence first
+                break
             step_s = base_s + per_token_s * context
             end_s = sim_s + step_s * scale
             if end_s > until_s:
                 break
-            sim_s, busy_s, context, done = end_s, busy_s + step_s, context + n, done + 1
+            sim_s = end_s
+            busy_s += step_s
+            context += n
+            done += 1
         if done:
             self.sim_s, self.busy_s, self.context = sim_s, busy_s, context
             for seq in running:

@@ -126,9 +126,18 @@ class _Clock:
 
 @dataclass(frozen=True)
 class _AffineSteps(StepModel):
-    """A step model whose decode step is costed once per batch size: it is affine in the context held."""
+    """A step model whose decode step is costed once per batch size (it is affine in the context held), and each
+    prefill pass once per size (a run's prompts are mostly of one length)."""
 
     lines: dict[int, tuple[float, float]] = field(default_factory=dict, compare=False)  # batch → (s, s per token)
+    prefills: dict[tuple[int, int], float] = field(default_factory=dict, compare=False)  # (tokens, prompts) → s
+
+    def prefill_s(self, tokens: int, sequences: int = 1) -> float:
+        """One prefill pass, worked out once per size (the same value: a pure function of the two)."""
+        key = (tokens, sequences)
+        if key not in self.prefills:
+            self.prefills[key] = super().prefill_s(tokens, sequences)
+        return self.prefills[key]
 
     def line(self, batch: int) -> tuple[float, float]:
         """A decode step of `batch` sequences: (seconds, seconds per context token), worked out once."""
