@@ -33,10 +33,10 @@ from typing import TextIO
 from planner_accuracy import FMBENCH_CLIENT_THREADS, fmbench_pool
 
 from sagellm.catalog import find_instance, find_model
-from sagellm.emulator.serving.batching import CopyScheduler, Sequence
 from sagellm.engines import Limits
 from sagellm.planner import Payload, Shape, StepModel
 from sagellm.planner import constants as planner_constants
+from sagellm.planner.batching import CopyScheduler, Sequence
 
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "prefill.csv"
 FITTED = "tgi-1"  # TGI 1.1.0: the generation these measurements are of

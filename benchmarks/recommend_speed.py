@@ -1,20 +1,22 @@
-"""How long a whole-catalog `sagellm recommend` takes now that candidates are predicted from simulated requests,
-and how much of it the simulations are. Target: ≲ 15 s for one model on a shared 2-core machine.
+"""How long `sagellm plan` and a whole-catalog `sagellm recommend` (every engine) take. Targets (issue 42): `plan`
+under 0.5 s, `recommend` for Llama 3.1 8B at 2/s under 10 s, on a quiet 2-core machine.
 
-A library call (`search` then `choose`, what the command runs before writing its files), repeated from an empty
-simulation cache (what one `sagellm recommend` costs); prints the median wall time, the candidates, how many were
-simulated (distinct simulations: configs whose copies run alike share one), the share of time in the simulator,
-and the pick. Then the same search under a looser and a tighter ITL bound, as the study's targets and the tests'
-sweeps of limits run them in one process: they reuse the simulations at that load.
+`plan`: the command as a new process (wall, the least of --runs), and inside one: importing the CLI and what the
+command imports, then the command itself. `recommend`: a library call (`search` then `choose`, what the command runs
+before writing its files) from an empty simulation cache (what one `sagellm recommend` costs), the least of --runs,
+at 256 and 1,024 input tokens; with the candidates, how many were simulated, how many distinct simulations they
+took (candidates that run alike share one: the same step times, limits and copies), the share of the time in the
+simulator, and the pick. On a shared machine, read the least of several runs.
 
-    .venv/bin/python benchmarks/recommend_speed.py [--runs 3] [--model llama2-7b] [--rate 2] [--ttft-p90 1000]
-        [--itl-p50 60] [--input-tokens 256] [--output-tokens 256]
+    .venv/bin/python benchmarks/recommend_speed.py [--runs 3] [--model meta-llama/Llama-3.1-8B-Instruct] [--rate 2]
+        [--ttft-p90 800] [--itl-p50 40] [--input-tokens 256,1024] [--output-tokens 256]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import subprocess
+import sys
 import time
 
 from sagellm.catalog import find_model
@@ -24,24 +26,39 @@ from sagellm.recommend import simulated as simulated_module
 from sagellm.results.gate import Rule
 from sagellm.results.schema import LevelSummary
 
+PLAN = ["plan", "--profile", "max-throughput", "--model", "meta-llama/Llama-2-7b-hf", "--instance", "ml.g5.2xlarge"]
+# Run in a new interpreter: the time to import the CLI and the command's own imports, then the command's.
+IN_PROCESS = f"""
+import contextlib, io, sys, time
+start = time.perf_counter()
+from sagellm.cli import main
+import sagellm.bench.predicted, sagellm.profiles, sagellm.render
+imported = time.perf_counter()
+sys.argv = ["sagellm", *{PLAN!r}]
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main()
+print(imported - start, time.perf_counter() - imported)
+"""
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--model", default="llama2-7b")
-    parser.add_argument("--rate", type=float, default=2.0, help="target load, requests/s (open loop)")
-    parser.add_argument("--ttft-p90", type=float, default=1000.0, help="SLO: ttft_ms.p90 max")
-    parser.add_argument("--itl-p50", type=float, default=60.0, help="SLO: itl_ms.p50 max")
-    parser.add_argument("--input-tokens", type=int, default=256)
-    parser.add_argument("--output-tokens", type=int, default=256)
-    args = parser.parse_args()
 
-    load = Load(request_rate=args.rate)
-    rules = (Rule(metric="ttft_ms.p90", where=load.name, max=args.ttft_p90),
-             Rule(metric="itl_ms.p50", where=load.name, max=args.itl_p50))
-    payload = Payload(args.input_tokens, args.output_tokens)
-    space = Space(find_model(args.model), payload, instance_types())
+def time_plan(runs: int) -> None:
+    """`sagellm plan` as a user runs it, and split inside one process."""
+    walls, splits = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "from sagellm.cli import main; main()", *PLAN], check=True,
+                       capture_output=True)  # what the `sagellm` script runs
+        walls.append(time.perf_counter() - start)
+        out = subprocess.run([sys.executable, "-c", IN_PROCESS], check=True, capture_output=True, text=True).stdout
+        splits.append(tuple(float(x) for x in out.split()))
+    imports, command = min(s[0] for s in splits), min(s[1] for s in splits)
+    print(f"sagellm {' '.join(PLAN)}: {min(walls):.2f} s wall (least of {runs}: {', '.join(f'{w:.2f}' for w in walls)}); "
+          f"in process: imports {imports:.2f} s, the command {command:.2f} s")
 
+
+def time_recommend(model: str, load: Load, rules: tuple[Rule, ...], payload: Payload, runs: int) -> None:
+    """A whole-catalog search from an empty simulation cache, `runs` times."""
+    space = Space(find_model(model), payload, instance_types())
     simulated_level = simulated_module.simulated_level
     in_simulator = 0.0
 
@@ -54,33 +71,44 @@ def main() -> None:
             in_simulator += time.perf_counter() - start
 
     simulated_module.simulated_level = timed_simulated_level  # type: ignore[assignment]
-    walls, shares = [], []
-    for _ in range(args.runs):
-        simulated_module.SUMMARIES.clear()
-        in_simulator = 0.0
-        start = time.perf_counter()
-        found = search(space, load, rules)
-        rec = choose(found, load, rules, payload)
-        wall = time.perf_counter() - start
-        walls.append(wall)
-        shares.append(in_simulator / wall)
-    simulated = [c for c in found.candidates if c.summary is not None]
-    distinct = len(simulated_module.SUMMARIES)
-    print(f"{args.model} at {load.name}, {payload.input_tokens}/{payload.output_tokens} tokens, "
-          f"ttft_ms.p90 ≤ {args.ttft_p90:g}, itl_ms.p50 ≤ {args.itl_p50:g}: {len(found.candidates)} candidates, "
-          f"{len(simulated)} simulated ({distinct} distinct simulations of "
-          f"{simulated_module.SIMULATED_REQUESTS} measured requests)")
-    print(f"wall time: median {statistics.median(walls):.1f} s over {args.runs} runs "
-          f"({', '.join(f'{w:.1f}' for w in walls)}); in the simulator: {statistics.median(shares):.0%}")
-    print(f"pick: {rec.pick.label() if rec.pick else 'none'}")
-    for factor in (2.0, 0.5):
-        other = (rules[0], Rule(metric="itl_ms.p50", where=load.name, max=args.itl_p50 * factor))
-        before = len(simulated_module.SUMMARIES)
-        start = time.perf_counter()
-        rec = choose(search(space, load, other), load, other, payload)
-        print(f"then itl_ms.p50 ≤ {args.itl_p50 * factor:g}: {time.perf_counter() - start:.1f} s, "
-              f"{len(simulated_module.SUMMARIES) - before} new simulations; pick: "
-              f"{rec.pick.label() if rec.pick else 'none'}")
+    try:
+        walls, shares = [], []
+        for _ in range(runs):
+            simulated_module.SUMMARIES.clear()
+            in_simulator = 0.0
+            start = time.perf_counter()
+            found = search(space, load, rules)
+            rec = choose(found, load, rules, payload)
+            walls.append(time.perf_counter() - start)
+            shares.append(in_simulator / walls[-1])
+    finally:
+        simulated_module.simulated_level = simulated_level  # type: ignore[assignment]
+    simulated = sum(c.summary is not None for c in found.candidates)
+    print(f"recommend {model} at {load.name}, {payload.input_tokens}/{payload.output_tokens} tokens, "
+          f"{', '.join(f'{r.metric} ≤ {r.max:g}' for r in rules)}, engines {', '.join(space.engines)}: "
+          f"{len(found.candidates)} candidates, {simulated} simulated ({len(simulated_module.SUMMARIES)} distinct "
+          f"simulations of {simulated_module.SIMULATED_REQUESTS} measured requests)")
+    print(f"  {min(walls):.1f} s (least of {runs}: {', '.join(f'{w:.1f}' for w in walls)}); in the simulator "
+          f"{min(shares):.0%}; pick: {rec.pick.label() if rec.pick else 'none'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--model", default="meta-llama/Llama-3.1-8B-Instruct")
+    parser.add_argument("--rate", type=float, default=2.0, help="target load, requests/s (open loop)")
+    parser.add_argument("--ttft-p90", type=float, default=800.0, help="SLO: ttft_ms.p90 max")
+    parser.add_argument("--itl-p50", type=float, default=40.0, help="SLO: itl_ms.p50 max")
+    parser.add_argument("--input-tokens", default="256,1024", help="comma-separated: one search each")
+    parser.add_argument("--output-tokens", type=int, default=256)
+    args = parser.parse_args()
+
+    time_plan(args.runs)
+    load = Load(request_rate=args.rate)
+    rules = (Rule(metric="ttft_ms.p90", where=load.name, max=args.ttft_p90),
+             Rule(metric="itl_ms.p50", where=load.name, max=args.itl_p50))
+    for input_tokens in (int(n) for n in args.input_tokens.split(",")):
+        time_recommend(args.model, load, rules, Payload(input_tokens, args.output_tokens), args.runs)
 
 
 if __name__ == "__main__":

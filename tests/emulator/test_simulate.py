@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from dataclasses import astuple
 
 import aiohttp
 import pytest
@@ -13,10 +14,12 @@ from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
 
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from sagellm.emulator import Emulator
+from sagellm.planner.batching import CopyScheduler
 from sagellm.planner.simulate import (
     SimulatedClosedLoop,
     SimulatedOpenLoop,
     SimulatedRequest,
+    Simulation,
     simulate,
 )
 from sagellm.profiles.plan import served
@@ -152,3 +155,50 @@ def test_a_pass_of_prompts_prefilled_together_costs_each_prompt_its_own_attentio
     first = sim.requests[:4]
     assert all(ttft_ms(r) == pytest.approx(steps.prefill_s(4000, 4) * 1000) for r in first)
     assert steps.prefill_s(4000, 4) < steps.prefill_s(4000)
+
+
+def _every_stamp(sim: Simulation) -> list[tuple[object, ...]]:
+    return [astuple(r) for r in sim.requests]
+
+
+@pytest.mark.parametrize("case", ["open loop", "closed loop", "4 copies", "2 instances", "queue on KV",
+                                  "queue on batch size", "429s", "timeouts", "varied sizes", "vllm", "vllm out of KV"])
+def test_decode_runs_leave_every_stamp_as_turn_by_turn_stepping_does(case: str, monkeypatch: pytest.MonkeyPatch) \
+        -> None:
+    """The simulator runs turns that only decode at once (CopyScheduler.decode_run); without that, every turn
+    goes through the generator and the clock. Every request's stamps must agree to the last bit."""
+    p, n_in, n_out = plan(), 256, 256
+    load: SimulatedOpenLoop | SimulatedClosedLoop = SimulatedOpenLoop(2.0)
+    sizes = None
+    if case == "closed loop":
+        load = SimulatedClosedLoop(24)
+    elif case == "4 copies":
+        p = plan(model(copies=4), instance="ml.g5.12xlarge", kind="inference-component")
+        load = SimulatedOpenLoop(6.0)
+    elif case == "2 instances":
+        p = plan(instances=2)
+        load = SimulatedOpenLoop(4.0)
+    elif case == "queue on KV":  # the KV cache holds five such sequences: the queue's head waits on one leaving
+        n_in, n_out, load = 2000, 1000, SimulatedClosedLoop(10)
+    elif case == "queue on batch size":
+        p = plan(model(env={**TOKEN_CAPS, "PREFILL_CHUNKING": "0", "MAX_BATCH_SIZE": "4"}))
+        load = SimulatedClosedLoop(8)
+    elif case == "429s":
+        p = plan(model(env={**TOKEN_CAPS, "MAX_CONCURRENT_REQUESTS": "3"}))
+        load = SimulatedClosedLoop(5)
+    elif case == "timeouts":
+        n_in, n_out, load = 1024, 512, SimulatedOpenLoop(20.0)
+    elif case == "varied sizes":
+        rng = random.Random(3)
+        drawn = [(rng.randint(16, 1500), rng.randint(1, 400)) for _ in range(1000)]
+        sizes = drawn.__getitem__
+    elif case == "vllm":  # paged KV taken as decoded: the run stops where a sequence would need a block
+        p = plan(model(env={}), container="vllm")
+        load = SimulatedClosedLoop(12)
+    elif case == "vllm out of KV":  # preemptions: the runs end where the blocks run out
+        p, n_in, n_out, load = plan(model(env={}), container="vllm"), 2000, 1000, SimulatedClosedLoop(10)
+    fast = simulate(served(p), n_in, n_out, load, requests=200, sizes=sizes)
+    monkeypatch.setattr(CopyScheduler, "decode_run", lambda self, until_s, line: 0)
+    stepped = simulate(served(p), n_in, n_out, load, requests=200, sizes=sizes)
+    assert _every_stamp(fast) == _every_stamp(stepped)
+    assert (fast.window_start_s, fast.window_end_s) == (stepped.window_start_s, stepped.window_end_s)

@@ -6,10 +6,11 @@ import pytest
 
 from sagellm.catalog import find_model
 from sagellm.planner import Payload
-from sagellm.recommend import Load, Space, choose, instance_types, search
+from sagellm.recommend import Load, Space, choose, instance_types, search, simulated
 from sagellm.recommend.search import ANALYTIC, FAR_OFF
 from sagellm.recommend.write import recommendation_json
 from sagellm.results.gate import Rule
+from sagellm.results.schema import LevelSummary
 
 MODEL = find_model("llama2-7b")
 LOAD = Load(request_rate=2.0)
@@ -47,3 +48,35 @@ def test_the_mean_model_decides_what_cannot_fit_sustain_or_come_near_the_slo_and
     simulated = [c for c in found.candidates if c.summary is not None]
     assert simulated and all(c.predicted_by.startswith("simulation") for c in simulated)
     assert all(set(c.values) == {r.label for r in rules} for c in found.candidates if c.problem is None)
+
+
+def test_sharing_simulations_across_engines_and_instance_types_changes_no_candidate_ranking_or_number(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidates whose runs read the same step times, limits and copies share one simulation (LMI, vLLM and SGLang
+    on one instance type; ml.g5.xlarge and ml.g5.2xlarge, one A10G each). Unshared (keyed by instance type and
+    engine too), every candidate, its numbers, the frontier and the pick are the same, to the last bit; and so is
+    every config's run where the limits bind (160 users on one copy: TGI refuses above 128, the others queue)."""
+    space = Space(find_model("meta-llama/Llama-3.1-8B-Instruct"), Payload(256, 256),
+                  instance_types(["ml.g5.xlarge", "ml.g5.2xlarge", "ml.g6e.xlarge"]))
+    rules = (Rule(metric="ttft_ms.p90", where=LOAD.name, max=800), Rule(metric="itl_ms.p50", where=LOAD.name, max=40))
+    crowd = Load(concurrency=160)
+
+    def recommended() -> tuple[dict[str, object], list[LevelSummary], int]:
+        monkeypatch.setattr(simulated, "SUMMARIES", {})
+        found = search(space, LOAD, rules)
+        rec = choose(found, LOAD, rules, space.payload)
+        assert rec.pick is not None
+        crowded = [s.summary(1, crowd) for _, s in sorted(found.simulators.items(), key=lambda i: i[0].describe())]
+        return recommendation_json(rec, space.model.hf_id, None), crowded, len(simulated.SUMMARIES)
+
+    shared, shared_crowded, runs = recommended()
+    run_inputs = simulated.run_inputs
+    # Unshared: a key of its own for every design's run.
+    monkeypatch.setattr(simulated, "run_inputs", lambda served: (*run_inputs(served), object()))
+    unshared, unshared_crowded, unshared_runs = recommended()
+    assert runs < unshared_runs / 2  # shared: fewer than half as many runs
+    simulated_rows = [c for c in shared["candidates"] if c["simulated"]]  # type: ignore[attr-defined]
+    assert {c["deployment"].split()[-1] for c in simulated_rows} == {"tgi", "lmi", "vllm", "sglang"}
+    assert shared == unshared
+    assert {s.errors["overloaded"] > 0 for s in shared_crowded} == {True, False}  # the limits bind: TGI's 429s
+    assert shared_crowded == unshared_crowded

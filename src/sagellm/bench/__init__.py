@@ -18,26 +18,43 @@ Sub-packages, each importing only those below it: `sweep` and `targets` → `loa
 specs, then the planning and the runner.
 """
 
-from sagellm.bench.runner import BenchOutcome, run
-from sagellm.bench.specs import (
-    Bench,
-    Closed,
-    Endpoint,
-    Gate,
-    Http,
-    LoadSpec,
-    Local,
-    Open,
-    Output,
-    Ramp,
-    RampIfAutoscaled,
-    SageMaker,
-    ServingSpec,
-    Sweep,
-    TargetSpec,
-    Workers,
-    WorkloadOptions,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sagellm.bench.runner import BenchOutcome, run
+    from sagellm.bench.specs import (
+        Bench,
+        Closed,
+        Endpoint,
+        Gate,
+        Http,
+        LoadSpec,
+        Local,
+        Open,
+        Output,
+        Ramp,
+        RampIfAutoscaled,
+        SageMaker,
+        ServingSpec,
+        Sweep,
+        TargetSpec,
+        Workers,
+        WorkloadOptions,
+    )
 
 __all__ = ["Bench", "BenchOutcome", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
            "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers", "WorkloadOptions", "run"]
+
+# Each name is imported from its module on first use (PEP 562): `sagellm plan` and `recommend` need only
+# bench.predicted, and the runner brings the load tools, aiohttp and boto3 (a third of `plan`'s time).
+_MODULE_OF = {"BenchOutcome": "runner", "run": "runner"} | {name: "specs" for name in __all__ if name not in
+                                                          ("BenchOutcome", "run")}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)

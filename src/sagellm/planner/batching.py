@@ -11,14 +11,16 @@ the least-loaded copy and answers as TGI does: 429 above the admission limit, 42
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from sagellm.engines import Limits
 from sagellm.planner.steps import StepModel
+
+if TYPE_CHECKING:
+    import asyncio
 
 QUEUED, RUNNING, DONE, TIMED_OUT, CANCELLED = "queued", "running", "done", "timed_out", "cancelled"
 # SGLang 0.5.20's admission estimate (sglang/srt/environ.py:584-588, managers/schedule_policy.py:79-81, fields/
@@ -111,6 +113,8 @@ class Sequence:
                 raise InvocationTimeout()
             if self.state == CANCELLED:
                 raise Cancelled()
+            import asyncio  # here: the simulator (plan, recommend) runs these copies without an event loop
+
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
 
@@ -350,6 +354,80 @@ class CopyScheduler:
                 if seq.pending == 0:
                     ready.append(seq)
         self.emit(ready)
+
+    def decode_run(self, until_s: float, line: Callable[[int], tuple[float, float]]) -> int:
+        """Between turns, run now, back to back, the turns to come that would only decode and end by `until_s` on
+        the copy's clock (the simulator's next arrival or event): turns in which no sequence finishes or expires and
+        no queued one can join. A decode step of `batch` sequences costs `line(batch)` = (s, s per context token),
+        as the simulator's step model costs it; each turn is costed and stamped as `turn` would (the same additions
+        in the same order, so the clocks read the same to the last bit). Returns how many ran. The simulator's:
+        nothing waits on a token there, and one generator turn per decode step was most of a whole-catalog
+        `recommend`."""
+        running = self.running  # between turns: each has its first token (the prefill pass's)
+        # SGLang's admission estimate moves every decode step: its turns run one by one. vLLM's run here while
+        # every running sequence decodes and the blocks they take on the way are free.
+        if (not running or self.scheduling == "sglang" or not self._blocked()
+                or (self.scheduling == "vllm" and any(s.pending != 1 for s in running))):
+            return 0
+        last = min(s.max_new_tokens - s.generated for s in running) - 1  # the turn that finishes one is turn's
+        paged = self.scheduling == "vllm"
+        if paged:
+            last = self._steps_in_blocks(last)
+        n, scale, deadline_s = len(running), self.time_scale, self._next_deadline
+        base_s, per_token_s = line(n)
+        context = sum(s.computed for s in running) if paged else self.context
+        sim_s, busy_s, done = self.sim_s, self.busy_s, 0
+        for _ in range(last):
+            if sim_s >= deadline_s:  # the turn would expire a sequence first
+                break
+            step_s = base_s + per_token_s * context
+            end_s = sim_s + step_s * scale
+            if end_s > until_s:
+                break
+            sim_s = end_s
+            busy_s += step_s
+            context += n
+            done += 1
+        if done:
+            self.sim_s, self.busy_s = sim_s, busy_s
+            if not paged:
+                self.context = context
+            for seq in running:
+                seq.generated += done
+                seq.last_token_s = sim_s
+                if paged:
+                    self._take_blocks(seq, done, force=True)  # within what _steps_in_blocks found free
+                    seq.computed += done
+        return done
+
+    def _steps_in_blocks(self, most: int) -> int:
+        """How many of `most` decode steps the running sequences can take before they need more KV blocks than
+        are free (the blocks needed grow with the steps: the largest count that fits, by bisection)."""
+        def more(k: int) -> int:
+            return sum(self._blocks(s.computed + k) - s.held for s in self.running)
+        low, high = 0, most
+        while low < high:
+            mid = (low + high + 1) // 2
+            if more(mid) <= self.kv_free:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def _blocked(self) -> bool:
+        """No queued request can join the batch until a running one leaves: the queue is empty, or its head has
+        arrived and does not fit the KV, prefill or batch budget (only a leaving sequence frees them)."""
+        if not self.queue:
+            return True
+        head, lim = self.queue[0], self.limits
+        if head.arrived_s > self.sim_s:
+            return False  # it may arrive (on this clock) within the run
+        if self.scheduling == "vllm":  # its whole prompt's blocks, or a running slot (the blocks free only shrink)
+            return (self._blocks(head.pending) > self.kv_free
+                    or (lim.max_batch_size is not None and len(self.running) >= lim.max_batch_size))
+        return (self.kv_reserved + head.reserved_tokens > lim.max_batch_total_tokens
+                or head.input_tokens > lim.max_batch_prefill_tokens
+                or (lim.max_batch_size is not None and len(self.running) >= lim.max_batch_size))
 
     def _advance(self, modelled_s: float) -> float:
         self.busy_s += modelled_s

@@ -4,8 +4,9 @@ The copies are the emulator's (`batching.CopyScheduler`, routed by `batching.Rou
 prefill-then-decode turns, same 429 and 422 answers); only the driver differs. Instead of sleeping for a
 pass, the simulator moves a virtual clock to the pass's end, so a run of thousands of requests takes well
 under a second and two runs with one seed are identical. A copy whose next pass ends before any other event
-runs on at once (nothing could come between), and decode steps are costed once per batch size (a step is
-affine in the context it reads), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
+runs on at once (nothing could come between), decode steps are costed once per batch size (a step is
+affine in the context it reads), and the turns that only decode (nothing joins, finishes or expires) run in one
+tight loop (`CopyScheduler.decode_run`), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
 or closed loop (users who send again as soon as a reply ends, as the bench's workers do). The first
 requests warm the endpoint up and are marked so; then `requests` are measured, and arrivals go on until
 every measured one has ended so that the tail sees the same load as the rest.
@@ -17,7 +18,7 @@ import heapq
 import itertools
 import math
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 from sagellm.engines import Limits
@@ -128,25 +129,40 @@ class _Clock:
 
 @dataclass(frozen=True)
 class _AffineSteps(StepModel):
-    """A step model whose decode step is costed once per batch size: it is affine in the context held."""
+    """A step model whose decode step is costed once per batch size (it is affine in the context held), and each
+    prefill pass once per size (a run's prompts are mostly of one length)."""
 
     lines: dict[int, tuple[float, float]] = field(default_factory=dict, compare=False)  # batch → (s, s per token)
+    prefills: dict[tuple[int, int], float] = field(default_factory=dict, compare=False)  # (tokens, prompts) → s
 
-    def decode_step_s(self, batch: int, context_tokens: int) -> float:
-        """One decode step, from the batch size's cached intercept and slope."""
+    def prefill_s(self, tokens: int, sequences: int = 1) -> float:
+        """One prefill pass, worked out once per size (the same value: a pure function of the two)."""
+        key = (tokens, sequences)
+        if key not in self.prefills:
+            self.prefills[key] = super().prefill_s(tokens, sequences)
+        return self.prefills[key]
+
+    def line(self, batch: int) -> tuple[float, float]:
+        """A decode step of `batch` sequences: (seconds, seconds per context token), worked out once."""
         line = self.lines.get(batch)
         if line is None:
             at_zero = super().decode_step_s(batch, 0)
             line = self.lines[batch] = (at_zero, (super().decode_step_s(batch, _PROBE) - at_zero) / _PROBE)
-        return line[0] + line[1] * context_tokens
+        return line
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        """One decode step, from the batch size's intercept and slope."""
+        base_s, per_token_s = self.line(batch)
+        return base_s + per_token_s * context_tokens
 
 
 class _Endpoint:
     """The router and its copies driven on the virtual clock: each copy takes turns while it has work."""
 
-    def __init__(self, router: Router[CopyScheduler], clock: _Clock):
+    def __init__(self, router: Router[CopyScheduler], clock: _Clock, steps: _AffineSteps):
         self.router = router
         self.clock = clock
+        self.steps = steps
         self._turns: dict[int, Iterator[float]] = {}  # copy index → its turn in progress
         self._index = {id(c): i for i, c in enumerate(router.copies)}
 
@@ -172,6 +188,8 @@ class _Endpoint:
                 if not (copy.queue or copy.running):
                     del self._turns[index]
                     return
+                if copy.decode_run(self.clock.horizon(), self.steps.line):  # the turns that only decode, at once
+                    self.clock.now = copy.sim_s
                 turn = self._turns[index] = copy.turn()
                 continue
             if copy.sim_s > self.clock.horizon():
@@ -239,7 +257,7 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Simula
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
         return _Endpoint(Router(served.limits, [CopyScheduler(step_model, served.limits, scheduling=served.scheduling)
-                                                for _ in range(served.copies)]), clock)
+                                                for _ in range(served.copies)]), clock, step_model)
 
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
     if isinstance(load, SimulatedOpenLoop):
@@ -251,6 +269,14 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Simula
         _closed_loop(run, load)
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
+
+
+def run_inputs(served: Served) -> tuple[Hashable, ...]:
+    """Everything `simulate` reads of a served model: the step times' inputs, a copy's limits, how its engine
+    schedules and the number of copies. Served models with equal inputs run alike under one load, sizes and seed,
+    whatever their instance type or price (instance types with the same accelerators; LMI and vLLM, which schedule
+    alike)."""
+    return served.steps.inputs, served.limits, served.scheduling, served.copies
 
 
 def _open_loop(run: _SimulatedRun, rate: float, rng: random.Random) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -32,6 +33,15 @@ class StepModel:
     def generation(self) -> Generation:
         """The server generation (what it does differently)."""
         return generation(self.shape.generation)
+
+    @cached_property
+    def inputs(self) -> tuple[Hashable, ...]:
+        """Everything the step times below read, and nothing else (not the server's or the instance type's name, nor
+        its price): step models with equal inputs time every pass alike, so the simulator's runs can be shared.
+        Whatever a step time comes to read must be added here."""
+        s, i = self.shape, self.shape.instance
+        return (self.k, self.generation.moe_dense_max_tokens, s.model, s.tp_degree, s.quantization, s.calibration,
+                i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect)
 
     @property
     def _bw(self) -> float:

@@ -7,6 +7,7 @@ import difflib
 import types
 import typing
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,14 @@ def _short(value: Any) -> str:
 
 
 def standard_sources() -> dict[str, Source]:
-    """The profiles shipped inside the package."""
+    """The profiles shipped inside the package (a copy of the mapping: the caller's to change)."""
+    return dict(_standard_sources())
+
+
+@cache
+def _standard_sources() -> dict[str, Source]:
+    """The shipped profiles, parsed once per process: they are package data, and `recommend` designs hundreds of
+    configs (parsing them again for each was a tenth of its time)."""
     folder = resources.files("sagellm.profiles").joinpath("standard")
     out = {}
     for name in STANDARD:

@@ -10,8 +10,9 @@ from typing import Any
 
 from sagellm.bench.predicted import SIMULATED_REQUESTS, simulated_level
 from sagellm.planner import Payload, StepModel
+from sagellm.planner.simulate import run_inputs
 from sagellm.profiles import Design
-from sagellm.profiles.plan import DeploymentPlan
+from sagellm.profiles.plan import DeploymentPlan, served
 from sagellm.recommend.slo import Load
 from sagellm.results.schema import LevelSummary
 
@@ -24,7 +25,8 @@ MAX_SUMMARIES = 10_000
 
 class Simulator:
     """Simulated summaries of one design at any instance count and load, shared with designs whose copies
-    run alike (same accelerator, split, server and limits: ml.g5.xlarge and ml.g5.4xlarge at TP 1)."""
+    run alike (same step times, limits, scheduling and copies: ml.g5.xlarge and ml.g5.4xlarge at TP 1; LMI and
+    vLLM where they read the same limits)."""
 
     def __init__(self, design: Design, payload: Payload, requests: int = SIMULATED_REQUESTS):
         self.design = design
@@ -38,20 +40,16 @@ class Simulator:
 
     def summary(self, count: int, load: Load) -> LevelSummary:
         """The summary of `count` instances at `load`."""
-        key = (*self._alike(), count, astuple(self.payload), load.concurrency, load.request_rate, self.requests)
+        plan = self._plan.model_copy(update={"initial_instance_count": count})
+        steps = StepModel(self.design.shape(count))
+        # Keyed by what the run reads (step times' inputs, limits, scheduling, copies), so engines that schedule
+        # alike and instance types with the same accelerators share it.
+        key = (run_inputs(served(plan, steps)), astuple(self.payload), load.concurrency, load.request_rate,
+               self.requests)
         if key not in SUMMARIES:
             if len(SUMMARIES) >= MAX_SUMMARIES:
                 SUMMARIES.clear()
-            plan = self._plan.model_copy(update={"initial_instance_count": count})
-            SUMMARIES[key] = simulated_level(plan, StepModel(self.design.shape(count)), self.payload,
+            SUMMARIES[key] = simulated_level(plan, steps, self.payload,
                                              concurrency=load.concurrency if load.request_rate is None else None,
                                              request_rate=load.request_rate, requests=self.requests)
         return SUMMARIES[key]
-
-    def _alike(self) -> tuple[Any, ...]:
-        """What the simulation depends on, less the instance type's name, host and price."""
-        i, d = self.design.instance, self._plan.primary
-        return (i.accelerator, i.device_mem_mib, i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect,
-                self.design.copies[0].model, d.model_id, d.tp_degree, d.quantization, d.copy_count,
-                tuple(sorted(d.environment.items())), self._plan.container, self._plan.container_version,
-                self.design.generation, self.design.calibration)

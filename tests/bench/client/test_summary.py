@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from sagellm.bench.client.records import RequestRecord
@@ -110,3 +112,16 @@ def test_rejects_records_of_several_levels_and_an_empty_window() -> None:
         summarize([rec(c=1), rec(c=2)], window_start_s=0, window_end_s=1)
     with pytest.raises(ValueError, match="empty window"):
         summarize([rec()], window_start_s=5, window_end_s=5)
+
+
+def test_token_gap_statistics_are_those_of_every_gap_whether_a_request_repeats_one_gap_or_not() -> None:
+    # A simulated request repeats one gap (built at C speed); a measured one has its own: the statistics are exactly
+    # those of the whole list of gaps in ms, in order, to the last bit.
+    rng = random.Random(5)
+    records = [rec(ttft_s=0.1, tokens=n + 1, token_gaps_s=[rng.uniform(0.01, 0.09)] * n) for n in (1, 7, 255)]
+    records += [rec(ttft_s=0.1, tokens=11, token_gaps_s=[rng.uniform(0.0, 0.3) for _ in range(10)]),
+                rec(ttft_s=0.1, tokens=4, token_gaps_s=[0.02, 0.02, 0.03]), rec(ttft_s=0.1, tokens=1)]
+    s = summarize(records, window_start_s=0, window_end_s=10)
+    every = [gap * 1000 for r in records for gap in r.token_gaps_s]
+    assert s.token_gap_ms == Stats(p50=percentile(every, 50), p90=percentile(every, 90), p95=percentile(every, 95),
+                                   p99=percentile(every, 99), mean=sum(every) / len(every))

@@ -26,7 +26,10 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0–100), linear interpolation between closest ranks (numpy's default)."""
     if not values:
         return None
-    ordered = sorted(values)
+    return _percentile_of_sorted(sorted(values), q)
+
+
+def _percentile_of_sorted(ordered: Sequence[float], q: float) -> float:
     pos = (len(ordered) - 1) * q / 100
     lo = math.floor(pos)
     hi = min(lo + 1, len(ordered) - 1)
@@ -37,8 +40,10 @@ def stats(values: Sequence[float]) -> Stats:
     """p50, p90, p95, p99 and mean of a sample."""
     if not values:
         return Stats()
-    return Stats(p50=percentile(values, 50), p90=percentile(values, 90), p95=percentile(values, 95),
-                 p99=percentile(values, 99), mean=sum(values) / len(values))
+    ordered = sorted(values)  # once for the four (a simulated level's token gaps are 150,000 values)
+    return Stats(p50=_percentile_of_sorted(ordered, 50), p90=_percentile_of_sorted(ordered, 90),
+                 p95=_percentile_of_sorted(ordered, 95), p99=_percentile_of_sorted(ordered, 99),
+                 mean=sum(values) / len(values))
 
 
 def tokens_in_window(records: Sequence[RequestRecord], start_s: float, end_s: float) -> float:
@@ -145,11 +150,25 @@ def _distributions(ok: Sequence[RequestRecord]) -> dict[str, Stats]:
         "ttft_ms": stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
         "itl_ms": itl,
         "tpot_ms": itl,
-        "token_gap_ms": stats([gap * 1000 for r in ok for gap in r.token_gaps_s]),
+        "token_gap_ms": stats(_token_gaps_ms(ok)),
         "e2e_s": stats([r.e2e_s for r in ok]),
         "request_input_tokens": stats([float(r.input_tokens) for r in ok]),
         "request_output_tokens": stats([float(r.output_tokens) for r in ok]),
     }
+
+
+def _token_gaps_ms(ok: Sequence[RequestRecord]) -> list[float]:
+    """Every token gap of the requests, in ms, in order. A simulated request's gaps are one value repeated
+    (bench.predicted.record_of): scaled once and repeated, the same list is built at C speed (scaling 150,000 gaps
+    one by one was half of a simulated level's summary)."""
+    out: list[float] = []
+    for r in ok:
+        gaps = r.token_gaps_s
+        if gaps and gaps.count(gaps[0]) == len(gaps):
+            out += [gaps[0] * 1000] * len(gaps)
+        else:
+            out += [gap * 1000 for gap in gaps]
+    return out
 
 
 def _lateness_ms(measured: Sequence[RequestRecord]) -> Stats:
