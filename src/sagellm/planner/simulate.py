@@ -129,25 +129,43 @@ class _Clock:
 
 @dataclass(frozen=True)
 class _AffineSteps(StepModel):
-    """A step model whose decode step is costed once per batch size (it is affine in the context held), and each
-    prefill pass once per size (a run's prompts are mostly of one length)."""
+    """A step model (`base`: the physics', or one measured on a real server) whose decode step is costed once per
+    batch size (it is affine in the context held), and each prefill pass once per size (a run's prompts are mostly
+    of one length)."""
 
+    base: StepModel | None = field(default=None, compare=False)
     lines: dict[int, tuple[float, float]] = field(default_factory=dict, compare=False)  # batch → (s, s per token)
     prefills: dict[tuple[int, int], float] = field(default_factory=dict, compare=False)  # (tokens, prompts) → s
+
+    @property
+    def _base(self) -> StepModel:
+        return self.base or StepModel(self.shape)
 
     def prefill_s(self, tokens: int, sequences: int = 1) -> float:
         """One prefill pass, worked out once per size (the same value: a pure function of the two)."""
         key = (tokens, sequences)
         if key not in self.prefills:
-            self.prefills[key] = super().prefill_s(tokens, sequences)
+            self.prefills[key] = self._base.prefill_s(tokens, sequences)
         return self.prefills[key]
+
+    def decode_floor_s(self) -> float:
+        """The base model's batch-independent part of a decode step."""
+        return self._base.decode_floor_s()
+
+    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int) -> float:
+        """A mixed pass as the base model costs it; one with no prompt is a decode step (from its line, as a run of
+        decode steps costs it)."""
+        if prompt_tokens <= 0:
+            return self.decode_step_s(batch, context_tokens)
+        return self._base.mixed_step_s(prompt_tokens, prompts, batch, context_tokens)
 
     def line(self, batch: int) -> tuple[float, float]:
         """A decode step of `batch` sequences: (seconds, seconds per context token), worked out once."""
         line = self.lines.get(batch)
         if line is None:
-            at_zero = super().decode_step_s(batch, 0)
-            line = self.lines[batch] = (at_zero, (super().decode_step_s(batch, _PROBE) - at_zero) / _PROBE)
+            base = self._base
+            at_zero = base.decode_step_s(batch, 0)
+            line = self.lines[batch] = (at_zero, (base.decode_step_s(batch, _PROBE) - at_zero) / _PROBE)
         return line
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
@@ -253,7 +271,7 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Simula
              sizes: Callable[[int], tuple[int, int]] | None = None) -> Simulation:
     """Run a served model (its copies, the limits its server reads, its engine's scheduling) under a load on a
     virtual clock; `sizes` gives request i's (input, output) tokens where they vary (a bench's workload)."""
-    step_model = _AffineSteps(served.steps.shape)
+    step_model = _AffineSteps(served.steps.shape, base=served.steps)
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
         return _Endpoint(Router(served.limits, [CopyScheduler(step_model, served.limits, scheduling=served.scheduling)
