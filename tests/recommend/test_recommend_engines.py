@@ -66,14 +66,30 @@ def test_the_verdict_says_when_the_winner_is_the_only_engine_meeting_the_slo() -
     assert "lmi meets it nowhere (closest: " in verdict and "refused for the test" in verdict
 
 
-def test_a_tie_says_the_engines_are_predicted_equal_and_goes_to_the_engine_upstream_maintains() -> None:
-    rec = choose(_search(("tgi", "lmi")), LOAD, RULES, Payload())
-    assert rec.pick is not None and rec.pick.config.engine == "lmi"  # TGI's twin, but TGI is no longer developed
+def test_engines_that_schedule_alike_tie_and_registry_order_decides() -> None:
+    rec = choose(_search(("lmi", "vllm")), LOAD, RULES, Payload())
+    assert rec.pick is not None and rec.pick.config.engine == "lmi"
     verdict = engine_verdict(rec)
     assert verdict is not None
-    # Nothing was changed: both engines run TGI 1.x's fitted constants, so their predictions are the same.
+    # LMI runs vLLM's engine: the same scheduler, the same limits, the same borrowed constants.
     assert verdict.endswith(
-        f"tgi's {rec.pick.label().replace('lmi', 'tgi')} ties on $/h and margin: predicted equal, as LMI and TGI both "
-        "run TGI 1.x's fitted step constants, and no published measurement compares the pinned versions on one GPU "
-        "and model (docs/containers.md) (lmi is chosen over tgi: upstream TGI has been in maintenance mode since "
-        "2025-12-11)")
+        f"vllm's {rec.pick.label().replace('lmi', 'vllm')} ties on $/h and margin: predicted equal, as LMI and vLLM "
+        "both schedule as vLLM V1 does and run TGI 1.x's fitted step constants, and no published measurement "
+        "compares the pinned versions on one GPU and model (docs/containers.md) (lmi comes first in the registry: "
+        "lmi, vllm)")
+
+
+def test_an_exact_tie_goes_to_the_engine_upstream_still_develops() -> None:
+    found = _search(("tgi", "lmi"))
+    tgi = {(c.config.instance_type, c.config.tp, c.instance_count): c for c in found.candidates
+           if c.config.engine == "tgi"}
+    for c in found.candidates:  # LMI's predictions made TGI's: an exact tie
+        if c.config.engine == "lmi":
+            twin = tgi[(c.config.instance_type, c.config.tp, c.instance_count)]
+            c.values, c.usd_per_h, c.problem, c.gaps = dict(twin.values), twin.usd_per_h, twin.problem, twin.gaps
+    rec = choose(found, LOAD, RULES, Payload())
+    assert rec.pick is not None and rec.pick.config.engine == "lmi"  # TGI comes first in the registry
+    verdict = engine_verdict(rec)
+    assert verdict is not None
+    assert verdict.endswith("(lmi is chosen over tgi: upstream TGI has been in maintenance mode since 2025-12-11)")
+    assert rec.frontier and rec.pick in rec.frontier

@@ -257,14 +257,21 @@ def _tie_break(won: str, tied: Sequence[str], engines: Sequence[str]) -> str:
 
 
 def _tie_reason(engines: Sequence[str]) -> str:
-    """Why engines tie: predicted equal where all run one generation's fitted step constants."""
+    """Why engines tie: predicted equal where they schedule alike and run one generation's fitted step constants
+    (else a tie at this load only, said without a reason)."""
     constants = {ENGINES[e].generation(None).constants_from for e in engines}
-    if len(constants) > 1:
+    schedulers = {ENGINES[e].scheduling for e in engines}
+    if len(constants) > 1 or len(schedulers) > 1:
         return ""
     labels = [ENGINES[e].label for e in engines]
-    return (f": predicted equal, as {_and(labels)} {'both' if len(labels) == 2 else 'all'} run "
-            f"{GENERATIONS[constants.pop()].label}'s fitted step constants, and no published measurement compares "
+    both = "both" if len(labels) == 2 else "all"
+    return (f": predicted equal, as {_and(labels)} {both} schedule as {SCHEDULER_LABELS[schedulers.pop()]} does and "
+            f"run {GENERATIONS[constants.pop()].label}'s fitted step constants, and no published measurement compares "
             "the pinned versions on one GPU and model (docs/containers.md)")
+
+
+# How the schedulers are named in a verdict (Engine.scheduling).
+SCHEDULER_LABELS = {"tgi": "TGI", "vllm": "vLLM V1", "sglang": "SGLang"}
 
 
 def _and(items: Sequence[str]) -> str:
