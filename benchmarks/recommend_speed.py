@@ -6,7 +6,8 @@ command imports, then the command itself. `recommend`: a library call (`search` 
 before writing its files) from an empty simulation cache (what one `sagellm recommend` costs), the least of --runs,
 at 256 and 1,024 input tokens; with the candidates, how many were simulated, how many distinct simulations they
 took (candidates that run alike share one: the same step times, limits and copies), the share of the time in the
-simulator, and the pick. On a shared machine, read the least of several runs.
+simulator, and the pick. On a shared machine, read the least of several runs, and the CPU time beside the wall
+time (a process waiting for a core does not count it).
 
     .venv/bin/python benchmarks/recommend_speed.py [--runs 3] [--model meta-llama/Llama-3.1-8B-Instruct] [--rate 2]
         [--ttft-p90 800] [--itl-p50 40] [--input-tokens 256,1024] [--output-tokens 256]
@@ -15,6 +16,7 @@ simulator, and the pick. On a shared machine, read the least of several runs.
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import time
@@ -43,17 +45,25 @@ print(imported - start, time.perf_counter() - imported)
 
 def time_plan(runs: int) -> None:
     """`sagellm plan` as a user runs it, and split inside one process."""
-    walls, splits = [], []
+    walls, cpus, splits = [], [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _children_cpu_s()
         subprocess.run([sys.executable, "-c", "from sagellm.cli import main; main()", *PLAN], check=True,
                        capture_output=True)  # what the `sagellm` script runs
         walls.append(time.perf_counter() - start)
+        cpus.append(_children_cpu_s() - cpu)
         out = subprocess.run([sys.executable, "-c", IN_PROCESS], check=True, capture_output=True, text=True).stdout
         splits.append(tuple(float(x) for x in out.split()))
     imports, command = min(s[0] for s in splits), min(s[1] for s in splits)
-    print(f"sagellm {' '.join(PLAN)}: {min(walls):.2f} s wall (least of {runs}: {', '.join(f'{w:.2f}' for w in walls)}); "
-          f"in process: imports {imports:.2f} s, the command {command:.2f} s")
+    print(f"sagellm {' '.join(PLAN)}: {min(walls):.2f} s wall (least of {runs}: {', '.join(f'{w:.2f}' for w in walls)}), "
+          f"{min(cpus):.2f} s CPU; in process: imports {imports:.2f} s, the command {command:.2f} s")
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user and system) of the finished child processes so far: on a shared machine, wall time
+    includes waiting for a core, CPU time much less so."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def time_recommend(model: str, load: Load, rules: tuple[Rule, ...], payload: Payload, runs: int) -> None:
@@ -72,14 +82,15 @@ def time_recommend(model: str, load: Load, rules: tuple[Rule, ...], payload: Pay
 
     simulated_module.simulated_level = timed_simulated_level  # type: ignore[assignment]
     try:
-        walls, shares = [], []
+        walls, cpus, shares = [], [], []
         for _ in range(runs):
             simulated_module.SUMMARIES.clear()
             in_simulator = 0.0
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             found = search(space, load, rules)
             rec = choose(found, load, rules, payload)
             walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu)
             shares.append(in_simulator / walls[-1])
     finally:
         simulated_module.simulated_level = simulated_level  # type: ignore[assignment]
@@ -88,7 +99,8 @@ def time_recommend(model: str, load: Load, rules: tuple[Rule, ...], payload: Pay
           f"{', '.join(f'{r.metric} ≤ {r.max:g}' for r in rules)}, engines {', '.join(space.engines)}: "
           f"{len(found.candidates)} candidates, {simulated} simulated ({len(simulated_module.SUMMARIES)} distinct "
           f"simulations of {simulated_module.SIMULATED_REQUESTS} measured requests)")
-    print(f"  {min(walls):.1f} s (least of {runs}: {', '.join(f'{w:.1f}' for w in walls)}); in the simulator "
+    print(f"  {min(walls):.1f} s wall (least of {runs}: {', '.join(f'{w:.1f}' for w in walls)}), {min(cpus):.1f} s "
+          f"CPU; in the simulator "
           f"{min(shares):.0%}; pick: {rec.pick.label() if rec.pick else 'none'}")
 
 
