@@ -162,7 +162,8 @@ def _every_stamp(sim: Simulation) -> list[tuple[object, ...]]:
 
 
 @pytest.mark.parametrize("case", ["open loop", "closed loop", "4 copies", "2 instances", "queue on KV",
-                                  "queue on batch size", "429s", "timeouts", "varied sizes", "vllm", "vllm out of KV"])
+                                  "queue on batch size", "429s", "timeouts", "varied sizes", "vllm", "vllm out of KV", "sglang",
+                                  "sglang out of KV", "sglang open loop"])
 def test_decode_runs_leave_every_stamp_as_turn_by_turn_stepping_does(case: str, monkeypatch: pytest.MonkeyPatch) \
         -> None:
     """The simulator runs turns that only decode at once (CopyScheduler.decode_run); without that, every turn
@@ -197,6 +198,12 @@ def test_decode_runs_leave_every_stamp_as_turn_by_turn_stepping_does(case: str, 
         load = SimulatedClosedLoop(12)
     elif case == "vllm out of KV":  # preemptions: the runs end where the blocks run out
         p, n_in, n_out, load = plan(model(env={}), container="vllm"), 2000, 1000, SimulatedClosedLoop(10)
+    elif case == "sglang":  # the queue's head is let in once SGLang's falling estimate makes room
+        p, load = plan(model(env={}), container="sglang"), SimulatedClosedLoop(12)
+    elif case == "sglang out of KV":  # retractions
+        p, n_in, n_out, load = plan(model(env={}), container="sglang"), 2000, 1000, SimulatedClosedLoop(10)
+    elif case == "sglang open loop":
+        p, load = plan(model(env={}), container="sglang"), SimulatedOpenLoop(4.0)
     fast = simulate(served(p), n_in, n_out, load, requests=200, sizes=sizes)
     monkeypatch.setattr(CopyScheduler, "decode_run", lambda self, until_s, line: 0)
     stepped = simulate(served(p), n_in, n_out, load, requests=200, sizes=sizes)

@@ -364,22 +364,29 @@ class CopyScheduler:
         nothing waits on a token there, and one generator turn per decode step was most of a whole-catalog
         `recommend`."""
         running = self.running  # between turns: each has its first token (the prefill pass's)
-        # SGLang's admission estimate moves every decode step: its turns run one by one. vLLM's run here while
-        # every running sequence decodes and the blocks they take on the way are free.
-        if (not running or self.scheduling == "sglang" or not self._blocked()
-                or (self.scheduling == "vllm" and any(s.pending != 1 for s in running))):
+        # vLLM's and SGLang's run here while every running sequence decodes (no prompt is being chunked) and the KV
+        # they take on the way is free; SGLang's also while its falling estimate keeps the queue's head out.
+        if (not running or not self._blocked()
+                or (self.scheduling != "tgi" and any(s.pending != 1 for s in running))):
             return 0
         last = min(s.max_new_tokens - s.generated for s in running) - 1  # the turn that finishes one is turn's
-        paged = self.scheduling == "vllm"
+        paged, sgl = self.scheduling == "vllm", self.scheduling == "sglang"
+        n, scale, deadline_s = len(running), self.time_scale, self._next_deadline
         if paged:
             last = self._steps_in_blocks(last)
-        n, scale, deadline_s = len(running), self.time_scale, self._next_deadline
+        elif sgl:
+            last = min(last, self.kv_free // n)  # a page a token: past that, a step retracts first
+        head = self.queue[0] if sgl and self.queue else None
+        need = head.pending + min(head.max_new_tokens - head.generated, SGLANG_CLIP_MAX_NEW) + 1 if head else 0
+        ratio, floor = self.new_token_ratio, SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR
         base_s, per_token_s = line(n)
-        context = sum(s.computed for s in running) if paged else self.context
+        context = sum(s.computed for s in running) if paged or sgl else self.context
         sim_s, busy_s, done = self.sim_s, self.busy_s, 0
         for _ in range(last):
             if sim_s >= deadline_s:  # the turn would expire a sequence first
                 break
+            if head is not None and head.arrived_s <= sim_s and not self._sglang_full(need, ratio, done):
+                break  # the turn would prefill the head first
             step_s = base_s + per_token_s * context
             end_s = sim_s + step_s * scale
             if end_s > until_s:
@@ -388,17 +395,29 @@ class CopyScheduler:
             busy_s += step_s
             context += n
             done += 1
+            if sgl:
+                ratio = max(floor, ratio - SGLANG_RATIO_DECAY)
         if done:
             self.sim_s, self.busy_s = sim_s, busy_s
-            if not paged:
+            if sgl:
+                self.new_token_ratio = ratio
+            if not (paged or sgl):
                 self.context = context
             for seq in running:
                 seq.generated += done
                 seq.last_token_s = sim_s
-                if paged:
-                    self._take_blocks(seq, done, force=True)  # within what _steps_in_blocks found free
+                if paged or sgl:
+                    self._take_blocks(seq, done, force=True)  # within what was found free above
                     seq.computed += done
         return done
+
+    def _sglang_full(self, need: int, ratio: float, done: int) -> bool:
+        """Whether SGLang would keep a waiting prompt that needs `need` KV tokens out, `done` decode steps from now
+        (alternating_turn's test: the free KV less the running sequences' remaining output × the ratio)."""
+        if self.limits.max_batch_size is not None and len(self.running) >= self.limits.max_batch_size:
+            return True
+        expected = sum(min(s.max_new_tokens - s.generated - done, SGLANG_CLIP_MAX_NEW) for s in self.running)
+        return need >= (self.kv_free - len(self.running) * done) - expected * ratio
 
     def _steps_in_blocks(self, most: int) -> int:
         """How many of `most` decode steps the running sequences can take before they need more KV blocks than
@@ -420,6 +439,8 @@ class CopyScheduler:
         if not self.queue:
             return True
         head, lim = self.queue[0], self.limits
+        if self.scheduling == "sglang":  # checked step by step in decode_run as the estimate falls
+            return True
         if head.arrived_s > self.sim_s:
             return False  # it may arrive (on this clock) within the run
         if self.scheduling == "vllm":  # its whole prompt's blocks, or a running slot (the blocks free only shrink)
