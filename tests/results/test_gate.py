@@ -509,8 +509,8 @@ def test_reports_every_slo_problem_on_its_own_line(tmp_path: Path) -> None:
         "slo: itl_ms and tpot_ms name one figure, the request's mean inter-token time (give one of them)",
     ]
     assert problems(write(tmp_path, "slo: 800\nrules: [{metric: error_rate, where: 16, max: 0}]\n")) == [
-        "slo: expected a mapping of per-request limits in ms such as {ttft_ms: 800, itl_ms: 50}, got 800 "
-        "(limits: ttft_ms, itl_ms, tpot_ms, e2e_ms)"]
+        ("slo: expected a mapping of per-request limits in ms such as {ttft_ms: 800, itl_ms: 50}, got 800 "
+        "(limits: ttft_ms, itl_ms, tpot_ms, e2e_ms)")]
 
 
 def test_attainment_or_goodput_without_an_slo_is_bad_input(tmp_path: Path) -> None:
@@ -518,10 +518,10 @@ def test_attainment_or_goodput_without_an_slo_is_bad_input(tmp_path: Path) -> No
         rules: [{metric: goodput.tokens_per_s, where: 16, min: 100}]
         baseline: {metrics: [slo_attainment]}
     """)) == [
-        "rules[0].metric: goodput.tokens_per_s is taken against per-request SLOs, and there are none "
-        "(add e.g. slo: {ttft_ms: 800})",
-        "baseline.metrics[0]: slo_attainment is taken against per-request SLOs, and there are none "
-        "(add e.g. slo: {ttft_ms: 800})",
+        ("rules[0].metric: goodput.tokens_per_s is taken against per-request SLOs, and there are none "
+        "(add e.g. slo: {ttft_ms: 800})"),
+        ("baseline.metrics[0]: slo_attainment is taken against per-request SLOs, and there are none "
+        "(add e.g. slo: {ttft_ms: 800})"),
     ]
 
 
@@ -554,5 +554,5 @@ def test_a_run_without_slos_fails_a_goodput_rule_saying_why_and_another_slo_is_r
     t = Thresholds(slo=RequestSlo(ttft_ms=800), rules=(Rule(metric="slo_attainment", where=8, min=0.9),
                                                        Rule(metric="error_rate", where=8, max=0)))
     assert slo_mismatch(t, ran) == [
-        "rules[0].metric: slo_attainment was taken against the run's own per-request SLOs (TTFT ≤ 500 ms), not "
-        "this file's slo: (TTFT ≤ 800 ms) (re-run the bench with this file, or give the run's slo:)"]
+        ("rules[0].metric: slo_attainment was taken against the run's own per-request SLOs (TTFT ≤ 500 ms), not "
+        "this file's slo: (TTFT ≤ 800 ms) (re-run the bench with this file, or give the run's slo:)")]
