@@ -13,7 +13,7 @@ from sagellm.planner import Payload, StepModel
 from sagellm.profiles import Design
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.recommend.slo import Load
-from sagellm.results.schema import LevelSummary
+from sagellm.results.schema import LevelSummary, RequestSlo
 
 # Simulated summaries by everything a simulation reads, for the whole process: a simulation is deterministic
 # (one seed), so searches that differ only in the SLO (the study's targets, a test's sweep of limits, peak
@@ -26,10 +26,12 @@ class Simulator:
     """Simulated summaries of one design at any instance count and load, shared with designs whose copies
     run alike (same accelerator, split, server and limits: ml.g5.xlarge and ml.g5.4xlarge at TP 1)."""
 
-    def __init__(self, design: Design, payload: Payload, requests: int = SIMULATED_REQUESTS):
+    def __init__(self, design: Design, payload: Payload, requests: int = SIMULATED_REQUESTS,
+                 slo: RequestSlo | None = None):
         self.design = design
         self.payload = payload
         self.requests = requests
+        self.slo = slo  # per-request SLOs: each summary's attainment and goodput
 
     @cached_property
     def _plan(self) -> DeploymentPlan:
@@ -38,14 +40,15 @@ class Simulator:
 
     def summary(self, count: int, load: Load) -> LevelSummary:
         """The summary of `count` instances at `load`."""
-        key = (*self._alike(), count, astuple(self.payload), load.concurrency, load.request_rate, self.requests)
+        key = (*self._alike(), count, astuple(self.payload), load.concurrency, load.request_rate, self.requests,
+               self.slo)
         if key not in SUMMARIES:
             if len(SUMMARIES) >= MAX_SUMMARIES:
                 SUMMARIES.clear()
             plan = self._plan.model_copy(update={"initial_instance_count": count})
             SUMMARIES[key] = simulated_level(plan, StepModel(self.design.shape(count)), self.payload,
                                              concurrency=load.concurrency if load.request_rate is None else None,
-                                             request_rate=load.request_rate, requests=self.requests)
+                                             request_rate=load.request_rate, requests=self.requests, slo=self.slo)
         return SUMMARIES[key]
 
     def _alike(self) -> tuple[Any, ...]:
