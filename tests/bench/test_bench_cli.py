@@ -901,3 +901,35 @@ def test_emulate_serves_ping_and_info_and_stops_on_ctrl_c() -> None:
     assert ran.returncode == 0, ran.stderr
     assert "Traceback" not in ran.stderr
     assert port_is_free("127.0.0.1", port)
+
+
+@pytest.mark.integration
+def test_a_local_bench_with_per_request_slos_records_attainment_and_goodput_and_gates_on_them(
+        tmp_path: Path) -> None:
+    # Every request of the emulator meets a 100 s TTFT, so attainment is 1 and goodput is the whole throughput;
+    # no goodput is under 0.001 tokens/s, so that rule fails, and it alone.
+    gates = write(tmp_path, "gates.yaml", """
+        slo: {ttft_ms: 100000, e2e_ms: 1000000}
+        rules:
+          - {metric: slo_attainment, where: 1, min: 1}
+          - {metric: goodput.tokens_per_s, where: 4, max: 0.001}
+    """)
+    out = tmp_path / "out"
+
+    ran = sagellm(*bench_args(out, "--thresholds", str(gates)))
+
+    assert ran.returncode == 1, ran.stderr
+    data = results_of(out)
+    assert data["run"]["request_slo"] == {"ttft_ms": 100000, "itl_ms": None, "tpot_ms": None, "e2e_ms": 1000000}
+    assert [v["rule"] for v in data["gate"]["violations"]] == ["goodput.tokens_per_s@4 <= 0.001"]
+    for lv in data["levels"]:
+        assert lv["slo_attainment"] == 1.0
+        assert lv["goodput"]["tokens_per_s"] == pytest.approx(lv["throughput_tokens_per_s"])
+        assert lv["predicted"]["slo_attainment"] == 1.0
+    assert "| goodput tokens/s | SLO attainment |" in (out / "report.md").read_text()
+    assert "goodput.tokens_per_s" in (out / "results.csv").read_text().splitlines()[0].split(",")
+
+    other = write(tmp_path, "other.yaml", "slo: {ttft_ms: 1}\nrules: [{metric: slo_attainment, where: 1, min: 1}]\n")
+    ran = sagellm("gate", str(out / "results.json"), "--thresholds", str(other))
+    assert ran.returncode == 2
+    assert "slo_attainment was taken against the run's own per-request SLOs" in assert_one_line_error(ran)

@@ -24,12 +24,15 @@ from sagellm.results.gate import (
     load_baseline,
     load_thresholds,
     planned_levels,
+    slo_mismatch,
     unplanned_levels,
 )
 from sagellm.results.picks import make_results
 from sagellm.results.schema import (
+    Goodput,
     Level,
     LevelSummary,
+    RequestSlo,
     Results,
     ServerMetric,
     ServerMetrics,
@@ -97,7 +100,7 @@ def test_reports_a_missing_file_and_an_empty_one(tmp_path: Path) -> None:
 
 def test_reports_a_top_level_that_is_not_a_mapping(tmp_path: Path) -> None:
     assert problems(write(tmp_path, "- metric: error_rate\n")) == [
-        "expected a mapping with rules, baseline, slo_ms_per_token"]
+        "expected a mapping with rules, baseline, slo_ms_per_token, slo"]
 
 
 def test_reports_an_unknown_metric_with_close_matches(tmp_path: Path) -> None:
@@ -152,7 +155,7 @@ def test_reports_unknown_fields_with_a_suggestion(tmp_path: Path) -> None:
         rules: [{metric: error_rate, where: max, maximum: 0.01}]
     """)
     assert problems(path) == [
-        "rule: unknown field (did you mean rules? allowed: rules, baseline, slo_ms_per_token)",
+        "rule: unknown field (did you mean rules? allowed: rules, baseline, slo_ms_per_token, slo)",
         "rules[0].maximum: unknown field (did you mean max? allowed: metric, where, min, max)",
         "rules[0]: no limit (add min, max or both)",
     ]
@@ -479,3 +482,77 @@ def test_a_cold_start_over_its_max_fails_the_gate_and_a_run_without_one_says_why
     assert v.message == "ramp.cold_start_s: 190 > max 120"
     [v] = evaluate(results(), rules)
     assert v.message == "ramp.cold_start_s: not available (no scale from zero copies in the ramp)"
+
+
+# ------------------------------------------------------------------------------- goodput and SLO attainment
+
+def test_loads_per_request_slos_and_rules_on_attainment_and_goodput(tmp_path: Path) -> None:
+    t = load_thresholds(write(tmp_path, """
+        slo: {ttft_ms: 800, itl_ms: 50, e2e_ms: 20000}
+        rules:
+          - {metric: slo_attainment, where: 16, min: 0.95}
+          - {metric: goodput.requests_per_s, where: knee, min: 2}
+          - {metric: goodput.tokens_per_s, where: max, min: 300}
+    """))
+    assert t.slo == RequestSlo(ttft_ms=800, itl_ms=50, e2e_ms=20000)
+    assert {"slo_attainment", "goodput.requests_per_s", "goodput.tokens_per_s"} <= set(LEVEL_METRICS)
+
+
+def test_reports_every_slo_problem_on_its_own_line(tmp_path: Path) -> None:
+    assert problems(write(tmp_path, """
+        slo: {ttft: 800, itl_ms: -5, tpot_ms: 40, e2e_ms: fast}
+        rules: [{metric: slo_attainment, where: 16, min: 0.9}]
+    """)) == [
+        "slo.ttft: unknown field (did you mean ttft_ms? allowed: ttft_ms, itl_ms, tpot_ms, e2e_ms)",
+        "slo.itl_ms: -5 is not a positive number of ms (use e.g. itl_ms: 800)",
+        "slo.e2e_ms: 'fast' is not a positive number of ms (use e.g. e2e_ms: 800)",
+        "slo: itl_ms and tpot_ms name one figure, the request's mean inter-token time (give one of them)",
+    ]
+    assert problems(write(tmp_path, "slo: 800\nrules: [{metric: error_rate, where: 16, max: 0}]\n")) == [
+        ("slo: expected a mapping of per-request limits in ms such as {ttft_ms: 800, itl_ms: 50}, got 800 "
+        "(limits: ttft_ms, itl_ms, tpot_ms, e2e_ms)")]
+
+
+def test_attainment_or_goodput_without_an_slo_is_bad_input(tmp_path: Path) -> None:
+    assert problems(write(tmp_path, """
+        rules: [{metric: goodput.tokens_per_s, where: 16, min: 100}]
+        baseline: {metrics: [slo_attainment]}
+    """)) == [
+        ("rules[0].metric: goodput.tokens_per_s is taken against per-request SLOs, and there are none "
+        "(add e.g. slo: {ttft_ms: 800})"),
+        ("baseline.metrics[0]: slo_attainment is taken against per-request SLOs, and there are none "
+        "(add e.g. slo: {ttft_ms: 800})"),
+    ]
+
+
+def _with_goodput(lv: Level, attainment: float, good_tokens_per_s: float) -> Level:
+    return lv.model_copy(update={"slo_attainment": attainment, "goodput": Goodput(
+        requests_per_s=good_tokens_per_s / 256, tokens_per_s=good_tokens_per_s)})
+
+
+def test_gate_on_attainment_and_goodput_fails_and_passes_as_the_numbers_say() -> None:
+    slo = RequestSlo(ttft_ms=800)
+    r = results([_with_goodput(level(8, 360, 25), 0.99, 356), _with_goodput(level(16, 500, 40), 0.90, 450)])
+    r = r.model_copy(update={"run": r.run.model_copy(update={"request_slo": slo})})
+    t = Thresholds(slo=slo, rules=(Rule(metric="slo_attainment", where=8, min=0.95),
+                                   Rule(metric="slo_attainment", where=16, min=0.95),
+                                   Rule(metric="goodput.tokens_per_s", where=16, min=400),
+                                   Rule(metric="goodput.requests_per_s", where=8, min=1.3)))
+    [v] = evaluate(r, t)
+    assert v.message == "slo_attainment@16: 0.9 < min 0.95"
+    assert (v.measured, v.limit) == (0.90, 0.95)
+    assert slo_mismatch(t, r.run) == []
+
+
+def test_a_run_without_slos_fails_a_goodput_rule_saying_why_and_another_slo_is_refused() -> None:
+    r = results([level(8, 360, 25)], stopped_reason=None)
+    [v] = evaluate(r, Thresholds(slo=RequestSlo(ttft_ms=800),
+                                 rules=(Rule(metric="goodput.requests_per_s", where=8, min=1),)))
+    assert v.message == ("goodput.requests_per_s@8: not measured at concurrency 8 "
+                         "(the run had no per-request SLOs (run.request_slo))")
+    ran = r.run.model_copy(update={"request_slo": RequestSlo(ttft_ms=500)})
+    t = Thresholds(slo=RequestSlo(ttft_ms=800), rules=(Rule(metric="slo_attainment", where=8, min=0.9),
+                                                       Rule(metric="error_rate", where=8, max=0)))
+    assert slo_mismatch(t, ran) == [
+        ("rules[0].metric: slo_attainment was taken against the run's own per-request SLOs (TTFT ≤ 500 ms), not "
+        "this file's slo: (TTFT ≤ 800 ms) (re-run the bench with this file, or give the run's slo:)")]

@@ -15,7 +15,9 @@ from sagellm.results.plot import plot_curve
 from sagellm.results.report import render_markdown, write_report
 from sagellm.results.schema import (
     Failure,
+    Goodput,
     Level,
+    RequestSlo,
     Results,
     Run,
     ServerMetric,
@@ -24,6 +26,7 @@ from sagellm.results.schema import (
     Stats,
     Teardown,
 )
+from sagellm.results.table import render_csv
 
 
 def results(thresholds: Thresholds | None = None, *, teardown: Teardown | None = None) -> Results:
@@ -223,3 +226,22 @@ def test_a_level_the_load_generator_bottlenecked_is_flagged_in_the_header_and_it
     assert f"**The load generator was the bottleneck**, not the endpoint: {why}" in section
     assert "Client event-loop lag: mean 31.5 ms (wall clock)" in section
     assert "bottleneck" not in text.split("### Concurrency 1")[1].split("###")[0]
+
+
+def test_goodput_and_attainment_get_overview_columns_level_rows_csv_columns_and_a_plot_series(
+        tmp_path: Path) -> None:
+    slo = RequestSlo(ttft_ms=800, itl_ms=50)
+    levels = [lv.model_copy(update={"slo_attainment": a, "goodput": Goodput(requests_per_s=g / 256, tokens_per_s=g)})
+              for lv, a, g in ((level(1, 100, 20), 1.0, 100.0), (level(4, 300, 30), 0.875, 262.5))]
+    run = _run(levels, RUN.model_copy(update={"request_slo": slo}))
+    report = render_markdown(run)
+    assert "- Per-request SLOs: TTFT ≤ 800 ms, ITL ≤ 50 ms · SLO attainment:" in report
+    assert "| ITL p50 ms | error rate | goodput tokens/s | SLO attainment |" in report
+    assert "| 9.0 | 0.0% | 262.5 | 87.5% |" in report
+    assert "| SLO attainment | 0.875 |" in report and "| goodput tokens/s | 262.5 |" in report
+    assert "goodput" not in render_markdown(_run([level(1, 100, 20)]))  # no SLOs, no columns
+    header, *rows = render_csv(run).splitlines()
+    columns = header.split(",")
+    assert {"slo_attainment", "goodput.requests_per_s", "goodput.tokens_per_s"} <= set(columns)
+    assert rows[1].split(",")[columns.index("goodput.tokens_per_s")] == "262.5"
+    plot_curve(run, tmp_path / "curve.png")  # the goodput series beside throughput draws (matplotlib raises if not)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import cast
 
 from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import summarize, tokens_in_window
+from sagellm.bench.client.summary import goodput_of, summarize, tokens_in_window
 from sagellm.planner import Curve, Payload, Point, Shape, StepModel, curve_of, predict_point
 from sagellm.planner.simulate import (
     SimulatedClosedLoop,
@@ -25,7 +25,7 @@ from sagellm.planner.simulate import (
     simulate,
 )
 from sagellm.profiles.plan import DeploymentPlan, served
-from sagellm.results.schema import ErrorKind, LevelSummary
+from sagellm.results.schema import ErrorKind, LevelSummary, RequestSlo
 
 # Measured requests per simulated level: p90 rests on the 60 slowest, and a whole catalog takes seconds.
 SIMULATED_REQUESTS = 600
@@ -57,20 +57,22 @@ def record_of(req: SimulatedRequest, concurrency: int | None, request_rate: floa
         late_s=0.0 if request_rate is not None else None)
 
 
-def summary_of(sim: Simulation, concurrency: int | None, request_rate: float | None) -> LevelSummary:
-    """The measured requests' summary; throughput counts every request's tokens inside the window (the
-    warm-up's and the tail's too: they are the load the window saw)."""
+def summary_of(sim: Simulation, concurrency: int | None, request_rate: float | None,
+               slo: RequestSlo | None = None) -> LevelSummary:
+    """The measured requests' summary; throughput (and goodput) counts every request's tokens inside the window
+    (the warm-up's and the tail's too: they are the load the window saw)."""
     records = [record_of(r, concurrency, request_rate) for r in sim.requests]
     start, end = sim.window_start_s, sim.window_end_s
     if end <= start and records:  # shorter than its ramp (one request): the whole level, as the bench measures it
         start, end = min(r.start_s for r in records), max(r.start_s + r.e2e_s for r in records)
-    summary = summarize(records, window_start_s=start, window_end_s=end)
+    summary = summarize(records, window_start_s=start, window_end_s=end, slo=slo)
     tokens = tokens_in_window([r for r in records if r.ok], start, end)  # it reads no warm-up flag: all of them
     ok = [r for r in records if r.ok and not r.warmup]
     mean_tokens = sum(r.output_tokens for r in ok) / len(ok) if ok else 0
     return summary.model_copy(update={
         "output_tokens": tokens, "throughput_tokens_per_s": tokens / (end - start),
-        "requests_per_s": tokens / mean_tokens / (end - start) if mean_tokens else 0.0})
+        "requests_per_s": tokens / mean_tokens / (end - start) if mean_tokens else 0.0,
+        "goodput": goodput_of([(records, start, end)], slo, warmup_tokens=True) if slo is not None else None})
 
 
 @dataclass(frozen=True)
@@ -129,12 +131,13 @@ def modelled_clients(users: int, time_scale: float = 1.0, seed: int = 0) -> Simu
 def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *, concurrency: int | None = None,
                     request_rate: float | None = None, sizes: Sizes | None = None,
                     requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
-                    time_scale: float = 1.0, seed: int = 0, warmup: int | None = None) -> LevelSummary:
+                    time_scale: float = 1.0, seed: int = 0, warmup: int | None = None,
+                    slo: RequestSlo | None = None) -> LevelSummary:
     """The summary of the plan's endpoint at a concurrency (closed loop) or a request rate (open loop, Poisson),
     every request of `payload`'s size unless `sizes` draws each one's (the bench's workload); `offered` replays
     how a measured closed loop's clients sent (its starts, gaps and request counts), else the clients are
     modelled (their turnaround on the clock of an emulator at `time_scale`, drawn with `seed`) after `warmup`
-    requests (None: the simulator's)."""
+    requests (None: the simulator's); `slo` adds the requests' SLO attainment and goodput."""
     load: SimulatedOpenLoop | SimulatedClosedLoop = (
         SimulatedOpenLoop(request_rate) if request_rate is not None else
         SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
@@ -142,7 +145,7 @@ def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *,
     sim = simulate(served(plan, steps), payload.input_tokens, payload.output_tokens, load, sizes=sizes,
                    requests=offered.requests if offered is not None else requests,
                    warmup=offered.warmup if offered is not None else warmup)
-    return summary_of(sim, concurrency, request_rate)
+    return summary_of(sim, concurrency, request_rate, slo)
 
 
 def point_of(summary: LevelSummary, pruned: Point) -> Point:
@@ -155,17 +158,26 @@ def point_of(summary: LevelSummary, pruned: Point) -> Point:
         ms_per_token_p90=summary.latency_ms_per_token.p90, ttft_ms_p90=summary.ttft_ms.p90)
 
 
+def predicted_level(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
+                    sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
+                    time_scale: float = 1.0, slo: RequestSlo | None = None) -> tuple[Point, LevelSummary | None]:
+    """One closed-loop level: its point and the simulated requests' summary, unless the mean model prunes it
+    (refused: nothing to simulate, no summary)."""
+    pruned = predict_point(shape, payload, concurrency)
+    if pruned.rejected:
+        return pruned, None
+    summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
+                              requests=requests, offered=offered, time_scale=time_scale, slo=slo)
+    # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
+    return (point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)), summary
+
+
 def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
                     sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS,
                     offered: Offered | None = None, time_scale: float = 1.0) -> Point:
-    """One closed-loop level: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
-    pruned = predict_point(shape, payload, concurrency)
-    if pruned.rejected:
-        return pruned
-    summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
-                              requests=requests, offered=offered, time_scale=time_scale)
-    # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
-    return point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)
+    """One closed-loop level's point: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
+    return predicted_level(plan, shape, payload, concurrency, sizes=sizes, requests=requests, offered=offered,
+                           time_scale=time_scale)[0]
 
 
 def simulated_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: Sequence[int],

@@ -17,7 +17,7 @@ from sagellm.bench.interrupts import Interrupted, Interrupts
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
-from sagellm.bench.predicted import offered, predicted_point
+from sagellm.bench.predicted import offered, predicted_level, predicted_point
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.specs import Bench, Http, Local, Ramp, SageMaker
@@ -302,7 +302,8 @@ def _measured_run(p: BenchPlan, m: Measurement) -> Run:
     that sent the load and (adaptive) the levels it chose."""
     run = p.run
     update: dict[str, Any] = {"ended_at": m.ended_at, "endpoint": m.endpoint, "emulated": m.emulated,
-                              "clock": "emulator" if m.emulated else "client", "served_model": m.served_model}
+                              "clock": "emulator" if m.emulated else "client", "served_model": m.served_model,
+                              "request_slo": p.bench.gate.slo or (p.thresholds.slo if p.thresholds else None)}
     if run.workload is not None:
         update["workload"] = run.workload.model_copy(update={"api": m.api})
     if run.profile is None:
@@ -323,11 +324,14 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
         # engine on a virtual clock); an open-loop level (or a run without a design) has no prediction.
         if shape is None or p.plan is None or level.concurrency is None:
             return None
-        point = predicted_point(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
-                                offered=offered(records, run.time_scale))
-        return predicted_from(point).model_copy(update={"same_engine": run.emulated})
+        point, simulated = predicted_level(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
+                                           offered=offered(records, run.time_scale), slo=run.request_slo)
+        return predicted_from(point).model_copy(update={
+            "same_engine": run.emulated, "slo_attainment": simulated.slo_attainment if simulated else None,
+            "goodput": simulated.goodput if simulated else None})
 
-    levels = levels_of(m.levels, time_scale=run.time_scale, emulated=run.emulated, predict=predict, lags=m.lags)
+    levels = levels_of(m.levels, time_scale=run.time_scale, emulated=run.emulated, predict=predict, lags=m.lags,
+                       slo=run.request_slo)
     return [lv.model_copy(update={"server": m.server.get(lv.load)}) for lv in levels]
 
 

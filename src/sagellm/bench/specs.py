@@ -26,6 +26,7 @@ from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.tokens import token_errors
 from sagellm.results.report import writable_folder_errors
+from sagellm.results.schema import RequestSlo
 from sagellm.results.tracking import mlflow_problems
 
 __all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
@@ -249,6 +250,8 @@ class Gate:
     baseline: Path | None = None  # results.json of an earlier run to compare against
     allow_incomparable: bool = False  # compare with a baseline of another model, instance, container or workload
     slo_ms_per_token: float | None = None  # also report the highest throughput with p50 ms/token under this
+    # Per-request SLOs each level's attainment and goodput are taken against (else the thresholds file's slo:).
+    slo: RequestSlo | None = None
 
 
 @dataclass(frozen=True)

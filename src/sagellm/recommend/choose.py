@@ -28,6 +28,7 @@ from sagellm.recommend.search import (
 from sagellm.recommend.simulated import Simulator
 from sagellm.recommend.slo import Load, bounds, describe_rule, tightness
 from sagellm.results.gate import Rule
+from sagellm.results.schema import RequestSlo
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Recommendation:
     verification: dict[str, Any] = field(default_factory=dict)  # --verify: target, benches, correction
     headroom: float = DEFAULT_HEADROOM  # the relative margin to every rule a pick needs
     short_of_headroom: dict[int, str] = field(default_factory=dict)  # id(candidate) → meets only without headroom
+    slo: RequestSlo | None = None  # per-request SLOs of the attainment and goodput rules (a verify bench's too)
 
     @property
     def frontier(self) -> list[Candidate]:
@@ -201,7 +203,8 @@ def choose(found: Search, load: Load, rules: Sequence[Rule], payload: Payload,
         load=load, rules=tuple(rules), payload=payload, candidates=found.candidates, pick=pick,
         closest=None if pick is not None else closest(found.candidates, rules, load), peak=sizing,
         design=found.designs[pick.config] if pick is not None else None, notes=list(found.notes),
-        skipped_for_peak=skipped, designs=found.designs, headroom=found.headroom, short_of_headroom=short)
+        skipped_for_peak=skipped, designs=found.designs, headroom=found.headroom, short_of_headroom=short,
+        slo=found.slo)
 
 
 def engine_verdict(rec: Recommendation) -> str | None:

@@ -20,8 +20,8 @@ from sagellm.profiles import Design, design_for
 from sagellm.profiles.calibration import calibration_dir
 from sagellm.recommend.simulated import Simulator
 from sagellm.recommend.slo import Gap, Load, gap_of, level_value, margin, predicted_value
-from sagellm.results.gate import Rule, level_name
-from sagellm.results.schema import LevelSummary
+from sagellm.results.gate import SLO_METRICS, Rule, level_name
+from sagellm.results.schema import LevelSummary, RequestSlo
 
 # Most instances one endpoint is sized to (SageMaker quotas are usually lower; beyond this, say so).
 MAX_INSTANCES = 64
@@ -166,6 +166,9 @@ def evaluate(candidate: Candidate, shape: Shape, payload: Payload, load: Load, r
     points: dict[str, Point | None] = {load.name: candidate.point}
     for rule in rules:
         where = _where(rule, load)
+        if rule.metric in SLO_METRICS and simulator is not None:
+            points.setdefault(where, predict_at(shape, payload, Load.at(where))[1])
+            continue  # a share of requests: only the simulated requests have one
         if where not in points:
             points[where] = predict_at(shape, payload, Load.at(where))[1]
         at = points[where]
@@ -190,8 +193,9 @@ def _simulate(candidate: Candidate, count: int, load: Load, rules: Sequence[Rule
                  for where, point in points.items() if point is not None}
     candidate.summary = summaries[load.name]
     candidate.predicted_by = f"simulation ({simulator.requests} requests at {load.name})"
-    # Failed requests fail the candidate, unless the SLO says how many it tolerates.
-    if candidate.summary.error_rate > 0 and not any(r.metric == "error_rate" for r in rules):
+    # Failed requests fail the candidate, unless the SLO says how many it tolerates (an attainment counts them
+    # as misses).
+    if candidate.summary.error_rate > 0 and not any(r.metric in ("error_rate", "slo_attainment") for r in rules):
         failed = {kind: n for kind, n in candidate.summary.errors.items() if n}
         candidate.problem = (f"{candidate.summary.error_rate:.1%} of simulated requests fail at {load.name} "
                              f"({', '.join(f'{n} {kind}' for kind, n in failed.items())})")
@@ -285,6 +289,7 @@ class Search:
     notes: list[str]
     simulators: dict[Config, Simulator] = field(default_factory=dict)  # every design's (to size a peak)
     headroom: float = DEFAULT_HEADROOM  # the relative margin to every rule a pick needs
+    slo: RequestSlo | None = None  # the per-request SLOs attainment and goodput rules are taken against
 
 
 def _count_range(design: Design, config: Config, space: Space, load: Load) -> range:
@@ -300,10 +305,11 @@ def _count_range(design: Design, config: Config, space: Space, load: Load) -> ra
 
 
 def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[int, int, int], None] | None = None,
-           headroom: float = DEFAULT_HEADROOM) -> Search:
+           headroom: float = DEFAULT_HEADROOM, slo: RequestSlo | None = None) -> Search:
     """Predict every config of every instance type at the target load, from its fewest instances up to the
     first count that meets the SLO with the headroom (or until more instances no longer lower the per-copy
-    load); `progress(instance types done, of, candidates so far)` after each instance type."""
+    load), attainment and goodput against the per-request `slo`; `progress(instance types done, of, candidates
+    so far)` after each instance type."""
     candidates: list[Candidate] = []
     designs: dict[Config, Design] = {}
     simulators: dict[Config, Simulator] = {}
@@ -327,7 +333,7 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
                 unpriced.append(inst.instance_type)
             else:
                 candidates += _instance_candidates(inst, price, space, load, rules, profiles, Path(tmp), designs,
-                                                   simulators, headroom)
+                                                   simulators, headroom, slo)
             if progress:
                 progress(done, total, len(candidates))
     if unpriced:  # never costed at another region's price
@@ -337,7 +343,7 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
     if corrected:
         notes.append(f"{', '.join(corrected)}: predicted with the measured correction stored in "
                      f"{calibration_dir(space.profiles_dir)}")
-    return Search(candidates, designs, notes, simulators, headroom)
+    return Search(candidates, designs, notes, simulators, headroom, slo)
 
 
 def over_context(space: Space) -> bool:
@@ -353,7 +359,8 @@ def context_problem(space: Space) -> str:
 
 def _instance_candidates(inst: Instance, price: float, space: Space, load: Load, rules: Sequence[Rule],
                          profiles: dict[tuple[str, str, str], str], folder: Path, designs: dict[Config, Design],
-                         simulators: dict[Config, Simulator], headroom: float) -> list[Candidate]:
+                         simulators: dict[Config, Simulator], headroom: float,
+                         slo: RequestSlo | None = None) -> list[Candidate]:
     """Every candidate of one instance type (one that says it does not fit, where nothing fits)."""
     out: list[Candidate] = []
     for quant in space.quantizations:
@@ -367,14 +374,14 @@ def _instance_candidates(inst: Instance, price: float, space: Space, load: Load,
                 f"{inst.n_accelerators} × {inst.mem_per_accel_gb:g} GB of {inst.instance_type}"),
                 limit=CONTEXT if over_context(space) else MEMORY))
         for config in found:
-            out += _candidates(config, space, load, rules, profiles, folder, designs, simulators, headroom)
+            out += _candidates(config, space, load, rules, profiles, folder, designs, simulators, headroom, slo)
     return out
 
 
 def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
                 profiles: dict[tuple[str, str, str], str], folder: Path,
                 designs: dict[Config, Design], simulators: dict[Config, Simulator],
-                headroom: float) -> list[Candidate]:
+                headroom: float, slo: RequestSlo | None = None) -> list[Candidate]:
     inst = find_instance(config.instance_type)
     price = inst.price_per_h(space.region) or 0.0
     ic = config.endpoint_kind == "inference-component"
@@ -388,7 +395,7 @@ def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
             return [Candidate(config, 1, price, problem=context_problem(space), limit=CONTEXT)]
         return [Candidate(config, 1, price, problem=f"refused by the profile: {exc.messages[0]}", limit=PROFILE)]
     designs[config] = design
-    simulators[config] = simulator = Simulator(design, space.payload)  # alike configs share simulations
+    simulators[config] = simulator = Simulator(design, space.payload, slo=slo)  # alike configs share simulations
     out = []
     before = -math.inf  # the last count's thinnest margin
     for count in _count_range(design, config, space, load):

@@ -14,7 +14,7 @@ from sagellm.planner.simulate import run_inputs
 from sagellm.profiles import Design
 from sagellm.profiles.plan import DeploymentPlan, served
 from sagellm.recommend.slo import Load
-from sagellm.results.schema import LevelSummary
+from sagellm.results.schema import LevelSummary, RequestSlo
 
 # Simulated summaries by everything a simulation reads, for the whole process: a simulation is deterministic
 # (one seed), so searches that differ only in the SLO (the study's targets, a test's sweep of limits, peak
@@ -28,10 +28,12 @@ class Simulator:
     run alike (same step times, limits, scheduling and copies: ml.g5.xlarge and ml.g5.4xlarge at TP 1; LMI and
     vLLM where they read the same limits)."""
 
-    def __init__(self, design: Design, payload: Payload, requests: int = SIMULATED_REQUESTS):
+    def __init__(self, design: Design, payload: Payload, requests: int = SIMULATED_REQUESTS,
+                 slo: RequestSlo | None = None):
         self.design = design
         self.payload = payload
         self.requests = requests
+        self.slo = slo  # per-request SLOs: each summary's attainment and goodput
 
     @cached_property
     def _plan(self) -> DeploymentPlan:
@@ -45,11 +47,11 @@ class Simulator:
         # Keyed by what the run reads (step times' inputs, limits, scheduling, copies), so engines that schedule
         # alike and instance types with the same accelerators share it.
         key = (run_inputs(served(plan, steps)), astuple(self.payload), load.concurrency, load.request_rate,
-               self.requests)
+               self.requests, self.slo)
         if key not in SUMMARIES:
             if len(SUMMARIES) >= MAX_SUMMARIES:
                 SUMMARIES.clear()
             SUMMARIES[key] = simulated_level(plan, steps, self.payload,
                                              concurrency=load.concurrency if load.request_rate is None else None,
-                                             request_rate=load.request_rate, requests=self.requests)
+                                             request_rate=load.request_rate, requests=self.requests, slo=self.slo)
         return SUMMARIES[key]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sagellm.errors import InputError
 from sagellm.planner import Point, usd_per_1m_tokens
-from sagellm.results.gate import HIGHER_IS_BETTER, Rule, Thresholds, load_thresholds
+from sagellm.results.gate import HIGHER_IS_BETTER, SLO_METRICS, Rule, Thresholds, load_thresholds
 from sagellm.results.schema import LevelSummary, Stats, load_name, parse_load
 
 # Latency distributions the planner predicts, and the Point field each reads. The planner gives a steady-state
@@ -17,7 +17,7 @@ from sagellm.results.schema import LevelSummary, Stats, load_name, parse_load
 _DISTRIBUTIONS = {"latency_ms_per_token": "ms_per_token", "ttft_ms": "ttft_ms", "itl_ms": "itl_ms",
                   "tpot_ms": "itl_ms", "e2e_s": "e2e_s"}
 PREDICTABLE = (*(f"{d}.{s}" for d in _DISTRIBUTIONS for s in Stats.model_fields),
-               "throughput_tokens_per_s", "requests_per_s", "error_rate",
+               "throughput_tokens_per_s", "requests_per_s", "error_rate", *SLO_METRICS,
                "cost.usd_per_h", "cost.usd_per_1m_tokens")
 
 
@@ -58,15 +58,16 @@ class Gap:
 
 
 def load_slo(path: Path, load: Load) -> Thresholds:
-    """Read the SLO: a level rule without `where` applies at the target load; only predictable rules."""
+    """Read the SLO: a level rule without `where` applies at the target load; only predictable rules. An
+    attainment is a rule in the gate's own words: `slo: {ttft_ms: 800}` and `{metric: slo_attainment, min: 0.95}`."""
     thresholds = load_thresholds(path, default_where=load.concurrency or load.name)
     problems = []
     for i, rule in enumerate(thresholds.rules):
         if rule.metric not in PREDICTABLE:
             problems.append(f"{path}: rules[{i}].metric: {rule.metric} cannot be predicted (recommend predicts: "
                             "latency_ms_per_token, ttft_ms, itl_ms, tpot_ms, e2e_s at any statistic, "
-                            "throughput_tokens_per_s, requests_per_s, error_rate, cost.usd_per_h, "
-                            "cost.usd_per_1m_tokens)")
+                            "throughput_tokens_per_s, requests_per_s, error_rate, slo_attainment, "
+                            "goodput.requests_per_s, goodput.tokens_per_s, cost.usd_per_h, cost.usd_per_1m_tokens)")
         elif rule.where in ("knee", "max"):
             problems.append(f"{path}: rules[{i}].where: {rule.where} depends on a measured sweep; recommend "
                             f"predicts at a load (leave where out for the target load {load.name}, or name one)")
@@ -88,6 +89,8 @@ def predicted_value(metric: str, point: Point, usd_per_h: float | None) -> float
     """A rule's metric read off a predicted point (cost at that point's throughput)."""
     if metric.startswith("cost."):
         return _cost(metric, point.throughput_tokens_per_s, usd_per_h)
+    if metric in SLO_METRICS:  # a share of requests: the mean model has one request, the mean, and no share
+        return None
     if metric == "error_rate":
         # TGI answers 429 above its admission limit; a request past the 60 s timeout fails too.
         return 1.0 if point.rejected or not point.within_timeout else 0.0
@@ -109,7 +112,11 @@ def level_value(metric: str, level: LevelSummary, usd_per_h: float | None) -> fl
 
 def margin(rule: Rule, value: float) -> float:
     """How far inside the rule a value lies, relative to its limit (0.93: 93 % under a max; negative: misses
-    by that much); against a limit of 0 a relative margin is undefined: inf when met, -1 (100 %) when missed."""
+    by that much); against a limit of 0 a relative margin is undefined: inf when met, -1 (100 %) when missed. An
+    attainment's minimum is taken on the misses it allows (0.97 against 0.95: 40 % of the allowed 5 % unused), as
+    a margin relative to 0.95 could never reach a 10 % headroom."""
+    if rule.metric == "slo_attainment" and rule.min is not None and rule.max is None:
+        return margin(Rule(metric="misses", max=1 - rule.min), 1 - value)
     out = math.inf
     if rule.max is not None:
         out = min(out, (rule.max - value) / rule.max if rule.max > 0 else (math.inf if value <= rule.max else -1.0))
@@ -146,6 +153,8 @@ def tightness(rule: Rule, value: float | None) -> float:
     """Value ÷ limit, oriented so that above 1 misses (the frontier's y axis)."""
     if value is None:
         return float("inf")
+    if rule.metric == "slo_attainment" and rule.min is not None and rule.max is None:  # on the misses, as margin
+        return tightness(Rule(metric="misses", max=1 - rule.min), 1 - value)
     if rule.max is not None:
         return value / rule.max if rule.max > 0 else (0.0 if value <= 0 else float("inf"))
     assert rule.min is not None

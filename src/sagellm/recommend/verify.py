@@ -16,6 +16,7 @@ import yaml
 from sagellm.errors import ExitStatus, InputError
 from sagellm.recommend.choose import Recommendation, size_for_peak
 from sagellm.recommend.search import Candidate
+from sagellm.recommend.simulated import Simulator
 from sagellm.recommend.slo import Gap, Load, gap_of, level_value
 from sagellm.recommend.write import profile_body
 from sagellm.results.schema import Level, Results
@@ -166,7 +167,7 @@ def _bench_each(rec: Recommendation, chosen: list[Candidate], model_id: str, tar
                                   hf_token_secret=hf_token_secret),
             # The two levels asked for and no others (an adaptive sweep would go on to the knee and the max).
             target=target, load=_bench_load(rec.load), sweep=bench.Sweep(method="doubling"),
-            output=bench.Output(folder / f"run-{i}")),
+            gate=bench.Gate(slo=rec.slo), output=bench.Output(folder / f"run-{i}")),
             # In the user's account, deploy and teardown progress (and "tearing down — please wait") are shown.
             say=say if target.kind == "sagemaker" else lambda _line: None)
         done.benches.append(_verified(candidate, folder / f"run-{i}", outcome.results, outcome.error, rec))
@@ -243,7 +244,10 @@ def _rerank(rec: Recommendation, done: Verification) -> None:
     rec.pick = rec.design = rec.peak = None
     for v in sorted((v for v in verified if v.meets), key=lambda v: v.candidate.usd_per_h):
         design = rec.designs[v.candidate.config]
-        sizing = size_for_peak(v.candidate, design, rec.payload, peak, rec.rules) if peak is not None else None
+        # An attainment or goodput rule is a share of requests, which only simulated ones have.
+        simulator = Simulator(design, rec.payload, slo=rec.slo) if rec.slo is not None else None
+        sizing = size_for_peak(v.candidate, design, rec.payload, peak, rec.rules, simulator) \
+            if peak is not None else None
         if peak is None or sizing is not None:
             rec.pick, rec.design, rec.peak = v.candidate, design, sizing
             return

@@ -17,6 +17,7 @@ from sagellm.results.schema import (
     Level,
     LevelSummary,
     Pick,
+    RequestSlo,
     Results,
     Run,
     ServerStats,
@@ -30,10 +31,12 @@ from sagellm.results.schema import (
 # Every distribution a level records (a Stats field), at every statistic Stats holds: a new one is gateable at once.
 _DISTRIBUTIONS = tuple(name for name, field in LevelSummary.model_fields.items()
                        if Stats in (field.annotation, *get_args(field.annotation)))
+# Taken against the thresholds' per-request SLOs (`slo:`), so a rule on one needs them.
+SLO_METRICS: tuple[str, ...] = ("slo_attainment", "goodput.requests_per_s", "goodput.tokens_per_s")
 # Metrics read from one level (a rule says which one with `where`).
 LEVEL_METRICS: tuple[str, ...] = (
     *(f"{m}.{s}" for m in _DISTRIBUTIONS for s in Stats.model_fields),
-    "throughput_tokens_per_s", "requests_per_s", "error_rate",
+    "throughput_tokens_per_s", "requests_per_s", "error_rate", *SLO_METRICS,
     # What the endpoint itself reported over the level (`server` block): e.g. server.model_latency_ms.p90.
     *(f"server.{m}.{s}" for m in SERVER_METRICS for s in ServerStats.model_fields),
 )
@@ -42,11 +45,11 @@ LEVEL_METRICS: tuple[str, ...] = (
 RUN_METRICS: tuple[str, ...] = ("cost.usd_per_1m_tokens", "cost.usd_per_h", "ramp.cold_start_s")
 METRICS = LEVEL_METRICS + RUN_METRICS
 # Where lower is worse; for every other metric higher is worse (latency, errors, cost).
-HIGHER_IS_BETTER = frozenset({"throughput_tokens_per_s", "requests_per_s"})
+HIGHER_IS_BETTER = frozenset({"throughput_tokens_per_s", "requests_per_s", *SLO_METRICS})
 DEFAULT_BASELINE_METRICS = ("latency_ms_per_token.p50", "ttft_ms.p50", "throughput_tokens_per_s")
 # Run fields a baseline may differ in: what is under test (the profile and its environment), where, when and
-# how it was invoked. Every other field (model, instance, container, target, workload, …) must match.
-MAY_DIFFER = frozenset({"profile", "environment", "emulated", "time_scale", "region", "endpoint", "concurrency",
+# how it was invoked, and the per-request SLOs it was judged by. Every other field (model, instance, container, target, workload, …) must match.
+MAY_DIFFER = frozenset({"profile", "environment", "request_slo", "emulated", "time_scale", "region", "endpoint", "concurrency",
                         "request_rate", "repeats", "clock", "bench_run", "workers", "ray",
                         "tool_version", "started_at", "ended_at", "command"})
 
@@ -101,12 +104,14 @@ class Thresholds(_Strict):
     rules: tuple[Rule, ...] = ()
     baseline: Baseline | None = None
     slo_ms_per_token: float | None = None
+    slo: RequestSlo | None = None  # per-request SLOs: each level's slo_attainment and goodput
 
 
 # ---------------------------------------------------------------------------------------------- loading
 
 _FIELDS = {
-    "": ("rules", "baseline", "slo_ms_per_token"),
+    "": ("rules", "baseline", "slo_ms_per_token", "slo"),
+    "slo": tuple(RequestSlo.model_fields),
     "rules": ("metric", "where", "min", "max"),
     "baseline": ("results", "max_regression_pct", "metrics"),
 }
@@ -204,6 +209,31 @@ def _baseline_problems(raw: Any, base_dir: Path) -> list[str]:
     return out
 
 
+def _slo_problems(raw: Any) -> list[str]:
+    if not isinstance(raw, dict) or not raw:
+        return [(f"slo: expected a mapping of per-request limits in ms such as {{ttft_ms: 800, itl_ms: 50}}, "
+                 f"got {raw!r} (limits: {', '.join(_FIELDS['slo'])})")]
+    out = _unknown_keys(raw, _FIELDS["slo"], "slo.")
+    for key, value in raw.items():
+        if key in _FIELDS["slo"] and not (_is_number(value) and value > 0):
+            out.append(f"slo.{key}: {value!r} is not a positive number of ms (use e.g. {key}: 800)")
+    if "itl_ms" in raw and "tpot_ms" in raw:
+        out.append("slo: itl_ms and tpot_ms name one figure, the request's mean inter-token time (give one of them)")
+    return out
+
+
+def _slo_needed(data: dict, rules: list) -> list[str]:
+    """Rules and baseline metrics on attainment or goodput, where the file gives no per-request SLOs."""
+    if "slo" in data:
+        return []
+    named = [(f"rules[{i}].metric", raw.get("metric")) for i, raw in enumerate(rules) if isinstance(raw, dict)]
+    base = data.get("baseline")
+    if isinstance(base, dict) and isinstance(base.get("metrics"), list):
+        named += [(f"baseline.metrics[{j}]", m) for j, m in enumerate(base["metrics"])]
+    return [f"{at}: {metric} is taken against per-request SLOs, and there are none (add e.g. slo: {{ttft_ms: 800}})"
+            for at, metric in named if metric in SLO_METRICS]
+
+
 def load_thresholds(path: Path, default_where: Where | None = None) -> Thresholds:
     """Read a thresholds YAML; InputError listing every problem as `file: field: what (fix)`.
 
@@ -225,7 +255,7 @@ def load_thresholds(path: Path, default_where: Where | None = None) -> Threshold
     if data is None:
         raise InputError(f"{path}: empty (add rules: [{{metric: ..., where: ..., max: ...}}])")
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping with rules, baseline, slo_ms_per_token")
+        raise InputError(f"{path}: expected a mapping with rules, baseline, slo_ms_per_token, slo")
     problems = _unknown_keys(data, _FIELDS[""], "")
     rules = data.get("rules", [])
     if not isinstance(rules, list):
@@ -246,6 +276,9 @@ def load_thresholds(path: Path, default_where: Where | None = None) -> Threshold
     slo = data.get("slo_ms_per_token")
     if slo is not None and not (_is_number(slo) and slo > 0):
         problems.append(f"slo_ms_per_token: {slo!r} is not a positive number of ms per token")
+    if "slo" in data:
+        problems += _slo_problems(data["slo"])
+    problems += _slo_needed(data, rules)
     if problems:
         raise InputError([f"{path}: {p}" for p in problems])
     if isinstance(data.get("baseline"), dict) and "results" in data["baseline"]:
@@ -340,6 +373,17 @@ def differences(run: Run, baseline: Run) -> list[str]:
             if key not in MAY_DIFFER and key in baseline.model_fields_set and now[key] != before[key]]
 
 
+def slo_mismatch(thresholds: Thresholds, run: Run) -> list[str]:
+    """Rules on attainment or goodput whose file's `slo:` is not the one the run's levels were summarised with
+    (`sagellm gate` on a finished run: its figures cannot be re-taken against other limits)."""
+    if thresholds.slo is None or thresholds.slo == run.request_slo:
+        return []
+    was = run.request_slo.describe() if run.request_slo is not None else "none"
+    return [f"rules[{i}].metric: {rule.metric} was taken against the run's own per-request SLOs ({was}), not this "
+            f"file's slo: ({thresholds.slo.describe()}) (re-run the bench with this file, or give the run's slo:)"
+            for i, rule in enumerate(thresholds.rules) if rule.metric in SLO_METRICS]
+
+
 def load_baseline(thresholds: Thresholds, run: Run, path: Path | None = None, *,
                   allow_incomparable: bool = False) -> Results | None:
     """The baseline run (`path`, else the thresholds' baseline.results); InputError when it cannot be compared
@@ -394,6 +438,7 @@ def _check_rule(results: Results, rule: Rule) -> Violation | None:
         measured = _value(level, rule.metric)
         if measured is None:
             why = ("the server did not report it" if rule.metric.startswith("server.")
+                   else "the run had no per-request SLOs (run.request_slo)" if rule.metric in SLO_METRICS
                    else "no successful request")
             return violation(None, limit, f"not measured at {level.describe_load()} ({why})")
     if rule.max is not None and measured > rule.max:

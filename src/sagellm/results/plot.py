@@ -46,6 +46,7 @@ def plot_curve(results: Results, path: Path) -> None:
         ax.annotate(lv.load, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
 
     _predicted_line(ax, results, "ms_per_token")
+    _goodput(ax, results, measured)
 
     if results.knee is not None:
         k = results.knee
@@ -83,6 +84,19 @@ def plot_curve(results: Results, path: Path) -> None:
         _server_panel(fig.add_subplot(2, 1, 2), server)
     fig.tight_layout()
     fig.savefig(path, format="png")
+
+
+def _goodput(ax: Any, results: Results, measured: list[Level]) -> None:
+    """Each level's goodput beside its throughput, at the same latency: the part of the throughput whose requests
+    met the per-request SLOs."""
+    good = [(lv.goodput.tokens_per_s, lv.throughput_tokens_per_s, lv.latency_ms_per_token.p50 or 0.0)
+            for lv in measured if lv.goodput is not None]
+    if not good or results.run.request_slo is None:
+        return
+    for goodput, throughput, y in good:
+        ax.plot([goodput, throughput], [y, y], ":", color="tab:purple", alpha=0.5)
+    ax.plot([g for g, _, _ in good], [y for _, _, y in good], "x", color="tab:purple",
+            label=f"goodput ({results.run.request_slo.describe()})")
 
 
 def _predicted_line(ax: Any, results: Results, metric: str) -> None:

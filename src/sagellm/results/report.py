@@ -68,10 +68,20 @@ def _header(results: Results) -> list[str]:
         + (" (simulated time; client overhead in wall-clock ms)" if run.clock == "emulator" else ""),
         *_sweep(results.sweep, results.ramp, confirmed_only_by=_differing(results)),
         *_client_bound(results),
+        *_request_slo(run),
         f"- Started {run.started_at.isoformat(timespec='seconds')} · ended {ended} · sagellm {run.tool_version}",
         f"- Command: `{run.command}`",
         "- Environment: " + (", ".join(f"`{k}={v}`" for k, v in sorted(run.environment.items())) or "–"),
     ]
+
+
+def _request_slo(run: Run) -> list[str]:
+    """The header's line on the per-request SLOs each level's attainment and goodput are taken against."""
+    if run.request_slo is None:
+        return []
+    return [(f"- Per-request SLOs: {run.request_slo.describe()} · SLO attainment: the share of a level's requests "
+             "that met every one (a failed request misses) · goodput: the rate of those requests "
+             "(docs/metrics.md)")]
 
 
 def _workload(run: Run) -> str:
@@ -218,6 +228,12 @@ def _level(level: Level, run: Run) -> list[str]:
         _scalar_row("requests/s", level.requests_per_s, p.requests_per_s if p else None, digits=2,
                     mark=flag(level, "requests/s")),
     ]
+    if level.goodput is not None:
+        pg = p.goodput if p else None
+        lines += [_scalar_row("SLO attainment", level.slo_attainment, p.slo_attainment if p else None, digits=3),
+                  _scalar_row("goodput tokens/s", level.goodput.tokens_per_s, pg.tokens_per_s if pg else None),
+                  _scalar_row("goodput requests/s", level.goodput.requests_per_s, pg.requests_per_s if pg else None,
+                              digits=2)]
     if level.lateness_ms is not None:
         lines.append(_row("lateness ms (sent − scheduled)", level.lateness_ms, None, digits=2))
         lines.append(_scalar_row("achieved requests/s", level.achieved_request_rate, None, digits=2))
@@ -261,16 +277,20 @@ def _server(server: ServerMetrics, run: Run) -> list[str]:
 
 
 def _overview(results: Results) -> list[str]:
+    slo = results.run.request_slo is not None  # goodput and attainment columns, where there are SLOs to meet
     lines = [("| level | tokens/s | predicted | ms/token p50 | predicted | p90 | p99 | TTFT p50 ms | "
-             "ITL p50 ms | error rate |"), "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "ITL p50 ms | error rate |" + (" goodput tokens/s | SLO attainment |" if slo else "")),
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if slo else "")]
     for lv in results.levels:
         p = lv.predicted
+        good = (f" {_n(lv.goodput.tokens_per_s if lv.goodput else None)} | "
+                f"{'–' if lv.slo_attainment is None else f'{lv.slo_attainment:.1%}'} |") if slo else ""
         lines.append(
             f"| {lv.load} | {_n(lv.throughput_tokens_per_s)} | {_n(p.throughput_tokens_per_s if p else None)}"
             f"{flag(lv, 'tokens/s')} | {_n(lv.latency_ms_per_token.p50)} | {_n(p.ms_per_token if p else None)}"
             f"{flag(lv, 'ms/token p50')}"
             f" | {_n(lv.latency_ms_per_token.p90)} | {_n(lv.latency_ms_per_token.p99)} | {_n(lv.ttft_ms.p50)}"
-            f" | {_n(lv.itl_ms.p50)} | {lv.error_rate:.1%} |")
+            f" | {_n(lv.itl_ms.p50)} | {lv.error_rate:.1%} |{good}")
     return lines + [""]
 
 

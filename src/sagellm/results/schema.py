@@ -93,6 +93,33 @@ class LoadKey(BaseModel):
         return f"request rate {self.load}" if self.request_rate is not None else f"concurrency {self.load}"
 
 
+class RequestSlo(_Strict):
+    """Per-request SLOs in ms (a thresholds file's `slo:`): a request meets them when it succeeded and every figure
+    given is at or under its limit (docs/metrics.md, Goodput and SLO attainment)."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None  # the request's mean gap, (e2e − TTFT) ÷ (output tokens − 1): TPOT by another name
+    tpot_ms: float | None = None  # the same figure under vLLM's name (a file gives one of the two)
+    e2e_ms: float | None = None
+
+    @property
+    def per_token_ms(self) -> float | None:
+        """The limit on the request's mean inter-token time, under either name."""
+        return self.itl_ms if self.itl_ms is not None else self.tpot_ms
+
+    def describe(self) -> str:
+        """`TTFT ≤ 800 ms, ITL ≤ 50 ms`: the limits given, for reports and messages."""
+        names = {"ttft_ms": "TTFT", "itl_ms": "ITL", "tpot_ms": "TPOT", "e2e_ms": "e2e"}
+        return ", ".join(f"{names[k]} ≤ {v:g} ms" for k, v in self.model_dump().items() if v is not None)
+
+
+class Goodput(_Strict):
+    """The rates of the requests that met every per-request SLO, over the level's window."""
+
+    requests_per_s: float  # counted as requests_per_s is: their tokens in the window ÷ their mean output
+    tokens_per_s: float  # their output tokens generated inside the window ÷ its length
+
+
 class LevelSummary(LoadKey):
     """What one level measured (warm-up excluded); with repeats, all of them together."""
 
@@ -120,6 +147,10 @@ class LevelSummary(LoadKey):
     lateness_ms: Stats | None = None  # open loop: how late each request was sent against its schedule
     achieved_request_rate: float | None = None  # open loop: measured requests sent ÷ the sending time
     client_overhead_ms: Stats | None = None  # wall-clock ms: client e2e − server e2e (emulator only)
+    # With per-request SLOs (run.request_slo): the share of measured requests that met every one, a failed request
+    # counting as a miss, and the rates of those that met them. None without SLOs.
+    slo_attainment: float | None = None
+    goodput: Goodput | None = None
     spread: dict[str, Spread] | None = None  # repeats > 1: headline metrics across the repeats
 
 
@@ -166,6 +197,7 @@ class Run(_Strict):
     # Where request timings come from: the client's clock, or the emulator's simulated clock (docs/emulator.md).
     clock: Literal["client", "emulator"] = "client"
     workload: WorkloadRecord | None = None
+    request_slo: RequestSlo | None = None  # the per-request SLOs each level's attainment and goodput are taken against
     tool_version: str
     started_at: datetime
     ended_at: datetime | None = None
@@ -189,6 +221,9 @@ class Predicted(_Strict):
     # The target is the emulator, which runs the engine the prediction simulates: they agree by construction,
     # so a departure is the measuring machine's (client overhead, event-loop lag), not the prediction's.
     same_engine: bool = False
+    # The simulated requests' share meeting run.request_slo and their goodput (None without SLOs).
+    slo_attainment: float | None = None
+    goodput: Goodput | None = None
 
 
 class PredictedPoint(Predicted):

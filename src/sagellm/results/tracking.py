@@ -115,6 +115,9 @@ def level_metrics(level: Level) -> dict[str, float]:
         out |= {f"{name}.p50": stats.p50, f"{name}.p90": stats.p90, f"{name}.p99": stats.p99}
     if level.request_rate is not None:
         out["request_rate"] = level.request_rate
+    if level.goodput is not None:
+        out |= {"slo_attainment": level.slo_attainment, "goodput.requests_per_s": level.goodput.requests_per_s,
+                "goodput.tokens_per_s": level.goodput.tokens_per_s}
     if level.predicted is not None:
         p = level.predicted
         out |= {"predicted.throughput_tokens_per_s": p.throughput_tokens_per_s,

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import percentile, summarize
-from sagellm.results.schema import Stats
+from sagellm.bench.client.summary import meets, percentile, summarize, summarize_runs
+from sagellm.results.schema import RequestSlo, Stats
 
 
 def rec(*, c: int = 4, start: float = 1.0, e2e: float = 1.0, tokens: int = 100, ok: bool = True,
@@ -125,3 +125,67 @@ def test_token_gap_statistics_are_those_of_every_gap_whether_a_request_repeats_o
     every = [gap * 1000 for r in records for gap in r.token_gaps_s]
     assert s.token_gap_ms == Stats(p50=percentile(every, 50), p90=percentile(every, 90), p95=percentile(every, 95),
                                    p99=percentile(every, 99), mean=sum(every) / len(every))
+
+
+# ------------------------------------------------------------------------------- goodput and SLO attainment
+
+SLO = RequestSlo(ttft_ms=500, itl_ms=20, e2e_ms=3000)
+
+
+def streamed(*, ttft: float = 0.2, e2e: float = 2.0, tokens: int = 101, **kw) -> RequestRecord:
+    """An ok streamed request: `tokens` events evenly spread after its first token (ITL = (e2e − TTFT) ÷ (n − 1))."""
+    gap = (e2e - ttft) / (tokens - 1) if tokens > 1 else 0.0
+    return rec(e2e=e2e, tokens=tokens, ttft_s=ttft, token_gaps_s=[gap] * (tokens - 1), **kw)
+
+
+def test_a_request_meets_the_slo_only_when_it_succeeded_and_every_limit_holds() -> None:
+    assert meets(streamed(), SLO)  # TTFT 200 ms, ITL 18 ms, e2e 2000 ms
+    assert not meets(streamed(ttft=0.6), SLO)  # TTFT 600 > 500 ms
+    assert not meets(streamed(e2e=2.5), SLO)  # ITL (2.5 − 0.2) ÷ 100 = 23 > 20 ms
+    assert not meets(streamed(ttft=0.1, e2e=3.1, tokens=1001), SLO)  # ITL 3 ms, but e2e 3100 > 3000 ms
+    assert not meets(rec(ok=False, e2e=0.01, tokens=0, error_kind="overloaded"), SLO)
+    assert meets(streamed(ttft=0.5, e2e=2.5, tokens=101), SLO)  # every figure exactly at its limit: met (≤)
+
+
+def test_one_output_token_has_no_inter_token_time_and_a_missing_ttft_misses() -> None:
+    assert meets(streamed(ttft=0.4, e2e=0.4, tokens=1), SLO)  # ITL 0, as vLLM counts it
+    assert not meets(rec(e2e=1.0, tokens=50), SLO)  # not streamed: no TTFT to hold against 500 ms
+    assert meets(rec(e2e=1.0, tokens=50), RequestSlo(e2e_ms=1000))  # an e2e-only SLO needs none
+    assert meets(streamed(e2e=2.5), RequestSlo(tpot_ms=23))  # tpot_ms is the same per-request mean
+
+
+def test_attainment_counts_failed_requests_as_misses_and_goodput_only_the_requests_that_met_it() -> None:
+    good = [streamed(start=float(i), ttft=0.2, e2e=2.0) for i in range(4)]  # 101 tokens each, all inside
+    late = streamed(start=1.0, ttft=0.7, e2e=2.0)  # TTFT misses
+    slow = streamed(start=2.0, ttft=0.2, e2e=2.9)  # ITL 27 ms misses
+    failed = [rec(start=3.0, ok=False, e2e=0.01, tokens=0, error_kind="overloaded")] * 2
+    warm = streamed(start=0.0, ttft=5.0, e2e=6.0, warmup=True)  # left out of both
+    s = summarize([*good, late, slow, *failed, warm], window_start_s=0, window_end_s=10, slo=SLO)
+    assert s.requests == 8 and s.ok == 6
+    assert s.slo_attainment == pytest.approx(4 / 8)  # the failed two are misses, not left out
+    assert s.goodput is not None
+    assert s.goodput.tokens_per_s == pytest.approx(4 * 101 / 10)
+    assert s.goodput.requests_per_s == pytest.approx(4 / 10)
+    assert s.throughput_tokens_per_s == pytest.approx(6 * 101 / 10)  # goodput is the met part of it
+
+
+def test_every_request_meeting_the_slo_makes_goodput_equal_throughput() -> None:
+    s = summarize([streamed(start=float(i)) for i in range(5)], window_start_s=0, window_end_s=8, slo=SLO)
+    assert s.slo_attainment == 1.0
+    assert s.goodput is not None
+    assert (s.goodput.tokens_per_s, s.goodput.requests_per_s) == pytest.approx(
+        (s.throughput_tokens_per_s, s.requests_per_s))
+
+
+def test_without_an_slo_there_is_no_attainment_or_goodput() -> None:
+    s = summarize([streamed()], window_start_s=0, window_end_s=5)
+    assert s.slo_attainment is None and s.goodput is None
+
+
+def test_repeats_spread_attainment_across_runs() -> None:
+    one = ([streamed(start=1.0), streamed(start=2.0)], 0.0, 10.0)
+    two = ([streamed(start=1.0, repeat=1), streamed(start=2.0, ttft=0.9, repeat=1)], 0.0, 10.0)
+    s = summarize_runs([one, two], SLO)
+    assert s.slo_attainment == pytest.approx(3 / 4)
+    assert s.spread is not None
+    assert (s.spread["slo_attainment"].min, s.spread["slo_attainment"].max) == (0.5, 1.0)

@@ -1,5 +1,5 @@
 """Per-level summary of request records: percentiles, per-request ITL, tokens counted where their events fall,
-and the spread of repeated runs of a level."""
+SLO attainment and goodput, and the spread of repeated runs of a level."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from sagellm.bench.client.records import RequestRecord
-from sagellm.results.schema import ERROR_KINDS, LevelSummary, Spread, Stats
+from sagellm.results.schema import ERROR_KINDS, Goodput, LevelSummary, RequestSlo, Spread, Stats
 
 # Metrics whose spread across repeats is reported (each repeat's own value).
 SPREAD_METRICS: tuple[str, ...] = (
     "throughput_tokens_per_s", "requests_per_s", "error_rate",
+    "slo_attainment", "goodput.requests_per_s", "goodput.tokens_per_s",
     *(f"{m}.{s}" for m in ("latency_ms_per_token", "ttft_ms", "itl_ms", "e2e_s")
       for s in ("p50", "p90", "p95", "p99", "mean")),
 )
@@ -74,14 +75,44 @@ def tokens_in_window(records: Sequence[RequestRecord], start_s: float, end_s: fl
     return total
 
 
-def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window_end_s: float) -> LevelSummary:
+def summarize(records: Sequence[RequestRecord], *, window_start_s: float, window_end_s: float,
+              slo: RequestSlo | None = None) -> LevelSummary:
     """Summarize one run of a level; throughput counts the tokens generated inside the window.
 
     Counting tokens where their events fall, not requests where they complete, matters: a batching
     server keeps a closed loop's requests in phase, so they complete in waves that a window edge
     would cut whole.
     """
-    return summarize_runs([(records, window_start_s, window_end_s)])
+    return summarize_runs([(records, window_start_s, window_end_s)], slo)
+
+
+def meets(record: RequestRecord, slo: RequestSlo) -> bool:
+    """Whether a request met every per-request SLO: it succeeded and each figure the SLO limits is at or under its
+    limit (vLLM's benchmark_serving `--goodput` test). One output token has no inter-token time (0, as vLLM
+    counts it); a TTFT the record lacks (not streamed) cannot be shown to meet its limit, so it misses."""
+    if not record.ok:
+        return False
+    per_token = slo.per_token_ms
+    if slo.ttft_ms is not None or per_token is not None:
+        if record.ttft_s is None:
+            return False
+        if slo.ttft_ms is not None and record.ttft_s * 1000 > slo.ttft_ms:
+            return False
+        if per_token is not None and (record.itl_s or 0.0) * 1000 > per_token:
+            return False
+    return slo.e2e_ms is None or record.e2e_s * 1000 <= slo.e2e_ms
+
+
+def goodput_of(runs: Sequence[Run], slo: RequestSlo, *, warmup_tokens: bool = False) -> Goodput:
+    """The rates of the requests that met the SLO, counted as throughput and requests/s are: their tokens inside
+    the windows (the warm-up's too where `warmup_tokens`, as a prediction counts the load its window saw), and
+    requests from those tokens and the mean output of a measured one."""
+    good = [([r for r in run if meets(r, slo) and (warmup_tokens or not r.warmup)], start, end)
+            for run, start, end in runs]
+    tokens = sum(tokens_in_window(run, start, end) for run, start, end in good)
+    window_s = sum(end - start for _, start, end in runs)
+    measured = [r for run, _, _ in good for r in run if not r.warmup]
+    return Goodput(requests_per_s=_requests_per_s(measured, tokens, window_s), tokens_per_s=tokens / window_s)
 
 
 def errors_by_kind(records: Sequence[RequestRecord]) -> dict[str, int]:
@@ -93,9 +124,10 @@ def errors_by_kind(records: Sequence[RequestRecord]) -> dict[str, int]:
     return errors
 
 
-def summarize_runs(runs: Sequence[Run]) -> LevelSummary:
+def summarize_runs(runs: Sequence[Run], slo: RequestSlo | None = None) -> LevelSummary:
     """Summarize a level run once or more (`--repeats`): every request of every run in the statistics,
-    throughput over the runs' windows together, and with several runs the spread of each run's own figures."""
+    throughput over the runs' windows together, and with several runs the spread of each run's own figures;
+    with per-request SLOs, the share of measured requests that met them (a failed one misses) and their goodput."""
     records = _one_level(runs)
     first = records[0]
     measured = [r for r in records if not r.warmup]
@@ -120,7 +152,9 @@ def summarize_runs(runs: Sequence[Run]) -> LevelSummary:
         lateness_ms=_lateness_ms(measured) if open_loop else None,
         achieved_request_rate=_sent(runs) / window_s if open_loop else None,
         client_overhead_ms=_client_overhead_ms(ok),
-        spread=spread([summarize_runs([run]) for run in runs]) if len(runs) > 1 else None,
+        slo_attainment=sum(meets(r, slo) for r in measured) / len(measured) if slo is not None and measured else None,
+        goodput=goodput_of(runs, slo) if slo is not None else None,
+        spread=spread([summarize_runs([run], slo) for run in runs]) if len(runs) > 1 else None,
     )
 
 
@@ -191,7 +225,7 @@ def _client_overhead_ms(ok: Sequence[RequestRecord]) -> Stats | None:
 def _value(summary: LevelSummary, metric: str) -> float | None:
     obj: Any = summary
     for part in metric.split("."):
-        obj = getattr(obj, part)
+        obj = getattr(obj, part) if obj is not None else None  # goodput is None without SLOs
     return obj
 
 

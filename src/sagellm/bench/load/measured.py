@@ -18,7 +18,7 @@ from typing import Any
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import summarize_runs
 from sagellm.bench.load.level import LevelResult
-from sagellm.results.schema import Level, LevelSummary, Predicted
+from sagellm.results.schema import Level, LevelSummary, Predicted, RequestSlo
 
 
 def on_simulated_clock(record: RequestRecord, time_scale: float, emulated: bool) -> RequestRecord:
@@ -43,9 +43,9 @@ def on_simulated_clock(record: RequestRecord, time_scale: float, emulated: bool)
 
 def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bool,
               predict: Callable[[LevelSummary, list[RequestRecord]], Predicted | None],
-              lags: dict[str, float]) -> list[Level]:
-    """One results level per level key (its repeats together), in the order measured; levels without a
-    measured request are left out."""
+              lags: dict[str, float], slo: RequestSlo | None = None) -> list[Level]:
+    """One results level per level key (its repeats together), in the order measured, with its SLO attainment and
+    goodput where per-request SLOs are given; levels without a measured request are left out."""
     runs: dict[str, list[LevelResult]] = {}
     for lv in results:
         runs.setdefault(lv.load, []).append(lv)
@@ -57,7 +57,7 @@ def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bo
                  for lv in repeats if any(not r.warmup for r in lv.records)]
         if not parts:
             continue
-        s = summarize_runs(parts)
+        s = summarize_runs(parts, slo)
         why = next((reason for lv in repeats if (reason := lv.bottleneck(time_scale))), None)
         client_lags = [lv.loop_lag_ms for lv in repeats if lv.loop_lag_ms is not None]
         # The prediction replays the first run's offered load (its records, on the simulated clock).

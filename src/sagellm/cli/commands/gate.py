@@ -33,7 +33,7 @@ def gate(
     a baseline that is not comparable), or the run's own 3/130 when it failed or was interrupted.
     """
     from sagellm.results.gate import gate as evaluate
-    from sagellm.results.gate import planned_levels, read_gate, violation_lines
+    from sagellm.results.gate import planned_levels, read_gate, slo_mismatch, violation_lines
     from sagellm.results.report import write_report
     from sagellm.results.schema import load_results, write_results
 
@@ -45,6 +45,8 @@ def gate(
     rules, base = read_gate(thresholds, baseline, run.run, planned_levels(run), allow_incomparable=allow_incomparable)
     if rules is None:
         raise InputError("--thresholds/--baseline: nothing to check (give a thresholds file, a baseline, or both)")
+    if problems := slo_mismatch(rules, run.run):
+        raise InputError([f"{thresholds}: {p}" for p in problems])
     verdict = evaluate(run, rules, base)
     updated = run.model_copy(update={"gate": verdict})
     out.mkdir(parents=True, exist_ok=True)

@@ -111,7 +111,7 @@ def recommend(
     _check_verify_options(verify, target, time_scale, budget_minutes, hf_token_secret)
     check_out(out)
     load = Load(concurrency=concurrency, request_rate=request_rate)
-    rules = load_slo(thresholds, load).rules
+    slo = load_slo(thresholds, load)
     catalog_model = find_model(model, "--model")
     payload = Payload(input_tokens or 256, output_tokens or 256)
     quants = ("none",) if quantization in (None, "none") else ("none", quantization)
@@ -119,7 +119,8 @@ def recommend(
                                                         _names(families, "--families"), region),
                   tuple(dict.fromkeys(engine_names)) or Space.engines, quants, region, profiles_dir,
                   inferentia=any(not ENGINES[e].gpu for e in engine_names))
-    found = search(space, load, rules, None if json_out else _progress(started), headroom / 100)
+    rules = slo.rules
+    found = search(space, load, rules, None if json_out else _progress(started), headroom / 100, slo.slo)
     peak = Load(request_rate=peak_rate) if peak_rate is not None else None
     rec = choose(found, load, rules, payload, peak)
     elapsed = time.monotonic() - started
