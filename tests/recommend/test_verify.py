@@ -12,6 +12,7 @@ import pytest
 from sagellm.catalog import find_model
 from sagellm.planner import Payload
 from sagellm.recommend import Load, Space, choose, instance_types, search
+from sagellm.recommend.choose import rank
 from sagellm.recommend.slo import gap_of
 from sagellm.recommend.verify import LOCAL_REPLAYS_PLANNER, Verification, Verified, _rerank
 from sagellm.results.gate import Rule
@@ -25,7 +26,7 @@ def test_a_candidate_measured_to_miss_loses_the_pick_to_the_next_cheapest(tmp_pa
     rules = (Rule(metric="itl_ms.p50", where="2/s", max=40),)
     found = search(Space(find_model("llama2-7b"), Payload(), instance_types(families=("g5", "g6e"))), load, rules)
     rec = choose(found, load, rules, Payload())
-    meeting = sorted((c for c in rec.candidates if c.meets), key=lambda c: c.usd_per_h)
+    meeting = sorted((c for c in rec.candidates if c.meets), key=lambda c: rank(c, rules))  # as choose ranks
     first, second = meeting[0], meeting[1]
     assert rec.pick is first
     missed = Verified(first, tmp_path / "run-1", measured={rules[0].label: 55.0},
