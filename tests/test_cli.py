@@ -216,6 +216,27 @@ def test_plan_takes_concurrency_levels_and_payload(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_plan_draws_lengths_from_a_distribution_as_the_bench_does(tmp_path: Path) -> None:
+    args = ("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.2xlarge",
+            "--concurrency", "8", "--json")
+    varied = sagellm(*args, "--input-tokens", "128-1024", "--output-tokens", "256:64", cwd=tmp_path)
+    fixed = sagellm(*args, "--input-tokens", "576", "--output-tokens", "256", cwd=tmp_path)
+    assert varied.returncode == fixed.returncode == 0, varied.stderr + fixed.stderr
+    v, f = json.loads(varied.stdout), json.loads(fixed.stdout)
+    assert v["curve"]["payload"] == f["curve"]["payload"] == {"input_tokens": 576, "output_tokens": 256}  # the mean
+    # The limits take the longest request: room for 448 output tokens (256 + 3 × 64) in the total, and the
+    # admission sized for 1024-token prompts.
+    assert int(v["environment"]["MAX_INPUT_TOKENS"]) == int(v["environment"]["MAX_TOTAL_TOKENS"]) - 448
+    assert int(v["environment"]["MAX_CONCURRENT_REQUESTS"]) < int(f["environment"]["MAX_CONCURRENT_REQUESTS"])
+    # Drawn lengths spread the latencies: the same mean, other percentiles.
+    assert v["curve"]["points"][0]["ttft_ms_p90"] != f["curve"]["points"][0]["ttft_ms_p90"]
+    bad = sagellm(*args, "--input-tokens", "1024-128", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("sagellm: error: --input-tokens: '1024-128' is an empty range: its minimum is above "
+                                  "its maximum (use 512 (fixed), 512:64 (mean:stddev) or 256-1024 (min-max))")
+
+
+@pytest.mark.slow
 def test_plan_flags_override_tp_copies_and_instance_count(tmp_path: Path) -> None:
     result = sagellm("plan", "--profile", "replicas", "--model", LLAMA2_7B, "--instance", "ml.p4d.24xlarge",
                      "--tensor-parallel", "2", "--replicas", "4", "--instance-count", "2", "--json", cwd=tmp_path)
@@ -243,10 +264,10 @@ def test_plan_prints_a_table_for_people(tmp_path: Path) -> None:
     (["--concurrency", "1,,2"], ("sagellm: error: --concurrency: '1,,2' has an empty level between commas; give "
                                  "levels ≥ 1 separated by commas, e.g. 1,2,4,8")),
     (["--concurrency", "1,2,1"], "sagellm: error: --concurrency: '1,2,1': 1 is given twice; list each level once"),
-    (["--input-tokens", "0"], ("sagellm: error: --input-tokens: 0 is out of range; give a number of tokens from 1 "
-                               "to 4294967295")),
-    (["--output-tokens", "-5"], ("sagellm: error: --output-tokens: -5 is out of range; give a number of tokens "
-                                 "from 1 to 4294967295")),
+    (["--input-tokens", "0"], ("sagellm: error: --input-tokens: '0' allows lengths outside 1 to 4294967295 tokens "
+                               "(use 512 (fixed), 512:64 (mean:stddev) or 256-1024 (min-max))")),
+    (["--output-tokens", "-5"], ("sagellm: error: --output-tokens: '-5' is not a length (use 512 (fixed), 512:64 "
+                                 "(mean:stddev) or 256-1024 (min-max))")),
     (["--tensor-parallel", "0"], ("sagellm: error: --tensor-parallel: '0': Input should be greater than or equal to "
                                   "1 (see `sagellm plan --help`)")),
     (["--instance-count", "4294967296"], ("sagellm: error: --instance-count: '4294967296': Input should be less "

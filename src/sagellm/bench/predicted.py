@@ -181,9 +181,10 @@ def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concur
 
 
 def simulated_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: Sequence[int],
-                    region: str) -> Curve:
-    """`plan`'s curve: every level from simulated requests, the knee and cost read off them."""
-    points = tuple(predicted_point(plan, shape, payload, c) for c in concurrency)
+                    region: str, sizes: Sizes | None = None) -> Curve:
+    """`plan`'s curve: every level from simulated requests (of `payload`'s size, or each drawn by `sizes`), the
+    knee and cost read off them."""
+    points = tuple(predicted_point(plan, shape, payload, c, sizes=sizes) for c in concurrency)
     curve = curve_of(shape, payload, points, region)
     how = (f"each level from {SIMULATED_REQUESTS} simulated requests (the emulator's engine on a virtual clock); "
            "p50 figures, p90 in --json")

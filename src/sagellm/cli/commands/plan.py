@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,22 +12,23 @@ from sagellm.cli.app import app
 from sagellm.cli.options import (
     INT32_MAX,
     Engine,
-    InputTokens,
     Instance,
     Json,
     Model,
-    OutputTokens,
     ProfilesDir,
     Region,
     concurrency_levels,
-    payload_from,
 )
+
+LENGTHS = "512 (fixed), 512:64 (normal: mean:stddev) or 256-1024 (uniform: min-max)"
 
 
 @app.command(epilog="Examples:\n\n"
              "  sagellm plan --profile max-throughput --model meta-llama/Llama-2-7b-hf --instance ml.g5.2xlarge\n\n"
              "  sagellm plan --profile replicas --model llama2-13b --instance ml.p4d.24xlarge --tensor-parallel 1\n\n"
-             "  sagellm plan --profile min-latency --model llama2-70b --instance ml.p4d.24xlarge --input-tokens 2048 --json")
+             "  sagellm plan --profile min-latency --model llama2-70b --instance ml.p4d.24xlarge --input-tokens 2048 --json\n\n"
+             "  sagellm plan --profile max-throughput --model llama2-7b --input-tokens 256-2048 --output-tokens 256:64\n\n"
+             "  sagellm plan --profile max-throughput --model llama2-7b --dataset sharegpt.json   # its lengths")
 def plan(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
     model: Model,
@@ -38,8 +40,13 @@ def plan(
                                                     "(inference components)")] = None,
     instance_count: Annotated[int | None, typer.Option("--instance-count", min=1, max=INT32_MAX,
                                                           help="instances behind the endpoint")] = None,
-    input_tokens: InputTokens = None,
-    output_tokens: OutputTokens = None,
+    input_tokens: Annotated[str | None, typer.Option("--input-tokens", help=f"prompt tokens per request: {LENGTHS}, "
+                                                     "as the bench draws them (default: the profile's payload)")]
+    = None,
+    output_tokens: Annotated[str | None, typer.Option("--output-tokens", help=f"generated tokens per request: "
+                                                      f"{LENGTHS}")] = None,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="the lengths of a JSONL or ShareGPT file's "
+                                                 "requests, as the bench reads it (bench --dataset)")] = None,
     concurrency: Annotated[str, typer.Option("--concurrency", help="endpoint-wide levels")] =
     "1,2,4,8,16,32,64,128,256,512",
     region: Region = "us-east-1",
@@ -58,14 +65,26 @@ def plan(
     """
     from dataclasses import replace
 
+    from sagellm.bench.client.workload import Workload, WorkloadOptions
     from sagellm.bench.predicted import simulated_curve
-    from sagellm.profiles import design_for
+    from sagellm.errors import InputError
+    from sagellm.planner import Payload
+    from sagellm.profiles import design_for, profile_payload
 
     levels = concurrency_levels(concurrency)
-    d = design_for(profile, model, instance, payload=payload_from(input_tokens, output_tokens), region=region,
+    try:  # the bench's workload: its lengths, drawn per request as a bench with the same options sends them
+        workload = Workload(WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, dataset=dataset),
+                            profile_payload(profile, profiles_dir))
+    except InputError as exc:
+        raise InputError([m.replace("WorkloadOptions.", "--").replace("_tokens", "-tokens") for m in exc.messages]) \
+            from None
+    varied = workload.inputs.kind != "fixed" or workload.outputs.kind != "fixed" or dataset is not None
+    # The longest request sizes the plan's limits (each request must be taken); the mean one its prediction.
+    d = design_for(profile, model, instance, payload=Payload(*workload.longest()), region=region,
                    profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
                    instance_count=instance_count, engine=engine)
-    curve = simulated_curve(d.plan(), d.shape(), d.payload, levels, region)
+    curve = simulated_curve(d.plan(), d.shape(), workload.payload(), levels, region,
+                            sizes=workload.sizes if varied else None)
     curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
