@@ -46,11 +46,13 @@ def test_an_exported_workload_reads_back_as_the_same_bench(workload: WorkloadOpt
 
 
 @pytest.mark.parametrize(("workload", "load", "message"), [
-    (WorkloadOptions("256-1024"), Closed((4,)), "WorkloadOptions.input_tokens: '256-1024': AIPerf draws lengths "
-     "from a normal distribution; give a fixed length (512) or mean:stddev (512:64)"),
+    (WorkloadOptions("256-1024"), Closed((4,)), ("WorkloadOptions.input_tokens: '256-1024': AIPerf draws lengths "
+                                                  "from a normal distribution; give a fixed length (512) or "
+                                                  "mean:stddev (512:64)")),
     (WorkloadOptions(), Closed((1, 2)), "Closed.concurrency: 2 levels; an AIPerf run is one level (give one)"),
-    (WorkloadOptions(dataset=Path("chat.jsonl")), Closed((1,)), "WorkloadOptions.dataset: a local file; AIPerf "
-     "reads a dataset from S3 (upload it in AIPerf's format and give its S3 URI)"),
+    (WorkloadOptions(dataset=Path("chat.jsonl")), Closed((1,)), ("WorkloadOptions.dataset: a local file; AIPerf "
+                                                                  "reads a dataset from S3 (upload it in AIPerf's "
+                                                                  "format and give its S3 URI)")),
 ])
 def test_what_aiperf_cannot_express_is_refused(workload: WorkloadOptions, load: Closed, message: str) -> None:
     with pytest.raises(InputError) as caught:

@@ -22,7 +22,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "aws-ai-jobs" / "de
 def described() -> dict:
     """The fixture as DescribeAIRecommendationJob returns it through botocore (the Stubber checks its shape)."""
     client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="test",
-                          aws_secret_access_key="test")  # noqa: S106 - never sent: the Stubber answers
+                          aws_secret_access_key="test")  # never sent: the Stubber answers
     response = json.loads(FIXTURE.read_text())
     with Stubber(client) as stub:
         stub.add_response("describe_ai_recommendation_job", response, {"AIRecommendationJobName": "llama-2-7b-chat"})

@@ -46,7 +46,7 @@ def test_the_shortlist_is_the_picks_type_then_the_cheapest_others_meeting_the_sl
 def test_both_requests_are_written_valid_and_sent_in_order_through_the_client(tmp_path: Path) -> None:
     rec = recommendation()
     client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="test",
-                          aws_secret_access_key="test")  # noqa: S106 - never sent: the Stubber answers
+                          aws_secret_access_key="test")  # never sent: the Stubber answers
     workload = ai_jobs.workload_config_request("recommended-llama-2-7b-hf", {"placeholder": 1})
     with Stubber(client) as stub:
         stub.add_response("create_ai_workload_config", {"AIWorkloadConfigArn": f"{ARN}ai-workload-config/w"})

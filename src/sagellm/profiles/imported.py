@@ -96,15 +96,15 @@ def import_recommendation(response: dict[str, Any], index: int, name: str) -> Im
     serving: dict[str, Any] = {}
     environment: dict[str, str] = {}
     model = None
-    owned = {n: v for v in engine.variables if v.sets for n in v.names}
+    owned = {n: v.sets for v in engine.variables if v.sets for n in v.names}  # name → the setting
     for key, value in (config.get("EnvironmentVariables") or {}).items():
-        variable = owned.get(key)
-        if variable is None:
+        setting = owned.get(key)
+        if setting is None:
             environment[key] = value
-        elif variable.sets == "model_id":
+        elif setting == "model_id":
             model = None if value.startswith("/") else value  # a path in the container: the model is in S3
         else:
-            _, field = FIELDS[variable.sets]
+            _, field = FIELDS[setting]
             serving[field] = value if field == "quantization" else _integer(value, f"{dc}.EnvironmentVariables.{key}")
     if environment:
         serving["environment"] = environment
