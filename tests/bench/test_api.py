@@ -11,7 +11,7 @@ import pytest
 from sagellm import bench
 from sagellm.bench.planning import plan_bench
 from sagellm.bench.specs import ramp_of
-from sagellm.cli.commands.bench import FLAGS
+from sagellm.cli.options import FLAGS
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
 

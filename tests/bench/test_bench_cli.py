@@ -538,8 +538,8 @@ def test_what_the_plan_refuses_names_the_flag_too(tmp_path: Path) -> None:
 
 
 def test_sweep_workers_mlflow_and_workload_fields_are_named_by_their_flags(tmp_path: Path) -> None:
-    from sagellm.cli.commands.bench import _as_flags
     from sagellm.cli.commands.bench import bench as bench_command
+    from sagellm.cli.options import as_flags as _as_flags
     from sagellm.errors import InputError
 
     with pytest.raises(InputError) as bad:

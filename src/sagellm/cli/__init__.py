@@ -31,6 +31,7 @@ from sagellm.cli.commands import (  # noqa: F401 (registers)
     profiles,
     results,
     weights,
+    workload,
 )
 # isort: on
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -116,3 +117,26 @@ def worker_count(text: str) -> int | None:
 
 def concurrency_levels(text: str) -> tuple[int, ...]:
     return _levels(text, "--concurrency", int, "give levels ≥ 1 separated by commas, e.g. 1,2,4,8")
+
+
+# The flag that sets each spec field: spec errors name the field (`Closed.warmup: -1 must be 0 or more`), a CLI
+# user sees the flag (`--warmup: -1 must be 0 or more`).
+FLAGS = {
+    "api": "--api", "url": "--url", "name": "--endpoint-name", "time_scale": "--time-scale",
+    "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance", "engine": "--engine",
+    "hf_token_secret": "--hf-token-secret", "model_s3_uri": "--model-s3-uri", "request_rate": "--request-rate", "arrivals": "--arrivals",
+    "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
+    "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
+    "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
+    "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",
+    "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "dataset": "--dataset",
+    "tokenizer": "--tokenizer",
+}
+SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"
+                        r"|WorkloadOptions)\.([a-z][a-z0-9_]*)\b")
+
+
+def as_flags(messages: list[str]) -> list[str]:
+    """Error lines with each spec field the CLI sets named by its flag."""
+    return [SPEC_FIELD.sub(lambda field: FLAGS.get(field[1], field[0]), line) for line in messages]
+

@@ -6,7 +6,7 @@ import pytest
 
 from sagellm.aws.endpoints import DeployedEndpoint
 from sagellm.bench.targets.existing import reconcile
-from sagellm.cli.commands.bench import _as_flags
+from sagellm.cli.options import as_flags as _as_flags
 from sagellm.errors import InputError
 
 DEPLOYED = DeployedEndpoint("prod-chat", "ml.g5.2xlarge", 1, {"HF_MODEL_ID": "meta-llama/Llama-2-7b-hf"},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from sagellm.cli.options import (
     PROFILES_DIR_HELP,
     REGION_HELP,
     SERVED,
+    as_flags,
     concurrency_levels,
     engine_choice,
     rate_levels,
@@ -113,6 +113,10 @@ def bench(
                                                    "one token per word)")] = None,
     seed: Annotated[int, typer.Option("--seed", rich_help_panel="Workload", help="seed of the prompts and "
                                       "arrivals (same seed, same requests)")] = 0,
+    workload_config: Annotated[Path | None, typer.Option("--workload-config", rich_help_panel="Workload",
+                               help="an AIPerf workload spec (SageMaker AI's AIWorkloadConfig: the request `sagellm "
+                               "workload export` writes, or the spec itself): its lengths, shared prefix, seed and "
+                               "one level of load in place of those flags (docs/aws-ai-jobs.md)")] = None,
     # Load
     concurrency: Annotated[str | None, typer.Option("--concurrency", rich_help_panel="Load", help="closed-loop "
                                                     "levels, in order; escalation stops at >5% errors or a "
@@ -134,8 +138,9 @@ def bench(
                                   "arrivals; at least 8)")] = None,
     duration_per_level: Annotated[float | None, typer.Option("--duration-per-level", rich_help_panel="Load",
                                   help="seconds per level instead of a request count")] = None,
-    warmup: Annotated[int, typer.Option("--warmup", rich_help_panel="Load", help="warm-up requests per worker "
-                                        "(open loop: per level), excluded from the statistics")] = 1,
+    warmup: Annotated[int | None, typer.Option("--warmup", rich_help_panel="Load", help="warm-up requests per "
+                                               "worker (open loop: per level), excluded from the statistics "
+                                               "[default: 1]")] = None,
     # Sweep
     sweep: Annotated[str | None, typer.Option("--sweep", rich_help_panel="Sweep", help="adaptive: start at the "
                                               "predicted knee and max, refine where the measurement departs, "
@@ -192,6 +197,15 @@ def bench(
         from sagellm.aws.cdk_cli_lookup import check_chosen
 
         os.environ["SAGELLM_CDK_CLI"] = str(check_chosen(cdk_cli))  # before anything is made
+    if workload_config is not None:  # the file's values stand in for the flags it replaces
+        given = {"--input-tokens": input_tokens, "--output-tokens": output_tokens, "--shared-prefix": shared_prefix or None,
+                 "--dataset": dataset, "--seed": seed or None, "--concurrency": concurrency,
+                 "--request-rate": request_rate, "--arrivals": arrivals, "--max-in-flight": max_in_flight,
+                 "--requests-per-level": requests_per_level, "--duration-per-level": duration_per_level,
+                 "--warmup": warmup, "--ramp": ramp or None}
+        (input_tokens, output_tokens, shared_prefix, seed, concurrency, request_rate, arrivals, max_in_flight,
+         requests_per_level, duration_per_level, warmup) = _from_workload_config(workload_config, given)
+    warmup = 1 if warmup is None else warmup
     rates = rate_levels(request_rate)
     levels = () if rates or concurrency is None else concurrency_levels(concurrency)
     count = worker_count(workers)
@@ -250,7 +264,7 @@ def bench(
     build("workers", lambda: specs.Workers(count, ray))
     build("output", lambda: specs.Output(out, " ".join(["sagellm", *sys.argv[1:]]), mlflow))
     if errors:
-        raise InputError(_as_flags(errors))
+        raise InputError(as_flags(errors))
     spec = specs.Bench(
         workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
                                        shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer, seed=seed),
@@ -259,7 +273,7 @@ def bench(
         try:
             outcome = run(spec, watch)
         except InputError as exc:
-            raise InputError(_as_flags(exc.messages)) from None
+            raise InputError(as_flags(exc.messages)) from None
     if json_out:
         print(outcome.results.model_dump_json(indent=2))
     else:
@@ -272,6 +286,22 @@ def bench(
         for line in violation_lines(outcome.results.gate):
             print(line, file=sys.stderr)
     return int(outcome.exit_status)
+
+
+def _from_workload_config(path: Path, given: dict[str, Any]) -> tuple[Any, ...]:
+    """An AIPerf spec's workload and load as the flags' values; a flag given beside it is bad input."""
+    from sagellm.bench.aiperf import read_spec
+    from sagellm.bench.specs import Closed
+
+    if both := [flag for flag, value in given.items() if value is not None]:
+        raise InputError(f"{', '.join(both)}: not with --workload-config, which sets the workload and the load")
+    read = read_spec(path)
+    w, load = read.workload, read.load
+    if isinstance(load, Closed):
+        return (w.input_tokens, w.output_tokens, w.shared_prefix, w.seed, str(load.concurrency[0]), None, None, None,
+                load.requests_per_level, load.duration_per_level_s, load.warmup)
+    return (w.input_tokens, w.output_tokens, w.shared_prefix, w.seed, None, str(load.request_rate[0]), load.arrivals,
+            load.max_in_flight, load.requests_per_level, load.duration_per_level_s, load.warmup)
 
 
 def _target(target: str, url: str | None, api: str, served_model: str | None, endpoint_name: str | None,
@@ -289,26 +319,3 @@ def _target(target: str, url: str | None, api: str, served_model: str | None, en
     if target == "local":
         return specs.Local(time_scale, instance_startup, api)
     raise InputError(f"--target: {target!r} must be local, sagemaker or http")
-
-
-# The flag that sets each spec field: spec errors name the field (`Closed.warmup: -1 must be 0 or more`), a CLI
-# user sees the flag (`--warmup: -1 must be 0 or more`).
-FLAGS = {
-    "api": "--api", "url": "--url", "name": "--endpoint-name", "time_scale": "--time-scale",
-    "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance", "engine": "--engine",
-    "hf_token_secret": "--hf-token-secret", "model_s3_uri": "--model-s3-uri", "request_rate": "--request-rate", "arrivals": "--arrivals",
-    "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
-    "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
-    "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
-    "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",
-    "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "dataset": "--dataset",
-    "tokenizer": "--tokenizer",
-}
-SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"
-                        r"|WorkloadOptions)\.([a-z][a-z0-9_]*)\b")
-
-
-def _as_flags(messages: list[str]) -> list[str]:
-    """Error lines with each spec field the CLI sets named by its flag."""
-    return [SPEC_FIELD.sub(lambda field: FLAGS.get(field[1], field[0]), line) for line in messages]
-

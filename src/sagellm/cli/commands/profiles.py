@@ -22,7 +22,8 @@ from sagellm.cli.options import (
 )
 from sagellm.errors import InputError
 
-profiles_app = typer.Typer(help="List, show, validate profiles and print their JSON Schema.", no_args_is_help=True)
+profiles_app = typer.Typer(help="List, show, validate, import profiles and print their JSON Schema.",
+                           no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 
 
@@ -117,3 +118,30 @@ def profiles_schema() -> None:
     from sagellm.profiles.schema import Profile
 
     print(json.dumps(Profile.model_json_schema(), indent=2))
+
+
+@profiles_app.command("import")
+def profiles_import(
+    file: Annotated[Path, typer.Argument(help="a DescribeAIRecommendationJob response, as JSON (`aws sagemaker "
+                                         "describe-ai-recommendation-job` writes one)")],
+    name: Annotated[str, typer.Option("--name", help="the profile's name (and file name)")],
+    recommendation: Annotated[int, typer.Option("--recommendation", help="which of the job's recommendations "
+                                                "(1 = its first)")] = 1,
+    profiles_dir: ProfilesDir = None,
+) -> None:
+    """Write a SageMaker AI recommendation's DeploymentConfiguration as a profile in the profiles folder, checked by
+    every check `profiles validate` runs (docs/aws-ai-jobs.md says what maps)."""
+    from sagellm.profiles.imported import write_imported
+
+    try:
+        response = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{file}: cannot be read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{file}: not JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(response, dict):
+        raise InputError(f"{file}: not a DescribeAIRecommendationJob response (a JSON object)")
+    path, model = write_imported(response, recommendation, name, profiles_dir or Path("profiles"))
+    print(f"wrote {path}")
+    print(f"deploy: cdk deploy -c profile={name} -c model={model or '<the model>'} -c profiles_dir={path.parent}")
+

@@ -17,6 +17,7 @@ from sagellm.errors import ExitStatus, InputError
 
 if TYPE_CHECKING:
     from sagellm.recommend import Recommendation
+    from sagellm.recommend.aws_job import AwsJob
 
 QUANTIZATIONS = ("none", "gptq", "awq", "bitsandbytes", "eetq", "fp8")  # profiles.schema.Quantization
 TARGETS = ("local", "sagemaker")
@@ -85,6 +86,16 @@ def recommend(
     headroom: Annotated[float, typer.Option("--headroom", min=0, max=99, help="percent: a pick meets every "
                                             "rule with at least this margin to its limit (predictions are "
                                             "not exact)")] = 10.0,
+    aws_role_arn: Annotated[str | None, typer.Option("--aws-role-arn", help="hand the shortlist (the pick's instance type and the next "
+                            "cheapest meeting the SLO, at most 3) to SageMaker AI: the IAM role its jobs run as; "
+                            "writes CreateAIWorkloadConfig.request.json and CreateAIRecommendationJob.request.json "
+                            "into --out")] = None,
+    aws_model_s3_uri: Annotated[str | None, typer.Option("--aws-model-s3-uri", help="the model's weights in S3, as the job reads them")] = None,
+    aws_output_s3_uri: Annotated[str | None, typer.Option("--aws-output-s3-uri", help="where the job writes its results")] = None,
+    aws_job_name: Annotated[str | None, typer.Option("--aws-job-name", help="the job's and its workload config's name (default: the "
+                            "profile's)")] = None,
+    submit_aws_job: Annotated[bool, typer.Option("--submit-aws-job", help="also send both requests with boto3 in --region (the job runs real "
+                              "endpoints: it costs GPU hours)")] = False,
     json_out: Json = False,
 ) -> None:
     """Search every deployment of a model in the catalog and pick the cheapest predicted to meet the SLO.
@@ -110,6 +121,7 @@ def recommend(
     _check_options(request_rate, concurrency, peak_rate, bool(instances and families), engine_names, quantization)
     _check_verify_options(verify, target, time_scale, budget_minutes, hf_token_secret)
     check_out(out)
+    aws_job = _aws_job(aws_role_arn, aws_model_s3_uri, aws_output_s3_uri, aws_job_name, submit_aws_job)
     load = Load(concurrency=concurrency, request_rate=request_rate)
     slo = load_slo(thresholds, load)
     catalog_model = find_model(model, "--model")
@@ -129,6 +141,13 @@ def recommend(
         interrupted = _verify(rec, catalog_model.hf_id, verify, out, target, time_scale, budget_minutes, region,
                               hf_token_secret, profiles_dir)
     data = write_all(rec, catalog_model.hf_id, out)
+    if aws_job is not None and rec.pick is not None:
+        from sagellm.aws.ai_jobs import client
+        from sagellm.recommend.aws_job import write_and_submit
+
+        for line in write_and_submit(rec, catalog_model.hf_id, aws_job, out,
+                                     client(region) if submit_aws_job else None):
+            print(line, file=sys.stderr)
     if json_out:
         print(json.dumps(data, indent=2, default=str))
     else:
@@ -139,6 +158,23 @@ def recommend(
         _exit_nothing_meets(rec)
     if not json_out:
         _print_pick(rec, data)
+
+
+def _aws_job(role_arn: str | None, model_s3_uri: str | None, output_s3_uri: str | None, name: str | None,
+             submit: bool) -> AwsJob | None:
+    """The SageMaker AI job's settings: all three or none (and --submit-aws-job and --aws-job-name need them)."""
+    from sagellm.recommend.aws_job import AwsJob
+
+    given = {"--aws-role-arn": role_arn, "--aws-model-s3-uri": model_s3_uri, "--aws-output-s3-uri": output_s3_uri}
+    if not any(given.values()):
+        extra = [flag for flag, there in (("--submit-aws-job", submit), ("--aws-job-name", name)) if there]
+        if extra:
+            raise InputError(f"{', '.join(extra)}: needs --aws-role-arn, --aws-model-s3-uri and --aws-output-s3-uri")
+        return None
+    if missing := [flag for flag, value in given.items() if not value]:
+        raise InputError(f"{', '.join(missing)}: required with {', '.join(f for f in given if f not in missing)} "
+                         "(a SageMaker AI recommendation job needs a role, the model in S3 and an output S3 URI)")
+    return AwsJob(role_arn or "", model_s3_uri or "", output_s3_uri or "", name)
 
 
 def _progress(started: float) -> Callable[[int, int, int], None]:
