@@ -13,12 +13,16 @@ from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
 
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from sagellm.emulator import Emulator
+from sagellm.emulator.serving.batching import served_shape
 from sagellm.emulator.serving.simulate import (
     SimulatedClosedLoop,
     SimulatedOpenLoop,
+    SimulatedPromptSet,
     SimulatedRequest,
     simulate,
+    simulate_copies,
 )
+from sagellm.planner import StepModel
 
 
 def ttft_ms(r: SimulatedRequest) -> float:
@@ -151,3 +155,23 @@ def test_a_pass_of_prompts_prefilled_together_costs_each_prompt_its_own_attentio
     first = sim.requests[:4]
     assert all(ttft_ms(r) == pytest.approx(steps.prefill_s(4000, 4) * 1000) for r in first)
     assert steps.prefill_s(4000, 4) < steps.prefill_s(4000)
+
+
+def test_a_prompt_set_keeps_at_most_its_concurrency_in_flight_and_a_burst_sends_all_at_once() -> None:
+    # `vllm bench serve --num-prompts 10 --max-concurrency 3`: three at once, the next as each reply ends, no more
+    p = plan()
+    sim = simulate(p, 100, 5, SimulatedPromptSet(10, 3))
+    assert len(sim.requests) == 10 and all(r.ok and r.measured for r in sim.requests)
+    for r in sim.requests:
+        in_flight = sum(1 for o in sim.requests if o.arrived_s <= r.arrived_s < o.end_s)
+        assert in_flight <= 3
+    burst = simulate(p, 100, 5, SimulatedPromptSet(10))
+    assert [r.arrived_s for r in burst.requests] == [0.0] * 10
+
+
+def test_simulate_copies_runs_a_step_model_and_limits_without_a_plan() -> None:
+    p = plan()
+    shape, engine, limits = served_shape(p, p.primary)
+    direct = simulate_copies(StepModel(shape), limits, engine.scheduling, 100, 5, SimulatedPromptSet(4))
+    planned = simulate(p, 100, 5, SimulatedPromptSet(4))
+    assert [r.end_s for r in direct.requests] == pytest.approx([r.end_s for r in planned.requests])

@@ -6,7 +6,9 @@ pass, the simulator moves a virtual clock to the pass's end, so a run of thousan
 under a second and two runs with one seed are identical. A copy whose next pass ends before any other event
 runs on at once (nothing could come between), and decode steps are costed once per batch size (a step is
 affine in the context it reads), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
-or closed loop (users who send again as soon as a reply ends, as the bench's workers do). The first
+or closed loop (users who send again as soon as a reply ends, as the bench's workers do), or a fixed set of prompts
+sent through at most so many in flight (`vllm bench serve --num-prompts N --max-concurrency c`; a burst when all are
+sent at once). The first
 requests warm the endpoint up and are marked so; then `requests` are measured, and arrivals go on until
 every measured one has ended so that the tail sees the same load as the rest.
 """
@@ -28,6 +30,7 @@ from sagellm.emulator.serving.batching import (
     Sequence,
     served_shape,
 )
+from sagellm.engines import Limits
 from sagellm.planner import StepModel
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import DeploymentPlan
@@ -53,6 +56,16 @@ class SimulatedClosedLoop:
     users: int
     starts_s: tuple[float, ...] = ()
     think_s: tuple[tuple[float, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class SimulatedPromptSet:
+    """`prompts` requests and no more, at most `max_concurrency` in flight (None: all sent at once, a burst): a
+    client with a semaphore, as `vllm bench serve --num-prompts --max-concurrency` at request rate inf. Every
+    request is measured; none warms up."""
+
+    prompts: int
+    max_concurrency: int | None = None
 
 
 @dataclass
@@ -225,7 +238,10 @@ class _SimulatedRun:
         return Simulation(self.sent, measured[0].arrived_s, measured[-1].arrived_s)
 
 
-def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: SimulatedOpenLoop | SimulatedClosedLoop, *,
+Load = SimulatedOpenLoop | SimulatedClosedLoop | SimulatedPromptSet
+
+
+def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: Load, *,
              requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
              steps: StepModel | None = None, timeout_s: float | None = INVOCATION_TIMEOUT_S,
              sizes: Callable[[int], tuple[int, int]] | None = None) -> Simulation:
@@ -234,15 +250,27 @@ def simulate(plan: DeploymentPlan, input_tokens: int, output_tokens: int, load: 
     gives request i's (input, output) tokens where they vary (a bench's workload)."""
     deployment = plan.primary
     shape, engine, limits = served_shape(plan, deployment)
-    step_model = _AffineSteps((steps or StepModel(shape)).shape)
-    n_copies = deployment.copy_count * plan.initial_instance_count
+    return simulate_copies(_AffineSteps((steps or StepModel(shape)).shape), limits, engine.scheduling,
+                           input_tokens, output_tokens, load, copies=deployment.copy_count * plan.initial_instance_count,
+                           requests=requests, warmup=warmup, seed=seed, timeout_s=timeout_s, sizes=sizes)
 
+
+def simulate_copies(steps: StepModel, limits: Limits, scheduling: str, input_tokens: int, output_tokens: int,
+                    load: Load, *, copies: int = 1, requests: int = DEFAULT_REQUESTS, warmup: int | None = None,
+                    seed: int = 0, timeout_s: float | None = INVOCATION_TIMEOUT_S,
+                    sizes: Callable[[int], tuple[int, int]] | None = None) -> Simulation:
+    """Run `copies` copies that cost their passes with `steps` and schedule them as `scheduling` (one of
+    batching.SCHEDULERS) within `limits`, under a load on a virtual clock: `simulate` without a plan (a published
+    measurement replayed with the limits its server ran with)."""
     def endpoint_of(clock: _Clock) -> _Endpoint:
-        return _Endpoint(Router(limits, [CopyScheduler(step_model, limits, scheduling=engine.scheduling)
-                                        for _ in range(n_copies)]), clock)
+        return _Endpoint(Router(limits, [CopyScheduler(steps, limits, scheduling=scheduling)
+                                        for _ in range(copies)]), clock)
 
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
-    if isinstance(load, SimulatedOpenLoop):
+    if isinstance(load, SimulatedPromptSet):
+        run = _SimulatedRun(endpoint_of, size_of, load.prompts, 0, timeout_s)
+        _prompt_set(run, load)
+    elif isinstance(load, SimulatedOpenLoop):
         run = _SimulatedRun(endpoint_of, size_of, requests, DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
         _open_loop(run, load.rate, random.Random(seed))
     else:
@@ -285,6 +313,22 @@ def _closed_loop(run: _SimulatedRun, load: SimulatedClosedLoop) -> None:
     run.on_end = again
     for user in range(load.users):
         run.clock.at(load.starts_s[user] if user < len(load.starts_s) else 0.0, _sender(run, user))
+
+
+def _prompt_set(run: _SimulatedRun, load: SimulatedPromptSet) -> None:
+    """Each of min(concurrency, prompts) slots sends at once, and again as its reply ends, until all are sent."""
+    slots = load.prompts if load.max_concurrency is None else min(load.max_concurrency, load.prompts)
+    left = [load.prompts - slots]  # prompts no slot has taken yet (sends scheduled for one instant count as taken)
+
+    def again(req: SimulatedRequest) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            user = req.user
+            run.clock.at(run.clock.now, lambda: run.send(user))
+
+    run.on_end = again
+    for user in range(slots):
+        run.clock.at(0.0, _sender(run, user))
 
 
 def _sender(run: _SimulatedRun, user: int) -> Callable[[], None]:
