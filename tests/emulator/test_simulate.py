@@ -18,6 +18,7 @@ from sagellm.planner.batching import CopyScheduler
 from sagellm.planner.simulate import (
     SimulatedClosedLoop,
     SimulatedOpenLoop,
+    SimulatedPromptSet,
     SimulatedRequest,
     Simulation,
     simulate,
@@ -209,3 +210,15 @@ def test_decode_runs_leave_every_stamp_as_turn_by_turn_stepping_does(case: str, 
     stepped = simulate(served(p), n_in, n_out, load, requests=200, sizes=sizes)
     assert _every_stamp(fast) == _every_stamp(stepped)
     assert (fast.window_start_s, fast.window_end_s) == (stepped.window_start_s, stepped.window_end_s)
+
+
+def test_a_prompt_set_keeps_at_most_its_concurrency_in_flight_and_a_burst_sends_all_at_once() -> None:
+    # `vllm bench serve --num-prompts 10 --max-concurrency 3`: three at once, the next as each reply ends, no more
+    p = plan()
+    sim = simulate(served(p), 100, 5, SimulatedPromptSet(10, 3))
+    assert len(sim.requests) == 10 and all(r.ok and r.measured for r in sim.requests)
+    for r in sim.requests:
+        in_flight = sum(1 for o in sim.requests if o.arrived_s <= r.arrived_s < o.end_s)
+        assert in_flight <= 3
+    burst = simulate(served(p), 100, 5, SimulatedPromptSet(10))
+    assert [r.arrived_s for r in burst.requests] == [0.0] * 10

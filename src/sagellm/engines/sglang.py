@@ -28,8 +28,9 @@ QUANTIZATIONS = frozenset({
     "quark_int4fp8_moe", "quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming",
 })
 
-# SGLang's scheduler admits waiting prompts at every step and chunks long ones, as vLLM does. No measurement
-# of it exists here: it borrows TGI 1.x's fitted step constants (the one measured generation), as LMI does.
+# SGLang's scheduler admits waiting prompts at every step and chunks long ones, as vLLM does. It borrows TGI 1.x's
+# fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py) did
+# worse on a source they never saw (docs/studies.md, "vLLM and SGLang step constants").
 GENERATION = Generation("sglang", "SGLang 0.5 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0)
 
 

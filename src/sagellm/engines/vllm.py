@@ -29,8 +29,9 @@ QUANTIZATIONS = frozenset({
     "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
 })
 
-# vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. No measurement
-# of it exists here: it borrows TGI 1.x's fitted step constants (the one measured generation), as LMI does.
+# vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. It borrows TGI 1.x's
+# fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py) did
+# worse on a source they never saw (docs/studies.md, "vLLM and SGLang step constants").
 GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0)
 
 # vLLM's Prometheus names (0.10 and newer; its counters are served with `_total` appended);

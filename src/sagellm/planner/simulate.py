@@ -7,7 +7,9 @@ under a second and two runs with one seed are identical. A copy whose next pass 
 runs on at once (nothing could come between), decode steps are costed once per batch size (a step is
 affine in the context it reads), and the turns that only decode (nothing joins, finishes or expires) run in one
 tight loop (`CopyScheduler.decode_run`), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
-or closed loop (users who send again as soon as a reply ends, as the bench's workers do). The first
+or closed loop (users who send again as soon as a reply ends, as the bench's workers do), or a fixed set of prompts
+sent through at most so many in flight (`vllm bench serve --num-prompts N --max-concurrency c`; a burst when all are
+sent at once). The first
 requests warm the endpoint up and are marked so; then `requests` are measured, and arrivals go on until
 every measured one has ended so that the tail sees the same load as the rest.
 """
@@ -20,6 +22,7 @@ import math
 import random
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 from sagellm.engines import Limits
 from sagellm.planner.batching import TIMED_OUT, CopyScheduler, RequestError, Router, Sequence
@@ -58,6 +61,16 @@ class SimulatedClosedLoop:
     users: int
     starts_s: tuple[float, ...] = ()
     think_s: tuple[tuple[float, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class SimulatedPromptSet:
+    """`prompts` requests and no more, at most `max_concurrency` in flight (None: all sent at once, a burst): a
+    client with a semaphore, as `vllm bench serve --num-prompts --max-concurrency` at request rate inf. Every
+    request is measured; none warms up."""
+
+    prompts: int
+    max_concurrency: int | None = None
 
 
 @dataclass
@@ -177,7 +190,7 @@ class _AffineSteps(StepModel):
 class _Endpoint:
     """The router and its copies driven on the virtual clock: each copy takes turns while it has work."""
 
-    def __init__(self, router: Router[CopyScheduler], clock: _Clock, steps: _AffineSteps):
+    def __init__(self, router: Router[CopyScheduler], clock: _Clock, steps: _AffineSteps | None):
         self.router = router
         self.clock = clock
         self.steps = steps
@@ -206,7 +219,7 @@ class _Endpoint:
                 if not (copy.queue or copy.running):
                     del self._turns[index]
                     return
-                if copy.decode_run(self.clock.horizon(), self.steps.line):  # the turns that only decode, at once
+                if self.steps and copy.decode_run(self.clock.horizon(), self.steps.line):  # decode-only turns at once
                     self.clock.now = copy.sim_s
                 turn = self._turns[index] = copy.turn()
                 continue
@@ -265,20 +278,29 @@ class _SimulatedRun:
         return Simulation(self.sent, measured[0].arrived_s, measured[-1].arrived_s)
 
 
-def simulate(served: Served, input_tokens: int, output_tokens: int, load: SimulatedOpenLoop | SimulatedClosedLoop, *,
+Load = SimulatedOpenLoop | SimulatedClosedLoop | SimulatedPromptSet
+
+
+def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, *,
              requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
              timeout_s: float | None = INVOCATION_TIMEOUT_S,
-             sizes: Callable[[int], tuple[int, int]] | None = None) -> Simulation:
+             sizes: Callable[[int], tuple[int, int]] | None = None, every_pass: bool = False) -> Simulation:
     """Run a served model (its copies, the limits its server reads, its engine's scheduling) under a load on a
-    virtual clock; `sizes` gives request i's (input, output) tokens where they vary (a bench's workload)."""
-    step_model = _AffineSteps(served.steps.shape, base=served.steps)
+    virtual clock; `sizes` gives request i's (input, output) tokens where they vary (a bench's workload);
+    `every_pass`: each pass asks the step model itself, one by one (a study that records the passes), where a run
+    otherwise costs decode steps from a line per batch size and runs decode-only turns at once."""
+    step_model = served.steps if every_pass else _AffineSteps(served.steps.shape, base=served.steps)
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
         return _Endpoint(Router(served.limits, [CopyScheduler(step_model, served.limits, scheduling=served.scheduling)
-                                                for _ in range(served.copies)]), clock, step_model)
+                                                for _ in range(served.copies)]),
+                         clock, None if every_pass else cast(_AffineSteps, step_model))
 
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
-    if isinstance(load, SimulatedOpenLoop):
+    if isinstance(load, SimulatedPromptSet):
+        run = _SimulatedRun(endpoint_of, size_of, load.prompts, 0, timeout_s)
+        _prompt_set(run, load)
+    elif isinstance(load, SimulatedOpenLoop):
         run = _SimulatedRun(endpoint_of, size_of, requests, DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
         _open_loop(run, load.rate, random.Random(seed))
     else:
@@ -329,6 +351,22 @@ def _closed_loop(run: _SimulatedRun, load: SimulatedClosedLoop) -> None:
     run.on_end = again
     for user in range(load.users):
         run.clock.at(load.starts_s[user] if user < len(load.starts_s) else 0.0, _sender(run, user))
+
+
+def _prompt_set(run: _SimulatedRun, load: SimulatedPromptSet) -> None:
+    """Each of min(concurrency, prompts) slots sends at once, and again as its reply ends, until all are sent."""
+    slots = load.prompts if load.max_concurrency is None else min(load.max_concurrency, load.prompts)
+    left = [load.prompts - slots]  # prompts no slot has taken yet (sends scheduled for one instant count as taken)
+
+    def again(req: SimulatedRequest) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            user = req.user
+            run.clock.at(run.clock.now, lambda: run.send(user))
+
+    run.on_end = again
+    for user in range(slots):
+        run.clock.at(0.0, _sender(run, user))
 
 
 def _sender(run: _SimulatedRun, user: int) -> Callable[[], None]:

@@ -1,0 +1,680 @@
+"""Replay published vLLM and SGLang serving measurements through sagellm's simulation and print how far off it is.
+
+    python benchmarks/engine_accuracy.py                  # errors: borrowed TGI 1.x constants vs each engine's own
+    python benchmarks/engine_accuracy.py --fit            # fit VLLM_1 and SGLANG_1, print them to paste
+    python benchmarks/engine_accuracy.py --loso           # leave-one-source-out: fit on the other sources, score one
+    python benchmarks/engine_accuracy.py --json out.json  # ... and the figures as JSON
+
+Each usable row of benchmarks/data/engines.csv (one published load level; engines.md says what each column means)
+is replayed on the simulator of its engine (planner/batching.py: vLLM V1's token-budgeted mixed passes,
+SGLang's prefill-first alternation) for one copy of `tp` GPUs of its type, with the limits its server ran with: the
+ones the source states, else the engine's defaults by GPU memory (research/schedulers.md tables 1.2 and 2.1), and a
+KV pool sized as each engine sizes it. The load is the client's: `num_requests` prompts through a semaphore of N
+(closed rows), or all N at once (bursts). Lengths are the row's (means where the source gives means: every request
+of a level gets the mean). Each level is compared on its own statistic: median (p50) TTFT, median TPOT (per request
+(e2e − TTFT)/(n − 1), vLLM's definition: the first token excluded), and output tokens ÷ level duration.
+
+Speed: a pass's place in the schedule does not depend on how long passes take (bursts and zero-think closed loops
+send at pass ends), so each row is simulated ONCE with every pass costing one unit of time, recording what each pass
+computes; any set of constants then costs those passes in numpy (`pass_seconds` mirrors planner.StepModel term for
+term, checked against it on every run) and the request times follow by cumulative sums. The traces are cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import math
+import os
+import pickle
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from sagellm.catalog import Model, find_instance, find_model
+from sagellm.catalog.hub import model_from_config
+from sagellm.engines import ENGINES, Limits
+from sagellm.planner import Shape, StepModel
+from sagellm.planner import constants as planner_constants
+from sagellm.planner.constants import StepConstants
+from sagellm.planner.simulate import Served, SimulatedPromptSet, simulate
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEFAULT_CSV = HERE / "data" / "engines.csv"
+# Models the catalog lacks, with their config.json facts and where those were read (see the file's `source`).
+MODELS_CSV = HERE / "data" / "engine_models.csv"
+HUB_CONFIGS = ROOT / "tests" / "catalog" / "hub_configs"  # sourced config.json copies (SOURCES.md there)
+BORROWED = "tgi-1"  # the constants vLLM, LMI and SGLang used before this study
+ENGINES_FITTED = ("vllm", "sglang")
+
+# One copy of `tp` GPUs of the row's type: the catalog instance type that carries it.
+INSTANCE_OF_GPU = {
+    "L4": "ml.g6.12xlarge", "A10G": "ml.g5.12xlarge", "A100-40GB": "ml.p4d.24xlarge",
+    "A100-80GB": "ml.p4de.24xlarge", "A100-SXM-80GB": "ml.p4de.24xlarge",
+    # gpustack's Qwen3-14B A100 page does not say which A100; its other A100 pages are the 80 GB SXM box.
+    "A100-SXM (memory not stated)": "ml.p4de.24xlarge",
+    "H100-SXM": "ml.p5.48xlarge", "H200-SXM": "ml.p5e.48xlarge", "B200": "ml.p6-b200.48xlarge",
+}
+# Models whose rows are left out: an architecture sagellm's Model cannot describe, or no sourced config.
+UNDESCRIBABLE = {
+    "deepseek-ai/": "multi-head latent attention (MLA, DeepSeek-R1/V3.2): sagellm's Model has no latent KV cache",
+    "openai/gpt-oss": "gpt-oss: attention sinks, 128-token sliding window on every other layer, MXFP4 experts (no "
+                      "mxfp4 quantization, no per-layer window in sagellm's Model)",
+    "nvidia/Llama-3_3-Nemotron-Super": "Nemotron Super 49B: NAS-pruned layers of differing widths, some without "
+                                       "attention (DeciLM): not one layer shape",
+    "google/gemma-2-2b-it": "not in the catalog, and no sourced copy of its config.json was found",
+}
+# The checkpoint a served id has the architecture of (quantized and instruct variants of a base in the catalog;
+# Qwen2.5 Instruct differs from its base only in max_position_embeddings, which the step model does not read).
+BASE_MODEL = {
+    "Qwen/Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B-Instruct-AWQ": "Qwen/Qwen2.5-7B",
+    "meta-llama/Llama-3.2-3B-Instruct": "meta-llama/Llama-3.2-3B",
+    "cognitivecomputations/Qwen3-30B-A3B-AWQ": "Qwen/Qwen3-30B-A3B",
+}
+# Prompt tokens where the source does not publish them (the level's TTFT then rests on this assumption):
+# ree2raz's prompts are chat one-liners under a chat template; varad's short_chat prompts average 8 words.
+ASSUMED_INPUT_TOKENS = {"ree2raz-inference-bench": 48, "varad-more-a10g": 48}
+# ree2raz's long regime sends ~1.8k-token documents from a small set, which the prefix cache (on by default in both
+# engines) serves after their first use (its c=1 TTFT is within 10 % of the short regime's): replayed as short prompts,
+# so the replay under-counts those rows' KV reads. sagellm does not model prefix caching.
+
+# --- the engines' memory and limit defaults (research/schedulers.md; the data's versions: vLLM 0.8.5-0.20.1,
+# SGLang 0.4.6-0.5.6 and a 2026 nightly) ---
+VLLM_GPU_MEMORY_UTILIZATION = 0.9  # the default of every vLLM version in the data (0.30.0 made it 0.92)
+# What vLLM's profile run keeps besides weights and KV on each GPU: activations of a max_num_batched_tokens pass,
+# the sampler's logits, CUDA graphs, the non-torch allocations (an estimate).
+VLLM_OTHER_GB = 1.0
+
+
+def _mib(instance_type: str) -> float:
+    return float(find_instance(instance_type).device_mem_mib)
+
+
+def vllm_defaults(instance_type: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `vllm serve` by device memory (schedulers.md table 1.2)."""
+    gib, name = _mib(instance_type) / 1024, find_instance(instance_type).accelerator
+    if gib >= 160:
+        return 16384, 1024
+    if gib >= 70 and "a100" not in name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def sglang_defaults(instance_type: str, tp: int) -> tuple[int, int, float]:
+    """(chunked_prefill_size, decode CUDA-graph max batch, mem_fraction_static) of SGLang by GPU memory (table 2.1)."""
+    mib = _mib(instance_type)
+    gib = mib / 1024
+    tiers = [(20, 2048, 8), (35, 4096, 48), (60, 4096, 32), (90, 8192, 512 if tp >= 4 else 256), (160, 8192, 256)]
+    chunk, graph_bs = next(((c, b) for limit, c, b in tiers if gib < limit), (16384, 512))
+    reserved = 512 + 1.5 * max(chunk, 2048) + tp / 8 * 1024 + 2 * graph_bs
+    if gib > 60:
+        reserved = max(reserved, 10240)
+    return chunk, graph_bs, round((mib - reserved) / mib, 3)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published level, as the simulation replays it."""
+
+    index: int  # data row in engines.csv (0-based)
+    source: str
+    engine: str
+    gpu: str
+    instance_type: str
+    model_id: str
+    quantization: str
+    tp: int
+    input_tokens: int
+    output_tokens: int
+    prompts: int
+    concurrency: int | None  # None: a burst (all prompts at once)
+    step_tokens: int  # max_num_batched_tokens (vLLM) / chunked_prefill_size (SGLang)
+    max_running: int | None
+    kv_tokens: int
+    ttft_ms: float | None
+    tpot_ms: float | None
+    throughput: float | None
+    assumed_input: bool = False
+    eager: bool = False  # CUDA graphs off (--enforce-eager, --disable-cuda-graph): not the engine's default
+    model: Model | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        q = "" if self.quantization == "none" else f" {self.quantization}"
+        load = f"c={self.concurrency}" if self.concurrency is not None else f"burst {self.prompts}"
+        return (f"{self.source[:6]} {self.engine:6} {self.gpu[:9]:9} {self.model_id.split('/')[-1][:24]}{q} tp{self.tp} "
+                f"{self.input_tokens}/{self.output_tokens} {load}")
+
+    def shape(self) -> Shape:
+        """One copy as the planner sees it, under the engine's generation (whose constants it names)."""
+        assert self.model is not None
+        return Shape(self.model, find_instance(self.instance_type), self.tp, quantization=self.quantization,
+                     generation=ENGINES[self.engine].generation(None).name)
+
+
+def _study_models() -> dict[str, Model]:
+    out = {}
+    with MODELS_CSV.open() as f:
+        for r in csv.DictReader(f):
+            out[r["hf_id"]] = Model(
+                hf_id=r["hf_id"], params_b=float(r["params_b"]), active_params_b=float(r["active_params_b"]),
+                n_layers=int(r["n_layers"]), hidden_size=int(r["hidden_size"]), n_heads=int(r["n_heads"]),
+                n_kv_heads=int(r["n_kv_heads"]), head_dim=int(r["head_dim"]), max_context=int(r["max_context"]),
+                n_experts=int(r["n_experts"]), experts_per_token=int(r["experts_per_token"]), source=r["source"])
+    return out
+
+
+def model_of(served: str) -> Model:
+    """The architecture of a served checkpoint: the catalog, this study's table, or a sourced config.json copy."""
+    base = BASE_MODEL.get(served, re.sub(r"-(FP8|AWQ)$", "", served))
+    study = _study_models()
+    if base in study:
+        return study[base]
+    config = HUB_CONFIGS / f"{base.replace('/', '__')}.json"
+    if config.exists():
+        return model_from_config(base, json.loads(config.read_text()))
+    return find_model(base)
+
+
+def _quantization(dtype: str) -> str:
+    d = dtype.lower()
+    if d.startswith("awq"):
+        return "awq"
+    if d.startswith("fp8"):
+        return "fp8"
+    if d.startswith(("bf16", "fp16")):
+        return "none"
+    raise ValueError(f"dtype {dtype!r}")
+
+
+def _int(text: str) -> int | None:
+    m = re.match(r"\s*(\d+)", text or "")
+    return int(m.group(1)) if m else None
+
+
+def _flag(notes: str, flag: str) -> float | None:
+    m = re.search(rf"{flag}[ =]([0-9.]+)", notes)
+    return float(m.group(1)) if m else None
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def load_cases(path: Path = DEFAULT_CSV) -> tuple[list[Case], list[tuple[int, str, str]]]:
+    """The replayable rows, and (row, what, why) for those left out."""
+    cases, skipped = [], []
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for i, r in enumerate(rows):
+        what = f"{r['source_id']} {r['engine']} {r['gpu']} {r['model']}"
+        reason = next((why for prefix, why in UNDESCRIBABLE.items() if r["model"].startswith(prefix)), None)
+        if reason is None and r["gpu"] not in INSTANCE_OF_GPU:
+            reason = f"no catalog instance for GPU {r['gpu']!r}"
+        if reason is not None:
+            skipped.append((i, what, reason))
+            continue
+        model = model_of(r["model"])
+        instance_type = INSTANCE_OF_GPU[r["gpu"]]
+        tp = int(r["tp"])
+        quant = _quantization(r["dtype"])
+        shape = Shape(model, find_instance(instance_type), tp, quantization=quant)
+        assumed = not r["input_tokens"]
+        n_in = ASSUMED_INPUT_TOKENS[r["source_id"]] if assumed else round(float(r["input_tokens"]))
+        n_out = round(float(r["output_tokens"]))
+        notes = r["notes"]
+        per_gpu_gb = _mib(instance_type) * 2**20 / 1e9
+        weights_gb = shape.weight_gb_per_gpu
+        context = int(_flag(notes, "--max-model-len") or _flag(notes, "--context-length") or model.max_context)
+        if r["engine"] == "vllm":
+            step, running = vllm_defaults(instance_type)
+            util = _flag(notes, "--gpu-memory-utilization") or VLLM_GPU_MEMORY_UTILIZATION
+            free_gb = util * per_gpu_gb - weights_gb - VLLM_OTHER_GB
+        else:
+            step, _, fraction = sglang_defaults(instance_type, tp)
+            fraction = _flag(notes, "--mem-fraction-static") or fraction
+            free_gb = fraction * per_gpu_gb - weights_gb
+            running = None
+        kv = int(max(0.0, free_gb) * tp * 1e9 / shape.kv_bytes_per_token)
+        if kv < n_in + n_out:
+            skipped.append((i, what, (f"the weights ({weights_gb:.0f} GB per GPU by sagellm's count) leave no KV "
+                                      f"cache on {tp} × {r['gpu']}: the published configuration cannot be replayed")))
+            continue
+        if r["engine"] == "sglang":  # max_running_requests sized from the pool (fields/schedule.py)
+            running = min(max(int(kv / context * 512), 2048), 4096, kv // 2)
+        running = _int(r["max_num_seqs"]) or running
+        step = _int(r["max_num_batched_tokens"]) or _int(str(_flag(notes, "--chunked-prefill-size") or "")) or step
+        closed = r["load_kind"] == "closed"
+        eager = r["cuda_graph"].startswith("off")
+        cases.append(Case(
+            index=i, source=r["source_id"], engine=r["engine"], gpu=r["gpu"], instance_type=instance_type,
+            model_id=r["model"], quantization=quant, tp=tp, input_tokens=n_in, output_tokens=n_out,
+            prompts=_int(r["num_requests"]) or int(r["load"]), concurrency=int(r["load"]) if closed else None,
+            step_tokens=step, max_running=running, kv_tokens=kv, ttft_ms=_float(r["ttft_ms"]),
+            tpot_ms=_float(r["tpot_ms"]), throughput=_float(r["output_throughput_tok_s"]), assumed_input=assumed,
+            eager=eager, model=model))
+    return cases, skipped
+
+
+# --- traces: each row simulated once on unit-time passes ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _UnitPasses(StepModel):
+    """Every pass takes one unit of time; what it computes is recorded (prompt tokens, prompts, decodes, context)."""
+
+    passes: list[tuple[int, int, int, int]] = field(default_factory=list, compare=False)
+
+    def decode_step_s(self, batch: int, context_tokens: int) -> float:
+        self.passes.append((0, 0, batch, context_tokens))
+        return 1.0
+
+    def prefill_s(self, tokens: int, sequences: int = 1) -> float:
+        self.passes.append((tokens, sequences, 0, 0))
+        return 1.0
+
+    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int) -> float:
+        self.passes.append((prompt_tokens, prompts, batch, context_tokens))
+        return 1.0
+
+
+@dataclass
+class Trace:
+    """The passes of one replayed level and, per request, the pass it arrived after, its first and last token's."""
+
+    passes: np.ndarray  # (n, 4): prompt tokens, prompts, decoding sequences, their context tokens
+    arrived: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    tokens: np.ndarray
+
+
+def limits_of(case: Case) -> Limits:
+    engine = ENGINES[case.engine]
+    total = max(case.model.max_context if case.model else 0, case.input_tokens + case.output_tokens + 1)
+    return Limits(max_input_tokens=total - 1, max_total_tokens=total, max_batch_prefill_tokens=case.step_tokens,
+                  max_batch_total_tokens=case.kv_tokens, max_concurrent_requests=None, max_batch_size=case.max_running,
+                  kv_block_tokens=engine.kv_block_tokens)
+
+
+def trace(case: Case) -> Trace:
+    """Simulate the level once on unit-time passes."""
+    steps = _UnitPasses(case.shape())
+    sim = simulate(Served(steps, limits_of(case), ENGINES[case.engine].scheduling, 1), case.input_tokens,
+                   case.output_tokens, SimulatedPromptSet(case.prompts, case.concurrency), timeout_s=None,
+                   every_pass=True)
+    reqs = sim.measured
+    times = np.array([[r.arrived_s, r.first_token_s, r.last_token_s] for r in reqs], dtype=float)
+    assert np.all(times == np.round(times)), "a pass started between pass ends: the schedule depends on timing"
+    return Trace(np.array(steps.passes, dtype=float).reshape(-1, 4), times[:, 0].astype(int), times[:, 1].astype(int),
+                 times[:, 2].astype(int), np.array([r.output_tokens for r in reqs]))
+
+
+def _fingerprint(path: Path) -> str:
+    h = hashlib.sha256()
+    for p in (path, MODELS_CSV, Path(__file__), ROOT / "src/sagellm/planner/batching.py",
+              ROOT / "src/sagellm/planner/simulate.py"):
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def traces(cases: list[Case], path: Path = DEFAULT_CSV, cache: bool = True) -> dict[int, Trace]:
+    """Every case's trace, from the cache where the data and the scheduler code are unchanged."""
+    where = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sagellm" / \
+        f"engine-traces-{_fingerprint(path)}.pkl"
+    if cache and where.exists():  # plain arrays (a pickled class would tie the file to how the script was run)
+        held = {i: Trace(*arrays) for i, arrays in pickle.loads(where.read_bytes()).items()}
+        if all(c.index in held for c in cases):
+            return held
+    out = {c.index: trace(c) for c in cases}
+    if cache:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_bytes(pickle.dumps({i: (t.passes, t.arrived, t.first, t.last, t.tokens) for i, t in out.items()}))
+    return out
+
+
+# --- costing the passes with a set of constants (planner.StepModel, vectorised) --------------------------------------
+
+@dataclass
+class Physics:
+    """What a case's passes cost, independent of the fitted constants (from StepModel's own terms)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    head_dim: int
+    kv_heads: int  # per accelerator
+    tp: int
+    interconnect: str
+    per_layer: int  # all-reduces per layer
+    bw: float  # aggregate HBM bytes/s
+    bw_accel: float
+    flops: float
+    params: float  # parameters each row multiplies through
+    quantized: bool
+    w_prompt: np.ndarray  # weight bytes read by each pass's prompt rows
+    w_decode: np.ndarray  # ... by its decode rows
+    w_one: float
+
+
+def physics(case: Case, passes: np.ndarray) -> Physics:
+    sm = StepModel(case.shape())
+    m, inst = case.model, sm.shape.instance
+    assert m is not None and sm.generation.moe_dense_max_tokens == 0
+
+    def weights(tokens: np.ndarray) -> np.ndarray:
+        total = m.weight_bytes(case.quantization)
+        if m.n_experts <= 1:
+            return np.full(tokens.shape, total)
+        active = total * m.active_b / m.params_b
+        share = m.experts_per_token / m.n_experts
+        touched = 1 - (1 - share) ** np.maximum(1, tokens)
+        return active + (total - active) * (touched - share) / (1 - share)
+
+    return Physics(layers=m.n_layers, hidden=m.hidden_size, heads=m.n_heads, head_dim=m.head_dim,
+                   kv_heads=math.ceil(m.n_kv_heads / case.tp), tp=case.tp, interconnect=inst.interconnect,
+                   per_layer=1 if m.parallel_attention else 2, bw=inst.bw_per_accel_gbps * 1e9 * case.tp,
+                   bw_accel=inst.bw_per_accel_gbps * 1e9, flops=inst.tflops_per_accel * 1e12 * case.tp,
+                   params=m.active_b * 1e9, quantized=case.quantization in ("gptq", "awq"),
+                   w_prompt=weights(passes[:, 0]), w_decode=weights(passes[:, 2]),
+                   w_one=float(weights(np.array([1.0]))[0]))
+
+
+def pass_seconds(ph: Physics, passes: np.ndarray, k: StepConstants) -> np.ndarray:
+    """StepModel.mixed_step_s of every pass (prefill_s where no sequence decodes, decode_step_s where no prompt)."""
+    t, s, b, c = passes.T
+    eff = k.bandwidth_efficiency * (k.quant_bandwidth_efficiency if ph.quantized else 1.0)
+    log_tp = math.log2(ph.tp) if ph.tp > 1 else 0.0
+    if ph.tp <= 1:
+        ar_fixed, ar_per_row = 0.0, 0.0
+    elif ph.interconnect == "pcie":
+        ar_fixed = ph.per_layer * ph.layers * k.pcie_allreduce_latency_s * log_tp
+        ar_per_row = ph.per_layer * ph.layers * ph.hidden * 2 * 2 * (ph.tp - 1) / (k.pcie_host_bw_gbps * 1e9)
+    else:
+        ar_fixed = ph.per_layer * ph.layers * k.nvlink_allreduce_latency_s * log_tp + k.nvlink_pass_overhead_s * log_tp
+        ar_per_row = ph.per_layer * ph.layers * ph.hidden * 2 * 2 * (ph.tp - 1) / ph.tp / (k.nvlink_bw_gbps * 1e9)
+    triton = k.quant_sharded_layer_overhead_s * ph.layers if ph.quantized and ph.tp > 1 else 0.0
+    fixed = k.step_overhead_s + triton + ar_fixed
+    floor = fixed + ph.w_one / (ph.bw * eff)
+    # decode
+    bb = np.maximum(b, 1)
+    matmul = np.maximum(ph.w_decode / (ph.bw * eff), b * 2 * ph.params / (ph.flops * k.decode_mfu))
+    per_token_head = 2 * ph.layers * ph.head_dim * 2.0
+    kv = (c / bb * k.kv_latency_blocks + c * ph.kv_heads) * per_token_head / (ph.bw_accel * k.kv_bandwidth_efficiency)
+    decode = fixed + matmul + kv + b * k.seq_overhead_s + b * ar_per_row
+    # prefill
+    ss = np.maximum(s, 1)
+    flops = t * 2 * ph.params + 2 * t * t / ss * ph.heads * ph.head_dim * ph.layers
+    mfu = k.prefill_mfu / (k.quant_prefill_slowdown if ph.quantized else 1.0)
+    prefill = fixed + np.maximum(flops / (ph.flops * mfu), ph.w_prompt / (ph.bw * eff)) + t * ar_per_row
+    return np.where(t > 0, np.where(b > 0, prefill + decode - floor, prefill), decode)
+
+
+def check_mirror(case: Case, tr: Trace, sample: int = 40) -> None:
+    """pass_seconds agrees with planner.StepModel (the simulator's step model) on a sample of the case's passes."""
+    sm = StepModel(case.shape())
+    picks = tr.passes[np.linspace(0, len(tr.passes) - 1, min(sample, len(tr.passes))).astype(int)]
+    ours = pass_seconds(physics(case, picks), picks, sm.k)
+    theirs = np.array([sm.mixed_step_s(*map(int, p)) for p in picks])
+    assert np.allclose(ours, theirs, rtol=1e-9), (case.label, ours[:3], theirs[:3])
+
+
+def predict(tr: Trace, ph: Physics, k: StepConstants) -> tuple[float, float, float]:
+    """(median TTFT ms, median TPOT ms, output tokens/s) of the level under constants `k`."""
+    clock = np.concatenate([[0.0], np.cumsum(pass_seconds(ph, tr.passes, k))])
+    ttft = clock[tr.first] - clock[tr.arrived]
+    many = tr.tokens > 1
+    tpot = (clock[tr.last[many]] - clock[tr.first[many]]) / (tr.tokens[many] - 1)
+    duration = clock[tr.last.max()] - clock[tr.arrived.min()]
+    return (float(np.median(ttft)) * 1000, float(np.median(tpot)) * 1000 if many.any() else math.nan,
+            float(tr.tokens.sum() / duration))
+
+
+# --- scoring and fitting --------------------------------------------------------------------------------------------
+
+METRICS = ("ttft", "tpot", "thr")
+
+
+@dataclass
+class Study:
+    """The cases with their traces and physics, ready to be scored under any constants."""
+
+    cases: list[Case]  # the rows fitted and scored: the engines' default configuration (CUDA graphs on)
+    eager: list[Case]  # rows run without CUDA graphs: scored apart, never fitted on
+    skipped: list[tuple[int, str, str]]
+    trace: dict[int, Trace]
+    physics: dict[int, Physics]
+
+    def measured(self, c: Case) -> tuple[float | None, float | None, float | None]:
+        return c.ttft_ms, c.tpot_ms, c.throughput
+
+    def score(self, constants: dict[str, StepConstants], cases: list[Case] | None = None) -> list[dict]:
+        """Per case: measured, predicted and the absolute percentage errors, with each engine's constants."""
+        out = []
+        for c in cases if cases is not None else self.cases:
+            pred = predict(self.trace[c.index], self.physics[c.index], constants[c.engine])
+            row = {"row": c.index, "label": c.label, "engine": c.engine, "gpu": c.gpu, "source": c.source}
+            for name, meas, p in zip(METRICS, self.measured(c), pred):
+                row[name], row[f"pred_{name}"] = meas, p
+                row[f"ape_{name}"] = None if meas is None or not math.isfinite(p) else abs(p - meas) / meas * 100
+            out.append(row)
+        return out
+
+    def residuals(self, engine_constants: StepConstants, cases: list[Case]) -> list[float]:
+        res = []
+        for c in cases:
+            pred = predict(self.trace[c.index], self.physics[c.index], engine_constants)
+            for meas, p in zip(self.measured(c), pred):
+                if meas is not None and math.isfinite(p) and p > 0:
+                    res.append(math.log(p / meas))
+        return res
+
+
+def build(path: Path = DEFAULT_CSV, cache: bool = True, select: Callable[[Case], bool] | None = None) -> Study:
+    """Load, trace and cost the replayable rows (those `select` keeps), checking the numpy step model on each."""
+    cases, skipped = load_cases(path)
+    if select is not None:
+        cases = [c for c in cases if select(c)]
+    tr = traces(cases, path, cache)
+    ph = {c.index: physics(c, tr[c.index].passes) for c in cases}
+    for c in cases:
+        check_mirror(c, tr[c.index])
+    return Study([c for c in cases if not c.eager], [c for c in cases if c.eager], skipped, tr, ph)
+
+
+def table(scored: list[dict]) -> dict:
+    """Mean absolute percentage error of each metric over scored rows."""
+    out: dict = {"n": len(scored)}
+    for m in METRICS:
+        vals = [s[f"ape_{m}"] for s in scored if s[f"ape_{m}"] is not None]
+        out[m] = sum(vals) / len(vals) if vals else None
+    vals = [s[f"ape_{m}"] for s in scored for m in METRICS if s[f"ape_{m}"] is not None]
+    out["all"] = sum(vals) / len(vals) if vals else None
+    return out
+
+
+def groups(scored: list[dict]) -> dict[str, dict]:
+    out = {"overall": table(scored)}
+    for key in ("engine", "gpu", "source"):
+        for v in sorted({s[key] for s in scored}):
+            out[f"{key}={v}"] = table([s for s in scored if s[key] == v])
+    for e in sorted({s["engine"] for s in scored}):
+        for key in ("gpu", "source"):
+            for v in sorted({s[key] for s in scored if s["engine"] == e}):
+                out[f"{e} {key}={v}"] = table([s for s in scored if s["engine"] == e and s[key] == v])
+    return out
+
+
+# Constants the fit may move: bounds and the physics prior each starts from and is pulled toward (planner_accuracy's
+# priors, method.md §4; never a previous fit). The TP/NVLink terms keep
+# TGI_1's values: the data (TP > 1 only for MoE models on NVLink, at one or two TP degrees each) do not identify them.
+FIT: dict[str, tuple[float, float, float]] = {
+    "bandwidth_efficiency": (0.5, 0.95, 0.84),
+    "step_overhead_s": (0.0, 0.02, 0.005),
+    "seq_overhead_s": (0.0, 0.003, 0.0003),
+    "kv_bandwidth_efficiency": (0.05, 1.0, 0.5),
+    "decode_mfu": (0.1, 0.9, 0.5),  # bursts of hundreds of sequences make decode compute-bound
+    "prefill_mfu": (0.1, 0.9, 0.5),
+    "quant_bandwidth_efficiency": (0.2, 1.0, 0.6),
+    "quant_prefill_slowdown": (1.0, 5.0, 2.0),
+}
+PRIOR_WEIGHT = 1.0  # as planner_accuracy.py (per bound's width, against log errors)
+# What each constant is pulled toward: "physics" (FIT's priors, as TGI_1 was fitted) or "borrowed" (TGI_1's values:
+# the constants the engines use now, moved only where these data say so). docs/studies.md gives both LOSO results.
+PRIOR = "physics"
+
+
+def fit(study: Study, cases: list[Case], start: StepConstants, prior_weight: float | None = None) -> StepConstants:
+    """Least squares on the log errors of TTFT, TPOT and throughput, pulled toward the priors."""
+    from scipy.optimize import least_squares
+
+    prior_weight = PRIOR_WEIGHT if prior_weight is None else prior_weight
+
+    names = list(FIT)
+    lo, hi, x0 = ([FIT[n][i] for n in names] for i in range(3))
+    if PRIOR == "borrowed":
+        x0 = [min(max(getattr(start, n), a), b) for n, a, b in zip(names, lo, hi)]
+    width = [b - a for a, b in zip(lo, hi)]
+
+    def fun(x: np.ndarray) -> list[float]:
+        k = replace(start, **{n: float(v) for n, v in zip(names, x)})
+        return study.residuals(k, cases) + [prior_weight * (xi - si) / w for xi, si, w in zip(x, x0, width)]
+
+    sol = least_squares(fun, x0, bounds=(lo, hi), x_scale=width, diff_step=1e-3)
+    return replace(start, **{n: float(v) for n, v in zip(names, sol.x)})
+
+
+def borrowed() -> dict[str, StepConstants]:
+    return {e: planner_constants.MEASURED[BORROWED][0] for e in ENGINES_FITTED}
+
+
+def shipped() -> dict[str, StepConstants]:
+    """Each engine's constants as its generation names them now."""
+    return {e: planner_constants.MEASURED[ENGINES[e].generation(None).constants_from][0] for e in ENGINES_FITTED}
+
+
+def fit_engines(study: Study, cases: list[Case] | None = None) -> dict[str, StepConstants]:
+    """One set per engine, each fitted on that engine's rows (of `cases`)."""
+    cases = cases if cases is not None else study.cases
+    start = planner_constants.MEASURED[BORROWED][0]
+    return {e: fit(study, [c for c in cases if c.engine == e], start) for e in ENGINES_FITTED}
+
+
+def leave_one_source_out(study: Study) -> dict[str, dict]:
+    """Fit each engine's set on every source but one, score the held-out source's rows with it; beside it, the
+    borrowed constants on the same rows."""
+    out: dict[str, dict] = {}
+    pooled_fit, pooled_borrowed = [], []
+    for source in sorted({c.source for c in study.cases}):
+        train = [c for c in study.cases if c.source != source]
+        held = [c for c in study.cases if c.source == source]
+        fitted = fit_engines(study, train)
+        after, before = study.score(fitted, held), study.score(borrowed(), held)
+        out[f"source={source}"] = {"borrowed": table(before), "fitted": table(after),
+                                   "constants": {e: {n: getattr(k, n) for n in FIT} for e, k in fitted.items()}}
+        pooled_fit += after
+        pooled_borrowed += before
+    out["pooled held-out rows"] = {"borrowed": table(pooled_borrowed), "fitted": table(pooled_fit)}
+    for e in ENGINES_FITTED:
+        out[f"pooled {e}"] = {"borrowed": table([s for s in pooled_borrowed if s["engine"] == e]),
+                              "fitted": table([s for s in pooled_fit if s["engine"] == e])}
+    return out
+
+
+# --- output ---------------------------------------------------------------------------------------------------------
+
+def _f(v: float | None) -> str:
+    return "    -  " if v is None else f"{v:6.1f}%"
+
+
+def render(title: str, before: dict[str, dict], after: dict[str, dict], out=sys.stdout) -> None:
+    print(f"\n{title}", file=out)
+    print(f"{'group':40} {'n':>4}   {'TTFT':>15} {'TPOT':>15} {'throughput':>15} {'all':>15}", file=out)
+    for name, b in before.items():
+        a = after[name]
+        cells = "  ".join(f"{_f(b[m])}→{_f(a[m])}" for m in (*METRICS, "all"))
+        print(f"{name:40} {b['n']:4d}  {cells}", file=out)
+
+
+def render_worst(scored: list[dict], out=sys.stdout, n: int = 12) -> None:
+    print(f"\n{n} worst rows (measured → predicted: TTFT ms, TPOT ms, tok/s):", file=out)
+    worst = sorted(scored, key=lambda s: -max(s[f"ape_{m}"] or 0 for m in METRICS))[:n]
+    for s in worst:
+        cells = "  ".join("-" if s[m] is None else f"{s[m]:.4g}→{s[f'pred_{m}']:.4g}" for m in METRICS)
+        print(f"  #{s['row']:<3} {s['label']:78} {cells}", file=out)
+
+
+def render_constants(fitted: dict[str, StepConstants], out=sys.stdout) -> None:
+    for e, k in fitted.items():
+        print(f"\n{e.upper()}_1 (fitted; paste into src/sagellm/planner/constants.py):", file=out)
+        for n in FIT:
+            print(f"    {n}={getattr(k, n):.4g},", file=out)
+
+
+def main() -> int:
+    global PRIOR, PRIOR_WEIGHT, FIT
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="published levels (default: %(default)s)")
+    ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    ap.add_argument("--fit", action="store_true", help="fit each engine's constants on every row and print them")
+    ap.add_argument("--loso", action="store_true", help="leave-one-source-out check (one fit per source and engine)")
+    ap.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    ap.add_argument("--prior", choices=("physics", "borrowed"), default=PRIOR,
+                    help="what the fit pulls toward: FIT's physics priors or TGI_1's values (default: %(default)s)")
+    ap.add_argument("--prior-weight", type=float, default=PRIOR_WEIGHT, help="pull toward the prior (%(default)s)")
+    ap.add_argument("--free", help="comma-separated constants to fit (default: all of FIT)")
+    args = ap.parse_args()
+    PRIOR, PRIOR_WEIGHT = args.prior, args.prior_weight
+    if args.free:
+        FIT = {n: FIT[n] for n in args.free.split(",")}
+    study = build(args.csv.resolve(), cache=not args.no_cache)
+
+    print(f"{len(study.cases)} rows replayed, {len(study.skipped)} left out:")
+    reasons: dict[str, int] = {}
+    for _, what, why in study.skipped:
+        reasons[why] = reasons.get(why, 0) + 1
+    for why, n in sorted(reasons.items(), key=lambda x: -x[1]):
+        print(f"  {n:3d}  {why}")
+    assumed = sum(c.assumed_input for c in study.cases)
+    print(f"  {len(study.eager)} rows ran without CUDA graphs: scored apart below, not fitted on")
+    print(f"  ({assumed} fitted rows have no published prompt length; assumed {ASSUMED_INPUT_TOKENS})")
+
+    before = study.score(borrowed())
+    current = study.score(shipped())
+    report: dict = {"rows": len(study.cases), "skipped": study.skipped,
+                    "borrowed": groups(before), "shipped": groups(current)}
+    labels = {e: ENGINES[e].generation(None).constants_from for e in ENGINES_FITTED}
+    render(f"MAPE: borrowed {BORROWED} → each engine's shipped constants {labels} (median TTFT, median TPOT, output "
+           "tok/s)", groups(before), groups(current))
+    render_worst(current)
+    render("Rows run without CUDA graphs (not fitted on): borrowed → shipped", groups(study.score(borrowed(), study.eager)),
+           groups(study.score(shipped(), study.eager)))
+    if args.fit:
+        fitted = fit_engines(study)
+        render_constants(fitted)
+        after = study.score(fitted)
+        report["fitted"] = {"constants": {e: {n: getattr(k, n) for n in FIT} for e, k in fitted.items()},
+                            **groups(after)}
+        render("MAPE with the constants fitted on every row (in-sample): borrowed → fitted", groups(before),
+               groups(after))
+    if args.loso:
+        loso = leave_one_source_out(study)
+        report["leave_one_source_out"] = loso
+        render("Leave-one-source-out (each engine fitted on the other sources): borrowed → fitted, held-out MAPE",
+               {k: v["borrowed"] for k, v in loso.items()}, {k: v["fitted"] for k, v in loso.items()})
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
