@@ -141,3 +141,27 @@ def test_sglang_retracts_the_sequence_with_the_fewest_output_tokens_when_decodin
     run(copy)
     assert old.state == new.state == DONE and (old.generated, new.generated) == (2000, 500)
     assert copy.kv_free == 1500
+
+
+def test_a_shared_prefix_is_computed_once_and_then_served_from_the_prefix_cache() -> None:
+    copy = copy_of("vllm", budget=4096, kv=10_000, block=16)
+    first = Sequence(1000, 2, 0.0, None, prefix=770)  # 768 of the prefix in whole blocks
+    copy.submit(first)
+    assert passes(copy) == [2.0]  # all 1000 prompt tokens: nothing cached yet
+    run(copy)
+    assert copy.cached_prefix == 768 and copy.kv_free == 10_000 - 768  # the cache keeps the prefix's blocks
+
+    second = Sequence(1000, 2, copy.sim_s, None, prefix=770)
+    copy.submit(second)
+    assert passes(copy) == [1.232]  # only the 232 tokens past the cached blocks
+    run(copy)
+    assert second.state == DONE and copy.kv_free == 10_000 - 768
+
+
+def test_sglang_serves_a_shared_prefix_from_its_radix_cache_too() -> None:
+    copy = copy_of("sglang", budget=4096, kv=10_000)
+    for start in (0.0, 100.0):
+        seq = Sequence(1000, 2, start, None, prefix=700)
+        copy.submit(seq)
+        run(copy)
+    assert copy.cached_prefix == 700 and seq.state == DONE

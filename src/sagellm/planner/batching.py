@@ -66,11 +66,16 @@ class Sequence:
         "input_tokens",
         "last_token_s",
         "max_new_tokens",
+        "prefix",
+        "shared",
         "state",
     )
 
-    def __init__(self, input_tokens: int, max_new_tokens: int, arrived_s: float, deadline_s: float | None):
+    def __init__(self, input_tokens: int, max_new_tokens: int, arrived_s: float, deadline_s: float | None,
+                 prefix: int = 0):
         self.input_tokens = input_tokens
+        self.prefix = prefix  # its first tokens are a prefix every request shares (the bench's --shared-prefix)
+        self.shared = 0  # of the KV tokens it holds, those the copy's prefix cache holds for everyone
         self.max_new_tokens = max_new_tokens
         self.generated = 0
         self.state = QUEUED
@@ -138,6 +143,7 @@ class CopyScheduler:
         self.scheduling = scheduling
         self._turn = SCHEDULERS[scheduling]
         self.kv_free = limits.max_batch_total_tokens  # paged schedulers: KV tokens no sequence holds
+        self.cached_prefix = 0  # paged schedulers: tokens of the shared prefix in the prefix cache (whole blocks)
         self.new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO  # SGLang's estimate of the decode tokens still to come
         self.queue: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -176,8 +182,8 @@ class CopyScheduler:
             self.running.remove(seq)
             self.kv_reserved -= seq.reserved_tokens
             self.context -= seq.input_tokens + seq.generated
-        self.kv_free += seq.held
-        seq.held = 0
+        self.kv_free += seq.held - seq.shared
+        seq.held = seq.shared = 0
         seq.state = state
         if state == DONE:
             self.completed += 1
@@ -236,11 +242,12 @@ class CopyScheduler:
         while (not preempted and budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
                and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
             seq = self.queue[0]
-            # The whole prompt's blocks must be free, unless nothing runs (a prompt over the pool runs alone).
-            if self._blocks(seq.pending) > self.kv_free and self.running:
+            # The whole prompt's blocks must be free (less a cached prefix), unless nothing runs (a prompt over the
+            # pool runs alone).
+            if self._blocks(seq.pending - self._hit(seq)) > self.kv_free and self.running:
                 break
-            n = min(seq.pending, budget)
             self._start(seq)
+            n = min(seq.pending, budget)
             self._take_blocks(seq, n, force=True)
             steps.append((seq, n))
             budget -= n
@@ -271,8 +278,8 @@ class CopyScheduler:
             need = seq.pending + min(seq.max_new_tokens - seq.generated, SGLANG_CLIP_MAX_NEW) + 1
             if need >= room and (self.running or steps):
                 break
-            n = min(seq.pending, chunk)
             self._start(seq)
+            n = min(seq.pending, chunk)
             self._take_blocks(seq, n, force=True)
             steps.append((seq, n))
             room -= need
@@ -303,6 +310,13 @@ class CopyScheduler:
         yield self._advance(self.steps.decode_step_s(len(steps), sum(s.computed for s, _ in steps)))
         self._computed(steps)
 
+    def _hit(self, seq: Sequence) -> int:
+        """The prefix-cache hit `_start` would give a waiting sequence."""
+        if seq.computed or not seq.prefix or not self.cached_prefix:
+            return 0
+        hit = min(self.cached_prefix, seq.prefix, seq.input_tokens - 1)
+        return hit - hit % self.limits.kv_block_tokens
+
     def _blocks(self, tokens: int) -> int:
         """KV tokens `tokens` take in whole blocks."""
         block = self.limits.kv_block_tokens
@@ -319,16 +333,21 @@ class CopyScheduler:
         return True
 
     def _start(self, seq: Sequence) -> None:
-        """Move the queue's head into the running batch."""
+        """Move the queue's head into the running batch; a shared prefix the cache holds is not computed again
+        (vLLM's and SGLang's prefix caches, on by default: whole blocks, at most all but the prompt's last token)."""
         self.queue.popleft()
         seq.state = RUNNING
         self.running.append(seq)
+        if seq.computed == 0 and seq.prefix and self.cached_prefix:
+            hit = min(self.cached_prefix, seq.prefix, seq.input_tokens - 1)
+            hit -= hit % self.limits.kv_block_tokens
+            seq.computed = seq.held = seq.shared = hit
 
     def _preempt(self, seq: Sequence, *, front: bool) -> None:
         """Free a running sequence's KV and queue it again (front: vLLM; back: SGLang) to be recomputed."""
         self.running.remove(seq)
-        self.kv_free += seq.held
-        seq.held = seq.computed = 0
+        self.kv_free += seq.held - seq.shared
+        seq.held = seq.computed = seq.shared = 0
         seq.state = QUEUED
         self.preempted += 1
         if front:
@@ -351,9 +370,21 @@ class CopyScheduler:
         for seq, n in steps:
             if seq.state == RUNNING:
                 seq.computed += n
+                if seq.prefix and seq.computed >= seq.prefix and seq.shared == 0:
+                    self._cache_prefix(seq)
                 if seq.pending == 0:
                     ready.append(seq)
         self.emit(ready)
+
+    def _cache_prefix(self, seq: Sequence) -> None:
+        """A computed shared prefix stays in the cache for later requests (its whole blocks; what the cache holds
+        is held for everyone, not freed with the sequence)."""
+        blocks = seq.prefix - seq.prefix % self.limits.kv_block_tokens
+        if blocks > self.cached_prefix:
+            self.cached_prefix = blocks
+            seq.shared = blocks
+        else:  # another sequence computed it meanwhile: its copy is freed with it
+            seq.shared = 0
 
     def decode_run(self, until_s: float, line: Callable[[int], tuple[float, float]]) -> int:
         """Between turns, run now, back to back, the turns to come that would only decode and end by `until_s` on
@@ -530,7 +561,7 @@ class Router(Generic[C]):
         self._next = 0
 
     def submit(self, input_tokens: int, max_new_tokens: int | None, deadline_s: float | None,
-               arrived_s: float) -> tuple[C, Sequence]:
+               arrived_s: float, prefix: int = 0) -> tuple[C, Sequence]:
         """Admit a request to the least-loaded copy (ties in turn), as TGI would: 429 first, then 422."""
         copy = self._pick()
         lim = self.limits
@@ -544,7 +575,7 @@ class Router(Generic[C]):
         except RequestError:
             self.rejected_validation += 1
             raise
-        seq = Sequence(input_tokens, max_new_tokens, arrived_s, deadline_s)
+        seq = Sequence(input_tokens, max_new_tokens, arrived_s, deadline_s, prefix)
         copy.submit(seq)
         self.peak_in_flight = max(self.peak_in_flight, sum(c.in_flight for c in self.copies))
         return copy, seq

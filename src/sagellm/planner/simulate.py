@@ -197,9 +197,9 @@ class _Endpoint:
         self._turns: dict[int, Iterator[float]] = {}  # copy index → its turn in progress
         self._index = {id(c): i for i, c in enumerate(router.copies)}
 
-    def send(self, input_tokens: int, output_tokens: int, deadline_s: float | None) -> Sequence:
+    def send(self, input_tokens: int, output_tokens: int, deadline_s: float | None, prefix: int = 0) -> Sequence:
         """Admit a request now (RequestError as the server refuses it) and wake its copy if idle."""
-        copy, seq = self.router.submit(input_tokens, output_tokens, deadline_s, self.clock.now)
+        copy, seq = self.router.submit(input_tokens, output_tokens, deadline_s, self.clock.now, prefix)
         index = self._index[id(copy)]
         if index not in self._turns:  # an idle copy starts a turn now, once the caller has the sequence
             self._turns[index] = copy.turn()
@@ -244,6 +244,7 @@ class _SimulatedRun:
         self._of: dict[Sequence, SimulatedRequest] = {}  # in flight
         self.measured_left = requests
         self.on_end: Callable[[SimulatedRequest], None] = lambda _: None
+        self.prefix = 0  # every request opens with this many tokens shared by all (a prefix cache can hold them)
 
     def send(self, user: int | None = None) -> None:
         """A request arrives now."""
@@ -254,7 +255,7 @@ class _SimulatedRun:
         self.sent.append(req)
         deadline = self.clock.now + self.timeout_s if self.timeout_s is not None else None
         try:
-            seq = self.endpoint.send(input_tokens, output_tokens, deadline)
+            seq = self.endpoint.send(input_tokens, output_tokens, deadline, min(self.prefix, input_tokens))
         except RequestError as exc:
             req.error, req.status = exc.error_type, exc.status
             self._end(req)
@@ -284,11 +285,13 @@ Load = SimulatedOpenLoop | SimulatedClosedLoop | SimulatedPromptSet
 def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, *,
              requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
              timeout_s: float | None = INVOCATION_TIMEOUT_S,
-             sizes: Callable[[int], tuple[int, int]] | None = None, every_pass: bool = False) -> Simulation:
+             sizes: Callable[[int], tuple[int, int]] | None = None, every_pass: bool = False,
+             prefix_tokens: int = 0) -> Simulation:
     """Run a served model (its copies, the limits its server reads, its engine's scheduling) under a load on a
     virtual clock; `sizes` gives request i's (input, output) tokens where they vary (a bench's workload);
     `every_pass`: each pass asks the step model itself, one by one (a study that records the passes), where a run
-    otherwise costs decode steps from a line per batch size and runs decode-only turns at once."""
+    otherwise costs decode steps from a line per batch size and runs decode-only turns at once; `prefix_tokens`:
+    every prompt opens with that many tokens shared by all (what the engines' prefix caches serve)."""
     step_model = served.steps if every_pass else _AffineSteps(served.steps.shape, base=served.steps)
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
@@ -307,6 +310,7 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
         run = _SimulatedRun(endpoint_of, size_of, requests,
                             max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
         _closed_loop(run, load)
+    run.prefix = prefix_tokens
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
 
