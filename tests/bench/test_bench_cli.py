@@ -439,7 +439,7 @@ def test_report_rerenders_report_curve_junit_and_csv_from_results_json(finished:
     (["--keep"], "--keep: the local AWS lives only as long as the bench"),
     (["--time-scale", "2"], "--time-scale: 2.0 must be in (0, 1]"),
     (["--request-rate", "1,2"], "--concurrency/--request-rate: give one, not both"),
-    (["--arrivals", "poisson"], "--arrivals/--max-in-flight: only with --request-rate"),
+    (["--arrivals", "poisson"], "--arrivals/--max-in-flight/--max-ttft-s: only with --request-rate"),
     (["--api", "openai"], "--api: 'openai' is an http server's API (SageMaker endpoints take tgi or chat)"),
     (["--input-tokens", "12-4"], "--input-tokens: '12-4' is an empty range: its minimum is above its maximum"),
     (["--shared-prefix", "300"], "--shared-prefix: 300 tokens leave no unique part in prompts as short as 256"),
@@ -515,12 +515,13 @@ def test_the_flags_build_the_specs_with_every_problem_in_one_error_naming_its_fl
 
     with pytest.raises(InputError) as bad:
         bench_command(profile="max-throughput", target="http", url="http://127.0.0.1:9", time_scale=0.5,
-                      max_in_flight=0, request_rate="1", warmup=-1, out=tmp_path / "out")
+                      max_in_flight=0, request_rate="1", warmup=-1, max_ttft_s=0, out=tmp_path / "out")
     assert bad.value.messages == [
         "--time-scale: only the local emulator can compress time",
         "--profile/--model: give both to label and predict the run, or neither (no prediction)",
         "--max-in-flight: must be at least 1",
-        "--warmup: -1 must be 0 or more"]
+        "--warmup: -1 must be 0 or more",
+        "--max-ttft-s: 0 must be a positive number of seconds"]
 
 
 def test_what_the_plan_refuses_names_the_flag_too(tmp_path: Path) -> None:

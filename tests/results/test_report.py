@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +19,7 @@ from sagellm.results.schema import (
     Failure,
     Goodput,
     Level,
+    OverSaturation,
     RequestSlo,
     Results,
     Run,
@@ -245,3 +248,20 @@ def test_goodput_and_attainment_get_overview_columns_level_rows_csv_columns_and_
     assert {"slo_attainment", "goodput.requests_per_s", "goodput.tokens_per_s"} <= set(columns)
     assert rows[1].split(",")[columns.index("goodput.tokens_per_s")] == "262.5"
     plot_curve(run, tmp_path / "curve.png")  # the goodput series beside throughput draws (matplotlib raises if not)
+
+
+def test_an_over_saturated_level_is_labelled_in_the_report_and_csv_and_is_never_a_pick() -> None:
+    over = OverSaturation(reason="over-saturated at concurrency 8: requests in flight grew by 2/s over the last 30 s",
+                          stopped_at_s=41.5)
+    # The over-saturated level has the highest throughput and the best ratio; neither pick may be it.
+    levels = [level(1, 100, 10), level(2, 190, 10.5), level(8, 900, 5).model_copy(update={"over_saturated": over})]
+    r = make_results(RUN, levels, usd_per_h=1.0, slo_ms_per_token=20, teardown=Teardown(status="destroyed"),
+                     stopped_reason=over.reason)
+    assert r.max_throughput is not None and r.max_throughput.concurrency == 2
+    assert r.knee is not None and r.knee.concurrency == 2
+    md = render_markdown(r)
+    assert (f"**Over-saturated: stopped early** after 41.5 s: {over.reason}; the figures below are of the part "
+            "measured before it stopped.") in md
+    rows = list(csv.DictReader(io.StringIO(render_csv(r))))
+    assert [row["over_saturated.stopped_at_s"] for row in rows] == ["", "", "41.5"]
+    assert rows[2]["over_saturated.reason"] == over.reason

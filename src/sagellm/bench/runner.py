@@ -16,11 +16,12 @@ from sagellm.bench.client.records import RecordLog, RequestRecord
 from sagellm.bench.interrupts import Interrupted, Interrupts
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
+from sagellm.bench.load.saturation import SaturationRule
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
 from sagellm.bench.predicted import offered, predicted_level, predicted_point
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
-from sagellm.bench.specs import Bench, Http, Local, Ramp, SageMaker
+from sagellm.bench.specs import Bench, Http, Local, Open, Ramp, SageMaker
 from sagellm.bench.sweep.choosers import make_chooser
 from sagellm.bench.sweep.ramp import DEFAULT_STEP_S
 from sagellm.bench.sweep.shapes import ClosedLoopSweep, Levels, LoadShape, OpenLoopSweep, RampRun
@@ -238,7 +239,10 @@ def _load_shape(p: BenchPlan, target: Target) -> LoadShape:
         return RampRun(chooser, p.levels, load.step_s or DEFAULT_STEP_S, loop, target)
     levels = Levels(p.requests, load.duration_per_level_s, p.duration_s, load.warmup, load.repeats,
                     p.bench.workers.count, p.bench.workers.ray)
-    return ClosedLoopSweep(chooser, levels) if loop is None else OpenLoopSweep(chooser, levels, loop)
+    if loop is None:
+        return ClosedLoopSweep(chooser, levels)
+    assert isinstance(load, Open)  # a closed loop has no open loop's schedule
+    return OpenLoopSweep(chooser, levels, loop, SaturationRule(max_ttft_s=load.max_ttft_s))
 
 
 def _deploy_and_measure(p: BenchPlan, target: Target, recorder: _Recorder, watch: Watch,

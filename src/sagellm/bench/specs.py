@@ -17,6 +17,7 @@ from typing import ClassVar, Literal
 from sagellm.bench.client.transports import APIS
 from sagellm.bench.client.workload import WorkloadOptions
 from sagellm.bench.load.open_loop import ARRIVALS, Arrivals
+from sagellm.bench.load.saturation import SAGEMAKER_INVOCATION_TIMEOUT_S
 from sagellm.bench.load.workers import worker_problems
 from sagellm.bench.sweep.choosers import Sweep
 from sagellm.bench.sweep.run import MAX_IN_FLIGHT
@@ -200,9 +201,12 @@ class Open:
     duration_per_level_s: float | None = None
     warmup: int = 1  # warm-up requests per level
     repeats: int = 1
+    # A level stops early, over-saturated, when a first token waits longer (simulated seconds; default SageMaker's
+    # 60 s invocation timeout) or its requests in flight keep growing (load.saturation).
+    max_ttft_s: float = SAGEMAKER_INVOCATION_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        _raise(_rate_problems(self) + _level_problems(self))
+        _raise(_rate_problems(self) + _level_problems(self) + _seconds_problems("Open.max_ttft_s", self.max_ttft_s))
 
 
 @dataclass(frozen=True)

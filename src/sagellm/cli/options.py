@@ -125,7 +125,7 @@ FLAGS = {
     "api": "--api", "url": "--url", "name": "--endpoint-name", "time_scale": "--time-scale",
     "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance", "engine": "--engine",
     "hf_token_secret": "--hf-token-secret", "model_s3_uri": "--model-s3-uri", "request_rate": "--request-rate", "arrivals": "--arrivals",
-    "max_in_flight": "--max-in-flight", "requests_per_level": "--requests-per-level",
+    "max_in_flight": "--max-in-flight", "max_ttft_s": "--max-ttft-s", "requests_per_level": "--requests-per-level",
     "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
     "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
     "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",

@@ -47,9 +47,10 @@ def serving_error_rate(level: LevelSummary) -> float:
 
 
 def is_usable(level: LevelSummary, max_error_rate: float = MAX_ERROR_RATE) -> bool:
-    """No timeouts, error rate (a cold start's refusals aside) within the limit, and something measured."""
+    """No timeouts, error rate (a cold start's refusals aside) within the limit, measured, not over-saturated."""
     return (
-        level.errors.get("timeout", 0) == 0
+        getattr(level, "over_saturated", None) is None  # its latencies are of a queue still growing
+        and level.errors.get("timeout", 0) == 0
         and serving_error_rate(level) <= max_error_rate
         and level.throughput_tokens_per_s > 0
         and level.latency_ms_per_token.p50 is not None

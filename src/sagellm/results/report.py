@@ -213,6 +213,9 @@ def _level(level: Level, run: Run) -> list[str]:
         (f"{level.requests} requests · {level.ok} ok · errors: {errors} (rate {level.error_rate:.1%}) · "
         f"retries {level.retries} · window {level.window_s:.1f} s{repeats}"),
         "",
+        *([(f"**Over-saturated: stopped early** after {level.over_saturated.stopped_at_s:.1f} s: "
+            f"{level.over_saturated.reason}; the figures below are of the part measured before it stopped."), ""]
+          if level.over_saturated else []),
         "| metric | " + " | ".join(_STATS) + " | predicted |",
         "|---|" + "---:|" * (len(_STATS) + 1),
         _row("ms/token (e2e ÷ tokens)", level.latency_ms_per_token, p.ms_per_token if p else None,

@@ -294,6 +294,13 @@ class ServerMetrics(_Strict):
         return self
 
 
+class OverSaturation(_Strict):
+    """An open-loop level stopped early past saturation (bench/load/saturation.py): why, and when."""
+
+    reason: str
+    stopped_at_s: float  # simulated seconds after the level started (its first run to stop, with repeats)
+
+
 class Level(LevelSummary):
     """A measured level with the planner's prediction beside it."""
 
@@ -305,6 +312,8 @@ class Level(LevelSummary):
     # criterion is in docs/metrics.md ("Client bottleneck").
     client_bottleneck: str | None = None
     client_loop_lag_ms: float | None = None  # the client's mean event-loop lag, wall ms (worst repeat, worker)
+    # Stopped early, over-saturated: its statistics are those of the part measured before it stopped.
+    over_saturated: OverSaturation | None = None
 
 
 class Pick(LoadKey):

@@ -9,6 +9,7 @@ from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.open_loop import OpenLoop
+from sagellm.bench.load.saturation import SaturationRule
 from sagellm.bench.sweep.choosers import Chooser
 from sagellm.bench.sweep.shapes import ClosedLoopSweep, Levels, LoadShape, OpenLoopSweep, RampRun
 from sagellm.planner import Payload
@@ -35,7 +36,7 @@ def test_a_closed_loop_sweep_measures_its_concurrency_levels_on_one_worker() -> 
 
 def test_an_open_loop_sweep_measures_its_request_rates() -> None:
     loop = OpenLoop((200.0, 400.0), arrivals="constant", max_in_flight=64)
-    levels, records = run(OpenLoopSweep(Chooser("doubling", loop.rates, 1.0, False, 1), LEVELS, loop))
+    levels, records = run(OpenLoopSweep(Chooser("doubling", loop.rates, 1.0, False, 1), LEVELS, loop, SaturationRule()))
     assert [lv.request_rate for lv in levels] == [200.0, 400.0] and all(lv.concurrency is None for lv in levels)
     assert all(r.late_s is not None for r in records)
 

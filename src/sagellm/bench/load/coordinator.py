@@ -79,7 +79,9 @@ async def run_shared_level(pool: WorkerPool, *, load: float, open_loop: OpenLoop
     base = workload.issued
     t0 = time.perf_counter() + START_LEAD_S
     shares = [Share(worker=k, workers=n, first_index=base + k, requests=budgets[k], duration_s=duration_s,
-                    warmup=warmup, clock_zero=zero + pool.offsets[k], repeat=repeat, stop_rule=stop_rule,
+                    warmup=warmup, clock_zero=zero + pool.offsets[k], repeat=repeat,
+                    # Over-saturation is judged on one process's whole level, not on a share of it (left for later).
+                    stop_rule=dataclasses.replace(stop_rule, saturation=None),
                     concurrency=slots[k] or None, slot_offset=sum(slots[:k]), rate=load if open_loop else None,
                     open_loop=open_loop, t0=t0 + pool.offsets[k] if open_loop else None) for k in range(n)]
     book = LevelBook(concurrency=concurrency, request_rate=load if open_loop else None,

@@ -22,6 +22,9 @@ Shared by the closed loop (`closed_loop`) and the open loop (`open_loop`); defin
   requests failed, or when any measured request timed out. Within a level, once such an outcome is
   certain (a timeout, or with a request budget more errors than the rate allows), no new requests are
   sent; those in flight finish.
+- **Over-saturation** (open loop, `StopRule.saturation`): the requests not yet answered keep growing, or a first
+  token waits past a limit (`saturation`); the level stops sending at once, its requests in flight finish, and
+  it is recorded as over-saturated (`LevelResult.over_saturated`: why and when) with its partial statistics.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.client.workload import Request
 from sagellm.bench.load.bottleneck import LoopLag, client_bottleneck, probing
+from sagellm.bench.load.saturation import OverSaturated, SaturationRule, SaturationWatch
 from sagellm.results.schema import load_name
 
 
@@ -54,6 +58,7 @@ class StopRule:
 
     max_error_rate: float = 0.05  # of the measured requests of the level (warm-up excluded)
     stop_on_timeout: bool = True
+    saturation: SaturationRule | None = None  # open loop only (see `saturation`); None: never stop early for it
 
 
 DEFAULT_STOP_RULE = StopRule()
@@ -93,6 +98,7 @@ class LevelResult:
     ramp_worker: int | None = None  # closed loop: the worker whose warm-up ended the ramp
     loop_lag_ms: float | None = None  # the client's mean event-loop lag over the level (worst worker's)
     capped: int = 0  # open loop: measured requests that waited for the in-flight cap
+    over_saturated: OverSaturated | None = None  # open loop: stopped early, past saturation (see `saturation`)
 
     def bottleneck(self, time_scale: float = 1.0) -> str | None:
         """Why the load generator was this level's bottleneck, or None when it kept up (see `bottleneck`);
@@ -153,6 +159,8 @@ class LevelBook:
         self.stopping: str | None = None
         self.capped = 0  # open loop: measured requests that waited for the in-flight cap
         self.lag: LoopLag | None = None  # the event-loop probe running beside the level
+        self.watch: SaturationWatch | None = None  # open loop with `rule.saturation`: set by the open loop
+        self.over_saturated: OverSaturated | None = None
 
     @property
     def load(self) -> str:
@@ -181,6 +189,8 @@ class LevelBook:
         if self.in_ramp == 0:
             self.ramp_end = time.perf_counter()
             self.ramp_worker = worker
+            if self.watch is not None:
+                self.watch.ramp_ended(self.ramp_end - self.started)
             if self.duration_s is not None:
                 self.deadline = self.ramp_end + self.duration_s
 
@@ -195,9 +205,16 @@ class LevelBook:
             late_s=late_s, input_tokens=record.input_tokens if by_server else request.input_tokens,
             input_tokens_by=record.input_tokens_by if by_server else request.counted_by)
 
+    def saturated(self, found: OverSaturated | None) -> None:
+        """Stop the level as over-saturated when `found` says so (and nothing stopped it before)."""
+        if found is not None and self.stopping is None:
+            self.stopping, self.over_saturated = "over-saturated", found
+
     def add(self, record: RequestRecord) -> None:
         """A request finished: book it, then hand it to `on_record` and report progress."""
         self.records.append(record)
+        if self.watch is not None:
+            self.saturated(self.watch.answered(time.perf_counter() - self.started, record))
         if not record.ok:
             self.errors += 1
             self.measured_errors += not record.warmup
@@ -249,10 +266,13 @@ class LevelBook:
             window_end_s=end - z, ramp_excluded=ramp_excluded, stopped_reason=self._stopped_reason(errors, len(measured)),
             window_output_tokens=tokens_in_window(measured, start - z, end - z),
             errors_by_kind=errors, ramp_worker=self.ramp_worker, capped=self.capped,
+            over_saturated=self.over_saturated,
             loop_lag_ms=self.lag.mean_ms(self.started, lag_until or ended) if self.lag is not None else None,
         )
 
     def _stopped_reason(self, errors: dict[str, int], total: int) -> str | None:
+        if self.over_saturated is not None:
+            return self.over_saturated.reason
         if total == 0:
             return None
         at = f"request rate {self.load}" if self.request_rate is not None else f"concurrency {self.load}"

@@ -18,7 +18,7 @@ from typing import Any
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import summarize_runs
 from sagellm.bench.load.level import LevelResult
-from sagellm.results.schema import Level, LevelSummary, Predicted, RequestSlo
+from sagellm.results.schema import Level, LevelSummary, OverSaturation, Predicted, RequestSlo
 
 
 def on_simulated_clock(record: RequestRecord, time_scale: float, emulated: bool) -> RequestRecord:
@@ -60,7 +60,9 @@ def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bo
         s = summarize_runs(parts, slo)
         why = next((reason for lv in repeats if (reason := lv.bottleneck(time_scale))), None)
         client_lags = [lv.loop_lag_ms for lv in repeats if lv.loop_lag_ms is not None]
+        over = next((lv.over_saturated for lv in repeats if lv.over_saturated is not None), None)
         # The prediction replays the first run's offered load (its records, on the simulated clock).
         out.append(Level(**s.model_dump(), predicted=predict(s, parts[0][0]), server_loop_lag_ms=lags.get(load),
-                         client_bottleneck=why, client_loop_lag_ms=round(max(client_lags), 2) if client_lags else None))
+                         client_bottleneck=why, client_loop_lag_ms=round(max(client_lags), 2) if client_lags else None,
+                         over_saturated=OverSaturation(reason=over.reason, stopped_at_s=over.at_s) if over else None))
     return out

@@ -9,6 +9,9 @@ by a closed loop that waits for it.
   return. It is then sent late, and so is one that the client's own event loop could not send on time.
 - **Lateness** (`late_s` on every record): when the request was sent minus when it was due. The client
   falling behind its schedule is a measured fact of the level (`lateness_ms`), not hidden.
+- **Over-saturation** (with `StopRule.saturation`): at each send the requests not yet answered are those in
+  flight plus those due meanwhile that wait for the cap (lateness × rate); when they keep growing, or a first
+  token waits past the limit, the level stops early (`saturation`), on the simulated clock (`time_scale`).
 Warm-up, ramp, window and stop rule are the level's (see `level`); the window ends when the next request
 is not sent (the budget is spent or the duration is over), so it spans the arrivals it measured.
 """
@@ -29,6 +32,7 @@ from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
+from sagellm.bench.load.saturation import SaturationWatch
 
 Arrivals = Literal["constant", "poisson"]
 ARRIVALS: tuple[Arrivals, ...] = ("constant", "poisson")
@@ -90,16 +94,24 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
                      budget=requests, duration_s=duration_s, rule=stop_rule, clock_zero=zero,
                      on_record=on_record, on_progress=on_progress, repeat=repeat)
     slots = asyncio.Semaphore(max_in_flight)
+    if stop_rule.saturation is not None:
+        book.watch = SaturationWatch(stop_rule.saturation, time_scale, rate, book.load)
+    in_flight = 0
     schedule = arrival_times(rate / time_scale, arrivals, random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
 
     async def one(session: aiohttp.ClientSession, request: Request, due: float, warming: bool) -> None:
-        outcome, late = await send_due(transport, session, request, due, slots)
+        nonlocal in_flight
+        try:
+            outcome, late = await send_due(transport, session, request, due, slots)
+        finally:
+            in_flight -= 1
         record = book.record(outcome, request, warmup=warming, late_s=late)
         if len(book.records) < max(my_warmup, 1):  # the ramp: the first max(warmup, 1) completions
             book.ramp_done()
         book.add(record)
 
     async def start(session: aiohttp.ClientSession, group: asyncio.TaskGroup) -> None:
+        nonlocal in_flight
         start = book.started if t0 is None else t0
         for index, offset in itertools.islice(enumerate(schedule), mine, None, every):
             due = start + offset
@@ -111,6 +123,11 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
                 break
             book.capped += not warming and slots.locked()
             await slots.acquire()  # the in-flight cap: a request due meanwhile is sent late
+            if book.watch is not None:
+                now = time.perf_counter()
+                waiting = int(max(0.0, now - due) * rate / time_scale / every)  # due meanwhile, not yet sent
+                book.saturated(book.watch.sent(now - book.started, in_flight + 1 + waiting))
+            in_flight += 1
             group.create_task(one(session, workload.next(), due, warming))
 
     return await book.run(max_in_flight, start)

@@ -105,13 +105,18 @@ class Chooser:
             step = next_level(self.plan, self.measured)
             return step.concurrency, step.reason
         spent = self.spent
-        if results and results[-1].stopped_reason:
+        over = [r.request_rate for r in results if r.over_saturated is not None and r.request_rate is not None]
+        if results and results[-1].stopped_reason and results[-1].over_saturated is None:
             return None, "every level measured up to the first that failed"
         if self.budget_minutes is not None and spent >= self.budget_minutes:
             return None, (f"budget reached: {spent:.2f} of {self.budget_minutes:g} endpoint-minutes spent "
                           f"after {len(self.measured)} level(s)")
         done = {r.request_rate if r.request_rate is not None else r.concurrency for r in results}
-        rest = [lv for lv in self.levels if lv not in done]
+        # A rate above an over-saturated one is over-saturated too (arrivals outpace completions all the more):
+        # it would cost endpoint-minutes to say so again, so the list goes on below it only.
+        rest = [lv for lv in self.levels if lv not in done and not any(lv > o for o in over)]
+        if not rest and over:
+            return None, f"every level measured up to the first over-saturated one ({min(over):g}/s)"
         return (rest[0], "next in the list") if rest else (None, "every level measured")
 
     @property

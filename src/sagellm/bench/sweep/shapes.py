@@ -25,6 +25,7 @@ from sagellm.bench.load.level import LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.measured import on_simulated_clock
 from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.load.pools import worker_pool
+from sagellm.bench.load.saturation import SaturationRule
 from sagellm.bench.load.workers import pool_size
 from sagellm.bench.sweep.choosers import Chooser, level_minutes, sweep_block
 from sagellm.bench.sweep.ramp import run_ramp
@@ -100,6 +101,7 @@ class ClosedLoopSweep(LoadShape):
     where one is asked for (or needed)."""
 
     open_loop: OpenLoop | None = None
+    saturation: SaturationRule | None = None  # a closed loop cannot grow a queue (see `load.saturation`)
 
     def __init__(self, chooser: Chooser, levels: Levels):
         super().__init__(chooser, requests=levels.requests, duration_s=levels.duration_s, warmup=levels.warmup)
@@ -119,16 +121,19 @@ class ClosedLoopSweep(LoadShape):
             run_async(run_sweep(
                 transport, workload=workload, open_loop=self.open_loop, requests_per_level=lv.requests,
                 duration_per_level_s=lv.wall_s, warmup=lv.warmup, on_record=on_record, on_progress=on_progress,
-                on_level=warn_when_behind(on_level, time_scale), stop_rule=StopRule(max_error_rate=picks.MAX_ERROR_RATE),
+                on_level=warn_when_behind(on_level, time_scale),
+                stop_rule=StopRule(max_error_rate=picks.MAX_ERROR_RATE, saturation=self.saturation),
                 repeats=lv.repeats, choose=self.chooser, pool=pool, workers=lv.workers))
 
 
 class OpenLoopSweep(ClosedLoopSweep):
-    """Request-rate levels in order, run like the closed loop's, arrivals on `open_loop`'s schedule."""
+    """Request-rate levels in order, run like the closed loop's, arrivals on `open_loop`'s schedule; a level
+    past saturation stops early (`saturation`)."""
 
-    def __init__(self, chooser: Chooser, levels: Levels, open_loop: OpenLoop):
+    def __init__(self, chooser: Chooser, levels: Levels, open_loop: OpenLoop, saturation: SaturationRule):
         super().__init__(chooser, levels)
         self.open_loop = open_loop
+        self.saturation = saturation
 
 
 class RampRun(LoadShape):

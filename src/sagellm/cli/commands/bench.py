@@ -128,6 +128,10 @@ def bench(
     max_in_flight: Annotated[int | None, typer.Option("--max-in-flight", rich_help_panel="Load", help="open loop: "
                                                       "requests in flight at most; later ones wait and are "
                                                       "recorded late [default: 1024]")] = None,
+    max_ttft_s: Annotated[float | None, typer.Option("--max-ttft-s", rich_help_panel="Load", help="open loop: a "
+                                                     "level stops early, over-saturated, when a first token "
+                                                     "waits longer (or its requests in flight keep growing) "
+                                                     "[default: 60, SageMaker's invocation timeout]")] = None,
     ramp: Annotated[bool | None, typer.Option("--ramp/--no-ramp", rich_help_panel="Load", help="open-loop load "
                                               "rising in steps over time, recording instances and latency per "
                                               "interval [default: --ramp for a profile with autoscaling]")] = None,
@@ -186,6 +190,7 @@ def bench(
     """
     from sagellm.bench import specs
     from sagellm.bench.load.open_loop import Arrivals
+    from sagellm.bench.load.saturation import SAGEMAKER_INVOCATION_TIMEOUT_S
     from sagellm.bench.progress import watching
     from sagellm.bench.runner import run
     from sagellm.bench.sweep.run import MAX_IN_FLIGHT
@@ -225,8 +230,8 @@ def bench(
          "--concurrency/--request-rate: give one, not both (closed loop or open loop)"),
         (concurrency is not None and bool(ramp),
          "--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp"),
-        (not rates and (arrivals is not None or max_in_flight is not None),
-         "--arrivals/--max-in-flight: only with --request-rate"),
+        (not rates and (arrivals is not None or max_in_flight is not None or max_ttft_s is not None),
+         "--arrivals/--max-in-flight/--max-ttft-s: only with --request-rate"),
         (bool(ramp) and requests_per_level is not None,
          "--requests-per-level: a ramp's steps last --duration-per-level seconds each"),
     ]
@@ -252,7 +257,8 @@ def bench(
         requests = None if ramp else requests_per_level  # refused above
         given = specs.Open(rates, cast(Arrivals, arrivals or "constant"),  # the spec refuses other text
                            MAX_IN_FLIGHT if max_in_flight is None else max_in_flight, requests, duration_per_level,
-                           warmup, repeats) if rates else \
+                           warmup, repeats,
+                           SAGEMAKER_INVOCATION_TIMEOUT_S if max_ttft_s is None else max_ttft_s) if rates else \
             specs.Closed(levels, requests, duration_per_level, warmup, repeats)
         if ramp:
             return specs.ramp_of(given)
