@@ -22,6 +22,23 @@ def upload(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
                           env=env, check=False)
 
 
+def emulator_info(proc: subprocess.Popen[str], port: int) -> dict[str, object]:
+    """`sagellm emulate`'s /info once it answers (the test fails with its stderr if it ended first)."""
+    info: dict[str, object] = {}
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=1) as reply:
+                info.update(json.load(reply))
+            return True
+        except OSError:
+            return proc.poll() is not None  # ended: fail below with its stderr
+
+    wait_for(answers, 60, "the emulator's /info")
+    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    return info
+
+
 @pytest.mark.slow
 def test_upload_puts_the_snapshot_under_the_prefix_and_says_how_to_deploy_it(server: LocalAws) -> None:
     server.reset()
@@ -84,18 +101,7 @@ def test_emulate_serves_a_model_planned_from_the_config_json_in_its_s3_prefix(se
                  "s3://models/tiny/", "--instance", "ml.g5.xlarge", "--port", str(port), env=env)
     started = time.monotonic()
     try:
-        info: dict[str, object] = {}
-
-        def answers() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=1) as reply:
-                    info.update(json.load(reply))
-                return True
-            except OSError:
-                return proc.poll() is not None  # ended: fail below with its stderr
-
-        wait_for(answers, 60, "the emulator's /info")
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        info = emulator_info(proc, port)
         assert info["model_id"] == "my-org/tiny-llama"
         # The plan's limits come from the config.json staged in S3: its 2048-token context.
         assert info["max_total_tokens"] == 2048
@@ -156,18 +162,7 @@ def test_emulate_serves_a_local_folder_planned_from_its_config_json(server: Loca
                  "--port", str(port), env=server.env())
     started = time.monotonic()
     try:
-        info: dict[str, object] = {}
-
-        def answers() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/info", timeout=1) as reply:
-                    info.update(json.load(reply))
-                return True
-            except OSError:
-                return proc.poll() is not None  # ended: fail below with its stderr
-
-        wait_for(answers, 60, "the emulator's /info")
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        info = emulator_info(proc, port)
         assert (info["model_id"], info["max_total_tokens"]) == (str(TINY), 2048)
     finally:
         proc.send_signal(signal.SIGINT)

@@ -246,9 +246,7 @@ class CopyScheduler:
             # pool runs alone).
             if self._blocks(seq.pending - self._hit(seq)) > self.kv_free and self.running:
                 break
-            self._start(seq)
-            n = min(seq.pending, budget)
-            self._take_blocks(seq, n, force=True)
+            n = self._admit(seq, budget)
             steps.append((seq, n))
             budget -= n
         if steps:
@@ -278,9 +276,7 @@ class CopyScheduler:
             need = seq.pending + min(seq.max_new_tokens - seq.generated, SGLANG_CLIP_MAX_NEW) + 1
             if need >= room and (self.running or steps):
                 break
-            self._start(seq)
-            n = min(seq.pending, chunk)
-            self._take_blocks(seq, n, force=True)
+            n = self._admit(seq, chunk)
             steps.append((seq, n))
             room -= need
             chunk -= n
@@ -309,6 +305,13 @@ class CopyScheduler:
             self._take_blocks(seq, n, force=True)
         yield self._advance(self.steps.decode_step_s(len(steps), sum(s.computed for s, _ in steps)))
         self._computed(steps)
+
+    def _admit(self, seq: Sequence, budget: int) -> int:
+        """Start the queue's head and give it the KV for its first `budget` tokens at most; how many it takes."""
+        self._start(seq)
+        n = min(seq.pending, budget)
+        self._take_blocks(seq, n, force=True)
+        return n
 
     def _hit(self, seq: Sequence) -> int:
         """The prefix-cache hit `_start` would give a waiting sequence."""
