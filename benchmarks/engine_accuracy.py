@@ -270,20 +270,22 @@ def load_cases(path: Path = DEFAULT_CSV) -> tuple[list[Case], list[tuple[int, st
 
 @dataclass(frozen=True)
 class _UnitPasses(StepModel):
-    """Every pass takes one unit of time; what it computes is recorded (prompt tokens, prompts, decodes, context)."""
+    """Every pass takes one unit of time; what it computes is recorded (prompt tokens, prompts, decodes, context, the
+    prompt chunks' query-key pairs with earlier tokens of their prompts)."""
 
-    passes: list[tuple[int, int, int, int]] = field(default_factory=list, compare=False)
+    passes: list[tuple[int, int, int, int, int]] = field(default_factory=list, compare=False)
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
-        self.passes.append((0, 0, batch, context_tokens))
+        self.passes.append((0, 0, batch, context_tokens, 0))
         return 1.0
 
-    def prefill_s(self, tokens: int, sequences: int = 1) -> float:
-        self.passes.append((tokens, sequences, 0, 0))
+    def prefill_s(self, tokens: int, sequences: int = 1, prior_pairs: int = 0) -> float:
+        self.passes.append((tokens, sequences, 0, 0, prior_pairs))
         return 1.0
 
-    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int) -> float:
-        self.passes.append((prompt_tokens, prompts, batch, context_tokens))
+    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int,
+                     prior_pairs: int = 0) -> float:
+        self.passes.append((prompt_tokens, prompts, batch, context_tokens, prior_pairs))
         return 1.0
 
 
@@ -291,7 +293,7 @@ class _UnitPasses(StepModel):
 class Trace:
     """The passes of one replayed level and, per request, the pass it arrived after, its first and last token's."""
 
-    passes: np.ndarray  # (n, 4): prompt tokens, prompts, decoding sequences, their context tokens
+    passes: np.ndarray  # (n, 5): prompt tokens, prompts, decoding sequences, their context tokens, prior pairs
     arrived: np.ndarray
     first: np.ndarray
     last: np.ndarray
@@ -315,7 +317,7 @@ def trace(case: Case) -> Trace:
     reqs = sim.measured
     times = np.array([[r.arrived_s, r.first_token_s, r.last_token_s] for r in reqs], dtype=float)
     assert np.all(times == np.round(times)), "a pass started between pass ends: the schedule depends on timing"
-    return Trace(np.array(steps.passes, dtype=float).reshape(-1, 4), times[:, 0].astype(int), times[:, 1].astype(int),
+    return Trace(np.array(steps.passes, dtype=float).reshape(-1, 5), times[:, 0].astype(int), times[:, 1].astype(int),
                  times[:, 2].astype(int), np.array([r.output_tokens for r in reqs]))
 
 
@@ -391,7 +393,7 @@ def physics(case: Case, passes: np.ndarray) -> Physics:
 
 def pass_seconds(ph: Physics, passes: np.ndarray, k: StepConstants) -> np.ndarray:
     """StepModel.mixed_step_s of every pass (prefill_s where no sequence decodes, decode_step_s where no prompt)."""
-    t, s, b, c = passes.T
+    t, s, b, c, prior = passes.T
     eff = k.bandwidth_efficiency * (k.quant_bandwidth_efficiency if ph.quantized else 1.0)
     log_tp = math.log2(ph.tp) if ph.tp > 1 else 0.0
     if ph.tp <= 1:
@@ -413,7 +415,7 @@ def pass_seconds(ph: Physics, passes: np.ndarray, k: StepConstants) -> np.ndarra
     decode = fixed + matmul + kv + b * k.seq_overhead_s + b * ar_per_row
     # prefill
     ss = np.maximum(s, 1)
-    flops = t * 2 * ph.params + 2 * t * t / ss * ph.heads * ph.head_dim * ph.layers
+    flops = t * 2 * ph.params + (2 * t * t / ss + 4 * prior) * ph.heads * ph.head_dim * ph.layers
     mfu = k.prefill_mfu / (k.quant_prefill_slowdown if ph.quantized else 1.0)
     prefill = fixed + np.maximum(flops / (ph.flops * mfu), ph.w_prompt / (ph.bw * eff)) + t * ar_per_row
     return np.where(t > 0, np.where(b > 0, prefill + decode - floor, prefill), decode)

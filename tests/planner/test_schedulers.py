@@ -17,13 +17,14 @@ from sagellm.planner.batching import DONE, RUNNING, CopyScheduler, Sequence
 class Ruler:
     """Step times that count tokens: 1 s a pass, 1 ms a token (prompt or decode)."""
 
-    def prefill_s(self, tokens: int, sequences: int = 1) -> float:
+    def prefill_s(self, tokens: int, sequences: int = 1, prior_pairs: int = 0) -> float:
         return 1.0 + tokens / 1000
 
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         return 1.0 + batch / 1000
 
-    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int) -> float:
+    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int,
+                     prior_pairs: int = 0) -> float:
         return 1.0 + (prompt_tokens + batch) / 1000
 
 

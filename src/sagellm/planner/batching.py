@@ -283,7 +283,7 @@ class CopyScheduler:
             if n < seq.pending:  # one prompt is chunked at a time
                 break
         if steps:
-            yield self._advance(self.steps.prefill_s(sum(n for _, n in steps), len(steps)))
+            yield self._advance(self._forward_s(steps))  # prompt chunks only: decoding waits
             self._computed(steps)
             return
         if not self.running:
@@ -360,11 +360,12 @@ class CopyScheduler:
 
     def _forward_s(self, steps: list[tuple[Sequence, int]]) -> float:
         """One forward pass over decodes and prompt chunks together: the weights read once, the decodes' attention
-        over their KV, each chunk's over itself."""
+        over their KV, each chunk's over itself and the tokens of its prompt already in the KV cache."""
         chunks = [(seq, n) for seq, n in steps if seq.pending > 1 or seq.generated == 0]
         decodes = [seq for seq, n in steps if not (seq.pending > 1 or seq.generated == 0)]
         return self.steps.mixed_step_s(sum(n for _, n in chunks), len(chunks), len(decodes),
-                                       sum(seq.computed for seq in decodes))
+                                       sum(seq.computed for seq in decodes),
+                                       sum(n * seq.computed for seq, n in chunks))
 
     def _computed(self, steps: list[tuple[Sequence, int]]) -> None:
         """After a pass: the tokens it computed are held; each sequence whose prompt (or last token) is done

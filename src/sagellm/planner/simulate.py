@@ -154,8 +154,11 @@ class _AffineSteps(StepModel):
     def _base(self) -> StepModel:
         return self.base or StepModel(self.shape)
 
-    def prefill_s(self, tokens: int, sequences: int = 1) -> float:
-        """One prefill pass, worked out once per size (the same value: a pure function of the two)."""
+    def prefill_s(self, tokens: int, sequences: int = 1, prior_pairs: int = 0) -> float:
+        """One prefill pass, worked out once per size (the same value: a pure function of the two); chunks after
+        earlier tokens of their prompts as the base model costs them."""
+        if prior_pairs:
+            return self._base.prefill_s(tokens, sequences, prior_pairs)
         key = (tokens, sequences)
         if key not in self.prefills:
             self.prefills[key] = self._base.prefill_s(tokens, sequences)
@@ -165,12 +168,15 @@ class _AffineSteps(StepModel):
         """The base model's batch-independent part of a decode step."""
         return self._base.decode_floor_s()
 
-    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int) -> float:
+    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int,
+                     prior_pairs: int = 0) -> float:
         """A mixed pass as the base model costs it; one with no prompt is a decode step (from its line, as a run of
-        decode steps costs it)."""
+        decode steps costs it), one of whole prompts alone a prefill pass (costed once per size)."""
         if prompt_tokens <= 0:
             return self.decode_step_s(batch, context_tokens)
-        return self._base.mixed_step_s(prompt_tokens, prompts, batch, context_tokens)
+        if batch <= 0 and not prior_pairs:
+            return self.prefill_s(prompt_tokens, prompts)
+        return self._base.mixed_step_s(prompt_tokens, prompts, batch, context_tokens, prior_pairs)
 
     def line(self, batch: int) -> tuple[float, float]:
         """A decode step of `batch` sequences: (seconds, seconds per context token), worked out once."""

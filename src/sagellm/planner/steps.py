@@ -152,18 +152,19 @@ class StepModel:
             return floor + load
         return cal.decode_floor * floor + cal.decode_per_sequence * load
 
-    def prefill_s(self, tokens: int, sequences: int = 1) -> float:
-        """One prefill pass over `tokens` prompt tokens in all, split over `sequences` prompts
-        (compute bound; pauses decoding of the running batch)."""
+    def prefill_s(self, tokens: int, sequences: int = 1, prior_pairs: int = 0) -> float:
+        """One prefill pass over `tokens` prompt tokens in all, split over `sequences` prompts (compute bound; pauses
+        decoding of the running batch); `prior_pairs`: query-key pairs of chunks with earlier tokens of their prompt
+        already in the KV cache (a chunk of n after s: n·s), which attention pays too."""
         if tokens <= 0:
             return 0.0
         m, k = self.shape.model, self.k
         seqs = max(1, sequences)
         linear = tokens * 2 * self._params_computed(tokens) * 1e9
         # Attention scores and values per prompt: 2 matmuls of len² × heads × head_dim per layer
-        # (× 2 FLOPs, ÷ 2 for the causal mask).
+        # (× 2 FLOPs, ÷ 2 for the causal mask); a chunk's queries also meet the tokens before it (× 4 per pair).
         per_len = tokens / seqs
-        attention = seqs * 2 * per_len * per_len * m.n_heads * m.head_dim * m.n_layers
+        attention = (seqs * 2 * per_len * per_len + 4 * prior_pairs) * m.n_heads * m.head_dim * m.n_layers
         mfu = k.prefill_mfu / (k.quant_prefill_slowdown if self._quantized else 1.0)
         compute = (linear + attention) / (self._flops * mfu)
         weights = self._weights_s(tokens)
@@ -171,15 +172,17 @@ class StepModel:
         cal = self.shape.calibration
         return total if cal is None else cal.prefill * total
 
-    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int) -> float:
-        """One forward pass over `prompt_tokens` of `prompts` prompt chunks and `batch` decoding sequences holding
-        `context_tokens` KV tokens (vLLM's steps): the pass pays the prompts' prefill and what the decodes add to
-        a step beyond its floor, as the fixed cost and the weight reads are shared."""
+    def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int,
+                     prior_pairs: int = 0) -> float:
+        """One forward pass over `prompt_tokens` of `prompts` prompt chunks (`prior_pairs`: see prefill_s) and
+        `batch` decoding sequences holding `context_tokens` KV tokens (vLLM's steps): the pass pays the prompts'
+        prefill and what the decodes add to a step beyond its floor, as the fixed cost and the weight reads are
+        shared."""
         if prompt_tokens <= 0:
             return self.decode_step_s(batch, context_tokens)
         if batch <= 0:
-            return self.prefill_s(prompt_tokens, prompts)
+            return self.prefill_s(prompt_tokens, prompts, prior_pairs)
         floor = self.decode_floor_s()
         cal = self.shape.calibration
-        return self.prefill_s(prompt_tokens, prompts) + self.decode_step_s(batch, context_tokens) - (
+        return self.prefill_s(prompt_tokens, prompts, prior_pairs) + self.decode_step_s(batch, context_tokens) - (
             floor if cal is None else cal.decode_floor * floor)
