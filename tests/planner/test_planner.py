@@ -154,3 +154,20 @@ def test_tgi_1_router_admits_prompts_longer_than_half_the_prefill_budget_one_per
     assert predict_point(replace(tgi1, generation="tgi-3"), long, 32).running_per_copy == 32
     # 256-token prompts: 16 per pass; 128 running finish 0.5 a step, 10 per 20 steps, which a pass holds.
     assert predict_point(tgi1, P256, 128).running_per_copy == 128
+
+
+def test_vllm_and_sglang_shard_past_the_kv_heads_by_replicating_them_and_tgi_does_not() -> None:
+    from dataclasses import replace as replaced
+
+    from sagellm.planner import valid_tp
+
+    four = replaced(find_model("meta-llama/Llama-3.1-8B-Instruct"), n_kv_heads=4)  # 32 heads, 4 KV heads
+    assert valid_tp(four, 8) == [1, 2, 4]  # TGI splits KV heads: 8 shards cannot share 4
+    assert valid_tp(four, 8, "vllm") == valid_tp(four, 8, "sglang") == [1, 2, 4, 8]
+    p5 = find_instance("ml.p5.48xlarge")
+    eight, half = Shape(four, p5, 8, generation="vllm"), Shape(four, p5, 4, generation="vllm")
+    # Each of 8 GPUs holds one of the 4 KV heads of every token: a token costs a quarter of its KV bytes per GPU.
+    per_gpu = eight.kv_bytes_per_token / 4
+    assert eight.kv_capacity_tokens == int((eight.usable_gb_per_gpu - eight.weight_gb_per_gpu) * 1e9 / per_gpu)
+    assert half.kv_capacity_tokens == int((half.usable_gb_per_gpu - half.weight_gb_per_gpu) * 4 * 1e9
+                                          / half.kv_bytes_per_token)

@@ -42,6 +42,10 @@ class Generation:
     # (PREFILL_CHUNKING=0, beside MAX_BATCH_SIZE) gets TGI 3's ratio of 0.3, which the planner does not model.
     waiting_served_ratio: float = 0.3
     max_waiting_tokens: int = 20
+    # Whether it shards a model over more GPUs than it has KV heads by replicating them (each GPU holds one):
+    # vLLM's QKVParallelLinear, which SGLang shares (num_kv_head_replicas = tp_size // total_num_kv_heads where
+    # tp_size >= total_num_kv_heads, vllm/model_executor/layers/linear.py). TGI splits them and refuses that.
+    replicates_kv_heads: bool = False
 
     @property
     def calibrated(self) -> bool:

@@ -43,7 +43,8 @@ DEFAULT_NEW_TOKENS = 30
 QUANTIZATIONS = frozenset({"fp8", "bitsandbytes", "gptq", "awq"})
 
 # vLLM queues every request and admits waiting prompts at every step, chunking long ones.
-GENERATION = Generation("lmi", "LMI (vLLM)", "tgi-1", waiting_served_ratio=0.0)
+GENERATION = Generation("lmi", "LMI (vLLM)", "tgi-1", waiting_served_ratio=0.0,
+                        replicates_kv_heads=True)
 
 READS = frozenset({"HF_MODEL_ID", "HF_MODEL_REVISION", "HF_TOKEN", "TENSOR_PARALLEL_DEGREE",
                    "PIPELINE_PARALLEL_DEGREE"})

@@ -31,7 +31,8 @@ QUANTIZATIONS = frozenset({
 # SGLang's scheduler admits waiting prompts at every step and chunks long ones, as vLLM does. It borrows TGI 1.x's
 # fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py) did
 # worse on a source they never saw (docs/studies.md, "vLLM and SGLang step constants").
-GENERATION = Generation("sglang", "SGLang 0.5 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0)
+GENERATION = Generation("sglang", "SGLang 0.5 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0,
+                        replicates_kv_heads=True)
 
 
 class Sglang(OpenAiServer):

@@ -32,7 +32,8 @@ QUANTIZATIONS = frozenset({
 # vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. It borrows TGI 1.x's
 # fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py) did
 # worse on a source they never saw (docs/studies.md, "vLLM and SGLang step constants").
-GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0)
+GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0,
+                        replicates_kv_heads=True)
 
 # vLLM's Prometheus names (0.10 and newer; its counters are served with `_total` appended);
 # `time_per_output_token_seconds` became `inter_token_latency_seconds` in 0.11, so both, newest first.

@@ -86,7 +86,12 @@ class Shape:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        """KV tokens one copy can hold: free memory over all its GPUs ÷ bytes per token (method.md §4)."""
+        """KV tokens one copy can hold: free memory over all its GPUs ÷ bytes per token (method.md §4); where TP
+        exceeds the KV heads (a server that replicates them), each GPU holds one head of every token."""
+        kv_heads = self.model.n_kv_heads
+        if 1 < kv_heads < self.tp_degree:
+            per_gpu_bytes = self.kv_bytes_per_token / kv_heads
+            return max(0, int((self.usable_gb_per_gpu - self.weight_gb_per_gpu) * 1e9 / per_gpu_bytes))
         free_gb = (self.usable_gb_per_gpu - self.weight_gb_per_gpu) * self.tp_degree
         return max(0, int(free_gb * 1e9 / self.kv_bytes_per_token))
 

@@ -190,7 +190,7 @@ def _choose_instance(profile: Profile, model: Model, payload: Payload, region: s
         if inst.is_neuron or price is None or inst.offered_in(region) is False:
             continue  # Neuron needs compiled artefacts; unpriced types can't be ranked; the region lacks it
         priced = True
-        tps = fitting_tps(model, inst, quant, payload)
+        tps = fitting_tps(model, inst, quant, payload, gen)
         if not tps:
             continue
         tp = max(tps)
@@ -276,7 +276,7 @@ def design(
 
     # TP degree: pinned, or the planner's choice.
     tp_pin = _given_or_pinned(tensor_parallel, s.tensor_parallel)
-    valid, candidates = _tp_choices(neuron, model, gpus, s)
+    valid, candidates = _tp_choices(neuron, model, gpus, s, gen)
     if tp_pin is not None:
         tp = tp_pin
         errors.extend(_tp_errors(tp, valid, model, inst, where("serving.tensor_parallel")))
@@ -292,7 +292,7 @@ def design(
     shape = Shape(model, inst, tp, copies=n_copies, instance_count=count, quantization=quant, generation=gen,
                   calibration=calibration)
     if shape.memory_shortfall_gb > 0:
-        errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid))
+        errors.append(_misfit(model, inst, tp, quant, shape, payload, where("instance_type"), valid, gen))
     main = _caps(model, tp, n_copies, quant, shape, payload, profile, where, errors, prefix="serving",
                  engine=sizing, version=version, shapes=shapes)
     copies_all = (main, *extras)
@@ -447,14 +447,16 @@ def _compiled(neuron: Engine | None, model: Model, tp: int,
     return neuron.compiled_for(model.hf_id, tp, pins.max_batch_size, _pinned(pins.max_total_tokens))
 
 
-def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving) -> tuple[list[int], list[int]]:
-    """The TP degrees that shard `model` on `gpus` accelerators, and those auto TP picks from."""
+def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving,
+                gen: str) -> tuple[list[int], list[int]]:
+    """The TP degrees that shard `model` on `gpus` accelerators (as the server of generation `gen` shards), and
+    those auto TP picks from."""
     # On Inferentia a compiled shape shows that a core count shards the model (optimum-neuron pads attention
     # heads that do not divide it), and a copy runs on any cores of the instance (the entry point asks only that
     # the compiled cores be available): auto picks the most cores compiled for the profile's pinned batch and
     # length, else for any, so 8 of an ml.inf2.24xlarge's 12 rather than 2.
     if neuron is None:
-        valid = valid_tp(model, gpus)
+        valid = valid_tp(model, gpus, gen)
         return valid, valid
     valid = list(range(1, gpus + 1))
     pinned = [t for t in valid if _compiled(neuron, model, t, pins)]
@@ -494,7 +496,7 @@ def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus
     """TP per copy with the best predicted instance throughput inside the timeout (copies = GPUs ÷ TP)."""
     best: tuple[float, int] | None = None
     for tp in valid:
-        if tp > gpus or not fits(model, inst, tp, quant, payload):
+        if tp > gpus or not fits(model, inst, tp, quant, payload, gen):
             continue
         shape = Shape(model, inst, tp, copies=gpus // tp, quantization=quant, generation=gen)
         limit = _per_copy_limit(shape, payload)
@@ -507,14 +509,14 @@ def _best_ic_tp(model: Model, inst: Instance, quant: str, payload: Payload, gpus
 
 
 def _misfit(model: Model, inst: Instance, tp: int, quant: str, shape: Shape, payload: Payload, where: str,
-            valid: list[int]) -> str:
+            valid: list[int], gen: str) -> str:
     """Say how much memory is missing and what would fit."""
-    fixes = [f"tensor_parallel {t}" for t in valid if t > tp and fits(model, inst, t, quant, payload)]
-    if quant == "none" and fits(model, inst, tp, "gptq", payload):
+    fixes = [f"tensor_parallel {t}" for t in valid if t > tp and fits(model, inst, t, quant, payload, gen)]
+    if quant == "none" and fits(model, inst, tp, "gptq", payload, gen):
         fixes.append("serving.quantization: gptq (or awq)")
     bigger = sorted(
         (i for i in instances().values() if not i.is_neuron and any(
-            fits(model, i, t, quant, payload) for t in valid_tp(model, i.n_accelerators))),
+            fits(model, i, t, quant, payload, gen) for t in valid_tp(model, i.n_accelerators, gen))),
         key=lambda i: i.price_per_h("us-east-1") or 1e9,
     )[:3]
     fixes += [i.instance_type for i in bigger]

@@ -13,7 +13,7 @@ import yaml
 
 from sagellm.catalog import Instance, Model, check_offered, find_instance, instances
 from sagellm.catalog.pricing import PRICES_ENV, unknown_why
-from sagellm.engines import ENGINES, kinds_on
+from sagellm.engines import ENGINES, engine_for, kinds_on
 from sagellm.errors import InputError
 from sagellm.planner import Payload, Point, Shape, fitting_tps, predict_point, usd_per_1m_tokens, valid_tp
 from sagellm.profiles import Design, design_for
@@ -274,7 +274,8 @@ def configs(space: Space, inst: Instance, quant: str) -> Iterator[Config]:
     """Every config of one instance type: each fitting TP on an instance endpoint, and as inference-component
     copies (GPUs ÷ TP, two or more: one copy is the instance endpoint again), on each engine with an image there."""
     for engine in kinds_on(space.engines, neuron=inst.is_neuron):
-        for tp in fitting_tps(space.model, inst, quant, space.payload):
+        gen = engine_for(engine, neuron=inst.is_neuron).generation(None).name  # how its server shards
+        for tp in fitting_tps(space.model, inst, quant, space.payload, gen):
             yield Config(inst.instance_type, "instance", tp, 1, engine, quant)
             if inst.n_accelerators // tp >= 2:
                 yield Config(inst.instance_type, "inference-component", tp, inst.n_accelerators // tp, engine, quant)
