@@ -78,9 +78,6 @@ class Account:
         """A client for `service` in the account's region (AWS_ENDPOINT_URL[_SERVICE] honoured, throttling retried)."""
         return client_of(self.env, service, config)
 
-    def cleanup_command(self) -> str:
-        """The command that deletes what a bench left in this account and region."""
-        return f"sagellm cleanup --region {self.region} --older-than 0s --yes"
 
 
 def pinned_env(region: str, env: Mapping[str, str] | None = None) -> dict[str, str]:

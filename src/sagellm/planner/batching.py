@@ -100,6 +100,12 @@ class Sequence:
         return self.input_tokens + self.generated - self.computed
 
     @property
+    def prefilling(self) -> bool:
+        """Whether its next pass computes prompt (or, after a preemption, recomputes) tokens rather than decoding
+        one: more than one token to go, or none sampled yet."""
+        return self.pending > 1 or self.generated == 0
+
+    @property
     def active(self) -> bool:
         """Whether it is still queued or running."""
         return self.state in (QUEUED, RUNNING)
@@ -262,7 +268,7 @@ class CopyScheduler:
         sequence with the fewest output tokens (ties: longest prompt) is retracted to the back of the queue."""
         chunk = min(self.limits.max_batch_prefill_tokens, SGLANG_MAX_PREFILL_TOKENS)
         steps: list[tuple[Sequence, int]] = []
-        chunked = next((s for s in self.running if s.pending > 1 or s.generated == 0), None)
+        chunked = next((s for s in self.running if s.prefilling), None)
         if chunked is not None:
             n = min(chunked.pending, chunk)
             self._take_blocks(chunked, n, force=True)
@@ -361,8 +367,8 @@ class CopyScheduler:
     def _forward_s(self, steps: list[tuple[Sequence, int]]) -> float:
         """One forward pass over decodes and prompt chunks together: the weights read once, the decodes' attention
         over their KV, each chunk's over itself and the tokens of its prompt already in the KV cache."""
-        chunks = [(seq, n) for seq, n in steps if seq.pending > 1 or seq.generated == 0]
-        decodes = [seq for seq, n in steps if not (seq.pending > 1 or seq.generated == 0)]
+        chunks = [(seq, n) for seq, n in steps if seq.prefilling]
+        decodes = [seq for seq, _ in steps if not seq.prefilling]
         return self.steps.mixed_step_s(sum(n for _, n in chunks), len(chunks), len(decodes),
                                        sum(seq.computed for seq in decodes),
                                        sum(n * seq.computed for seq, n in chunks))

@@ -146,27 +146,23 @@ class _AffineSteps(StepModel):
     batch size (it is affine in the context held), and each prefill pass once per size (a run's prompts are mostly
     of one length)."""
 
-    base: StepModel | None = field(default=None, compare=False)
+    base: StepModel = field(compare=False)
     lines: dict[int, tuple[float, float]] = field(default_factory=dict, compare=False)  # batch → (s, s per token)
     prefills: dict[tuple[int, int], float] = field(default_factory=dict, compare=False)  # (tokens, prompts) → s
-
-    @property
-    def _base(self) -> StepModel:
-        return self.base or StepModel(self.shape)
 
     def prefill_s(self, tokens: int, sequences: int = 1, prior_pairs: int = 0) -> float:
         """One prefill pass, worked out once per size (the same value: a pure function of the two); chunks after
         earlier tokens of their prompts as the base model costs them."""
         if prior_pairs:
-            return self._base.prefill_s(tokens, sequences, prior_pairs)
+            return self.base.prefill_s(tokens, sequences, prior_pairs)
         key = (tokens, sequences)
         if key not in self.prefills:
-            self.prefills[key] = self._base.prefill_s(tokens, sequences)
+            self.prefills[key] = self.base.prefill_s(tokens, sequences)
         return self.prefills[key]
 
     def decode_floor_s(self) -> float:
         """The base model's batch-independent part of a decode step."""
-        return self._base.decode_floor_s()
+        return self.base.decode_floor_s()
 
     def mixed_step_s(self, prompt_tokens: int, prompts: int, batch: int, context_tokens: int,
                      prior_pairs: int = 0) -> float:
@@ -176,13 +172,13 @@ class _AffineSteps(StepModel):
             return self.decode_step_s(batch, context_tokens)
         if batch <= 0 and not prior_pairs:
             return self.prefill_s(prompt_tokens, prompts)
-        return self._base.mixed_step_s(prompt_tokens, prompts, batch, context_tokens, prior_pairs)
+        return self.base.mixed_step_s(prompt_tokens, prompts, batch, context_tokens, prior_pairs)
 
     def line(self, batch: int) -> tuple[float, float]:
         """A decode step of `batch` sequences: (seconds, seconds per context token), worked out once."""
         line = self.lines.get(batch)
         if line is None:
-            base = self._base
+            base = self.base
             at_zero = base.decode_step_s(batch, 0)
             line = self.lines[batch] = (at_zero, (base.decode_step_s(batch, _PROBE) - at_zero) / _PROBE)
         return line
