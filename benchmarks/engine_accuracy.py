@@ -64,7 +64,8 @@ INSTANCE_OF_GPU = {
 }
 # Models whose rows are left out: an architecture sagellm's Model cannot describe, or no sourced config.
 UNDESCRIBABLE = {
-    "deepseek-ai/": "multi-head latent attention (MLA, DeepSeek-R1/V3.2): sagellm's Model has no latent KV cache",
+    "deepseek-ai/DeepSeek-V3.2": "DeepSeek sparse attention (V3.2's indexer attends to 2,048 chosen tokens): "
+                                 "sagellm's step model has no sparse attention",
     "openai/gpt-oss": "gpt-oss: attention sinks, 128-token sliding window on every other layer, MXFP4 experts (no "
                       "mxfp4 quantization, no per-layer window in sagellm's Model)",
     "nvidia/Llama-3_3-Nemotron-Super": "Nemotron Super 49B: NAS-pruned layers of differing widths, some without "
@@ -77,6 +78,8 @@ BASE_MODEL = {
     "Qwen/Qwen2.5-7B-Instruct": "Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B-Instruct-AWQ": "Qwen/Qwen2.5-7B",
     "meta-llama/Llama-3.2-3B-Instruct": "meta-llama/Llama-3.2-3B",
     "cognitivecomputations/Qwen3-30B-A3B-AWQ": "Qwen/Qwen3-30B-A3B",
+    # R1 is trained from DeepSeek-V3-Base: the same architecture (MLA, 256 routed experts, FP8 weights).
+    "deepseek-ai/DeepSeek-R1-0528": "deepseek-ai/DeepSeek-V3",
 }
 # Prompt tokens where the source does not publish them (the level's TTFT then rests on this assumption):
 # ree2raz's prompts are chat one-liners under a chat template; varad's short_chat prompts average 8 words.
@@ -355,6 +358,7 @@ class Physics:
     heads: int
     head_dim: int
     kv_heads: int  # per accelerator
+    kv_head_bytes: float  # one cached head's K and V (MLA: its latent) per token over all layers
     tp: int
     interconnect: str
     per_layer: int  # all-reduces per layer
@@ -383,7 +387,8 @@ def physics(case: Case, passes: np.ndarray) -> Physics:
         return active + (total - active) * (touched - share) / (1 - share)
 
     return Physics(layers=m.n_layers, hidden=m.hidden_size, heads=m.n_heads, head_dim=m.head_dim,
-                   kv_heads=math.ceil(m.n_kv_heads / case.tp), tp=case.tp, interconnect=inst.interconnect,
+                   kv_heads=math.ceil(m.cached_kv_heads / case.tp),
+                   kv_head_bytes=m.kv_bytes_per_token(2.0) / m.cached_kv_heads, tp=case.tp, interconnect=inst.interconnect,
                    per_layer=1 if m.parallel_attention else 2, bw=inst.bw_per_accel_gbps * 1e9 * case.tp,
                    bw_accel=inst.bw_per_accel_gbps * 1e9, flops=inst.tflops_per_accel * 1e12 * case.tp,
                    params=m.active_b * 1e9, quantized=case.quantization in ("gptq", "awq"),
@@ -410,7 +415,7 @@ def pass_seconds(ph: Physics, passes: np.ndarray, k: StepConstants) -> np.ndarra
     # decode
     bb = np.maximum(b, 1)
     matmul = np.maximum(ph.w_decode / (ph.bw * eff), b * 2 * ph.params / (ph.flops * k.decode_mfu))
-    per_token_head = 2 * ph.layers * ph.head_dim * 2.0
+    per_token_head = ph.kv_head_bytes
     kv = (c / bb * k.kv_latency_blocks + c * ph.kv_heads) * per_token_head / (ph.bw_accel * k.kv_bandwidth_efficiency)
     decode = fixed + matmul + kv + b * k.seq_overhead_s + b * ar_per_row
     # prefill

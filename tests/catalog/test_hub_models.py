@@ -75,6 +75,20 @@ def test_moe_experts_and_active_parameters(hub: Path) -> None:
     assert qwen.active_b == pytest.approx(3.3, abs=0.1)
 
 
+def test_deepseek_mla_and_its_experts_are_read_from_their_own_names(hub: Path) -> None:
+    ds = find_model("deepseek-ai/DeepSeek-V3")
+
+    # DeepSeek's report: "671B total parameters with 37B activated for each token" (the main model; its
+    # multi-token-prediction layer is not loaded to serve); tech-report MTP note: 36.6B activated + the 0.9B head.
+    assert ds.params_b == pytest.approx(671, abs=1)
+    assert ds.active_b == pytest.approx(37.5, abs=0.5)
+    assert (ds.n_experts, ds.experts_per_token, ds.quantization) == (256, 8, "fp8")
+    # MLA: one 512-wide latent plus a 64-wide rotary key per token and layer, no per-head K and V.
+    assert ds.compressed_kv and ds.cached_kv_heads == 1
+    assert ds.kv_bytes_per_token() == 61 * (512 + 64) * 2
+    assert ds.head_dim == 128 + 64  # a query/key head: no-rope plus rope parts
+
+
 @pytest.mark.parametrize("name", [n for n in all_configs() if n.replace("__", "/") in models()])
 def test_a_config_gives_the_catalog_row_of_the_same_model(name: str) -> None:
     # Catalog rows come from the same config.json files (reference/models.csv, catalog/data/README.md): the

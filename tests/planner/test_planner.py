@@ -1,7 +1,9 @@
 """The planner's performance model: capacity by hand, curve shape, TP, queueing, timeout limit, MoE."""
 
 import itertools
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +173,25 @@ def test_vllm_and_sglang_shard_past_the_kv_heads_by_replicating_them_and_tgi_doe
     assert eight.kv_capacity_tokens == int((eight.usable_gb_per_gpu - eight.weight_gb_per_gpu) * 1e9 / per_gpu)
     assert half.kv_capacity_tokens == int((half.usable_gb_per_gpu - half.weight_gb_per_gpu) * 4 * 1e9
                                           / half.kv_bytes_per_token)
+
+
+def test_compressed_kv_is_held_whole_by_every_gpu_and_read_as_one_latent() -> None:
+    """MLA (DeepSeek): each token caches one latent per layer, replicated on every TP rank (vLLM's
+    kv_a_proj_with_mqa is a ReplicatedLinear), so TP adds no KV capacity; a decode step reads the latent."""
+    from sagellm.catalog.hub import model_from_config
+    from sagellm.planner import StepModel
+
+    config = json.loads((Path(__file__).parents[1] / "catalog/hub_configs/deepseek-ai__DeepSeek-V3.json").read_text())
+    ds = model_from_config("deepseek-ai/DeepSeek-V3", config)
+    h200 = find_instance("ml.p5en.48xlarge")
+    shape = Shape(ds, h200, 8, quantization="fp8", generation="vllm")
+    per_gpu_free = (shape.usable_gb_per_gpu - shape.weight_gb_per_gpu) * 1e9
+    assert shape.kv_capacity_tokens == int(per_gpu_free / ds.kv_bytes_per_token(2.0))
+    # Per-head K and V of 128 heads would cost ~85× the bytes per token: what MLA saves.
+    mha = replace(ds, kv_lora_rank=None)
+    assert mha.kv_bytes_per_token() / ds.kv_bytes_per_token() == pytest.approx(2 * 128 * 192 / 576)
+    # A decode step over 100k context tokens reads each GPU's whole latent: more than with 8-way sharded heads
+    # of the same per-token size would (latent ÷ 8), less than the 128 heads of MHA.
+    steps, mha_steps = StepModel(shape), StepModel(Shape(mha, h200, 8, quantization="fp8", generation="vllm"))
+    kv_s = steps.decode_step_s(64, 100_000) - steps.decode_step_s(64, 0)
+    assert 0 < kv_s < mha_steps.decode_step_s(64, 100_000) - mha_steps.decode_step_s(64, 0)

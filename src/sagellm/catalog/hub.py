@@ -108,27 +108,57 @@ def estimate_params(config: dict[str, Any]) -> tuple[float, float]:
     """(total, active) parameters in billions from a config: embeddings, attention, MLP or experts, LM head.
 
     Norms and biases are left out (under 0.1 % of a 1B+ model); a vision tower of a multimodal model is not
-    counted (sagellm serves the text model)."""
+    counted (sagellm serves the text model), nor DeepSeek's multi-token-prediction layer (not loaded to serve)."""
     c = _text_config(config)
     hidden, layers = c["hidden_size"], c["num_hidden_layers"]
-    heads = c["num_attention_heads"]
-    kv_heads = c.get("num_key_value_heads") or heads
-    head_dim = c.get("head_dim") or hidden // heads
     vocab = c["vocab_size"]
-    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)  # q and o, k and v
-    experts = _first(c, "num_local_experts", "num_experts") or 1
+    attention = _attention_params(c)
+    experts = _experts(c)
     per_token = _first(c, "num_experts_per_tok", "num_experts_per_token") or 1
     expert_inter = _first(c, "moe_intermediate_size", "intermediate_size") or 4 * hidden
     # SwiGLU/GeGLU MLPs have three matrices (gate, up, down); GPT-style ones two.
     matrices = 2 if c.get("model_type") in ("falcon", "gpt2", "gpt_neox", "gpt_bigcode") else 3
     expert = matrices * hidden * expert_inter
-    shared = matrices * hidden * (c.get("shared_expert_intermediate_size") or 0)
+    # Shared experts: Qwen2-MoE gives their width, DeepSeek their count (each as wide as a routed one).
+    shared = matrices * hidden * ((c.get("shared_expert_intermediate_size") or 0)
+                                  + (c.get("n_shared_experts") or 0) * expert_inter)
     router = hidden * experts if experts > 1 else 0
+    # DeepSeek's first layers keep a dense MLP of intermediate_size (first_k_dense_replace).
+    dense_layers = min(layers, c.get("first_k_dense_replace") or 0) if experts > 1 else 0
+    dense = dense_layers * matrices * hidden * (c.get("intermediate_size") or 4 * hidden)
+    moe_layers = layers - dense_layers
     tied = c.get("tie_word_embeddings", c.get("model_type") in TIED_BY_DEFAULT)
     embeddings = vocab * hidden * (1 if tied else 2)
-    total = embeddings + layers * (attention + experts * expert + shared + router)
-    active = embeddings + layers * (attention + per_token * expert + shared + router)
+    total = embeddings + layers * attention + dense + moe_layers * (experts * expert + shared + router)
+    active = embeddings + layers * attention + dense + moe_layers * (per_token * expert + shared + router)
     return round(total / 1e9, 2), round(active / 1e9, 2)
+
+
+def _experts(c: dict[str, Any]) -> int:
+    """Routed experts per MoE layer (1: a dense model); DeepSeek names them n_routed_experts."""
+    return int(_first(c, "num_local_experts", "num_experts", "n_routed_experts") or 1)
+
+
+def _head_dim(c: dict[str, Any]) -> int:
+    """Dimension of a query/key head: MLA's is its no-rope plus rope parts (DeepSeek gives no head_dim)."""
+    if c.get("kv_lora_rank") is not None:
+        return int((c.get("qk_nope_head_dim") or 0) + (c.get("qk_rope_head_dim") or 0))
+    return int(c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"])
+
+
+def _attention_params(c: dict[str, Any]) -> int:
+    """One layer's attention weights: q, k, v and o; with MLA, the low-rank query and the compressed KV
+    projections (vllm deepseek_v2.py@v0.32.0: q_a/q_b or q, kv_a_proj_with_mqa, kv_b_proj, o_proj)."""
+    hidden, heads = c["hidden_size"], c["num_attention_heads"]
+    kv_heads = c.get("num_key_value_heads") or heads
+    rank = c.get("kv_lora_rank")
+    if rank is None:
+        return int(hidden * _head_dim(c) * (2 * heads + 2 * kv_heads))  # q and o, k and v
+    rope, nope = c.get("qk_rope_head_dim") or 0, c.get("qk_nope_head_dim") or 0
+    v_dim, q_rank = c.get("v_head_dim") or nope, c.get("q_lora_rank")
+    q = hidden * q_rank + q_rank * heads * (nope + rope) if q_rank else hidden * heads * (nope + rope)
+    kv = hidden * (rank + rope) + rank * heads * (nope + v_dim)
+    return int(q + kv + heads * v_dim * hidden)
 
 
 # What a decoder LLM's config.json can hold: the largest published models stay well inside these (e.g. 126
@@ -137,7 +167,10 @@ _BOUNDS = {"num_hidden_layers": 1024, "num_attention_heads": 1024, "num_key_valu
            "hidden_size": 262_144, "head_dim": 4096, "vocab_size": 10_000_000, "intermediate_size": 10_000_000,
            "moe_intermediate_size": 10_000_000, "max_position_embeddings": 2**27, "max_sequence_length": 2**27,
            "seq_length": 2**27, "n_positions": 2**27, "num_local_experts": 4096, "num_experts": 4096,
-           "num_experts_per_tok": 4096, "num_experts_per_token": 4096, "sliding_window": 2**27}
+           "num_experts_per_tok": 4096, "num_experts_per_token": 4096, "sliding_window": 2**27,
+           "n_routed_experts": 4096, "n_shared_experts": 4096, "first_k_dense_replace": 1024,
+           "kv_lora_rank": 65_536, "q_lora_rank": 65_536, "qk_rope_head_dim": 4096, "qk_nope_head_dim": 4096,
+           "v_head_dim": 4096}
 
 
 def config_errors(config: dict[str, Any], where: str) -> list[str]:
@@ -181,7 +214,7 @@ def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False
         raise InputError(f"{hf_id}: its config.json has no {exc} (a decoder LLM config names hidden_size, "
                          "num_hidden_layers, num_attention_heads, vocab_size); give its architecture under "
                          "'architecture:' in the profile") from None
-    experts = _first(c, "num_local_experts", "num_experts") or 1
+    experts = _experts(c)
     window = c.get("sliding_window") if c.get("use_sliding_window", True) else None
     return Model(
         hf_id=hf_id,
@@ -191,7 +224,7 @@ def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False
         hidden_size=hidden,
         n_heads=heads,
         n_kv_heads=c.get("num_key_value_heads") or heads,
-        head_dim=c.get("head_dim") or hidden // heads,
+        head_dim=_head_dim(c),
         max_context=int(max_context or 0),
         n_experts=experts,
         experts_per_token=_first(c, "num_experts_per_tok", "num_experts_per_token") or 1,
@@ -201,6 +234,8 @@ def model_from_config(hf_id: str, config: dict[str, Any], *, gated: bool = False
         dtype=_first(config, "torch_dtype", "dtype") or _first(c, "torch_dtype", "dtype"),
         sliding_window=window if isinstance(window, int) else None,
         quantization=_quant_method(config),
+        kv_lora_rank=c.get("kv_lora_rank"),
+        qk_rope_head_dim=c.get("qk_rope_head_dim") or 0,
         source="config.json from the Hugging Face Hub (parameters estimated from it)",
     )
 

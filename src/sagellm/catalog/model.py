@@ -32,14 +32,32 @@ class Model:
     quantization: str | None = None  # how the checkpoint's weights are stored: config.json quantization_config.quant_method
     source: str = "catalog"  # where the facts come from: the catalog, or a config.json from the Hub
     folder: str | None = None  # the local folder the config.json was read from (its weights are on this machine)
+    # Compressed-KV attention (DeepSeek's MLA): each token caches one latent of this width per layer, plus its
+    # rotary key part, shared by every head (vLLM's MLAAttentionSpec; the latent is replicated on every TP rank).
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int = 0
 
     @property
     def active_b(self) -> float:
         """Parameters touched per token (MoE reads only its active experts)."""
         return self.active_params_b or self.params_b
 
+    @property
+    def compressed_kv(self) -> bool:
+        """Whether attention caches a compressed latent (MLA) instead of per-head keys and values."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def cached_kv_heads(self) -> int:
+        """Heads a token's cache entry is split into: MLA's one latent, else the KV heads."""
+        return 1 if self.compressed_kv else self.n_kv_heads
+
     def kv_bytes_per_token(self, bytes_per_elem: float = 2.0) -> float:
-        """KV cache bytes per token: 2 (K and V) × layers × KV heads × head dim × bytes."""
+        """KV cache bytes per token: 2 (K and V) × layers × KV heads × head dim × bytes; with MLA, layers × (latent
+        + rotary key) × bytes (vllm/model_executor/models/deepseek_v2.py@v0.32.0: `kv_lora_rank +
+        qk_rope_head_dim` per token, one head, no separate V)."""
+        if self.kv_lora_rank is not None:
+            return self.n_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * bytes_per_elem
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * bytes_per_elem
 
     def weight_bytes(self, quantization: str = "none") -> float:

@@ -87,9 +87,10 @@ class Shape:
     @property
     def kv_capacity_tokens(self) -> int:
         """KV tokens one copy can hold: free memory over all its GPUs ÷ bytes per token (method.md §4); where TP
-        exceeds the KV heads (a server that replicates them), each GPU holds one head of every token."""
-        kv_heads = self.model.n_kv_heads
-        if 1 < kv_heads < self.tp_degree:
+        exceeds the KV heads (a server that replicates them), each GPU holds one head of every token; MLA's latent
+        is held whole by every GPU. (A single KV head, MQA, keeps the sharded sum, as calibrated on TGI.)"""
+        kv_heads = self.model.cached_kv_heads
+        if kv_heads < self.tp_degree and (kv_heads > 1 or self.model.compressed_kv):
             per_gpu_bytes = self.kv_bytes_per_token / kv_heads
             return max(0, int((self.usable_gb_per_gpu - self.weight_gb_per_gpu) * 1e9 / per_gpu_bytes))
         free_gb = (self.usable_gb_per_gpu - self.weight_gb_per_gpu) * self.tp_degree

@@ -124,8 +124,8 @@ class StepModel:
         bytes this accelerator holds (its own KV heads, replicated where there are fewer than shards).
         """
         s, m, k = self.shape, self.shape.model, self.k
-        kv_heads = math.ceil(m.n_kv_heads / s.tp_degree)
-        per_token_head = 2 * m.n_layers * m.head_dim * _ACT_BYTES  # K and V of one head, all layers
+        kv_heads = math.ceil(m.cached_kv_heads / s.tp_degree)
+        per_token_head = m.kv_bytes_per_token(_ACT_BYTES) / m.cached_kv_heads  # one head's K and V (or latent), all layers
         floor = context_tokens / max(1, batch) * k.kv_latency_blocks
         held = context_tokens * kv_heads
         return (floor + held) * per_token_head / (s.instance.bw_per_accel_gbps * 1e9 * k.kv_bandwidth_efficiency)

@@ -139,6 +139,10 @@ class Architecture(_Strict):
     parallel_attention: bool = Field(False, description="attention and MLP side by side (Falcon): one "
                                      "all-reduce per layer under tensor parallelism")
     gated: bool = Field(False, description="the Hub serves the weights only with a token (needs hf_token_secret)")
+    kv_lora_rank: Count | None = Field(None, description="compressed-KV attention (DeepSeek's MLA): the latent "
+                                       "width each token caches per layer (config.json kv_lora_rank)")
+    qk_rope_head_dim: Annotated[int, Field(ge=0, le=INT32_MAX)] = Field(
+        0, description="MLA: the rotary key width cached beside the latent (config.json qk_rope_head_dim)")
 
 
 class ModelSource(_Strict):
