@@ -248,7 +248,7 @@ def load_cases(path: Path = DEFAULT_CSV) -> tuple[list[Case], list[tuple[int, st
             fraction = _flag(notes, "--mem-fraction-static") or fraction
             free_gb = fraction * per_gpu_gb - weights_gb
             running = None
-        kv = int(max(0.0, free_gb) * tp * 1e9 / shape.kv_bytes_per_token)
+        kv = shape.kv_tokens_in(free_gb)  # the planner's rule: replicated KV heads and MLA's latent on every GPU
         if kv < n_in + n_out:
             skipped.append((i, what, (f"the weights ({weights_gb:.0f} GB per GPU by sagellm's count) leave no KV "
                                       f"cache on {tp} × {r['gpu']}: the published configuration cannot be replayed")))

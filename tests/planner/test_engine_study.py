@@ -69,11 +69,11 @@ def test_vllm_and_sglang_keep_the_borrowed_constants_the_study_did_not_beat() ->
 
 @pytest.mark.slow
 def test_the_study_holds_the_figures_docs_studies_md_gives() -> None:
-    # All 150 rows with TGI_1: 38.7 % over TTFT, TPOT and throughput; leave-one-source-out with fitted sets: 42.5 %,
+    # All 150 rows with TGI_1: 36.2 % over TTFT, TPOT and throughput; leave-one-source-out with fitted sets: 39.8 %,
     # no better, which is why none shipped. A change that moves these reruns the study and updates docs/studies.md.
     study = _study()
     s = study.build()
-    assert study.table(s.score(study.borrowed()))["all"] == pytest.approx(38.7, abs=1.0)
+    assert study.table(s.score(study.borrowed()))["all"] == pytest.approx(36.2, abs=1.0)
     pooled = study.leave_one_source_out(s)["pooled held-out rows"]
-    assert pooled["fitted"]["all"] == pytest.approx(42.5, abs=1.5)
+    assert pooled["fitted"]["all"] == pytest.approx(39.8, abs=1.5)
     assert pooled["fitted"]["all"] > pooled["borrowed"]["all"]

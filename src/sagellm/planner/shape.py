@@ -86,15 +86,17 @@ class Shape:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        """KV tokens one copy can hold: free memory over all its GPUs ÷ bytes per token (method.md §4); where TP
-        exceeds the KV heads (a server that replicates them), each GPU holds one head of every token; MLA's latent
-        is held whole by every GPU. (A single KV head, MQA, keeps the sharded sum, as calibrated on TGI.)"""
+        """KV tokens one copy can hold: free memory over all its GPUs ÷ bytes per token (method.md §4)."""
+        return self.kv_tokens_in(self.usable_gb_per_gpu - self.weight_gb_per_gpu)
+
+    def kv_tokens_in(self, free_gb_per_gpu: float) -> int:
+        """KV tokens a copy holds with this much memory free on each GPU: where TP exceeds the KV heads (a server
+        that replicates them), each GPU holds one head of every token; MLA's latent is held whole by every GPU. (A
+        single KV head, MQA, keeps the sharded sum, as calibrated on TGI.)"""
         kv_heads = self.model.cached_kv_heads
         if kv_heads < self.tp_degree and (kv_heads > 1 or self.model.compressed_kv):
-            per_gpu_bytes = self.kv_bytes_per_token / kv_heads
-            return max(0, int((self.usable_gb_per_gpu - self.weight_gb_per_gpu) * 1e9 / per_gpu_bytes))
-        free_gb = (self.usable_gb_per_gpu - self.weight_gb_per_gpu) * self.tp_degree
-        return max(0, int(free_gb * 1e9 / self.kv_bytes_per_token))
+            return max(0, int(free_gb_per_gpu * 1e9 / (self.kv_bytes_per_token / kv_heads)))
+        return max(0, int(free_gb_per_gpu * self.tp_degree * 1e9 / self.kv_bytes_per_token))
 
     @property
     def batch_token_budget(self) -> int:
