@@ -39,7 +39,7 @@ import numpy as np
 
 from sagellm.catalog import Model, find_instance, find_model
 from sagellm.catalog.hub import model_from_config
-from sagellm.engines import ENGINES, Limits
+from sagellm.engines import ENGINES, Limits, sglang
 from sagellm.planner import Shape, StepModel
 from sagellm.planner import constants as planner_constants
 from sagellm.planner.constants import StepConstants
@@ -110,16 +110,11 @@ def vllm_defaults(instance_type: str) -> tuple[int, int]:
     return 2048, 256
 
 
-def sglang_defaults(instance_type: str, tp: int) -> tuple[int, int, float]:
-    """(chunked_prefill_size, decode CUDA-graph max batch, mem_fraction_static) of SGLang by GPU memory (table 2.1)."""
+def sglang_defaults(instance_type: str, tp: int) -> tuple[int, float]:
+    """(chunked_prefill_size, mem_fraction_static) of SGLang by GPU memory (schedulers.md table 2.1): the product's
+    own rule (engines/sglang.py)."""
     mib = _mib(instance_type)
-    gib = mib / 1024
-    tiers = [(20, 2048, 8), (35, 4096, 48), (60, 4096, 32), (90, 8192, 512 if tp >= 4 else 256), (160, 8192, 256)]
-    chunk, graph_bs = next(((c, b) for limit, c, b in tiers if gib < limit), (16384, 512))
-    reserved = 512 + 1.5 * max(chunk, 2048) + tp / 8 * 1024 + 2 * graph_bs
-    if gib > 60:
-        reserved = max(reserved, 10240)
-    return chunk, graph_bs, round((mib - reserved) / mib, 3)
+    return sglang.default_chunked_prefill(mib), sglang.mem_fraction_static(mib, tp)
 
 
 @dataclass(frozen=True)
@@ -244,7 +239,7 @@ def load_cases(path: Path = DEFAULT_CSV) -> tuple[list[Case], list[tuple[int, st
             util = _flag(notes, "--gpu-memory-utilization") or VLLM_GPU_MEMORY_UTILIZATION
             free_gb = util * per_gpu_gb - weights_gb - VLLM_OTHER_GB
         else:
-            step, _, fraction = sglang_defaults(instance_type, tp)
+            step, fraction = sglang_defaults(instance_type, tp)
             fraction = _flag(notes, "--mem-fraction-static") or fraction
             free_gb = fraction * per_gpu_gb - weights_gb
             running = None

@@ -195,3 +195,21 @@ def test_compressed_kv_is_held_whole_by_every_gpu_and_read_as_one_latent() -> No
     steps, mha_steps = StepModel(shape), StepModel(Shape(mha, h200, 8, quantization="fp8", generation="vllm"))
     kv_s = steps.decode_step_s(64, 100_000) - steps.decode_step_s(64, 0)
     assert 0 < kv_s < mha_steps.decode_step_s(64, 100_000) - mha_steps.decode_step_s(64, 0)
+
+
+def test_each_engine_sizes_the_memory_for_weights_and_kv_by_its_own_default() -> None:
+    from sagellm.engines import sglang, vllm
+
+    # SGLang's mem_fraction_static when unset (memory_hook.py): H100 80 GB reserves 512 + 1.5 × 8192 + 128 + 2 × 256
+    # MiB = 13,440 MiB of 81,559 (research/schedulers.md's worked example: ≈ 0.835); A10G: 6,880 of the 23,028 MiB
+    # the catalog gives it (0.70).
+    h100, a10g = find_instance("ml.p5.48xlarge"), find_instance("ml.g5.xlarge")
+    assert sglang.mem_fraction_static(h100.device_mem_mib, 1) == round((h100.device_mem_mib - 13440)
+                                                                        / h100.device_mem_mib, 3)
+    assert sglang.mem_fraction_static(h100.device_mem_mib, 1) == pytest.approx(0.835, abs=0.002)
+    assert sglang.mem_fraction_static(a10g.device_mem_mib, 1) == pytest.approx(0.70, abs=0.02)
+    model = find_model("meta-llama/Llama-3.1-8B-Instruct")
+    tgi, vl, sg = (Shape(model, h100, 1, generation=g) for g in ("tgi-3", "vllm", "sglang"))
+    # vLLM: 0.92 of the GPU less ~1 GB its profile run keeps; TGI: all but the 1.41 GB measured reserve.
+    assert vl.usable_gb_per_gpu == pytest.approx(vllm.GPU_MEMORY_UTILIZATION * h100.device_mem_mib * 2**20 / 1e9 - 1.0)
+    assert sg.kv_capacity_tokens < vl.kv_capacity_tokens < tgi.kv_capacity_tokens

@@ -46,6 +46,9 @@ class Generation:
     # vLLM's QKVParallelLinear, which SGLang shares (num_kv_head_replicas = tp_size // total_num_kv_heads where
     # tp_size >= total_num_kv_heads, vllm/model_executor/layers/linear.py). TGI splits them and refuses that.
     replicates_kv_heads: bool = False
+    # GB of each GPU the server gives its weights and KV cache, from the GPU's memory (MiB) and the TP degree (its
+    # own default rule); None: all the driver reports less the reserve measured on TGI (planner constants).
+    memory_for_model_gb: Callable[[float, int], float] | None = None
 
     @property
     def calibrated(self) -> bool:

@@ -31,8 +31,35 @@ QUANTIZATIONS = frozenset({
 # SGLang's scheduler admits waiting prompts at every step and chunks long ones, as vLLM does. It borrows TGI 1.x's
 # fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py) did
 # worse on a source they never saw (docs/studies.md, "vLLM and SGLang step constants").
+# By GPU memory (GiB, below): chunked_prefill_size and the decode CUDA-graph batch SGLang picks when unset
+# (sglang 0.5.20 arg_groups/memory_hook.py:88-185): (below GiB, chunk, graph batch at TP < 4, at TP >= 4).
+_MEMORY_TIERS = ((20, 2048, 8, 8), (35, 4096, 48, 48), (60, 4096, 32, 32), (90, 8192, 256, 512), (160, 8192, 256, 256))
+
+
+def default_chunked_prefill(gpu_mib: float) -> int:
+    """chunked_prefill_size SGLang picks for this GPU when unset."""
+    return next((chunk for below, chunk, _, _ in _MEMORY_TIERS if gpu_mib / 1024 < below), 16384)
+
+
+def mem_fraction_static(gpu_mib: float, tp: int) -> float:
+    """SGLang's default share of the GPU for weights and KV (memory_hook.py:279-340): the GPU less a reserve for
+    activations of a prefill chunk, TP buffers and CUDA graphs, at least 10 GiB above 60 GiB of GPU (MiB units)."""
+    tier = next((t for t in _MEMORY_TIERS if gpu_mib / 1024 < t[0]), (0, 16384, 512, 512))
+    graph_batch = tier[3] if tp >= 4 else tier[2]
+    reserved = 512 + 1.5 * max(tier[1], 2048) + tp / 8 * 1024 + 2 * graph_batch
+    if gpu_mib / 1024 > 60:
+        reserved = max(reserved, 10240)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def memory_for_model_gb(gpu_mib: float, tp: int) -> float:
+    """GB of each GPU SGLang gives weights and KV: `mem_fraction_static` of it (mem_cache/kv_cache_configurator.py
+    2148-2180: the pool is about total × fraction − weights)."""
+    return mem_fraction_static(gpu_mib, tp) * gpu_mib * 2**20 / 1e9
+
+
 GENERATION = Generation("sglang", "SGLang 0.5 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0,
-                        replicates_kv_heads=True)
+                        replicates_kv_heads=True, memory_for_model_gb=memory_for_model_gb)
 
 
 class Sglang(OpenAiServer):

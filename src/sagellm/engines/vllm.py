@@ -32,8 +32,20 @@ QUANTIZATIONS = frozenset({
 # vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. It borrows TGI 1.x's
 # fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py) did
 # worse on a source they never saw (docs/studies.md, "vLLM and SGLang step constants").
+GPU_MEMORY_UTILIZATION = 0.92  # --gpu-memory-utilization's default: vllm 0.30.0 config/cache.py:103 (0.23: :67)
+# What vLLM's profile run keeps on each GPU besides weights and KV: activations of a max_num_batched_tokens pass, the
+# sampler's logits, CUDA graphs, non-torch allocations (an estimate; benchmarks/engine_accuracy.py uses the same).
+OTHER_GB = 1.0
+
+
+def memory_for_model_gb(gpu_mib: float, tp: int) -> float:
+    """GB of each GPU vLLM gives weights and KV: `gpu_memory_utilization` of the whole GPU, less what its profile
+    run keeps (v1/worker/gpu_worker.py determine_available_memory)."""
+    return GPU_MEMORY_UTILIZATION * gpu_mib * 2**20 / 1e9 - OTHER_GB
+
+
 GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0,
-                        replicates_kv_heads=True)
+                        replicates_kv_heads=True, memory_for_model_gb=memory_for_model_gb)
 
 # vLLM's Prometheus names (0.10 and newer; its counters are served with `_total` appended);
 # `time_per_output_token_seconds` became `inter_token_latency_seconds` in 0.11, so both, newest first.

@@ -76,8 +76,12 @@ class Shape:
 
     @property
     def usable_gb_per_gpu(self) -> float:
-        """Accelerator memory for weights and KV cache: what the driver reports, less the server's reserve."""
-        return self.instance.device_mem_gb - k.RESERVED_GB_PER_GPU
+        """Accelerator memory for weights and KV cache, by the engine's own rule (vLLM's gpu_memory_utilization,
+        SGLang's mem_fraction_static), else what the driver reports less the reserve measured on TGI."""
+        rule = generation(self.generation).memory_for_model_gb
+        if rule is None:
+            return self.instance.device_mem_gb - k.RESERVED_GB_PER_GPU
+        return rule(self.instance.device_mem_mib, self.tp_degree)
 
     @property
     def memory_shortfall_gb(self) -> float:
