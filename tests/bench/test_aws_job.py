@@ -218,8 +218,14 @@ def stubbed_account(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stubs]:
     """An account, an existing endpoint and its reached target, and the AI-job calls through the Stubber."""
     from sagellm.bench import planning, runner
 
+    stubs = Stubs()
+
+    class StubbedAccount(Account):
+        def client(self, service: str, config: Any = None) -> Any:
+            return {"sagemaker": stubs.sagemaker, "s3": stubs.s3}[service]
+
     env = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
-    account = Account("111122223333", "us-east-1", env)
+    account = StubbedAccount("111122223333", "us-east-1", env)
     deployed = DeployedEndpoint("prod-chat", "ml.g5.2xlarge", 1, {"HF_MODEL_ID": "meta-llama/Llama-2-7b-hf"},
                                 {"sagellm:profile": "max-throughput", "sagellm:model": "meta-llama/Llama-2-7b-hf"},
                                 "chat-ic")
@@ -228,9 +234,15 @@ def stubbed_account(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stubs]:
     monkeypatch.setattr(runner, "choose_target", lambda *a, **k: ExistingEndpointStandIn())
     monkeypatch.delenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", raising=False)
     monkeypatch.setattr(planning.uuid, "uuid4", lambda: SimpleNamespace(hex="r1"))  # the run id names the jobs
-    with Stubs() as stubs:
-        monkeypatch.setattr(aws_job, "JobClients", lambda sagemaker, s3: stubs.clients())
+    with stubs:
+        monkeypatch.setattr(aws_job, "JobClients", lambda sagemaker, s3: stubs.clients())  # no waiting between polls
         yield stubs
+
+
+def readable(stubs: Stubs) -> None:
+    """The check before deploying that the caller can list the output location."""
+    stubs.bucket.add_response("list_objects_v2", {"IsTruncated": False},
+                              {"Bucket": "team-results", "Prefix": "bench", "MaxKeys": 1})
 
 
 def bench(out: Path, thresholds: Path | None) -> specs.Bench:
@@ -248,6 +260,7 @@ def test_a_stubbed_run_writes_results_that_gate_and_report_take(stubbed_account:
     from sagellm.bench.runner import run as run_bench
 
     stubs = stubbed_account
+    readable(stubs)
     stubs.job("sagellm-r1-1", ("Completed",))
     stubs.job("sagellm-r1-2", ("InProgress", "Completed"))
     ttft_ms = [r.ttft_s * 1000 for r in read_export(COMPLETED.splitlines(), "x") if r.ttft_s is not None]
@@ -283,6 +296,7 @@ def test_a_failed_job_fails_the_run_in_one_line_keeping_the_levels_before_it(stu
     from sagellm.bench.runner import run as run_bench
 
     stubs = stubbed_account
+    readable(stubs)
     stubs.job("sagellm-r1-1", ("Completed",))
     stubs.job("sagellm-r1-2", ("InProgress", "Failed"), reason="endpoint throttled the job")
     thresholds = tmp_path / "gates.yaml"
@@ -329,3 +343,17 @@ def test_the_cli_says_what_the_aws_benchmark_job_lacks_in_one_line_each(tmp_path
         ("sagellm: error: --load-by: SageMaker AI's benchmark job loads a SageMaker endpoint; the local target has "
          "none SageMaker AI can reach (use --target sagemaker, deploying or with --endpoint-name)")]
     assert not (tmp_path / "out").exists()  # nothing made
+
+
+def test_an_output_location_the_caller_cannot_read_is_refused_before_anything_is_reached(
+        stubbed_account: Stubs, tmp_path: Path) -> None:
+    from sagellm.bench.runner import run as run_bench
+
+    stubbed_account.bucket.add_client_error("list_objects_v2", "AccessDenied", "Access Denied", 403)
+    with pytest.raises(InputError) as refused:
+        run_bench(bench(tmp_path / "out", None))
+    assert refused.value.messages == [
+        ("AwsBenchmarkJob.output_s3_uri: cannot list s3://team-results/bench with your credentials (AccessDenied: "
+         "Access Denied); sagellm reads the jobs' results there: fix the URI or the permission (s3:ListBucket, "
+         "s3:GetObject); nothing was deployed")]
+    assert not (tmp_path / "out").exists()

@@ -137,6 +137,10 @@ def plan_bench(bench: Bench) -> BenchPlan:
         check_reachable(target.url)  # a closed port is one line, before anything is written
     if isinstance(target, SageMaker):
         account = resolve_account(region, bootstrap=True)
+    if account is not None and bench.load_by is not None:
+        from sagellm.aws.ai_jobs import check_output_readable
+
+        check_output_readable(account.client("s3"), bench.load_by.output_s3_uri, "AwsBenchmarkJob.output_s3_uri")
     if account is not None:
         notes = (f"AWS account {account.id}, region {region}: deploy, load, metrics and teardown all use them",
                  *notes)
