@@ -104,9 +104,12 @@ class Reached:
     inference_component = "chat-ic"
 
 
-def sweep(stubs: Stubs, tmp_path: Path, levels: tuple[int, ...] = (4,)) -> AwsJobSweep:
-    chooser = Chooser(method="doubling", levels=levels, time_scale=1.0, emulated=False, instances=1)
-    return AwsJobSweep(chooser, specs.AwsBenchmarkJob(ROLE, OUTPUT + "/"), specs.Closed(levels, 40),
+def sweep(stubs: Stubs, tmp_path: Path, levels: tuple[int, ...] = (4,), max_wait_s: float = 4 * 3600,
+          load: specs.Closed | specs.Open | None = None) -> AwsJobSweep:
+    load = load or specs.Closed(levels, 40)
+    rates = load.request_rate if isinstance(load, specs.Open) else levels
+    chooser = Chooser(method="doubling", levels=rates, time_scale=1.0, emulated=False, instances=1)
+    return AwsJobSweep(chooser, specs.AwsBenchmarkJob(ROLE, OUTPUT + "/", max_wait_s=max_wait_s), load,
                        WorkloadOptions(input_tokens="550", output_tokens="250"), Payload(550, 250), requests=40,
                        run_id="r1", out=tmp_path, clients=stubs.clients(), target=Reached(), say=stubs.said.append)
 
@@ -170,6 +173,35 @@ def test_a_job_still_running_when_the_bench_is_interrupted_is_stopped(tmp_path: 
             run(shape)
         stubs.sm.assert_no_pending_responses()
     assert stubs.said[-1].strip() == "job sagellm-r1-4: stop requested"
+
+
+def test_a_long_job_says_it_is_alive_and_one_past_its_limit_is_stopped(tmp_path: Path) -> None:
+    # The stand-in clock moves 30 s per reading: the job starts at 0 s, its status first seen at 30 s, and the check
+    # at 330 s (5.5 min in) is 5 min after that: a heartbeat; the one at 360 s is past the 330 s limit.
+    with Stubs() as stubs:
+        stubs.job("sagellm-r1-4", ("InProgress",) * 12)
+        stubs.sm.add_response("stop_ai_benchmark_job", {"AIBenchmarkJobArn": f"{ARN}ai-benchmark-job/sagellm-r1-4"},
+                              {"AIBenchmarkJobName": "sagellm-r1-4"})
+        with pytest.raises(TargetError, match=r"sagellm-r1-4 at concurrency 4: still InProgress after 330 s "
+                                              r"\(AwsBenchmarkJob.max_wait_s\); stopped it$"):
+            run(sweep(stubs, tmp_path, max_wait_s=330))
+        stubs.sm.assert_no_pending_responses()
+    assert [line.strip() for line in stubs.said[1:]] == [
+        "job sagellm-r1-4: InProgress", "job sagellm-r1-4: still InProgress after 6 min",
+        "job sagellm-r1-4: stop requested"]
+
+
+def test_a_request_rate_level_is_one_job_at_that_rate(tmp_path: Path) -> None:
+    with Stubs() as stubs:
+        stubs.job("sagellm-r1-0-5-per-s", ("Completed",))
+        [level] = run(sweep(stubs, tmp_path, load=specs.Open((0.5,), "poisson", 64, 40)))
+    written = json.loads((tmp_path / "aws-benchmark-job" / "sagellm-r1-0-5-per-s" /
+                          "CreateAIWorkloadConfig.request.json").read_text())
+    parameters = json.loads(written["AIWorkloadConfigs"]["WorkloadSpec"]["Inline"])["parameters"]
+    assert (parameters["request_rate"], parameters["arrival_pattern"], parameters["concurrency"]) == \
+        (0.5, "poisson", 64)
+    assert (level.request_rate, level.concurrency, level.load) == (0.5, None, "0.5/s")
+    assert {r.request_rate for r in level.records} == {0.5}
 
 
 def test_an_output_without_aiperfs_per_request_export_or_with_two_is_one_line_naming_what_is_there(
