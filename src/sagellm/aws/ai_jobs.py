@@ -142,6 +142,21 @@ def submit(operation_name: str, params: dict[str, Any], sagemaker: Any) -> dict[
     return reply
 
 
+def check_output_readable(s3: Any, uri: str, flag: str) -> None:
+    """InputError when the caller cannot list `uri` (an S3 prefix): sagellm reads a job's results there with the
+    caller's own credentials, so it is checked before anything is deployed."""
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    try:
+        s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        raise InputError(f"{flag}: cannot list {uri} with your credentials ({error.get('Code', 'error')}: "
+                         f"{error.get('Message', exc)}); sagellm reads the jobs' results there: fix the URI or "
+                         "the permission (s3:ListBucket, s3:GetObject); nothing was deployed") from None
+    except BotoCoreError as exc:
+        raise TargetError(f"{flag}: S3 could not be reached to check {uri}: {exc}; nothing was deployed") from None
+
+
 # ------------------------------------------------------------------------------------------------ the requests
 
 def tags(values: dict[str, str]) -> list[dict[str, str]]:

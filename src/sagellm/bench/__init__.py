@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sagellm.bench.runner import BenchOutcome, run
     from sagellm.bench.specs import (
+        AwsBenchmarkJob,
         Bench,
         Closed,
         Endpoint,
@@ -45,8 +46,9 @@ if TYPE_CHECKING:
         WorkloadOptions,
     )
 
-__all__ = ["Bench", "BenchOutcome", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
-           "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers", "WorkloadOptions", "run"]
+__all__ = ["AwsBenchmarkJob", "Bench", "BenchOutcome", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local",
+           "Open", "Output", "Ramp", "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers",
+           "WorkloadOptions", "run"]
 
 # Each name is imported from its module on first use (PEP 562): `sagellm plan` and `recommend` need only
 # bench.predicted, and the runner brings the load tools, aiohttp and boto3 (a third of `plan`'s time).

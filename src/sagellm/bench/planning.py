@@ -123,9 +123,11 @@ def plan_bench(bench: Bench) -> BenchPlan:
         if missing:
             raise InputError([m.replace("pass -c hf_token_secret=", "pass ServingSpec.hf_token_secret=")
                               for m in missing])
-    load = _load_as_run(bench.load, design)
+    load = _load_as_run(bench.load if bench.load_by is None else _job_load(bench.load), design)
     method = sweep_method(bench.sweep.method, predicted=design is not None, open_loop=not isinstance(load, Closed))
     levels = _levels(load, method, bench)
+    if bench.load_by is not None:
+        _check_job_levels(bench.workload, load, levels, workload)
     run_id = uuid.uuid4().hex[:10]
     scale = emulator_scale(bench)
     run = _run(bench, plan, workload, load, levels, deployed, run_id, scale)
@@ -135,6 +137,10 @@ def plan_bench(bench: Bench) -> BenchPlan:
         check_reachable(target.url)  # a closed port is one line, before anything is written
     if isinstance(target, SageMaker):
         account = resolve_account(region, bootstrap=True)
+    if account is not None and bench.load_by is not None:
+        from sagellm.aws.ai_jobs import check_output_readable
+
+        check_output_readable(account.client("s3"), bench.load_by.output_s3_uri, "AwsBenchmarkJob.output_s3_uri")
     if account is not None:
         notes = (f"AWS account {account.id}, region {region}: deploy, load, metrics and teardown all use them",
                  *notes)
@@ -213,6 +219,28 @@ def _load_as_run(load: LoadSpec, design: Design | None) -> Closed | Open | Ramp:
     return load
 
 
+def _job_load(load: LoadSpec) -> Closed | Open:
+    """The levels an AWS benchmark job runs, one job each: a ramp's continuous schedule is not one AIPerf can run."""
+    if isinstance(load, RampIfAutoscaled):
+        return load.otherwise
+    if isinstance(load, Ramp):
+        raise InputError("Bench.load_by: a SageMaker AI benchmark job runs one level at a time; a ramp's steps share "
+                         "one schedule (give levels: --no-ramp)")
+    return load
+
+
+def _check_job_levels(options: WorkloadOptions, load: Closed | Open | Ramp, levels: tuple[float, ...],
+                      workload: Workload) -> None:
+    """Each level as AIPerf's spec, before anything is deployed: what AIPerf cannot express is one line each."""
+    from sagellm.bench.aiperf import spec_of
+
+    assert not isinstance(load, Ramp)  # _job_load
+    for level in levels or (1,):  # adaptive levels are chosen later; what AIPerf cannot take is the same at each
+        one = replace(load, concurrency=(int(level),)) if isinstance(load, Closed) else \
+            replace(load, request_rate=(level,))
+        spec_of(options, one, workload.payload())
+
+
 def _levels(load: Closed | Open | Ramp, method: str, bench: Bench) -> tuple[float, ...]:
     """The levels the run measures. An adaptive sweep also measures the levels the thresholds name."""
     if not isinstance(load, Closed):
@@ -246,6 +274,7 @@ def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Cl
         arrivals=None if isinstance(load, Closed) else load.arrivals,
         max_in_flight=None if isinstance(load, Closed) else load.max_in_flight,
         repeats=1 if isinstance(load, Ramp) else load.repeats, clock="emulator" if emulated else "client",
+        load_by="sagellm" if bench.load_by is None else "aws-benchmark-job",
         workload=workload.describe(api_for(target.api, url_of(bench))), tool_version=__version__,
         started_at=datetime.now(UTC), command=bench.output.command,
     )

@@ -197,7 +197,7 @@ class _Recorder:
 def _measure(p: BenchPlan, target: Target, out: Path, watch: Watch, interrupts: Interrupts) -> Measurement:
     """Deploy (or reach) the target, measure, read its metrics, tear it down; every failure is kept in the
     measurement, none escapes (a bug's traceback goes to error.log)."""
-    m = Measurement(_load_shape(p, target))
+    m = Measurement(_load_shape(p, target, out, watch.say))
     recorder = _Recorder(m, out, watch, target, p.time_scale)
     try:
         with interrupts.armed():
@@ -228,12 +228,19 @@ def _measure(p: BenchPlan, target: Target, out: Path, watch: Watch, interrupts: 
     return m
 
 
-def _load_shape(p: BenchPlan, target: Target) -> LoadShape:
-    """The shape of load the bench's load spec asks for, with the chooser of its levels."""
+def _load_shape(p: BenchPlan, target: Target, out: Path, say: Say) -> LoadShape:
+    """The shape of load the bench's load spec asks for, with the chooser of its levels (and who sends it)."""
     chooser = make_chooser(p.method, p.bench.sweep, p.levels, p.shape, p.workload.payload(),
                            p.plan.initial_instance_count if p.plan else 1, time_scale=p.time_scale,
                            emulated=p.run.emulated, baseline=p.baseline)
     load, loop = p.load, p.open_loop
+    if p.bench.load_by is not None:
+        from sagellm.bench.aws_job import AwsJobSweep, JobClients
+
+        assert p.account is not None and not isinstance(load, Ramp)  # plan_bench: a sagemaker target, its levels
+        clients = JobClients(p.account.client("sagemaker"), p.account.client("s3"))
+        return AwsJobSweep(chooser, p.bench.load_by, load, p.bench.workload, p.workload.payload(), requests=p.requests,
+                           run_id=p.run_id, out=out, clients=clients, target=target, say=say)
     if isinstance(load, Ramp):
         assert loop is not None  # a ramp is open loop
         return RampRun(chooser, p.levels, load.step_s or DEFAULT_STEP_S, loop, target)

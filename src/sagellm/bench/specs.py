@@ -30,7 +30,7 @@ from sagellm.results.report import writable_folder_errors
 from sagellm.results.schema import RequestSlo
 from sagellm.results.tracking import mlflow_problems
 
-__all__ = ["Bench", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
+__all__ = ["AwsBenchmarkJob", "Bench", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
            "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers", "WorkloadOptions"]
 
 DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
@@ -281,6 +281,43 @@ class Workers:
         _raise(worker_problems(self.count, self.ray))
 
 
+@dataclass(frozen=True)
+class AwsBenchmarkJob:
+    """Who sends the load: SageMaker AI's benchmark job (AIPerf, run by AWS) in place of the bench's own client, one
+    job per level, against the endpoint the sagemaker target deployed or named (bench/aws_job.py)."""
+
+    role_arn: str  # the IAM role SageMaker AI runs each job as
+    output_s3_uri: str  # where each job writes its results (sagellm reads AIPerf's per-request export back)
+    poll_s: float = 30.0  # how often the job's status is asked for
+    max_wait_s: float = 4 * 3600.0  # a job still running after this is stopped and the run fails
+
+    def __post_init__(self) -> None:
+        from sagellm.aws.ai_jobs import request_problems
+
+        # The model's own patterns for the two members, checked through a request that carries them.
+        probe = {"AIBenchmarkJobName": "probe", "BenchmarkTarget": {"Endpoint": {"Identifier": "probe"}},
+                 "AIWorkloadConfigIdentifier": "probe", "RoleArn": self.role_arn,
+                 "OutputConfig": {"S3OutputLocation": self.output_s3_uri}}
+        problems = " ".join(request_problems("CreateAIBenchmarkJob", probe))
+        errors = [(f"AwsBenchmarkJob.role_arn: {self.role_arn!r} is not an IAM role ARN (arn:aws:iam::<account>:role/"
+                   "<name>)")] if "RoleArn" in problems else []
+        if not self.output_s3_uri.startswith("s3://") or "S3OutputLocation" in problems:
+            errors.append(f"AwsBenchmarkJob.output_s3_uri: {self.output_s3_uri!r} must be an S3 URI (s3://bucket/"
+                          "prefix/)")
+        errors += [f"AwsBenchmarkJob.{name}: {value:g} must be a positive number of seconds"
+                   for name, value in (("poll_s", self.poll_s), ("max_wait_s", self.max_wait_s))
+                   if not 0 < value < math.inf]
+        _raise(errors)
+
+
+def load_by_problems(load_by: AwsBenchmarkJob | None, target: TargetSpec) -> list[str]:
+    """What an AWS benchmark job needs of the target: a SageMaker endpoint (moto, the local AWS, has no AI jobs)."""
+    if load_by is None or isinstance(target, SageMaker | Endpoint):
+        return []
+    return [(f"Bench.load_by: SageMaker AI's benchmark job loads a SageMaker endpoint; the {target.kind} target has "
+             "none SageMaker AI can reach (use --target sagemaker, deploying or with --endpoint-name)")]
+
+
 def pairing_problems(serving: ServingSpec, target: TargetSpec) -> list[str]:
     """What the target needs of the serving spec: a deploying target deploys a profile and a model."""
     if isinstance(target, Http):
@@ -310,6 +347,7 @@ class Bench:
     gate: Gate = field(default_factory=Gate)
     output: Output = field(default_factory=Output)
     workers: Workers = field(default_factory=Workers)
+    load_by: AwsBenchmarkJob | None = None  # None: the bench's own client sends the load
 
     def __post_init__(self) -> None:
-        _raise(pairing_problems(self.serving, self.target))
+        _raise(pairing_problems(self.serving, self.target) + load_by_problems(self.load_by, self.target))

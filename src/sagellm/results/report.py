@@ -65,7 +65,8 @@ def _header(results: Results) -> list[str]:
         f"- {profile} · target {target}" + (f" · endpoint `{run.endpoint}`" if run.endpoint else ""),
         f"- Payload {run.input_tokens} input / {run.output_tokens} output tokens (mean)" + _workload(run),
         f"- Load: {_load(run)} · timings from the {run.clock}'s clock"
-        + (" (simulated time; client overhead in wall-clock ms)" if run.clock == "emulator" else ""),
+        + (" (simulated time; client overhead in wall-clock ms)" if run.clock == "emulator" else "")
+        + (" · sent by SageMaker AI's benchmark job (AIPerf, one job a level)" if run.load_by != "sagellm" else ""),
         *_sweep(results.sweep, results.ramp, confirmed_only_by=_differing(results)),
         *_client_bound(results),
         *_request_slo(run),

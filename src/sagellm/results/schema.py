@@ -196,6 +196,8 @@ class Run(_Strict):
     ray: str | None = None  # the Ray cluster they ran on (--ray), None for processes on this machine
     # Where request timings come from: the client's clock, or the emulator's simulated clock (docs/emulator.md).
     clock: Literal["client", "emulator"] = "client"
+    # Who sent the load: the bench's own client, or SageMaker AI's benchmark job (AIPerf run by AWS, one job a level).
+    load_by: Literal["sagellm", "aws-benchmark-job"] = "sagellm"
     workload: WorkloadRecord | None = None
     request_slo: RequestSlo | None = None  # the per-request SLOs each level's attainment and goodput are taken against
     tool_version: str

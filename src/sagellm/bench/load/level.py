@@ -273,14 +273,19 @@ class LevelBook:
     def _stopped_reason(self, errors: dict[str, int], total: int) -> str | None:
         if self.over_saturated is not None:
             return self.over_saturated.reason
-        if total == 0:
-            return None
         at = f"request rate {self.load}" if self.request_rate is not None else f"concurrency {self.load}"
-        if self.rule.stop_on_timeout and errors["timeout"]:
-            return (f"{errors['timeout']} of {total} requests timed out (the 60 s invocation timeout or "
-                    f"the client timeout) at {at}")
-        failed = sum(errors.values())
-        if failed / total > self.rule.max_error_rate:
-            kinds = ", ".join(f"{n} {kind}" for kind, n in errors.items() if n)
-            return f"error rate {failed / total:.1%} > {self.rule.max_error_rate:.0%} at {at} ({kinds})"
+        return error_stop_reason(errors, total, at, self.rule)
+
+
+def error_stop_reason(errors: dict[str, int], total: int, at: str, rule: StopRule) -> str | None:
+    """Why escalation stops after a level whose `total` measured requests failed as `errors` says (None: go on)."""
+    if total == 0:
         return None
+    if rule.stop_on_timeout and errors["timeout"]:
+        return (f"{errors['timeout']} of {total} requests timed out (the 60 s invocation timeout or "
+                f"the client timeout) at {at}")
+    failed = sum(errors.values())
+    if failed / total > rule.max_error_rate:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in errors.items() if n)
+        return f"error rate {failed / total:.1%} > {rule.max_error_rate:.0%} at {at} ({kinds})"
+    return None

@@ -145,6 +145,16 @@ def bench(
     warmup: Annotated[int | None, typer.Option("--warmup", rich_help_panel="Load", help="warm-up requests per "
                                                "worker (open loop: per level), excluded from the statistics "
                                                "[default: 1]")] = None,
+    load_by: Annotated[str, typer.Option("--load-by", rich_help_panel="Load", help="who sends the load: sagellm "
+                                         "(its own client) or aws-benchmark-job (SageMaker AI's benchmark job runs "
+                                         "AIPerf against the sagemaker target's endpoint, one job a level; "
+                                         "docs/aws-ai-jobs.md)")] = "sagellm",
+    aws_role_arn: Annotated[str | None, typer.Option("--aws-role-arn", rich_help_panel="Load", help="--load-by "
+                            "aws-benchmark-job: the IAM role SageMaker AI runs each job as")] = None,
+    aws_output_s3_uri: Annotated[str | None, typer.Option("--aws-output-s3-uri", rich_help_panel="Load",
+                                 help="--load-by aws-benchmark-job: where the jobs write their results")] = None,
+    aws_poll_s: Annotated[float, typer.Option("--aws-poll-s", rich_help_panel="Load", help="--load-by "
+                                              "aws-benchmark-job: seconds between status checks")] = 30.0,
     # Sweep
     sweep: Annotated[str | None, typer.Option("--sweep", rich_help_panel="Sweep", help="adaptive: start at the "
                                               "predicted knee and max, refine where the measurement departs, "
@@ -234,6 +244,13 @@ def bench(
          "--arrivals/--max-in-flight/--max-ttft-s: only with --request-rate"),
         (bool(ramp) and requests_per_level is not None,
          "--requests-per-level: a ramp's steps last --duration-per-level seconds each"),
+        (load_by not in ("sagellm", "aws-benchmark-job"), f"--load-by: {load_by!r} must be sagellm or aws-benchmark-job"),
+        (load_by == "sagellm" and (aws_role_arn or aws_output_s3_uri) is not None,
+         "--aws-role-arn/--aws-output-s3-uri: only with --load-by aws-benchmark-job"),
+        (load_by == "aws-benchmark-job" and not aws_role_arn,
+         "--aws-role-arn: required with --load-by aws-benchmark-job (the IAM role SageMaker AI runs the job as)"),
+        (load_by == "aws-benchmark-job" and not aws_output_s3_uri,
+         "--aws-output-s3-uri: required with --load-by aws-benchmark-job (the S3 prefix the jobs write results to)"),
     ]
     errors = [message for misplaced, message in wrong if misplaced]
     parts: dict[str, Any] = {}
@@ -269,6 +286,10 @@ def bench(
                                                   else "doubling"), budget_minutes))
     build("workers", lambda: specs.Workers(count, ray))
     build("output", lambda: specs.Output(out, " ".join(["sagellm", *sys.argv[1:]]), mlflow))
+    if load_by == "aws-benchmark-job" and aws_role_arn and aws_output_s3_uri:
+        build("load_by", lambda: specs.AwsBenchmarkJob(aws_role_arn, aws_output_s3_uri, aws_poll_s))
+        if "target" in parts:
+            errors.extend(specs.load_by_problems(parts.get("load_by"), parts["target"]))
     if errors:
         raise InputError(as_flags(errors))
     spec = specs.Bench(
