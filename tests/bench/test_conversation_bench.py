@@ -32,3 +32,6 @@ def test_a_three_turn_conversation_workload_runs_on_the_local_target(tmp_path_fa
     assert [t["request_input_tokens"]["mean"] for t in by_turn] == [64, 160, 256]
     assert all(t["ttft_ms"]["p50"] > 0 for t in by_turn)
     assert "TTFT by turn" in (out / "report.md").read_text()
+    # Predicted as conversations (planner.sessions) on the emulator's own engine: the same figures, within noise.
+    level = results["levels"][0]
+    assert 0.5 < level["latency_ms_per_token"]["p50"] / level["predicted"]["ms_per_token"] < 2

@@ -194,20 +194,30 @@ def simulated_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concur
     return replace(curve, notes=(how, *curve.notes))
 
 
+def conversation_level(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int,
+                       talks: SimulatedConversations, *, requests: int = SIMULATED_REQUESTS,
+                       slo: RequestSlo | None = None) -> tuple[Point, LevelSummary | None]:
+    """One closed-loop level of conversations (`concurrency` users, each talking one at a time): its point and the
+    simulated turns' summary, unless the mean model prunes it at the mean turn (refused: no summary)."""
+    pruned = predict_point(shape, payload, concurrency)
+    if pruned.rejected:
+        return pruned, None
+    sim = simulate_conversations(served(plan, StepModel(shape)), SimulatedClosedLoop(concurrency), talks,
+                                 requests=requests)
+    summary = summary_of(sim, concurrency, None, slo)
+    return (point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)), summary
+
+
 def conversation_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: Sequence[int],
                        region: str, talks: SimulatedConversations) -> tuple[Curve, dict[int, LevelSummary]]:
     """`plan`'s curve under conversations (`planner.sessions`): each level's users talk one conversation at a time,
     its point from the simulated turns; with each simulated level's summary (its `by_turn`)."""
     points, summaries = [], {}
     for c in concurrency:
-        pruned = predict_point(shape, payload, c)  # the mean turn: what the mean model prunes on
-        if pruned.rejected:
-            points.append(pruned)
-            continue
-        sim = simulate_conversations(served(plan, StepModel(shape)), SimulatedClosedLoop(c), talks,
-                                     requests=SIMULATED_REQUESTS)
-        summary = summaries[c] = summary_of(sim, c, None)
-        points.append(point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False))
+        point, summary = conversation_level(plan, shape, payload, c, talks)
+        points.append(point)
+        if summary is not None:
+            summaries[c] = summary
     curve = curve_of(shape, payload, tuple(points), region)
     how = (f"conversations: each level from {SIMULATED_REQUESTS} simulated turns, each re-sending its history "
            "(prefix caching of the history is not simulated yet); p50 figures, p90 and by-turn TTFT in --json")

@@ -152,7 +152,10 @@ async def run_conversation_rate_level(transport: Transport, *, rate: float, arri
         """Whether the level sends no more turns: stopped, its budget handed out or its duration over."""
         if book.stopping is not None or book.window_end is not None:
             return True
-        return book.budget is not None and book.issued >= book.budget and turns_sent[0] >= warmup
+        if book.budget is not None and book.issued >= book.budget and turns_sent[0] >= warmup:
+            book.take()  # refused: the window ends now, as the single-request open loop's does at its next arrival
+            return True
+        return False
 
     async def start(session: aiohttp.ClientSession, group: asyncio.TaskGroup) -> None:
         for offset in itertools.takewhile(lambda _: not spent(), schedule):
