@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench_helpers import bench_args, request_lines, results_of, sagellm
+from bench_helpers import INSTANCE, MODEL, bench_args, request_lines, results_of, sagellm
 
 
 @pytest.mark.integration
@@ -35,3 +37,25 @@ def test_a_three_turn_conversation_workload_runs_on_the_local_target(tmp_path_fa
     # Predicted as conversations (planner.sessions) on the emulator's own engine: the same figures, within noise.
     level = results["levels"][0]
     assert 0.5 < level["latency_ms_per_token"]["p50"] / level["predicted"]["ms_per_token"] < 2
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--turns", "3", "--workers", "2"], ("--turns: conversations run in one process (each holds its history); leave "
+                                          "--workers and --ray out")),
+    (["--turns", "3", "--ramp"], "--turns: not with a ramp: conversations run as levels of concurrency or request rate"),
+    (["--turns", "0", "--concurrency", "1"], ("--turns: '0' is not a number of turns (use 3 (fixed), 3:1 (mean:stddev) "
+                                              "or 2-6 (min-max), each at least 1)")),
+    (["--turns", "2", "--think-time", "-1", "--concurrency", "1"], ("--think-time: '-1' is not a time in seconds (use "
+                                                                    "2 (fixed seconds), 2:0.5 (mean:stddev) or 1-3 "
+                                                                    "(min-max))")),
+    (["--think-time", "2", "--concurrency", "1"], ("--think-time: only with --turns (the pause between a "
+                                                   "conversation's turns)")),
+])
+@pytest.mark.slow
+def test_bad_conversation_flags_are_one_line_before_anything_is_made(tmp_path: Path, flags: list[str],
+                                                                     message: str) -> None:
+    out = tmp_path / "out"
+    ran = sagellm("bench", "--profile", "max-throughput", "--model", MODEL, "--instance", INSTANCE, *flags,
+                  "--out", str(out), cwd=tmp_path)
+    assert (ran.returncode, ran.stderr.splitlines(), ran.stdout) == (2, [f"sagellm: error: {message}"], "")
+    assert not out.exists()

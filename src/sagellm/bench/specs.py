@@ -321,7 +321,7 @@ def conversation_problems(bench: Bench) -> list[str]:
         return []
     out = []
     if isinstance(bench.load, Ramp):
-        out.append("WorkloadOptions.turns: not with a ramp; give Closed.concurrency or Open.request_rate levels")
+        out.append("WorkloadOptions.turns: not with a ramp: conversations run as levels of concurrency or request rate")
     if bench.workers.count != 1 or bench.workers.ray is not None:
         out.append("WorkloadOptions.turns: conversations run in one process (each holds its history); leave "
                    "Workers.count and Workers.ray out")

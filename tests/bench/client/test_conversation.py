@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -92,8 +93,8 @@ def test_the_shared_prefix_opens_only_the_first_message() -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"turns": "0"}, "WorkloadOptions.turns: '0' allows lengths outside 1 to"),
-    ({"turns": "three"}, "WorkloadOptions.turns: 'three' is not a length"),
+    ({"turns": "0"}, "WorkloadOptions.turns: '0' is not a number of turns (use 3 (fixed), 3:1 (mean:stddev) or 2-6"),
+    ({"turns": "three"}, "WorkloadOptions.turns: 'three' is not a number of turns"),
     ({"turns": "3", "think_time_s": "soon"}, "WorkloadOptions.think_time_s: 'soon' is not a time in seconds"),
     ({"turns": "3", "think_time_s": "3-1"}, "WorkloadOptions.think_time_s: '3-1' is an empty range"),
     ({"think_time_s": "2"}, "WorkloadOptions.think_time_s: only with WorkloadOptions.turns"),
@@ -111,3 +112,12 @@ def test_think_time_normal_draws_stay_within_three_deviations_and_at_least_zero(
     draws = [seconds.draw(rng) for _ in range(2000)]
     assert min(draws) >= 0.0 and max(draws) <= 3.5 and min(draws) == 0.0  # clipped at 0 often enough to hit it
     assert str(seconds) == "0.5:1" and Seconds.parse(".5", "x").mean == 0.5
+
+
+def test_conversations_are_not_built_from_a_dataset(tmp_path: Path) -> None:
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "hello there"}\n')
+    with pytest.raises(InputError) as caught:
+        Workload(WorkloadOptions(turns="3", dataset=data), Payload(8, 4))
+    assert caught.value.messages == ["WorkloadOptions.turns: not with WorkloadOptions.dataset (its prompts are "
+                                     "single turns)"]

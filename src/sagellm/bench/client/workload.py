@@ -291,7 +291,11 @@ def _conversations(options: WorkloadOptions, dataset: bool) -> Conversations | N
         return None
     if dataset:
         raise InputError("WorkloadOptions.turns: not with WorkloadOptions.dataset (its prompts are single turns)")
-    turns = Lengths.parse(options.turns, "WorkloadOptions.turns")
+    try:
+        turns = Lengths.parse(options.turns, "WorkloadOptions.turns")
+    except InputError:
+        raise InputError(f"WorkloadOptions.turns: {options.turns!r} is not a number of turns (use 3 (fixed), 3:1 "
+                         "(mean:stddev) or 2-6 (min-max), each at least 1)") from None
     think = Seconds.parse(options.think_time_s or "0", "WorkloadOptions.think_time_s")
     return Conversations(turns, think, options.seed)
 

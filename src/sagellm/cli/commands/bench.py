@@ -277,11 +277,14 @@ def bench(
     build("output", lambda: specs.Output(out, " ".join(["sagellm", *sys.argv[1:]]), mlflow))
     if errors:
         raise InputError(as_flags(errors))
-    spec = specs.Bench(
-        workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
-                                       shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer, seed=seed,
-                                       turns=turns, think_time_s=think_time),
-        gate=specs.Gate(thresholds, baseline, allow_incomparable, slo), **parts)
+    try:  # what the parts cannot run with together (conversations and workers) is named by its flags too
+        spec = specs.Bench(
+            workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
+                                           shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer,
+                                           seed=seed, turns=turns, think_time_s=think_time),
+            gate=specs.Gate(thresholds, baseline, allow_incomparable, slo), **parts)
+    except InputError as exc:
+        raise InputError(as_flags(exc.messages)) from None
     with watching() as watch:
         try:
             outcome = run(spec, watch)
