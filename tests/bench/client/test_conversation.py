@@ -119,5 +119,5 @@ def test_conversations_are_not_built_from_a_dataset(tmp_path: Path) -> None:
     data.write_text('{"prompt": "hello there"}\n')
     with pytest.raises(InputError) as caught:
         Workload(WorkloadOptions(turns="3", dataset=data), Payload(8, 4))
-    assert caught.value.messages == ["WorkloadOptions.turns: not with WorkloadOptions.dataset (its prompts are "
-                                     "single turns)"]
+    assert caught.value.messages == [("WorkloadOptions.turns: not with WorkloadOptions.dataset (its prompts are "
+                                     "single turns)")]
