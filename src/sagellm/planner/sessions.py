@@ -93,14 +93,14 @@ class _Talk:
 class _Conversations:
     """Sends conversations' turns on a run's clock and starts the next ones as they end."""
 
-    def __init__(self, run: _SimulatedRun, talks: SimulatedConversations, next_conversation: Callable[[int | None],
-                 None] | None = None):
+    def __init__(self, run: _SimulatedRun, talks: SimulatedConversations):
         self.run, self.talks = run, talks
         self.pending: dict[int, tuple[int, int]] = {}  # request index → its (input, output) tokens
         self.of: dict[int, _Talk] = {}  # id(request) → its conversation
         self.started = 0
         self.sending: _Talk | None = None  # the conversation whose turn run.send is sending
-        self.after_last = next_conversation  # closed loop: what a user does once a conversation is over
+        # Closed loop: what a user does once a conversation is over (starts the next); open loop: nothing.
+        self.after_last: Callable[[int | None], None] | None = None  # closed loop: what a user does once a conversation is over
         run.sizes = self.pending.pop
         run.on_end = self._ended
 
