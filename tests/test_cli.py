@@ -380,3 +380,23 @@ def test_engine_serves_the_profile_on_another_engine_and_an_unknown_one_is_one_l
         bad = sagellm(*command, "--model", LLAMA2_7B, "--engine", "nope", cwd=tmp_path)
         assert assert_bad_input(bad, 1) == [(f"sagellm: error: --engine: unknown engine 'nope' (known: "
                                             f"{', '.join(ENGINES)})")]
+
+
+@pytest.mark.slow
+def test_plan_simulates_conversations_with_ttft_by_turn(tmp_path: Path) -> None:
+    args = ("plan", "--profile", "max-throughput", "--model", LLAMA2_7B, "--instance", "ml.g5.2xlarge",
+            "--concurrency", "1,4", "--input-tokens", "200", "--output-tokens", "50", "--json")
+    result = sagellm(*args, "--turns", "3", "--think-time", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert [p["concurrency"] for p in out["curve"]["points"]] == [1, 4]
+    for level in ("1", "4"):
+        turns = out["by_turn"][level]
+        assert [t["turn"] for t in turns] == [1, 2, 3]
+        assert [t["request_input_tokens"]["mean"] for t in turns] == [200, 450, 700]  # history: messages + replies
+        assert turns[2]["ttft_ms"]["p50"] > turns[0]["ttft_ms"]["p50"]
+    # The limits take the last turn of a conversation: 3 messages and 2 replies.
+    assert int(out["environment"]["MAX_INPUT_TOKENS"]) >= 700
+    bad = sagellm(*args, "--think-time", "2", cwd=tmp_path)
+    assert assert_bad_input(bad, lines=1) == [("sagellm: error: --think-time: only with --turns (the pause between a "
+                                              "conversation's turns)")]

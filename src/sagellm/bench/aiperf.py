@@ -61,6 +61,8 @@ def spec_of(workload: WorkloadOptions, load: Closed | Open, default: Payload = D
     if workload.tokenizer is not None:
         problems.append("WorkloadOptions.tokenizer: AIPerf counts tokens with the served model's tokenizer; leave it "
                         "out")
+    if workload.turns is not None:  # not mapped yet onto AIPerf's conversation parameters
+        problems.append("WorkloadOptions.turns: conversations are not exported to AIPerf yet; leave it out")
     levels = load.concurrency if isinstance(load, Closed) else load.request_rate
     if len(levels) != 1:
         field = "Closed.concurrency" if isinstance(load, Closed) else "Open.request_rate"

@@ -123,13 +123,17 @@ def plan_bench(bench: Bench) -> BenchPlan:
         if missing:
             raise InputError([m.replace("pass -c hf_token_secret=", "pass ServingSpec.hf_token_secret=")
                               for m in missing])
-    load = _load_as_run(bench.load if bench.load_by is None else _job_load(bench.load), design)
+    # Conversations run as levels (`load.conversations`), never as an autoscaling ramp.
+    load = _load_as_run(bench.load if bench.load_by is None else _job_load(bench.load),
+                        design if workload.conversations is None else None)
     method = sweep_method(bench.sweep.method, predicted=design is not None, open_loop=not isinstance(load, Closed))
     levels = _levels(load, method, bench)
     if bench.load_by is not None:
         _check_job_levels(bench.workload, load, levels, workload)
     run_id = uuid.uuid4().hex[:10]
     scale = emulator_scale(bench)
+    if workload.conversations is not None:  # think times are simulated seconds on an emulator
+        workload.conversations.time_scale = scale or 1.0
     run = _run(bench, plan, workload, load, levels, deployed, run_id, scale)
     thresholds, baseline = read_gate(bench.gate.thresholds, bench.gate.baseline, run, sweep_levels(run),
                                      allow_incomparable=bench.gate.allow_incomparable)

@@ -8,6 +8,7 @@ inside the invocation timeout.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from collections.abc import Callable, Sequence
@@ -16,7 +17,9 @@ from typing import cast
 
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import goodput_of, summarize, tokens_in_window
+from sagellm.bench.client.workload import Workload
 from sagellm.planner import Curve, Payload, Point, Shape, StepModel, curve_of, predict_point
+from sagellm.planner.sessions import SimulatedConversations, simulate_conversations
 from sagellm.planner.simulate import (
     SimulatedClosedLoop,
     SimulatedOpenLoop,
@@ -54,7 +57,7 @@ def record_of(req: SimulatedRequest, concurrency: int | None, request_rate: floa
         ok=ok, e2e_s=req.end_s - req.arrived_s, output_tokens=n, input_tokens=req.input_tokens,
         input_tokens_by="server", ttft_s=first - req.arrived_s if ok else None, token_gaps_s=[gap] * (n - 1),
         status=req.status, error_kind=cast(ErrorKind, req.error), warmup=not req.measured,
-        late_s=0.0 if request_rate is not None else None)
+        late_s=0.0 if request_rate is not None else None, conversation=req.conversation, turn=req.turn)
 
 
 def summary_of(sim: Simulation, concurrency: int | None, request_rate: float | None,
@@ -189,3 +192,51 @@ def simulated_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concur
     how = (f"each level from {SIMULATED_REQUESTS} simulated requests (the emulator's engine on a virtual clock); "
            "p50 figures, p90 in --json")
     return replace(curve, notes=(how, *curve.notes))
+
+
+def conversation_level(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int,
+                       talks: SimulatedConversations, *, requests: int = SIMULATED_REQUESTS,
+                       slo: RequestSlo | None = None) -> tuple[Point, LevelSummary | None]:
+    """One closed-loop level of conversations (`concurrency` users, each talking one at a time): its point and the
+    simulated turns' summary, unless the mean model prunes it at the mean turn (refused: no summary)."""
+    pruned = predict_point(shape, payload, concurrency)
+    if pruned.rejected:
+        return pruned, None
+    sim = simulate_conversations(served(plan, StepModel(shape)), SimulatedClosedLoop(concurrency), talks,
+                                 requests=requests)
+    summary = summary_of(sim, concurrency, None, slo)
+    return (point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)), summary
+
+
+def conversation_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: Sequence[int],
+                       region: str, talks: SimulatedConversations) -> tuple[Curve, dict[int, LevelSummary]]:
+    """`plan`'s curve under conversations (`planner.sessions`): each level's users talk one conversation at a time,
+    its point from the simulated turns; with each simulated level's summary (its `by_turn`)."""
+    points, summaries = [], {}
+    for c in concurrency:
+        point, summary = conversation_level(plan, shape, payload, c, talks)
+        points.append(point)
+        if summary is not None:
+            summaries[c] = summary
+    curve = curve_of(shape, payload, tuple(points), region)
+    how = (f"conversations: each level from {SIMULATED_REQUESTS} simulated turns, each re-sending its history "
+           "(prefix caching of the history is not simulated yet); p50 figures, p90 and by-turn TTFT in --json")
+    return replace(curve, notes=(how, *curve.notes)), summaries
+
+
+def talks_of(workload: Workload) -> SimulatedConversations | None:
+    """A workload's conversations as the simulation takes them (its turns, lengths and think times, drawn per
+    conversation and turn from its seed); None for single requests."""
+    conversations = workload.conversations
+    if conversations is None:
+        return None
+    talk = functools.lru_cache(maxsize=4096)(conversations.conversation)
+    seed = workload.options.seed
+
+    def sizes(conversation: int, turn: int) -> tuple[int, int]:
+        rng = random.Random(f"{seed}/conversation/{conversation}/{turn}")
+        return workload.inputs.draw(rng), workload.outputs.draw(rng)
+
+    return SimulatedConversations(turns=lambda n: talk(n).turns, sizes=sizes,
+                                  think_s=lambda n, turn: talk(n).think_before(turn),
+                                  shared_prefix=workload.options.shared_prefix)

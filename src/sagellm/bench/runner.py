@@ -18,7 +18,7 @@ from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
 from sagellm.bench.load.saturation import SaturationRule
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
-from sagellm.bench.predicted import offered, predicted_level, predicted_point
+from sagellm.bench.predicted import conversation_level, offered, predicted_level, predicted_point, talks_of
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.specs import Bench, Http, Local, Open, Ramp, SageMaker
@@ -302,8 +302,11 @@ def _predicted_curve(p: BenchPlan, levels: list[Level]) -> list[PredictedPoint]:
     grid = sorted({max(1, round(1.15 ** i)) for i in range(round(math.log(2 * max(measured), 1.15)) + 1)}
                   | set(measured))
     # A line to draw: fewer simulated requests per point than a measured level's prediction.
+    talks = talks_of(p.workload)  # conversations: simulated as conversations
     points = [predicted_point(p.plan, p.shape, p.workload.payload(), c, sizes=p.workload.sizes,
-                              requests=CURVE_REQUESTS) for c in grid]
+                              requests=CURVE_REQUESTS) if talks is None else
+              conversation_level(p.plan, p.shape, p.workload.payload(), c, talks, requests=CURVE_REQUESTS)[0]
+              for c in grid]
     return [PredictedPoint(concurrency=pt.concurrency, **predicted_from(pt).model_dump())
             for pt in points if not pt.rejected]
 
@@ -335,8 +338,11 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
         # engine on a virtual clock); an open-loop level (or a run without a design) has no prediction.
         if shape is None or p.plan is None or level.concurrency is None:
             return None
+        talks = talks_of(p.workload)  # conversations: their turns simulated as conversations at the level's users
         point, simulated = predicted_level(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
-                                           offered=offered(records, run.time_scale), slo=run.request_slo)
+                                           offered=offered(records, run.time_scale), slo=run.request_slo) \
+            if talks is None else conversation_level(p.plan, shape, mean, level.concurrency, talks,
+                                                     slo=run.request_slo)
         return predicted_from(point).model_copy(update={
             "same_engine": run.emulated, "slo_attainment": simulated.slo_attainment if simulated else None,
             "goodput": simulated.goodput if simulated else None})

@@ -350,4 +350,18 @@ class Bench:
     load_by: AwsBenchmarkJob | None = None  # None: the bench's own client sends the load
 
     def __post_init__(self) -> None:
-        _raise(pairing_problems(self.serving, self.target) + load_by_problems(self.load_by, self.target))
+        _raise(pairing_problems(self.serving, self.target) + load_by_problems(self.load_by, self.target)
+               + conversation_problems(self))
+
+
+def conversation_problems(bench: Bench) -> list[str]:
+    """What conversations (WorkloadOptions.turns) cannot run with: a ramp, or a level split across workers."""
+    if bench.workload.turns is None:
+        return []
+    out = []
+    if isinstance(bench.load, Ramp):
+        out.append("WorkloadOptions.turns: not with a ramp: conversations run as levels of concurrency or request rate")
+    if bench.workers.count != 1 or bench.workers.ray is not None:
+        out.append("WorkloadOptions.turns: conversations run in one process (each holds its history); leave "
+                   "Workers.count and Workers.ray out")
+    return out

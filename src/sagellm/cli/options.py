@@ -129,8 +129,8 @@ FLAGS = {
     "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
     "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
     "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",
-    "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "dataset": "--dataset",
-    "tokenizer": "--tokenizer", "load_by": "--load-by", "role_arn": "--aws-role-arn",
+    "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "dataset": "--dataset", "turns": "--turns",
+    "think_time_s": "--think-time", "tokenizer": "--tokenizer", "load_by": "--load-by", "role_arn": "--aws-role-arn",
     "output_s3_uri": "--aws-output-s3-uri", "poll_s": "--aws-poll-s",
 }
 SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"

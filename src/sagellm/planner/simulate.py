@@ -87,6 +87,8 @@ class SimulatedRequest:
     warmup: bool = False
     measured: bool = False  # one of the `requests` the run is about (not a warm-up, not a tail filler)
     user: int | None = None  # closed loop: which client sent it
+    conversation: int | None = None  # conversations (`sessions`): which one sent it, as which turn (1-based)
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -294,13 +296,7 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
     `every_pass`: each pass asks the step model itself, one by one (a study that records the passes), where a run
     otherwise costs decode steps from a line per batch size and runs decode-only turns at once; `prefix_tokens`:
     every prompt opens with that many tokens shared by all (what the engines' prefix caches serve)."""
-    step_model = served.steps if every_pass else _AffineSteps(served.steps.shape, base=served.steps)
-
-    def endpoint_of(clock: _Clock) -> _Endpoint:
-        return _Endpoint(Router(served.limits, [CopyScheduler(step_model, served.limits, scheduling=served.scheduling)
-                                                for _ in range(served.copies)]),
-                         clock, None if every_pass else cast(_AffineSteps, step_model))
-
+    endpoint_of = endpoint_maker(served, every_pass)
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
     if isinstance(load, SimulatedPromptSet):
         run = _SimulatedRun(endpoint_of, size_of, load.prompts, 0, timeout_s)
@@ -315,6 +311,18 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
     run.prefix = prefix_tokens
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
+
+
+def endpoint_maker(served: Served, every_pass: bool = False) -> Callable[[_Clock], _Endpoint]:
+    """What builds a run's endpoint on its clock: the served model's copies behind its router (see `simulate`)."""
+    step_model = served.steps if every_pass else _AffineSteps(served.steps.shape, base=served.steps)
+
+    def endpoint_of(clock: _Clock) -> _Endpoint:
+        return _Endpoint(Router(served.limits, [CopyScheduler(step_model, served.limits, scheduling=served.scheduling)
+                                                for _ in range(served.copies)]),
+                         clock, None if every_pass else cast(_AffineSteps, step_model))
+
+    return endpoint_of
 
 
 def run_inputs(served: Served) -> tuple[Hashable, ...]:

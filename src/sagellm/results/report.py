@@ -21,6 +21,7 @@ from sagellm.results.schema import (
     ServerStats,
     Stats,
     SweepRecord,
+    TurnSummary,
 )
 from sagellm.results.table import render_csv
 
@@ -91,6 +92,8 @@ def _workload(run: Run) -> str:
         return ""
     prompts = f"dataset {w.dataset} ({w.dataset_entries} prompts)" if w.dataset else "unique prompts"
     prefix = f", shared prefix {w.shared_prefix_tokens} tokens" if w.shared_prefix_tokens else ""
+    if w.turns:
+        prefix += f", conversations of {w.turns} turns with {w.think_time_s} s think time"
     return (f" · {prompts}{prefix}, lengths {w.input_tokens} in / {w.output_tokens} out, counted by "
             f"{w.token_counter} (the server's counts where it reports them), seed {w.seed}, {w.api} API")
 
@@ -247,6 +250,8 @@ def _level(level: Level, run: Run) -> list[str]:
         lines += ["", "Across repeats (each repeat's own figure): "
                   + " · ".join(f"{m} {s.mean:.4g} ± {s.stddev:.2g} ({s.min:.4g}–{s.max:.4g})"
                                for m, s in level.spread.items() if m in _SPREAD_SHOWN)]
+    if level.by_turn:
+        lines += _by_turn(level.by_turn)
     if level.client_bottleneck:
         lines += ["", f"**The load generator was the bottleneck**, not the endpoint: {level.client_bottleneck}"]
     if level.client_loop_lag_ms is not None:
@@ -256,6 +261,15 @@ def _level(level: Level, run: Run) -> list[str]:
     if level.server is not None:
         lines += _server(level.server, run)
     return lines + [""]
+
+
+def _by_turn(turns: list[TurnSummary]) -> list[str]:
+    """A conversation level's TTFT, e2e and input tokens by turn (a prefix cache serves later turns' history)."""
+    return ["", "TTFT by turn (conversations: each turn re-sends the history):", "",
+            "| turn | requests | ok | TTFT ms p50 | TTFT ms p90 | e2e s p50 | input tokens mean |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+            *(f"| {t.turn} | {t.requests} | {t.ok} | {_n(t.ttft_ms.p50)} | {_n(t.ttft_ms.p90)} | {_n(t.e2e_s.p50, 2)} "
+              f"| {_n(t.request_input_tokens.mean, 0)} |" for t in turns)]
 
 
 _SERVER_STATS = tuple(ServerStats.model_fields)

@@ -120,6 +120,18 @@ class Goodput(_Strict):
     tokens_per_s: float  # their output tokens generated inside the window ÷ its length
 
 
+class TurnSummary(_Strict):
+    """A level's conversation turns at one position (turn 1 opens a conversation; a later turn re-sends the history,
+    so a prefix cache serves it): the measured requests sent as that turn."""
+
+    turn: int  # 1-based
+    requests: int
+    ok: int
+    ttft_ms: Stats  # of the ok ones
+    e2e_s: Stats
+    request_input_tokens: Stats  # the history re-sent plus the new message (the server's count where it reports one)
+
+
 class LevelSummary(LoadKey):
     """What one level measured (warm-up excluded); with repeats, all of them together."""
 
@@ -152,6 +164,7 @@ class LevelSummary(LoadKey):
     slo_attainment: float | None = None
     goodput: Goodput | None = None
     spread: dict[str, Spread] | None = None  # repeats > 1: headline metrics across the repeats
+    by_turn: list[TurnSummary] | None = None  # conversations (run.workload.turns): per turn position; None otherwise
 
 
 class WorkloadRecord(_Strict):
@@ -167,6 +180,8 @@ class WorkloadRecord(_Strict):
     token_counter: Literal["words", "tokenizer"]  # how prompts were built and counted locally
     tokenizer: str | None = None
     seed: int
+    turns: str | None = None  # conversations: turns per conversation (a length distribution); None: single requests
+    think_time_s: str | None = None  # conversations: seconds between a reply and the next turn (a distribution)
 
 
 class Run(_Strict):

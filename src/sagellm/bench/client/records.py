@@ -48,6 +48,8 @@ class RequestRecord:
     request_rate: float | None = None  # ... or its request rate (open loop)
     repeat: int = 0  # which run of the level (--repeats)
     request: int | None = None  # the workload's request index: its prompt is reproducible from the seed
+    conversation: int | None = None  # conversations: which one of the run sent it (`workload.Request`) ...
+    turn: int | None = None  # ... and as which turn (1-based); None for single requests
     # open loop: sent this long after its scheduled time
     late_s: float | None = field(default=None, metadata=CLIENT_SECONDS)
     # Timings the emulator stamps about itself, wall-clock seconds on its own clock (see README).

@@ -119,10 +119,11 @@ def classify_sagemaker_error(status: int, error_code: str | None, body: str) -> 
 class StreamState:
     """Timing and token accounting of one streamed response: its timings go straight into its record."""
 
-    __slots__ = ("done", "events", "gaps", "input_tokens", "last", "output_tokens", "record", "t0")
+    __slots__ = ("done", "events", "gaps", "input_tokens", "last", "output_tokens", "record", "reply", "t0")
 
-    def __init__(self, t0: float):
+    def __init__(self, t0: float, reply: list[str] | None = None):
         self.t0 = t0  # perf_counter() when the attempt began
+        self.reply = reply  # where the reply's text pieces go, if anyone keeps them (a conversation)
         self.record = RequestRecord(start_s=t0)  # on perf_counter()'s clock until the level places it
         self.gaps = self.record.token_gaps_s  # appended to once per token: one lookup fewer
         self.last: float | None = None
@@ -258,8 +259,11 @@ def tgi_event(st: StreamState, event: dict[str, Any], now: float) -> None:
     if "error" in event:
         message = str(event["error"])
         raise Failed(_kind_from_text(f"{event.get('error_type', '')} {message}") or "other", message)
-    if event.get("token") is not None:
+    token = event.get("token")
+    if token is not None:
         st.token(now)
+        if st.reply is not None and not token.get("special"):
+            st.reply.append(str(token.get("text", "")))
     details = event.get("details")
     if details:
         tokens = details.get("generated_tokens")
@@ -287,6 +291,8 @@ def openai_event(st: StreamState, event: dict[str, Any], now: float) -> None:
         # role-only chunk (vLLM sends `{"role": "assistant", "content": ""}` before the first token).
         if text or (choice.get("finish_reason") is None and not (delta or {}).get("role")):
             st.token(now)
+            if st.reply is not None and text:
+                st.reply.append(str(text))
             break
     usage = event.get("usage")
     if usage:

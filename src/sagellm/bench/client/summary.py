@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sagellm.bench.client.records import RequestRecord
-from sagellm.results.schema import ERROR_KINDS, Goodput, LevelSummary, RequestSlo, Spread, Stats
+from sagellm.results.schema import ERROR_KINDS, Goodput, LevelSummary, RequestSlo, Spread, Stats, TurnSummary
 
 # Metrics whose spread across repeats is reported (each repeat's own value).
 SPREAD_METRICS: tuple[str, ...] = (
@@ -155,6 +155,7 @@ def summarize_runs(runs: Sequence[Run], slo: RequestSlo | None = None) -> LevelS
         slo_attainment=sum(meets(r, slo) for r in measured) / len(measured) if slo is not None and measured else None,
         goodput=goodput_of(runs, slo) if slo is not None else None,
         spread=spread([summarize_runs([run], slo) for run in runs]) if len(runs) > 1 else None,
+        by_turn=by_turn(measured),
     )
 
 
@@ -174,6 +175,25 @@ def _requests_per_s(ok: Sequence[RequestRecord], tokens: float, window_s: float)
     """Requests completed per second, from the tokens in the window and the mean output of an ok request."""
     mean_tokens = sum(r.output_tokens for r in ok) / len(ok) if ok else 0
     return tokens / mean_tokens / window_s if mean_tokens else 0.0
+
+
+def by_turn(measured: Sequence[RequestRecord]) -> list[TurnSummary] | None:
+    """The measured requests of conversations by turn (TTFT, e2e and input tokens of the ok ones); None when no
+    request was a conversation's turn."""
+    turns: dict[int, list[RequestRecord]] = {}
+    for r in measured:
+        if r.turn is not None:
+            turns.setdefault(r.turn, []).append(r)
+    if not turns:
+        return None
+    out = []
+    for turn, records in sorted(turns.items()):
+        ok = [r for r in records if r.ok]
+        out.append(TurnSummary(turn=turn, requests=len(records), ok=len(ok),
+                               ttft_ms=stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
+                               e2e_s=stats([r.e2e_s for r in ok]),
+                               request_input_tokens=stats([float(r.input_tokens) for r in ok])))
+    return out
 
 
 def _distributions(ok: Sequence[RequestRecord]) -> dict[str, Stats]:

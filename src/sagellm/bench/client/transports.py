@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 
+from sagellm.bench.client.conversation import Prompt, as_text
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import (
     INFERENCE_COMPONENT_HEADER,
@@ -62,8 +63,10 @@ _decode = json.JSONDecoder().decode
 class Transport(Protocol):
     """Sends one generation request and measures it; never raises (errors become `ok=False`)."""
 
-    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> RequestRecord:
-        """Send `prompt`, ask for `max_new_tokens`, and return what happened."""
+    async def send(self, session: aiohttp.ClientSession, prompt: Prompt, max_new_tokens: int,
+                   reply: list[str] | None = None) -> RequestRecord:
+        """Send `prompt` (a text, or a conversation's messages), ask for `max_new_tokens`, and return what
+        happened; the reply's text pieces are appended to `reply` where one is given (a conversation's history)."""
         ...
 
 
@@ -71,23 +74,25 @@ class Transport(Protocol):
 # The APIs: request body and stream events
 
 
-def tgi_body(prompt: str, max_new_tokens: int, model: str = "") -> dict[str, Any]:
+def tgi_body(prompt: Prompt, max_new_tokens: int, model: str = "") -> dict[str, Any]:
     """TGI's generate body; `details` makes the last event carry the generated token count."""
-    return {"inputs": prompt, "parameters": {"max_new_tokens": max_new_tokens, "details": True,
+    return {"inputs": as_text(prompt), "parameters": {"max_new_tokens": max_new_tokens, "details": True,
                                               "do_sample": False}}
 
 
-def completions_body(prompt: str, max_new_tokens: int, model: str) -> dict[str, Any]:
+def completions_body(prompt: Prompt, max_new_tokens: int, model: str) -> dict[str, Any]:
     """OpenAI's completions body; ignore_eos is vLLM's way to get exactly max_tokens (the published method
     discourages early stop)."""
-    return {"model": model, "prompt": prompt, "max_tokens": max_new_tokens, "stream": True,
+    return {"model": model, "prompt": as_text(prompt), "max_tokens": max_new_tokens, "stream": True,
             "stream_options": {"include_usage": True}, "temperature": 0, "ignore_eos": True}
 
 
-def chat_body(prompt: str, max_new_tokens: int, model: str) -> dict[str, Any]:
+def chat_body(prompt: Prompt, max_new_tokens: int, model: str) -> dict[str, Any]:
     """A chat body both TGI's Messages API and OpenAI-compatible servers accept: the prompt as one user
-    message (the server applies its chat template, and counts those tokens in `usage.prompt_tokens`)."""
-    return {"model": model or "tgi", "messages": [{"role": "user", "content": prompt}],
+    message, or a conversation's messages (the server applies its chat template, and counts those tokens in
+    `usage.prompt_tokens`)."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    return {"model": model or "tgi", "messages": messages,
             "max_tokens": max_new_tokens, "stream": True, "stream_options": {"include_usage": True}}
 
 
@@ -97,7 +102,7 @@ class Api:
 
     name: str
     path: str
-    body: Callable[[str, int, str], dict[str, Any]]
+    body: Callable[[Prompt, int, str], dict[str, Any]]
     event: Callable[[StreamState, dict[str, Any], float], None]
     done_marker: bytes | None = None
 
@@ -108,7 +113,7 @@ CHAT = Api("chat", "/v1/chat/completions", chat_body, openai_event, b"[DONE]")
 APIS = {api.name: api for api in (TGI, COMPLETIONS, CHAT)}
 
 
-def invocation_body(api: Api, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+def invocation_body(api: Api, prompt: Prompt, max_new_tokens: int) -> dict[str, Any]:
     """What the sagemaker target sends to a container's `/invocations`: the API's body, streamed, naming no model.
 
     /invocations streams when the body says so: TGI's generate or Messages API (chat) body, vLLM's completions or
@@ -135,7 +140,7 @@ class _StreamingTransport:
     base_backoff_s = 0.0
     max_backoff_s = 0.0
 
-    def _request(self, prompt: str, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
+    def _request(self, prompt: Prompt, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
         raise NotImplementedError
 
     def _decoder(self) -> SseLines | EventStreamLines:
@@ -144,11 +149,14 @@ class _StreamingTransport:
     def _http_error(self, resp: aiohttp.ClientResponse, body: str) -> tuple[ErrorKind, str]:
         return classify_http_error(resp.status, body)
 
-    async def send(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> RequestRecord:
+    async def send(self, session: aiohttp.ClientSession, prompt: Prompt, max_new_tokens: int,
+                   reply: list[str] | None = None) -> RequestRecord:
         """Send one request; retry only what `_http_error` calls `throttled`, at most `max_retries` times."""
         retries = 0
         while True:
-            out = await self._attempt(session, prompt, max_new_tokens)
+            if reply is not None:
+                reply.clear()  # the last attempt's reply
+            out = await self._attempt(session, prompt, max_new_tokens, reply)
             if out.error_kind != "throttled" or retries >= self.max_retries:
                 out.retries = retries
                 return out
@@ -156,7 +164,8 @@ class _StreamingTransport:
             backoff = min(self.max_backoff_s, self.base_backoff_s * 2 ** (retries - 1))
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
 
-    async def _attempt(self, session: aiohttp.ClientSession, prompt: str, max_new_tokens: int) -> RequestRecord:
+    async def _attempt(self, session: aiohttp.ClientSession, prompt: Prompt, max_new_tokens: int,
+                       reply: list[str] | None = None) -> RequestRecord:
         try:
             url, headers, body = self._request(prompt, max_new_tokens)
         except Exception as exc:  # noqa: BLE001 - e.g. expired credentials while signing; send never raises
@@ -164,7 +173,7 @@ class _StreamingTransport:
             return RequestRecord(ok=False, start_s=now, e2e_s=0.0, error_kind="other",
                                  error=f"could not build the request: {type(exc).__name__}: {exc}")
         t0 = time.perf_counter()
-        st = StreamState(t0)
+        st = StreamState(t0, reply)
         status: int | None = None
         first_byte = asyncio.timeout(self.first_byte_s)  # lifted once the response's first byte is in
         try:
@@ -231,7 +240,7 @@ class HttpTransport(_StreamingTransport):
         self.timeout_s = timeout_s
         self.first_byte_s = first_byte_s
 
-    def _request(self, prompt: str, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
+    def _request(self, prompt: Prompt, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
         body = json.dumps(self.api.body(prompt, max_new_tokens, self.model)).encode()
         return self.url, {"Content-Type": "application/json", "Accept": "text/event-stream"}, body
 
@@ -271,7 +280,7 @@ class SageMakerTransport(_StreamingTransport):
         self.base_backoff_s = base_backoff_s
         self.max_backoff_s = max_backoff_s
 
-    def _request(self, prompt: str, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
+    def _request(self, prompt: Prompt, max_new_tokens: int) -> tuple[str, dict[str, str], bytes]:
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
 

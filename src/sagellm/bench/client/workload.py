@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sagellm.bench.client.conversation import Conversation, Conversations, Message, Seconds, as_text
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.schema import U32_MAX
@@ -153,6 +154,9 @@ class Request:
     input_tokens: int  # as counted locally (the server's count replaces it where reported)
     max_new_tokens: int
     counted_by: Literal["tokenizer", "words"] = "words"
+    messages: tuple[Message, ...] | None = None  # a conversation's turn: the history and its new user message
+    conversation: int | None = None  # the conversation's number in the run
+    turn: int | None = None  # 1-based
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,8 @@ class WorkloadOptions:
     dataset: Path | None = None
     tokenizer: Path | None = None
     seed: int = 0
+    turns: str | None = None  # a Lengths spec: conversations of this many turns (`conversation`); None: one request
+    think_time_s: str | None = None  # a Seconds spec: between a reply and its conversation's next turn
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,7 @@ class Workload:
                              f"(WorkloadOptions.input_tokens {self.inputs})")
         self.prefix = self._words(random.Random(f"{options.seed}/prefix"), options.shared_prefix)
         self.issued = 0
+        self.conversations = _conversations(options, self.entries is not None)
 
     def payload(self) -> Payload:
         """The mean request: what sizes the plan and the prediction."""
@@ -203,6 +210,10 @@ class Workload:
             outputs = [e.output_tokens for e in self.entries if e.output_tokens is not None]
             mean_out = sum(outputs) / len(outputs) if outputs else self.outputs.mean
             return Payload(max(1, round(inputs)), max(1, round(mean_out)))
+        if self.conversations is not None:  # about the mean turn: half the history of a conversation of mean length
+            earlier = (self.conversations.turns.mean - 1) / 2
+            inputs = self.inputs.mean * (1 + earlier) + self.outputs.mean * earlier
+            return Payload(max(1, round(inputs)), max(1, round(self.outputs.mean)))
         return Payload(max(1, round(self.inputs.mean)), max(1, round(self.outputs.mean)))
 
     def longest(self) -> tuple[int, int]:
@@ -210,6 +221,9 @@ class Workload:
         if self.entries is not None:
             outputs = [e.output_tokens or self.outputs.high for e in self.entries]
             return max(e.input_tokens for e in self.entries), max(outputs)
+        if self.conversations is not None:  # the last turn of the longest conversation re-sends all the rest
+            turns = self.conversations.turns.high
+            return turns * self.inputs.high + (turns - 1) * self.outputs.high, self.outputs.high
         return self.inputs.high, self.outputs.high
 
     def sizes(self, index: int) -> tuple[int, int]:
@@ -226,16 +240,27 @@ class Workload:
         self.issued += 1
         return self.request(index)
 
-    def request(self, index: int) -> Request:
-        """Request `index` of this run."""
+    def turn(self, conversation: Conversation) -> Request:
+        """The run's next request as `conversation`'s next turn: its history and a new user message of
+        `input_tokens` (the shared prefix opens only the first)."""
+        index = self.issued
+        self.issued += 1
+        new = self.request(index, shared_prefix=conversation.turn == 0)
+        messages = conversation.ask(new.prompt)
+        prompt = as_text(messages)
+        return Request(index, prompt, self.counter.count(prompt), new.max_new_tokens, self.counter.name, messages,
+                       conversation.number, conversation.turn)
+
+    def request(self, index: int, *, shared_prefix: bool = True) -> Request:
+        """Request `index` of this run (`shared_prefix`: opened by the shared prefix, if any)."""
         rng = random.Random(f"{self.options.seed}/{index}")
         if self.entries is not None:
             entry = self.entries[index % len(self.entries)]
             out = entry.output_tokens if entry.output_tokens is not None else self.outputs.draw(rng)
             return Request(index, entry.prompt, entry.input_tokens, out, self.counter.name)
         n_in, n_out = self.inputs.draw(rng), self.outputs.draw(rng)
-        unique = n_in - self.options.shared_prefix
-        prompt = " ".join(p for p in (self.prefix, self._words(rng, unique)) if p)
+        shared = self.options.shared_prefix if shared_prefix else 0
+        prompt = " ".join(p for p in (self.prefix if shared else "", self._words(rng, n_in - shared)) if p)
         return Request(index, prompt, self.counter.count(prompt), n_out, self.counter.name)
 
     def _words(self, rng: random.Random, n_tokens: int) -> str:
@@ -253,7 +278,26 @@ class Workload:
             output_tokens="dataset" if outputs_given else str(self.outputs),
             shared_prefix_tokens=o.shared_prefix if entries is None else 0,
             dataset=str(o.dataset) if o.dataset else None, dataset_entries=len(entries) if entries else None,
-            token_counter=self.counter.name, tokenizer=str(o.tokenizer) if o.tokenizer else None, seed=o.seed)
+            token_counter=self.counter.name, tokenizer=str(o.tokenizer) if o.tokenizer else None, seed=o.seed,
+            **(self.conversations.describe() if self.conversations is not None else {}))
+
+
+def _conversations(options: WorkloadOptions, dataset: bool) -> Conversations | None:
+    """The conversations `turns` and `think_time_s` ask for; None for single requests."""
+    if options.turns is None:
+        if options.think_time_s is not None:
+            raise InputError("WorkloadOptions.think_time_s: only with WorkloadOptions.turns (the pause between a "
+                             "conversation's turns)")
+        return None
+    if dataset:
+        raise InputError("WorkloadOptions.turns: not with WorkloadOptions.dataset (its prompts are single turns)")
+    try:
+        turns = Lengths.parse(options.turns, "WorkloadOptions.turns")
+    except InputError:
+        raise InputError(f"WorkloadOptions.turns: {options.turns!r} is not a number of turns (use 3 (fixed), 3:1 "
+                         "(mean:stddev) or 2-6 (min-max), each at least 1)") from None
+    think = Seconds.parse(options.think_time_s or "0", "WorkloadOptions.think_time_s")
+    return Conversations(turns, think, options.seed)
 
 
 # --------------------------------------------------------------------------------------------- datasets

@@ -202,6 +202,7 @@ class LevelBook:
         return dataclasses.replace(
             record, concurrency=self.concurrency, request_rate=self.request_rate, repeat=self.repeat,
             worker=worker, request=request.index, start_s=record.start_s - self.clock_zero, warmup=warmup,
+            conversation=request.conversation, turn=request.turn,
             late_s=late_s, input_tokens=record.input_tokens if by_server else request.input_tokens,
             input_tokens_by=record.input_tokens_by if by_server else request.counted_by)
 

@@ -17,6 +17,7 @@ from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.closed_loop import run_level
+from sagellm.bench.load.conversations import conversation_level
 from sagellm.bench.load.coordinator import run_shared_level
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.open_loop import OpenLoop, run_rate_level
@@ -74,7 +75,9 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
                 functools.partial(run_rate_level, transport, rate=load, arrivals=open_loop.arrivals,
                                   max_in_flight=open_loop.max_in_flight, seed=open_loop.seed,
                                   time_scale=open_loop.time_scale)
-            if pool is not None:
+            if workload.conversations is not None:  # in this process: a conversation's turns share its history
+                level = conversation_level(transport, load, open_loop)
+            elif pool is not None:
                 n = workers or auto_workers(load, open_loop=open_loop)
                 if n > 1 or pool.remote:
                     level = functools.partial(run_shared_level, pool, load=load, open_loop=open_loop, workers=n)

@@ -113,6 +113,12 @@ def bench(
                                                    "one token per word)")] = None,
     seed: Annotated[int, typer.Option("--seed", rich_help_panel="Workload", help="seed of the prompts and "
                                       "arrivals (same seed, same requests)")] = 0,
+    turns: Annotated[str | None, typer.Option("--turns", rich_help_panel="Workload", help="multi-turn "
+                                              "conversations of this many turns: 3, 3:1 or 2-6; each turn re-sends "
+                                              "the history and adds --input-tokens (docs/workloads.md)")] = None,
+    think_time: Annotated[str | None, typer.Option("--think-time", rich_help_panel="Workload", help="with --turns: "
+                                                   "seconds between a reply and the next turn: 2, 2:0.5 or 1-3 "
+                                                   "[default: 0]")] = None,
     workload_config: Annotated[Path | None, typer.Option("--workload-config", rich_help_panel="Workload",
                                help="an AIPerf workload spec (SageMaker AI's AIWorkloadConfig: the request `sagellm "
                                "workload export` writes, or the spec itself): its lengths, shared prefix, seed and "
@@ -292,10 +298,14 @@ def bench(
             errors.extend(specs.load_by_problems(parts.get("load_by"), parts["target"]))
     if errors:
         raise InputError(as_flags(errors))
-    spec = specs.Bench(
-        workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
-                                       shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer, seed=seed),
-        gate=specs.Gate(thresholds, baseline, allow_incomparable, slo), **parts)
+    try:  # what the parts cannot run with together (conversations and workers) is named by its flags too
+        spec = specs.Bench(
+            workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
+                                           shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer,
+                                           seed=seed, turns=turns, think_time_s=think_time),
+            gate=specs.Gate(thresholds, baseline, allow_incomparable, slo), **parts)
+    except InputError as exc:
+        raise InputError(as_flags(exc.messages)) from None
     with watching() as watch:
         try:
             outcome = run(spec, watch)

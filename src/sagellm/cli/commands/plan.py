@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -47,6 +47,11 @@ def plan(
                                                       f"{LENGTHS}")] = None,
     dataset: Annotated[Path | None, typer.Option("--dataset", help="the lengths of a JSONL or ShareGPT file's "
                                                  "requests, as the bench reads it (bench --dataset)")] = None,
+    turns: Annotated[str | None, typer.Option("--turns", help="multi-turn conversations of this many turns (3, "
+                                              "3:1 or 2-6), each turn re-sending the history, as bench --turns")]
+    = None,
+    think_time: Annotated[str | None, typer.Option("--think-time", help="with --turns: seconds between a reply and "
+                                                   "the next turn (2, 2:0.5 or 1-3) [default: 0]")] = None,
     concurrency: Annotated[str, typer.Option("--concurrency", help="endpoint-wide levels")] =
     "1,2,4,8,16,32,64,128,256,512",
     region: Region = "us-east-1",
@@ -66,25 +71,32 @@ def plan(
     from dataclasses import replace
 
     from sagellm.bench.client.workload import Workload, WorkloadOptions
-    from sagellm.bench.predicted import simulated_curve
+    from sagellm.bench.predicted import conversation_curve, simulated_curve, talks_of
     from sagellm.errors import InputError
     from sagellm.planner import Payload
     from sagellm.profiles import design_for, profile_payload
 
     levels = concurrency_levels(concurrency)
     try:  # the bench's workload: its lengths, drawn per request as a bench with the same options sends them
-        workload = Workload(WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, dataset=dataset),
+        workload = Workload(WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, dataset=dataset,
+                                            turns=turns, think_time_s=think_time),
                             profile_payload(profile, profiles_dir))
     except InputError as exc:
-        raise InputError([m.replace("WorkloadOptions.", "--").replace("_tokens", "-tokens") for m in exc.messages]) \
-            from None
+        raise InputError([m.replace("WorkloadOptions.think_time_s", "--think-time").replace("WorkloadOptions.", "--")
+                          .replace("_tokens", "-tokens") for m in exc.messages]) from None
     varied = workload.inputs.kind != "fixed" or workload.outputs.kind != "fixed" or dataset is not None
     # The longest request sizes the plan's limits (each request must be taken); the mean one its prediction.
     d = design_for(profile, model, instance, payload=Payload(*workload.longest()), region=region,
                    profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
                    instance_count=instance_count, engine=engine)
-    curve = simulated_curve(d.plan(), d.shape(), workload.payload(), levels, region,
-                            sizes=workload.sizes if varied else None)
+    talks = talks_of(workload)
+    by_turn: dict[int, Any] = {}
+    if talks is not None:
+        curve, summaries = conversation_curve(d.plan(), d.shape(), workload.payload(), levels, region, talks)
+        by_turn = {c: [t.model_dump() for t in s.by_turn or ()] for c, s in summaries.items()}
+    else:
+        curve = simulated_curve(d.plan(), d.shape(), workload.payload(), levels, region,
+                                sizes=workload.sizes if varied else None)
     curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
@@ -92,7 +104,8 @@ def plan(
              "quantization": main.quantization, "container": f"{d.container} {d.container_version}"}
     env = d.environment
     if json_out:
-        print(json.dumps({"shape": shape, "environment": env, "curve": curve.to_dict()}, indent=2))
+        extra = {"by_turn": by_turn} if talks is not None else {}  # conversations: per level, per turn
+        print(json.dumps({"shape": shape, "environment": env, "curve": curve.to_dict(), **extra}, indent=2))
         return
     from sagellm.render import print_curve
 
