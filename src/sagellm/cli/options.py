@@ -130,10 +130,11 @@ FLAGS = {
     "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
     "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",
     "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "dataset": "--dataset",
-    "tokenizer": "--tokenizer",
+    "tokenizer": "--tokenizer", "trace": "--trace", "speed": "--trace-speed", "requests": "--trace-requests",
+    "window_s": "--trace-window",
 }
 SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"
-                        r"|WorkloadOptions)\.([a-z][a-z0-9_]*)\b")
+                        r"|WorkloadOptions|TraceOptions)\.([a-z][a-z0-9_]*)\b")
 
 
 def as_flags(messages: list[str]) -> list[str]:

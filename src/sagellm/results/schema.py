@@ -154,10 +154,24 @@ class LevelSummary(LoadKey):
     spread: dict[str, Spread] | None = None  # repeats > 1: headline metrics across the repeats
 
 
+class TraceRecord(_Strict):
+    """A replayed request trace: which file, which of its requests, how fast (bench/client/trace.py)."""
+
+    file: str
+    format: Literal["mooncake", "azure"]
+    rows: int  # requests replayed (per level)
+    rows_in_file: int
+    speed: float  # 2: arrivals twice as fast as recorded
+    first_requests: int | None = None  # only the first N were asked for
+    window_s: tuple[float, float] | None = None  # only those due in [start, end) seconds of the trace
+    duration_s: float  # from the first replayed arrival to the last, at this speed (simulated seconds)
+    request_rate: float  # their mean rate at this speed, requests/s (the level's name)
+
+
 class WorkloadRecord(_Strict):
     """What the requests asked for."""
 
-    prompts: Literal["unique", "dataset"]  # unique: random words per request, seeded
+    prompts: Literal["unique", "dataset", "trace"]  # unique: random words per request, seeded
     api: str  # tgi (generate), openai (completions) or chat (Messages API / chat completions)
     input_tokens: str  # a length distribution (512, 512:64, 256-1024) or "dataset"
     output_tokens: str
@@ -167,6 +181,7 @@ class WorkloadRecord(_Strict):
     token_counter: Literal["words", "tokenizer"]  # how prompts were built and counted locally
     tokenizer: str | None = None
     seed: int
+    trace: TraceRecord | None = None  # a trace replay: its arrivals and lengths are the trace's
 
 
 class Run(_Strict):

@@ -12,6 +12,8 @@ by a closed loop that waits for it.
 - **Over-saturation** (with `StopRule.saturation`): at each send the requests not yet answered are those in
   flight plus those due meanwhile that wait for the cap (lateness × rate); when they keep growing, or a first
   token waits past the limit, the level stops early (`saturation`), on the simulated clock (`time_scale`).
+- **Trace replay** (a workload with a trace): request i is due at the trace's arrival i (÷ its speed, × `time_scale`)
+  and the schedule ends with the trace; the level's rate is the trace's mean (it names the level).
 Warm-up, ramp, window and stop rule are the level's (see `level`); the window ends when the next request
 is not sent (the budget is spent or the duration is over), so it spans the arrivals it measured.
 """
@@ -97,7 +99,12 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
     if stop_rule.saturation is not None:
         book.watch = SaturationWatch(stop_rule.saturation, time_scale, rate, book.load)
     in_flight = 0
-    schedule = arrival_times(rate / time_scale, arrivals, random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
+    schedule: Iterator[float] = arrival_times(rate / time_scale, arrivals,
+                                              random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
+    if workload.trace is not None:
+        if every == 1:  # one process: the level starts at the trace's first request (workers: their coordinator)
+            workload.replay_from_start()
+        schedule = iter([t * time_scale for t in workload.trace.arrivals_s])
 
     async def one(session: aiohttp.ClientSession, request: Request, due: float, warming: bool) -> None:
         nonlocal in_flight
@@ -129,5 +136,7 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
                 book.saturated(book.watch.sent(now - book.started, in_flight + 1 + waiting))
             in_flight += 1
             group.create_task(one(session, workload.next(), due, warming))
+        else:  # a finite schedule (a trace) ran out: its window ends here, as a spent budget's does
+            book.window_end = book.window_end or time.perf_counter()
 
     return await book.run(max_in_flight, start)
