@@ -49,3 +49,34 @@ def test_a_trace_level_measures_what_the_warm_up_leaves() -> None:
     assert (load.requests_per_level, load.warmup, load.repeats) == (7, 3, 2)
     with pytest.raises(InputError, match="leave none of the trace's 10 to measure"):
         trace_level(TraceOptions(AZURE, requests=10), warmup=10)
+
+
+@pytest.mark.slow
+def test_worker_processes_share_a_trace_each_repeat_replaying_it_from_its_first_request() -> None:
+    from pacing_server import pacing_server_process
+    from sagellm.bench.client.transports import TGI, HttpTransport
+    from sagellm.bench.load.open_loop import OpenLoop
+    from sagellm.bench.load.pools import ProcessPool, worker_pool
+    from sagellm.bench.sweep.run import run_sweep
+
+    options = TraceOptions(AZURE, speed=20)  # 24 requests in about a second
+    work = Workload(WorkloadOptions(trace=options), Payload(1, 1))
+    assert work.trace is not None
+    rows = work.trace.rows
+    load = trace_level(options, warmup=1, repeats=2)
+    records: list[RequestRecord] = []
+    with pacing_server_process(itl_s=0.001, ttft_s=0.005) as remote, \
+            worker_pool(2, HttpTransport(remote.url, TGI), work) as pool:
+        assert isinstance(pool, ProcessPool)
+        levels = asyncio.run(run_sweep(
+            HttpTransport(remote.url, TGI), workload=work, open_loop=OpenLoop(load.request_rate),
+            requests_per_level=load.requests_per_level, duration_per_level_s=None, warmup=load.warmup,
+            on_record=records.append, repeats=2, pool=pool, workers=2))
+    assert [len(level.records) for level in levels] == [len(rows), len(rows)]
+    for level in levels:
+        # Arrival i of each repeat is row i of the trace (its lengths), the first one warming up.
+        by_arrival = sorted(level.records, key=lambda r: r.request or 0)
+        assert [(r.request or 0) % len(rows) for r in by_arrival] == list(range(len(rows)))
+        assert [r.input_tokens for r in by_arrival] == [row.input_tokens for row in rows]
+        assert [r.warmup for r in by_arrival] == [True] + [False] * (len(rows) - 1)
+        assert all(r.ok for r in by_arrival)

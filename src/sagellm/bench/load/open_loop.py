@@ -13,7 +13,8 @@ by a closed loop that waits for it.
   flight plus those due meanwhile that wait for the cap (lateness × rate); when they keep growing, or a first
   token waits past the limit, the level stops early (`saturation`), on the simulated clock (`time_scale`).
 - **Trace replay** (a workload with a trace): request i is due at the trace's arrival i (÷ its speed, × `time_scale`)
-  and the schedule ends with the trace; the level's rate is the trace's mean (it names the level).
+  and the schedule ends with the trace, every request of which is sent (the budget is the trace's); the level's
+  rate is the trace's mean (it names the level).
 Warm-up, ramp, window and stop rule are the level's (see `level`); the window ends when the next request
 is not sent (the budget is spent or the duration is over), so it spans the arrivals it measured.
 """
@@ -92,6 +93,8 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
     zero = time.perf_counter() if clock_zero is None else clock_zero
     mine, every = share
     my_warmup = len(range(mine, warmup, every))
+    if workload.trace is not None:  # the trace decides: every one of this share's arrivals, its warm-up's first
+        requests, duration_s = len(range(mine, len(workload.trace.rows), every)) - my_warmup, None
     book = LevelBook(concurrency=None, request_rate=rate, warmup_requests=my_warmup, ramp_count=max(my_warmup, 1),
                      budget=requests, duration_s=duration_s, rule=stop_rule, clock_zero=zero,
                      on_record=on_record, on_progress=on_progress, repeat=repeat)
