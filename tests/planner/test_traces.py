@@ -101,3 +101,14 @@ def test_plan_with_a_bad_trace_exits_2_with_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"sagellm: error: {bad}:1: output_length: 0 must be")
+
+
+def test_a_mooncake_trace_hands_the_simulation_one_segment_per_block_and_an_azure_one_none() -> None:
+    from sagellm.bench.client.trace import trace_prefixes
+
+    mooncake, azure = replay_of("mooncake.jsonl").trace, replay_of("azure_conv.csv").trace
+    assert mooncake is not None and azure is not None
+    segments = trace_prefixes(mooncake)
+    assert [[key for key, _ in s] for s in segments] == [[("mooncake", h) for h in r.hash_ids] for r in mooncake.rows]
+    assert [sum(n for _, n in s) for s in segments] == [r.input_tokens for r in mooncake.rows]  # ids cover each
+    assert trace_prefixes(azure) == ((),) * len(azure.rows)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 from sagellm.errors import InputError
+from sagellm.planner.traces import Segments, prefix_segments
 from sagellm.profiles.schema import U32_MAX
 from sagellm.results.schema import TraceRecord
 
@@ -246,3 +247,8 @@ def _azure(path: Path, text: str) -> Iterator[TraceRow]:
             raise InputError(f"{path}:{n}: TIMESTAMP: {values[0]!r} mixes a time zone with times without one; "
                              f"{shape}")
         yield TraceRow(n, (when - zero).total_seconds(), sizes[0], sizes[1])
+
+
+def trace_prefixes(trace: Trace) -> tuple[Segments, ...]:
+    """Each request's prompt as prefix segments (its Mooncake blocks; none for an Azure row), for the simulation."""
+    return tuple(prefix_segments(r.hash_ids, r.input_tokens, MOONCAKE_BLOCK_TOKENS) for r in trace.rows)

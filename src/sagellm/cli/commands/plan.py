@@ -122,13 +122,14 @@ def plan(
 
 def _print_trace(plan: DeploymentPlan, shape: Shape, workload: Workload, json_out: bool) -> None:
     """The plan's endpoint replaying the workload's trace: what it would do to those requests, as a bench level."""
+    from sagellm.bench.client.trace import trace_prefixes
     from sagellm.bench.predicted import simulated_trace
     from sagellm.planner import StepModel
 
     trace = workload.trace
     assert trace is not None
     _, level = simulated_trace(plan, StepModel(shape), workload.payload(), trace.arrivals_s, workload.sizes,
-                               trace.rate)
+                               trace.rate, prefixes=trace_prefixes(trace))
     record = trace.describe()
     if json_out:
         print(json.dumps({"trace": record.model_dump(mode="json"), "level": level.model_dump(mode="json")}, indent=2))
