@@ -242,15 +242,17 @@ def ramp_of(given: Closed | Open) -> Ramp:
     return Ramp(step_s=given.duration_per_level_s)
 
 
-def trace_level(trace: TraceOptions, *, warmup: int = 0, max_in_flight: int = MAX_IN_FLIGHT, repeats: int = 1,
+def trace_level(trace: TraceOptions, *, speeds: tuple[float, ...] = (), warmup: int = 0,
+                max_in_flight: int = MAX_IN_FLIGHT, repeats: int = 1,
                 max_ttft_s: float = SAGEMAKER_INVOCATION_TIMEOUT_S) -> Open:
-    """The open-loop level that replays a trace (with `WorkloadOptions.trace` the same): named by its mean rate,
-    its first `warmup` requests warm up and every other one is measured."""
+    """The open-loop levels that replay a trace (with `WorkloadOptions.trace` the same): one per speed (default:
+    the trace's own), each named by its mean rate; the first `warmup` requests warm up, every other is measured."""
     replay = load_trace(trace)
     rows = len(replay.rows)
     if warmup >= rows:
         raise InputError(f"Open.warmup: {warmup} warm-up requests leave none of the trace's {rows} to measure")
-    return Open((replay.rate,), max_in_flight=max_in_flight, requests_per_level=rows - warmup,
+    rates = tuple(replay.rate * speed / trace.speed for speed in speeds or (trace.speed,))
+    return Open(rates, max_in_flight=max_in_flight, requests_per_level=rows - warmup,
                 warmup=warmup, repeats=repeats, max_ttft_s=max_ttft_s)
 
 

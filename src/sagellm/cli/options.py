@@ -102,6 +102,11 @@ def rate_levels(text: str | None) -> tuple[float, ...]:
                                               "give rates > 0 (requests/s) separated by commas, e.g. 0.5,1,2")
 
 
+def speed_levels(text: str | None) -> tuple[float, ...]:
+    return (1.0,) if text is None else _levels(text, "--trace-speed", float,
+                                               "give speed factors > 0 separated by commas, e.g. 1,2,4")
+
+
 def worker_count(text: str) -> int | None:
     """`auto` (None) or a whole number ≥ 1."""
     if text.strip() == "auto":

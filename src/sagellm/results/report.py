@@ -104,9 +104,12 @@ def _load(run: Run) -> str:
         tail += f", from {run.workers} worker processes" + (f" on the Ray cluster {run.ray}" if run.ray else "")
     if run.workload is not None and run.workload.trace is not None:
         t = run.workload.trace
-        return (f"trace replay (open loop): each request at its recorded arrival time ÷ {t.speed:g}, over "
-                f"{t.duration_s:g} s (mean {t.request_rate:.3g} requests/s), at most {run.max_in_flight} in "
-                f"flight{tail}")
+        at_speed_1 = t.request_rate / t.speed
+        speeds = ", ".join(f"{rate / at_speed_1:.3g}" for rate in run.request_rate or [t.request_rate])
+        rates = ", ".join(f"{rate:.3g}" for rate in run.request_rate or [t.request_rate])
+        return (f"trace replay (open loop): each request at its recorded arrival time ÷ the speed ({speeds}; "
+                f"{t.duration_s:g} s at speed {t.speed:g}), mean {rates} requests/s, at most {run.max_in_flight} "
+                f"in flight{tail}")
     if run.request_rate:
         return (f"open loop, {run.arrivals} arrivals at {', '.join(f'{r:g}' for r in run.request_rate)} "
                 f"requests/s, at most {run.max_in_flight} in flight{tail}")

@@ -80,3 +80,19 @@ def test_worker_processes_share_a_trace_each_repeat_replaying_it_from_its_first_
         assert [r.input_tokens for r in by_arrival] == [row.input_tokens for row in rows]
         assert [r.warmup for r in by_arrival] == [True] + [False] * (len(rows) - 1)
         assert all(r.ok for r in by_arrival)
+
+
+def test_a_sweep_of_speeds_is_one_level_per_speed_each_replaying_the_trace_that_much_faster() -> None:
+    options = TraceOptions(AZURE, speed=2)
+    load = trace_level(options, speeds=(2, 4))
+    workload = Workload(WorkloadOptions(trace=options), Payload(1, 1))
+    assert workload.trace is not None
+    assert load.request_rate == pytest.approx((workload.trace.rate, 2 * workload.trace.rate))
+    records: list[RequestRecord] = []
+    asyncio.run(run_rate_level(
+        FakeTransport(duration_s=(0.001, 0.002)), rate=load.request_rate[1], arrivals="constant", max_in_flight=64,
+        requests=load.requests_per_level, duration_s=None, warmup=0, workload=workload, on_record=records.append,
+        time_scale=0.05))
+    due = sorted(r.start_s - (r.late_s or 0.0) for r in records)
+    # Speed 4 where the workload's trace is read at 2: its arrivals twice as close again.
+    assert [t - due[0] for t in due] == pytest.approx([t / 2 * 0.05 for t in workload.trace.arrivals_s], abs=2e-3)

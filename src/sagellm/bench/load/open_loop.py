@@ -12,9 +12,9 @@ by a closed loop that waits for it.
 - **Over-saturation** (with `StopRule.saturation`): at each send the requests not yet answered are those in
   flight plus those due meanwhile that wait for the cap (lateness × rate); when they keep growing, or a first
   token waits past the limit, the level stops early (`saturation`), on the simulated clock (`time_scale`).
-- **Trace replay** (a workload with a trace): request i is due at the trace's arrival i (÷ its speed, × `time_scale`)
-  and the schedule ends with the trace, every request of which is sent (the budget is the trace's); the level's
-  rate is the trace's mean (it names the level).
+- **Trace replay** (a workload with a trace): request i is due at the trace's arrival i ÷ the level's speed (its
+  rate ÷ the trace's mean rate at speed 1), × `time_scale`, and the schedule ends with the trace, every request of
+  which is sent (the budget is the trace's); a level's rate is the trace's mean at its speed (it names the level).
 Warm-up, ramp, window and stop rule are the level's (see `level`); the window ends when the next request
 is not sent (the budget is spent or the duration is over), so it spans the arrivals it measured.
 """
@@ -107,7 +107,9 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
     if workload.trace is not None:
         if every == 1:  # one process: the level starts at the trace's first request (workers: their coordinator)
             workload.replay_from_start()
-        schedule = iter([t * time_scale for t in workload.trace.arrivals_s])
+        # A level of another speed than the trace's own (a sweep of speeds) scales its arrivals by the rates' ratio.
+        pace = workload.trace.rate / rate * time_scale
+        schedule = iter([t * pace for t in workload.trace.arrivals_s])
 
     async def one(session: aiohttp.ClientSession, request: Request, due: float, warming: bool) -> None:
         nonlocal in_flight

@@ -24,6 +24,7 @@ from sagellm.cli.options import (
     engine_choice,
     rate_levels,
     region_option,
+    speed_levels,
     worker_count,
 )
 from sagellm.errors import InputError
@@ -119,8 +120,9 @@ def bench(
                                                "ContextTokens, GeneratedTokens), each request at its recorded "
                                                "time with its lengths, as one open-loop level "
                                                "(docs/workloads.md)")] = None,
-    trace_speed: Annotated[float, typer.Option("--trace-speed", rich_help_panel="Workload", help="with --trace: "
-                                               "play it this much faster (2 = twice as fast)")] = 1.0,
+    trace_speed: Annotated[str | None, typer.Option("--trace-speed", rich_help_panel="Workload", help="with "
+                                                    "--trace: play it this much faster (2 = twice as fast); "
+                                                    "several (1,2,4) are levels of the sweep [default: 1]")] = None,
     trace_requests: Annotated[int | None, typer.Option("--trace-requests", rich_help_panel="Workload",
                                                        help="with --trace: only its first N requests")] = None,
     trace_window: Annotated[str | None, typer.Option("--trace-window", rich_help_panel="Workload", help="with "
@@ -251,7 +253,7 @@ def bench(
          ("--trace: replays the trace's own arrivals as one level; leave out --concurrency, --request-rate, "
           "--arrivals, --ramp, --requests-per-level and --duration-per-level (--trace-requests, --trace-window and "
           "--trace-speed choose the part and the pace)")),
-        (trace is None and (trace_speed != 1.0 or trace_requests is not None or trace_window is not None),
+        (trace is None and (trace_speed is not None or trace_requests is not None or trace_window is not None),
          "--trace-speed/--trace-requests/--trace-window: only with --trace"),
         (bool(ramp) and requests_per_level is not None,
          "--requests-per-level: a ramp's steps last --duration-per-level seconds each"),
@@ -276,7 +278,7 @@ def bench(
     def load() -> specs.LoadSpec:
         """--ramp: a ramp; --no-ramp or --concurrency: the levels; neither: a ramp when the plan autoscales."""
         if "trace" in parts:  # one level, its arrivals the trace's
-            return specs.trace_level(parts["trace"], warmup=warmup, repeats=repeats,
+            return specs.trace_level(parts["trace"], speeds=speeds, warmup=warmup, repeats=repeats,
                                      max_in_flight=MAX_IN_FLIGHT if max_in_flight is None else max_in_flight,
                                      max_ttft_s=SAGEMAKER_INVOCATION_TIMEOUT_S if max_ttft_s is None else max_ttft_s)
         requests = None if ramp else requests_per_level  # refused above
@@ -290,7 +292,12 @@ def bench(
         return given if ramp is False or concurrency is not None else specs.RampIfAutoscaled(given)
 
     if trace is not None:
-        build("trace", lambda: specs.TraceOptions(trace, trace_speed, trace_requests,
+        speeds: tuple[float, ...] = ()
+        try:
+            speeds = speed_levels(trace_speed)
+        except InputError as exc:
+            errors.extend(exc.messages)
+        build("trace", lambda: specs.TraceOptions(trace, speeds[0] if speeds else 1.0, trace_requests,
                                                   parse_window(trace_window, "--trace-window")))
     if trace is None or "trace" in parts:
         build("load", load)
