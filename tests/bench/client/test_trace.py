@@ -210,3 +210,12 @@ def test_speed_and_count_must_be_positive() -> None:
     with pytest.raises(InputError) as exc:
         TraceOptions(MOONCAKE, speed=0, requests=0)
     assert [m.split(":")[0] for m in exc.value.messages] == ["TraceOptions.speed", "TraceOptions.requests"]
+
+
+def test_the_2024_azure_files_time_zone_and_a_byte_order_mark_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "AzureLLMInferenceTrace_conv_1week.csv"
+    path.write_text("\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\r\n2024-05-10 00:00:00.009930+00:00,374,44\r\n"
+                    "2024-05-10 00:00:01.509930+00:00,396,109\r\n", encoding="utf-8")
+    trace = load_trace(TraceOptions(path))
+    assert trace.format == "azure" and trace.arrivals_s == pytest.approx((0.0, 1.5))
+    assert [(r.input_tokens, r.output_tokens, r.line) for r in trace.rows] == [(374, 44, 2), (396, 109, 3)]

@@ -146,7 +146,7 @@ def load_trace(options: TraceOptions) -> Trace:
     """Read and select a trace; InputError with file:line and the fix on the first bad row."""
     path = options.path
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a CSV saved by a spreadsheet may open with a BOM
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InputError(f"WorkloadOptions.trace: {path}: cannot be read: {why}") from None
