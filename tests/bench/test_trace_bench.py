@@ -39,7 +39,7 @@ def test_trace_flags_build_one_open_level_at_the_traces_mean_rate(tmp_path: Path
 
 
 @pytest.mark.parametrize(("given", "message"), [
-    ({"trace": MOONCAKE, "concurrency": "1,2"}, "--trace: replays the trace's own arrivals as one level"),
+    ({"trace": MOONCAKE, "concurrency": "1,2"}, "--trace: replays the trace's own arrivals, a level per --trace-speed"),
     ({"trace": MOONCAKE, "input_tokens": "512"}, "--input-tokens: not with --trace"),
     ({"trace_speed": "2"}, "--trace-speed/--trace-requests/--trace-window: only with --trace"),
     ({"trace": MOONCAKE, "trace_speed": "0"}, "--trace-speed: '0': 0.0 is not a level; give speed factors > 0"),

@@ -118,7 +118,7 @@ def bench(
                                                "trace: a Mooncake JSONL (timestamp ms, input_length, "
                                                "output_length, hash_ids) or Azure LLM inference CSV (TIMESTAMP, "
                                                "ContextTokens, GeneratedTokens), each request at its recorded "
-                                               "time with its lengths, as one open-loop level "
+                                               "time with its lengths, as an open-loop level "
                                                "(docs/workloads.md)")] = None,
     trace_speed: Annotated[str | None, typer.Option("--trace-speed", rich_help_panel="Workload", help="with "
                                                     "--trace: play it this much faster (2 = twice as fast); "
@@ -250,7 +250,7 @@ def bench(
          "--arrivals/--max-in-flight/--max-ttft-s: only with --request-rate"),
         (trace is not None and (concurrency is not None or request_rate is not None or arrivals is not None
                                 or bool(ramp) or requests_per_level is not None or duration_per_level is not None),
-         ("--trace: replays the trace's own arrivals as one level; leave out --concurrency, --request-rate, "
+         ("--trace: replays the trace's own arrivals, a level per --trace-speed; leave out --concurrency, --request-rate, "
           "--arrivals, --ramp, --requests-per-level and --duration-per-level (--trace-requests, --trace-window and "
           "--trace-speed choose the part and the pace)")),
         (trace is None and (trace_speed is not None or trace_requests is not None or trace_window is not None),
@@ -277,7 +277,7 @@ def bench(
 
     def load() -> specs.LoadSpec:
         """--ramp: a ramp; --no-ramp or --concurrency: the levels; neither: a ramp when the plan autoscales."""
-        if "trace" in parts:  # one level, its arrivals the trace's
+        if "trace" in parts:  # a level per speed, its arrivals the trace's
             return specs.trace_level(parts["trace"], speeds=speeds, warmup=warmup, repeats=repeats,
                                      max_in_flight=MAX_IN_FLIGHT if max_in_flight is None else max_in_flight,
                                      max_ttft_s=SAGEMAKER_INVOCATION_TIMEOUT_S if max_ttft_s is None else max_ttft_s)
