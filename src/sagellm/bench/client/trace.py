@@ -4,11 +4,11 @@ Two public formats, told apart by their first line:
 - **Mooncake** (JSON Lines): one `{"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [...]}` per
   request, `timestamp` in milliseconds since the trace's first request; `hash_ids` name the prompt's 512-token
   blocks in order, and two requests holding the same id share that block and everything before it (the ids are
-  chained: a block's id stands for the prompt up to its end). Defined in kvcache-ai/Mooncake's FAST'25 traces
-  (`FAST25-release/traces/*.jsonl`, README "Open Source Trace") and read the same way by aiperf's
-  `mooncake_trace` loader (ai-dynamo/aiperf, docs/benchmark_modes/trace_replay.md) and NVIDIA Dynamo's
-  benchmarks/data_generator/README.md ("the arrival time (in milliseconds) of the request since the first
-  request"; block size 512).
+  chained: a block's id stands for the prompt up to its end). The format of kvcache-ai/Mooncake's open-source
+  traces (README "Open Source Trace"; sample mooncake_trace.jsonl@d21da178), as read here from aiperf's
+  docs/benchmark_modes/trace_replay.md (its `mooncake_trace` dataset type; the copy read was the vinhngx/aiperf
+  fork) and NVIDIA Dynamo's benchmarks/data_generator/README.md (fork yuekaizhang/dynamo): "the arrival time (in
+  milliseconds) of the request since the first request", block size 512, ids shared = prefix shared.
 - **Azure LLM inference trace** (CSV): header `TIMESTAMP,ContextTokens,GeneratedTokens`, `TIMESTAMP` a wall-clock
   date and time (`2023-11-16 18:15:46.6805900`; the 2024 files add `+00:00`). Defined in Azure/AzurePublicDataset
   AzureLLMInferenceDataset2023.md@1a61e6c6 ("Schema") and AzureLLMInferenceDataset2024.md; prompts are not
