@@ -58,6 +58,8 @@ def spec_of(workload: WorkloadOptions, load: Closed | Open, default: Payload = D
     if workload.dataset is not None:
         problems.append("WorkloadOptions.dataset: a local file; AIPerf reads a dataset from S3 (upload it in "
                         "AIPerf's format and give its S3 URI)")
+    if workload.trace is not None:  # not exported (yet): AIPerf takes a trace as its own input file
+        problems.append("WorkloadOptions.trace: a local trace file; not exported to an AIPerf spec (leave it out)")
     if workload.tokenizer is not None:
         problems.append("WorkloadOptions.tokenizer: AIPerf counts tokens with the served model's tokenizer; leave it "
                         "out")

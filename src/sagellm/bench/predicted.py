@@ -27,6 +27,7 @@ from sagellm.planner.simulate import (
     Simulation,
     simulate,
 )
+from sagellm.planner.traces import Segments, SimulatedTrace
 from sagellm.profiles.plan import DeploymentPlan, served
 from sagellm.results.schema import ErrorKind, LevelSummary, RequestSlo
 
@@ -149,6 +150,17 @@ def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *,
                    requests=offered.requests if offered is not None else requests,
                    warmup=offered.warmup if offered is not None else warmup)
     return summary_of(sim, concurrency, request_rate, slo)
+
+
+def simulated_trace(plan: DeploymentPlan, steps: StepModel, payload: Payload, arrivals_s: Sequence[float],
+                    sizes: Sizes, request_rate: float, *, warmup: int = 0, prefixes: tuple[Segments, ...] = (),
+                    slo: RequestSlo | None = None) -> tuple[Simulation, LevelSummary]:
+    """The plan's endpoint replaying a trace: request i arrives at `arrivals_s[i]` with `sizes(i)` tokens and the
+    prompt segments `prefixes[i]` (a trace workload's), the first `warmup` warming up; the simulation and its
+    summary, a level named `request_rate`."""
+    sim = simulate(served(plan, steps), payload.input_tokens, payload.output_tokens,
+                   SimulatedTrace(tuple(arrivals_s), prefixes), sizes=sizes, warmup=warmup)
+    return sim, summary_of(sim, None, request_rate, slo)
 
 
 def point_of(summary: LevelSummary, pruned: Point) -> Point:

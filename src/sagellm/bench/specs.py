@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from sagellm.bench.client.trace import TraceOptions, load_trace
 from sagellm.bench.client.transports import APIS
 from sagellm.bench.client.workload import WorkloadOptions
 from sagellm.bench.load.open_loop import ARRIVALS, Arrivals
@@ -30,8 +31,9 @@ from sagellm.results.report import writable_folder_errors
 from sagellm.results.schema import RequestSlo
 from sagellm.results.tracking import mlflow_problems
 
-__all__ = ["AwsBenchmarkJob", "Bench", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output", "Ramp",
-           "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers", "WorkloadOptions"]
+__all__ = ["AwsBenchmarkJob", "Bench", "Closed", "Endpoint", "Gate", "Http", "LoadSpec", "Local", "Open", "Output",
+           "Ramp", "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "TraceOptions", "Workers",
+           "WorkloadOptions", "trace_level"]
 
 DEFAULT_PAYLOAD = Payload(256, 256)  # the standard profiles' payload, for an http run without a profile
 TargetKind = Literal["local", "sagemaker", "http"]  # what results.json's run.target says
@@ -238,6 +240,20 @@ def ramp_of(given: Closed | Open) -> Ramp:
     if isinstance(given, Open):
         return Ramp(given.request_rate, given.arrivals, given.max_in_flight, given.duration_per_level_s)
     return Ramp(step_s=given.duration_per_level_s)
+
+
+def trace_level(trace: TraceOptions, *, speeds: tuple[float, ...] = (), warmup: int = 0,
+                max_in_flight: int = MAX_IN_FLIGHT, repeats: int = 1,
+                max_ttft_s: float = SAGEMAKER_INVOCATION_TIMEOUT_S) -> Open:
+    """The open-loop levels that replay a trace (with `WorkloadOptions.trace` the same): one per speed (default:
+    the trace's own), each named by its mean rate; the first `warmup` requests warm up, every other is measured."""
+    replay = load_trace(trace)
+    rows = len(replay.rows)
+    if warmup >= rows:
+        raise InputError(f"Open.warmup: {warmup} warm-up requests leave none of the trace's {rows} to measure")
+    rates = tuple(replay.rate * speed / trace.speed for speed in speeds or (trace.speed,))
+    return Open(rates, max_in_flight=max_in_flight, requests_per_level=rows - warmup,
+                warmup=warmup, repeats=repeats, max_ttft_s=max_ttft_s)
 
 
 # How hard a bench loads; `recommend.slo.Load` is the one load a recommendation is made for.

@@ -102,6 +102,11 @@ def rate_levels(text: str | None) -> tuple[float, ...]:
                                               "give rates > 0 (requests/s) separated by commas, e.g. 0.5,1,2")
 
 
+def speed_levels(text: str | None) -> tuple[float, ...]:
+    return (1.0,) if text is None else _levels(text, "--trace-speed", float,
+                                               "give speed factors > 0 separated by commas, e.g. 1,2,4")
+
+
 def worker_count(text: str) -> int | None:
     """`auto` (None) or a whole number ≥ 1."""
     if text.strip() == "auto":
@@ -131,10 +136,11 @@ FLAGS = {
     "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",
     "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "dataset": "--dataset", "turns": "--turns",
     "think_time_s": "--think-time", "tokenizer": "--tokenizer", "load_by": "--load-by", "role_arn": "--aws-role-arn",
-    "output_s3_uri": "--aws-output-s3-uri", "poll_s": "--aws-poll-s",
+    "output_s3_uri": "--aws-output-s3-uri", "poll_s": "--aws-poll-s", "trace": "--trace", "speed": "--trace-speed",
+    "requests": "--trace-requests", "window_s": "--trace-window",
 }
 SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"
-                        r"|WorkloadOptions|AwsBenchmarkJob|Bench)\.([a-z][a-z0-9_]*)\b")
+                        r"|WorkloadOptions|AwsBenchmarkJob|Bench|TraceOptions)\.([a-z][a-z0-9_]*)\b")
 
 
 def as_flags(messages: list[str]) -> list[str]:

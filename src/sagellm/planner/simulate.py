@@ -9,7 +9,7 @@ affine in the context it reads), and the turns that only decode (nothing joins, 
 tight loop (`CopyScheduler.decode_run`), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
 or closed loop (users who send again as soon as a reply ends, as the bench's workers do), or a fixed set of prompts
 sent through at most so many in flight (`vllm bench serve --num-prompts N --max-concurrency c`; a burst when all are
-sent at once). The first
+sent at once), or a replayed trace (`traces`: each request at its recorded time). The first
 requests warm the endpoint up and are marked so; then `requests` are measured, and arrivals go on until
 every measured one has ended so that the tail sees the same load as the rest.
 """
@@ -28,6 +28,7 @@ from sagellm.engines import Limits
 from sagellm.planner.batching import TIMED_OUT, CopyScheduler, RequestError, Router, Sequence
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.planner.steps import StepModel
+from sagellm.planner.traces import SimulatedTrace, replay_trace
 
 DEFAULT_REQUESTS = 1000  # measured requests: p99 then rests on the ten slowest
 DEFAULT_WARMUP = 100  # open loop; a closed loop warms up on two requests per user (at least this many)
@@ -283,7 +284,7 @@ class _SimulatedRun:
         return Simulation(self.sent, measured[0].arrived_s, measured[-1].arrived_s)
 
 
-Load = SimulatedOpenLoop | SimulatedClosedLoop | SimulatedPromptSet
+Load = SimulatedOpenLoop | SimulatedClosedLoop | SimulatedPromptSet | SimulatedTrace
 
 
 def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, *,
@@ -298,7 +299,11 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
     every prompt opens with that many tokens shared by all (what the engines' prefix caches serve)."""
     endpoint_of = endpoint_maker(served, every_pass)
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
-    if isinstance(load, SimulatedPromptSet):
+    if isinstance(load, SimulatedTrace):  # every request of the trace; the first `warmup` (default none) warm up
+        skip = warmup or 0
+        run = _SimulatedRun(endpoint_of, size_of, len(load.arrivals_s) - skip, skip, timeout_s)
+        replay_trace(run, load)
+    elif isinstance(load, SimulatedPromptSet):
         run = _SimulatedRun(endpoint_of, size_of, load.prompts, 0, timeout_s)
         _prompt_set(run, load)
     elif isinstance(load, SimulatedOpenLoop):

@@ -91,6 +91,10 @@ def _workload(run: Run) -> str:
     if w is None:
         return ""
     prompts = f"dataset {w.dataset} ({w.dataset_entries} prompts)" if w.dataset else "unique prompts"
+    if w.trace is not None:
+        t = w.trace
+        prompts = (f"trace replay of {t.file} ({t.format}, {t.rows} of {t.rows_in_file} requests at speed "
+                   f"{t.speed:g}: their arrival times and lengths{', shared blocks' if t.format == 'mooncake' else ''})")
     prefix = f", shared prefix {w.shared_prefix_tokens} tokens" if w.shared_prefix_tokens else ""
     if w.turns:
         prefix += f", conversations of {w.turns} turns with {w.think_time_s} s think time"
@@ -102,6 +106,14 @@ def _load(run: Run) -> str:
     tail = f", each level {run.repeats} times" if run.repeats > 1 else ""
     if run.workers > 1 or run.ray:
         tail += f", from {run.workers} worker processes" + (f" on the Ray cluster {run.ray}" if run.ray else "")
+    if run.workload is not None and run.workload.trace is not None:
+        t = run.workload.trace
+        at_speed_1 = t.request_rate / t.speed
+        speeds = ", ".join(f"{rate / at_speed_1:.3g}" for rate in run.request_rate or [t.request_rate])
+        rates = ", ".join(f"{rate:.3g}" for rate in run.request_rate or [t.request_rate])
+        return (f"trace replay (open loop): each request at its recorded arrival time ÷ the speed ({speeds}; "
+                f"{t.duration_s:g} s at speed {t.speed:g}), mean {rates} requests/s, at most {run.max_in_flight} "
+                f"in flight{tail}")
     if run.request_rate:
         return (f"open loop, {run.arrivals} arrivals at {', '.join(f'{r:g}' for r in run.request_rate)} "
                 f"requests/s, at most {run.max_in_flight} in flight{tail}")

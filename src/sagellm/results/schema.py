@@ -167,10 +167,24 @@ class LevelSummary(LoadKey):
     by_turn: list[TurnSummary] | None = None  # conversations (run.workload.turns): per turn position; None otherwise
 
 
+class TraceRecord(_Strict):
+    """A replayed request trace: which file, which of its requests, how fast (bench/client/trace.py)."""
+
+    file: str
+    format: Literal["mooncake", "azure"]
+    rows: int  # requests replayed (per level)
+    rows_in_file: int
+    speed: float  # 2: arrivals twice as fast as recorded
+    first_requests: int | None = None  # only the first N were asked for
+    window_s: tuple[float, float] | None = None  # only those due in [start, end) seconds of the trace
+    duration_s: float  # from the first replayed arrival to the last, at this speed (simulated seconds)
+    request_rate: float  # their mean rate at this speed, requests/s (the level's name)
+
+
 class WorkloadRecord(_Strict):
     """What the requests asked for."""
 
-    prompts: Literal["unique", "dataset"]  # unique: random words per request, seeded
+    prompts: Literal["unique", "dataset", "trace"]  # unique: random words per request, seeded
     api: str  # tgi (generate), openai (completions) or chat (Messages API / chat completions)
     input_tokens: str  # a length distribution (512, 512:64, 256-1024) or "dataset"
     output_tokens: str
@@ -182,6 +196,7 @@ class WorkloadRecord(_Strict):
     seed: int
     turns: str | None = None  # conversations: turns per conversation (a length distribution); None: single requests
     think_time_s: str | None = None  # conversations: seconds between a reply and the next turn (a distribution)
+    trace: TraceRecord | None = None  # a trace replay: its arrivals and lengths are the trace's
 
 
 class Run(_Strict):

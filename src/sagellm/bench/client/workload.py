@@ -13,6 +13,8 @@
   `{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}`: the first human
   turn is the prompt and the reply's token count its output length, as vLLM's benchmark reads it).
   Entries are sent in a seeded shuffled order, cycling when the run needs more.
+- **Traces** (`--trace FILE`, a Mooncake JSONL or Azure CSV trace): each request's lengths, its arrival time and
+  (Mooncake) its shared prompt blocks are the trace's, in its order (see `trace`).
 - **Token counts**: with `--tokenizer DIR` (a `tokenizer.json`, read offline by the `tokenizers`
   library) prompts are built and counted in real tokens; otherwise one token per whitespace-separated
   word (the emulator's rule; a real tokenizer splits English words into ~1.3 tokens). Where the server
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sagellm.bench.client.conversation import Conversation, Conversations, Message, Seconds, as_text
+from sagellm.bench.client.trace import Trace, TraceOptions, load_trace
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 from sagellm.profiles.schema import U32_MAX
@@ -171,6 +174,7 @@ class WorkloadOptions:
     seed: int = 0
     turns: str | None = None  # a Lengths spec: conversations of this many turns (`conversation`); None: one request
     think_time_s: str | None = None  # a Seconds spec: between a reply and its conversation's next turn
+    trace: TraceOptions | None = None  # replay a trace: its lengths and arrivals (the load's level follows it)
 
 
 @dataclass(frozen=True)
@@ -202,9 +206,28 @@ class Workload:
         self.prefix = self._words(random.Random(f"{options.seed}/prefix"), options.shared_prefix)
         self.issued = 0
         self.conversations = _conversations(options, self.entries is not None)
+        self.trace: Trace | None = None
+        if options.trace is not None:
+            given = [name for name, value in (("input_tokens", options.input_tokens),
+                                              ("output_tokens", options.output_tokens), ("dataset", options.dataset),
+                                              ("shared_prefix", options.shared_prefix),
+                                              ("turns", options.turns)) if value]
+            if given:
+                raise InputError(f"WorkloadOptions.{'/WorkloadOptions.'.join(given)}: not with WorkloadOptions.trace "
+                                 "(the trace gives every request's lengths and shared blocks)")
+            self.trace = load_trace(options.trace)
+
+    def replay_from_start(self) -> None:
+        """With a trace, the next request is the trace's first (a level replays it whole); else nothing."""
+        if self.trace is not None:
+            self.issued += -self.issued % len(self.trace.rows)
 
     def payload(self) -> Payload:
         """The mean request: what sizes the plan and the prediction."""
+        if self.trace is not None:
+            rows = self.trace.rows
+            return Payload(max(1, round(sum(r.input_tokens for r in rows) / len(rows))),
+                           max(1, round(sum(r.output_tokens for r in rows) / len(rows))))
         if self.entries is not None:
             inputs = sum(e.input_tokens for e in self.entries) / len(self.entries)
             outputs = [e.output_tokens for e in self.entries if e.output_tokens is not None]
@@ -218,6 +241,8 @@ class Workload:
 
     def longest(self) -> tuple[int, int]:
         """The longest prompt and output it can send (for the serving limits)."""
+        if self.trace is not None:
+            return max(r.input_tokens for r in self.trace.rows), max(r.output_tokens for r in self.trace.rows)
         if self.entries is not None:
             outputs = [e.output_tokens or self.outputs.high for e in self.entries]
             return max(e.input_tokens for e in self.entries), max(outputs)
@@ -228,6 +253,9 @@ class Workload:
 
     def sizes(self, index: int) -> tuple[int, int]:
         """Request `index`'s (input, output) tokens, without building its prompt (what a simulation sends)."""
+        if self.trace is not None:
+            row = self.trace.row(index)
+            return row.input_tokens, row.output_tokens
         if self.entries is not None:
             request = self.request(index)
             return request.input_tokens, request.max_new_tokens
@@ -254,6 +282,10 @@ class Workload:
     def request(self, index: int, *, shared_prefix: bool = True) -> Request:
         """Request `index` of this run (`shared_prefix`: opened by the shared prefix, if any)."""
         rng = random.Random(f"{self.options.seed}/{index}")
+        if self.trace is not None:
+            prompt = self.trace.prompt(index, self._words, self.options.seed)
+            return Request(index, prompt, self.counter.count(prompt), self.trace.row(index).output_tokens,
+                           self.counter.name)
         if self.entries is not None:
             entry = self.entries[index % len(self.entries)]
             out = entry.output_tokens if entry.output_tokens is not None else self.outputs.draw(rng)
@@ -272,6 +304,10 @@ class Workload:
         """What results.json records about the workload."""
         o, entries = self.options, self.entries
         outputs_given = entries is not None and all(e.output_tokens is not None for e in entries)
+        if self.trace is not None:
+            return WorkloadRecord(prompts="trace", api=api, input_tokens="trace", output_tokens="trace",
+                                  token_counter=self.counter.name, tokenizer=str(o.tokenizer) if o.tokenizer else None,
+                                  seed=o.seed, trace=self.trace.describe())
         return WorkloadRecord(
             prompts="unique" if entries is None else "dataset", api=api,
             input_tokens=str(self.inputs) if entries is None else "dataset",

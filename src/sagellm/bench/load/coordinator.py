@@ -76,6 +76,7 @@ async def run_shared_level(pool: WorkerPool, *, load: float, open_loop: OpenLoop
     slots = split(concurrency, [1] * n) if concurrency is not None else [0] * n
     budgets = split(requests, slots if concurrency else [1] * n) if requests is not None else [None] * n
     pool.sync_clocks()
+    workload.replay_from_start()
     base = workload.issued
     t0 = time.perf_counter() + START_LEAD_S
     shares = [Share(worker=k, workers=n, first_index=base + k, requests=budgets[k], duration_s=duration_s,

@@ -12,6 +12,9 @@ by a closed loop that waits for it.
 - **Over-saturation** (with `StopRule.saturation`): at each send the requests not yet answered are those in
   flight plus those due meanwhile that wait for the cap (lateness × rate); when they keep growing, or a first
   token waits past the limit, the level stops early (`saturation`), on the simulated clock (`time_scale`).
+- **Trace replay** (a workload with a trace): request i is due at the trace's arrival i ÷ the level's speed (its
+  rate ÷ the trace's mean rate at speed 1), × `time_scale`, and the schedule ends with the trace, every request of
+  which is sent (the budget is the trace's); a level's rate is the trace's mean at its speed (it names the level).
 Warm-up, ramp, window and stop rule are the level's (see `level`); the window ends when the next request
 is not sent (the budget is spent or the duration is over), so it spans the arrivals it measured.
 """
@@ -90,6 +93,8 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
     zero = time.perf_counter() if clock_zero is None else clock_zero
     mine, every = share
     my_warmup = len(range(mine, warmup, every))
+    if workload.trace is not None:  # the trace decides: every one of this share's arrivals, its warm-up's first
+        requests, duration_s = len(range(mine, len(workload.trace.rows), every)) - my_warmup, None
     book = LevelBook(concurrency=None, request_rate=rate, warmup_requests=my_warmup, ramp_count=max(my_warmup, 1),
                      budget=requests, duration_s=duration_s, rule=stop_rule, clock_zero=zero,
                      on_record=on_record, on_progress=on_progress, repeat=repeat)
@@ -97,7 +102,14 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
     if stop_rule.saturation is not None:
         book.watch = SaturationWatch(stop_rule.saturation, time_scale, rate, book.load)
     in_flight = 0
-    schedule = arrival_times(rate / time_scale, arrivals, random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
+    schedule: Iterator[float] = arrival_times(rate / time_scale, arrivals,
+                                              random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
+    if workload.trace is not None:
+        if every == 1:  # one process: the level starts at the trace's first request (workers: their coordinator)
+            workload.replay_from_start()
+        # A level of another speed than the trace's own (a sweep of speeds) scales its arrivals by the rates' ratio.
+        pace = workload.trace.rate / rate * time_scale
+        schedule = iter([t * pace for t in workload.trace.arrivals_s])
 
     async def one(session: aiohttp.ClientSession, request: Request, due: float, warming: bool) -> None:
         nonlocal in_flight
@@ -129,5 +141,7 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
                 book.saturated(book.watch.sent(now - book.started, in_flight + 1 + waiting))
             in_flight += 1
             group.create_task(one(session, workload.next(), due, warming))
+        else:  # a finite schedule (a trace) ran out: its window ends here, as a spent budget's does
+            book.window_end = book.window_end or time.perf_counter()
 
     return await book.run(max_in_flight, start)

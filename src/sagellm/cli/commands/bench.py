@@ -24,6 +24,7 @@ from sagellm.cli.options import (
     engine_choice,
     rate_levels,
     region_option,
+    speed_levels,
     worker_count,
 )
 from sagellm.errors import InputError
@@ -119,6 +120,20 @@ def bench(
     think_time: Annotated[str | None, typer.Option("--think-time", rich_help_panel="Workload", help="with --turns: "
                                                    "seconds between a reply and the next turn: 2, 2:0.5 or 1-3 "
                                                    "[default: 0]")] = None,
+    trace: Annotated[Path | None, typer.Option("--trace", rich_help_panel="Workload", help="replay a request "
+                                               "trace: a Mooncake JSONL (timestamp ms, input_length, "
+                                               "output_length, hash_ids) or Azure LLM inference CSV (TIMESTAMP, "
+                                               "ContextTokens, GeneratedTokens), each request at its recorded "
+                                               "time with its lengths, as an open-loop level "
+                                               "(docs/workloads.md)")] = None,
+    trace_speed: Annotated[str | None, typer.Option("--trace-speed", rich_help_panel="Workload", help="with "
+                                                    "--trace: play it this much faster (2 = twice as fast); "
+                                                    "several (1,2,4) are levels of the sweep [default: 1]")] = None,
+    trace_requests: Annotated[int | None, typer.Option("--trace-requests", rich_help_panel="Workload",
+                                                       help="with --trace: only its first N requests")] = None,
+    trace_window: Annotated[str | None, typer.Option("--trace-window", rich_help_panel="Workload", help="with "
+                                                     "--trace: only the requests due in START-END seconds of the "
+                                                     "trace, e.g. 0-600")] = None,
     workload_config: Annotated[Path | None, typer.Option("--workload-config", rich_help_panel="Workload",
                                help="an AIPerf workload spec (SageMaker AI's AIWorkloadConfig: the request `sagellm "
                                "workload export` writes, or the spec itself): its lengths, shared prefix, seed and "
@@ -205,6 +220,7 @@ def bench(
     3 when the target or its teardown failed, 130 after teardown when interrupted (Ctrl-C, SIGTERM, SIGHUP).
     """
     from sagellm.bench import specs
+    from sagellm.bench.client.trace import parse_window
     from sagellm.bench.load.open_loop import Arrivals
     from sagellm.bench.load.saturation import SAGEMAKER_INVOCATION_TIMEOUT_S
     from sagellm.bench.progress import watching
@@ -223,10 +239,10 @@ def bench(
                  "--dataset": dataset, "--seed": seed or None, "--concurrency": concurrency,
                  "--request-rate": request_rate, "--arrivals": arrivals, "--max-in-flight": max_in_flight,
                  "--requests-per-level": requests_per_level, "--duration-per-level": duration_per_level,
-                 "--warmup": warmup, "--ramp": ramp or None}
+                 "--warmup": warmup, "--ramp": ramp or None, "--trace": trace}
         (input_tokens, output_tokens, shared_prefix, seed, concurrency, request_rate, arrivals, max_in_flight,
          requests_per_level, duration_per_level, warmup) = _from_workload_config(workload_config, given)
-    warmup = 1 if warmup is None else warmup
+    warmup = (0 if trace else 1) if warmup is None else warmup  # a trace's requests are all measured by default
     rates = rate_levels(request_rate)
     levels = () if rates or concurrency is None else concurrency_levels(concurrency)
     count = worker_count(workers)
@@ -246,8 +262,15 @@ def bench(
          "--concurrency/--request-rate: give one, not both (closed loop or open loop)"),
         (concurrency is not None and bool(ramp),
          "--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp"),
-        (not rates and (arrivals is not None or max_in_flight is not None or max_ttft_s is not None),
+        (not rates and not trace and (arrivals is not None or max_in_flight is not None or max_ttft_s is not None),
          "--arrivals/--max-in-flight/--max-ttft-s: only with --request-rate"),
+        (trace is not None and (concurrency is not None or request_rate is not None or arrivals is not None
+                                or bool(ramp) or requests_per_level is not None or duration_per_level is not None),
+         ("--trace: replays the trace's own arrivals, a level per --trace-speed; leave out --concurrency, --request-rate, "
+          "--arrivals, --ramp, --requests-per-level and --duration-per-level (--trace-requests, --trace-window and "
+          "--trace-speed choose the part and the pace)")),
+        (trace is None and (trace_speed is not None or trace_requests is not None or trace_window is not None),
+         "--trace-speed/--trace-requests/--trace-window: only with --trace"),
         (bool(ramp) and requests_per_level is not None,
          "--requests-per-level: a ramp's steps last --duration-per-level seconds each"),
         (load_by not in ("sagellm", "aws-benchmark-job"), f"--load-by: {load_by!r} must be sagellm or aws-benchmark-job"),
@@ -277,6 +300,10 @@ def bench(
 
     def load() -> specs.LoadSpec:
         """--ramp: a ramp; --no-ramp or --concurrency: the levels; neither: a ramp when the plan autoscales."""
+        if "trace" in parts:  # a level per speed, its arrivals the trace's
+            return specs.trace_level(parts["trace"], speeds=speeds, warmup=warmup, repeats=repeats,
+                                     max_in_flight=MAX_IN_FLIGHT if max_in_flight is None else max_in_flight,
+                                     max_ttft_s=SAGEMAKER_INVOCATION_TIMEOUT_S if max_ttft_s is None else max_ttft_s)
         requests = None if ramp else requests_per_level  # refused above
         given = specs.Open(rates, cast(Arrivals, arrivals or "constant"),  # the spec refuses other text
                            MAX_IN_FLIGHT if max_in_flight is None else max_in_flight, requests, duration_per_level,
@@ -287,9 +314,18 @@ def bench(
             return specs.ramp_of(given)
         return given if ramp is False or concurrency is not None else specs.RampIfAutoscaled(given)
 
-    build("load", load)
+    if trace is not None:
+        speeds: tuple[float, ...] = ()
+        try:
+            speeds = speed_levels(trace_speed)
+        except InputError as exc:
+            errors.extend(exc.messages)
+        build("trace", lambda: specs.TraceOptions(trace, speeds[0] if speeds else 1.0, trace_requests,
+                                                  parse_window(trace_window, "--trace-window")))
+    if trace is None or "trace" in parts:
+        build("load", load)
     build("sweep", lambda: specs.Sweep(sweep or ("auto" if concurrency is None and request_rate is None
-                                                  else "doubling"), budget_minutes))
+                                                  and trace is None else "doubling"), budget_minutes))
     build("workers", lambda: specs.Workers(count, ray))
     build("output", lambda: specs.Output(out, " ".join(["sagellm", *sys.argv[1:]]), mlflow))
     if load_by == "aws-benchmark-job" and aws_role_arn and aws_output_s3_uri:
@@ -302,7 +338,8 @@ def bench(
         spec = specs.Bench(
             workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
                                            shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer,
-                                           seed=seed, turns=turns, think_time_s=think_time),
+                                           seed=seed, turns=turns, think_time_s=think_time,
+                                           trace=parts.pop("trace", None)),
             gate=specs.Gate(thresholds, baseline, allow_incomparable, slo), **parts)
     except InputError as exc:
         raise InputError(as_flags(exc.messages)) from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,8 +17,14 @@ from sagellm.cli.options import (
     Model,
     ProfilesDir,
     Region,
+    as_flags,
     concurrency_levels,
 )
+
+if TYPE_CHECKING:
+    from sagellm.bench.client.workload import Workload
+    from sagellm.planner import Shape
+    from sagellm.profiles.plan import DeploymentPlan
 
 LENGTHS = "512 (fixed), 512:64 (normal: mean:stddev) or 256-1024 (uniform: min-max)"
 
@@ -54,6 +60,14 @@ def plan(
                                                    "the next turn (2, 2:0.5 or 1-3) [default: 0]")] = None,
     concurrency: Annotated[str, typer.Option("--concurrency", help="endpoint-wide levels")] =
     "1,2,4,8,16,32,64,128,256,512",
+    trace: Annotated[Path | None, typer.Option("--trace", help="simulate a request trace replayed as `bench "
+                                               "--trace` sends it (Mooncake JSONL or Azure CSV: its arrival "
+                                               "times and lengths) instead of the curve")] = None,
+    trace_speed: Annotated[float, typer.Option("--trace-speed", help="with --trace: this much faster")] = 1.0,
+    trace_requests: Annotated[int | None, typer.Option("--trace-requests", help="with --trace: only its first N "
+                                                       "requests")] = None,
+    trace_window: Annotated[str | None, typer.Option("--trace-window", help="with --trace: only the requests due "
+                                                     "in START-END seconds of the trace")] = None,
     region: Region = "us-east-1",
     profiles_dir: ProfilesDir = None,
     json_out: Json = False,
@@ -70,6 +84,7 @@ def plan(
     """
     from dataclasses import replace
 
+    from sagellm.bench.client.trace import TraceOptions, parse_window
     from sagellm.bench.client.workload import Workload, WorkloadOptions
     from sagellm.bench.predicted import conversation_curve, simulated_curve, talks_of
     from sagellm.errors import InputError
@@ -77,18 +92,24 @@ def plan(
     from sagellm.profiles import design_for, profile_payload
 
     levels = concurrency_levels(concurrency)
+    if trace is None and (trace_speed != 1.0 or trace_requests is not None or trace_window is not None):
+        raise InputError("--trace-speed/--trace-requests/--trace-window: only with --trace")
     try:  # the bench's workload: its lengths, drawn per request as a bench with the same options sends them
+        replay = None if trace is None else TraceOptions(trace, trace_speed, trace_requests,
+                                                         parse_window(trace_window, "--trace-window"))
         workload = Workload(WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, dataset=dataset,
-                                            turns=turns, think_time_s=think_time),
+                                            turns=turns, think_time_s=think_time, trace=replay),
                             profile_payload(profile, profiles_dir))
     except InputError as exc:
-        raise InputError([m.replace("WorkloadOptions.think_time_s", "--think-time").replace("WorkloadOptions.", "--")
-                          .replace("_tokens", "-tokens") for m in exc.messages]) from None
+        raise InputError(as_flags(exc.messages)) from None
     varied = workload.inputs.kind != "fixed" or workload.outputs.kind != "fixed" or dataset is not None
     # The longest request sizes the plan's limits (each request must be taken); the mean one its prediction.
     d = design_for(profile, model, instance, payload=Payload(*workload.longest()), region=region,
                    profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
                    instance_count=instance_count, engine=engine)
+    if workload.trace is not None:
+        _print_trace(d.plan(), d.shape(), workload, json_out)
+        return
     talks = talks_of(workload)
     by_turn: dict[int, Any] = {}
     if talks is not None:
@@ -110,3 +131,27 @@ def plan(
     from sagellm.render import print_curve
 
     print_curve(shape, env, curve)
+
+
+def _print_trace(plan: DeploymentPlan, shape: Shape, workload: Workload, json_out: bool) -> None:
+    """The plan's endpoint replaying the workload's trace: what it would do to those requests, as a bench level."""
+    from sagellm.bench.client.trace import trace_prefixes
+    from sagellm.bench.predicted import simulated_trace
+    from sagellm.planner import StepModel
+
+    trace = workload.trace
+    assert trace is not None
+    _, level = simulated_trace(plan, StepModel(shape), workload.payload(), trace.arrivals_s, workload.sizes,
+                               trace.rate, prefixes=trace_prefixes(trace))
+    record = trace.describe()
+    if json_out:
+        print(json.dumps({"trace": record.model_dump(mode="json"), "level": level.model_dump(mode="json")}, indent=2))
+        return
+    print(f"trace replay of {record.file} ({record.format}): {record.rows} of {record.rows_in_file} requests over "
+          f"{record.duration_s:g} s at speed {record.speed:g} (mean {record.request_rate:.3g} requests/s), "
+          "simulated on the emulator's engine")
+    print(f"  requests {level.requests}, errors {sum(level.errors.values())}, throughput {level.throughput_tokens_per_s:.1f} "
+          "tokens/s")
+    for name, stats in (("TTFT ms", level.ttft_ms), ("ITL ms", level.itl_ms), ("e2e s", level.e2e_s),
+                        ("ms/token", level.latency_ms_per_token)):
+        print(f"  {name:9} p50 {stats.p50 or 0:.4g} · p90 {stats.p90 or 0:.4g} · p99 {stats.p99 or 0:.4g}")
