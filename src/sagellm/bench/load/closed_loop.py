@@ -28,14 +28,9 @@ async def run_level(transport: Transport, *, concurrency: int, requests: int | N
                     stop_rule: StopRule = DEFAULT_STOP_RULE, clock_zero: float | None = None,
                     repeat: int = 0) -> LevelResult:
     """Run one closed-loop level with `concurrency` workers and return its records and window."""
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    if (requests is None) == (duration_s is None):
-        raise ValueError("give exactly one of requests (per level) and duration_s")
-    zero = time.perf_counter() if clock_zero is None else clock_zero
-    book = LevelBook(concurrency=concurrency, request_rate=None, warmup_requests=warmup * concurrency,
-                     ramp_count=concurrency, budget=requests, duration_s=duration_s, rule=stop_rule,
-                     clock_zero=zero, on_record=on_record, on_progress=on_progress, repeat=repeat)
+    book = closed_book(concurrency=concurrency, requests=requests, duration_s=duration_s, warmup=warmup,
+                       on_record=on_record, on_progress=on_progress, stop_rule=stop_rule, clock_zero=clock_zero,
+                       repeat=repeat)
 
     async def worker(index: int, session: aiohttp.ClientSession) -> None:
         sent = 0
@@ -59,3 +54,17 @@ async def run_level(transport: Transport, *, concurrency: int, requests: int | N
             group.create_task(worker(index, session))
 
     return await book.run(concurrency, start)
+
+
+def closed_book(*, concurrency: int, requests: int | None, duration_s: float | None, warmup: int,
+                on_record: Callable[[RequestRecord], None], on_progress: Callable[[LevelProgress], None] | None,
+                stop_rule: StopRule, clock_zero: float | None, repeat: int) -> LevelBook:
+    """The book of a closed-loop level (`concurrency` clients, `warmup` requests each), its arguments checked."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if (requests is None) == (duration_s is None):
+        raise ValueError("give exactly one of requests (per level) and duration_s")
+    zero = time.perf_counter() if clock_zero is None else clock_zero
+    return LevelBook(concurrency=concurrency, request_rate=None, warmup_requests=warmup * concurrency,
+                     ramp_count=concurrency, budget=requests, duration_s=duration_s, rule=stop_rule,
+                     clock_zero=zero, on_record=on_record, on_progress=on_progress, repeat=repeat)

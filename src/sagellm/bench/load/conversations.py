@@ -29,6 +29,7 @@ from sagellm.bench.client.conversation import Conversation, Conversations
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
+from sagellm.bench.load.closed_loop import closed_book
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.open_loop import Arrivals, OpenLoop, arrival_times
 
@@ -79,15 +80,10 @@ async def run_conversation_level(transport: Transport, *, concurrency: int, requ
                                  stop_rule: StopRule = DEFAULT_STOP_RULE, clock_zero: float | None = None,
                                  repeat: int = 0) -> LevelResult:
     """Run one closed-loop level of conversations: `concurrency` users, each talking one conversation at a time."""
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    if (requests is None) == (duration_s is None):
-        raise ValueError("give exactly one of requests (per level) and duration_s")
+    book = closed_book(concurrency=concurrency, requests=requests, duration_s=duration_s, warmup=warmup,
+                       on_record=on_record, on_progress=on_progress, stop_rule=stop_rule, clock_zero=clock_zero,
+                       repeat=repeat)
     conversations = _conversations(workload)
-    zero = time.perf_counter() if clock_zero is None else clock_zero
-    book = LevelBook(concurrency=concurrency, request_rate=None, warmup_requests=warmup * concurrency,
-                     ramp_count=concurrency, budget=requests, duration_s=duration_s, rule=stop_rule,
-                     clock_zero=zero, on_record=on_record, on_progress=on_progress, repeat=repeat)
 
     async def user(index: int, session: aiohttp.ClientSession) -> None:
         sent = [0]
