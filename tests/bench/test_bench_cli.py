@@ -156,7 +156,7 @@ def test_results_json_records_the_run_levels_predictions_teardown_and_gate(happy
     assert run["workload"] == {"prompts": "unique", "api": "tgi", "input_tokens": "256", "output_tokens": "32",
                                "shared_prefix_tokens": 0, "dataset": None, "dataset_entries": None,
                                "token_counter": "words", "tokenizer": None, "seed": 0, "turns": None,
-                               "think_time_s": None}
+                               "think_time_s": None, "trace": None}
     assert (run["profile"], run["model"], run["instance_type"]) == ("max-throughput", MODEL, INSTANCE)
     assert (run["input_tokens"], run["output_tokens"], run["concurrency"]) == (256, 32, [1, 4])
     assert run["container"].startswith("huggingface-pytorch-tgi-inference:")  # the image, registry left out
