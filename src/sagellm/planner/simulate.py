@@ -221,7 +221,12 @@ class _Endpoint:
                 if not (copy.queue or copy.running):
                     del self._turns[index]
                     return
-                if self.steps and copy.decode_run(self.clock.horizon(), self.steps.line):  # decode-only turns at once
+                horizon = self.clock.horizon()
+                if self.steps and copy.decode_run(horizon, self.steps.line):  # decode-only turns at once
+                    if copy.sim_s > horizon:  # the last one is in progress at the next event: resume at its end
+                        self._turns[index] = iter(())
+                        self.clock.at(copy.sim_s, lambda: self._resume(index))
+                        return
                     self.clock.now = copy.sim_s
                 turn = self._turns[index] = copy.turn()
                 continue
