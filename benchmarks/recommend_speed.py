@@ -4,10 +4,12 @@ under 0.5 s, `recommend` for Llama 3.1 8B at 2/s under 10 s, on a quiet 2-core m
 `plan`: the command as a new process (wall, the least of --runs), and inside one: importing the CLI and what the
 command imports, then the command itself. `recommend`: a library call (`search` then `choose`, what the command runs
 before writing its files) from an empty simulation cache (what one `sagellm recommend` costs), the least of --runs,
-at 256 and 1,024 input tokens; with the candidates, how many were simulated, how many distinct simulations they
-took (candidates that run alike share one: the same step times, limits and copies), the share of the time in the
-simulator, and the pick. On a shared machine, read the least of several runs, and the CPU time beside the wall
-time (a process waiting for a core does not count it).
+at 256 and 1,024 input tokens, as the command runs it (pruned: a candidate costing more than its engine's cheapest
+that meets the SLO is not simulated) and with every candidate simulated (`--simulate-all`, or a peak or --verify);
+with the candidates, how many were simulated, how many distinct simulations they took (candidates that run alike
+share one: the same step times, limits and copies), the share of the time in the simulator, and the pick. On a
+shared machine, read the least of several runs, and the CPU time beside the wall time (a process waiting for a
+core does not count it).
 
     .venv/bin/python benchmarks/recommend_speed.py [--runs 3] [--model meta-llama/Llama-3.1-8B-Instruct] [--rate 2]
         [--ttft-p90 800] [--itl-p50 40] [--input-tokens 256,1024] [--output-tokens 256]
@@ -32,14 +34,14 @@ PLAN = ["plan", "--profile", "max-throughput", "--model", "meta-llama/Llama-2-7b
 # Run in a new interpreter: the time to import the CLI and the command's own imports, then the command's.
 IN_PROCESS = f"""
 import contextlib, io, sys, time
-start = time.perf_counter()
+start, start_cpu = time.perf_counter(), time.process_time()
 from sagellm.cli import main
 import sagellm.bench.predicted, sagellm.profiles, sagellm.render
-imported = time.perf_counter()
+imported, imported_cpu = time.perf_counter(), time.process_time()
 sys.argv = ["sagellm", *{PLAN!r}]
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     main()
-print(imported - start, time.perf_counter() - imported)
+print(imported - start, time.perf_counter() - imported, imported_cpu - start_cpu, time.process_time() - imported_cpu)
 """
 
 
@@ -54,9 +56,10 @@ def time_plan(runs: int) -> None:
         cpus.append(_children_cpu_s() - cpu)
         out = subprocess.run([sys.executable, "-c", IN_PROCESS], check=True, capture_output=True, text=True).stdout
         splits.append(tuple(float(x) for x in out.split()))
-    imports, command = min(s[0] for s in splits), min(s[1] for s in splits)
+    imports, command, imports_cpu, command_cpu = (min(s[i] for s in splits) for i in range(4))
     print(f"sagellm {' '.join(PLAN)}: {min(walls):.2f} s wall (least of {runs}: {', '.join(f'{w:.2f}' for w in walls)}), "
-          f"{min(cpus):.2f} s CPU; in process: imports {imports:.2f} s, the command {command:.2f} s")
+          f"{min(cpus):.2f} s CPU; in process: imports {imports:.2f} s wall, {imports_cpu:.2f} s CPU, the command "
+          f"{command:.2f} s wall, {command_cpu:.2f} s CPU")
 
 
 def _children_cpu_s() -> float:
@@ -66,8 +69,8 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def time_recommend(model: str, load: Load, rules: tuple[Rule, ...], payload: Payload, runs: int) -> None:
-    """A whole-catalog search from an empty simulation cache, `runs` times."""
+def time_recommend(model: str, load: Load, rules: tuple[Rule, ...], payload: Payload, runs: int, prune: bool) -> None:
+    """A whole-catalog search from an empty simulation cache, `runs` times (`prune`: as the command runs it)."""
     space = Space(find_model(model), payload, instance_types())
     simulated_level = simulated_module.simulated_level
     in_simulator = 0.0
@@ -87,7 +90,7 @@ def time_recommend(model: str, load: Load, rules: tuple[Rule, ...], payload: Pay
             simulated_module.SUMMARIES.clear()
             in_simulator = 0.0
             start, cpu = time.perf_counter(), time.process_time()
-            found = search(space, load, rules)
+            found = search(space, load, rules, prune=prune)
             rec = choose(found, load, rules, payload)
             walls.append(time.perf_counter() - start)
             cpus.append(time.process_time() - cpu)
@@ -96,7 +99,8 @@ def time_recommend(model: str, load: Load, rules: tuple[Rule, ...], payload: Pay
         simulated_module.simulated_level = simulated_level  # type: ignore[assignment]
     simulated = sum(c.summary is not None for c in found.candidates)
     print(f"recommend {model} at {load.name}, {payload.input_tokens}/{payload.output_tokens} tokens, "
-          f"{', '.join(f'{r.metric} ≤ {r.max:g}' for r in rules)}, engines {', '.join(space.engines)}: "
+          f"{', '.join(f'{r.metric} ≤ {r.max:g}' for r in rules)}, engines {', '.join(space.engines)}, "
+          f"{'pruned (as the command runs it)' if prune else 'every candidate simulated (--simulate-all)'}: "
           f"{len(found.candidates)} candidates, {simulated} simulated ({len(simulated_module.SUMMARIES)} distinct "
           f"simulations of {simulated_module.SIMULATED_REQUESTS} measured requests)")
     print(f"  {min(walls):.1f} s wall (least of {runs}: {', '.join(f'{w:.1f}' for w in walls)}), {min(cpus):.1f} s "
@@ -120,7 +124,8 @@ def main() -> None:
     rules = (Rule(metric="ttft_ms.p90", where=load.name, max=args.ttft_p90),
              Rule(metric="itl_ms.p50", where=load.name, max=args.itl_p50))
     for input_tokens in (int(n) for n in args.input_tokens.split(",")):
-        time_recommend(args.model, load, rules, Payload(input_tokens, args.output_tokens), args.runs)
+        for prune in (True, False):
+            time_recommend(args.model, load, rules, Payload(input_tokens, args.output_tokens), args.runs, prune)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import pytest
 from sagellm.catalog import find_model
 from sagellm.planner import Payload
 from sagellm.recommend import Load, Space, choose, instance_types, load_slo, search, simulated
-from sagellm.recommend.search import ANALYTIC, FAR_OFF
+from sagellm.recommend.choose import Recommendation, engine_verdict
+from sagellm.recommend.search import ANALYTIC, FAR_OFF, least_margin
 from sagellm.recommend.slo import margin
 from sagellm.recommend.write import recommendation_json
 from sagellm.results.gate import Rule
@@ -102,3 +103,35 @@ def test_an_attainment_rule_judges_candidates_on_the_share_of_simulated_requests
     assert rec.pick.summary is not None and (rec.pick.summary.slo_attainment or 0) >= 0.95
     # The --headroom is taken on the misses allowed: 0.97 leaves 40 % of the allowed 5 % unused.
     assert margin(slo.rules[0], 0.97) == pytest.approx(0.4) and margin(slo.rules[0], 0.85) == pytest.approx(-2)
+
+
+@pytest.mark.slow
+def test_a_pruned_search_picks_and_explains_as_the_full_one_and_simulates_nothing_that_could_not_win(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prune`: a candidate costing more than its engine's cheapest that meets the SLO with the headroom is not
+    simulated (the bound is the price itself: a fleet's $/h does not depend on the prediction). The pick, the
+    engine verdict and every candidate up to the dearest engine's best are the full search's, to the last
+    number; the rest say they were not simulated and carry no summary; far fewer runs."""
+    space = Space(find_model("meta-llama/Llama-3.1-8B-Instruct"), Payload(256, 256),
+                  instance_types(families=("g5", "g6e")), engines=("tgi", "vllm"))
+    rules = (Rule(metric="ttft_ms.p90", where=LOAD.name, max=800), Rule(metric="itl_ms.p50", where=LOAD.name, max=40))
+
+    def recommended(prune: bool) -> tuple[Recommendation, int]:
+        monkeypatch.setattr(simulated, "SUMMARIES", {})
+        rec = choose(search(space, LOAD, rules, prune=prune), LOAD, rules, space.payload)
+        return rec, len(simulated.SUMMARIES)
+
+    (full, full_runs), (pruned, pruned_runs) = recommended(False), recommended(True)
+    assert full.pick is not None and pruned.pick is not None and pruned.pick.label() == full.pick.label()
+    assert engine_verdict(pruned) == engine_verdict(full) is not None
+    best = {e: min(c.usd_per_h for c in full.candidates if c.config.engine == e and c.meets
+                   and least_margin(c, rules) >= full.headroom) for e in ("tgi", "vllm")}
+    full_rows = {c["deployment"]: c for c in recommendation_json(full, space.model.hf_id, None)["candidates"]}
+    pruned_rows = {c["deployment"]: c for c in recommendation_json(pruned, space.model.hf_id, None)["candidates"]}
+    within = [c for c in full.candidates if c.usd_per_h <= best[c.config.engine]]
+    assert within and all(pruned_rows[c.label()] == full_rows[c.label()] for c in within)
+    skipped = [c for c in pruned.candidates if "not simulated" in c.predicted_by]
+    assert skipped and all(c.summary is None and c.usd_per_h > best[c.config.engine] for c in skipped)
+    # One per config at most: its count stops there (more instances only cost more).
+    assert len({c.config for c in skipped}) == len(skipped)
+    assert pruned_runs < full_runs / 3

@@ -397,74 +397,110 @@ class CopyScheduler:
             seq.shared = 0
 
     def decode_run(self, until_s: float, line: Callable[[int], tuple[float, float]]) -> int:
-        """Between turns, run now, back to back, the turns to come that would only decode and end by `until_s` on
-        the copy's clock (the simulator's next arrival or event): turns in which no sequence finishes or expires and
-        no queued one can join. A decode step of `batch` sequences costs `line(batch)` = (s, s per context token),
-        as the simulator's step model costs it; each turn is costed and stamped as `turn` would (the same additions
-        in the same order, so the clocks read the same to the last bit). Returns how many ran. The simulator's:
-        nothing waits on a token there, and one generator turn per decode step was most of a whole-catalog
-        `recommend`."""
+        """Between turns, run now, back to back, the turns to come that would only decode, up to the first that ends
+        past `until_s` on the copy's clock (the simulator's next arrival or event: that pass is in progress when it
+        comes, and the driver waits for its end): turns in which no sequence finishes or expires and no queued one
+        can join. A decode step of `batch` sequences costs `line(batch)` = (s, s per context token), as the
+        simulator's step model costs it; each turn is costed and stamped as `turn` would (the same additions in the
+        same order, so the clocks read the same to the last bit). Returns how many ran (`sim_s` past `until_s`: the
+        last one crossed it). The simulator's: nothing waits on a token there, and one generator turn per decode
+        step was most of a whole-catalog `recommend`."""
         running = self.running  # between turns: each has its first token (the prefill pass's)
-        # vLLM's and SGLang's run here while every running sequence decodes (no prompt is being chunked) and the KV
-        # they take on the way is free; SGLang's also while its falling estimate keeps the queue's head out.
-        if (not running or not self._blocked()
-                or (self.scheduling != "tgi" and any(s.pending != 1 for s in running))):
+        if not running or not self._blocked():
             return 0
-        last = min(s.max_new_tokens - s.generated for s in running) - 1  # the turn that finishes one is turn's
         paged, sgl = self.scheduling == "vllm", self.scheduling == "sglang"
+        # vLLM's and SGLang's run here while every running sequence decodes (no prompt is being chunked) and the KV
+        # they take on the way is free; SGLang's also while its falling estimate keeps the queue's head out. One
+        # pass over the batch (this runs between most turns, mostly over a few sequences).
+        fewest, computed = math.inf, 0
+        for s in running:
+            if (paged or sgl) and s.input_tokens + s.generated - s.computed != 1:  # pending: a prompt to compute
+                return 0
+            fewest = min(fewest, s.max_new_tokens - s.generated)
+            computed += s.computed
+        last = int(fewest) - 1  # the turn that finishes one is turn's
         n, scale, deadline_s = len(running), self.time_scale, self._next_deadline
         if paged:
             last = self._steps_in_blocks(last)
         elif sgl:
             last = min(last, self.kv_free // n)  # a page a token: past that, a step retracts first
         head = self.queue[0] if sgl and self.queue else None
-        need = head.pending + min(head.max_new_tokens - head.generated, SGLANG_CLIP_MAX_NEW) + 1 if head else 0
-        ratio, floor = self.new_token_ratio, SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR
         base_s, per_token_s = line(n)
-        context = sum(s.computed for s in running) if paged or sgl else self.context
-        sim_s, busy_s, done = self.sim_s, self.busy_s, 0
-        for _ in range(last):
-            if sim_s >= deadline_s:  # the turn would expire a sequence first
-                break
-            if head is not None and head.arrived_s <= sim_s and not self._sglang_full(need, ratio, done):
-                break  # the turn would prefill the head first
-            step_s = base_s + per_token_s * context
-            end_s = sim_s + step_s * scale
-            if end_s > until_s:
-                break
-            sim_s = end_s
-            busy_s += step_s
-            context += n
-            done += 1
-            if sgl:
-                ratio = max(floor, ratio - SGLANG_RATIO_DECAY)
+        context = computed if paged or sgl else self.context
+        if head is None:
+            sim_s, busy_s, context, done = _decode_steps(self.sim_s, self.busy_s, context, base_s, per_token_s, n,
+                                                         scale, last, until_s, deadline_s)
+            ratio = self.new_token_ratio
+            if sgl:  # the estimate falls by one decay a step, to its floor (where it stays)
+                floor = SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR
+                for _ in range(done):
+                    ratio = max(floor, ratio - SGLANG_RATIO_DECAY)
+                    if ratio == floor:
+                        break
+        else:
+            sim_s, busy_s, context, done, ratio = self._sglang_decode_steps(head, context, base_s, per_token_s, last,
+                                                                           until_s, deadline_s)
         if done:
             self.sim_s, self.busy_s = sim_s, busy_s
             if sgl:
                 self.new_token_ratio = ratio
             if not (paged or sgl):
                 self.context = context
-            for seq in running:
-                seq.generated += done
-                seq.last_token_s = sim_s
-                if paged or sgl:
-                    self._take_blocks(seq, done, force=True)  # within what was found free above
+                for seq in running:
+                    seq.generated += done
+                    seq.last_token_s = sim_s
+            else:  # each takes the blocks its new tokens need (within what was found free above), as _take_blocks
+                block, taken = self.limits.kv_block_tokens, 0
+                for seq in running:
+                    seq.generated += done
+                    seq.last_token_s = sim_s
                     seq.computed += done
+                    more = -(-seq.computed // block) * block - seq.held
+                    seq.held += more
+                    taken += more
+                self.kv_free -= taken
         return done
 
-    def _sglang_full(self, need: int, ratio: float, done: int) -> bool:
-        """Whether SGLang would keep a waiting prompt that needs `need` KV tokens out, `done` decode steps from now
-        (alternating_turn's test: the free KV less the running sequences' remaining output × the ratio)."""
-        if self.limits.max_batch_size is not None and len(self.running) >= self.limits.max_batch_size:
-            return True
-        expected = sum(min(s.max_new_tokens - s.generated - done, SGLANG_CLIP_MAX_NEW) for s in self.running)
-        return need >= (self.kv_free - len(self.running) * done) - expected * ratio
+    def _sglang_decode_steps(self, head: Sequence, context: int, base_s: float, per_token_s: float, last: int,
+                             until_s: float, deadline_s: float) -> tuple[float, float, int, int, float]:
+        """decode_run's steps for SGLang with a waiting prompt: before each, alternating_turn's test whether the
+        falling estimate lets the head in (the free KV less the running sequences' remaining output, at most 4096
+        each, × the ratio); → (sim_s, busy_s, context, steps, ratio)."""
+        running = self.running
+        need = head.pending + min(head.max_new_tokens - head.generated, SGLANG_CLIP_MAX_NEW) + 1
+        ratio, floor = self.new_token_ratio, SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR
+        n, scale, kv_free = len(running), self.time_scale, self.kv_free
+        full = self.limits.max_batch_size is not None and n >= self.limits.max_batch_size  # no slot: it waits
+        remaining = [s.max_new_tokens - s.generated for s in running]
+        # Where none is clipped (at most 4096 to go), `done` steps from now they expect the sum less n × done.
+        clipped, total = max(remaining) > SGLANG_CLIP_MAX_NEW, sum(remaining)
+        sim_s, busy_s, done = self.sim_s, self.busy_s, 0
+        for _ in range(last):
+            if sim_s >= deadline_s:  # the turn would expire a sequence first
+                break
+            if head.arrived_s <= sim_s and not full:
+                expected = sum(min(r - done, SGLANG_CLIP_MAX_NEW) for r in remaining) if clipped else total - n * done
+                if need < (kv_free - n * done) - expected * ratio:
+                    break  # the turn would prefill the head first
+            step_s = base_s + per_token_s * context
+            sim_s += step_s * scale
+            busy_s += step_s
+            context += n
+            done += 1
+            ratio = max(floor, ratio - SGLANG_RATIO_DECAY)
+            if sim_s > until_s:  # in progress when the next event comes
+                break
+        return sim_s, busy_s, context, done, ratio
 
     def _steps_in_blocks(self, most: int) -> int:
         """How many of `most` decode steps the running sequences can take before they need more KV blocks than
         are free (the blocks needed grow with the steps: the largest count that fits, by bisection)."""
+        block = self.limits.kv_block_tokens
+
         def more(k: int) -> int:
-            return sum(self._blocks(s.computed + k) - s.held for s in self.running)
+            return sum(-(-(s.computed + k) // block) * block - s.held for s in self.running)  # as _blocks
+        if more(most) <= self.kv_free:  # they all fit (the usual case: one sum, not a bisection)
+            return most
         low, high = 0, most
         while low < high:
             mid = (low + high + 1) // 2
@@ -546,6 +582,36 @@ class CopyScheduler:
             self.retire(seq, TIMED_OUT)
         self._next_deadline = min((s.deadline_s for s in (*self.queue, *self.running) if s.deadline_s is not None),
                                   default=math.inf)
+
+
+def _decode_steps(sim_s: float, busy_s: float, context: int, base_s: float, per_token_s: float, n: int, scale: float,
+                  most: int, until_s: float, deadline_s: float) -> tuple[float, float, int, int]:
+    """decode_run's steps without a waiting prompt to test: at most `most`, up to the first that ends past `until_s`,
+    none started at or past `deadline_s`; → (sim_s, busy_s, context, steps)."""
+    done = 0
+    if scale == 1.0 and max(sim_s, until_s) < deadline_s:
+        # The usual case, in fewer operations with the same results: no step starts past until_s, so none at a
+        # deadline, and seconds × 1.0 are the same seconds.
+        for _ in range(most):
+            step_s = base_s + per_token_s * context
+            sim_s += step_s
+            busy_s += step_s
+            context += n
+            done += 1
+            if sim_s > until_s:
+                break
+        return sim_s, busy_s, context, done
+    for _ in range(most):
+        if sim_s >= deadline_s:  # the turn would expire a sequence first
+            break
+        step_s = base_s + per_token_s * context
+        sim_s += step_s * scale
+        busy_s += step_s
+        context += n
+        done += 1
+        if sim_s > until_s:  # in progress when the next event comes
+            break
+    return sim_s, busy_s, context, done
 
 
 # How each engine schedules a copy (Engine.scheduling names one); docs/planner.md says where they differ.

@@ -6,7 +6,7 @@ pass, the simulator moves a virtual clock to the pass's end, so a run of thousan
 under a second and two runs with one seed are identical. A copy whose next pass ends before any other event
 runs on at once (nothing could come between), decode steps are costed once per batch size (a step is
 affine in the context it reads), and the turns that only decode (nothing joins, finishes or expires) run in one
-tight loop (`CopyScheduler.decode_run`), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
+tight loop (`CopyScheduler.decode_run`, up to the pass in progress at the next event), which keeps a whole-catalog search to seconds. Load is open loop (Poisson arrivals at a rate)
 or closed loop (users who send again as soon as a reply ends, as the bench's workers do), or a fixed set of prompts
 sent through at most so many in flight (`vllm bench serve --num-prompts N --max-concurrency c`; a burst when all are
 sent at once), or a replayed trace (`traces`: each request at its recorded time). The first
@@ -224,7 +224,12 @@ class _Endpoint:
                 if not (copy.queue or copy.running):
                     del self._turns[index]
                     return
-                if self.steps and copy.decode_run(self.clock.horizon(), self.steps.line):  # decode-only turns at once
+                horizon = self.clock.horizon()
+                if self.steps and copy.decode_run(horizon, self.steps.line):  # decode-only turns at once
+                    if copy.sim_s > horizon:  # the last one is in progress at the next event: resume at its end
+                        self._turns[index] = iter(())
+                        self.clock.at(copy.sim_s, lambda: self._resume(index))
+                        return
                     self.clock.now = copy.sim_s
                 turn = self._turns[index] = copy.turn()
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import shutil
 import tempfile
@@ -306,12 +307,18 @@ def _count_range(design: Design, config: Config, space: Space, load: Load) -> ra
 
 
 def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[int, int, int], None] | None = None,
-           headroom: float = DEFAULT_HEADROOM, slo: RequestSlo | None = None) -> Search:
+           headroom: float = DEFAULT_HEADROOM, slo: RequestSlo | None = None, prune: bool = False) -> Search:
     """Predict every config of every instance type at the target load, from its fewest instances up to the
     first count that meets the SLO with the headroom (or until more instances no longer lower the per-copy
     load), attainment and goodput against the per-request `slo`; `progress(instance types done, of, candidates
-    so far)` after each instance type."""
-    candidates: list[Candidate] = []
+    so far)` after each instance type. `prune`: candidates go cheapest first, and one that costs more than its
+    engine's cheapest candidate predicted to meet the SLO with the headroom cannot be the pick nor its engine's
+    best, so it is not simulated (the mean model's values, said in predicted_by) and its config's count stops
+    there (more instances only cost more); the pick, every engine's best and the candidates cheaper than them are
+    what a full search predicts (not for a peak or --verify, which read candidates past the pick)."""
+    found: list[Candidate | _Ramp] = []  # in the order the candidates are listed (a ramp: its config's counts)
+    ramps: list[_Ramp] = []  # prune: every config's counts, run cheapest first once all are known
+    listed = 0
     designs: dict[Config, Design] = {}
     simulators: dict[Config, Simulator] = {}
     notes: list[str] = []
@@ -333,10 +340,22 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
             elif price is None:
                 unpriced.append(inst.instance_type)
             else:
-                candidates += _instance_candidates(inst, price, space, load, rules, profiles, Path(tmp), designs,
-                                                   simulators, headroom, slo)
-            if progress:
-                progress(done, total, len(candidates))
+                for item in _instance_candidates(inst, price, space, load, rules, profiles, Path(tmp), designs,
+                                                 simulators, headroom, slo):
+                    found.append(item)
+                    if isinstance(item, Candidate):
+                        listed += 1
+                    elif prune:
+                        item.order = len(ramps)
+                        ramps.append(item)
+                    else:
+                        listed += len(item.run())
+            if progress and not (prune and done == total):  # pruned: the last once the ramps have run
+                progress(done, total, listed)
+        _cheapest_first(ramps)
+    candidates = [c for item in found for c in ([item] if isinstance(item, Candidate) else item.out)]
+    if progress and prune and total:
+        progress(total, total, len(candidates))
     if unpriced:  # never costed at another region's price
         notes.append(f"{', '.join(unpriced)}: not searched (no {space.region} price: {unknown_why(space.region)}; "
                      f"give your own with {PRICES_ENV}, docs/regions.md)")
@@ -361,9 +380,10 @@ def context_problem(space: Space) -> str:
 def _instance_candidates(inst: Instance, price: float, space: Space, load: Load, rules: Sequence[Rule],
                          profiles: dict[tuple[str, str, str], str], folder: Path, designs: dict[Config, Design],
                          simulators: dict[Config, Simulator], headroom: float,
-                         slo: RequestSlo | None = None) -> list[Candidate]:
-    """Every candidate of one instance type (one that says it does not fit, where nothing fits)."""
-    out: list[Candidate] = []
+                         slo: RequestSlo | None = None) -> list[Candidate | _Ramp]:
+    """Every candidate of one instance type (one that says it does not fit, where nothing fits), or the ramp of
+    counts that predicts a config's, in order."""
+    out: list[Candidate | _Ramp] = []
     for quant in space.quantizations:
         found = list(configs(space, inst, quant))
         if not found:
@@ -375,14 +395,91 @@ def _instance_candidates(inst: Instance, price: float, space: Space, load: Load,
                 f"{inst.n_accelerators} × {inst.mem_per_accel_gb:g} GB of {inst.instance_type}"),
                 limit=CONTEXT if over_context(space) else MEMORY))
         for config in found:
-            out += _candidates(config, space, load, rules, profiles, folder, designs, simulators, headroom, slo)
+            out.append(_ramp(config, space, load, rules, profiles, folder, designs, simulators, headroom, slo))
     return out
 
 
-def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
-                profiles: dict[tuple[str, str, str], str], folder: Path,
-                designs: dict[Config, Design], simulators: dict[Config, Simulator],
-                headroom: float, slo: RequestSlo | None = None) -> list[Candidate]:
+@dataclass
+class _Ramp:
+    """One config's candidates, one instance count at a time from its fewest: each predicted at the target load,
+    until one meets the SLO with the headroom (or more instances no longer widen its thinnest margin, or no
+    longer lower a copy's load)."""
+
+    config: Config
+    space: Space
+    load: Load
+    rules: Sequence[Rule]
+    headroom: float
+    design: Design
+    simulator: Simulator
+    counts: Iterator[int]
+    out: list[Candidate] = field(default_factory=list)
+    next_count: int | None = None
+    before: float = -math.inf  # the last count's thinnest margin
+    order: int = 0  # where its candidates come in the search's list
+
+    def __post_init__(self) -> None:
+        self.next_count = next(self.counts, None)
+
+    def usd_per_h(self) -> float:
+        """The next count's fleet $/h."""
+        assert self.next_count is not None
+        return (find_instance(self.config.instance_type).price_per_h(self.space.region) or 0.0) * self.next_count
+
+    def step(self, pruned_by: str | None = None) -> Candidate:
+        """Predict the next count (`pruned_by`: it cannot win, so the mean model's values, and no further count)."""
+        assert self.next_count is not None
+        count, space, rules = self.next_count, self.space, self.rules
+        candidate = Candidate(self.config, count, self.usd_per_h())
+        shape = self.design.shape(count)
+        evaluate(candidate, shape, space.payload, self.load, rules, None if pruned_by else self.simulator)
+        self.out.append(candidate)
+        if pruned_by:
+            candidate.predicted_by = f"{candidate.predicted_by}: not simulated, {pruned_by}"
+            self.next_count = None
+            return candidate
+        per_copy = (candidate.concurrency or 0) / shape.total_copies
+        thinnest = least_margin(candidate, rules)
+        if (candidate.meets and (thinnest >= self.headroom or thinnest < self.before + HEADROOM_GAIN)) \
+                or (candidate.concurrency is not None and per_copy <= 1):
+            self.next_count = None  # more instances only cost more, no longer widen the margin, or no longer lower a
+            return candidate  # copy's load
+        self.before = thinnest
+        self.next_count = next(self.counts, None)
+        return candidate
+
+    def run(self) -> list[Candidate]:
+        """Every count, in order."""
+        while self.next_count is not None:
+            self.step()
+        return self.out
+
+
+def _cheapest_first(ramps: list[_Ramp]) -> None:
+    """Run the ramps' counts cheapest first across configs, not simulating a candidate that costs more than its
+    engine's cheapest one that meets the SLO with the headroom (see `search`)."""
+    queue = [(r.usd_per_h(), r.order, r) for r in ramps if r.next_count is not None]
+    heapq.heapify(queue)
+    best: dict[str, Candidate] = {}  # engine → its cheapest candidate meeting the SLO with the headroom so far
+    while queue:
+        usd, _, ramp = heapq.heappop(queue)
+        engine = ramp.config.engine
+        winner = best.get(engine)
+        pruned_by = (f"costs more than {engine}'s {winner.label()} (${winner.usd_per_h:.2f}/h), which meets the SLO"
+                     if winner is not None and usd > winner.usd_per_h else None)
+        candidate = ramp.step(pruned_by)
+        if pruned_by is None and winner is None and candidate.meets \
+                and least_margin(candidate, ramp.rules) >= ramp.headroom:
+            best[engine] = candidate  # the first found is the cheapest: they come in order of $/h
+        if ramp.next_count is not None:
+            heapq.heappush(queue, (ramp.usd_per_h(), ramp.order, ramp))
+
+
+def _ramp(config: Config, space: Space, load: Load, rules: Sequence[Rule],
+          profiles: dict[tuple[str, str, str], str], folder: Path,
+          designs: dict[Config, Design], simulators: dict[Config, Simulator],
+          headroom: float, slo: RequestSlo | None = None) -> _Ramp | Candidate:
+    """A config's ramp of counts, or its one candidate where the profile refuses it."""
     inst = find_instance(config.instance_type)
     price = inst.price_per_h(space.region) or 0.0
     ic = config.endpoint_kind == "inference-component"
@@ -393,21 +490,8 @@ def _candidates(config: Config, space: Space, load: Load, rules: Sequence[Rule],
                             instance_count=1)
     except InputError as exc:
         if over_context(space):
-            return [Candidate(config, 1, price, problem=context_problem(space), limit=CONTEXT)]
-        return [Candidate(config, 1, price, problem=f"refused by the profile: {exc.messages[0]}", limit=PROFILE)]
+            return Candidate(config, 1, price, problem=context_problem(space), limit=CONTEXT)
+        return Candidate(config, 1, price, problem=f"refused by the profile: {exc.messages[0]}", limit=PROFILE)
     designs[config] = design
     simulators[config] = simulator = Simulator(design, space.payload, slo=slo)  # alike configs share simulations
-    out = []
-    before = -math.inf  # the last count's thinnest margin
-    for count in _count_range(design, config, space, load):
-        candidate = Candidate(config, count, price * count)
-        shape = design.shape(count)
-        evaluate(candidate, shape, space.payload, load, rules, simulator)
-        out.append(candidate)
-        per_copy = (candidate.concurrency or 0) / shape.total_copies
-        thinnest = least_margin(candidate, rules)
-        if (candidate.meets and (thinnest >= headroom or thinnest < before + HEADROOM_GAIN)) \
-                or (candidate.concurrency is not None and per_copy <= 1):
-            break  # more instances only cost more, no longer widen the margin, or no longer lower a copy's load
-        before = thinnest
-    return out
+    return _Ramp(config, space, load, rules, headroom, design, simulator, iter(_count_range(design, config, space, load)))

@@ -29,7 +29,8 @@ from sagellm.results.report import writable_folder_errors
 MODEL_NOTE = ("predicted from simulated requests: each candidate's endpoint runs the emulator's engine on a virtual "
               "clock at the target load (Poisson arrivals for a rate, warm-up discarded), and every percentile is that "
               "of the simulated requests, queueing included; candidates the planner's mean model rules out (cannot "
-              "fit, cannot sustain the load, far off the SLO) are not simulated, and each candidate's predicted_by "
+              "fit, cannot sustain the load, far off the SLO) are not simulated, nor those costing more than their "
+              "engine's cheapest that meets the SLO (--simulate-all simulates them), and each candidate's predicted_by "
               "says which; the step times are the planner's, so bench the pick before trusting a tight percentile")
 # What recommendation.json keeps of a simulated level (the rest is in the bench's LevelSummary).
 SIMULATED_FIELDS = {"requests", "error_rate", "throughput_tokens_per_s", "requests_per_s", "ttft_ms", "itl_ms",

@@ -96,6 +96,10 @@ def recommend(
                             "profile's)")] = None,
     submit_aws_job: Annotated[bool, typer.Option("--submit-aws-job", help="also send both requests with boto3 in --region (the job runs real "
                               "endpoints: it costs GPU hours)")] = False,
+    simulate_all: Annotated[bool, typer.Option("--simulate-all", help="simulate every candidate the mean model "
+                                               "does not rule out, also those costing more than their engine's "
+                                               "cheapest that meets the SLO (simulated frontier values past the "
+                                               "pick; slower)")] = False,
     json_out: Json = False,
 ) -> None:
     """Search every deployment of a model in the catalog and pick the cheapest predicted to meet the SLO.
@@ -106,7 +110,9 @@ def recommend(
     profile extending the matching standard profile. Predictions use the corrections stored in
     <profiles-dir>/calibration/. --verify K benches the K cheapest on --target (at the target load and one step
     above), one at a time, and re-ranks on the measured numbers; on sagemaker it stores the measured correction
-    as `sagellm calibrate` does. A pick meets every rule with --headroom to spare. Exit 0: a pick; 1: nothing
+    as `sagellm calibrate` does. A pick meets every rule with --headroom to spare. A candidate costing more than its
+    engine's cheapest that meets the SLO cannot win and is not simulated (the mean model's values; --simulate-all,
+    --peak-rate, --verify and --aws-role-arn simulate it). Exit 0: a pick; 1: nothing
     meets the SLO (the limit that binds and the closest candidate's numbers are named); 2: bad input; 130:
     interrupted (the bench in flight torn down).
     """
@@ -132,7 +138,10 @@ def recommend(
                   tuple(dict.fromkeys(engine_names)) or Space.engines, quants, region, profiles_dir,
                   inferentia=any(not ENGINES[e].gpu for e in engine_names))
     rules = slo.rules
-    found = search(space, load, rules, None if json_out else _progress(started), headroom / 100, slo.slo)
+    # A candidate that costs more than its engine's cheapest meeting the SLO cannot win, unless a peak, --verify or
+    # the AWS job's shortlist reads candidates past the pick.
+    prune = not (simulate_all or peak_rate is not None or verify or aws_role_arn is not None)
+    found = search(space, load, rules, None if json_out else _progress(started), headroom / 100, slo.slo, prune)
     peak = Load(request_rate=peak_rate) if peak_rate is not None else None
     rec = choose(found, load, rules, payload, peak)
     elapsed = time.monotonic() - started
