@@ -35,11 +35,13 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 Segment = tuple[Hashable, int]  # (chain key, tokens of this segment)
 Prefix = int | tuple[Segment, ...]  # an int N: one segment ("shared", N) that every request shares
 SHARED_KEY = "shared"
-ROUTING_STRATEGIES = ("least-outstanding", "random", "prefix-aware", "kv-aware")
+RoutingStrategy = Literal["least-outstanding", "random", "prefix-aware", "kv-aware"]
+ROUTING_STRATEGIES: tuple[str, ...] = get_args(RoutingStrategy)
 # SageMaker's names for them (RoutingStrategy), in the same order.
 SAGEMAKER_STRATEGIES = dict(zip(ROUTING_STRATEGIES,
                                 ("LEAST_OUTSTANDING_REQUESTS", "RANDOM", "PREFIX_AWARE", "KV_AWARE"), strict=True))
@@ -55,7 +57,7 @@ _unique = itertools.count()
 class Routing:
     """How the endpoint picks a copy for each request (SageMaker's RoutingConfig)."""
 
-    strategy: str = "least-outstanding"  # one of ROUTING_STRATEGIES
+    strategy: RoutingStrategy = "least-outstanding"
     prefix_length: int = 1024  # prefix-aware: leading bytes (InvokeEndpoint) or characters (OpenAI API) compared
     concurrency_threshold: int = 64  # prefix-aware: in-flight requests at which the copy is passed over
 

@@ -13,7 +13,7 @@ from sagellm.engines.engine import InferenceAmiVersion
 from sagellm.errors import InputError
 from sagellm.planner import Shape, StepModel
 from sagellm.planner.simulate import Served
-from sagellm.profiles.schema import Architecture, Kind
+from sagellm.profiles.schema import Architecture, Kind, RoutingSpec
 
 
 class _Frozen(BaseModel):
@@ -144,6 +144,7 @@ class DeploymentPlan(_Frozen):
     # The host AMI where the image needs one (botocore's ProductionVariantInferenceAmiVersion); None: SageMaker's.
     inference_ami_version: InferenceAmiVersion | None = None
     hf_token_secret: str | None = None  # Secrets Manager name or ARN; never the token itself
+    routing: RoutingSpec | None = None  # the profile's routing strategy; None: least outstanding where several serve
     input_tokens: int  # the payload the plan was sized for
     output_tokens: int
     tags: dict[str, str]
