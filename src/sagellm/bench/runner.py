@@ -296,7 +296,7 @@ def _predicted_curve(p: BenchPlan, levels: list[Level]) -> list[PredictedPoint]:
                   | set(measured))
     # A line to draw: fewer simulated requests per point than a measured level's prediction.
     points = [predicted_point(p.plan, p.shape, p.workload.payload(), c, sizes=p.workload.sizes,
-                              requests=CURVE_REQUESTS) for c in grid]
+                              requests=CURVE_REQUESTS, prefixes=p.workload.shared_prefixes()) for c in grid]
     return [PredictedPoint(concurrency=pt.concurrency, **predicted_from(pt).model_dump())
             for pt in points if not pt.rejected]
 
@@ -329,7 +329,8 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
         if shape is None or p.plan is None or level.concurrency is None:
             return None
         point, simulated = predicted_level(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
-                                           offered=offered(records, run.time_scale), slo=run.request_slo)
+                                           offered=offered(records, run.time_scale), slo=run.request_slo,
+                                           prefixes=p.workload.shared_prefixes())
         return predicted_from(point).model_copy(update={
             "same_engine": run.emulated, "slo_attainment": simulated.slo_attainment if simulated else None,
             "goodput": simulated.goodput if simulated else None})

@@ -129,7 +129,8 @@ FLAGS = {
     "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
     "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
     "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",
-    "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "dataset": "--dataset",
+    "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "prefixes": "--prefixes",
+    "dataset": "--dataset",
     "tokenizer": "--tokenizer",
 }
 SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"

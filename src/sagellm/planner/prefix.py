@@ -80,6 +80,19 @@ def reply_key(segments: tuple[Segment, ...]) -> Hashable:
     return (segments[-1][0], "reply") if segments else ("reply", next(_unique))
 
 
+def word_segments(text: str, block_words: int) -> tuple[Segment, ...]:
+    """A prompt's segments where there is text (the emulator: one token per word): each whole block of
+    `block_words` words, keyed by a hash chained on the block before it, as vLLM hashes whole blocks of token ids;
+    the words past the last whole block are the prompt's own."""
+    words = text.split()
+    out: list[Segment] = []
+    key: Hashable = None
+    for start in range(0, len(words) - block_words + 1, block_words):
+        key = hash((key, *words[start:start + block_words]))
+        out.append((key, block_words))
+    return tuple(out)
+
+
 def route_key(segments: tuple[Segment, ...], prefix_tokens: int) -> Hashable | None:
     """What stands for a request's first `prefix_tokens` tokens: the key of the first segment reaching that far
     (requests sharing it share those tokens), or None when they run into the request's own tokens."""

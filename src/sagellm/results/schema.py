@@ -162,6 +162,7 @@ class WorkloadRecord(_Strict):
     input_tokens: str  # a length distribution (512, 512:64, 256-1024) or "dataset"
     output_tokens: str
     shared_prefix_tokens: int = 0
+    shared_prefixes: int = 1  # distinct shared prefixes (each shared_prefix_tokens long), one per request
     dataset: str | None = None
     dataset_entries: int | None = None
     token_counter: Literal["words", "tokenizer"]  # how prompts were built and counted locally

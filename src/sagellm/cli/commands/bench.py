@@ -105,6 +105,9 @@ def bench(
     shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, rich_help_panel="Workload", help="open "
                                                "every prompt with the same N tokens (to measure prefix caching "
                                                "on purpose)")] = 0,
+    prefixes: Annotated[int, typer.Option("--prefixes", min=1, rich_help_panel="Workload", help="N distinct shared "
+                                          "prefixes of --shared-prefix tokens, one per request drawn with the "
+                                          "seed (to measure prefix-aware routing)")] = 1,
     dataset: Annotated[Path | None, typer.Option("--dataset", rich_help_panel="Workload", help="prompts from a "
                                                  "JSONL file ({\"prompt\", \"output_tokens\"} per line) or "
                                                  "ShareGPT JSON")] = None,
@@ -273,7 +276,8 @@ def bench(
         raise InputError(as_flags(errors))
     spec = specs.Bench(
         workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
-                                       shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer, seed=seed),
+                                       shared_prefix=shared_prefix, prefixes=prefixes, dataset=dataset,
+                                       tokenizer=tokenizer, seed=seed),
         gate=specs.Gate(thresholds, baseline, allow_incomparable, slo), **parts)
     with watching() as watch:
         try:

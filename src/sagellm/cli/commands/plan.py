@@ -45,6 +45,10 @@ def plan(
     = None,
     output_tokens: Annotated[str | None, typer.Option("--output-tokens", help=f"generated tokens per request: "
                                                       f"{LENGTHS}")] = None,
+    shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, help="open every prompt with the same N "
+                                               "tokens, as bench --shared-prefix (the prefix caches serve them)")] = 0,
+    prefixes: Annotated[int, typer.Option("--prefixes", min=1, help="N distinct shared prefixes, as bench "
+                                          "--prefixes, routed as the profile's routing says")] = 1,
     dataset: Annotated[Path | None, typer.Option("--dataset", help="the lengths of a JSONL or ShareGPT file's "
                                                  "requests, as the bench reads it (bench --dataset)")] = None,
     concurrency: Annotated[str, typer.Option("--concurrency", help="endpoint-wide levels")] =
@@ -73,18 +77,19 @@ def plan(
 
     levels = concurrency_levels(concurrency)
     try:  # the bench's workload: its lengths, drawn per request as a bench with the same options sends them
-        workload = Workload(WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, dataset=dataset),
+        workload = Workload(WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, dataset=dataset,
+                                            shared_prefix=shared_prefix, prefixes=prefixes),
                             profile_payload(profile, profiles_dir))
     except InputError as exc:
-        raise InputError([m.replace("WorkloadOptions.", "--").replace("_tokens", "-tokens") for m in exc.messages]) \
-            from None
+        raise InputError([m.replace("WorkloadOptions.", "--").replace("_tokens", "-tokens")
+                          .replace("--shared_prefix", "--shared-prefix") for m in exc.messages]) from None
     varied = workload.inputs.kind != "fixed" or workload.outputs.kind != "fixed" or dataset is not None
     # The longest request sizes the plan's limits (each request must be taken); the mean one its prediction.
     d = design_for(profile, model, instance, payload=Payload(*workload.longest()), region=region,
                    profiles_dir=profiles_dir, tensor_parallel=tensor_parallel, copies=replicas,
                    instance_count=instance_count, engine=engine)
     curve = simulated_curve(d.plan(), d.shape(), workload.payload(), levels, region,
-                            sizes=workload.sizes if varied else None)
+                            sizes=workload.sizes if varied else None, prefixes=workload.shared_prefixes())
     curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
