@@ -127,6 +127,20 @@ def test_prefix_aware_routing_keeps_a_prefix_on_its_copy_until_the_threshold() -
     assert short.in_flight == 1  # the segment stops short of the prefix length: least outstanding
 
 
+def test_kv_aware_routing_picks_the_copy_holding_the_longest_start_of_the_prompt() -> None:
+    copies = [copy_of("vllm", budget=4096, block=16) for _ in range(3)]
+    prompt = (("system", 320), ("doc", 320))
+    warm = Sequence(1000, 2, 0.0, None, prompt[:1])  # copy 1 holds the system prompt, copy 2 system + doc
+    copies[1].submit(warm)
+    run(copies[1])
+    copies[2].submit(Sequence(1000, 2, 0.0, None, prompt))
+    run(copies[2])
+    router = Router(copies[0].limits, copies, Routing("kv-aware"))
+    assert router.submit(1000, 4, None, 0.0, prompt)[0] is copies[2]
+    assert router.submit(1000, 4, None, 0.0, prompt[:1])[0] is copies[1]  # ties: the fewest in flight
+    assert router.submit(1000, 4, None, 0.0, (("other", 320),))[0] is copies[0]  # no match: least outstanding
+
+
 def test_least_outstanding_stays_the_default_and_random_is_seeded() -> None:
     def picks(routing: Routing | None) -> list[int]:
         copies = [copy_of("vllm") for _ in range(4)]

@@ -272,7 +272,7 @@ SERVER_METRICS: tuple[str, ...] = (
     "cpu_utilization_pct",
     # Prometheus /metrics (http target: vLLM and TGI)
     "requests", "e2e_latency_ms", "ttft_ms", "itl_ms", "time_per_token_ms", "queue_time_ms", "prompt_tokens",
-    "generation_tokens",
+    "generation_tokens", "prefix_cache_queries", "prefix_cache_hits",
 )
 
 
