@@ -1,7 +1,6 @@
 """Issue 43's done-when on the local target: a 4-copy endpoint (the replicas profile on vLLM, emulated) under a
-workload of 16 shared prefixes answers sooner with prefix-aware routing than with least-outstanding routing, as
-its prediction says (the emulator's per-copy prefix caches; the hit rates: tests/emulator/test_emulator_prefix.py).
-"""
+workload of 16 shared prefixes finds more of its prompts in the copies' prefix caches (each level's server block)
+and answers sooner with prefix-aware routing than with least-outstanding routing, as its prediction says."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ ROUTINGS = {"least": "{strategy: least-outstanding}",
 def test_prefix_aware_routing_on_a_local_four_copy_endpoint_lowers_ttft(tmp_path: Path) -> None:
     profiles = tmp_path / "profiles"
     profiles.mkdir()
-    ttft, predicted = {}, {}
+    ttft, predicted, hit_rate = {}, {}, {}
     for name, routing in ROUTINGS.items():
         (profiles / f"{name}.yaml").write_text(f"name: {name}\nextends: replicas\ncontainer: {{kind: vllm}}\n"
                                                f"routing: {routing}\n")
@@ -34,5 +33,8 @@ def test_prefix_aware_routing_on_a_local_four_copy_endpoint_lowers_ttft(tmp_path
         assert results["run"]["workload"]["shared_prefixes"] == 16
         (level,) = results["levels"]
         ttft[name], predicted[name] = level["ttft_ms"]["p50"], level["predicted"]["ttft_ms"]
+        server = level["server"]["metrics"]
+        hit_rate[name] = server["prefix_cache_hits"]["stats"]["sum"] / server["prefix_cache_queries"]["stats"]["sum"]
+    assert hit_rate["least"] < 0.75 * hit_rate["routed"] <= 0.75 * 1536 / 2048  # at most the prefixes' share
     assert ttft["routed"] < 0.75 * ttft["least"]
     assert predicted["routed"] < 0.75 * predicted["least"]  # the prediction routes as the profile says too
