@@ -93,13 +93,17 @@ class Sequence:
                  prefix: Prefix = 0):
         self.input_tokens = input_tokens
         # Its prompt's shareable segments (planner/prefix.py), those that fit in the prompt, and where each ends.
-        segments = segments_of(prefix)
-        ends = chain_ends(segments)
-        n = next((i for i, end in enumerate(ends) if end > input_tokens), len(ends))
-        self.segments, self.ends = segments[:n], ends[:n]
-        self.prefix = self.ends[-1] if n else 0  # tokens its segments cover
+        self.segments: tuple[tuple[Hashable, int], ...] = ()
+        self.ends: tuple[int, ...] = ()
+        if prefix:
+            segments = segments_of(prefix)
+            ends = chain_ends(segments)
+            n = next((i for i, end in enumerate(ends) if end > input_tokens), len(ends))
+            self.segments, self.ends = segments[:n], ends[:n]
+        self.prefix = self.ends[-1] if self.ends else 0  # tokens its segments cover
         self.next_segment = 0  # paged schedulers: the first of its segments it has not yet passed to the cache
-        self.insert_at: float = self.ends[0] if n else math.inf  # computed tokens at which that one is complete
+        # Computed tokens at which that one is complete.
+        self.insert_at: float = self.ends[0] if self.ends else math.inf
         self.pinned: list[Hashable] = []  # cached segments it uses (not evicted while it runs)
         self.cached_tokens = 0  # prompt tokens its copy's prefix cache served at its (last) admission
         self.shared = 0  # of the KV tokens it holds, those the copy's prefix cache holds for everyone
