@@ -11,11 +11,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from emulator_helpers import run
+from emulator_helpers import model, plan, run
 
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.emulator import Emulator
 from sagellm.emulator.frontend.container import IC_HEADER
+from sagellm.emulator.frontend.formats import generated_text
 from sagellm.planner import Payload
 from sagellm.planner.prefix import word_segments
 from sagellm.profiles import DeploymentPlan, resolve
@@ -31,6 +32,29 @@ def test_prompts_sharing_their_first_words_share_the_chain_keys_of_those_whole_b
     assert sa[0][0] == sb[0][0] and sa[1][0] == sb[1][0]  # the first 32 words match
     c = "x " + " ".join(f"w{i}" for i in range(1, 40))
     assert word_segments(c, 16)[1][0] != sa[1][0]  # a key stands for everything before it too
+
+
+def test_a_reply_is_cached_under_the_words_the_next_turn_sends_back() -> None:
+    first = " ".join(f"ask{i}" for i in range(40))
+
+    async def scenario(session: aiohttp.ClientSession, url: str, emulator: Emulator) -> list[int]:
+        hits = []
+        turn = first
+        for _ in range(2):
+            async with session.post(f"{url}/v1/chat/completions", json={
+                    "messages": [{"role": "user", "content": turn}], "max_tokens": 24}) as resp:
+                reply = (await resp.json())["choices"][0]["message"]["content"]
+            async with session.get(f"{url}/metrics") as resp:
+                hits.append(next(iter((await resp.json())["models"].values()))["prefix_cache_hits"])
+            assert reply.split() == generated_text(24).split()
+            # The next turn: this prompt, the reply, then 40 new words (the messages' text, as the copy reads it).
+            turn = f"{turn} {reply} " + " ".join(f"more{i}" for i in range(40))
+        return hits
+
+    hits = run(plan(model(env={}), container="vllm"), scenario, time_scale=0.05)
+    # The first turn computed its 40 words and 23 of its 24 reply tokens (the last one sampled, not computed): 3
+    # whole blocks of 16, which the second turn's prompt opens with.
+    assert hits == [0, 48]
 
 
 def four_copies(tmp_path: Path, routing: str) -> DeploymentPlan:

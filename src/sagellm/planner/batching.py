@@ -84,6 +84,7 @@ class Sequence:
         "next_segment",
         "pinned",
         "prefix",
+        "reply_segments",
         "segments",
         "shared",
         "state",
@@ -105,6 +106,9 @@ class Sequence:
         # Computed tokens at which that one is complete.
         self.insert_at: float = self.ends[0] if self.ends else math.inf
         self.pinned: list[Hashable] = []  # cached segments it uses (not evicted while it runs)
+        # Where there is text (the emulator): the segments of its prompt followed by its first n generated tokens,
+        # so its reply is cached under the keys the next turn's prompt will carry.
+        self.reply_segments: Callable[[int], tuple[tuple[Hashable, int], ...]] | None = None
         self.cached_tokens = 0  # prompt tokens its copy's prefix cache served at its (last) admission
         self.shared = 0  # of the KV tokens it holds, those the copy's prefix cache holds for everyone
         self.max_new_tokens = max_new_tokens
@@ -221,7 +225,7 @@ class CopyScheduler:
             self.running.remove(seq)
             self.kv_reserved -= seq.reserved_tokens
             self.context -= seq.input_tokens + seq.generated
-        if state == DONE and seq.segments and seq.computed:
+        if state == DONE and seq.computed and (seq.segments or seq.reply_segments is not None):
             self._cache_reply(seq)
         self.kv_free += seq.held - seq.shared
         seq.held = seq.shared = 0
@@ -490,7 +494,11 @@ class CopyScheduler:
 
     def _cache_reply(self, seq: Sequence) -> None:
         """A finished sequence whose segments cover its prompt leaves its generated tokens' whole blocks cached
-        under `reply_key` (vLLM V1 caches full blocks of output tokens too), for a conversation's next turn."""
+        under `reply_key` (vLLM V1 caches full blocks of output tokens too), for a conversation's next turn; where
+        the sequence has text, under the keys of its prompt and reply's whole blocks."""
+        if seq.reply_segments is not None:
+            self._cache_text_reply(seq, seq.reply_segments(seq.generated))
+            return
         last = seq.segments[-1][0]
         key = reply_key(seq.segments)
         if seq.ends[-1] < seq.input_tokens or last not in self.cache.entries or key in self.cache.entries:
@@ -499,6 +507,18 @@ class CopyScheduler:
         if tokens > 0:
             self.cache.insert(key, tokens, seq.computed, pinned=False)
             seq.shared += tokens
+
+    def _cache_text_reply(self, seq: Sequence, full: tuple[tuple[Hashable, int], ...]) -> None:
+        """Cache the whole blocks past its prompt's segments that it computed (its blocks pass to the cache)."""
+        cache, ends = self.cache, chain_ends(full)
+        for i in range(len(seq.segments), len(full)):
+            key = full[i][0]
+            if ends[i] > seq.computed or (i and full[i - 1][0] not in cache.entries):
+                return
+            if key not in cache.entries:
+                tokens = cache.charge(ends, i)
+                cache.insert(key, tokens, ends[i], pinned=False)
+                seq.shared += tokens
 
     def decode_run(self, until_s: float, line: Callable[[int], tuple[float, float]]) -> int:
         """Between turns, run now, back to back, the turns to come that would only decode and end by `until_s` on

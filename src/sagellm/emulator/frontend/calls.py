@@ -54,6 +54,8 @@ class Call:
         prefix, prefix_key = model.prefix_of(ask.text, body)
         self.copy, self.seq = model.submit(ask.input_tokens, ask.max_new_tokens, deadline_s, arrived_s, prefix,
                                            prefix_key)
+        # Before the copy's next turn (this runs on the event loop): its reply's blocks are cached by their text.
+        self.seq.reply_segments = model.reply_segments(ask.text, formats.generated_text)
         self.ttft_s: float | None = None
         self.e2e_s: float | None = None
 

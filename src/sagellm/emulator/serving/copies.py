@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from sagellm.engines import Limits
 from sagellm.planner import StepModel
@@ -123,6 +123,15 @@ class ModelServer(Router[CopyEngine]):
             return segments, None
         length = self.routing.prefix_length
         return segments, hash(body[:length] if body is not None else text[:length])
+
+    def reply_segments(self, text: str, generated_text: Callable[[int], str]
+                       ) -> Callable[[int], tuple[Segment, ...]] | None:
+        """The segments of a prompt followed by its first n generated tokens' text (what a conversation's next
+        turn sends back), where copies keep a prefix cache."""
+        if not self._segment_words or self.engine.scheduling == "tgi":
+            return None
+        words = self._segment_words
+        return lambda n: word_segments(f"{text}{generated_text(n)}", words)
 
     def start(self) -> None:
         """Start every copy's engine loop."""
