@@ -237,6 +237,29 @@ def test_plan_draws_lengths_from_a_distribution_as_the_bench_does(tmp_path: Path
 
 
 @pytest.mark.slow
+def test_plan_takes_shared_prefixes_and_routes_them_as_the_profile_says(tmp_path: Path) -> None:
+    for name, routing in (("least", "{strategy: least-outstanding}"),
+                          ("routed", "{strategy: prefix-aware, prefix_length: 4096, concurrency_threshold: 16}")):
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nextends: replicas\ncontainer: {{kind: vllm}}\n"
+                                               f"routing: {routing}\n")
+
+    def plan(profile: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return sagellm("plan", "--profile", profile, "--profiles-dir", str(tmp_path), "--model", LLAMA2_7B,
+                       "--instance", "ml.g5.12xlarge", "--input-tokens", "2048", "--output-tokens", "64",
+                       "--concurrency", "16", "--json", *extra, cwd=tmp_path)
+
+    # Four copies, sixteen prefixes of 1536 tokens: more than a copy's cache holds, a quarter of them fits.
+    least, routed = (plan(p, "--shared-prefix", "1536", "--prefixes", "16") for p in ("least", "routed"))
+    assert least.returncode == routed.returncode == 0, least.stderr + routed.stderr
+    ttft = [json.loads(r.stdout)["curve"]["points"][0]["ttft_ms"] for r in (least, routed)]
+    assert ttft[1] < 0.75 * ttft[0]
+    bad = plan("least", "--prefixes", "3")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("sagellm: error: --prefixes: 3 prefixes of 0 tokens: give --shared-prefix their "
+                                  "length")
+
+
+@pytest.mark.slow
 def test_plan_flags_override_tp_copies_and_instance_count(tmp_path: Path) -> None:
     result = sagellm("plan", "--profile", "replicas", "--model", LLAMA2_7B, "--instance", "ml.p4d.24xlarge",
                      "--tensor-parallel", "2", "--replicas", "4", "--instance-count", "2", "--json", cwd=tmp_path)

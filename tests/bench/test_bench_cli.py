@@ -154,7 +154,7 @@ def test_results_json_records_the_run_levels_predictions_teardown_and_gate(happy
     run = results["run"]
     assert (run["target"], run["emulated"], run["time_scale"], run["clock"]) == ("local", True, 0.05, "emulator")
     assert run["workload"] == {"prompts": "unique", "api": "tgi", "input_tokens": "256", "output_tokens": "32",
-                               "shared_prefix_tokens": 0, "dataset": None, "dataset_entries": None,
+                               "shared_prefix_tokens": 0, "shared_prefixes": 1, "dataset": None, "dataset_entries": None,
                                "token_counter": "words", "tokenizer": None, "seed": 0, "turns": None,
                                "think_time_s": None, "trace": None}
     assert (run["profile"], run["model"], run["instance_type"]) == ("max-throughput", MODEL, INSTANCE)

@@ -24,6 +24,8 @@ vllm:time_per_output_token_seconds_sum{engine="0",model_name="m"} 0.04
 vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 1.0
 vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 1.0
 vllm:generation_tokens_total{engine="0",model_name="m"} 100.0
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 600.0
 """
 VLLM_AFTER = """
 vllm:e2e_request_latency_seconds_count{engine="0",model_name="m"} 6.0
@@ -33,6 +35,8 @@ vllm:time_per_output_token_seconds_sum{engine="0",model_name="m"} 0.12
 vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 4.0
 vllm:request_success_total{engine="0",finished_reason="stop",model_name="m"} 2.0
 vllm:generation_tokens_total{engine="0",model_name="m"} 500.0
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 5000.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 3000.0
 vllm:cache_config_info{block_size="16",note="a } and spaces"} 1.0
 """
 TGI_AFTER = """
@@ -72,6 +76,10 @@ def test_differences_give_counter_increases_and_histogram_means_over_the_level()
     assert block.metrics["requests"].stats.sum == 4.0
     assert block.metrics["generation_tokens"].stats.sum == 400.0
     assert "ttft_ms" not in block.metrics  # not exposed: left out
+    # The prefix cache's prompt tokens looked up and served over the level: its hit rate is their ratio.
+    queries, hits = block.metrics["prefix_cache_queries"], block.metrics["prefix_cache_hits"]
+    assert (queries.name, queries.unit, queries.stats.sum) == ("vllm:prefix_cache_queries_total", "tokens", 4000.0)
+    assert hits.stats.sum == 2400.0
 
 
 def test_tgi_names_map_to_the_same_metrics_and_its_time_per_token_is_not_itl() -> None:

@@ -8,7 +8,7 @@ them (prompt_input_tokens_mean, output_tokens_mean, …). What maps, both ways:
 |---|---|
 | `--input-tokens 512` / `512:64` | prompt_input_tokens_mean (less the shared prefix) / _stddev |
 | `--output-tokens` | output_tokens_mean / output_tokens_stddev |
-| `--shared-prefix N` | num_prefix_prompts: 1, prefix_prompt_length: N (AIPerf prepends it to the prompt) |
+| `--shared-prefix N --prefixes K` | num_prefix_prompts: K, prefix_prompt_length: N (AIPerf prepends one of them to each prompt) |
 | `--concurrency C` (one level) | concurrency |
 | `--request-rate R` (one level), `--arrivals`, `--max-in-flight` | request_rate, arrival_pattern, concurrency |
 | `--requests-per-level` / `--duration-per-level` | request_count / benchmark_duration |
@@ -86,7 +86,7 @@ def spec_of(workload: WorkloadOptions, load: Closed | Open, default: Payload = D
     p: dict[str, Any] = {"prompt_input_tokens_mean": inputs.a - prefix, "prompt_input_tokens_stddev": inputs.b,
                          "output_tokens_mean": outputs.a, "output_tokens_stddev": outputs.b}
     if prefix:
-        p |= {"num_prefix_prompts": 1, "prefix_prompt_length": prefix}
+        p |= {"num_prefix_prompts": workload.prefixes, "prefix_prompt_length": prefix}
     level = levels[0]
     if isinstance(load, Closed):
         p["concurrency"] = int(level)
@@ -164,9 +164,6 @@ def workload_of(spec: Any, where: str) -> AiperfWorkload:
     requests, duration = number("request_count", int, 1), number("benchmark_duration", float, 0)
     warmup, seed = number("warmup_request_count", int, 0) or 0, number("random_seed", int, 0) or 0
     arrivals = p.get("arrival_pattern", "poisson")  # AIPerf's default
-    if prefixes not in (None, 0, 1):
-        problems.append(f"{where}: parameters.num_prefix_prompts: {prefixes}; the bench sends one shared prefix (0 "
-                        "or 1)")
     if prefixes == 0:
         prefix = 0
     if concurrency is None and rate is None:
@@ -188,7 +185,7 @@ def workload_of(spec: Any, where: str) -> AiperfWorkload:
     workload = WorkloadOptions(input_tokens=lengths(mean, in_sd),
                                # no output_tokens_mean: AIPerf sets no max_tokens; the bench sends the profile's
                                output_tokens=lengths(out_mean, out_sd) if out_mean is not None else None,
-                               shared_prefix=prefix, seed=seed)
+                               shared_prefix=prefix, prefixes=prefixes or 1 if prefix else 1, seed=seed)
     load: Closed | Open
     if rate is not None:
         load = Open((rate,), cast(Arrivals, arrivals), concurrency or MAX_IN_FLIGHT, requests, duration, warmup)

@@ -19,6 +19,7 @@ from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import goodput_of, summarize, tokens_in_window
 from sagellm.bench.client.workload import Workload
 from sagellm.planner import Curve, Payload, Point, Shape, StepModel, curve_of, predict_point
+from sagellm.planner.prefix import Prefix
 from sagellm.planner.sessions import SimulatedConversations, simulate_conversations
 from sagellm.planner.simulate import (
     SimulatedClosedLoop,
@@ -28,7 +29,7 @@ from sagellm.planner.simulate import (
     simulate,
 )
 from sagellm.planner.traces import Segments, SimulatedTrace
-from sagellm.profiles.plan import DeploymentPlan, served
+from sagellm.profiles.plan import DeploymentPlan, routing_of, served
 from sagellm.results.schema import ErrorKind, LevelSummary, RequestSlo
 
 # Measured requests per simulated level: p90 rests on the 60 slowest, and a whole catalog takes seconds.
@@ -44,6 +45,7 @@ CLIENT_START_GAP_S = 0.0002
 _TURNS = 16  # turnarounds each modelled client cycles through
 
 Sizes = Callable[[int], tuple[int, int]]  # request index → (input tokens, output tokens)
+Prefixes = Callable[[int], Prefix]  # request index → its prompt's shared segments (planner/prefix.py)
 
 
 def record_of(req: SimulatedRequest, concurrency: int | None, request_rate: float | None) -> RequestRecord:
@@ -136,19 +138,21 @@ def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *,
                     request_rate: float | None = None, sizes: Sizes | None = None,
                     requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
                     time_scale: float = 1.0, seed: int = 0, warmup: int | None = None,
-                    slo: RequestSlo | None = None) -> LevelSummary:
+                    slo: RequestSlo | None = None, prefixes: Prefixes | None = None) -> LevelSummary:
     """The summary of the plan's endpoint at a concurrency (closed loop) or a request rate (open loop, Poisson),
     every request of `payload`'s size unless `sizes` draws each one's (the bench's workload); `offered` replays
     how a measured closed loop's clients sent (its starts, gaps and request counts), else the clients are
     modelled (their turnaround on the clock of an emulator at `time_scale`, drawn with `seed`) after `warmup`
-    requests (None: the simulator's); `slo` adds the requests' SLO attainment and goodput."""
+    requests (None: the simulator's); `slo` adds the requests' SLO attainment and goodput; `prefixes` gives each
+    request's shared prefix (the bench's --shared-prefix/--prefixes), routed as the plan's endpoint routes."""
     load: SimulatedOpenLoop | SimulatedClosedLoop = (
         SimulatedOpenLoop(request_rate) if request_rate is not None else
         SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
         modelled_clients(concurrency or 1, time_scale, seed))
     sim = simulate(served(plan, steps), payload.input_tokens, payload.output_tokens, load, sizes=sizes,
                    requests=offered.requests if offered is not None else requests,
-                   warmup=offered.warmup if offered is not None else warmup)
+                   warmup=offered.warmup if offered is not None else warmup, prefixes=prefixes,
+                   routing=routing_of(plan))
     return summary_of(sim, concurrency, request_rate, slo)
 
 
@@ -175,31 +179,34 @@ def point_of(summary: LevelSummary, pruned: Point) -> Point:
 
 def predicted_level(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
                     sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
-                    time_scale: float = 1.0, slo: RequestSlo | None = None) -> tuple[Point, LevelSummary | None]:
+                    time_scale: float = 1.0, slo: RequestSlo | None = None, prefixes: Prefixes | None = None
+                    ) -> tuple[Point, LevelSummary | None]:
     """One closed-loop level: its point and the simulated requests' summary, unless the mean model prunes it
     (refused: nothing to simulate, no summary)."""
     pruned = predict_point(shape, payload, concurrency)
     if pruned.rejected:
         return pruned, None
     summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
-                              requests=requests, offered=offered, time_scale=time_scale, slo=slo)
+                              requests=requests, offered=offered, time_scale=time_scale, slo=slo,
+                              prefixes=prefixes)
     # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
     return (point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)), summary
 
 
 def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
                     sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS,
-                    offered: Offered | None = None, time_scale: float = 1.0) -> Point:
+                    offered: Offered | None = None, time_scale: float = 1.0, prefixes: Prefixes | None = None
+                    ) -> Point:
     """One closed-loop level's point: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
     return predicted_level(plan, shape, payload, concurrency, sizes=sizes, requests=requests, offered=offered,
-                           time_scale=time_scale)[0]
+                           time_scale=time_scale, prefixes=prefixes)[0]
 
 
 def simulated_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: Sequence[int],
-                    region: str, sizes: Sizes | None = None) -> Curve:
+                    region: str, sizes: Sizes | None = None, prefixes: Prefixes | None = None) -> Curve:
     """`plan`'s curve: every level from simulated requests (of `payload`'s size, or each drawn by `sizes`), the
     knee and cost read off them."""
-    points = tuple(predicted_point(plan, shape, payload, c, sizes=sizes) for c in concurrency)
+    points = tuple(predicted_point(plan, shape, payload, c, sizes=sizes, prefixes=prefixes) for c in concurrency)
     curve = curve_of(shape, payload, points, region)
     how = (f"each level from {SIMULATED_REQUESTS} simulated requests (the emulator's engine on a virtual clock); "
            "p50 figures, p90 in --json")

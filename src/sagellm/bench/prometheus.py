@@ -21,7 +21,8 @@ _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)")
 # results name → unit, in the order the results list them
 HISTOGRAM_UNITS = {"e2e_latency_ms": "ms", "ttft_ms": "ms", "itl_ms": "ms", "time_per_token_ms": "ms",
                    "queue_time_ms": "ms"}
-COUNTER_UNITS = {"requests": "count", "prompt_tokens": "tokens", "generation_tokens": "tokens"}
+COUNTER_UNITS = {"requests": "count", "prompt_tokens": "tokens", "generation_tokens": "tokens",
+                 "prefix_cache_queries": "tokens", "prefix_cache_hits": "tokens"}
 # results name → (unit, every engine's candidate histograms in seconds / samples whose increase is reported)
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
     key: (unit, tuple(n for e in ENGINES.values() for n in e.histograms.get(key, ())))

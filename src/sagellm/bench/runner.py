@@ -304,7 +304,7 @@ def _predicted_curve(p: BenchPlan, levels: list[Level]) -> list[PredictedPoint]:
     # A line to draw: fewer simulated requests per point than a measured level's prediction.
     talks = talks_of(p.workload)  # conversations: simulated as conversations
     points = [predicted_point(p.plan, p.shape, p.workload.payload(), c, sizes=p.workload.sizes,
-                              requests=CURVE_REQUESTS) if talks is None else
+                              requests=CURVE_REQUESTS, prefixes=p.workload.shared_prefixes()) if talks is None else
               conversation_level(p.plan, p.shape, p.workload.payload(), c, talks, requests=CURVE_REQUESTS)[0]
               for c in grid]
     return [PredictedPoint(concurrency=pt.concurrency, **predicted_from(pt).model_dump())
@@ -340,7 +340,8 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
             return None
         talks = talks_of(p.workload)  # conversations: their turns simulated as conversations at the level's users
         point, simulated = predicted_level(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
-                                           offered=offered(records, run.time_scale), slo=run.request_slo) \
+                                           offered=offered(records, run.time_scale), slo=run.request_slo,
+                                           prefixes=p.workload.shared_prefixes()) \
             if talks is None else conversation_level(p.plan, shape, mean, level.concurrency, talks,
                                                      slo=run.request_slo)
         return predicted_from(point).model_copy(update={

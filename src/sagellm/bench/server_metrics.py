@@ -7,6 +7,8 @@
   most); the emulator publishes 1 s data, read as whole seconds.
 - http target: the server's Prometheus `/metrics`, scraped when the sweep starts and after every level (no
   request runs between two levels), the differences reported (`prometheus`).
+- local target: also the emulator's prefix caches (prompt tokens looked up and served: vLLM's
+  `vllm:prefix_cache_queries`/`_hits`, which SageMaker does not publish to CloudWatch), read around every level.
 """
 
 from __future__ import annotations
@@ -41,6 +43,19 @@ class ServerWatch:
         self._scraped: dict[str, float] | None = None
         if isinstance(target, HttpTarget):
             self._scraped = self._scrape()
+        # Local target: the emulator's prefix-cache counters at the last level's end, and each level's increase.
+        self._prefix: tuple[float, float] | None = self._prefix_cache()
+        self._prefix_of: dict[str, tuple[float, float]] = {}
+
+    def _prefix_cache(self) -> tuple[float, float] | None:
+        emulator = getattr(self.target, "emulator", None) if isinstance(self.target, LocalTarget) else None
+        if emulator is None:
+            return None
+        try:
+            return emulator.prefix_cache()  # type: ignore[no-any-return]
+        except TargetError as exc:
+            self.say(f"server metrics: {exc} (levels carry no prefix-cache figures)")
+            return None
 
     def _scrape(self) -> dict[str, float] | None:
         base = getattr(self.target, "base", "")
@@ -62,6 +77,10 @@ class ServerWatch:
             block = prometheus.differences(self._scraped, now, start, end)
             self.blocks[load] = block if load not in self.blocks else _added(self.blocks[load], block)
             self._scraped = now
+        if self._prefix is not None and (counted := self._prefix_cache()) is not None:
+            queries, hits = self._prefix_of.get(load, (0.0, 0.0))
+            self._prefix_of[load] = (queries + counted[0] - self._prefix[0], hits + counted[1] - self._prefix[1])
+            self._prefix = counted
 
     def finish(self) -> dict[str, ServerMetrics]:
         """Every level's server block (CloudWatch targets read now); a failed read is said, not raised."""
@@ -111,6 +130,11 @@ class ServerWatch:
                 readings = cloudwatch.read_endpoint(client, target.endpoint or "", window, component=self.component)
             metrics = {key: ServerMetric(unit=r.unit, name=r.name, stats=ServerStats(**r.stats))  # type: ignore[arg-type]
                        for key, r in readings.items()}
+            queries, hits = self._prefix_of.get(load, (0.0, 0.0))
+            if queries:  # an engine with a prefix cache (vLLM, SGLang) was asked
+                metrics |= {key: ServerMetric(unit="tokens", name=f"emulator /metrics {key}",
+                                              stats=ServerStats(sum=value))
+                            for key, value in (("prefix_cache_queries", queries), ("prefix_cache_hits", hits))}
             self.blocks[load] = ServerMetrics(source="cloudwatch", window_start=window.start, window_end=window.end,
                                               period_s=window.period_s, metrics=metrics)
 

@@ -7,6 +7,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from sagellm.planner.prefix import SAGEMAKER_STRATEGIES
 from sagellm.profiles.plan import DeploymentPlan
 
 VARIANT_NAME = "AllTraffic"
@@ -20,6 +21,23 @@ def serves_several(plan: DeploymentPlan) -> bool:
     instances = plan.instance_scaling.max_instance_count if plan.instance_scaling is not None else 1
     copies = max(most, *(m.copy_count for m in plan.models))
     return max(plan.initial_instance_count, instances, copies) > 1
+
+
+def routing_config(plan: DeploymentPlan) -> sagemaker.CfnEndpointConfig.RoutingConfigProperty | None:
+    """The variant's RoutingConfig: the profile's strategy (PrefixAwareRoutingConfig with prefix-aware routing), else
+    least outstanding requests where several containers serve: TGI refuses above its admission limit (429), so each
+    request goes to the one with the fewest in flight rather than at random (SageMaker's default)."""
+    r = plan.routing
+    if r is None:
+        return sagemaker.CfnEndpointConfig.RoutingConfigProperty(
+            routing_strategy="LEAST_OUTSTANDING_REQUESTS"
+        ) if serves_several(plan) else None
+    return sagemaker.CfnEndpointConfig.RoutingConfigProperty(
+        routing_strategy=SAGEMAKER_STRATEGIES[r.strategy],
+        prefix_aware_routing_config=sagemaker.CfnEndpointConfig.PrefixAwareRoutingConfigProperty(
+            prefix_length=r.prefix_length, concurrency_threshold=r.concurrency_threshold,
+        ) if r.strategy == "prefix-aware" else None,
+    )
 
 
 def endpoint_config(
@@ -48,11 +66,7 @@ def endpoint_config(
         model_data_download_timeout_in_seconds=plan.model_data_download_timeout_s if instance_based else None,
         volume_size_in_gb=plan.volume_size_gb,
         inference_ami_version=plan.inference_ami_version,
-        # TGI refuses above its admission limit (429): with several containers serving, send each request to
-        # the one with the fewest in flight rather than at random (SageMaker's default).
-        routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(
-            routing_strategy="LEAST_OUTSTANDING_REQUESTS"
-        ) if serves_several(plan) else None,
+        routing_config=routing_config(plan),
         # Inference components beyond what the starting instances hold: SageMaker adds instances for them.
         managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
             status="ENABLED",

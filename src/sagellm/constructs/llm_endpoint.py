@@ -223,6 +223,11 @@ class LlmEndpoint(Construct, EndpointMetrics):
                 "plan.scaling.min_capacity 0: copies scale to zero but the instances stay (and are billed); "
                 "set instance_scaling.min_instance_count 0 (ManagedInstanceScaling) to stop them too",
             )
+        if plan.routing is not None and plan.routing.strategy == "kv-aware":
+            # cfn-lint 1.58.0's schema (2026-10-20) of AWS::SageMaker::EndpointConfig RoutingConfig.RoutingStrategy
+            # lists LEAST_OUTSTANDING_REQUESTS, PREFIX_AWARE and RANDOM; botocore 1.44.8 has KV_AWARE too.
+            warn("KvAwareRouting", "routing.strategy kv-aware: CloudFormation's AWS::SageMaker::EndpointConfig "
+                 "schema does not list KV_AWARE yet, so the deploy may be refused; prefix-aware is listed")
         has_secret = hf_token_secret is not None or bool(plan.hf_token_secret)
         errors = [
             *plan_errors(self, plan, has_secret=has_secret, kms_key=kms_key),

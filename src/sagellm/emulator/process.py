@@ -157,6 +157,17 @@ class EmulatorProcess:
         except OSError as exc:
             raise TargetError(f"emulator: publishing metrics failed: {exc}") from None
 
+    def prefix_cache(self) -> tuple[float, float]:
+        """Prompt tokens its models' prefix caches were asked for and served so far (`/metrics`); TargetError if
+        it cannot say."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as reply:
+                models = json.load(reply)["models"].values()
+        except (OSError, ValueError, KeyError) as exc:
+            raise TargetError(f"emulator: /metrics could not be read: {exc}") from None
+        return (sum(m.get("prefix_cache_queries", 0) for m in models),
+                sum(m.get("prefix_cache_hits", 0) for m in models))
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """SIGTERM, then SIGKILL to the child's process group; then check that the port is free."""
         proc, self._proc = self._proc, None

@@ -60,6 +60,9 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "requests": ("vllm:request_success_total",),
     "prompt_tokens": ("vllm:prompt_tokens_total",),
     "generation_tokens": ("vllm:generation_tokens_total",),
+    # Prompt tokens looked up in the prefix cache and those it served (v1/metrics/loggers.py PrometheusStatLogger).
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
 }
 
 

@@ -5,18 +5,30 @@ simulator (simulate.py: discrete events on a virtual clock). A copy's turn (`Cop
 requests past their deadline, admits queued ones into the running batch within the KV, prefill and batch
 budgets, runs a prefill pass for the newly admitted then a decode step, and stamps each pass's tokens on
 the copy's simulated clock. It yields each pass's modelled duration; the driver lets that time pass on its
-own clock (sleeping, or moving the virtual clock) before the turn goes on. `Router` sends each request to
-the least-loaded copy and answers as TGI does: 429 above the admission limit, 422 for invalid lengths.
+own clock (sleeping, or moving the virtual clock) before the turn goes on. vLLM's and SGLang's copies keep a
+prefix cache (planner/prefix.py). `Router` sends each request to a copy as the endpoint's routing strategy picks
+(the least loaded by default) and answers as TGI does: 429 above the admission limit, 422 for invalid lengths.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from sagellm.engines import Limits
+from sagellm.planner.prefix import (
+    CHARS_PER_TOKEN,
+    Prefix,
+    PrefixCache,
+    Routing,
+    chain_ends,
+    reply_key,
+    route_key,
+    segments_of,
+)
 from sagellm.planner.steps import StepModel
 
 if TYPE_CHECKING:
@@ -58,23 +70,46 @@ class Sequence:
     __slots__ = (
         "_waiter",
         "arrived_s",
+        "cached_tokens",
         "computed",
         "deadline_s",
+        "ends",
         "first_token_s",
         "generated",
         "held",
         "input_tokens",
+        "insert_at",
         "last_token_s",
         "max_new_tokens",
+        "next_segment",
+        "pinned",
         "prefix",
+        "reply_segments",
+        "segments",
         "shared",
         "state",
     )
 
     def __init__(self, input_tokens: int, max_new_tokens: int, arrived_s: float, deadline_s: float | None,
-                 prefix: int = 0):
+                 prefix: Prefix = 0):
         self.input_tokens = input_tokens
-        self.prefix = prefix  # its first tokens are a prefix every request shares (the bench's --shared-prefix)
+        # Its prompt's shareable segments (planner/prefix.py), those that fit in the prompt, and where each ends.
+        self.segments: tuple[tuple[Hashable, int], ...] = ()
+        self.ends: tuple[int, ...] = ()
+        if prefix:
+            segments = segments_of(prefix)
+            ends = chain_ends(segments)
+            n = next((i for i, end in enumerate(ends) if end > input_tokens), len(ends))
+            self.segments, self.ends = segments[:n], ends[:n]
+        self.prefix = self.ends[-1] if self.ends else 0  # tokens its segments cover
+        self.next_segment = 0  # paged schedulers: the first of its segments it has not yet passed to the cache
+        # Computed tokens at which that one is complete.
+        self.insert_at: float = self.ends[0] if self.ends else math.inf
+        self.pinned: list[Hashable] = []  # cached segments it uses (not evicted while it runs)
+        # Where there is text (the emulator): the segments of its prompt followed by its first n generated tokens,
+        # so its reply is cached under the keys the next turn's prompt will carry.
+        self.reply_segments: Callable[[int], tuple[tuple[Hashable, int], ...]] | None = None
+        self.cached_tokens = 0  # prompt tokens its copy's prefix cache served at its (last) admission
         self.shared = 0  # of the KV tokens it holds, those the copy's prefix cache holds for everyone
         self.max_new_tokens = max_new_tokens
         self.generated = 0
@@ -149,7 +184,9 @@ class CopyScheduler:
         self.scheduling = scheduling
         self._turn = SCHEDULERS[scheduling]
         self.kv_free = limits.max_batch_total_tokens  # paged schedulers: KV tokens no sequence holds
-        self.cached_prefix = 0  # paged schedulers: tokens of the shared prefix in the prefix cache (whole blocks)
+        self.cache = PrefixCache(limits.kv_block_tokens)  # paged schedulers: cached prompt segments
+        self.prefix_queries = 0  # prompt tokens looked up in the prefix cache (vLLM's vllm:prefix_cache_queries)
+        self.prefix_hits = 0  # of those, tokens it served (vllm:prefix_cache_hits)
         self.new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO  # SGLang's estimate of the decode tokens still to come
         self.queue: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -188,8 +225,13 @@ class CopyScheduler:
             self.running.remove(seq)
             self.kv_reserved -= seq.reserved_tokens
             self.context -= seq.input_tokens + seq.generated
+        if state == DONE and seq.computed and (seq.segments or seq.reply_segments is not None):
+            self._cache_reply(seq)
         self.kv_free += seq.held - seq.shared
         seq.held = seq.shared = 0
+        if seq.pinned:
+            self.cache.release(seq.pinned)
+            seq.pinned = []
         seq.state = state
         if state == DONE:
             self.completed += 1
@@ -250,7 +292,7 @@ class CopyScheduler:
             seq = self.queue[0]
             # The whole prompt's blocks must be free (less a cached prefix), unless nothing runs (a prompt over the
             # pool runs alone).
-            if self._blocks(seq.pending - self._hit(seq)) > self.kv_free and self.running:
+            if self._blocks(seq.pending - self._hit(seq)) > self._room(seq) and self.running:
                 break
             n = self._admit(seq, budget)
             steps.append((seq, n))
@@ -275,7 +317,7 @@ class CopyScheduler:
             steps.append((chunked, n))
             chunk -= n
         expected = sum(min(s.max_new_tokens - s.generated, SGLANG_CLIP_MAX_NEW) for s in self.running)
-        room = self.kv_free - expected * self.new_token_ratio
+        room = (self.kv_free + self.cache.unpinned) - expected * self.new_token_ratio
         while (chunk > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
                and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
             seq = self.queue[0]
@@ -296,7 +338,7 @@ class CopyScheduler:
             self.new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO  # on_idle
             return
         retracted = False
-        while len(self.running) > 1 and self.kv_free < len(self.running):
+        while len(self.running) > 1 and self.kv_free + self.cache.unpinned < len(self.running):
             retracted = True
             self._preempt(max(self.running, key=lambda s: (-s.generated, s.input_tokens)), front=False)
         if retracted:
@@ -319,11 +361,40 @@ class CopyScheduler:
         self._take_blocks(seq, n, force=True)
         return n
 
+    @property
+    def cached_prefix(self) -> int:
+        """KV tokens the prefix cache holds (whole blocks)."""
+        return self.cache.held
+
+    def _lookup(self, seq: Sequence) -> tuple[int, int]:
+        """A waiting sequence's cached chain: how many of its segments, and the prompt tokens they serve (whole
+        blocks, at most all but the prompt's last token, as vLLM's get_computed_blocks and SGLang's match_prefix)."""
+        if seq.computed or not seq.segments or not self.cache.held:
+            return 0, 0
+        n = self.cache.longest(seq.segments)
+        if not n:
+            return 0, 0
+        hit = min(seq.ends[n - 1], self.cache.end(seq.segments[n - 1][0]), seq.input_tokens - 1)
+        return n, hit - hit % self.limits.kv_block_tokens
+
     def _hit(self, seq: Sequence) -> int:
         """The prefix-cache hit `_start` would give a waiting sequence."""
-        if seq.computed or not seq.prefix or not self.cached_prefix:
+        return self._lookup(seq)[1]
+
+    def _room(self, seq: Sequence) -> int:
+        """KV tokens a waiting sequence may take: the free ones and the cached ones nobody uses, less those of
+        its own hit (it will use them)."""
+        if not self.cache.unpinned:
+            return self.kv_free
+        n, _ = self._lookup(seq)
+        return self.kv_free + self.cache.unpinned - (self.cache.unpinned_in(seq.segments[:n]) if n else 0)
+
+    def held_prefix(self, segments: tuple[tuple[Hashable, int], ...], input_tokens: int) -> int:
+        """Prompt tokens of `segments` this copy's cache would serve now (KV-aware routing reads it)."""
+        n = self.cache.longest(segments) if self.cache.held else 0
+        if not n:
             return 0
-        hit = min(self.cached_prefix, seq.prefix, seq.input_tokens - 1)
+        hit = min(chain_ends(segments[:n])[-1], self.cache.end(segments[n - 1][0]), input_tokens - 1)
         return hit - hit % self.limits.kv_block_tokens
 
     def _blocks(self, tokens: int) -> int:
@@ -335,6 +406,8 @@ class CopyScheduler:
         """Give `seq` the blocks `n` more computed tokens need; False (nothing taken) when too few are free, unless
         `force` (a sequence that must run although the pool is short: it runs alone)."""
         more = self._blocks(seq.computed + n) - seq.held
+        if more > self.kv_free and self.cache.unpinned:  # cached segments nobody uses make room, oldest first
+            self.kv_free += self.cache.evict(more - self.kv_free)
         if more > self.kv_free and not force:
             return False
         seq.held += more
@@ -347,16 +420,29 @@ class CopyScheduler:
         self.queue.popleft()
         seq.state = RUNNING
         self.running.append(seq)
-        if seq.computed == 0 and seq.prefix and self.cached_prefix:
-            hit = min(self.cached_prefix, seq.prefix, seq.input_tokens - 1)
-            hit -= hit % self.limits.kv_block_tokens
-            seq.computed = seq.held = seq.shared = hit
+        if seq.computed == 0:
+            self.prefix_queries += seq.input_tokens
+            n, hit = self._lookup(seq)
+            seq.cached_tokens = hit
+            if n:
+                keys = [key for key, _ in seq.segments[:n]]
+                self.cache.pin(keys)
+                seq.pinned = keys
+                seq.next_segment = n
+                seq.insert_at = seq.ends[n] if n < len(seq.ends) else math.inf
+                seq.computed = seq.held = seq.shared = hit
+                self.prefix_hits += hit
 
     def _preempt(self, seq: Sequence, *, front: bool) -> None:
         """Free a running sequence's KV and queue it again (front: vLLM; back: SGLang) to be recomputed."""
         self.running.remove(seq)
         self.kv_free += seq.held - seq.shared
         seq.held = seq.computed = seq.shared = 0
+        if seq.pinned:
+            self.cache.release(seq.pinned)
+            seq.pinned = []
+        seq.next_segment = 0
+        seq.insert_at = seq.ends[0] if seq.ends else math.inf
         seq.state = QUEUED
         self.preempted += 1
         if front:
@@ -380,21 +466,59 @@ class CopyScheduler:
         for seq, n in steps:
             if seq.state == RUNNING:
                 seq.computed += n
-                if seq.prefix and seq.computed >= seq.prefix and seq.shared == 0:
-                    self._cache_prefix(seq)
+                if seq.computed >= seq.insert_at:
+                    self._cache_segments(seq)
                 if seq.pending == 0:
                     ready.append(seq)
         self.emit(ready)
 
-    def _cache_prefix(self, seq: Sequence) -> None:
-        """A computed shared prefix stays in the cache for later requests (its whole blocks; what the cache holds
-        is held for everyone, not freed with the sequence)."""
-        blocks = seq.prefix - seq.prefix % self.limits.kv_block_tokens
-        if blocks > self.cached_prefix:
-            self.cached_prefix = blocks
-            seq.shared = blocks
-        else:  # another sequence computed it meanwhile: its copy is freed with it
-            seq.shared = 0
+    def _cache_segments(self, seq: Sequence) -> None:
+        """The segments `seq` has now computed stay in the cache for later requests (their whole blocks pass from
+        the sequence to the cache: held for everyone, not freed with it); one another sequence cached meanwhile
+        is not cached twice (this copy of it is freed with the sequence); a chain whose parent was evicted stops."""
+        cache, ends = self.cache, seq.ends
+        i = seq.next_segment
+        while i < len(ends) and seq.computed >= ends[i]:
+            key = seq.segments[i][0]
+            if key not in cache.entries:
+                if i and seq.segments[i - 1][0] not in cache.entries:
+                    i = len(ends)
+                    break
+                tokens = cache.charge(ends, i)
+                cache.insert(key, tokens, ends[i], pinned=True)
+                seq.pinned.append(key)
+                seq.shared += tokens
+            i += 1
+        seq.next_segment = i
+        seq.insert_at = ends[i] if i < len(ends) else math.inf
+
+    def _cache_reply(self, seq: Sequence) -> None:
+        """A finished sequence whose segments cover its prompt leaves its generated tokens' whole blocks cached
+        under `reply_key` (vLLM V1 caches full blocks of output tokens too), for a conversation's next turn; where
+        the sequence has text, under the keys of its prompt and reply's whole blocks."""
+        if seq.reply_segments is not None:
+            self._cache_text_reply(seq, seq.reply_segments(seq.generated))
+            return
+        last = seq.segments[-1][0]
+        key = reply_key(seq.segments)
+        if seq.ends[-1] < seq.input_tokens or last not in self.cache.entries or key in self.cache.entries:
+            return
+        tokens = self.cache.charge((*seq.ends, seq.computed), len(seq.ends))
+        if tokens > 0:
+            self.cache.insert(key, tokens, seq.computed, pinned=False)
+            seq.shared += tokens
+
+    def _cache_text_reply(self, seq: Sequence, full: tuple[tuple[Hashable, int], ...]) -> None:
+        """Cache the whole blocks past its prompt's segments that it computed (its blocks pass to the cache)."""
+        cache, ends = self.cache, chain_ends(full)
+        for i in range(len(seq.segments), len(full)):
+            key = full[i][0]
+            if ends[i] > seq.computed or (i and full[i - 1][0] not in cache.entries):
+                return
+            if key not in cache.entries:
+                tokens = cache.charge(ends, i)
+                cache.insert(key, tokens, ends[i], pinned=False)
+                seq.shared += tokens
 
     def decode_run(self, until_s: float, line: Callable[[int], tuple[float, float]]) -> int:
         """Between turns, run now, back to back, the turns to come that would only decode, up to the first that ends
@@ -469,7 +593,8 @@ class CopyScheduler:
         running = self.running
         need = head.pending + min(head.max_new_tokens - head.generated, SGLANG_CLIP_MAX_NEW) + 1
         ratio, floor = self.new_token_ratio, SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR
-        n, scale, kv_free = len(running), self.time_scale, self.kv_free
+        # Cached segments no running sequence uses are free to SGLang's test (it evicts them to admit).
+        n, scale, kv_free = len(running), self.time_scale, self.kv_free + self.cache.unpinned
         full = self.limits.max_batch_size is not None and n >= self.limits.max_batch_size  # no slot: it waits
         remaining = [s.max_new_tokens - s.generated for s in running]
         # Where none is clipped (at most 4096 to go), `done` steps from now they expect the sum less n × done.
@@ -521,7 +646,7 @@ class CopyScheduler:
         if head.arrived_s > self.sim_s:
             return False  # it may arrive (on this clock) within the run
         if self.scheduling == "vllm":  # its whole prompt's blocks, or a running slot (the blocks free only shrink)
-            return (self._blocks(head.pending) > self.kv_free
+            return (self._blocks(head.pending - self._hit(head)) > self._room(head)
                     or (lim.max_batch_size is not None and len(self.running) >= lim.max_batch_size))
         return (self.kv_reserved + head.reserved_tokens > lim.max_batch_total_tokens
                 or head.input_tokens > lim.max_batch_prefill_tokens
@@ -626,20 +751,36 @@ C = TypeVar("C", bound=CopyScheduler)
 
 
 class Router(Generic[C]):
-    """The copies of one model behind the endpoint, and how a request is admitted to one of them."""
+    """The copies of one model behind the endpoint, and how a request is admitted to one of them (`routing`:
+    SageMaker's strategy; least outstanding requests by default)."""
 
-    def __init__(self, limits: Limits, copies: list[C]):
+    def __init__(self, limits: Limits, copies: list[C], routing: Routing | None = None):
         self.limits = limits
         self.copies = copies
+        self.routing = routing or Routing()
         self.rejected_overloaded = 0
         self.rejected_validation = 0
         self.peak_in_flight = 0  # most requests queued or running at once since the publisher last read it
         self._next = 0
+        self._rng = random.Random(0)  # RANDOM routing, seeded: two runs route alike
+        self._served: dict[Hashable, C] = {}  # PREFIX_AWARE: the copy that last served each leading prefix
 
     def submit(self, input_tokens: int, max_new_tokens: int | None, deadline_s: float | None,
-               arrived_s: float, prefix: int = 0) -> tuple[C, Sequence]:
-        """Admit a request to the least-loaded copy (ties in turn), as TGI would: 429 first, then 422."""
-        copy = self._pick()
+               arrived_s: float, prefix: Prefix = 0, prefix_key: Hashable | None = None) -> tuple[C, Sequence]:
+        """Admit a request to a copy as the routing picks it, as TGI would: 429 first, then 422. `prefix`: its
+        prompt's segments; `prefix_key`: what stands for its first `routing.prefix_length` bytes or characters
+        (prefix-aware routing; derived from the segments when not given)."""
+        strategy = self.routing.strategy
+        if strategy == "least-outstanding":
+            copy = self._pick()
+        elif strategy == "random":
+            copy = self._rng.choice(self.copies)
+        elif strategy == "prefix-aware":
+            if prefix_key is None:
+                prefix_key = route_key(segments_of(prefix), -(-self.routing.prefix_length // CHARS_PER_TOKEN))
+            copy = self._pick_by_prefix(prefix_key)
+        else:
+            copy = self._pick_by_cache(segments_of(prefix), input_tokens)
         lim = self.limits
         if lim.max_concurrent_requests is not None and copy.in_flight >= lim.max_concurrent_requests:
             self.rejected_overloaded += 1
@@ -661,6 +802,31 @@ class Router(Generic[C]):
         order = [self.copies[(self._next + i) % n] for i in range(n)]
         self._next = (self._next + 1) % n
         return min(order, key=lambda c: c.in_flight)
+
+    def _pick_by_prefix(self, key: Hashable | None) -> C:
+        """PREFIX_AWARE: the copy that served this leading prefix, unless its in-flight requests reached the
+        concurrency threshold (or it left); else the least loaded, which serves that prefix from now on."""
+        copy = self._served.get(key) if key is not None else None
+        if copy is None or copy not in self.copies or copy.in_flight >= self.routing.concurrency_threshold:
+            copy = self._pick()
+        if key is not None:
+            self._served[key] = copy
+        return copy
+
+    def _pick_by_cache(self, segments: tuple[tuple[Hashable, int], ...], input_tokens: int) -> C:
+        """KV_AWARE: the copy whose prefix cache holds the longest start of the prompt, ties to the fewest in
+        flight; copies at the admission limit are too busy; no match: least outstanding. (AWS says it weighs the
+        match against how busy each copy is without a formula: this weighs busy only at the admission limit.)"""
+        least = self._pick()
+        if not segments:
+            return least
+        limit = self.limits.max_concurrent_requests
+        held = [(c.held_prefix(segments, input_tokens), c) for c in self.copies
+                if limit is None or c.in_flight < limit]
+        best = max((h for h, _ in held), default=0)
+        if best <= 0:
+            return least
+        return min((c for h, c in held if h == best), key=lambda c: c.in_flight)
 
     def _validate(self, input_tokens: int, max_new_tokens: int) -> None:
         lim = self.limits

@@ -27,6 +27,7 @@ from typing import cast
 from sagellm.engines import Limits
 from sagellm.planner.batching import TIMED_OUT, CopyScheduler, RequestError, Router, Sequence
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
+from sagellm.planner.prefix import Prefix, Routing
 from sagellm.planner.steps import StepModel
 from sagellm.planner.traces import SimulatedTrace, replay_trace
 
@@ -90,6 +91,7 @@ class SimulatedRequest:
     user: int | None = None  # closed loop: which client sent it
     conversation: int | None = None  # conversations (`sessions`): which one sent it, as which turn (1-based)
     turn: int | None = None
+    cached_tokens: int = 0  # prompt tokens its copy's prefix cache served (vLLM, SGLang)
 
     @property
     def ok(self) -> bool:
@@ -202,7 +204,7 @@ class _Endpoint:
         self._turns: dict[int, Iterator[float]] = {}  # copy index → its turn in progress
         self._index = {id(c): i for i, c in enumerate(router.copies)}
 
-    def send(self, input_tokens: int, output_tokens: int, deadline_s: float | None, prefix: int = 0) -> Sequence:
+    def send(self, input_tokens: int, output_tokens: int, deadline_s: float | None, prefix: Prefix = 0) -> Sequence:
         """Admit a request now (RequestError as the server refuses it) and wake its copy if idle."""
         copy, seq = self.router.submit(input_tokens, output_tokens, deadline_s, self.clock.now, prefix)
         index = self._index[id(copy)]
@@ -255,6 +257,7 @@ class _SimulatedRun:
         self.measured_left = requests
         self.on_end: Callable[[SimulatedRequest], None] = lambda _: None
         self.prefix = 0  # every request opens with this many tokens shared by all (a prefix cache can hold them)
+        self.prefixes: Callable[[int], Prefix] | None = None  # request i's prompt segments, where they vary
 
     def send(self, user: int | None = None) -> None:
         """A request arrives now."""
@@ -265,7 +268,8 @@ class _SimulatedRun:
         self.sent.append(req)
         deadline = self.clock.now + self.timeout_s if self.timeout_s is not None else None
         try:
-            seq = self.endpoint.send(input_tokens, output_tokens, deadline, min(self.prefix, input_tokens))
+            prefix = self.prefixes(n) if self.prefixes is not None else min(self.prefix, input_tokens)
+            seq = self.endpoint.send(input_tokens, output_tokens, deadline, prefix)
         except RequestError as exc:
             req.error, req.status = exc.error_type, exc.status
             self._end(req)
@@ -275,6 +279,7 @@ class _SimulatedRun:
     def _ended(self, seq: Sequence) -> None:
         req = self._of.pop(seq)
         req.output_tokens, req.first_token_s, req.last_token_s = seq.generated, seq.first_token_s, seq.last_token_s
+        req.cached_tokens = seq.cached_tokens
         if seq.state == TIMED_OUT:
             req.error, req.status = "timeout", 424  # SageMaker's ModelError for a model past its 60 s
         self._end(req)
@@ -296,13 +301,16 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
              requests: int = DEFAULT_REQUESTS, warmup: int | None = None, seed: int = 0,
              timeout_s: float | None = INVOCATION_TIMEOUT_S,
              sizes: Callable[[int], tuple[int, int]] | None = None, every_pass: bool = False,
-             prefix_tokens: int = 0) -> Simulation:
+             prefix_tokens: int = 0, prefixes: Callable[[int], Prefix] | None = None,
+             routing: Routing | None = None) -> Simulation:
     """Run a served model (its copies, the limits its server reads, its engine's scheduling) under a load on a
     virtual clock; `sizes` gives request i's (input, output) tokens where they vary (a bench's workload);
     `every_pass`: each pass asks the step model itself, one by one (a study that records the passes), where a run
     otherwise costs decode steps from a line per batch size and runs decode-only turns at once; `prefix_tokens`:
-    every prompt opens with that many tokens shared by all (what the engines' prefix caches serve)."""
-    endpoint_of = endpoint_maker(served, every_pass)
+    every prompt opens with that many tokens shared by all (what the engines' prefix caches serve); `prefixes`
+    gives request i's prompt segments instead (planner/prefix.py); `routing`: how the endpoint picks a copy (least
+    outstanding requests by default)."""
+    endpoint_of = endpoint_maker(served, every_pass, routing)
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
     if isinstance(load, SimulatedTrace):  # every request of the trace; the first `warmup` (default none) warm up
         skip = warmup or 0
@@ -318,18 +326,19 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
         run = _SimulatedRun(endpoint_of, size_of, requests,
                             max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
         _closed_loop(run, load)
-    run.prefix = prefix_tokens
+    run.prefix, run.prefixes = prefix_tokens, prefixes
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()
 
 
-def endpoint_maker(served: Served, every_pass: bool = False) -> Callable[[_Clock], _Endpoint]:
+def endpoint_maker(served: Served, every_pass: bool = False,
+                   routing: Routing | None = None) -> Callable[[_Clock], _Endpoint]:
     """What builds a run's endpoint on its clock: the served model's copies behind its router (see `simulate`)."""
     step_model = served.steps if every_pass else _AffineSteps(served.steps.shape, base=served.steps)
 
     def endpoint_of(clock: _Clock) -> _Endpoint:
         return _Endpoint(Router(served.limits, [CopyScheduler(step_model, served.limits, scheduling=served.scheduling)
-                                                for _ in range(served.copies)]),
+                                                for _ in range(served.copies)], routing),
                          clock, None if every_pass else cast(_AffineSteps, step_model))
 
     return endpoint_of

@@ -12,8 +12,9 @@ from sagellm.engines import Engine, Limits, engine_for
 from sagellm.engines.engine import InferenceAmiVersion
 from sagellm.errors import InputError
 from sagellm.planner import Shape, StepModel
+from sagellm.planner.prefix import Routing
 from sagellm.planner.simulate import Served
-from sagellm.profiles.schema import Architecture, Kind
+from sagellm.profiles.schema import Architecture, Kind, RoutingSpec
 
 
 class _Frozen(BaseModel):
@@ -144,6 +145,7 @@ class DeploymentPlan(_Frozen):
     # The host AMI where the image needs one (botocore's ProductionVariantInferenceAmiVersion); None: SageMaker's.
     inference_ami_version: InferenceAmiVersion | None = None
     hf_token_secret: str | None = None  # Secrets Manager name or ARN; never the token itself
+    routing: RoutingSpec | None = None  # the profile's routing strategy; None: least outstanding where several serve
     input_tokens: int  # the payload the plan was sized for
     output_tokens: int
     tags: dict[str, str]
@@ -219,6 +221,18 @@ def served_shape(plan: DeploymentPlan, deployment: ModelDeployment) -> tuple[Sha
         raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
                          f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")
     return shape, engine, limits
+
+
+def routing_of(plan: DeploymentPlan) -> Routing | None:
+    """How the plan's endpoint routes, as the simulation and the emulator route (None: least outstanding)."""
+    r = plan.routing
+    if r is None:
+        return None
+    # Unset settings (only strategies other than prefix-aware leave them unset) are never read.
+    return Routing(r.strategy, r.prefix_length or PREFIX_LENGTH_DEFAULT, r.concurrency_threshold or 1024)
+
+
+PREFIX_LENGTH_DEFAULT = 1024
 
 
 def served(plan: DeploymentPlan, steps: StepModel | None = None) -> Served:

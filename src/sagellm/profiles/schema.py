@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 from sagellm.catalog.s3_weights import S3_PREFIX
 from sagellm.engines import ENGINES, tgi
+from sagellm.planner.prefix import CONCURRENCY_THRESHOLD_RANGE, PREFIX_LENGTH_RANGE, RoutingStrategy
 
 # Bounds the services accept: a value outside them would fail only after a paid deploy (or at the
 # container's start). Sources: botocore's SageMaker and Application Auto Scaling service models
@@ -116,6 +117,22 @@ class Autoscaling(_Strict):
     scale_out_cooldown_s: Cooldown = 60
 
 
+class RoutingSpec(_Strict):
+    """How the endpoint sends requests to its instances and copies (the production variant's RoutingConfig)."""
+
+    strategy: RoutingStrategy = Field(
+        "least-outstanding", description="least-outstanding (LEAST_OUTSTANDING_REQUESTS), random (RANDOM), "
+        "prefix-aware (PREFIX_AWARE: requests sharing their first prefix_length bytes go to the same copy) or "
+        "kv-aware (KV_AWARE: the copy whose KV cache holds the prompt's start; the vLLM image only)")
+    prefix_length: Annotated[int, Field(ge=PREFIX_LENGTH_RANGE[0], le=PREFIX_LENGTH_RANGE[1])] | None = Field(
+        None, description="prefix-aware: bytes of the request body (InvokeEndpoint) or characters of the messages' "
+        "text (OpenAI API) compared: the shared part (a system prompt) plus enough unique content to spread load")
+    concurrency_threshold: Annotated[int, Field(ge=CONCURRENCY_THRESHOLD_RANGE[0],
+                                                le=CONCURRENCY_THRESHOLD_RANGE[1])] | None = Field(
+        None, description="prefix-aware: requests in flight on a copy at which the endpoint sends its prefix "
+        "elsewhere")
+
+
 class PayloadSpec(_Strict):
     """The expected request: the workload the admission limit is sized for (not a serving limit)."""
 
@@ -171,6 +188,8 @@ class Profile(_Strict):
     startup_health_check_timeout_s: Seconds | Auto = "auto"
     model_data_download_timeout_s: Seconds | Auto = "auto"
     volume_size_gb: Annotated[int, Field(ge=VOLUME_RANGE_GB[0], le=VOLUME_RANGE_GB[1])] | Auto = "auto"
+    routing: RoutingSpec | None = Field(None, description="the routing strategy (default: least outstanding "
+                                        "requests wherever more than one container serves)")
     payload: PayloadSpec = Field(PayloadSpec(), description="the workload: sizes the auto admission limit and is "
                                  "the bench's default; it must fit under the token caps")
     hf_token_secret: str | None = Field(None, description="Secrets Manager name or ARN holding the Hugging Face "

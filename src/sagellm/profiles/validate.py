@@ -222,8 +222,26 @@ def _autoscaling(profile: Profile, where: Callable[[str], str]) -> list[str]:
     return errors
 
 
+def _routing(profile: Profile, where: Callable[[str], str]) -> list[str]:
+    """Prefix-aware routing with both of its settings (SageMaker requires them) and only then; KV-aware only on the
+    vLLM image (botocore 1.44.8 ProductionVariantRoutingConfig: "KV_AWARE works only with supported containers,
+    such as the SageMaker AI vLLM Deep Learning Container")."""
+    r = profile.routing
+    if r is None:
+        return []
+    prefix_aware = r.strategy == "prefix-aware"
+    errors = [f"{where(f'routing.{field}')}: " + (f"prefix-aware routing needs it (SageMaker requires {name})"
+                                                  if prefix_aware else "only with strategy: prefix-aware; remove it")
+              for field, name in (("prefix_length", "PrefixLength"), ("concurrency_threshold", "ConcurrencyThreshold"))
+              if (getattr(r, field) is None) == prefix_aware]
+    if r.strategy == "kv-aware" and profile.container.kind != "vllm":
+        errors.append(f"{where('routing.strategy')}: kv-aware works only with the vLLM image, not "
+                      f"{profile.container.kind}; use prefix-aware, or container.kind: vllm")
+    return errors
+
+
 CHECKS: tuple[Check, ...] = (_name, _container, quantization_errors, _environment, _tags, _token_caps, _instance_type,
-                             _endpoint_kind, _autoscaling)
+                             _endpoint_kind, _autoscaling, _routing)
 
 
 # Marks an error about a value the schema refused (read_profile left it at its default): the schema's own

@@ -189,6 +189,7 @@ class WorkloadRecord(_Strict):
     input_tokens: str  # a length distribution (512, 512:64, 256-1024) or "dataset"
     output_tokens: str
     shared_prefix_tokens: int = 0
+    shared_prefixes: int = 1  # distinct shared prefixes (each shared_prefix_tokens long), one per request
     dataset: str | None = None
     dataset_entries: int | None = None
     token_counter: Literal["words", "tokenizer"]  # how prompts were built and counted locally
@@ -303,7 +304,7 @@ SERVER_METRICS: tuple[str, ...] = (
     "cpu_utilization_pct",
     # Prometheus /metrics (http target: vLLM and TGI)
     "requests", "e2e_latency_ms", "ttft_ms", "itl_ms", "time_per_token_ms", "queue_time_ms", "prompt_tokens",
-    "generation_tokens",
+    "generation_tokens", "prefix_cache_queries", "prefix_cache_hits",
 )
 
 

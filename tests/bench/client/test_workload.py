@@ -45,6 +45,32 @@ def test_a_shared_prefix_opens_every_prompt_with_the_same_tokens() -> None:
     assert len({" ".join(p[60:]) for p in prompts}) == 50
 
 
+def test_several_shared_prefixes_each_open_some_prompts_drawn_with_the_seed() -> None:
+    w = workload(Payload(100, 8), shared_prefix=60, prefixes=4, seed=5)
+    requests = [w.next() for _ in range(200)]
+    openings = [" ".join(r.prompt.split()[:60]) for r in requests]
+    assert len(set(openings)) == 4  # each of the four is used
+    for r, opening in zip(requests, openings, strict=True):  # the segments a simulation sends say the same
+        (key, tokens), = w.prefix_segments(r.index)
+        assert tokens == 60 and key == f"prefix-{w.prefix_index(r.index)}"
+        assert opening == w.prefixes[w.prefix_index(r.index)]
+    assert workload(Payload(100, 8), shared_prefix=60, prefixes=4, seed=5).request(17) == requests[17]
+    assert w.describe("tgi").shared_prefixes == 4
+
+
+def test_one_shared_prefix_is_what_it_always_was() -> None:
+    one = workload(Payload(100, 8), shared_prefix=60)
+    assert one.prefixes == [one.prefix] and one.prefix_index(9) == 0
+    assert one.describe("tgi").shared_prefixes == 1
+    assert workload(Payload(100, 8)).shared_prefixes() is None  # nothing for a simulation to read
+
+
+def test_several_prefixes_need_a_length() -> None:
+    with pytest.raises(InputError, match=r"^WorkloadOptions.prefixes: 3 prefixes of 0 tokens: give "
+                                         r"WorkloadOptions.shared_prefix their length$"):
+        workload(prefixes=3)
+
+
 def test_a_shared_prefix_must_leave_a_unique_part_and_is_not_for_datasets(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"^WorkloadOptions.shared_prefix: 64 tokens leave no unique part in prompts as "
                                          r"short as 64 tokens"):

@@ -4,7 +4,8 @@
   generator seeded with (run seed, request index), so request i of a run with seed s always carries the
   same text. One prompt for everyone would flatter the server: TGI 3 and vLLM cache shared prefixes, so
   every request after the first would skip most of its prefill. `shared_prefix` opens every prompt with
-  the same N tokens, to measure prefix caching on purpose.
+  the same N tokens, to measure prefix caching on purpose; with `prefixes` K, there are K such prefixes (each
+  `shared_prefix` tokens) and request i opens with one of them, drawn with the seed (prefix-aware routing).
 - **Lengths** (`--input-tokens`, `--output-tokens`): `512` (fixed), `512:64` (normal with mean 512 and
   standard deviation 64, rounded, clipped to mean ± 3 sd and at least 1) or `256-1024` (uniform integers,
   both ends included).
@@ -28,6 +29,7 @@ import itertools
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -169,6 +171,7 @@ class WorkloadOptions:
     input_tokens: str | None = None  # a Lengths spec; None: the profile's payload
     output_tokens: str | None = None
     shared_prefix: int = 0
+    prefixes: int = 1  # distinct shared prefixes, each shared_prefix tokens long
     dataset: Path | None = None
     tokenizer: Path | None = None
     seed: int = 0
@@ -203,7 +206,15 @@ class Workload:
             raise InputError(f"WorkloadOptions.shared_prefix: {options.shared_prefix} tokens leave no unique part "
                              f"in prompts as short as {self.inputs.low} tokens "
                              f"(WorkloadOptions.input_tokens {self.inputs})")
-        self.prefix = self._words(random.Random(f"{options.seed}/prefix"), options.shared_prefix)
+        if options.prefixes < 1:
+            raise InputError(f"WorkloadOptions.prefixes: {options.prefixes} must be at least 1")
+        if options.prefixes > 1 and not options.shared_prefix:
+            raise InputError(f"WorkloadOptions.prefixes: {options.prefixes} prefixes of 0 tokens: give "
+                             "WorkloadOptions.shared_prefix their length")
+        # Prefix 0 is the one a single shared prefix always was (same seed, same text).
+        self.prefixes = [self._words(random.Random(f"{options.seed}/prefix" + (f"/{k}" if k else "")),
+                                     options.shared_prefix) for k in range(options.prefixes)]
+        self.prefix = self.prefixes[0]
         self.issued = 0
         self.conversations = _conversations(options, self.entries is not None)
         self.trace: Trace | None = None
@@ -292,8 +303,22 @@ class Workload:
             return Request(index, entry.prompt, entry.input_tokens, out, self.counter.name)
         n_in, n_out = self.inputs.draw(rng), self.outputs.draw(rng)
         shared = self.options.shared_prefix if shared_prefix else 0
-        prompt = " ".join(p for p in (self.prefix if shared else "", self._words(rng, n_in - shared)) if p)
+        prefix = self.prefixes[self.prefix_index(index)] if shared else ""
+        prompt = " ".join(p for p in (prefix, self._words(rng, n_in - shared)) if p)
         return Request(index, prompt, self.counter.count(prompt), n_out, self.counter.name)
+
+    def prefix_index(self, index: int) -> int:
+        """Which of the shared prefixes request `index` opens with (its own generator: one prefix draws nothing)."""
+        n = self.options.prefixes
+        return random.Random(f"{self.options.seed}/{index}/prefix").randrange(n) if n > 1 else 0
+
+    def prefix_segments(self, index: int) -> tuple[tuple[str, int], ...]:
+        """Request `index`'s shared prefix as a simulation's segments (planner/prefix.py)."""
+        return ((f"prefix-{self.prefix_index(index)}", self.options.shared_prefix),)
+
+    def shared_prefixes(self) -> Callable[[int], tuple[tuple[str, int], ...]] | None:
+        """What a simulation of this workload reads of its shared prefixes: None without one."""
+        return self.prefix_segments if self.options.shared_prefix and self.entries is None else None
 
     def _words(self, rng: random.Random, n_tokens: int) -> str:
         if n_tokens <= 0:
@@ -313,6 +338,7 @@ class Workload:
             input_tokens=str(self.inputs) if entries is None else "dataset",
             output_tokens="dataset" if outputs_given else str(self.outputs),
             shared_prefix_tokens=o.shared_prefix if entries is None else 0,
+            shared_prefixes=o.prefixes if entries is None and o.shared_prefix else 1,
             dataset=str(o.dataset) if o.dataset else None, dataset_entries=len(entries) if entries else None,
             token_counter=self.counter.name, tokenizer=str(o.tokenizer) if o.tokenizer else None, seed=o.seed,
             **(self.conversations.describe() if self.conversations is not None else {}))

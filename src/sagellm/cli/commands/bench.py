@@ -106,6 +106,9 @@ def bench(
     shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, rich_help_panel="Workload", help="open "
                                                "every prompt with the same N tokens (to measure prefix caching "
                                                "on purpose)")] = 0,
+    prefixes: Annotated[int, typer.Option("--prefixes", min=1, rich_help_panel="Workload", help="N distinct shared "
+                                          "prefixes of --shared-prefix tokens, one per request drawn with the "
+                                          "seed (to measure prefix-aware routing)")] = 1,
     dataset: Annotated[Path | None, typer.Option("--dataset", rich_help_panel="Workload", help="prompts from a "
                                                  "JSONL file ({\"prompt\", \"output_tokens\"} per line) or "
                                                  "ShareGPT JSON")] = None,
@@ -337,7 +340,8 @@ def bench(
     try:  # what the parts cannot run with together (conversations and workers) is named by its flags too
         spec = specs.Bench(
             workload=specs.WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens,
-                                           shared_prefix=shared_prefix, dataset=dataset, tokenizer=tokenizer,
+                                           shared_prefix=shared_prefix, prefixes=prefixes, dataset=dataset,
+                                           tokenizer=tokenizer,
                                            seed=seed, turns=turns, think_time_s=think_time,
                                            trace=parts.pop("trace", None)),
             gate=specs.Gate(thresholds, baseline, allow_incomparable, slo), **parts)

@@ -51,6 +51,10 @@ def plan(
     = None,
     output_tokens: Annotated[str | None, typer.Option("--output-tokens", help=f"generated tokens per request: "
                                                       f"{LENGTHS}")] = None,
+    shared_prefix: Annotated[int, typer.Option("--shared-prefix", min=0, help="open every prompt with the same N "
+                                               "tokens, as bench --shared-prefix (the prefix caches serve them)")] = 0,
+    prefixes: Annotated[int, typer.Option("--prefixes", min=1, help="N distinct shared prefixes, as bench "
+                                          "--prefixes, routed as the profile's routing says")] = 1,
     dataset: Annotated[Path | None, typer.Option("--dataset", help="the lengths of a JSONL or ShareGPT file's "
                                                  "requests, as the bench reads it (bench --dataset)")] = None,
     turns: Annotated[str | None, typer.Option("--turns", help="multi-turn conversations of this many turns (3, "
@@ -98,7 +102,8 @@ def plan(
         replay = None if trace is None else TraceOptions(trace, trace_speed, trace_requests,
                                                          parse_window(trace_window, "--trace-window"))
         workload = Workload(WorkloadOptions(input_tokens=input_tokens, output_tokens=output_tokens, dataset=dataset,
-                                            turns=turns, think_time_s=think_time, trace=replay),
+                                            shared_prefix=shared_prefix, prefixes=prefixes, turns=turns,
+                                            think_time_s=think_time, trace=replay),
                             profile_payload(profile, profiles_dir))
     except InputError as exc:
         raise InputError(as_flags(exc.messages)) from None
@@ -117,7 +122,7 @@ def plan(
         by_turn = {c: [t.model_dump() for t in s.by_turn or ()] for c, s in summaries.items()}
     else:
         curve = simulated_curve(d.plan(), d.shape(), workload.payload(), levels, region,
-                                sizes=workload.sizes if varied else None)
+                                sizes=workload.sizes if varied else None, prefixes=workload.shared_prefixes())
     curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,

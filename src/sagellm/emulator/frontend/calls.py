@@ -45,13 +45,17 @@ class Call:
     __slots__ = ("ask", "copy", "e2e_s", "model", "origin_s", "seq", "ttft_s")
 
     def __init__(self, model: ModelServer, ask: Ask, arrived_s: float, deadline_s: float | None,
-                 origin_s: float = 0.0):
+                 origin_s: float = 0.0, body: bytes | None = None):
         self.model = model
         self.ask = ask
         self.origin_s = origin_s  # when the emulator began serving, on the arrival's clock
         self.copy: CopyEngine
         self.seq: Sequence
-        self.copy, self.seq = model.submit(ask.input_tokens, ask.max_new_tokens, deadline_s, arrived_s)
+        prefix, prefix_key = model.prefix_of(ask.text, body)
+        self.copy, self.seq = model.submit(ask.input_tokens, ask.max_new_tokens, deadline_s, arrived_s, prefix,
+                                           prefix_key)
+        # Before the copy's next turn (this runs on the event loop): its reply's blocks are cached by their text.
+        self.seq.reply_segments = model.reply_segments(ask.text, formats.generated_text)
         self.ttft_s: float | None = None
         self.e2e_s: float | None = None
 

@@ -85,13 +85,15 @@ class Endpoint:
         if self.payload_limit is not None and len(raw) > self.payload_limit:
             raise RequestError(413, "payload", self.engine.payload_too_large)
 
-    def admit(self, model: ModelServer, ask: Ask, arrived_s: float, *, sagemaker: bool) -> Call:
-        """Queue `ask` on one of `model`'s copies (with SageMaker's invocation deadline on its routes)."""
+    def admit(self, model: ModelServer, ask: Ask, arrived_s: float, *, sagemaker: bool, body: bytes | None = None
+              ) -> Call:
+        """Queue `ask` on one of `model`'s copies (with SageMaker's invocation deadline on its routes; `body`: an
+        InvokeEndpoint's, whose first bytes prefix-aware routing compares)."""
         deadline = arrived_s + INVOCATION_TIMEOUT_S * self.time_scale if sagemaker else None
         default_new_tokens = self.engine.default_max_new_tokens()
         if default_new_tokens is not None and ask.api == "generate" and ask.max_new_tokens is None:
             ask = replace(ask, max_new_tokens=default_new_tokens)
-        return Call(model, ask, arrived_s, deadline, self._zero)
+        return Call(model, ask, arrived_s, deadline, self._zero, body)
 
     def container_error(self, exc: RequestError) -> Reply:
         """The pinned server's error reply (TGI `{"error", "error_type"}`, LMI `{"error", "code"}`)."""

@@ -51,6 +51,7 @@ class Ask:
     api: str = "generate"  # generate (TGI/LMI body) | completions | chat (OpenAI bodies)
     include_usage: bool = False  # OpenAI stream_options.include_usage: a final usage chunk
     model: str | None = None  # OpenAI `model`
+    text: str = ""  # the prompt's text as counted (chat: the messages' texts, space-joined): its prefix segments
 
 
 def _invalid(message: str) -> RequestError:
@@ -102,6 +103,7 @@ def _generate(body: dict[str, Any]) -> Ask:
         max_new_tokens=_positive_int(params.get("max_new_tokens"), "max_new_tokens"),
         stream=bool(body.get("stream", False)),
         details=bool(params.get("details", False)),
+        text=inputs,
     )
 
 
@@ -117,7 +119,8 @@ def _completions(body: dict[str, Any]) -> Ask:
     # OpenAI's (and vLLM's) default for completions is 16 tokens.
     return Ask(input_tokens=tokens, max_new_tokens=16 if max_tokens is None else max_tokens,
                stream=bool(body.get("stream", False)), details=True, api="completions",
-               include_usage=_include_usage(body), model=body.get("model"))
+               include_usage=_include_usage(body), model=body.get("model"),
+               text=prompt if isinstance(prompt, str) else "")
 
 
 def _chat(body: dict[str, Any]) -> Ask:
@@ -125,6 +128,7 @@ def _chat(body: dict[str, Any]) -> Ask:
     if not isinstance(messages, list) or not messages:
         raise _invalid("`messages` must be a non-empty list")
     tokens = 0
+    texts = []
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
         parts = content if isinstance(content, list) else [{"text": content}]
@@ -133,10 +137,11 @@ def _chat(body: dict[str, Any]) -> Ask:
             if not isinstance(text, str):
                 raise _invalid("each message needs a text `content`")
             tokens += count_tokens(text)
+            texts.append(text)
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     return Ask(input_tokens=tokens, max_new_tokens=_positive_int(limit, "max_completion_tokens"),
                stream=bool(body.get("stream", False)), details=True, api="chat",
-               include_usage=_include_usage(body), model=body.get("model"))
+               include_usage=_include_usage(body), model=body.get("model"), text=" ".join(texts))
 
 
 def _include_usage(body: dict[str, Any]) -> bool:

@@ -141,7 +141,7 @@ class SageMakerRuntime:
         except RequestError as exc:
             return _passed_on(self.endpoint.container_error(exc))
         try:
-            call = self.endpoint.admit(model, ask, arrived, sagemaker=True)
+            call = self.endpoint.admit(model, ask, arrived, sagemaker=True, body=raw)
         except RequestError as exc:
             refused = ask.stream and ask.api == "generate"
             return _passed_on(self.endpoint.stream_refusal(exc) if refused else self.endpoint.container_error(exc))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Hashable
 
 from sagellm.engines import Limits
 from sagellm.planner import StepModel
@@ -30,7 +31,8 @@ from sagellm.planner.batching import (
     Router,
     Sequence,
 )
-from sagellm.profiles.plan import DeploymentPlan, ModelDeployment, served_shape
+from sagellm.planner.prefix import Segment, word_segments
+from sagellm.profiles.plan import DeploymentPlan, ModelDeployment, routing_of, served_shape
 
 __all__ = ["Cancelled", "CopyEngine", "InvocationTimeout", "ModelServer", "RequestError", "Sequence"]
 
@@ -105,8 +107,31 @@ class ModelServer(Router[CopyEngine]):
         # Copies behind the endpoint: per instance (inference components) × instances.
         n_copies = deployment.copy_count * plan.initial_instance_count
         super().__init__(limits, [CopyEngine(self._steps, limits, time_scale, self.engine.scheduling)
-                                  for _ in range(n_copies)])
+                                  for _ in range(n_copies)], routing_of(plan))
+        # Prompts are cut into segments of whole KV blocks where a prefix cache (vLLM, SGLang) or KV-aware
+        # routing reads them; SGLang's radix cache is token-granular: its prompts are cut every 16 words.
+        self._segment_words = max(limits.kv_block_tokens, 16) if (
+            self.engine.scheduling != "tgi" or self.routing.strategy == "kv-aware") else 0
         self.retired: list[CopyEngine] = []  # removed by a scale-in: they finish what they hold, take nothing new
+
+    def prefix_of(self, text: str, body: bytes | None) -> tuple[tuple[Segment, ...], Hashable | None]:
+        """A prompt's segments (chained hashes of whole blocks of words) and, for prefix-aware routing, what stands
+        for its first PrefixLength bytes of the InvokeEndpoint body, or characters of its text elsewhere (the
+        OpenAI API: the messages' text)."""
+        segments = word_segments(text, self._segment_words) if self._segment_words else ()
+        if self.routing.strategy != "prefix-aware":
+            return segments, None
+        length = self.routing.prefix_length
+        return segments, hash(body[:length] if body is not None else text[:length])
+
+    def reply_segments(self, text: str, generated_text: Callable[[int], str]
+                       ) -> Callable[[int], tuple[Segment, ...]] | None:
+        """The segments of a prompt followed by its first n generated tokens' text (what a conversation's next
+        turn sends back), where copies keep a prefix cache."""
+        if not self._segment_words or self.engine.scheduling == "tgi":
+            return None
+        words = self._segment_words
+        return lambda n: word_segments(f"{text}{generated_text(n)}", words)
 
     def start(self) -> None:
         """Start every copy's engine loop."""
@@ -144,4 +169,8 @@ class ModelServer(Router[CopyEngine]):
             "rejected_overloaded": self.rejected_overloaded,
             "rejected_validation": self.rejected_validation,
             "engine_max_behind_s": max((c.max_behind_s for c in self.copies), default=0.0),
+            # vLLM's names (vllm 0.30.0 v1/metrics/loggers.py: vllm:prefix_cache_queries and vllm:prefix_cache_hits,
+            # in prompt tokens), over every copy this model had.
+            "prefix_cache_queries": sum(c.prefix_queries for c in self.copies + self.retired),
+            "prefix_cache_hits": sum(c.prefix_hits for c in self.copies + self.retired),
         }
