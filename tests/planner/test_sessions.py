@@ -8,11 +8,10 @@ import itertools
 import pytest
 
 from sagellm.planner import Payload, StepModel
+from sagellm.planner.prefix import reply_key
 from sagellm.planner.sessions import (
     SHARED_PREFIX_KEY,
     SimulatedConversations,
-    int_prefix,
-    reply_key,
     simulate_conversations,
     turn_segments,
 )
@@ -51,7 +50,8 @@ def test_a_closed_loop_conversation_resends_its_history_turn_after_reply(endpoin
         assert [r.input_tokens for r in turns] == [k * USER + (k - 1) * REPLY for k in range(1, len(turns) + 1)]
         for before, after in itertools.pairwise(turns):
             assert before.ok and after.arrived_s == pytest.approx(before.end_s + 2.0)  # the think time after the reply
-    # Later turns carry more tokens to prefill: their first token comes later (no history cache simulated yet).
+    # TGI's copies keep no prefix cache here: later turns carry more tokens to prefill and their first token comes
+    # later.
     first = [r.first_token_s - r.arrived_s for r in sim.measured if r.turn == 1 and r.first_token_s]
     third = [r.first_token_s - r.arrived_s for r in sim.measured if r.turn == 3 and r.first_token_s]
     assert min(third) > max(first) * 0.9 and sum(third) / len(third) > sum(first) / len(first)
@@ -81,4 +81,20 @@ def test_turn_segments_chain_each_turn_onto_the_last_with_its_reply() -> None:
     two = turn_segments(7, 2, 40, one, reply_tokens=16)
     assert two == (*one, (reply_key(one), 16), (("conversation", 7, 2), 40))
     assert sum(tokens for _, tokens in two) == 50 + 16 + 40
-    assert (int_prefix(one), int_prefix(two), int_prefix(turn_segments(7, 1, 50))) == (30, 30, 0)
+    assert turn_segments(7, 1, 50) == ((("conversation", 7, 1), 50),)
+
+
+def test_a_vllm_copy_serves_a_conversations_history_from_its_prefix_cache() -> None:
+    # Turn k's prompt opens with turn k − 1's prompt and reply, which the copy cached as that turn ended: vLLM
+    # computes only the new message (and the partial block before it), where TGI here prefills the whole history.
+    d = design_for("max-throughput", "meta-llama/Llama-2-7b-hf", "ml.g5.2xlarge", payload=Payload(1024, REPLY),
+                   engine="vllm")
+    sim = simulate_conversations(served(d.plan(), StepModel(d.shape())), SimulatedClosedLoop(2), three_turns(1.0),
+                                 requests=30, warmup=6)
+    block = served(d.plan(), StepModel(d.shape())).limits.kv_block_tokens
+    for turns in by_conversation(sim).values():
+        assert turns[0].cached_tokens == 0  # nothing shared before a conversation's first turn
+        for before, after in itertools.pairwise(turns):
+            # The whole history in whole blocks, less the reply's last token (sampled, never computed into KV).
+            history = before.input_tokens + REPLY
+            assert after.cached_tokens == (history - 1) // block * block

@@ -112,3 +112,21 @@ def test_a_mooncake_trace_hands_the_simulation_one_segment_per_block_and_an_azur
     assert [[key for key, _ in s] for s in segments] == [[("mooncake", h) for h in r.hash_ids] for r in mooncake.rows]
     assert [sum(n for _, n in s) for s in segments] == [r.input_tokens for r in mooncake.rows]  # ids cover each
     assert trace_prefixes(azure) == ((),) * len(azure.rows)
+
+
+def test_a_mooncake_traces_shared_blocks_are_served_from_a_vllm_copys_prefix_cache() -> None:
+    # A request whose leading hash ids an earlier request's prompt held finds those blocks in the copy's cache.
+    w = replay_of("mooncake.jsonl")
+    assert w.trace is not None
+    rows = w.trace.rows
+    d = design_for("max-throughput", LLAMA2_7B, "ml.g5.2xlarge", payload=Payload(*w.longest()), engine="vllm")
+    prefixes = tuple(prefix_segments(row.hash_ids, row.input_tokens) for row in rows)
+    sim = simulate(served(d.plan(), StepModel(d.shape())), 1, 1, SimulatedTrace(w.trace.arrivals_s, prefixes),
+                   sizes=w.sizes)
+    seen: set[int] = set()
+    for row, req in zip(rows, sim.requests, strict=True):
+        shared = next((i for i, h in enumerate(row.hash_ids) if h not in seen), len(row.hash_ids))
+        if shared == 0:
+            assert req.cached_tokens == 0  # no block of it was sent before
+        seen.update(row.hash_ids)
+    assert any(req.cached_tokens >= 512 for req in sim.requests)  # the fixture's requests share whole blocks

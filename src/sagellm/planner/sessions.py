@@ -9,9 +9,9 @@ before and a think time, driving `simulate`'s clock and endpoint as the bench's 
 Turn k's prompt is turn k−1's prompt, its reply (the tokens the simulation generated) and a new user message. The
 first `warmup` turns warm the endpoint up; the next `requests` turns are measured.
 
-Prefix caching: each turn's prompt is also built as segments `(key, tokens)`, a key standing for the prompt from
-its start to the segment's end (`turn_segments`), the form `batching.Sequence.prefix` takes once it holds segments.
-Until then the sequence gets what today's API takes, the tokens every prompt shares (`int_prefix`).
+Prefix caching: each turn's prompt is sent as segments `(key, tokens)`, a key standing for the prompt from its start
+to the segment's end (`turn_segments`), so the copy that served turn k−1 holds its prompt and reply (planner/prefix.py:
+a finished sequence's reply is cached under `reply_key` of its prompt) and serves them to turn k from its cache.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
+from sagellm.planner.prefix import Prefix, reply_key
 from sagellm.planner.simulate import (
     DEFAULT_REQUESTS,
     DEFAULT_WARMUP,
@@ -38,15 +39,6 @@ Segment = tuple[Hashable, int]  # (a key for the prompt up to the segment's end,
 SHARED_PREFIX_KEY: Hashable = ("shared-prefix",)
 
 
-def reply_key(segments: tuple[Segment, ...]) -> Hashable:
-    """The key of the reply generated after a prompt of these segments.
-
-    TODO(prefix): stands in for `planner.prefix.reply_key` (the prefix helper's convention: a finished sequence's copy
-    caches its prompt segments plus its generated tokens as a segment keyed `reply_key(segments)`); import that at
-    the merge and delete this one."""
-    return ("reply", segments[-1][0])
-
-
 def turn_segments(conversation: int, turn: int, user_tokens: int, previous: tuple[Segment, ...] = (),
                   reply_tokens: int = 0, shared_prefix: int = 0) -> tuple[Segment, ...]:
     """Turn `turn` (1-based) of a conversation as prompt segments: the first opens with the shared prefix (if any)
@@ -57,14 +49,6 @@ def turn_segments(conversation: int, turn: int, user_tokens: int, previous: tupl
         first = (own, user_tokens - shared)
         return ((SHARED_PREFIX_KEY, shared), first) if shared > 0 else (first,)
     return (*previous, (reply_key(previous), reply_tokens), (own, user_tokens))
-
-
-def int_prefix(segments: tuple[Segment, ...]) -> int:
-    """What today's `Sequence.prefix` takes of a turn's segments: the tokens every prompt shares.
-
-    TODO(prefix): pass the segments themselves once `batching.Sequence.prefix` takes them (a conversation's history
-    is then cached per conversation, and this function goes)."""
-    return segments[0][1] if segments[0][0] == SHARED_PREFIX_KEY else 0
 
 
 @dataclass(frozen=True)
@@ -101,7 +85,9 @@ class _Conversations:
         self.sending: _Talk | None = None  # the conversation whose turn run.send is sending
         # Closed loop: what a user does once a conversation is over (starts the next); open loop: nothing.
         self.after_last: Callable[[int | None], None] | None = None  # closed loop: what a user does once a conversation is over
+        self.segments: dict[int, Prefix] = {}  # request index → its prompt's segments
         run.sizes = self.pending.pop
+        run.prefixes = self.segments.pop
         run.on_end = self._ended
 
     def start(self, user: int | None = None) -> None:
@@ -118,7 +104,7 @@ class _Conversations:
         talk.input_tokens = sum(tokens for _, tokens in talk.segments)
         run = self.run
         self.pending[len(run.sent)] = (talk.input_tokens, output_tokens)
-        run.prefix = int_prefix(talk.segments)  # TODO(prefix): the segments, once the endpoint takes them
+        self.segments[len(run.sent)] = talk.segments  # its copy's prefix cache holds the history it has seen
         self.sending = talk  # a refusal ends the request inside run.send, before it is tagged
         run.send(talk.user)
         req = run.sent[-1]

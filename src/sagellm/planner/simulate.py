@@ -326,6 +326,8 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
         run = _SimulatedRun(endpoint_of, size_of, requests,
                             max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
         _closed_loop(run, load)
+    if prefixes is None and isinstance(load, SimulatedTrace) and load.prefixes:
+        prefixes = load.prefixes.__getitem__  # a Mooncake trace's blocks, shared where their ids are
     run.prefix, run.prefixes = prefix_tokens, prefixes
     run.clock.run(lambda: run.measured_left == 0)
     return run.result()

@@ -65,10 +65,7 @@ def replay_trace(run: _Run, load: SimulatedTrace) -> None:
     arrivals = load.arrivals_s
 
     def arrive(i: int) -> None:
-        # TODO(prefix): request i's prompt segments are `load.prefixes[i]`; today's Sequence.prefix is one int that
-        # every request shares, which a trace's many chains are not, so none is sent. Once simulate takes
-        # per-request prefixes (the prefix branch: `simulate(..., prefixes=<request index → segments>)`), give it
-        # `load.prefixes.__getitem__` for a SimulatedTrace with prefixes.
+        # Request i carries its segments `load.prefixes[i]` (simulate gives them to the run as its prefixes).
         run.send()
         if i + 1 < len(arrivals):
             schedule(i + 1)
