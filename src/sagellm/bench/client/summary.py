@@ -149,13 +149,22 @@ def summarize_runs(runs: Sequence[Run], slo: RequestSlo | None = None) -> LevelS
         throughput_tokens_per_s=tokens / window_s,
         requests_per_s=_requests_per_s(ok, tokens, window_s),
         **_distributions(ok),
-        lateness_ms=_lateness_ms(measured) if open_loop else None,
-        achieved_request_rate=_sent(runs) / window_s if open_loop else None,
+        **(_pacing(runs, measured, window_s) if open_loop else {}),
         client_overhead_ms=_client_overhead_ms(ok),
-        slo_attainment=sum(meets(r, slo) for r in measured) / len(measured) if slo is not None and measured else None,
-        goodput=goodput_of(runs, slo) if slo is not None else None,
+        **(_slo_figures(runs, measured, slo) if slo is not None else {}),
         spread=spread([summarize_runs([run], slo) for run in runs]) if len(runs) > 1 else None,
     )
+
+
+def _pacing(runs: Sequence[Run], measured: Sequence[RequestRecord], window_s: float) -> dict[str, Any]:
+    """An open loop's schedule as kept: how late requests were sent, and the rate achieved."""
+    return {"lateness_ms": _lateness_ms(measured), "achieved_request_rate": _sent(runs) / window_s}
+
+
+def _slo_figures(runs: Sequence[Run], measured: Sequence[RequestRecord], slo: RequestSlo) -> dict[str, Any]:
+    """The share of measured requests that met the SLOs (a failed one misses), and the goodput."""
+    attainment = sum(meets(r, slo) for r in measured) / len(measured) if measured else None
+    return {"slo_attainment": attainment, "goodput": goodput_of(runs, slo)}
 
 
 def _one_level(runs: Sequence[Run]) -> list[RequestRecord]:
