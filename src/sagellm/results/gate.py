@@ -54,7 +54,7 @@ MAY_DIFFER = frozenset({"profile", "environment", "request_slo", "emulated", "ti
                         "tool_version", "started_at", "ended_at", "command"})
 
 # A concurrency (16), a request rate ("4/s"), the knee or the max-throughput point.
-Where = int | str
+LevelWhere = int | str
 
 
 class _Strict(BaseModel):
@@ -65,7 +65,7 @@ class Rule(_Strict):
     """A bound on one metric, at one level (a concurrency, the knee, or the max-throughput point)."""
 
     metric: str
-    where: Where | None = None  # required for level metrics, absent for cost
+    where: LevelWhere | None = None  # required for level metrics, absent for cost
     min: float | None = None
     max: float | None = None
 
@@ -153,7 +153,7 @@ def _metric_problem(metric: Any) -> str | None:
     return f"{metric!r} is not a known metric ({hint})"
 
 
-def _rule_problems(raw: Any, i: int, default_where: Where | None = None) -> list[str]:
+def _rule_problems(raw: Any, i: int, default_where: LevelWhere | None = None) -> list[str]:
     at = f"rules[{i}]"
     if not isinstance(raw, dict):
         return [f"{at}: expected a mapping with metric, where and min/max, got {raw!r}"]
@@ -243,7 +243,7 @@ def _slo_needed(data: dict, rules: list) -> list[str]:
             for at, metric in named if metric in SLO_METRICS]
 
 
-def load_thresholds(path: Path, default_where: Where | None = None) -> Thresholds:
+def load_thresholds(path: Path, default_where: LevelWhere | None = None) -> Thresholds:
     """Read a thresholds YAML; InputError listing every problem as `file: field: what (fix)`.
 
     `default_where` is the level a level rule without `where` applies at (`sagellm recommend`: the target load).
@@ -289,7 +289,7 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
-def _rules(data: dict, default_where: Where | None) -> tuple[list, list[str]]:
+def _rules(data: dict, default_where: LevelWhere | None) -> tuple[list, list[str]]:
     """The file's rules (a level rule without `where` gets the default level) and their problems."""
     out: list[str] = []
     rules = data.get("rules", [])
@@ -342,7 +342,7 @@ def where_of(level: LevelSummary | Pick) -> str:
     return level.load
 
 
-def level_name(where: Where) -> str | None:
+def level_name(where: LevelWhere) -> str | None:
     """A `where:` as a level name (`16`, `4/s`), or None when it names no level."""
     key = parse_load(where)
     if key is None:
@@ -360,7 +360,7 @@ def planned_levels(results: Results) -> list[str]:
     return sweep_levels(results.run) or [where_of(lv) for lv in results.levels]
 
 
-def find_level(results: Results, where: Where) -> tuple[Level | None, str]:
+def find_level(results: Results, where: LevelWhere) -> tuple[Level | None, str]:
     """The measured level a `where:` names (a level, `knee` or `max`), or why there is none."""
     if where in ("knee", "max"):
         pick = results.knee if where == "knee" else results.max_throughput

@@ -8,14 +8,14 @@ import os
 
 from aiohttp import web
 
-from sagellm.emulator.frontend.endpoint import Endpoint
+from sagellm.emulator.frontend.endpoint import EmulatedEndpoint
 from sagellm.emulator.frontend.loop_lag import LoopLag
 
 
 class MetricsRoutes:
     """`/metrics` and `/autoscaling` of `endpoint`; `lag` samples the event loop while serving."""
 
-    def __init__(self, endpoint: Endpoint):
+    def __init__(self, endpoint: EmulatedEndpoint):
         self.endpoint = endpoint
         self.lag = LoopLag()
 
