@@ -60,27 +60,17 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
             return None
         return value
 
-    for key in given:
-        close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.75)
-        if key not in KEYS and close:  # a typo here would silently deploy the profile's default instead
-            errors.append(f"{key}: unknown context key; did you mean {close[0]}?")
+    errors += _unknown_keys(given)
     given_plan = text("plan")
     plan = _plan(given_plan, errors)
     profile, model = (plan.profile, plan.primary.model_id) if plan else (text("profile"), text("model"))
-    if given_plan is not None:
-        errors += [f"{key}: not with plan (the plan already decides it)" for key in RESOLVING
-                   if get(key) not in (None, "")]
-    else:
-        errors += [f"{key}: missing (cdk synth -c profile=<name> -c model=<Hugging Face id>; `sagellm profiles "
-                   "list` names the profiles)" for key in ("profile", "model") if get(key) in (None, "")]
+    errors += _source_errors(get, given_plan is not None)
     tokens = {key: _tokens(key, get(key), errors) for key in ("input_tokens", "output_tokens")}
     payload = None
     if any(v is not None for v in tokens.values()):
         payload = Payload(tokens["input_tokens"] or 256, tokens["output_tokens"] or 256)
     stack_name = text("stack_name")
-    if stack_name is not None and (not STACK_NAME.match(stack_name) or len(stack_name) > STACK_NAME_MAX):
-        errors.append(f"stack_name: {stack_name!r} is not a CloudFormation stack name: ASCII letters, digits and "
-                      f"hyphens, starting with a letter, at most {STACK_NAME_MAX} characters")
+    errors += _stack_name_errors(stack_name)
     bootstrapless = get("bootstrapless")
     if str(bootstrapless).lower() not in ("true", "false", "none"):
         errors.append(f"bootstrapless: {bootstrapless!r} must be true or false")
@@ -90,14 +80,8 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
         engine_option(engine, "engine")
     except InputError as bad:
         errors += bad.messages
-    # A token itself is never context: cdk.out and cdk.context.json would keep it.
-    errors += [f"{key}: a token is never passed as context (it would be written to cdk.out): {STORE_IT}"
-               for key in ("hf_token", "HF_TOKEN") if get(key) is not None]
-    secret = text("hf_token_secret")
-    errors += token_errors({"hf_token_secret": secret}, lambda loc: loc[-1]) if secret is not None else []
-    model_s3_uri = text("model_s3_uri")
-    if model_s3_uri is not None and not S3_PREFIX.match(model_s3_uri):
-        errors.append(f"model_s3_uri: {model_s3_uri!r} is not an S3 prefix; give {S3_PREFIX_FORM}")
+    secret, model_s3_uri = text("hf_token_secret"), text("model_s3_uri")
+    errors += _weight_access_errors(get, secret, model_s3_uri)
     if errors:
         raise InputError(errors)
     assert profile is not None and model is not None
@@ -110,6 +94,44 @@ def read_context(get: Callable[[str], Any], given: Iterable[str] = ()) -> AppCon
         bootstrapless=str(bootstrapless).lower() == "true", hf_token_secret=secret, plan=plan,
         model_s3_uri=model_s3_uri, engine=engine,
     )
+
+
+def _unknown_keys(given: Iterable[str]) -> list[str]:
+    """A key close to a known one is a typo that would silently deploy the profile's default instead."""
+    errors = []
+    for key in given:
+        close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.75)
+        if key not in KEYS and close:
+            errors.append(f"{key}: unknown context key; did you mean {close[0]}?")
+    return errors
+
+
+def _source_errors(get: Callable[[str], Any], with_plan: bool) -> list[str]:
+    """What to deploy comes from a plan or from a profile and a model, never both."""
+    if with_plan:
+        return [f"{key}: not with plan (the plan already decides it)" for key in RESOLVING
+                if get(key) not in (None, "")]
+    return [f"{key}: missing (cdk synth -c profile=<name> -c model=<Hugging Face id>; `sagellm profiles "
+            "list` names the profiles)" for key in ("profile", "model") if get(key) in (None, "")]
+
+
+def _stack_name_errors(stack_name: str | None) -> list[str]:
+    """The stack name CloudFormation would refuse."""
+    if stack_name is not None and (not STACK_NAME.match(stack_name) or len(stack_name) > STACK_NAME_MAX):
+        return [(f"stack_name: {stack_name!r} is not a CloudFormation stack name: ASCII letters, digits and "
+                f"hyphens, starting with a letter, at most {STACK_NAME_MAX} characters")]
+    return []
+
+
+def _weight_access_errors(get: Callable[[str], Any], secret: str | None, model_s3_uri: str | None) -> list[str]:
+    """How the weights are reached: a token's secret or an S3 prefix, never the token itself."""
+    # A token itself is never context: cdk.out and cdk.context.json would keep it.
+    errors = [f"{key}: a token is never passed as context (it would be written to cdk.out): {STORE_IT}"
+              for key in ("hf_token", "HF_TOKEN") if get(key) is not None]
+    errors += token_errors({"hf_token_secret": secret}, lambda loc: loc[-1]) if secret is not None else []
+    if model_s3_uri is not None and not S3_PREFIX.match(model_s3_uri):
+        errors.append(f"model_s3_uri: {model_s3_uri!r} is not an S3 prefix; give {S3_PREFIX_FORM}")
+    return errors
 
 
 def _plan(path: str | None, errors: list[str]) -> DeploymentPlan | None:

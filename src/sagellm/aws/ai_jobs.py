@@ -68,26 +68,38 @@ def _limits(value: Any, shape: Shape, where: str) -> list[str]:
         members = shape.members  # type: ignore[attr-defined]
         return [p for key, item in value.items() if key in members
                 for p in _limits(item, members[key], f"{where}.{key}")]
-    if kind == "list" and isinstance(value, list):
-        out = [f"{where}: {len(value)} items; at most {meta['max']}"] if len(value) > meta.get("max", len(value)) \
-            else []
-        return out + [p for i, item in enumerate(value) for p in _limits(item, shape.member, f"{where}[{i}]")]  # type: ignore[attr-defined]
-    if kind == "map" and isinstance(value, dict):
-        out = [f"{where}: {len(value)} entries; at most {meta['max']}"] if len(value) > meta.get("max", len(value)) \
-            else []
-        return out + [p for k, v in value.items() for p in (*_limits(k, shape.key, f"{where} key {k!r}"),  # type: ignore[attr-defined]
-                                                            *_limits(v, shape.value, f"{where}.{k}"))]  # type: ignore[attr-defined]
+    if kind == "list" and isinstance(value, list) or kind == "map" and isinstance(value, dict):
+        return _collection_limits(value, shape, where)
     if kind == "string" and isinstance(value, str):
-        if shape.enum and value not in shape.enum:
-            known = ", ".join(shape.enum[:12]) + (f", … ({len(shape.enum)} in all)" if len(shape.enum) > 12 else "")
-            return [f"{where}: {value!r} is not one the model allows ({known})"]
-        if len(value) > meta.get("max", len(value)):
-            return [f"{where}: {len(value)} characters; at most {meta['max']}"]
-        pattern = _pattern(meta.get("pattern"))
-        if pattern is not None and not pattern.fullmatch(value):
-            return [f"{where}: {value!r} does not match the pattern {meta['pattern']}"]
+        return _string_limits(value, shape, where)
     if kind in ("integer", "long") and isinstance(value, int) and value > meta.get("max", value):
         return [f"{where}: {value} is above {meta['max']}"]
+    return []
+
+
+def _collection_limits(value: list[Any] | dict[str, Any], shape: Shape, where: str) -> list[str]:
+    """A list's or a map's size, then each item's (a map's keys too) against its member shapes."""
+    meta = shape.metadata
+    what = "items" if isinstance(value, list) else "entries"
+    out = [f"{where}: {len(value)} {what}; at most {meta['max']}"] if len(value) > meta.get("max", len(value)) \
+        else []
+    if isinstance(value, list):
+        return out + [p for i, item in enumerate(value) for p in _limits(item, shape.member, f"{where}[{i}]")]  # type: ignore[attr-defined]
+    return out + [p for k, v in value.items() for p in (*_limits(k, shape.key, f"{where} key {k!r}"),  # type: ignore[attr-defined]
+                                                        *_limits(v, shape.value, f"{where}.{k}"))]  # type: ignore[attr-defined]
+
+
+def _string_limits(value: str, shape: Shape, where: str) -> list[str]:
+    """A string within the model's enum, length and pattern (the first it breaks)."""
+    meta = shape.metadata
+    if shape.enum and value not in shape.enum:
+        known = ", ".join(shape.enum[:12]) + (f", … ({len(shape.enum)} in all)" if len(shape.enum) > 12 else "")
+        return [f"{where}: {value!r} is not one the model allows ({known})"]
+    if len(value) > meta.get("max", len(value)):
+        return [f"{where}: {len(value)} characters; at most {meta['max']}"]
+    pattern = _pattern(meta.get("pattern"))
+    if pattern is not None and not pattern.fullmatch(value):
+        return [f"{where}: {value!r} does not match the pattern {meta['pattern']}"]
     return []
 
 

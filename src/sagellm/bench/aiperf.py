@@ -147,13 +147,7 @@ def _load(text: str, where: str) -> Any:
 
 def workload_of(spec: Any, where: str) -> AiperfWorkload:
     """An AIPerf spec as a bench workload; InputError with every parameter that does not map."""
-    benchmark = spec.get("benchmark") if isinstance(spec, dict) else None
-    if not isinstance(benchmark, dict) or benchmark.get("type") != TOOL:
-        raise InputError(f"{where}: benchmark.type: must be {TOOL!r} (an AIPerf workload spec: "
-                         f"{{\"benchmark\": {{\"type\": \"{TOOL}\"}}, \"parameters\": {{...}}}})")
-    p = spec.get("parameters", {})
-    if not isinstance(p, dict):
-        raise InputError(f"{where}: parameters: must be a mapping of AIPerf parameters")
+    p = _parameters(spec, where)
     problems = [f"{where}: parameters.{key}: sagellm's bench has no such setting (it reads {', '.join(PARAMETERS)})"
                 for key in p if key not in PARAMETERS]
     number = _reader(p, where, problems)
@@ -166,17 +160,12 @@ def workload_of(spec: Any, where: str) -> AiperfWorkload:
     arrivals = p.get("arrival_pattern", "poisson")  # AIPerf's default
     if prefixes == 0:
         prefix = 0
-    if concurrency is None and rate is None:
-        problems.append(f"{where}: parameters: give concurrency (closed loop) or request_rate (open loop)")
-    if requests is not None and duration is not None:
-        problems.append(f"{where}: parameters.request_count/benchmark_duration: give one (the bench stops a level "
-                        "on one of them)")
-    if rate is not None and arrivals not in ("constant", "poisson"):
-        problems.append(f"{where}: parameters.arrival_pattern: {arrivals!r}; the bench sends constant or poisson")
-    if out_mean is None and out_sd:
-        problems.append(f"{where}: parameters.output_tokens_stddev: needs output_tokens_mean")
+    problems += _conflicts(where, concurrency=concurrency, rate=rate, requests=requests, duration=duration,
+                           arrivals=arrivals, out_mean=out_mean, out_sd=out_sd)
     if problems:
         raise InputError(problems)
+    if prefixes == 0:
+        prefix = 0
     mean = (in_mean or AIPERF_INPUT_TOKENS) + prefix
 
     def lengths(m: int, sd: int | None) -> str:
@@ -193,6 +182,34 @@ def workload_of(spec: Any, where: str) -> AiperfWorkload:
         assert concurrency is not None
         load = Closed((concurrency,), requests, duration, math.ceil(warmup / concurrency))
     return AiperfWorkload(workload, load)
+
+
+def _parameters(spec: Any, where: str) -> dict[str, Any]:
+    """The parameters of an AIPerf workload spec (`benchmark.type` names the tool)."""
+    benchmark = spec.get("benchmark") if isinstance(spec, dict) else None
+    if not isinstance(benchmark, dict) or benchmark.get("type") != TOOL:
+        raise InputError(f"{where}: benchmark.type: must be {TOOL!r} (an AIPerf workload spec: "
+                         f"{{\"benchmark\": {{\"type\": \"{TOOL}\"}}, \"parameters\": {{...}}}})")
+    p = spec.get("parameters", {})
+    if not isinstance(p, dict):
+        raise InputError(f"{where}: parameters: must be a mapping of AIPerf parameters")
+    return p
+
+
+def _conflicts(where: str, *, concurrency: int | None, rate: float | None, requests: int | None,
+               duration: float | None, arrivals: Any, out_mean: int | None, out_sd: int | None) -> list[str]:
+    """Parameters the bench cannot honour together: its load, how a level stops, the lengths."""
+    problems = []
+    if concurrency is None and rate is None:
+        problems.append(f"{where}: parameters: give concurrency (closed loop) or request_rate (open loop)")
+    if requests is not None and duration is not None:
+        problems.append(f"{where}: parameters.request_count/benchmark_duration: give one (the bench stops a level "
+                        "on one of them)")
+    if rate is not None and arrivals not in ("constant", "poisson"):
+        problems.append(f"{where}: parameters.arrival_pattern: {arrivals!r}; the bench sends constant or poisson")
+    if out_mean is None and out_sd:
+        problems.append(f"{where}: parameters.output_tokens_stddev: needs output_tokens_mean")
+    return problems
 
 
 def _reader(p: dict[str, Any], where: str, problems: list[str]) -> Any:

@@ -42,15 +42,15 @@ def engine_choice(value: str | None) -> str | None:
 
 
 # The registry is imported only when the flag is given, so --help stays fast: its error names the engines.
-Engine = Annotated[str | None, typer.Option("--engine", callback=engine_choice, help="serving engine (a container "
+EngineOption = Annotated[str | None, typer.Option("--engine", callback=engine_choice, help="serving engine (a container "
                                             "kind: tgi, lmi, …) in place of the profile's container.kind, at its "
                                             "pinned version")]
-Instance = Annotated[str | None, typer.Option("--instance", help=INSTANCE_HELP)]
+InstanceOption = Annotated[str | None, typer.Option("--instance", help=INSTANCE_HELP)]
 MODEL_S3_URI_HELP = ("the model's weights staged in S3, an uncompressed snapshot under s3://BUCKET/PREFIX/ (`sagellm "
                      "weights upload`): deployed from there with no token and no Hub, a model outside the catalog "
                      "read from its config.json there (as -c model_s3_uri)")
 ModelS3Uri = Annotated[str | None, typer.Option("--model-s3-uri", help=MODEL_S3_URI_HELP)]
-Model = Annotated[str, typer.Option("--model", help="Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf")]
+ModelOption = Annotated[str, typer.Option("--model", help="Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf")]
 InputTokens = Annotated[int | None, typer.Option("--input-tokens", help="prompt tokens per request "
                                                     "(default: the profile's payload, 256)")]
 OutputTokens = Annotated[int | None, typer.Option("--output-tokens", help="generated tokens per request "

@@ -8,15 +8,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
+from sagellm.constructs._checks import plan_errors, reaches_hub
 from sagellm.constructs._placement import copies_of, crowding_warning, joining_errors
 from sagellm.constructs.inference_component import component_name, scaled_component
-from sagellm.constructs.llm_endpoint import (
-    LlmEndpoint,
-    plan_errors,
-    reaches_hub,
-    tag_with_plan,
-    token_reference,
-)
+from sagellm.constructs.llm_endpoint import LlmEndpoint, tag_with_plan, token_reference
 from sagellm.constructs.metrics import PERIOD, EndpointMetrics, ILlmEndpoint
 from sagellm.constructs.model import container_model
 from sagellm.constructs.role import INVOKE_ACTIONS, execution_role

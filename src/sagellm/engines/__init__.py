@@ -38,7 +38,7 @@ GENERATIONS: dict[str, Generation] = {g.name: g for g in (tgi.TGI_1, tgi.TGI_3, 
 
 __all__ = [
     "ENGINES", "GENERATIONS", "NEURON_ENGINES", "CompiledShape", "Engine", "ErrorReply", "Generation", "Limits", "Settings",
-    "Token", "Variable", "engine_for", "engine_option", "generation", "generation_of", "kind_of_image", "kinds_on", "variable_names",
+    "Token", "Variable", "compiling_engine", "engine_for", "engine_option", "generation", "generation_of", "kind_of_image", "kinds_on", "variable_names",
 ]
 
 
@@ -49,6 +49,23 @@ def engine_for(kind: str, *, neuron: bool = False) -> Engine:
         where = "on Inferentia" if neuron else "on GPUs"
         raise InputError(f"no {kind!r} engine {where} (known: {', '.join(engines)})")
     return engines[kind]
+
+
+def compiling_engine(kind: str, instance_type: str, *, neuron: bool, where_kind: str,
+                     errors: list[str]) -> Engine | None:
+    """The engine of `kind` that serves compiled shapes on an Inferentia instance (None on a GPU); an error where the
+    kind has no image for the instance type."""
+    if not neuron:
+        if not ENGINES[kind].gpu:
+            errors.append(f"{where_kind}: {kind} runs on Inferentia only, not on {instance_type}; "
+                          "use an ml.inf2 instance type or another engine")
+        return None
+    if kind not in NEURON_ENGINES:
+        there = " or ".join(f"{{kind: {k}}} ({e.label})" for k, e in NEURON_ENGINES.items())
+        errors.append(f"{where_kind}: {kind} has no image for {instance_type} (Inferentia); "
+                      f"use container: {there} or a GPU instance type")
+        return None
+    return NEURON_ENGINES[kind]
 
 
 def engine_option(kind: str | None, flag: str = "--engine") -> str | None:

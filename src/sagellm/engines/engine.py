@@ -11,6 +11,10 @@ from sagellm.engines import images
 from sagellm.engines.images import version_key
 from sagellm.errors import InputError
 
+# TGI 3's launcher default for MAX_BATCH_PREFILL_TOKENS (within the model's context): the prompt tokens one
+# prefill pass takes.
+DEFAULT_PREFILL_TOKENS = 4096
+
 # The AMIs a production variant may name (botocore sagemaker service-2.json, ProductionVariantInferenceAmiVersion).
 InferenceAmiVersion = Literal[
     "al2-ami-sagemaker-inference-gpu-2", "al2-ami-sagemaker-inference-gpu-2-1", "al2-ami-sagemaker-inference-gpu-3-1",
@@ -238,6 +242,37 @@ class Engine(ABC):
                    copies: Sequence[tuple[int, int]]) -> tuple[str, ...]:
         """What `plan` notes about how a plan's copies — (accelerators per copy, copies) each — use the instance."""
         return ()
+
+    def auto_prefill_tokens(self, max_input: int, max_total: int, chunked: bool) -> int:
+        """The prefill budget `auto` plans: TGI 3's default where the server chunks prefill; a server that cannot
+        chunk must prefill a whole prompt at once."""
+        return min(DEFAULT_PREFILL_TOKENS, max_total) if chunked else max(max_input, DEFAULT_PREFILL_TOKENS)
+
+    def tp_choices(self, model_id: str, chips: int, batch_size: int | None,
+                   sequence_length: int | None) -> tuple[list[int], list[int]] | None:
+        """On an engine that compiles ahead (`compiled_for` is not None): the accelerator counts a copy may take, and
+        those auto picks from; None: the planner decides by how the model shards (GPUs).
+
+        A compiled shape shows that a core count shards the model (optimum-neuron pads attention heads that do not
+        divide it), and a copy runs on any cores of the instance (the entry point asks only that the compiled cores
+        be available): auto picks from the counts compiled for the pinned batch and length, else for any, so 8 of
+        an ml.inf2.24xlarge's 12 rather than 2."""
+        if self.compiled_for(model_id, 1) is None:
+            return None
+        valid = list(range(1, chips + 1))
+        pinned = [t for t in valid if self.compiled_for(model_id, t, batch_size, sequence_length)]
+        return valid, pinned or [t for t in valid if self.compiled_for(model_id, t)]
+
+    def compiled_batch(self, shapes: Sequence[CompiledShape] | None, max_total: int, max_input: int,
+                       batch_size: int | None, held: int, where: Callable[[str], str],
+                       errors: list[str]) -> tuple[int, int] | None:
+        """The compiled batch a copy runs (`pick_compiled`) and the prefill budget its entry point fills in unset:
+        batch × max input tokens (TGI's neuron entry point, tgi_env.py); None where nothing compiled fits, or the
+        server batches dynamically (`shapes` None)."""
+        compiled = pick_compiled(shapes, max_total, batch_size, held, where, errors) if shapes else None
+        if compiled is None:
+            return None
+        return compiled.batch_size, compiled.batch_size * max_input
 
     def compiled_kv_tokens(self, max_batch_size: int | None, max_total_tokens: int) -> int | None:
         """The KV budget a compiled model holds (its batch × sequence length); None: what memory allows."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from sagellm.engines.engine import (
+    DEFAULT_PREFILL_TOKENS,
     Engine,
     ErrorReply,
     Generation,
@@ -35,9 +36,6 @@ OLDEST = (2, 0, 0)  # the oldest version whose behaviour docs/containers.md desc
 MAX_TOKENS = 2**32 - 1
 # The router's tokio Semaphore::new(MAX_CONCURRENT_REQUESTS) panics above usize::MAX >> 3.
 MAX_CONCURRENT_REQUESTS = 2**61 - 1
-# TGI 3's launcher default for MAX_BATCH_PREFILL_TOKENS (within the model's context): the prompt tokens one
-# prefill pass takes.
-DEFAULT_PREFILL_TOKENS = 4096
 DEFAULT_MAX_CONCURRENT_REQUESTS = 128  # the launcher's default
 # text-generation-launcher --payload-limit (PAYLOAD_LIMIT) default; axum answers 413 with this text.
 PAYLOAD_LIMIT = 2_000_000

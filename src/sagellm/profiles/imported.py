@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from sagellm.catalog.s3_weights import S3_PREFIX
-from sagellm.engines import ENGINES, images
+from sagellm.engines import ENGINES, Engine, images
 from sagellm.errors import InputError
 from sagellm.profiles.loader import all_sources, read_source, standard_sources
 from sagellm.profiles.validate import validate_profile
@@ -71,6 +71,29 @@ def container_of(image_uri: str, where: str) -> dict[str, str]:
 
 def import_recommendation(response: dict[str, Any], index: int, name: str) -> Imported:
     """Recommendation `index` (1-based) of a DescribeAIRecommendationJob response as the profile `name`."""
+    rec, config, dc = _recommendation(response, index)
+    container = container_of(config["ImageUri"], f"{dc}.ImageUri")
+    copies = config.get("CopyCountPerInstance")
+    kind = "inference-component" if copies is not None else "instance"
+    body: dict[str, Any] = {"name": name, "description": f"SageMaker AI recommendation {index} of "
+                            f"{response.get('AIRecommendationJobName', 'a job')}", "extends": BASE[kind],
+                            "container": container, "instance_type": config["InstanceType"],
+                            "initial_instance_count": config.get("InstanceCount", 1)}
+    serving, model = _serving(config.get("EnvironmentVariables") or {}, ENGINES[container["kind"]], dc)
+    if serving:
+        body["serving"] = serving
+    if copies is not None:
+        components: dict[str, Any] = {"copies": copies}
+        if config.get("MinCpuMemoryRequiredInMb") is not None:
+            components["memory_mib_per_copy"] = config["MinCpuMemoryRequiredInMb"]
+        body["components"] = components
+    if (source := _model_source(config.get("S3") or [], dc)) is not None:
+        body["model_source"] = source
+    return Imported(body, model, _notes(rec))
+
+
+def _recommendation(response: dict[str, Any], index: int) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The recommendation asked for, its deployment configuration, and where that sits in the response."""
     recs = response.get("Recommendations") or []
     if not 1 <= index <= len(recs):
         raise InputError(f"--recommendation: {index}: the job has {len(recs)} recommendation(s)"
@@ -85,46 +108,41 @@ def import_recommendation(response: dict[str, Any], index: int, name: str) -> Im
     dc = f"{where}.DeploymentConfiguration"
     if "ImageUri" not in config or "InstanceType" not in config:
         raise InputError(f"{dc}: needs ImageUri and InstanceType")
-    container = container_of(config["ImageUri"], f"{dc}.ImageUri")
-    engine = ENGINES[container["kind"]]
-    copies = config.get("CopyCountPerInstance")
-    kind = "inference-component" if copies is not None else "instance"
-    body: dict[str, Any] = {"name": name, "description": f"SageMaker AI recommendation {index} of "
-                            f"{response.get('AIRecommendationJobName', 'a job')}", "extends": BASE[kind],
-                            "container": container, "instance_type": config["InstanceType"],
-                            "initial_instance_count": config.get("InstanceCount", 1)}
+    return rec, config, dc
+
+
+def _serving(variables: dict[str, str], engine: Engine, dc: str) -> tuple[dict[str, Any], str | None]:
+    """The container's environment as profile serving fields (the engine's own variables) and the model id
+    (None where it is a path in the container: the model is in S3); the rest kept as environment."""
     serving: dict[str, Any] = {}
     environment: dict[str, str] = {}
     model = None
     owned = {n: v.sets for v in engine.variables if v.sets for n in v.names}  # name → the setting
-    for key, value in (config.get("EnvironmentVariables") or {}).items():
+    for key, value in variables.items():
         setting = owned.get(key)
         if setting is None:
             environment[key] = value
         elif setting == "model_id":
-            model = None if value.startswith("/") else value  # a path in the container: the model is in S3
+            model = None if value.startswith("/") else value
         else:
             _, field = FIELDS[setting]
             serving[field] = value if field == "quantization" else _integer(value, f"{dc}.EnvironmentVariables.{key}")
     if environment:
         serving["environment"] = environment
-    if serving:
-        body["serving"] = serving
-    if copies is not None:
-        components: dict[str, Any] = {"copies": copies}
-        if config.get("MinCpuMemoryRequiredInMb") is not None:
-            components["memory_mib_per_copy"] = config["MinCpuMemoryRequiredInMb"]
-        body["components"] = components
-    channels = config.get("S3") or []
+    return serving, model
+
+
+def _model_source(channels: list[dict[str, Any]], dc: str) -> dict[str, str] | None:
+    """The one S3 prefix the model is read from, if the recommendation stages it there."""
     if len(channels) > 1:
         raise InputError(f"{dc}.S3: {len(channels)} channels; a profile reads one model prefix (model_source)")
-    if channels:
-        uri = channels[0].get("Uri", "")
-        uri = uri if uri.endswith("/") else uri + "/"
-        if not S3_PREFIX.match(uri):
-            raise InputError(f"{dc}.S3[0].Uri: {channels[0].get('Uri')!r} is not an S3 prefix sagellm deploys from")
-        body["model_source"] = {"s3_uri": uri}
-    return Imported(body, model, _notes(rec))
+    if not channels:
+        return None
+    uri = channels[0].get("Uri", "")
+    uri = uri if uri.endswith("/") else uri + "/"
+    if not S3_PREFIX.match(uri):
+        raise InputError(f"{dc}.S3[0].Uri: {channels[0].get('Uri')!r} is not an S3 prefix sagellm deploys from")
+    return {"s3_uri": uri}
 
 
 def _integer(value: str, where: str) -> int:

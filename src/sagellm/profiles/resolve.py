@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,15 +24,13 @@ from sagellm.catalog.model import BYTES_PER_PARAM
 from sagellm.catalog.s3_weights import CONTAINER_MODEL_DIR, s3_model, upload_first
 from sagellm.engines import (
     ENGINES,
-    NEURON_ENGINES,
     CompiledShape,
     Engine,
     Settings,
+    compiling_engine,
     engine_for,
     engine_option,
 )
-from sagellm.engines.engine import pick_compiled
-from sagellm.engines.tgi import DEFAULT_PREFILL_TOKENS
 from sagellm.errors import InputError
 from sagellm.planner import (
     Calibration,
@@ -252,39 +250,29 @@ def design(
     s = profile.serving
     quant = s.quantization
     kind = profile.container.kind
-    # The caps are sized by the kind's GPU engine, an Inferentia plan's too (its environment and image are
-    # the Inferentia engine's: Design.engine).
+    # The planner's physics and constants are the kind's GPU server's, an Inferentia plan's too (its environment
+    # and image are the Inferentia engine's: Design.engine).
     gpu_engine = ENGINES[kind]
     version = profile.container.version or gpu_engine.pinned
-    gen = gpu_engine.generation(version).name  # the planner's physics and constants for that server
+    gen = gpu_engine.generation(version).name
 
     inst = _instance(profile, instance, model, payload, region, gen, where)
-    # Inferentia serves a shape compiled ahead of time: the engine that sizes the caps is the neuron one.
-    neuron = _neuron_engine(kind, inst, where, errors)
-    sizing = neuron or gpu_engine  # the engine whose limits size the copies
-    if (pin := profile.container.image_pin) is not None and (neuron is not None or not inst.is_neuron):
-        # A tag of the image this instance type runs.
-        errors.extend((neuron or gpu_engine).pin_errors(version, pin, where("container.image_pin")))
+    # The engine whose limits size the copies, and the one whose compiled shapes they run (None: dynamic batching).
+    sizing, compiled_by = _sizing_engine(profile, inst, version, where, errors)
     gpus = inst.n_accelerators
     count = instance_count if instance_count is not None else profile.initial_instance_count
     ic = profile.endpoint_kind == "inference-component"
 
     # Extra models on an inference-component endpoint take their GPUs first.
-    extras = [_extra_copy(i, extra, inst, local, payload, profile, where, errors, neuron, sizing, version)
+    extras = [_extra_copy(i, extra, inst, local, payload, profile, where, errors, sizing, compiled_by, version)
               for i, extra in enumerate(profile.components.extra_models)]
     used = sum(extra.tensor_parallel * extra.copies for extra in profile.components.extra_models)
 
-    # TP degree: pinned, or the planner's choice.
     tp_pin = _given_or_pinned(tensor_parallel, s.tensor_parallel)
-    valid, candidates = _tp_choices(neuron, model, gpus, s, gen)
-    if tp_pin is not None:
-        tp = tp_pin
-        errors.extend(_tp_errors(tp, valid, model, inst, where("serving.tensor_parallel")))
-    else:
-        tp = _auto_tp(ic, model, inst, quant, payload, gpus - used, valid, candidates, gen)
-    shapes = _compiled(neuron, model, tp)
-    if neuron and shapes == ():  # nothing to check the rest against: this line says what would run
-        raise InputError([*errors, _uncompiled(neuron, model, inst, tp_pin, where)])
+    tp, valid = _tp(tp_pin, compiled_by, model, inst, ic, s, payload, gpus - used, gen, where, errors)
+    shapes = _compiled(compiled_by, model, tp)
+    if compiled_by is not None and shapes == ():  # nothing to check the rest against: this line says what would run
+        raise InputError([*errors, _uncompiled(compiled_by, model, inst, tp_pin, where)])
 
     n_copies = _copy_count(_given_or_pinned(copies, profile.components.copies), ic, tp, used, inst, where, errors)
 
@@ -303,16 +291,15 @@ def design(
     # `plan` and `profiles show` plan a local folder's architecture and say how it would be deployed.
     staged = (upload_first(model.folder, "-c model_s3_uri="),) if model.folder and source is None else ()
     return Design(profile, inst, count, payload, copies_all, scaling, region, kind, version,
-                  notes=stored + _core_notes(neuron, inst, copies_all) + staged, generation=gen,
+                  notes=stored + _core_notes(compiled_by, inst, copies_all) + staged, generation=gen,
                   calibration=calibration, model_s3_uri=source)
 
 
-def _core_notes(neuron: Engine | None, inst: Instance, copies: tuple[Copy, ...]) -> tuple[str, ...]:
-    """Inferentia: how the copies use the instance's cores, as the engine says (`plan`, `profiles show`); nothing
-    on GPUs."""
-    if neuron is None:
+def _core_notes(engine: Engine | None, inst: Instance, copies: tuple[Copy, ...]) -> tuple[str, ...]:
+    """How the copies use the compiled cores of the instance, as the engine says (`plan`, `profiles show`)."""
+    if engine is None:
         return ()
-    return neuron.core_notes(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
+    return engine.core_notes(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
                              [(c.tp, c.copies) for c in copies])
 
 
@@ -354,7 +341,7 @@ def _copy_count(pinned: int | None, ic: bool, tp: int, used: int, inst: Instance
 
 
 def _extra_copy(i: int, extra: ExtraModel, inst: Instance, local: dict[str, Architecture], payload: Payload,
-                profile: Profile, where: Where, errors: list[str], neuron: Engine | None, engine: Engine,
+                profile: Profile, where: Where, errors: list[str], engine: Engine, compiled_by: Engine | None,
                 version: str) -> Copy:
     """An extra model of an inference-component endpoint, sized like the main one on the GPUs it pins."""
     xm = _model(extra.model, None, local, f"components.extra_models[{i}].model")
@@ -362,7 +349,7 @@ def _extra_copy(i: int, extra: ExtraModel, inst: Instance, local: dict[str, Arch
     errors.extend(_checkpoint_errors(xm, extra.quantization, f"components.extra_models.{i}.quantization", where,
                                      adopts_none=False))
     xshape = Shape(xm, inst, extra.tensor_parallel, quantization=extra.quantization)
-    xshapes = _extra_shapes(neuron, xm, extra.tensor_parallel,
+    xshapes = _extra_shapes(compiled_by, xm, extra.tensor_parallel,
                             f"{where('components.extra_models')}: [{i}]", errors)
     return _caps(xm, extra.tensor_parallel, extra.copies, extra.quantization, xshape, payload, profile, where,
                  errors, prefix=f"components.extra_models[{i}]", engine=engine, version=version, shapes=xshapes)
@@ -421,63 +408,60 @@ def _tp_errors(tp: int, valid: Sequence[int], model: Model, inst: Instance, wher
     return []
 
 
-def _neuron_engine(kind: str, inst: Instance, where: Where, errors: list[str]) -> Engine | None:
-    """The engine of `kind` on an Inferentia instance (None on a GPU; an error where the kind has no image)."""
-    if not inst.is_neuron:
-        if not ENGINES[kind].gpu:
-            errors.append(f"{where('container.kind')}: {kind} runs on Inferentia only, not on {inst.instance_type}; "
-                          "use an ml.inf2 instance type or another engine")
-        return None
-    if kind not in NEURON_ENGINES:
-        there = " or ".join(f"{{kind: {k}}} ({e.label})" for k, e in NEURON_ENGINES.items())
-        errors.append(f"{where('container.kind')}: {kind} has no image for {inst.instance_type} (Inferentia); "
-                      f"use container: {there} or a GPU instance type")
-        return None
-    return NEURON_ENGINES[kind]
+def _sizing_engine(profile: Profile, inst: Instance, version: str, where: Where,
+                   errors: list[str]) -> tuple[Engine, Engine | None]:
+    """The engine whose limits size the copies, and the one whose compiled shapes they run (on Inferentia, the
+    kind's build there; None: the server batches dynamically), with the image pin checked against the image this
+    instance type runs."""
+    kind = profile.container.kind
+    compiling = compiling_engine(kind, inst.instance_type, neuron=inst.is_neuron, where_kind=where("container.kind"),
+                                 errors=errors)
+    if (pin := profile.container.image_pin) is not None and (compiling is not None or not inst.is_neuron):
+        errors.extend((compiling or ENGINES[kind]).pin_errors(version, pin, where("container.image_pin")))
+    return compiling or ENGINES[kind], compiling
 
 
-def _compiled(neuron: Engine | None, model: Model, tp: int,
-              pins: Serving | None = None) -> tuple[CompiledShape, ...] | None:
-    """The shapes `model` is compiled for on `tp` Inferentia chips, those of `pins`' batch and length if given
-    (None: not Inferentia, the batch is dynamic)."""
-    if neuron is None:
-        return None
-    if pins is None:
-        return neuron.compiled_for(model.hf_id, tp)
-    return neuron.compiled_for(model.hf_id, tp, pins.max_batch_size, _pinned(pins.max_total_tokens))
+def _tp(tp_pin: int | None, engine: Engine | None, model: Model, inst: Instance, ic: bool, serving: Serving,
+        payload: Payload, free_gpus: int, gen: str, where: Where, errors: list[str]) -> tuple[int, list[int]]:
+    """The TP degree, pinned (and checked) or the planner's choice, and the degrees valid here."""
+    pins = (serving.max_batch_size, _pinned(serving.max_total_tokens))  # what a compiled shape must match
+    valid, candidates = _tp_choices(engine, model, inst.n_accelerators, pins, gen)
+    quant = serving.quantization
+    if tp_pin is None:
+        return _auto_tp(ic, model, inst, quant, payload, free_gpus, valid, candidates, gen), valid
+    errors.extend(_tp_errors(tp_pin, valid, model, inst, where("serving.tensor_parallel")))
+    return tp_pin, valid
 
 
-def _tp_choices(neuron: Engine | None, model: Model, gpus: int, pins: Serving,
+def _compiled(engine: Engine | None, model: Model, tp: int) -> tuple[CompiledShape, ...] | None:
+    """The shapes `model` is compiled for on `tp` accelerators (None: no engine compiles for it here)."""
+    return engine.compiled_for(model.hf_id, tp) if engine is not None else None
+
+
+def _tp_choices(engine: Engine | None, model: Model, gpus: int, pins: tuple[int | None, int | None],
                 gen: str) -> tuple[list[int], list[int]]:
-    """The TP degrees that shard `model` on `gpus` accelerators (as the server of generation `gen` shards), and
-    those auto TP picks from."""
-    # On Inferentia a compiled shape shows that a core count shards the model (optimum-neuron pads attention
-    # heads that do not divide it), and a copy runs on any cores of the instance (the entry point asks only that
-    # the compiled cores be available): auto picks the most cores compiled for the profile's pinned batch and
-    # length, else for any, so 8 of an ml.inf2.24xlarge's 12 rather than 2.
-    if neuron is None:
-        valid = valid_tp(model, gpus, gen)
-        return valid, valid
-    valid = list(range(1, gpus + 1))
-    pinned = [t for t in valid if _compiled(neuron, model, t, pins)]
-    return valid, pinned or [t for t in valid if _compiled(neuron, model, t)]
+    """The TP degrees that shard `model` on `gpus` accelerators (as the server of generation `gen` shards, or as
+    the engine compiled it), and those auto TP picks from."""
+    if engine is not None and (compiled := engine.tp_choices(model.hf_id, gpus, *pins)) is not None:
+        return compiled
+    valid = valid_tp(model, gpus, gen)
+    return valid, valid
 
 
-def _extra_shapes(neuron: Engine | None, model: Model, tp: int, where: str,
+def _extra_shapes(engine: Engine | None, model: Model, tp: int, where: str,
                   errors: list[str]) -> tuple[CompiledShape, ...] | None:
-    """The compiled shapes of an extra model on Inferentia; none is an error."""
-    shapes = _compiled(neuron, model, tp)
-    if shapes == ():
-        assert neuron is not None  # only an engine with compiled shapes has none
-        errors.append(f"{where} {model.hf_id} has no compiled model for {neuron.accelerator_units(tp)} in the "
+    """The compiled shapes of an extra model where the engine compiles ahead; none is an error."""
+    shapes = _compiled(engine, model, tp)
+    if engine is not None and shapes == ():  # only an engine with compiled shapes has none
+        errors.append(f"{where} {model.hf_id} has no compiled model for {engine.accelerator_units(tp)} in the "
                       "neuron cache; see docs/containers.md for the models and shapes compiled for Inferentia")
     return shapes
 
 
-def _uncompiled(neuron: Engine, model: Model, inst: Instance, tp: int | None, where: Where) -> str:
+def _uncompiled(engine: Engine, model: Model, inst: Instance, tp: int | None, where: Where) -> str:
     """Say that nothing is compiled for this model at the pinned TP (None: at any TP the instance allows), and
     what is (the engine's words)."""
-    return neuron.uncompiled(model.hf_id, inst.instance_type, inst.n_accelerators, tp, where("instance_type"),
+    return engine.uncompiled(model.hf_id, inst.instance_type, inst.n_accelerators, tp, where("instance_type"),
                              where("serving.tensor_parallel"))
 
 
@@ -551,8 +535,7 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     max_input = pinned("max_input_tokens", max(1, max_total - payload.output_tokens))
     batch_size = s.max_batch_size if main else None
     chunked = engine.chunks_prefill(version, batch_size)
-    # TGI 3's default prefill budget; a server that cannot chunk must prefill a whole prompt at once.
-    prefill_auto = min(DEFAULT_PREFILL_TOKENS, max_total) if chunked else max(max_input, DEFAULT_PREFILL_TOKENS)
+    prefill_auto = engine.auto_prefill_tokens(max_input, max_total, chunked)
     prefill = pinned("max_batch_prefill_tokens", min(prefill_auto, max(kv, max_input)))
     limit = _per_copy_limit(replace(shape, max_batch_size=batch_size), payload) if fits else 1
     concurrent = pinned("max_concurrent_requests", max(1, limit))
@@ -561,32 +544,45 @@ def _caps(model: Model, tp: int, n_copies: int, quant: str, shape: Shape, payloa
     w = (lambda f: where(f"serving.{f}")) if main else (lambda f: f"{where('components.extra_models')}: {prefix}")
     # A queuing server compiles the batch the plan names (vllm-neuronx): as many whole sequences as memory holds.
     held = min(concurrent, max(1, kv // max_total)) if engine.queues and fits else concurrent
-    if shapes and (compiled := pick_compiled(shapes, max_total, batch_size, held, w, errors)):
-        batch_size = compiled.batch_size
-        # TGI's neuron entry point fills an unset prefill budget with batch × max input tokens (tgi_env.py).
-        prefill = pinned("max_batch_prefill_tokens", batch_size * max_input)
+    if (compiled := engine.compiled_batch(shapes, max_total, max_input, batch_size, held, w, errors)) is not None:
+        batch_size, compiled_prefill = compiled
+        prefill = pinned("max_batch_prefill_tokens", compiled_prefill)
         static = replace(shape, max_batch_size=batch_size, max_batch_total_tokens=batch_size * max_total)
         static_limit = _per_copy_limit(static, payload) if fits else 1
         concurrent = pinned("max_concurrent_requests", max(batch_size, static_limit))
 
     errors.extend(cap_errors(max_input, max_total, prefill, w, chunked))
-    if max_total > context:
-        errors.append(f"{w('max_total_tokens')}: {max_total} exceeds the {context}-token context of "
-                      f"{model.hf_id}; lower max_total_tokens or use auto")
-    elif fits and max_total > kv:
-        errors.append(f"{w('max_total_tokens')}: one request of {max_total} tokens exceeds the {kv} KV-cache tokens "
-                      f"free at TP {tp} (the server would refuse to start); use auto or at most {kv}")
-    if main and (payload.input_tokens > max_input or payload.total_tokens > max_total):
-        beyond = (f" (the context of {model.hf_id} is {context} tokens)" if payload.total_tokens > context
-                  else "")
-        errors.append(f"{where('payload')}: {payload.input_tokens} input + {payload.output_tokens} output tokens "
-                      f"do not fit under max_input_tokens {max_input} / max_total_tokens {max_total}{beyond}; "
-                      "shorten the payload or raise the caps")
-    if fits and limit == 0 and s.max_concurrent_requests == "auto" and main:
-        errors.append(f"{w('max_concurrent_requests')}: auto: even one request of {payload.input_tokens}+"
-                      f"{payload.output_tokens} tokens is predicted to exceed the 60 s invocation timeout; "
-                      "shorten the payload or use a faster instance")
+    errors.extend(_fit_errors(model, tp, max_total, kv if fits else None, w))
+    if main:
+        errors.extend(_payload_errors(model, payload, max_input, max_total, where))
+        if fits and limit == 0 and s.max_concurrent_requests == "auto":
+            errors.append(f"{w('max_concurrent_requests')}: auto: even one request of {payload.input_tokens}+"
+                          f"{payload.output_tokens} tokens is predicted to exceed the 60 s invocation timeout; "
+                          "shorten the payload or use a faster instance")
     return Copy(model, tp, n_copies, quant, max_input, max_total, prefill, concurrent, batch_size)
+
+
+def _fit_errors(model: Model, tp: int, max_total: int, kv: int | None, w: Callable[[str], str]) -> list[str]:
+    """One request of `max_total` tokens must fit the model's context and the KV cache (`kv`: None where the
+    weights do not fit, said elsewhere)."""
+    if max_total > model.max_context:
+        return [(f"{w('max_total_tokens')}: {max_total} exceeds the {model.max_context}-token context of "
+                f"{model.hf_id}; lower max_total_tokens or use auto")]
+    if kv is not None and max_total > kv:
+        return [(f"{w('max_total_tokens')}: one request of {max_total} tokens exceeds the {kv} KV-cache tokens "
+                f"free at TP {tp} (the server would refuse to start); use auto or at most {kv}")]
+    return []
+
+
+def _payload_errors(model: Model, payload: Payload, max_input: int, max_total: int, where: Where) -> list[str]:
+    """The profile's payload must fit under the main model's caps."""
+    if payload.input_tokens <= max_input and payload.total_tokens <= max_total:
+        return []
+    context = model.max_context
+    beyond = f" (the context of {model.hf_id} is {context} tokens)" if payload.total_tokens > context else ""
+    return [(f"{where('payload')}: {payload.input_tokens} input + {payload.output_tokens} output tokens "
+            f"do not fit under max_input_tokens {max_input} / max_total_tokens {max_total}{beyond}; "
+            "shorten the payload or raise the caps")]
 
 
 def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, region: str, ic: bool,

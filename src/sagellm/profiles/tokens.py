@@ -27,14 +27,14 @@ SECRET_BAD = ("is not a Secrets Manager secret name (1–512 of A-Z a-z 0-9 / _ 
               "name or ARN of the secret that holds the token")
 VARIABLE_FOUND = f"a token variable never goes in a container environment: {STORE_IT}"
 
-Where = Callable[[tuple[str, ...]], str]
+PathNamer = Callable[[tuple[str, ...]], str]
 
 
 def _dotted(loc: tuple[str, ...]) -> str:
     return ".".join(loc)
 
 
-def token_errors(data: Any, where: Where = _dotted, loc: tuple[str, ...] = ()) -> list[str]:
+def token_errors(data: Any, where: PathNamer = _dotted, loc: tuple[str, ...] = ()) -> list[str]:
     """Every token-shaped string (key or value), token variable and malformed `hf_token_secret` under `data`.
 
     `where(loc)` names a location (a dotted path, a file:line, a context key); the token is never echoed.

@@ -217,20 +217,15 @@ def engine_verdict(rec: Recommendation) -> str | None:
     lines, cheaper_elsewhere, tied = [], False, {}
     for engine in (e for e in engines if e != won):
         own = [c for c in rec.candidates if c.config.engine == engine]
-        best = min((c for c in own if c.meets and least_margin(c, rec.rules) >= rec.headroom
-                    and id(c) not in rec.skipped_for_peak and id(c) not in rec.measured_misses),
-                   key=lambda c: (c.usd_per_h, worst_tightness(c, rec.rules)), default=None)
+        best = _cheapest_meeting(rec, own)
         if best is None:
             near = closest(own, rec.rules, rec.load)
             lines.append(f"{engine} meets it nowhere" + (f" (closest: {near.label()}: {rec.reason(near)})"
                                                           if near is not None else ""))
             continue
         cheaper_elsewhere = True
-        if best.usd_per_h > pick.usd_per_h:
-            lines.append(f"{engine}'s cheapest is {best.label()} at ${best.usd_per_h:.2f}/h")
-        elif worst_tightness(best, rec.rules) > worst_tightness(pick, rec.rules):
-            lines.append(f"{engine}'s cheapest, {best.label()}, costs the same with less margin "
-                         f"({least_margin(best, rec.rules) * 100:.0f} % against {least_margin(pick, rec.rules) * 100:.0f} %)")
+        if (line := _lost_by(engine, best, pick, rec.rules)) is not None:
+            lines.append(line)
         else:
             tied[engine] = best
     if tied:
@@ -241,6 +236,24 @@ def engine_verdict(rec: Recommendation) -> str | None:
         "the only engine predicted to meet the SLO"
     headroom = f" with {rec.headroom * 100:.0f} % headroom" if rec.headroom else ""
     return f"engine: {won} won, {why}{headroom} (${pick.usd_per_h:.2f}/h); {'; '.join(lines)}"
+
+
+def _cheapest_meeting(rec: Recommendation, own: Sequence[Candidate]) -> Candidate | None:
+    """An engine's cheapest candidate that the pick could have been: it meets the SLO with the headroom, at the
+    peak, and no measurement refuted it (the tighter one first on equal $/h)."""
+    return min((c for c in own if c.meets and least_margin(c, rec.rules) >= rec.headroom
+                and id(c) not in rec.skipped_for_peak and id(c) not in rec.measured_misses),
+               key=lambda c: (c.usd_per_h, worst_tightness(c, rec.rules)), default=None)
+
+
+def _lost_by(engine: str, best: Candidate, pick: Candidate, rules: Sequence[Rule]) -> str | None:
+    """How an engine's cheapest lost to the pick: on $/h, or on margin at the same $/h; None on a tie."""
+    if best.usd_per_h > pick.usd_per_h:
+        return f"{engine}'s cheapest is {best.label()} at ${best.usd_per_h:.2f}/h"
+    if worst_tightness(best, rules) > worst_tightness(pick, rules):
+        return (f"{engine}'s cheapest, {best.label()}, costs the same with less margin "
+                f"({least_margin(best, rules) * 100:.0f} % against {least_margin(pick, rules) * 100:.0f} %)")
+    return None
 
 
 def _unmaintained(engine: str) -> bool:

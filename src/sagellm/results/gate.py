@@ -54,7 +54,7 @@ MAY_DIFFER = frozenset({"profile", "environment", "request_slo", "emulated", "ti
                         "tool_version", "started_at", "ended_at", "command"})
 
 # A concurrency (16), a request rate ("4/s"), the knee or the max-throughput point.
-Where = int | str
+LevelWhere = int | str
 
 
 class _Strict(BaseModel):
@@ -65,7 +65,7 @@ class Rule(_Strict):
     """A bound on one metric, at one level (a concurrency, the knee, or the max-throughput point)."""
 
     metric: str
-    where: Where | None = None  # required for level metrics, absent for cost
+    where: LevelWhere | None = None  # required for level metrics, absent for cost
     min: float | None = None
     max: float | None = None
 
@@ -153,7 +153,7 @@ def _metric_problem(metric: Any) -> str | None:
     return f"{metric!r} is not a known metric ({hint})"
 
 
-def _rule_problems(raw: Any, i: int, default_where: Where | None = None) -> list[str]:
+def _rule_problems(raw: Any, i: int, default_where: LevelWhere | None = None) -> list[str]:
     at = f"rules[{i}]"
     if not isinstance(raw, dict):
         return [f"{at}: expected a mapping with metric, where and min/max, got {raw!r}"]
@@ -166,16 +166,25 @@ def _rule_problems(raw: Any, i: int, default_where: Where | None = None) -> list
     where = raw.get("where", default_where if metric in LEVEL_METRICS else None)
     if isinstance(where, str) and where.isdigit():
         where = int(where)
+    return out + _where_problems(at, metric, where) + _limit_problems(at, raw)
+
+
+def _where_problems(at: str, metric: Any, where: Any) -> list[str]:
+    """A level metric needs a level to be read at; a run metric is read at the max-throughput point alone."""
     if metric in RUN_METRICS and where is not None:
-        out.append(f"{at}.where: {metric} is taken at the max-throughput point (remove where)")
-    elif where is None and metric in LEVEL_METRICS:
-        out.append(f"{at}.where: missing (add a concurrency level such as 16, knee or max)")
-    elif where is not None and where not in ("knee", "max") and parse_load(where) is None:
-        out.append(f"{at}.where: {where!r} is not a measured level "
-                   "(use a concurrency level such as 16, a request rate such as 4/s, knee or max)")
-    for bound in ("min", "max"):
-        if bound in raw and not _is_number(raw[bound]):
-            out.append(f"{at}.{bound}: {raw[bound]!r} is not a number")
+        return [f"{at}.where: {metric} is taken at the max-throughput point (remove where)"]
+    if where is None and metric in LEVEL_METRICS:
+        return [f"{at}.where: missing (add a concurrency level such as 16, knee or max)"]
+    if where is not None and where not in ("knee", "max") and parse_load(where) is None:
+        return [(f"{at}.where: {where!r} is not a measured level "
+                "(use a concurrency level such as 16, a request rate such as 4/s, knee or max)")]
+    return []
+
+
+def _limit_problems(at: str, raw: dict) -> list[str]:
+    """A rule's min and max: numbers, at least one, and a range some value could pass."""
+    out = [f"{at}.{bound}: {raw[bound]!r} is not a number"
+           for bound in ("min", "max") if bound in raw and not _is_number(raw[bound])]
     if "min" not in raw and "max" not in raw:
         out.append(f"{at}: no limit (add min, max or both)")
     elif _is_number(raw.get("min")) and _is_number(raw.get("max")) and raw["min"] > raw["max"]:
@@ -234,11 +243,32 @@ def _slo_needed(data: dict, rules: list) -> list[str]:
             for at, metric in named if metric in SLO_METRICS]
 
 
-def load_thresholds(path: Path, default_where: Where | None = None) -> Thresholds:
+def load_thresholds(path: Path, default_where: LevelWhere | None = None) -> Thresholds:
     """Read a thresholds YAML; InputError listing every problem as `file: field: what (fix)`.
 
     `default_where` is the level a level rule without `where` applies at (`sagellm recommend`: the target load).
     """
+    data = _read_yaml(path)
+    problems = _unknown_keys(data, _FIELDS[""], "")
+    rules, rule_problems = _rules(data, default_where)
+    problems += rule_problems
+    if "baseline" in data:
+        problems += _baseline_problems(data["baseline"], path.parent)
+    slo = data.get("slo_ms_per_token")
+    if slo is not None and not (_is_number(slo) and slo > 0):
+        problems.append(f"slo_ms_per_token: {slo!r} is not a positive number of ms per token")
+    if "slo" in data:
+        problems += _slo_problems(data["slo"])
+    problems += _slo_needed(data, rules)
+    if problems:
+        raise InputError([f"{path}: {p}" for p in problems])
+    if isinstance(data.get("baseline"), dict) and "results" in data["baseline"]:
+        data["baseline"]["results"] = path.parent / data["baseline"]["results"]
+    return Thresholds.model_validate(data)
+
+
+def _read_yaml(path: Path) -> dict:
+    """The thresholds file's top-level mapping, or an InputError saying why there is none."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -256,34 +286,27 @@ def load_thresholds(path: Path, default_where: Where | None = None) -> Threshold
         raise InputError(f"{path}: empty (add rules: [{{metric: ..., where: ..., max: ...}}])")
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping with rules, baseline, slo_ms_per_token, slo")
-    problems = _unknown_keys(data, _FIELDS[""], "")
+    return data
+
+
+def _rules(data: dict, default_where: LevelWhere | None) -> tuple[list, list[str]]:
+    """The file's rules (a level rule without `where` gets the default level) and their problems."""
+    out: list[str] = []
     rules = data.get("rules", [])
     if not isinstance(rules, list):
-        problems.append(f"rules: expected a list of rules, got {rules!r}")
+        out.append(f"rules: expected a list of rules, got {rules!r}")
         rules = []
     elif "rules" in data and not rules:
-        problems.append("rules: empty, so the gate would pass anything (add a rule such as "
-                        "{metric: error_rate, where: max, max: 0.01}, or remove rules: to gate on a baseline alone)")
+        out.append("rules: empty, so the gate would pass anything (add a rule such as "
+                   "{metric: error_rate, where: max, max: 0.01}, or remove rules: to gate on a baseline alone)")
     elif "rules" not in data and "baseline" not in data:
-        problems.append("nothing to check: add rules (e.g. {metric: error_rate, where: max, max: 0.01}) "
-                        "or a baseline")
+        out.append("nothing to check: add rules (e.g. {metric: error_rate, where: max, max: 0.01}) "
+                   "or a baseline")
     for i, raw in enumerate(rules):
-        problems += _rule_problems(raw, i, default_where)
+        out += _rule_problems(raw, i, default_where)
         if default_where is not None and isinstance(raw, dict) and raw.get("metric") in LEVEL_METRICS:
             raw.setdefault("where", default_where)
-    if "baseline" in data:
-        problems += _baseline_problems(data["baseline"], path.parent)
-    slo = data.get("slo_ms_per_token")
-    if slo is not None and not (_is_number(slo) and slo > 0):
-        problems.append(f"slo_ms_per_token: {slo!r} is not a positive number of ms per token")
-    if "slo" in data:
-        problems += _slo_problems(data["slo"])
-    problems += _slo_needed(data, rules)
-    if problems:
-        raise InputError([f"{path}: {p}" for p in problems])
-    if isinstance(data.get("baseline"), dict) and "results" in data["baseline"]:
-        data["baseline"]["results"] = path.parent / data["baseline"]["results"]
-    return Thresholds.model_validate(data)
+    return rules, out
 
 
 # -------------------------------------------------------------------------------------------- evaluation
@@ -319,7 +342,7 @@ def where_of(level: LevelSummary | Pick) -> str:
     return level.load
 
 
-def level_name(where: Where) -> str | None:
+def level_name(where: LevelWhere) -> str | None:
     """A `where:` as a level name (`16`, `4/s`), or None when it names no level."""
     key = parse_load(where)
     if key is None:
@@ -337,7 +360,7 @@ def planned_levels(results: Results) -> list[str]:
     return sweep_levels(results.run) or [where_of(lv) for lv in results.levels]
 
 
-def find_level(results: Results, where: Where) -> tuple[Level | None, str]:
+def find_level(results: Results, where: LevelWhere) -> tuple[Level | None, str]:
     """The measured level a `where:` names (a level, `knee` or `max`), or why there is none."""
     if where in ("knee", "max"):
         pick = results.knee if where == "knee" else results.max_throughput

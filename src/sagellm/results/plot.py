@@ -30,7 +30,6 @@ def plot_curve(results: Results, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    run = results.run
     server = [(lv, s) for lv in results.levels if (s := _server_latency(lv)) is not None]
     measured = [lv for lv in results.levels if lv.latency_ms_per_token.p50 is not None]
     # TTFT beside ms/token where there is a predicted curve to read it against.
@@ -48,6 +47,27 @@ def plot_curve(results: Results, path: Path) -> None:
     _predicted_line(ax, results, "ms_per_token")
     _goodput(ax, results, measured)
 
+    _mark_picks(ax, results)
+    if not measured:
+        ax.text(0.5, 0.5, "no level had a successful request", transform=ax.transAxes, ha="center")
+
+    ax.set_title(_title(results), fontsize=10)
+    ax.set_xlabel("throughput (output tokens/s)")
+    ax.set_ylabel("latency (ms/token, e2e ÷ output tokens)")
+    ax.grid(True, alpha=0.3)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="best")
+    if cols == 2:
+        _ttft_panel(fig.add_subplot(2 if server else 1, cols, 2), results, measured)
+    if server:
+        _server_panel(fig.add_subplot(2, 1, 2), server)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _mark_picks(ax: Any, results: Results) -> None:
+    """The picks on the curve: the knee, the highest throughput, and the SLO line."""
     if results.knee is not None:
         k = results.knee
         ax.plot([k.throughput_tokens_per_s], [k.ms_per_token_p50], "o", markersize=14, markerfacecolor="none",
@@ -64,27 +84,14 @@ def plot_curve(results: Results, path: Path) -> None:
     if results.slo is not None:
         ax.axhline(results.slo.ms_per_token, color="tab:orange", linestyle=":",
                    label=f"SLO {results.slo.ms_per_token:g} ms/token")
-    if not measured:
-        ax.text(0.5, 0.5, "no level had a successful request", transform=ax.transAxes, ha="center")
 
+
+def _title(results: Results) -> str:
+    """The model and what served it (the profile's fleet, or the endpoint), and whether it was emulated."""
+    run = results.run
     title = (f"{run.model} on {run.instance_count} × {run.instance_type} ({run.profile})" if run.profile
              else f"{run.model} at {run.endpoint}")
-    if run.emulated:
-        title += " — emulated"
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("throughput (output tokens/s)")
-    ax.set_ylabel("latency (ms/token, e2e ÷ output tokens)")
-    ax.grid(True, alpha=0.3)
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="best")
-    if cols == 2:
-        _ttft_panel(fig.add_subplot(2 if server else 1, cols, 2), results, measured)
-    if server:
-        _server_panel(fig.add_subplot(2, 1, 2), server)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-
+    return title + " — emulated" if run.emulated else title
 
 def _goodput(ax: Any, results: Results, measured: list[Level]) -> None:
     """Each level's goodput beside its throughput, at the same latency: the part of the throughput whose requests

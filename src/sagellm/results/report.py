@@ -217,21 +217,35 @@ _SPREAD_SHOWN = ("throughput_tokens_per_s", "latency_ms_per_token.p50", "ttft_ms
 
 
 def _level(level: Level, run: Run) -> list[str]:
-    p = level.predicted
+    lines = [*_level_heading(level), *_level_table(level), *_level_notes(level)]
+    if level.server is not None:
+        lines += _server(level.server, run)
+    return lines + [""]
+
+
+def _level_heading(level: Level) -> list[str]:
+    """The level's load, its request and error counts, and whether it was stopped early."""
     errors = ", ".join(f"{k} {n}" for k, n in level.errors.items() if n) or "none"
     if level.refused_no_capacity:
         errors += (f" ({level.refused_no_capacity} refused for want of a copy: the cold start, not counted against "
                    "the level's usability)")
     repeats = f" · {level.repeats} repeats (figures over all of them)" if level.repeats > 1 else ""
-    lines = [
+    return [
         f"### {level.describe_load().capitalize()}",
         "",
         (f"{level.requests} requests · {level.ok} ok · errors: {errors} (rate {level.error_rate:.1%}) · "
-        f"retries {level.retries} · window {level.window_s:.1f} s{repeats}"),
+         f"retries {level.retries} · window {level.window_s:.1f} s{repeats}"),
         "",
         *([(f"**Over-saturated: stopped early** after {level.over_saturated.stopped_at_s:.1f} s: "
             f"{level.over_saturated.reason}; the figures below are of the part measured before it stopped."), ""]
           if level.over_saturated else []),
+    ]
+
+
+def _level_table(level: Level) -> list[str]:
+    """The measured figures beside the predicted ones, with the client's own pacing where it kept a schedule."""
+    p = level.predicted
+    lines = [
         "| metric | " + " | ".join(_STATS) + " | predicted |",
         "|---|" + "---:|" * (len(_STATS) + 1),
         _row("ms/token (e2e ÷ tokens)", level.latency_ms_per_token, p.ms_per_token if p else None,
@@ -258,6 +272,12 @@ def _level(level: Level, run: Run) -> list[str]:
         lines.append(_scalar_row("achieved requests/s", level.achieved_request_rate, None, digits=2))
     if level.client_overhead_ms is not None:
         lines.append(_row("client overhead ms (wall clock)", level.client_overhead_ms, None, digits=2))
+    return lines
+
+
+def _level_notes(level: Level) -> list[str]:
+    """What qualifies the figures: their spread over repeats, and the load generator's and emulator's own lag."""
+    lines: list[str] = []
     if level.spread:
         lines += ["", "Across repeats (each repeat's own figure): "
                   + " · ".join(f"{m} {s.mean:.4g} ± {s.stddev:.2g} ({s.min:.4g}–{s.max:.4g})"
@@ -270,9 +290,7 @@ def _level(level: Level, run: Run) -> list[str]:
         lines += ["", f"Client event-loop lag: mean {level.client_loop_lag_ms:.1f} ms (wall clock)"]
     if level.server_loop_lag_ms is not None:
         lines += ["", f"Emulator event-loop lag: max {level.server_loop_lag_ms:.1f} ms (its own distortion)"]
-    if level.server is not None:
-        lines += _server(level.server, run)
-    return lines + [""]
+    return lines
 
 
 def _by_turn(turns: list[TurnSummary]) -> list[str]:

@@ -88,6 +88,18 @@ def classify_sagemaker_error(status: int, error_code: str | None, body: str) -> 
     code = (error_code or "").split(":")[0] or None
     message, body_type = _error_text(body)
     code = code or (body_type.split("#")[-1] if body_type else None)
+    text = f"HTTP {status} {code or ''}: {message}".replace(" :", ":")
+    if code == "ThrottlingException" or (status == 429 and code in (None, "ThrottlingException")):
+        return "throttled", text
+    if code == "ValidationError":
+        return "validation", text
+    if code == "ModelError" or status == 424:
+        return _model_error_kind(body, message), text
+    return _kind_from_text(message) or ("timeout" if status in (408, 504) else "other"), text
+
+
+def _model_error_kind(body: str, message: str) -> ErrorKind:
+    """The kind of what the container answered inside a ModelError: its own status, or its words."""
     original: int | None = None
     original_message = ""
     try:
@@ -97,19 +109,12 @@ def classify_sagemaker_error(status: int, error_code: str | None, body: str) -> 
             original_message = str(data.get("OriginalMessage", ""))
     except (ValueError, TypeError):
         pass
-    text = f"HTTP {status} {code or ''}: {message}".replace(" :", ":")
-    if code == "ThrottlingException" or (status == 429 and code in (None, "ThrottlingException")):
-        return "throttled", text
-    if code == "ValidationError":
-        return "validation", text
-    if code == "ModelError" or status == 424:
-        by_text = _kind_from_text(f"{original_message} {message}")
-        if by_text == "timeout":
-            return "timeout", text
-        if original is not None and original != 0:
-            return _kind_from_status(original) if original != 424 else (by_text or "other"), text
-        return by_text or "other", text
-    return _kind_from_text(message) or ("timeout" if status in (408, 504) else "other"), text
+    by_text = _kind_from_text(f"{original_message} {message}")
+    if by_text == "timeout":
+        return "timeout"
+    if original is not None and original != 0:
+        return _kind_from_status(original) if original != 424 else (by_text or "other")
+    return by_text or "other"
 
 
 # ---------------------------------------------------------------------------------------------------

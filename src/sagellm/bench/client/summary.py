@@ -20,7 +20,7 @@ SPREAD_METRICS: tuple[str, ...] = (
 )
 
 # One run of a level: its records and the window its throughput is measured over.
-Run = tuple[Sequence[RequestRecord], float, float]
+TimedRun = tuple[Sequence[RequestRecord], float, float]
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -103,7 +103,7 @@ def meets(record: RequestRecord, slo: RequestSlo) -> bool:
     return slo.e2e_ms is None or record.e2e_s * 1000 <= slo.e2e_ms
 
 
-def goodput_of(runs: Sequence[Run], slo: RequestSlo, *, warmup_tokens: bool = False) -> Goodput:
+def goodput_of(runs: Sequence[TimedRun], slo: RequestSlo, *, warmup_tokens: bool = False) -> Goodput:
     """The rates of the requests that met the SLO, counted as throughput and requests/s are: their tokens inside
     the windows (the warm-up's too where `warmup_tokens`, as a prediction counts the load its window saw), and
     requests from those tokens and the mean output of a measured one."""
@@ -124,7 +124,7 @@ def errors_by_kind(records: Sequence[RequestRecord]) -> dict[str, int]:
     return errors
 
 
-def summarize_runs(runs: Sequence[Run], slo: RequestSlo | None = None) -> LevelSummary:
+def summarize_runs(runs: Sequence[TimedRun], slo: RequestSlo | None = None) -> LevelSummary:
     """Summarize a level run once or more (`--repeats`): every request of every run in the statistics,
     throughput over the runs' windows together, and with several runs the spread of each run's own figures;
     with per-request SLOs, the share of measured requests that met them (a failed one misses) and their goodput."""
@@ -149,17 +149,26 @@ def summarize_runs(runs: Sequence[Run], slo: RequestSlo | None = None) -> LevelS
         throughput_tokens_per_s=tokens / window_s,
         requests_per_s=_requests_per_s(ok, tokens, window_s),
         **_distributions(ok),
-        lateness_ms=_lateness_ms(measured) if open_loop else None,
-        achieved_request_rate=_sent(runs) / window_s if open_loop else None,
+        **(_pacing(runs, measured, window_s) if open_loop else {}),
         client_overhead_ms=_client_overhead_ms(ok),
-        slo_attainment=sum(meets(r, slo) for r in measured) / len(measured) if slo is not None and measured else None,
-        goodput=goodput_of(runs, slo) if slo is not None else None,
+        **(_slo_figures(runs, measured, slo) if slo is not None else {}),
         spread=spread([summarize_runs([run], slo) for run in runs]) if len(runs) > 1 else None,
         by_turn=by_turn(measured),
     )
 
 
-def _one_level(runs: Sequence[Run]) -> list[RequestRecord]:
+def _pacing(runs: Sequence[TimedRun], measured: Sequence[RequestRecord], window_s: float) -> dict[str, Any]:
+    """An open loop's schedule as kept: how late requests were sent, and the rate achieved."""
+    return {"lateness_ms": _lateness_ms(measured), "achieved_request_rate": _sent(runs) / window_s}
+
+
+def _slo_figures(runs: Sequence[TimedRun], measured: Sequence[RequestRecord], slo: RequestSlo) -> dict[str, Any]:
+    """The share of measured requests that met the SLOs (a failed one misses), and the goodput."""
+    attainment = sum(meets(r, slo) for r in measured) / len(measured) if measured else None
+    return {"slo_attainment": attainment, "goodput": goodput_of(runs, slo)}
+
+
+def _one_level(runs: Sequence[TimedRun]) -> list[RequestRecord]:
     """Every record of the runs; ValueError unless they are of one level and each window has a length."""
     records = [r for run, _, _ in runs for r in run]
     levels = {r.load for r in records}
@@ -230,7 +239,7 @@ def _lateness_ms(measured: Sequence[RequestRecord]) -> Stats:
     return stats([r.late_s * 1000 for r in measured if r.late_s is not None])
 
 
-def _sent(runs: Sequence[Run]) -> int:
+def _sent(runs: Sequence[TimedRun]) -> int:
     """Measured requests sent inside their run's window (an open loop's achieved rate)."""
     return sum(1 for run, start, end in runs for r in run if not r.warmup and start <= r.start_s <= end)
 

@@ -5,54 +5,19 @@ Two signs, both on the client's wall clock:
   `LATE_GAPS` of the mean inter-arrival gap after its scheduled time: the schedule was not kept, so the
   endpoint saw less load than the level's rate. The cause is named: requests that waited for the in-flight
   cap (`--max-in-flight`: the endpoint held that many), or else the client's own event loop.
-- **Event-loop lag** (every shape): a probe that sleeps `PROBE_S` at a time woke on average more than
+- **Event-loop lag** (every shape): a probe that sleeps `PROBE_S` at a time (emulator/frontend/loop_lag.py, the
+  probe the emulator's `/metrics` reads too) woke on average more than
   `LOOP_LAG_MS` late, so the loop was busy (parsing streams) or its process was denied a CPU: sends and
   token timestamps were delayed by as much, and latencies read high.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from collections.abc import AsyncIterator
-
 from sagellm.bench.client.summary import percentile
 
 LATE_MS = 50.0
 LATE_GAPS = 0.5
 LOOP_LAG_MS = 20.0
-PROBE_S = 0.05
-
-
-class LoopLag:
-    """How late this event loop wakes a sleeping probe, sampled every PROBE_S while it runs."""
-
-    def __init__(self) -> None:
-        self.samples: list[tuple[float, float]] = []  # (wake-up time, lag in seconds), perf_counter clock
-
-    async def probe(self) -> None:
-        while True:
-            asleep = time.perf_counter()
-            await asyncio.sleep(PROBE_S)
-            woke = time.perf_counter()
-            self.samples.append((woke, woke - asleep - PROBE_S))
-
-    def mean_ms(self, start: float, end: float) -> float | None:
-        """The mean lag of the probes that woke between `start` and `end` (perf_counter), in milliseconds."""
-        lags = [lag for t, lag in self.samples if start <= t <= end]
-        return 1000 * sum(lags) / len(lags) if lags else None
-
-
-@contextlib.asynccontextmanager
-async def probing() -> AsyncIterator[LoopLag]:
-    """A LoopLag probing this event loop while the block runs."""
-    lag = LoopLag()
-    task = asyncio.create_task(lag.probe())
-    try:
-        yield lag
-    finally:
-        task.cancel()
 
 
 def client_bottleneck(*, request_rate: float | None, late_s: list[float], capped: int, measured: int,

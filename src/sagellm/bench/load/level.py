@@ -40,8 +40,9 @@ import aiohttp
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.client.workload import Request
-from sagellm.bench.load.bottleneck import LoopLag, client_bottleneck, probing
+from sagellm.bench.load.bottleneck import client_bottleneck
 from sagellm.bench.load.saturation import OverSaturated, SaturationRule, SaturationWatch
+from sagellm.emulator.frontend.loop_lag import LoopLag, probing
 from sagellm.results.schema import load_name
 
 

@@ -254,31 +254,61 @@ def _guided(plan: Plan, levels: Sequence[Measured]) -> tuple[Next | None, set[in
     assert plan.predict is not None
     predict, seen, fitted, refits, tried = plan.predict, 0, 0, 0, set()
     while True:
-        # A level that failed caps the targets: the prediction cannot see timeouts or errors coming.
-        limit = max(1, min([plan.limit, *(m.concurrency - 1 for m in levels[:seen] if not m.usable)]))
+        limit = _cap(plan, levels[:seen])
         goal = targets(predict, limit)
         covering = _covering(goal, levels[:seen])
         tried |= {goal.knee, goal.max}
-        todo = list(dict.fromkeys(t for t, m in covering if m is None))
-        if not todo and refits and seen == fitted:
-            todo = [c for c in (_check(goal, levels[:seen], limit),) if c is not None]
+        todo = _todo(goal, covering, levels[:seen], limit, testing_refit=bool(refits) and seen == fitted)
         if not todo:
-            judged = [m for _, m in covering] + list(levels[fitted:seen])
-            if all(m is not None and _agrees(m, predict) for m in judged):
-                how = "the prediction" if not refits else f"the prediction refitted to {fitted} level(s)"
-                return Next(None, f"{how} confirmed within {AGREE:.0%} at its knee and max after {seen} level(s)"), tried
-            return None, tried  # the refit does not describe the levels it was fitted to: bracket
+            return _confirmed(covering, levels[fitted:seen], predict, seen, fitted, refits), tried
         if seen == len(levels):
-            what = "predicted" if not refits else f"refitted to {fitted} level(s):"
-            which = "knee" if todo[0] == goal.knee else "max throughput" if todo[0] == goal.max else "check"
-            return Next(todo[0], f"{what} {which}"), tried
+            return _to_measure(todo[0], goal, fitted, refits), tried
         seen += 1
         if not _agrees(levels[seen - 1], predict):  # a departure: refit now, before measuring further
-            refit = plan.refit if refits < REFITS and not _plateau(levels[:seen]) else None
-            refitted = refit(levels[:seen]) if refit is not None else None
+            refitted = _refit(plan, levels[:seen], refits)
             if refitted is None:
                 return None, tried
             predict, fitted, refits = refitted, seen, refits + 1
+
+
+def _cap(plan: Plan, measured: Sequence[Measured]) -> int:
+    """The highest level worth targeting: a level that failed caps the targets below it (the prediction
+    cannot see timeouts or errors coming)."""
+    return max(1, min([plan.limit, *(m.concurrency - 1 for m in measured if not m.usable)]))
+
+
+def _todo(goal: Targets, covering: list[tuple[int, Measured | None]], measured: Sequence[Measured], limit: int,
+          *, testing_refit: bool) -> list[int]:
+    """The targets no measured level covers yet; a refit whose targets are all covered gets one check level."""
+    todo = list(dict.fromkeys(t for t, m in covering if m is None))
+    if not todo and testing_refit:
+        todo = [c for c in (_check(goal, measured, limit),) if c is not None]
+    return todo
+
+
+def _confirmed(covering: list[tuple[int, Measured | None]], since_fit: Sequence[Measured], predict: Predictor,
+               seen: int, fitted: int, refits: int) -> Next | None:
+    """Done when the levels at the targets, and every level since the last fit, agree with the prediction;
+    None when they do not (the refit does not describe the levels it was fitted to: bracket)."""
+    judged = [m for _, m in covering] + list(since_fit)
+    if not all(m is not None and _agrees(m, predict) for m in judged):
+        return None
+    how = "the prediction" if not refits else f"the prediction refitted to {fitted} level(s)"
+    return Next(None, f"{how} confirmed within {AGREE:.0%} at its knee and max after {seen} level(s)")
+
+
+def _to_measure(level: int, goal: Targets, fitted: int, refits: int) -> Next:
+    """The next target to measure, named as the prediction (or its refit) names it."""
+    what = "predicted" if not refits else f"refitted to {fitted} level(s):"
+    which = "knee" if level == goal.knee else "max throughput" if level == goal.max else "check"
+    return Next(level, f"{what} {which}")
+
+
+def _refit(plan: Plan, measured: Sequence[Measured], refits: int) -> Predictor | None:
+    """The prediction refitted after a departure; None after REFITS refits, on a plateau (which refitting
+    step times cannot describe), or when nothing can be refitted."""
+    refit = plan.refit if refits < REFITS and not _plateau(measured) else None
+    return refit(measured) if refit is not None else None
 
 
 def next_level(plan: Plan, levels: Sequence[Measured]) -> Next:
@@ -291,11 +321,9 @@ def next_level(plan: Plan, levels: Sequence[Measured]) -> Next:
     seeds = {plan.knee, plan.max}
     if plan.predict is not None:
         step, seeds = _guided(plan, levels)
-        if step is not None and step.concurrency is not None:
-            return step
-        if step is not None:  # confirmed: what thresholds name is still measured
+        if step is not None:  # a guided level; or confirmed, and what thresholds name is still measured
             rest = [c for c in plan.required if c not in measured]
-            return Next(rest[0], "named by a threshold") if rest else step
+            return Next(rest[0], "named by a threshold") if rest and step.concurrency is None else step
     # Without a prediction to check, the plan's seeds come first; with one, the guided phase chose them.
     starts = [(plan.knee, "predicted knee"), (plan.max, "predicted max throughput")] if plan.predict is None else []
     for c, why in [*starts, *((c, "named by a threshold") for c in plan.required)]:
@@ -303,6 +331,11 @@ def next_level(plan: Plan, levels: Sequence[Measured]) -> Next:
             return Next(c, why)
     if len(levels) >= MAX_LEVELS:
         return Next(None, f"stopped after {MAX_LEVELS} levels without bracketing the knee and the max")
+    return _bracket(plan, levels, measured, seeds)
+
+
+def _bracket(plan: Plan, levels: Sequence[Measured], measured: set[int], seeds: set[int]) -> Next:
+    """The bracketing phase: the first open side of the first pick not yet bracketed."""
     for name, best, is_max in (("knee", measured_knee(levels), False), ("max throughput", measured_max(levels), True)):
         if best is None:
             lowest = min(measured)

@@ -25,9 +25,9 @@ import aiohttp
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
-from sagellm.bench.load.bottleneck import probing
 from sagellm.bench.load.level import LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.open_loop import OpenLoop, arrival_times, send_due
+from sagellm.emulator.frontend.loop_lag import probing
 from sagellm.errors import InputError
 from sagellm.planner import predict
 from sagellm.profiles import Design

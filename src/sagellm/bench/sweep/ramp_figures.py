@@ -87,25 +87,43 @@ def ramp_block(records: Sequence[RequestRecord], *, rates: Sequence[float], step
     end_s = max([len(rates) * step_s, *(r.end_s for r in sent)])
     slo = _Slo(slo_ms_per_token)
     intervals = _intervals(sent, events, end_s, interval_s, initial_instances if seen else None, slo)
-    breach, scale_out = _first(events, "breach"), _first(events, "scale-out")
-    in_service_at = next((e.t_s for e in events if e.kind == "in-service" and scale_out is not None
-                          and e.t_s >= scale_out), None)
     violated, recovered = slo.violated_and_recovered(intervals)
-    windows = _scaling_windows(events, end_s)
-    scaling_sent = [r for r in sent if any(a <= r.start_s < b for a, b in windows)]
-    minutes = _instance_minutes(events, initial_instances, end_s)
     copies = seen and (scaling or {}).get("instances") is not None
     return RampRecord(
         rates=list(rates), step_s=step_s, interval_s=interval_s,
         scaling="simulated" if simulated else "observed" if seen else "none",
         policy=_policy(scaling) if simulated else None, intervals=intervals, events=events,
-        first_breach_s=breach, first_scale_out_s=scale_out, first_in_service_s=in_service_at,
-        breach_to_in_service_s=in_service_at - breach if in_service_at is not None and breach is not None else None,
-        slo_ms_per_token=slo_ms_per_token, slo_violated_s=violated, slo_recovered_s=recovered,
-        requests_while_scaling=len(scaling_sent), failed_while_scaling=sum(not r.ok for r in scaling_sent),
-        above_slo_while_scaling=slo.count_above(scaling_sent), instance_minutes=minutes,
-        cost_usd=minutes / 60 * usd_per_instance_h if usd_per_instance_h is not None else None,
+        **_scaling_times(events), slo_ms_per_token=slo_ms_per_token, slo_violated_s=violated,
+        slo_recovered_s=recovered, **_while_scaling(sent, events, end_s, slo),
+        **_fleet_cost(events, initial_instances, end_s, usd_per_instance_h),
         capacity="copies" if copies else "instances", cold_start_s=cold_start_s(sent))
+
+
+def _scaling_times(events: Sequence[ScalingEvent]) -> dict[str, float | None]:
+    """When the target was first breached, the fleet first scaled out, and the new instance came InService."""
+    breach, scale_out = _first(events, "breach"), _first(events, "scale-out")
+    in_service_at = next((e.t_s for e in events if e.kind == "in-service" and scale_out is not None
+                          and e.t_s >= scale_out), None)
+    return {"first_breach_s": breach, "first_scale_out_s": scale_out, "first_in_service_s": in_service_at,
+            "breach_to_in_service_s": in_service_at - breach if in_service_at is not None and breach is not None
+            else None}
+
+
+def _while_scaling(sent: Sequence[RequestRecord], events: Sequence[ScalingEvent], end_s: float,
+                   slo: _Slo) -> dict[str, int | None]:
+    """The requests sent while the fleet was scaling out: how many, how many failed, how many missed the SLO."""
+    windows = _scaling_windows(events, end_s)
+    scaling_sent = [r for r in sent if any(a <= r.start_s < b for a, b in windows)]
+    return {"requests_while_scaling": len(scaling_sent), "failed_while_scaling": sum(not r.ok for r in scaling_sent),
+            "above_slo_while_scaling": slo.count_above(scaling_sent)}
+
+
+def _fleet_cost(events: Sequence[ScalingEvent], initial: int, end_s: float,
+                usd_per_instance_h: float | None) -> dict[str, float | None]:
+    """The instance-minutes the ramp held, and what they cost where the price is known."""
+    minutes = _instance_minutes(events, initial, end_s)
+    return {"instance_minutes": minutes,
+            "cost_usd": minutes / 60 * usd_per_instance_h if usd_per_instance_h is not None else None}
 
 
 def cold_start_s(sent: Sequence[RequestRecord]) -> float | None:

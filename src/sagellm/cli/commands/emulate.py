@@ -10,8 +10,8 @@ import typer
 from sagellm.cli.app import app
 from sagellm.cli.options import (
     InputTokens,
-    Instance,
-    Model,
+    InstanceOption,
+    ModelOption,
     ModelS3Uri,
     OutputTokens,
     ProfilesDir,
@@ -24,8 +24,8 @@ from sagellm.errors import InputError
 @app.command()
 def emulate(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
-    model: Model,
-    instance: Instance = None,
+    model: ModelOption,
+    instance: InstanceOption = None,
     model_s3_uri: ModelS3Uri = None,
     port: Annotated[int, typer.Option("--port", help="loopback port")] = 8080,
     endpoint_name: Annotated[str | None, typer.Option("--endpoint-name", help="the one endpoint name the "

@@ -11,10 +11,10 @@ import typer
 from sagellm.cli.app import app
 from sagellm.cli.options import (
     INT32_MAX,
-    Engine,
-    Instance,
+    EngineOption,
+    InstanceOption,
     Json,
-    Model,
+    ModelOption,
     ProfilesDir,
     Region,
     as_flags,
@@ -37,9 +37,9 @@ LENGTHS = "512 (fixed), 512:64 (normal: mean:stddev) or 256-1024 (uniform: min-m
              "  sagellm plan --profile max-throughput --model llama2-7b --dataset sharegpt.json   # its lengths")
 def plan(
     profile: Annotated[str, typer.Option("--profile", help="profile name")],
-    model: Model,
-    instance: Instance = None,
-    engine: Engine = None,
+    model: ModelOption,
+    instance: InstanceOption = None,
+    engine: EngineOption = None,
     tensor_parallel: Annotated[int | None, typer.Option("--tensor-parallel", min=1, max=INT32_MAX,
                                                            help="GPUs per copy (overrides the profile)")] = None,
     replicas: Annotated[int | None, typer.Option("--replicas", min=1, max=INT32_MAX, help="copies per instance "

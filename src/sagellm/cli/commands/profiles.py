@@ -10,11 +10,11 @@ import typer
 
 from sagellm.cli.app import app
 from sagellm.cli.options import (
-    Engine,
+    EngineOption,
     InputTokens,
-    Instance,
+    InstanceOption,
     Json,
-    Model,
+    ModelOption,
     OutputTokens,
     ProfilesDir,
     Region,
@@ -47,9 +47,9 @@ def profiles_list(profiles_dir: ProfilesDir = None, json_out: Json = False) -> N
 @profiles_app.command("show")
 def profiles_show(
     profile: Annotated[str, typer.Argument(help="profile name, e.g. max-throughput")],
-    model: Model,
-    instance: Instance = None,
-    engine: Engine = None,
+    model: ModelOption,
+    instance: InstanceOption = None,
+    engine: EngineOption = None,
     input_tokens: InputTokens = None,
     output_tokens: OutputTokens = None,
     region: Region = "us-east-1",

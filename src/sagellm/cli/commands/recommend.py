@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from sagellm.cli.app import app
-from sagellm.cli.options import INT32_MAX, InputTokens, Json, Model, OutputTokens, Region
+from sagellm.cli.options import INT32_MAX, InputTokens, Json, ModelOption, OutputTokens, Region
 from sagellm.errors import ExitStatus, InputError
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _names(text: str | None, option: str) -> tuple[str, ...]:
              "  sagellm recommend --model llama2-7b --concurrency 8 --thresholds slo.yaml --verify 2 --target sagemaker "
              "--hf-token-secret prod/huggingface/token")
 def recommend(
-    model: Model,
+    model: ModelOption,
     thresholds: Annotated[Path, typer.Option("--thresholds", help="the SLO: a thresholds file in the gate's "
                                              "language; a rule without `where` applies at the target load")],
     request_rate: Annotated[float | None, typer.Option("--request-rate", help="target load: requests/s, open "

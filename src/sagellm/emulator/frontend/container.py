@@ -13,7 +13,7 @@ from aiohttp import web
 
 from sagellm.emulator.frontend import formats
 from sagellm.emulator.frontend.calls import JSON, Call, reply_chunks
-from sagellm.emulator.frontend.endpoint import Endpoint
+from sagellm.emulator.frontend.endpoint import EmulatedEndpoint
 from sagellm.emulator.frontend.formats import Ask
 from sagellm.emulator.serving.copies import Cancelled, ModelServer, RequestError
 
@@ -26,7 +26,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class ContainerRoutes:
     """The routes of the pinned server in front of `endpoint`'s models."""
 
-    def __init__(self, endpoint: Endpoint):
+    def __init__(self, endpoint: EmulatedEndpoint):
         self.endpoint = endpoint
 
     def add_to(self, router: web.UrlDispatcher) -> None:

@@ -28,7 +28,7 @@ from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment
 
 
-class Endpoint:
+class EmulatedEndpoint:
     """The models of `plan` (every copy) behind one endpoint, and the state the routes share.
 
     `endpoint_name` is the one name the SageMaker routes answer to (without one they answer any name, and

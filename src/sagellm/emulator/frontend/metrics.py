@@ -4,49 +4,18 @@ now, desired and in-service instances, events and metric datapoints)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 
 from aiohttp import web
 
-from sagellm.emulator.frontend.endpoint import Endpoint
-
-
-class LoopLag:
-    """How late the event loop wakes a periodic timer: the emulator's own distortion, for `/metrics`."""
-
-    interval_s = 0.05
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget the figures so far."""
-        self.max_s = 0.0
-        self.total_s = 0.0
-        self.samples = 0
-
-    async def run(self) -> None:
-        """Sample forever."""
-        while True:
-            t = time.perf_counter()
-            await asyncio.sleep(self.interval_s)
-            lag = max(0.0, time.perf_counter() - t - self.interval_s)
-            self.max_s = max(self.max_s, lag)
-            self.total_s += lag
-            self.samples += 1
-
-    def snapshot(self) -> dict[str, float | int]:
-        """Max and mean lag in seconds, and the number of samples."""
-        return {"max": self.max_s, "avg": self.total_s / self.samples if self.samples else 0.0,
-                "samples": self.samples}
+from sagellm.emulator.frontend.endpoint import EmulatedEndpoint
+from sagellm.emulator.frontend.loop_lag import LoopLag
 
 
 class MetricsRoutes:
     """`/metrics` and `/autoscaling` of `endpoint`; `lag` samples the event loop while serving."""
 
-    def __init__(self, endpoint: Endpoint):
+    def __init__(self, endpoint: EmulatedEndpoint):
         self.endpoint = endpoint
         self.lag = LoopLag()
 

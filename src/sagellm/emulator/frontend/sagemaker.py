@@ -14,7 +14,7 @@ from sagellm.emulator.frontend import eventstream, formats
 from sagellm.emulator.frontend.calls import Call, Reply, reply_chunks
 from sagellm.emulator.frontend.cloudwatch import Publisher
 from sagellm.emulator.frontend.container import IC_HEADER, SHUTDOWN, Handler
-from sagellm.emulator.frontend.endpoint import Endpoint
+from sagellm.emulator.frontend.endpoint import EmulatedEndpoint
 from sagellm.emulator.serving.copies import Cancelled, InvocationTimeout, ModelServer, RequestError
 
 # InvokeEndpoint[WithResponseStream]: the request body may hold at most 6 MiB (API reference, Body).
@@ -81,7 +81,7 @@ def _timeout_error() -> web.Response:
 class SageMakerRuntime:
     """The SageMaker runtime's routes to `endpoint`; with a `publisher`, the metrics SageMaker would publish."""
 
-    def __init__(self, endpoint: Endpoint, publisher: Publisher | None):
+    def __init__(self, endpoint: EmulatedEndpoint, publisher: Publisher | None):
         self.endpoint = endpoint
         self.publisher = publisher
 

@@ -50,16 +50,16 @@ from aiohttp import web
 
 from sagellm.emulator.frontend.cloudwatch import Publisher
 from sagellm.emulator.frontend.container import ContainerRoutes
-from sagellm.emulator.frontend.endpoint import Endpoint
+from sagellm.emulator.frontend.endpoint import EmulatedEndpoint
 from sagellm.emulator.frontend.metrics import MetricsRoutes
 from sagellm.emulator.frontend.sagemaker import SageMakerRuntime
 from sagellm.errors import TargetError
 from sagellm.profiles.plan import DeploymentPlan
 
 
-class Emulator(Endpoint):
+class Emulator(EmulatedEndpoint):
     """A local endpoint that behaves like `plan`, served over HTTP: every model's copies and the routes in front
-    of them (the arguments are `Endpoint`'s); with `cloudwatch_url` (the local AWS) it publishes the metrics
+    of them (the arguments are `EmulatedEndpoint`'s); with `cloudwatch_url` (the local AWS) it publishes the metrics
     SageMaker would publish."""
 
     def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,

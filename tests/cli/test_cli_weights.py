@@ -14,7 +14,7 @@ import pytest
 from bench_helpers import SAGELLM, finish, free_port, spawn, wait_for
 from sagellm.aws.local import LocalAws
 
-TINY = Path(__file__).resolve().parent / "fixtures" / "tiny-model"
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-model"
 
 
 def upload(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

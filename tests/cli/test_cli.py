@@ -15,7 +15,7 @@ from sagellm.planner import DEFAULT_CONCURRENCY, Shape
 from sagellm.profiles import resolve
 from sagellm.profiles.schema import Profile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAGELLM = Path(sys.executable).with_name("sagellm")
 STANDARD = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale", "scale-to-zero")
 LLAMA2_7B = "meta-llama/Llama-2-7b-hf"

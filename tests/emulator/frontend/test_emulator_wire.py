@@ -9,8 +9,8 @@ from typing import Any
 
 import aiohttp
 from botocore.eventstream import EventStreamBuffer
-from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, tgi_body
 
+from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, tgi_body
 from sagellm.emulator import Emulator, make_prompt
 from sagellm.emulator.frontend.formats import generated_text
 

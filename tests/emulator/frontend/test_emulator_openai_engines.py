@@ -8,9 +8,9 @@ from typing import Any
 
 import aiohttp
 import boto3
-from emulator_helpers import LLAMA2_7B, plan, run, tgi_body
 from test_emulator_wire import SM, payload_parts
 
+from emulator_helpers import LLAMA2_7B, plan, run, tgi_body
 from sagellm.bench.client.transports import APIS, SageMakerTransport, invocation_body
 from sagellm.emulator import Emulator, make_prompt
 from sagellm.engines import ENGINES, Settings

@@ -7,8 +7,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from emulator_helpers import run, tgi_body
 
+from emulator_helpers import run, tgi_body
 from sagellm.emulator import Emulator
 from sagellm.emulator.serving.copies import ModelServer
 from sagellm.profiles import design_for, resolve
