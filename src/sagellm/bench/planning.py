@@ -113,16 +113,8 @@ def plan_bench(bench: Bench) -> BenchPlan:
     unseen = isinstance(target, Http) and bool(bench.serving.profile) and bench.serving.instance is None
     design, workload = _design(bench.serving, bench.workload, deployed, predict=not unseen)
     plan = design.plan(bench.serving.hf_token_secret) if design else None
-    # A local folder never reaches the account (the local target's moto and emulator need no weights).
-    if design is not None and isinstance(target, SageMaker) and \
-            (errors := design.folder_errors("ServingSpec.model", "ServingSpec.model_s3_uri=")):
-        raise InputError(errors)
-    if plan is not None and isinstance(target, SageMaker):
-        # A gated model without a token would fail only after a paid start-up.
-        missing = gated_without_secret(plan.gated_models, bool(plan.hf_token_secret))
-        if missing:
-            raise InputError([m.replace("pass -c hf_token_secret=", "pass ServingSpec.hf_token_secret=")
-                              for m in missing])
+    if isinstance(target, SageMaker) and design is not None and plan is not None:
+        _check_deployable(design, plan)
     # Conversations run as levels (`load.conversations`), never as an autoscaling ramp.
     load = _load_as_run(bench.load if bench.load_by is None else _job_load(bench.load),
                         design if workload.conversations is None else None)
@@ -137,6 +129,29 @@ def plan_bench(bench: Bench) -> BenchPlan:
     run = _run(bench, plan, workload, load, levels, deployed, run_id, scale)
     thresholds, baseline = read_gate(bench.gate.thresholds, bench.gate.baseline, run, sweep_levels(run),
                                      allow_incomparable=bench.gate.allow_incomparable)
+    account = _reach(bench, region, account)
+    if account is not None:
+        notes = (f"AWS account {account.id}, region {region}: deploy, load, metrics and teardown all use them",
+                 *notes)
+    notes = (*notes, NO_INSTANCE) if unseen else notes
+    return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline,
+                     notes, account)
+
+
+def _check_deployable(design: Design, plan: DeploymentPlan) -> None:
+    """What a deploy into an account needs, checked before it costs anything: S3 weights for a local folder (it
+    never reaches the account; the local target's moto and emulator need none), a token for a gated model (without
+    one it would fail only after a paid start-up)."""
+    if errors := design.folder_errors("ServingSpec.model", "ServingSpec.model_s3_uri="):
+        raise InputError(errors)
+    if missing := gated_without_secret(plan.gated_models, bool(plan.hf_token_secret)):
+        raise InputError([m.replace("pass -c hf_token_secret=", "pass ServingSpec.hf_token_secret=") for m in missing])
+
+
+def _reach(bench: Bench, region: str, account: Account | None) -> Account | None:
+    """The target, checked last (the inputs cost nothing): an http URL's port, a sagemaker target's account and
+    bootstrap, and a benchmark job's output location; the account the run uses (None off AWS)."""
+    target = bench.target
     if isinstance(target, Http):
         check_reachable(target.url)  # a closed port is one line, before anything is written
     if isinstance(target, SageMaker):
@@ -145,12 +160,7 @@ def plan_bench(bench: Bench) -> BenchPlan:
         from sagellm.aws.ai_jobs import check_output_readable
 
         check_output_readable(account.client("s3"), bench.load_by.output_s3_uri, "AwsBenchmarkJob.output_s3_uri")
-    if account is not None:
-        notes = (f"AWS account {account.id}, region {region}: deploy, load, metrics and teardown all use them",
-                 *notes)
-    notes = (*notes, NO_INSTANCE) if unseen else notes
-    return BenchPlan(bench, run_id, deployed, design, plan, workload, load, levels, method, run, thresholds, baseline,
-                     notes, account)
+    return account
 
 
 def _region(bench: Bench) -> tuple[str, tuple[str, ...]]:

@@ -16,19 +16,19 @@ from typing import Protocol
 Segments = tuple[tuple[Hashable, int], ...]  # (key: the prompt from its start to the segment's end, its tokens)
 
 
-class _Clock(Protocol):
-    """The simulation's clock, as a replay uses it (simulate._Clock; named here so the modules import one way)."""
+class _ReplayClock(Protocol):
+    """The simulation's clock, as a replay uses it (simulate._ReplayClock; named here so the modules import one way)."""
 
     next_arrival: float | None
 
     def at(self, when: float, action: Callable[[], None]) -> None: ...
 
 
-class _Run(Protocol):
+class _ReplayRun(Protocol):
     """A simulated run, as a replay uses it (simulate._SimulatedRun)."""
 
     @property
-    def clock(self) -> _Clock: ...
+    def clock(self) -> _ReplayClock: ...
 
     def send(self, user: int | None = None) -> None: ...
 
@@ -59,7 +59,7 @@ def prefix_segments(hash_ids: tuple[int, ...], input_tokens: int, block_tokens: 
     return tuple(out)
 
 
-def replay_trace(run: _Run, load: SimulatedTrace) -> None:
+def replay_trace(run: _ReplayRun, load: SimulatedTrace) -> None:
     """Schedule the trace's arrivals on the run's clock, one after another (each known in advance, so the copies
     may run ahead to it, as in the open loop)."""
     arrivals = load.arrivals_s

@@ -332,11 +332,8 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
             progress(0, total, 0)
         for done, inst in enumerate(space.instance_types, 1):
             price = inst.price_per_h(space.region)
-            if inst.offered_in(space.region) is False:
-                notes.append(f"{inst.instance_type}: not searched (not offered in {space.region})")
-            elif inst.is_neuron and not space.inferentia:
-                notes.append(f"{inst.instance_type}: not searched (Inferentia needs compiled artefacts and the "
-                             "planner's step times are GPU measurements)")
+            if skipped := _not_searched(inst, space):
+                notes.append(skipped)
             elif price is None:
                 unpriced.append(inst.instance_type)
             else:
@@ -356,6 +353,22 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
     candidates = [c for item in found for c in ([item] if isinstance(item, Candidate) else item.out)]
     if progress and prune and total:
         progress(total, total, len(candidates))
+    return Search(candidates, designs, notes + _closing_notes(space, unpriced, designs), simulators, headroom, slo)
+
+
+def _not_searched(inst: Instance, space: Space) -> str | None:
+    """Why an instance type is left out of the search (None: it is searched)."""
+    if inst.offered_in(space.region) is False:
+        return f"{inst.instance_type}: not searched (not offered in {space.region})"
+    if inst.is_neuron and not space.inferentia:
+        return (f"{inst.instance_type}: not searched (Inferentia needs compiled artefacts and the planner's step "
+                "times are GPU measurements)")
+    return None
+
+
+def _closing_notes(space: Space, unpriced: list[str], designs: dict[Config, Design]) -> list[str]:
+    """What the search says of itself: the types it could not price, the predictions a stored correction made."""
+    notes = []
     if unpriced:  # never costed at another region's price
         notes.append(f"{', '.join(unpriced)}: not searched (no {space.region} price: {unknown_why(space.region)}; "
                      f"give your own with {PRICES_ENV}, docs/regions.md)")
@@ -363,7 +376,7 @@ def search(space: Space, load: Load, rules: Sequence[Rule], progress: Callable[[
     if corrected:
         notes.append(f"{', '.join(corrected)}: predicted with the measured correction stored in "
                      f"{calibration_dir(space.profiles_dir)}")
-    return Search(candidates, designs, notes, simulators, headroom, slo)
+    return notes
 
 
 def over_context(space: Space) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sagellm.bench.client.conversation import Conversation, Seconds
+from sagellm.bench.client.conversation import Conversation, ThinkTimes
 from sagellm.bench.client.responses import StreamState, openai_event, tgi_event
 from sagellm.bench.client.transports import chat_body, tgi_body
 from sagellm.bench.client.workload import Workload, WorkloadOptions
@@ -107,11 +107,11 @@ def test_bad_conversation_options_are_one_line_each(options: dict[str, str], mes
 
 
 def test_think_time_normal_draws_stay_within_three_deviations_and_at_least_zero() -> None:
-    seconds = Seconds.parse("0.5:1", "x")
+    seconds = ThinkTimes.parse("0.5:1", "x")
     rng = random.Random(0)
     draws = [seconds.draw(rng) for _ in range(2000)]
     assert min(draws) >= 0.0 and max(draws) <= 3.5 and min(draws) == 0.0  # clipped at 0 often enough to hit it
-    assert str(seconds) == "0.5:1" and Seconds.parse(".5", "x").mean == 0.5
+    assert str(seconds) == "0.5:1" and ThinkTimes.parse(".5", "x").mean == 0.5
 
 
 def test_conversations_are_not_built_from_a_dataset(tmp_path: Path) -> None:

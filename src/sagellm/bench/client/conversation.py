@@ -48,7 +48,7 @@ class Draws(Protocol):
 
 
 @dataclass(frozen=True)
-class Seconds:
+class ThinkTimes:
     """A think-time distribution in seconds: fixed, normal (mean:stddev) or uniform (min-max)."""
 
     kind: Literal["fixed", "normal", "uniform"]
@@ -56,7 +56,7 @@ class Seconds:
     b: float = 0.0
 
     @classmethod
-    def parse(cls, text: str, option: str) -> Seconds:
+    def parse(cls, text: str, option: str) -> ThinkTimes:
         """`2`, `2:0.5` or `1-3`; InputError naming the option otherwise."""
         m = _SECONDS.match(text)
         fix = "use 2 (fixed seconds), 2:0.5 (mean:stddev) or 1-3 (min-max)"
@@ -120,7 +120,7 @@ class Conversations:
     """Hands out conversations in order (`next()`); conversation n of a seed always has the same turns and pauses."""
 
     turns: Draws
-    think: Seconds
+    think: ThinkTimes
     seed: int = 0
     started: int = 0
     time_scale: float = 1.0  # a compressed emulator: think times pass this much faster in wall time

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sagellm.bench.client.conversation import Conversation, Conversations, Message, Seconds, as_text
+from sagellm.bench.client.conversation import Conversation, Conversations, Message, ThinkTimes, as_text
 from sagellm.bench.client.trace import Trace, TraceOptions, load_trace
 from sagellm.errors import InputError
 from sagellm.planner import Payload
@@ -176,7 +176,7 @@ class WorkloadOptions:
     tokenizer: Path | None = None
     seed: int = 0
     turns: str | None = None  # a Lengths spec: conversations of this many turns (`conversation`); None: one request
-    think_time_s: str | None = None  # a Seconds spec: between a reply and its conversation's next turn
+    think_time_s: str | None = None  # a ThinkTimes spec: between a reply and its conversation's next turn
     trace: TraceOptions | None = None  # replay a trace: its lengths and arrivals (the load's level follows it)
 
 
@@ -358,7 +358,7 @@ def _conversations(options: WorkloadOptions, dataset: bool) -> Conversations | N
     except InputError:
         raise InputError(f"WorkloadOptions.turns: {options.turns!r} is not a number of turns (use 3 (fixed), 3:1 "
                          "(mean:stddev) or 2-6 (min-max), each at least 1)") from None
-    think = Seconds.parse(options.think_time_s or "0", "WorkloadOptions.think_time_s")
+    think = ThinkTimes.parse(options.think_time_s or "0", "WorkloadOptions.think_time_s")
     return Conversations(turns, think, options.seed)
 
 

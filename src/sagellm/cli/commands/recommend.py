@@ -16,7 +16,7 @@ from sagellm.cli.options import INT32_MAX, InputTokens, Json, ModelOption, Outpu
 from sagellm.errors import ExitStatus, InputError
 
 if TYPE_CHECKING:
-    from sagellm.recommend import Recommendation
+    from sagellm.recommend import Recommendation, Space
     from sagellm.recommend.aws_job import AwsJob
 
 QUANTIZATIONS = ("none", "gptq", "awq", "bitsandbytes", "eetq", "fp8")  # profiles.schema.Quantization
@@ -116,10 +116,7 @@ def recommend(
     meets the SLO (the limit that binds and the closest candidate's numbers are named); 2: bad input; 130:
     interrupted (the bench in flight torn down).
     """
-    from sagellm.catalog import find_model
-    from sagellm.engines import ENGINES
-    from sagellm.planner import Payload
-    from sagellm.recommend import Load, Space, choose, instance_types, load_slo, search, write_all
+    from sagellm.recommend import Load, choose, load_slo, search, write_all
     from sagellm.recommend.write import check_out
 
     started = time.monotonic()
@@ -130,14 +127,9 @@ def recommend(
     aws_job = _aws_job(aws_role_arn, aws_model_s3_uri, aws_output_s3_uri, aws_job_name, submit_aws_job)
     load = Load(concurrency=concurrency, request_rate=request_rate)
     slo = load_slo(thresholds, load)
-    catalog_model = find_model(model, "--model")
-    payload = Payload(input_tokens or 256, output_tokens or 256)
-    quants = ("none",) if quantization in (None, "none") else ("none", quantization)
-    space = Space(catalog_model, payload, instance_types(_names(instances, "--instances"),
-                                                        _names(families, "--families"), region),
-                  tuple(dict.fromkeys(engine_names)) or Space.engines, quants, region, profiles_dir,
-                  inferentia=any(not ENGINES[e].gpu for e in engine_names))
-    rules = slo.rules
+    space = _space(model, input_tokens, output_tokens, instances, families, region, engine_names, quantization,
+                   profiles_dir)
+    catalog_model, payload, rules = space.model, space.payload, slo.rules
     # A candidate that costs more than its engine's cheapest meeting the SLO cannot win, unless a peak, --verify or
     # the AWS job's shortlist reads candidates past the pick.
     prune = not (simulate_all or peak_rate is not None or verify or aws_role_arn is not None)
@@ -151,12 +143,7 @@ def recommend(
                               hf_token_secret, profiles_dir)
     data = write_all(rec, catalog_model.hf_id, out)
     if aws_job is not None and rec.pick is not None:
-        from sagellm.aws.ai_jobs import client
-        from sagellm.recommend.aws_job import write_and_submit
-
-        for line in write_and_submit(rec, catalog_model.hf_id, aws_job, out,
-                                     client(region) if submit_aws_job else None):
-            print(line, file=sys.stderr)
+        _hand_to_aws(rec, catalog_model.hf_id, aws_job, out, region, submit_aws_job)
     if json_out:
         print(json.dumps(data, indent=2, default=str))
     else:
@@ -167,6 +154,31 @@ def recommend(
         _exit_nothing_meets(rec)
     if not json_out:
         _print_pick(rec, data)
+
+
+def _space(model: str, input_tokens: int | None, output_tokens: int | None, instances: str | None,
+           families: str | None, region: str, engine_names: tuple[str, ...], quantization: str | None,
+           profiles_dir: Path | None) -> Space:
+    """What the search covers: the model, the payload, the instance types, engines and quantizations, the region."""
+    from sagellm.catalog import find_model
+    from sagellm.engines import ENGINES
+    from sagellm.planner import Payload
+    from sagellm.recommend import Space, instance_types
+
+    quants = ("none",) if quantization in (None, "none") else ("none", quantization)
+    return Space(find_model(model, "--model"), Payload(input_tokens or 256, output_tokens or 256),
+                 instance_types(_names(instances, "--instances"), _names(families, "--families"), region),
+                 tuple(dict.fromkeys(engine_names)) or Space.engines, quants, region, profiles_dir,
+                 inferentia=any(not ENGINES[e].gpu for e in engine_names))
+
+
+def _hand_to_aws(rec: Recommendation, model_id: str, aws_job: AwsJob, out: Path, region: str, submit: bool) -> None:
+    """Write the SageMaker AI recommendation job for the shortlist (and submit it when asked), saying so."""
+    from sagellm.aws.ai_jobs import client
+    from sagellm.recommend.aws_job import write_and_submit
+
+    for line in write_and_submit(rec, model_id, aws_job, out, client(region) if submit else None):
+        print(line, file=sys.stderr)
 
 
 def _aws_job(role_arn: str | None, model_s3_uri: str | None, output_s3_uri: str | None, name: str | None,
