@@ -79,7 +79,7 @@ def bench_plan(max_concurrent: int) -> DeploymentPlan:
     """One Llama 2 7B copy sharded over the 8 GPUs of a p4d, admitting every stream the bench sends."""
     env = {"MAX_INPUT_TOKENS": "1024", "MAX_TOTAL_TOKENS": "2048",
            "MAX_CONCURRENT_REQUESTS": str(max_concurrent), "MAX_BATCH_PREFILL_TOKENS": "4096"}
-    model = ModelDeployment(name="llama2-7b", model_id=MODEL_ID, image_uri="tgi:emulated", tp_degree=8,
+    model = ModelDeployment(name="llama2-7b", model_id=MODEL_ID, image_uri="tgi:emulated", tensor_parallel=8,
                             environment=env)
     return DeploymentPlan(profile="overhead-bench", region="us-east-1", container="tgi", instance_type=INSTANCE,
                           initial_instance_count=1, endpoint_kind="instance", models=(model,),

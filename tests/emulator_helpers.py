@@ -23,7 +23,7 @@ TOKEN_CAPS = {"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"}
 def model(name: str = "llama2-7b", env: dict[str, str] | None = None, *, model_id: str = LLAMA2_7B,
           tp: int = 1, copies: int = 1) -> ModelDeployment:
     """A model deployment: TGI token caps 2048/4096, plus `env`."""
-    return ModelDeployment(name=name, model_id=model_id, image_uri="tgi:emulated", tp_degree=tp,
+    return ModelDeployment(name=name, model_id=model_id, image_uri="tgi:emulated", tensor_parallel=tp,
                            environment={**TOKEN_CAPS, **(env or {})}, copy_count=copies)
 
 

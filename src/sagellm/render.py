@@ -32,7 +32,7 @@ def print_plan(plan: DeploymentPlan, notes: tuple[str, ...] = ()) -> None:
             f"{plan.startup_health_check_timeout_s} s · download timeout {plan.model_data_download_timeout_s} s"
             + (f" · volume {plan.volume_size_gb} GB" if plan.volume_size_gb else ""))
     for m in plan.models:
-        c.print(f"\n[bold]{m.name}[/]  {m.model_id}  TP {m.tp_degree}"
+        c.print(f"\n[bold]{m.name}[/]  {m.model_id}  TP {m.tensor_parallel}"
                 + (f" · {m.copy_count} copies × ({m.compute.accelerators} accelerators, {m.compute.cpu_cores:g} "
                    f"CPUs, {m.compute.min_memory_mib} MiB)" if m.compute else ""))
         c.print(f"  image {escape(m.image_uri)}")

@@ -63,7 +63,7 @@ def tgi_model(
             "MAX_TOTAL_TOKENS": "4096",
             "MAX_CONCURRENT_REQUESTS": "128",
         },
-        tp_degree=gpus,
+        tensor_parallel=gpus,
         compute=compute,
         copy_count=copies,
     )

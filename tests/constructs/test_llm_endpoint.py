@@ -115,7 +115,7 @@ def test_min_latency_runs_one_sequence_at_a_time_over_all_gpus_and_queues_the_re
     # TGI 3.3.6 honours MAX_BATCH_SIZE only with prefill chunking off; callers beyond it queue (no 429).
     assert (env["MAX_BATCH_SIZE"], env["PREFILL_CHUNKING"]) == ("1", "0")
     assert int(env["MAX_CONCURRENT_REQUESTS"]) > 1
-    assert env["SM_NUM_GPUS"] == str(plans["min-latency"].primary.tp_degree)
+    assert env["SM_NUM_GPUS"] == str(plans["min-latency"].primary.tensor_parallel)
 
 
 def test_volume_size_is_set_only_when_the_plan_asks():

@@ -11,9 +11,9 @@ from typing import Any
 import aiohttp
 import pytest
 from botocore.eventstream import EventStreamBuffer
-from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, steps_of, tgi_body
 
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
+from emulator_helpers import LLAMA2_7B, Events, model, plan, run, sse_events, steps_of, tgi_body
 from sagellm.catalog import find_instance, find_model
 from sagellm.emulator import Emulator, count_tokens, make_prompt
 from sagellm.emulator.frontend.eventstream import exception_event, payload_part
@@ -48,7 +48,7 @@ def test_event_stream_messages_decode_with_botocore() -> None:
 def test_steps_are_those_of_the_plans_server_generation(container: str, version: str | None,
                                                         generation: str) -> None:
     """The emulator steps as the plan's prediction does: with the pinned server's generation, not TGI 1's."""
-    bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri=container, tp_degree=1, environment={})
+    bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri=container, tensor_parallel=1, environment={})
     assert ModelServer(plan(bare, container=container, version=version), bare, 1.0).shape.generation == generation
 
 
@@ -59,8 +59,8 @@ def test_a_standard_profile_is_emulated_with_the_generation_it_is_predicted_with
 
 
 def test_limits_follow_the_container_environment_or_the_servers_defaults() -> None:
-    bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="tgi", tp_degree=1, environment={})
-    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="tgi", tensor_parallel=1, environment={})
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tensor_parallel=1).kv_capacity_tokens
     tgi3 = ModelServer(plan(bare), bare, 1.0).limits
     # TGI 3 warm-up: total = min(KV cache, context), input = total - 1, prefill 4096, admission 128.
     assert (tgi3.max_input_tokens, tgi3.max_total_tokens, tgi3.max_concurrent_requests) == (4095, 4096, 128)
@@ -72,7 +72,7 @@ def test_limits_follow_the_container_environment_or_the_servers_defaults() -> No
     lmi = ModelServer(plan(lmi_model, container="lmi"), lmi_model, 1.0).limits
     # LMI queues instead of rejecting: no 429 admission limit, a cap on running sequences instead.
     assert (lmi.max_total_tokens, lmi.max_concurrent_requests, lmi.max_batch_size) == (2048, None, 64)
-    lmi_bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="lmi", tp_degree=1, environment={})
+    lmi_bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="lmi", tensor_parallel=1, environment={})
     assert ModelServer(plan(lmi_bare, container="lmi"), lmi_bare, 1.0).limits.max_batch_size == 32
 
     replicas = model(copies=4)
@@ -82,7 +82,7 @@ def test_limits_follow_the_container_environment_or_the_servers_defaults() -> No
 def test_limits_follow_what_tgi3_honours() -> None:
     # MAX_BATCH_TOTAL_TOKENS: ignored for flash models; MAX_BATCH_SIZE: ignored while prefills are chunked.
     ignored = model(env={"MAX_BATCH_TOTAL_TOKENS": "1000", "MAX_BATCH_SIZE": "1"})
-    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tensor_parallel=1).kv_capacity_tokens
     limits = ModelServer(plan(ignored), ignored, 1.0).limits
     assert (limits.max_batch_total_tokens, limits.max_batch_size) == (kv, None)
     one = model(env={"MAX_BATCH_SIZE": "1", "PREFILL_CHUNKING": "0"})
@@ -224,7 +224,7 @@ def test_queues_a_request_while_the_kv_budget_is_full() -> None:
     # The KV budget is what memory holds (MAX_BATCH_TOTAL_TOKENS is ignored): room for n sequences of
     # 4000 + 90 tokens (4 for Llama 2 7B on one A10G); one more waits for one of them to finish.
     p = plan(model(env={"MAX_INPUT_TOKENS": "4000"}))
-    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tp_degree=1).kv_capacity_tokens
+    kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tensor_parallel=1).kv_capacity_tokens
     n = kv // 4090
     assert n >= 2
 

@@ -21,7 +21,7 @@ def scaling_plan(kind: str = "instance", scaling: dict[str, Any] | None = SCALIN
     """Llama 2 7B on one ml.g5.2xlarge that may become two, on a target of one request in flight per
     instance."""
     model = {"name": "llama2-7b", "model_id": "meta-llama/Llama-2-7b-hf", "image_uri": "tgi:emulated",
-             "tp_degree": 1, "environment": {"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"}}
+             "tensor_parallel": 1, "environment": {"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"}}
     return DeploymentPlan.model_validate({
         "profile": "test", "region": "us-east-1", "container": "tgi", "instance_type": "ml.g5.2xlarge",
         "initial_instance_count": 1, "endpoint_kind": kind, "models": [model], "scaling": scaling,

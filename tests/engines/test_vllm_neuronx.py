@@ -112,8 +112,8 @@ def test_every_standard_plan_starts_the_serve_command_with_every_neuroncore(plan
             assert args["port"] == "8080" and args["model"] == MODEL and args["allow_non_cached_model"] is True
             batch, length = int(args["batch_size"]), int(args["sequence_length"])
             assert (batch, length) in {(b, n) for b in (1, 4, 8, 16, 32) for n in (2048, 4096)}, (profile, name)
-            assert int(args["tensor_parallel_size"]) == 2 * m.tp_degree
-            used += 2 * m.tp_degree * m.copy_count
+            assert int(args["tensor_parallel_size"]) == 2 * m.tensor_parallel
+            used += 2 * m.tensor_parallel * m.copy_count
         assert used == cores, (profile, name, used)
         (note,) = design.notes
         assert note.startswith(f"NeuronCores: {cores} of the {cores} of {name} used (") and note.endswith(

@@ -23,7 +23,7 @@ def vllm_copies(copies: int) -> DeploymentPlan:
         "profile": "test", "region": "us-east-1", "container": "vllm", "instance_type": "ml.g5.12xlarge",
         "initial_instance_count": 1, "endpoint_kind": "inference-component",
         "models": [{"name": "llama2-7b", "model_id": "meta-llama/Llama-2-7b-hf", "image_uri": "vllm:emulated",
-                    "tp_degree": 1, "environment": {}, "copy_count": copies}],
+                    "tensor_parallel": 1, "environment": {}, "copy_count": copies}],
         "startup_health_check_timeout_s": 600, "model_data_download_timeout_s": 600,
         "input_tokens": 256, "output_tokens": 256, "tags": {}})
 

@@ -20,7 +20,7 @@ LLAMA2_70B = "meta-llama/Llama-2-70b-hf"
 def shape_of(plan: DeploymentPlan) -> Shape:
     """The planner shape of one copy of the plan's main model (no admission or batch limits)."""
     m = plan.primary
-    return Shape(find_model(m.model_id), find_instance(plan.instance_type), m.tp_degree,
+    return Shape(find_model(m.model_id), find_instance(plan.instance_type), m.tensor_parallel,
                  quantization=m.quantization, generation=generation_of(plan.container))
 
 

@@ -57,7 +57,7 @@ def test_tgi_environment_is_complete_with_token_caps_from_the_model_context(prof
     assert 2 * 4096 <= shape_of(plan).kv_capacity_tokens
     assert (env["MAX_INPUT_TOKENS"], env["MAX_TOTAL_TOKENS"]) == ("3840", "4096")
     assert all(env[k].isdigit() for k in TGI_KEYS - {"HF_MODEL_ID"})
-    assert env_int(plan, "SM_NUM_GPUS") == plan.primary.tp_degree
+    assert env_int(plan, "SM_NUM_GPUS") == plan.primary.tensor_parallel
     assert (plan.input_tokens, plan.output_tokens) == (256, 256)
 
 
@@ -202,8 +202,8 @@ def test_replicas_fill_every_gpu_with_copies_of_tp_gpus_each(model_id: str, inst
     inst = find_instance(instance)
     [m] = plan.models
     assert plan.endpoint_kind == "inference-component"
-    assert m.copy_count * m.tp_degree == inst.n_accelerators
-    assert env_int(plan, "SM_NUM_GPUS") == m.tp_degree
+    assert m.copy_count * m.tensor_parallel == inst.n_accelerators
+    assert env_int(plan, "SM_NUM_GPUS") == m.tensor_parallel
     assert shape_of(plan).memory_shortfall_gb == 0
     # Admission is per copy: the planner's limit for one copy.
     assert env_int(plan, "MAX_CONCURRENT_REQUESTS") == admission_limit(plan)
@@ -215,7 +215,7 @@ def test_replicas_request_per_copy_compute_within_the_instance(model_id: str, in
     inst = find_instance(instance)
     [m] = plan.models
     assert m.compute is not None
-    assert m.compute.accelerators == m.tp_degree
+    assert m.compute.accelerators == m.tensor_parallel
     assert m.compute.cpu_cores > 0 and m.compute.min_memory_mib > 0
     assert m.copy_count * m.compute.cpu_cores <= inst.vcpus
     assert m.copy_count * m.compute.min_memory_mib <= inst.host_mem_gib * 1024
@@ -224,7 +224,7 @@ def test_replicas_request_per_copy_compute_within_the_instance(model_id: str, in
 def test_replicas_of_llama2_13b_on_p4d_use_all_eight_a100s() -> None:
     plan = resolve("replicas", LLAMA2_13B, "ml.p4d.24xlarge")
     [m] = plan.models
-    assert m.copy_count * m.tp_degree == 8
+    assert m.copy_count * m.tensor_parallel == 8
     assert m.compute is not None and m.compute.accelerators * m.copy_count == 8
 
 
@@ -244,14 +244,14 @@ def test_replicas_tp_is_within_two_percent_of_the_best_predicted_instance_throug
         if limit:
             point = predict(replace(shape, max_concurrent_requests=limit), PAYLOAD, (limit * shape.copies,)).points[0]
             throughput[tp] = point.throughput_tokens_per_s
-    chosen = resolve("replicas", model_id, instance).primary.tp_degree
+    chosen = resolve("replicas", model_id, instance).primary.tensor_parallel
     assert chosen in throughput
     assert throughput[chosen] * 1.02 >= max(throughput.values())
 
 
 def test_replicas_on_one_gpu_instance_is_one_copy() -> None:
     [m] = resolve("replicas", LLAMA2_7B, "ml.g5.2xlarge").models
-    assert (m.copy_count, m.tp_degree) == (1, 1)
+    assert (m.copy_count, m.tensor_parallel) == (1, 1)
 
 
 # ---------------------------------------------------------------- autoscale

@@ -187,7 +187,7 @@ def test_agreeing_aliases_and_other_variables_pass_into_the_plan(write, team_dir
 def test_every_variable_the_plan_writes_is_owned_by_a_profile_field_in_the_alias_table(container: str) -> None:
     plan = resolve("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
     main = plan.primary
-    copy = Copy(main.model(), main.tp_degree, 1, "gptq", 256, 512, 4096, 8, 4)
+    copy = Copy(main.model(), main.tensor_parallel, 1, "gptq", 256, 512, 4096, 8, 4)
     d = design_for("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
     engine = ENGINES[container]
     written = set(environment(copy, dataclasses.replace(d, container=container, container_version=engine.pinned)))

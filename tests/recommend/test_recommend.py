@@ -55,7 +55,7 @@ def test_the_search_covers_every_priced_gpu_instance_type_of_the_catalog():
     for c in fitted:
         gpus = instances()[c.config.instance_type].n_accelerators
         if c.config.endpoint_kind == "inference-component":
-            assert c.config.copies == gpus // c.config.tp >= 2 and c.instance_count == 1
+            assert c.config.copies == gpus // c.config.tensor_parallel >= 2 and c.instance_count == 1
         else:
             assert c.config.copies == 1
         assert c.usd_per_h == pytest.approx(instances()[c.config.instance_type].price_per_h("us-east-1")
@@ -97,7 +97,7 @@ def test_inference_component_copies_can_beat_every_single_copy_endpoint():
     # The same instance as one copy over all its GPUs misses the SLO or costs more.
     gpus = instances()[pick.config.instance_type].n_accelerators
     same = [c for c in found.candidates if c.config.instance_type == pick.config.instance_type
-            and c.config.endpoint_kind == "instance" and c.config.tp == gpus and c.instance_count == 1]
+            and c.config.endpoint_kind == "instance" and c.config.tensor_parallel == gpus and c.instance_count == 1]
     assert same and all(not c.meets for c in same)
     assert all(found.reason(c).startswith("misses itl_ms.p50 by") for c in same)
 
@@ -137,7 +137,7 @@ def test_a_recommendation_writes_the_frontier_the_json_the_plot_and_a_profile_th
     design = design_for(profile.stem, "llama2-7b", profiles_dir=profile.parent)
     assert design.instance.instance_type == pick["instance_type"]
     assert design.instance_count == pick["instance_count"]
-    assert design.copies[0].tp == pick["tp"] and design.container == pick["engine"]
+    assert design.copies[0].tensor_parallel == pick["tensor_parallel"] and design.container == pick["engine"]
     assert design.profile.extends in ("max-throughput", "replicas")
 
 
@@ -180,7 +180,7 @@ def test_a_peak_rate_sizes_autoscaling_from_the_target_count_to_the_peaks(tmp_pa
     rules = (Rule(metric="itl_ms.p50", where="8/s", max=40),)
     from sagellm.recommend.search import DEFAULT_HEADROOM, Candidate, Config, evaluate, least_margin
 
-    config = Config(**{k: pick[k] for k in ("instance_type", "endpoint_kind", "tp", "copies", "engine",
+    config = Config(**{k: pick[k] for k in ("instance_type", "endpoint_kind", "tensor_parallel", "copies", "engine",
                                              "quantization")})
     fewer = Candidate(config, peak["max_capacity"] - 1, 1.0)
     evaluate(fewer, design.shape(peak["max_capacity"] - 1), Payload(), Load(request_rate=8), rules)

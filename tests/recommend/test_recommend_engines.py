@@ -81,11 +81,11 @@ def test_engines_that_schedule_alike_tie_and_registry_order_decides() -> None:
 
 def test_an_exact_tie_goes_to_the_engine_upstream_still_develops() -> None:
     found = _search(("tgi", "lmi"))
-    tgi = {(c.config.instance_type, c.config.tp, c.instance_count): c for c in found.candidates
+    tgi = {(c.config.instance_type, c.config.tensor_parallel, c.instance_count): c for c in found.candidates
            if c.config.engine == "tgi"}
     for c in found.candidates:  # LMI's predictions made TGI's: an exact tie
         if c.config.engine == "lmi":
-            twin = tgi[(c.config.instance_type, c.config.tp, c.instance_count)]
+            twin = tgi[(c.config.instance_type, c.config.tensor_parallel, c.instance_count)]
             c.values, c.usd_per_h, c.problem, c.gaps = dict(twin.values), twin.usd_per_h, twin.problem, twin.gaps
     rec = choose(found, LOAD, RULES, Payload())
     assert rec.pick is not None and rec.pick.config.engine == "lmi"  # TGI comes first in the registry

@@ -41,11 +41,11 @@ class Calibration:
 
 @dataclass(frozen=True)
 class Shape:
-    """One serving shape: a model on an instance, split into copies of `tp_degree` accelerators."""
+    """One serving shape: a model on an instance, split into copies of `tensor_parallel` accelerators."""
 
     model: Model
     instance: Instance
-    tp_degree: int
+    tensor_parallel: int
     copies: int = 1
     instance_count: int = 1
     quantization: str = "none"
@@ -67,7 +67,7 @@ class Shape:
     @property
     def weight_gb_per_gpu(self) -> float:
         """Weights each accelerator of a copy holds."""
-        return self.model.weight_bytes(self.quantization) / self.tp_degree / 1e9
+        return self.model.weight_bytes(self.quantization) / self.tensor_parallel / 1e9
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -81,7 +81,7 @@ class Shape:
         rule = generation(self.generation).memory_for_model_gb
         if rule is None:
             return self.instance.device_mem_gb - k.RESERVED_GB_PER_GPU
-        return rule(self.instance.device_mem_mib, self.tp_degree)
+        return rule(self.instance.device_mem_mib, self.tensor_parallel)
 
     @property
     def memory_shortfall_gb(self) -> float:
@@ -98,9 +98,9 @@ class Shape:
         that replicates them), each GPU holds one head of every token; MLA's latent is held whole by every GPU. (A
         single KV head, MQA, keeps the sharded sum, as calibrated on TGI.)"""
         kv_heads = self.model.cached_kv_heads
-        if kv_heads < self.tp_degree and (kv_heads > 1 or self.model.compressed_kv):
+        if kv_heads < self.tensor_parallel and (kv_heads > 1 or self.model.compressed_kv):
             return max(0, int(free_gb_per_gpu * 1e9 / (self.kv_bytes_per_token / kv_heads)))
-        return max(0, int(free_gb_per_gpu * self.tp_degree * 1e9 / self.kv_bytes_per_token))
+        return max(0, int(free_gb_per_gpu * self.tensor_parallel * 1e9 / self.kv_bytes_per_token))
 
     @property
     def batch_token_budget(self) -> int:

@@ -40,18 +40,18 @@ class StepModel:
         its price): step models with equal inputs time every pass alike, so the simulator's runs can be shared.
         Whatever a step time comes to read must be added here."""
         s, i = self.shape, self.shape.instance
-        return (self.k, self.generation.moe_dense_max_tokens, s.model, s.tp_degree, s.quantization, s.calibration,
+        return (self.k, self.generation.moe_dense_max_tokens, s.model, s.tensor_parallel, s.quantization, s.calibration,
                 i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect)
 
     @property
     def _bw(self) -> float:
         """Aggregate HBM bandwidth of a copy, bytes/s."""
-        return self.shape.instance.bw_per_accel_gbps * 1e9 * self.shape.tp_degree
+        return self.shape.instance.bw_per_accel_gbps * 1e9 * self.shape.tensor_parallel
 
     @property
     def _flops(self) -> float:
         """Aggregate dense FP16 FLOP/s of a copy."""
-        return self.shape.instance.tflops_per_accel * 1e12 * self.shape.tp_degree
+        return self.shape.instance.tflops_per_accel * 1e12 * self.shape.tensor_parallel
 
     @property
     def _quantized(self) -> bool:
@@ -82,7 +82,7 @@ class StepModel:
     def _allreduce_s(self, rows: int) -> float:
         """The all-reduces of one forward pass over `rows` token rows (one per layer with parallel attention);
         over NVLink the pass also pays a cost per doubling of TP however deep the model."""
-        tp = self.shape.tp_degree
+        tp = self.shape.tensor_parallel
         if tp <= 1:
             return 0.0
         m, k = self.shape.model, self.k
@@ -105,7 +105,7 @@ class StepModel:
         s, k = self.shape, self.k
         # TGI's exllama 4-bit kernel cannot split act-order rows over shards: with TP > 1 the
         # row-parallel layers fall back to a launch-heavy Triton kernel.
-        triton = k.quant_sharded_layer_overhead_s if self._quantized and s.tp_degree > 1 else 0.0
+        triton = k.quant_sharded_layer_overhead_s if self._quantized and s.tensor_parallel > 1 else 0.0
         return k.step_overhead_s + triton * s.model.n_layers + self._allreduce_s(0)
 
     def _weights_s(self, tokens: int) -> float:
@@ -124,7 +124,7 @@ class StepModel:
         bytes this accelerator holds (its own KV heads, replicated where there are fewer than shards).
         """
         s, m, k = self.shape, self.shape.model, self.k
-        kv_heads = math.ceil(m.cached_kv_heads / s.tp_degree)
+        kv_heads = math.ceil(m.cached_kv_heads / s.tensor_parallel)
         per_token_head = m.kv_bytes_per_token(_ACT_BYTES) / m.cached_kv_heads  # one head's K and V (or latent), all layers
         floor = context_tokens / max(1, batch) * k.kv_latency_blocks
         held = context_tokens * kv_heads

@@ -36,7 +36,7 @@ class ModelDeployment(_Frozen):
     model_id: str  # Hugging Face id
     image_uri: str
     environment: dict[str, str]
-    tp_degree: int
+    tensor_parallel: int
     quantization: str = "none"
     compute: ComputeRequirements | None = None  # inference components only
     copy_count: int = 1  # inference components only
@@ -213,13 +213,13 @@ def served_shape(plan: DeploymentPlan, deployment: ModelDeployment) -> tuple[Sha
     instance = find_instance(plan.instance_type)
     engine = engine_for(plan.container, neuron=instance.is_neuron)
     # The server generation's step constants, as the plan's prediction uses them (TGI 3 is not TGI 1).
-    shape = Shape(model=deployment.model(), instance=instance, tp_degree=deployment.tp_degree,
+    shape = Shape(model=deployment.model(), instance=instance, tensor_parallel=deployment.tensor_parallel,
                   quantization=deployment.quantization, generation=engine.generation(plan.container_version).name)
     limits = engine.limits(plan.container_version, deployment.environment, shape.kv_capacity_tokens,
                            shape.model.max_context)
     if limits.max_batch_total_tokens <= 0:
         raise InputError(f"models.{deployment.name}: {deployment.model_id} does not fit "
-                         f"{plan.instance_type} at TP {deployment.tp_degree}: no room for the KV cache")
+                         f"{plan.instance_type} at TP {deployment.tensor_parallel}: no room for the KV cache")
     return shape, engine, limits
 
 

@@ -79,7 +79,7 @@ class Copy:
     """One model as it will be served: architecture, TP, copies and resolved server limits (per copy)."""
 
     model: Model
-    tp: int
+    tensor_parallel: int
     copies: int
     quantization: str
     max_input_tokens: int
@@ -149,7 +149,7 @@ def _shape(copy: Copy, inst: Instance, engine: Engine, *, copies: int, instance_
     generation sagellm pins honours MAX_BATCH_TOTAL_TOKENS for flash-attention models); TGI refuses above its
     admission limit, LMI queues and runs at most its rolling batch."""
     return Shape(
-        model=copy.model, instance=inst, tp_degree=copy.tp, copies=copies, instance_count=instance_count,
+        model=copy.model, instance=inst, tensor_parallel=copy.tensor_parallel, copies=copies, instance_count=instance_count,
         quantization=copy.quantization,
         max_concurrent_requests=None if engine.queues else copy.max_concurrent_requests,
         max_batch_size=copy.max_batch_size, max_batch_prefill_tokens=copy.max_batch_prefill_tokens,
@@ -300,7 +300,7 @@ def _core_notes(engine: Engine | None, inst: Instance, copies: tuple[Copy, ...])
     if engine is None:
         return ()
     return engine.core_notes(inst.instance_type, inst.n_accelerators, copies[0].model.hf_id,
-                             [(c.tp, c.copies) for c in copies])
+                             [(c.tensor_parallel, c.copies) for c in copies])
 
 
 def _validated(profile: Profile, sources: dict[str, Source], region: str,
@@ -613,7 +613,7 @@ def _scaling(profile: Profile, main: Copy, inst: Instance, payload: Payload, reg
 def environment(copy: Copy, d: Design) -> dict[str, str]:
     """The container environment of one model: what the plan sets, then the profile's own variables."""
     settings = Settings(
-        model_id=copy.model.hf_id, version=d.container_version, tensor_parallel=copy.tp,
+        model_id=copy.model.hf_id, version=d.container_version, tensor_parallel=copy.tensor_parallel,
         quantization=copy.quantization, max_input_tokens=copy.max_input_tokens,
         max_total_tokens=copy.max_total_tokens, max_batch_prefill_tokens=copy.max_batch_prefill_tokens,
         max_concurrent_requests=copy.max_concurrent_requests, max_batch_size=copy.max_batch_size,
@@ -642,9 +642,9 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
             mem = p.components.memory_mib_per_copy
             # CPU and memory in proportion to the copy's accelerators, so copies pack by GPU on any instance
             # (scaled-out copies included): 13B at TP 1 on a p4d gets 10 vCPUs and 100 GiB, as in the write-ups.
-            share = c.tp / inst.n_accelerators
+            share = c.tensor_parallel / inst.n_accelerators
             compute = ComputeRequirements(
-                accelerators=c.tp,
+                accelerators=c.tensor_parallel,
                 cpu_cores=cpu if cpu != "auto" else max(1, math.floor(inst.vcpus * IC_CPU_SHARE * share)),
                 min_memory_mib=mem if mem != "auto" else
                 max(1024, math.floor(inst.host_mem_gib * IC_MEMORY_SHARE * share) * 1024),
@@ -659,7 +659,7 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
             # docs/lmi/deployment_guide/model-artifacts.md: HF_MODEL_ID/option.model_id may be a local path).
             env |= {v: CONTAINER_MODEL_DIR for v in d.engine.model_id_variables if v in env}
         models.append(ModelDeployment(name=name, model_id=c.model.hf_id, image_uri=image,
-                                      environment=env, tp_degree=c.tp,
+                                      environment=env, tensor_parallel=c.tensor_parallel,
                                       quantization=c.quantization, compute=compute, copy_count=c.copies,
                                       architecture=arch, model_data_s3_uri=s3_uri))
     weights = max(_weights_gb(c) for c in d.copies)

@@ -47,14 +47,14 @@ class Config:
 
     instance_type: str
     endpoint_kind: str  # instance | inference-component
-    tp: int
+    tensor_parallel: int
     copies: int  # per instance
     engine: str
     quantization: str
 
     def describe(self) -> str:
         """`ml.g5.12xlarge IC 4×TP1 tgi`."""
-        split = f"IC {self.copies}×TP{self.tp}" if self.endpoint_kind == "inference-component" else f"TP{self.tp}"
+        split = f"IC {self.copies}×TP{self.tensor_parallel}" if self.endpoint_kind == "inference-component" else f"TP{self.tensor_parallel}"
         quant = f" {self.quantization}" if self.quantization != "none" else ""
         return f"{self.instance_type} {split} {self.engine}{quant}"
 
@@ -499,7 +499,7 @@ def _ramp(config: Config, space: Space, load: Load, rules: Sequence[Rule],
     try:
         design = design_for(profiles[(config.endpoint_kind, config.engine, config.quantization)],
                             space.model.hf_id, config.instance_type, payload=space.payload, region=space.region,
-                            profiles_dir=folder, tensor_parallel=config.tp, copies=config.copies if ic else None,
+                            profiles_dir=folder, tensor_parallel=config.tensor_parallel, copies=config.copies if ic else None,
                             instance_count=1)
     except InputError as exc:
         if over_context(space):

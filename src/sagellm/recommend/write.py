@@ -49,7 +49,7 @@ def profile_body(rec: Recommendation, model_id: str) -> dict[str, Any]:
     c = pick.config
     ic = c.endpoint_kind == "inference-component"
     extends = BASE_PROFILE[c.endpoint_kind] if rec.peak is None or ic else "autoscale"
-    serving: dict[str, Any] = {"tensor_parallel": c.tp}
+    serving: dict[str, Any] = {"tensor_parallel": c.tensor_parallel}
     if c.quantization != "none":
         serving["quantization"] = c.quantization
     body: dict[str, Any] = {

@@ -572,7 +572,7 @@ def test_http_error_classification(status: int, body: str, kind: str) -> None:
 
 def emulator_plan(env: dict[str, str]) -> DeploymentPlan:
     model = ModelDeployment(name="llama2-7b", model_id="meta-llama/Llama-2-7b-hf", image_uri="tgi:emulated",
-                            tp_degree=1, environment={"MAX_INPUT_TOKENS": "64", "MAX_TOTAL_TOKENS": "128", **env})
+                            tensor_parallel=1, environment={"MAX_INPUT_TOKENS": "64", "MAX_TOTAL_TOKENS": "128", **env})
     return DeploymentPlan(profile="test", region=REGION, container="tgi", instance_type="ml.g5.2xlarge",
                           initial_instance_count=1, endpoint_kind="instance", models=(model,),
                           startup_health_check_timeout_s=600, model_data_download_timeout_s=600,

@@ -22,7 +22,7 @@ PLAN = DeploymentPlan.model_validate({
     "profile": "test", "region": "us-east-1", "container": "tgi", "instance_type": "ml.g5.12xlarge",
     "initial_instance_count": 1, "endpoint_kind": "inference-component",
     "models": [ModelDeployment(name="chat", model_id="meta-llama/Llama-2-7b-hf", image_uri="tgi:emulated",
-                               tp_degree=1, copy_count=2,
+                               tensor_parallel=1, copy_count=2,
                                environment={"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"})],
     "startup_health_check_timeout_s": 600, "model_data_download_timeout_s": 600,
     "input_tokens": 256, "output_tokens": 256, "tags": {}})

@@ -25,7 +25,7 @@ def engine_plan(kind: str) -> DeploymentPlan:
     env = engine.environment(Settings(model_id=LLAMA2_7B, version=engine.pinned, tensor_parallel=1,
                                       quantization="none", max_input_tokens=4095, max_total_tokens=4096,
                                       max_batch_prefill_tokens=4096, max_concurrent_requests=8, max_batch_size=None))
-    deployment = ModelDeployment(name="llama2-7b", model_id=LLAMA2_7B, image_uri=f"{kind}:emulated", tp_degree=1,
+    deployment = ModelDeployment(name="llama2-7b", model_id=LLAMA2_7B, image_uri=f"{kind}:emulated", tensor_parallel=1,
                                  environment=env, copy_count=1)
     return plan(deployment, container=kind, version=engine.pinned)
 

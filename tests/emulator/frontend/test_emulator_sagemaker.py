@@ -31,7 +31,7 @@ DEPLOYED = {"chat": "MyStack-chat-1a2b3c", "big": "MyStack-big-4d5e6f"}
 
 
 def _model(name: str, model_id: str, tp: int, copies: int) -> ModelDeployment:
-    return ModelDeployment(name=name, model_id=model_id, image_uri="tgi:emulated", tp_degree=tp,
+    return ModelDeployment(name=name, model_id=model_id, image_uri="tgi:emulated", tensor_parallel=tp,
                            copy_count=copies,
                            environment={"MAX_INPUT_TOKENS": "2048", "MAX_TOTAL_TOKENS": "4096"})
 

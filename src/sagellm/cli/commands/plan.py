@@ -126,7 +126,7 @@ def plan(
     curve = replace(curve, notes=(*d.notes, *curve.notes))  # the design's own (Inferentia: NeuronCores used)
     main = d.copies[0]
     shape = {"profile": d.profile.name, "model": main.model.hf_id, "instance_type": d.instance.instance_type,
-             "tensor_parallel": main.tp, "copies_per_instance": main.copies, "instance_count": d.instance_count,
+             "tensor_parallel": main.tensor_parallel, "copies_per_instance": main.copies, "instance_count": d.instance_count,
              "quantization": main.quantization, "container": f"{d.container} {d.container_version}"}
     env = d.environment
     if json_out:

@@ -110,7 +110,7 @@ class Publisher:
             busy = [c.busy_s for c in model.copies]
             before, self._busy[name] = self._busy[name], busy
             before = before[:len(busy)] + [0.0] * (len(busy) - len(before))  # copies scaled out or in
-            tp = model.shape.tp_degree
+            tp = model.shape.tensor_parallel
             # A pass counts when it starts, so one that crosses a sample counts early: capped at 100 %.
             gpu += sum(min(1.0, (b - a) / elapsed) for a, b in zip(before, busy, strict=True)) * tp * 100
             shape = model.shape

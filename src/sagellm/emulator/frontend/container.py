@@ -174,7 +174,7 @@ class ContainerRoutes:
                 "instance_type": e.plan.instance_type,
                 "initial_instance_count": e.plan.initial_instance_count,
                 "models": [{"name": name, "model_id": m.deployment.model_id, "copies": len(m.copies),
-                            "tp_degree": m.deployment.tp_degree, "quantization": m.deployment.quantization}
+                            "tensor_parallel": m.deployment.tensor_parallel, "quantization": m.deployment.quantization}
                            for name, m in e.models.items()],
             },
         }
