@@ -57,3 +57,30 @@ def test_kv_aware_routing_is_written_and_warned_of_cloudformation_does_not_list_
     # What the warning says: cfn-lint's schema refuses the value (E3030: not one of its enum).
     rules = {m.rule.id for m in lint(json.dumps(template.to_json()), regions=["us-east-1"])}
     assert "E3030" in rules
+
+
+@pytest.mark.slow
+def test_detailed_metrics_are_the_endpoint_configs_metrics_config_and_lint_clean(tmp_path: Path) -> None:
+    # Detailed observability scrapes each container's Prometheus endpoint (AWS's images: its path found by SageMaker).
+    (tmp_path / "observed.yaml").write_text("name: observed\nextends: replicas\ncontainer: {kind: vllm}\n"
+                                            "metrics: {detailed: true, publish_every_s: 30}\n")
+    plan = resolve("observed", "meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge", profiles_dir=tmp_path,
+                   hf_token_secret=HF_SECRET)
+    template = Template.from_stack(EndpointStack(cdk_app(), "Stack", plan=plan, stack_name="sagellm-observed"))
+    config = next(iter(template.find_resources(CONFIG).values()))["Properties"]
+    assert config["MetricsConfig"] == {"EnableDetailedObservability": True, "MetricPublishFrequencyInSeconds": 30}
+    assert [f"{m.rule.id} {m.message}" for m in lint(json.dumps(template.to_json()), regions=["us-east-1"])] == []
+    # Without the field, the config carries no MetricsConfig (SageMaker's defaults).
+    default = Template.from_stack(EndpointStack(cdk_app(), "Stack", plan=resolve(
+        "replicas", "meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge", hf_token_secret=HF_SECRET),
+        stack_name="sagellm-default"))
+    assert "MetricsConfig" not in next(iter(default.find_resources(CONFIG).values()))["Properties"]
+
+
+def test_a_publish_interval_cloudwatch_does_not_take_is_one_line(tmp_path: Path) -> None:
+    from sagellm.errors import InputError
+
+    (tmp_path / "odd.yaml").write_text("name: odd\nextends: replicas\nmetrics: {detailed: true, publish_every_s: 45}\n")
+    with pytest.raises(InputError, match="metrics.publish_every_s"):
+        resolve("odd", "meta-llama/Llama-2-13b-hf", "ml.p4d.24xlarge", profiles_dir=tmp_path,
+                hf_token_secret=HF_SECRET)

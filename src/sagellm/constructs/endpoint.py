@@ -93,4 +93,18 @@ def endpoint_config(
         execution_role_arn=None if instance_based else role.role_arn,
         vpc_config=config_vpc,
         enable_network_isolation=(network_isolation or None) if not instance_based else None,
+        metrics_config=metrics_config(plan),
     )
+
+
+def metrics_config(plan: DeploymentPlan) -> sagemaker.CfnEndpointConfig.MetricsConfigProperty | None:
+    """The config's MetricsConfig where the profile asks for more than the default metrics: detailed observability
+    scrapes the container's Prometheus endpoint (for AWS's images SageMaker finds its path, so no
+    ContainerMetricsConfig, which CloudFormation's AWS::SageMaker::Model does not carry, is needed; botocore 1.44.8
+    ContainerMetricsConfig)."""
+    m = plan.metrics
+    if m is None or not (m.detailed or m.enhanced):
+        return None
+    return sagemaker.CfnEndpointConfig.MetricsConfigProperty(
+        enable_detailed_observability=m.detailed or None, enable_enhanced_metrics=m.enhanced or None,
+        metric_publish_frequency_in_seconds=m.publish_every_s)

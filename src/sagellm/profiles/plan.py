@@ -14,7 +14,7 @@ from sagellm.errors import InputError
 from sagellm.planner import Shape, StepModel
 from sagellm.planner.prefix import Routing
 from sagellm.planner.simulate import Served
-from sagellm.profiles.schema import Architecture, Kind, RoutingSpec
+from sagellm.profiles.schema import Architecture, Kind, MetricsSpec, RoutingSpec
 
 
 class _Frozen(BaseModel):
@@ -146,6 +146,7 @@ class DeploymentPlan(_Frozen):
     inference_ami_version: InferenceAmiVersion | None = None
     hf_token_secret: str | None = None  # Secrets Manager name or ARN; never the token itself
     routing: RoutingSpec | None = None  # the profile's routing strategy; None: least outstanding where several serve
+    metrics: MetricsSpec | None = None  # CloudWatch metrics beyond the defaults (the endpoint config's MetricsConfig)
     input_tokens: int  # the payload the plan was sized for
     output_tokens: int
     tags: dict[str, str]

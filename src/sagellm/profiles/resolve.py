@@ -685,7 +685,8 @@ def to_plan(d: Design, hf_token_secret: str | None = None) -> DeploymentPlan:
         scaling=d.scaling, instance_scaling=_instance_scaling(models, d) if ic else None,
         startup_health_check_timeout_s=startup, model_data_download_timeout_s=download, volume_size_gb=volume,
         inference_ami_version=d.engine.inference_ami(d.container_version),
-        hf_token_secret=hf_token_secret or p.hf_token_secret, routing=p.routing, input_tokens=d.payload.input_tokens,
+        hf_token_secret=hf_token_secret or p.hf_token_secret, routing=p.routing, metrics=p.metrics,
+        input_tokens=d.payload.input_tokens,
         output_tokens=d.payload.output_tokens, tags=tags | dict(p.tags),
     )
 

@@ -133,6 +133,19 @@ class RoutingSpec(_Strict):
         "elsewhere")
 
 
+class MetricsSpec(_Strict):
+    """What the endpoint publishes to CloudWatch beyond its default metrics (the endpoint config's MetricsConfig)."""
+
+    detailed: bool = Field(False, description="detailed observability (EnableDetailedObservability): the "
+                           "container's own Prometheus metrics (TGI, vLLM, SGLang and LMI serve them; for AWS's "
+                           "images SageMaker finds the path itself), per-GPU and per-instance metrics; CloudWatch "
+                           "bills them as custom metrics")
+    enhanced: bool = Field(False, description="enhanced metrics (EnableEnhancedMetrics): utilization and invocation "
+                           "metrics per instance and per inference-component container")
+    publish_every_s: Literal[10, 30, 60, 120, 180, 240, 300] = Field(
+        60, description="how often they are published (MetricPublishFrequencyInSeconds)")
+
+
 class PayloadSpec(_Strict):
     """The expected request: the workload the admission limit is sized for (not a serving limit)."""
 
@@ -190,6 +203,8 @@ class Profile(_Strict):
     volume_size_gb: Annotated[int, Field(ge=VOLUME_RANGE_GB[0], le=VOLUME_RANGE_GB[1])] | Auto = "auto"
     routing: RoutingSpec | None = Field(None, description="the routing strategy (default: least outstanding "
                                         "requests wherever more than one container serves)")
+    metrics: MetricsSpec | None = Field(None, description="CloudWatch metrics beyond the defaults: the containers' "
+                                        "Prometheus metrics (detailed) and per-container utilization (enhanced)")
     payload: PayloadSpec = Field(PayloadSpec(), description="the workload: sizes the auto admission limit and is "
                                  "the bench's default; it must fit under the token caps")
     hf_token_secret: str | None = Field(None, description="Secrets Manager name or ARN holding the Hugging Face "
