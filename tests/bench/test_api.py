@@ -11,7 +11,7 @@ import pytest
 from sagellm import bench
 from sagellm.bench.planning import plan_bench
 from sagellm.bench.specs import ramp_of
-from sagellm.cli.options import FLAGS
+from sagellm.cli.options import spec_flags
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload
 
@@ -62,7 +62,7 @@ def test_sweep_workers_mlflow_and_workload_problems_name_the_field_not_a_flag(bu
     with pytest.raises(InputError) as caught:
         build()  # type: ignore[operator]
     [line] = caught.value.messages
-    assert line.startswith(message) and not any(flag in line for flag in FLAGS.values())
+    assert line.startswith(message) and not any(flag in line for flag in spec_flags().values())
 
 
 def test_an_option_of_another_target_cannot_be_given() -> None:

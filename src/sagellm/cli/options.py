@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.models import OptionInfo
 
 from sagellm.errors import InputError
 
@@ -124,27 +128,45 @@ def concurrency_levels(text: str) -> tuple[int, ...]:
     return _levels(text, "--concurrency", int, "give levels ≥ 1 separated by commas, e.g. 1,2,4,8")
 
 
-# The flag that sets each spec field: spec errors name the field (`Closed.warmup: -1 must be 0 or more`), a CLI
-# user sees the flag (`--warmup: -1 must be 0 or more`).
-FLAGS = {
-    "api": "--api", "url": "--url", "name": "--endpoint-name", "time_scale": "--time-scale",
-    "instance_startup_s": "--instance-startup", "profile": "--profile", "model": "--model", "instance": "--instance", "engine": "--engine",
-    "hf_token_secret": "--hf-token-secret", "model_s3_uri": "--model-s3-uri", "request_rate": "--request-rate", "arrivals": "--arrivals",
-    "max_in_flight": "--max-in-flight", "max_ttft_s": "--max-ttft-s", "requests_per_level": "--requests-per-level",
-    "duration_per_level_s": "--duration-per-level", "step_s": "--duration-per-level", "warmup": "--warmup",
-    "repeats": "--repeats", "out": "--out", "mlflow": "--mlflow", "method": "--sweep",
-    "budget_minutes": "--budget-minutes", "count": "--workers", "ray": "--ray", "input_tokens": "--input-tokens",
-    "output_tokens": "--output-tokens", "shared_prefix": "--shared-prefix", "prefixes": "--prefixes",
-    "dataset": "--dataset", "turns": "--turns",
-    "think_time_s": "--think-time", "tokenizer": "--tokenizer", "load_by": "--load-by", "role_arn": "--aws-role-arn",
-    "output_s3_uri": "--aws-output-s3-uri", "poll_s": "--aws-poll-s", "trace": "--trace", "speed": "--trace-speed",
-    "requests": "--trace-requests", "window_s": "--trace-window",
-}
+class Fills:
+    """Beside a bench option whose parameter is named otherwise: the spec field(s) its value sets."""
+
+    def __init__(self, *fields: str) -> None:
+        self.fields = fields
+
+
+def flags_of(command: Callable[..., Any]) -> dict[str, str]:
+    """Spec field → the flag that sets it, read from a Typer command's own options: each is declared once, on
+    its parameter (named as the field, or with a Fills beside it), as httpie declares its options once in
+    httpie/cli/definition.py for both its parser and its docs."""
+    flags: dict[str, str] = {}
+    for name, parameter in inspect.signature(command, eval_str=True).parameters.items():
+        extras = getattr(parameter.annotation, "__metadata__", ())
+        option = next((extra for extra in extras if isinstance(extra, OptionInfo)), None)
+        if option is not None:  # in Annotated, Typer keeps the first flag as the option's `default`
+            fields = next((extra.fields for extra in extras if isinstance(extra, Fills)), (name,))
+            flags.update(dict.fromkeys(fields, str(option.default).split("/")[0]))  # --ramp/--no-ramp: --ramp
+    return flags
+
+
+@cache
+def spec_flags() -> dict[str, str]:
+    """The bench command's flags by the spec field each sets (plan and workload share its flags' names), read from
+    the app it registered on (importing sagellm.cli registers every command; the commands stay independent)."""
+    from sagellm.cli.app import app
+
+    [bench] = [command.callback for command in app.registered_commands
+               if command.callback is not None and (command.name or command.callback.__name__) == "bench"]
+    return flags_of(bench)
+
+
+# Spec errors name the field (`Closed.warmup: -1 must be 0 or more`), a CLI user sees the flag (`--warmup: -1
+# must be 0 or more`).
 SPEC_FIELD = re.compile(r"\b(?:Local|SageMaker|Endpoint|Http|ServingSpec|Closed|Open|Ramp|Output|Sweep|Workers"
                         r"|WorkloadOptions|AwsBenchmarkJob|Bench|TraceOptions)\.([a-z][a-z0-9_]*)\b")
 
 
 def as_flags(messages: list[str]) -> list[str]:
     """Error lines with each spec field the CLI sets named by its flag."""
-    return [SPEC_FIELD.sub(lambda field: FLAGS.get(field[1], field[0]), line) for line in messages]
+    return [SPEC_FIELD.sub(lambda field: spec_flags().get(field[1], field[0]), line) for line in messages]
 
