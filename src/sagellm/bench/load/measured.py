@@ -24,9 +24,9 @@ from sagellm.results.schema import Level, LevelSummary, OverSaturation, Predicte
 
 def on_simulated_clock(record: RequestRecord, clock: Clock, emulated: bool) -> RequestRecord:
     """A record of an emulated run in simulated seconds, timed by the emulator where it stamped the request."""
-    factor = 1.0 / clock.scale
-    if not emulated and factor == 1.0:
+    if not emulated and not clock.compressed:
         return record
+    factor = 1.0 / clock.scale
 
     def scale(value: float | list[float] | None) -> float | list[float] | None:
         if isinstance(value, list):
