@@ -13,8 +13,8 @@ by a closed loop that waits for it.
   flight plus those due meanwhile that wait for the cap (lateness × rate); when they keep growing, or a first
   token waits past the limit, the level stops early (`saturation`), on the simulated clock (`OpenLoop.clock`).
 - **Trace replay** (a workload with a trace): request i is due at the trace's arrival i ÷ the level's speed (its
-  rate ÷ the trace's mean rate at speed 1), in wall seconds on `clock`, and the schedule ends with the trace,
-  every request of which is sent (the budget is the trace's); a level's rate is the trace's mean at its speed (it names the level).
+  rate ÷ the trace's mean rate at speed 1), × `clock.scale`, and the schedule ends with the trace, every request
+  of which is sent (the budget is the trace's); a level's rate is the trace's mean at its speed (it names the level).
 Warm-up, ramp, window and stop rule are the level's (see `level`); the window ends when the next request
 is not sent (the budget is spent or the duration is over), so it spans the arrivals it measured.
 """

@@ -1,10 +1,10 @@
 """Continuous batching paced on wall time: one asyncio engine loop per model copy (batching.py schedules).
 
 Each copy runs one asyncio task that takes turns (`CopyScheduler.turn`: a prefill pass for queued requests
-that fit the budgets, then a decode step) and sleeps for each pass's modelled duration in wall seconds (its
-`Clock.wall_s`). Token waiters are woken at step ends, so there is one timer per step, not one per request.
-Tokens are stamped on the copy's clock (`sim_s`, in wall seconds): it advances by exactly each pass's modelled
-duration in wall seconds, and an idle copy starts on the first arrival, so a request's stamps are free of the event loop's jitter and
+that fit the budgets, then a decode step) and sleeps for each pass's modelled duration × `clock.scale`. Token
+waiters are woken at step ends, so there is one timer per step, not one per request. Tokens are stamped on the
+copy's clock (`sim_s`, in wall seconds): it advances by exactly each pass's modelled duration × `clock.scale`,
+and an idle copy starts on the first arrival, so a request's stamps are free of the event loop's jitter and
 stalls (which a time scale of 0.1 would otherwise multiply by ten). Passes are paced on that clock plus how far
 the copy runs behind the wall clock: a late wake-up is made up on the next pass, so the average pace stays exact
 despite ~1 ms timer granularity; a debt larger than `_MAX_DEBT_S` is not made up but added to how far the copy
