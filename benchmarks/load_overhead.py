@@ -64,6 +64,7 @@ from sagellm.bench.load.closed_loop import run_level
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.open_loop import run_rate_level
 from sagellm.catalog import find_instance, find_model
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess
 from sagellm.planner import Payload, Shape, predict_point
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
@@ -210,7 +211,7 @@ async def measure(url: str, transport: Transport, mode: str, streams: int, reque
             level = await run_rate_level(transport, rate=rate_for(streams, tokens, max_concurrent),
                                          arrivals="constant", max_in_flight=max_concurrent, requests=requests,
                                          duration_s=None, warmup=warmup * streams, workload=workload,
-                                         on_record=records.append, clock_zero=zero, time_scale=time_scale)
+                                         on_record=records.append, clock_zero=zero, clock=Clock(time_scale))
     finally:
         probe.cancel()
     return figures(level, streams, time_scale, lag, metrics(url))
@@ -219,7 +220,7 @@ async def measure(url: str, transport: Transport, mode: str, streams: int, reque
 def run_series(kind: str, modes: list[str], levels: list[int], time_scale: float, tokens: int,
                requests_per_worker: int, warmup: int, max_concurrent: int) -> list[LevelFigures]:
     out = []
-    with EmulatorProcess(bench_plan(max_concurrent), time_scale=time_scale, endpoint_name=ENDPOINT) as emu:
+    with EmulatorProcess(bench_plan(max_concurrent), clock=Clock(time_scale), endpoint_name=ENDPOINT) as emu:
         transport = make_transport(kind, emu.url)
         for mode in modes:
             for streams in levels:

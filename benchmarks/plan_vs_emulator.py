@@ -41,6 +41,7 @@ from sagellm.bench.client.records import RequestRecord, read_records
 from sagellm.bench.planning import BenchPlan, plan_bench
 from sagellm.bench.predicted import predicted_point, simulated_level
 from sagellm.bench.sweep.run import default_budget
+from sagellm.clock import Clock
 from sagellm.planner import StepModel
 from sagellm.results.schema import Level, Predicted, predicted_from
 
@@ -84,7 +85,7 @@ def planned(p: BenchPlan, concurrency: int, time_scale: float) -> Predicted:
     """`plan`'s prediction of a level: nothing measured, the clients modelled on the emulator's clock."""
     assert p.plan is not None and p.shape is not None
     point = predicted_point(p.plan, p.shape, p.workload.payload(), concurrency, sizes=p.workload.sizes,
-                            time_scale=time_scale)
+                            clock=Clock(time_scale))
     return predicted_from(point)
 
 
@@ -98,7 +99,7 @@ def ceiling(p: BenchPlan, level: Level, plan_said: Predicted, time_scale: float,
     out: dict[str, list[bool]] = {name: [] for name, *_ in METRICS}
     for seed in range(1, draws + 1):
         run = simulated_level(p.plan, StepModel(p.shape), p.workload.payload(), concurrency=level.concurrency,
-                              sizes=p.workload.sizes, requests=level.requests, time_scale=time_scale, seed=seed,
+                              sizes=p.workload.sizes, requests=level.requests, clock=Clock(time_scale), seed=seed,
                               warmup=level.concurrency)
         for name, dist, stat, _ in METRICS:
             got, predicted = getattr(getattr(run, dist), stat), said[name]
@@ -126,7 +127,7 @@ def ceiling_alone(profiles: list[str], models: list[str], levels: tuple[int, ...
                     continue
                 n = requests or budget(c)
                 stand_in = simulated_level(p.plan, StepModel(p.shape), p.workload.payload(), concurrency=c,
-                                           sizes=p.workload.sizes, requests=n, time_scale=time_scale, warmup=c)
+                                           sizes=p.workload.sizes, requests=n, clock=Clock(time_scale), warmup=c)
                 scored = ceiling(p, Level(**stand_in.model_dump()), said, time_scale, draws, within)
                 for metric, h in scored.items():
                     perfect.setdefault(metric, []).extend(h)

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 
+from sagellm.clock import Clock
 from sagellm.emulator import Emulator, make_prompt
 from sagellm.planner import StepModel
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment, served_shape
@@ -51,7 +52,7 @@ Scenario = Callable[[aiohttp.ClientSession, str, Emulator], Awaitable[Any]]
 def run(p: DeploymentPlan, scenario: Scenario, *, time_scale: float = 0.1, endpoint_name: str | None = None) -> Any:
     """Serve `p` on a free loopback port for the length of `scenario`, then stop everything."""
     async def main() -> Any:
-        emulator = Emulator(p, time_scale=time_scale, endpoint_name=endpoint_name)
+        emulator = Emulator(p, clock=Clock(time_scale), endpoint_name=endpoint_name)
         async with emulator.listening() as url, aiohttp.ClientSession() as session:
             return await scenario(session, url, emulator)
     return asyncio.run(main())

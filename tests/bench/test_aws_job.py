@@ -26,6 +26,7 @@ from sagellm.bench.aws_job import AwsJobSweep, JobClients
 from sagellm.bench.client.transports import TGI
 from sagellm.bench.client.workload import WorkloadOptions
 from sagellm.bench.sweep.choosers import Chooser
+from sagellm.clock import REAL
 from sagellm.errors import ExitStatus, InputError, TargetError
 from sagellm.planner import Payload
 from sagellm.results.schema import Teardown, load_results
@@ -108,7 +109,7 @@ def sweep(stubs: Stubs, tmp_path: Path, levels: tuple[int, ...] = (4,), max_wait
           load: specs.Closed | specs.Open | None = None) -> AwsJobSweep:
     load = load or specs.Closed(levels, 40)
     rates = load.request_rate if isinstance(load, specs.Open) else levels
-    chooser = Chooser(method="doubling", levels=rates, time_scale=1.0, emulated=False, instances=1)
+    chooser = Chooser(method="doubling", levels=rates, clock=REAL, emulated=False, instances=1)
     return AwsJobSweep(chooser, specs.AwsBenchmarkJob(ROLE, OUTPUT + "/", max_wait_s=max_wait_s), load,
                        WorkloadOptions(input_tokens="550", output_tokens="250"), Payload(550, 250), requests=40,
                        run_id="r1", out=tmp_path, clients=stubs.clients(), target=Reached(), say=stubs.said.append)

@@ -17,6 +17,7 @@ from sagellm import bench
 from sagellm.aws import cloudformation
 from sagellm.bench import runner
 from sagellm.bench.interrupts import HOLD_MESSAGE, Interrupted, Interrupts
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus
 from sagellm.planner import Payload
@@ -147,7 +148,7 @@ def test_ctrl_c_while_the_report_is_written_finishes_it_and_ends_in_130(
     signal_before(monkeypatch, runner, "write_report", signal.SIGINT)
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=PAYLOAD)
 
-    with EmulatorProcess(plan, time_scale=0.05) as emulator:
+    with EmulatorProcess(plan, clock=Clock(0.05)) as emulator:
         outcome = bench.run(bench.Bench(
             serving=bench.ServingSpec("max-throughput", MODEL, INSTANCE, PAYLOAD), target=bench.Http(emulator.url),
             load=bench.Closed((1,), requests_per_level=4, warmup=0), sweep=bench.Sweep("doubling"),

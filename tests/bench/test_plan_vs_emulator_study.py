@@ -8,6 +8,7 @@ from pathlib import Path
 from benchmark_scripts import load_benchmark
 from sagellm.bench.planning import plan_bench
 from sagellm.bench.predicted import simulated_level
+from sagellm.clock import Clock
 from sagellm.planner import StepModel
 from sagellm.results.schema import Level
 
@@ -20,7 +21,7 @@ def test_a_perfect_model_meets_one_short_run_only_as_often_as_the_run_lands_near
     for concurrency, requests in ((1, 8), (4, 12), (4, 48)):
         # A measured level stands in as the simulator's own run: only its concurrency and length are read.
         run = simulated_level(p.plan, StepModel(p.shape), p.workload.payload(), concurrency=concurrency,
-                              sizes=p.workload.sizes, requests=requests, time_scale=0.2, seed=99, warmup=concurrency)
+                              sizes=p.workload.sizes, requests=requests, clock=Clock(0.2), seed=99, warmup=concurrency)
         level = Level(**run.model_dump())
         hits = study.ceiling(p, level, study.planned(p, concurrency, 0.2), 0.2, 12, 0.15)
         assert {len(h) for h in hits.values()} == {12}

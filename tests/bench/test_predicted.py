@@ -18,6 +18,7 @@ from sagellm.bench.predicted import (
     simulated_curve,
     simulated_level,
 )
+from sagellm.clock import Clock
 from sagellm.planner import StepModel
 from sagellm.planner.simulate import SimulatedClosedLoop, simulate
 from sagellm.profiles import design_for
@@ -42,11 +43,11 @@ def test_an_emulated_request_arrives_when_the_emulator_stamped_it_on_the_simulat
     records = [RequestRecord(worker=0, start_s=1.0, e2e_s=3.0, server_arrived_s=0.5, clock="emulator"),
                RequestRecord(worker=0, start_s=4.0, e2e_s=3.0, server_arrived_s=0.801, clock="emulator"),
                RequestRecord(worker=1, start_s=2.0, e2e_s=0.0, status=429)]  # refused: never stamped
-    assert arrivals(records, 0.1) == pytest.approx([5.0, 8.01, 6.0])  # 2 + the quickest way in (4 s)
-    load = offered(records, 0.1)
+    assert arrivals(records, Clock(0.1)) == pytest.approx([5.0, 8.01, 6.0])  # 2 + the quickest way in (4 s)
+    load = offered(records, Clock(0.1))
     assert load.starts_s == pytest.approx((0.0, 1.0))
     assert load.think_s[0] == pytest.approx((0.01,))
-    assert arrivals([RequestRecord(start_s=1.0, e2e_s=3.0)], 0.1) == [1.0]  # a real server: the client's clock
+    assert arrivals([RequestRecord(start_s=1.0, e2e_s=3.0)], Clock(0.1)) == [1.0]  # a real server: the client's clock
 
 
 def test_a_replayed_closed_loop_sends_when_and_as_often_as_its_clients_did() -> None:
@@ -62,9 +63,9 @@ def test_a_replayed_closed_loop_sends_when_and_as_often_as_its_clients_did() -> 
 
 
 def test_without_measured_clients_the_loop_is_modelled_clients_that_do_not_send_in_lockstep() -> None:
-    load = modelled_clients(16, time_scale=0.2)
-    assert load == modelled_clients(16, time_scale=0.2)  # seeded
-    assert load != modelled_clients(16, time_scale=0.2, seed=1)
+    load = modelled_clients(16, clock=Clock(0.2))
+    assert load == modelled_clients(16, clock=Clock(0.2))  # seeded
+    assert load != modelled_clients(16, clock=Clock(0.2), seed=1)
     assert load.starts_s[1] - load.starts_s[0] == pytest.approx(CLIENT_START_GAP_S / 0.2)  # on the emulator's clock
     turns = {t for gaps in load.think_s for t in gaps}
     assert len(turns) == 16 * 16

@@ -28,6 +28,7 @@ from sagellm.bench import runner
 from sagellm.bench.client.transports import HttpTransport, SageMakerTransport
 from sagellm.bench.client.workload import WorkloadOptions
 from sagellm.bench.targets import http as http_target
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus, InputError
 from sagellm.planner import Payload
@@ -218,7 +219,7 @@ def test_prompts_over_a_servers_max_input_tokens_count_as_validation_errors(tmp_
     profiles = write_profile(tmp_path / "profiles", "short-input", {"max_input_tokens": 64})
     server = resolve("short-input", MODEL, INSTANCE, payload=Payload(32, 32), profiles_dir=profiles)
 
-    with EmulatorProcess(server, time_scale=0.05) as emulator:
+    with EmulatorProcess(server, clock=Clock(0.05)) as emulator:
         outcome = bench.run(spec(tmp_path / "out", serving=bench.ServingSpec("max-throughput", MODEL, INSTANCE,
                                                                              Payload(128, 32)),
                                  target=bench.Http(emulator.url)), say=quiet)
@@ -282,7 +283,7 @@ def test_sigterm_in_a_background_task_ends_the_sweep_without_a_stray_traceback(
         return await send(self, *args, **kwargs)
 
     monkeypatch.setattr(HttpTransport, "send", send_with_a_helper_task)
-    with EmulatorProcess(plan, time_scale=0.05) as emulator:
+    with EmulatorProcess(plan, clock=Clock(0.05)) as emulator:
         outcome = bench.run(spec(tmp_path, target=bench.Http(emulator.url),
                                  load=bench.Closed((1,), requests_per_level=50, warmup=0)), say=quiet)
     assert outcome.exit_status == ExitStatus.INTERRUPTED

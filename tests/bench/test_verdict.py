@@ -20,6 +20,7 @@ from sagellm.bench.client.transports import HttpTransport
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.targets import http as http_target
 from sagellm.bench.verdict import target_failure
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus
 from sagellm.planner import Payload
@@ -124,7 +125,7 @@ def hang(emulator: EmulatorProcess) -> None:
 def test_an_endpoint_that_dies_mid_sweep_exits_3_with_one_line_after_writing_results(
         tmp_path: Path, fault: Any, kind: str) -> None:
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=PAYLOAD)
-    emulator = EmulatorProcess(plan, time_scale=0.05)
+    emulator = EmulatorProcess(plan, clock=Clock(0.05))
     emulator.start()
     pid = emulator.pid or 0
     try:
@@ -149,7 +150,7 @@ def test_an_endpoint_that_dies_mid_sweep_exits_3_with_one_line_after_writing_res
 def test_an_endpoint_that_hangs_with_streams_in_flight_exits_3_with_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=PAYLOAD)
-    emulator = EmulatorProcess(plan, time_scale=0.05)
+    emulator = EmulatorProcess(plan, clock=Clock(0.05))
     emulator.start()
     pid = emulator.pid or 0
     events = itertools.count(1)

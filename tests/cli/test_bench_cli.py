@@ -42,6 +42,7 @@ from bench_helpers import (
     wait_for,
 )
 from sagellm.aws.local import LocalAws
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess
 from sagellm.emulator.process import port_is_free
 from sagellm.planner import Payload
@@ -771,7 +772,7 @@ def test_sigterm_while_deploying_stops_the_cdk_cli_and_tears_down(tmp_path: Path
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[EmulatorProcess]:
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(256, 32))
-    with EmulatorProcess(plan, time_scale=0.05) as emu:
+    with EmulatorProcess(plan, clock=Clock(0.05)) as emu:
         yield emu
 
 
@@ -802,7 +803,7 @@ def test_an_http_bench_of_a_compressed_emulator_matches_the_prediction_in_simula
     # and converts what it measures into simulated time, as on the local target.
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(256, 32))
     out = tmp_path / "out"
-    with EmulatorProcess(plan, time_scale=0.1) as emu:
+    with EmulatorProcess(plan, clock=Clock(0.1)) as emu:
         args = [a for a in bench_args(out, concurrency="1", requests="8", warmup="1") if a not in ("--time-scale", "0.05")]
         ran = sagellm(*args, "--target", "http", "--url", emu.url + "/v1", "--api", "openai")
     assert ran.returncode == 0, ran.stderr[-3000:]

@@ -49,46 +49,46 @@ def test_steps_are_those_of_the_plans_server_generation(container: str, version:
                                                         generation: str) -> None:
     """The emulator steps as the plan's prediction does: with the pinned server's generation, not TGI 1's."""
     bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri=container, tensor_parallel=1, environment={})
-    assert ModelServer(plan(bare, container=container, version=version), bare, 1.0).shape.generation == generation
+    assert ModelServer(plan(bare, container=container, version=version), bare).shape.generation == generation
 
 
 def test_a_standard_profile_is_emulated_with_the_generation_it_is_predicted_with() -> None:
     design = design_for("max-throughput", LLAMA2_7B, "ml.g5.2xlarge")
     deployed = design.plan()
-    assert ModelServer(deployed, deployed.models[0], 1.0).shape.generation == design.generation == "tgi-3"
+    assert ModelServer(deployed, deployed.models[0]).shape.generation == design.generation == "tgi-3"
 
 
 def test_limits_follow_the_container_environment_or_the_servers_defaults() -> None:
     bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="tgi", tensor_parallel=1, environment={})
     kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tensor_parallel=1).kv_capacity_tokens
-    tgi3 = ModelServer(plan(bare), bare, 1.0).limits
+    tgi3 = ModelServer(plan(bare), bare).limits
     # TGI 3 warm-up: total = min(KV cache, context), input = total - 1, prefill 4096, admission 128.
     assert (tgi3.max_input_tokens, tgi3.max_total_tokens, tgi3.max_concurrent_requests) == (4095, 4096, 128)
     assert (tgi3.max_batch_prefill_tokens, tgi3.max_batch_total_tokens, tgi3.max_batch_size) == (4096, kv, None)
-    tgi2 = ModelServer(plan(bare, version="2.4.0"), bare, 1.0).limits
+    tgi2 = ModelServer(plan(bare, version="2.4.0"), bare).limits
     assert tgi2.max_batch_prefill_tokens == 4095 + 50  # TGI 2's launcher default: max_input_tokens + 50
 
     lmi_model = model(env={"OPTION_MAX_MODEL_LEN": "2048", "OPTION_MAX_ROLLING_BATCH_SIZE": "64"})
-    lmi = ModelServer(plan(lmi_model, container="lmi"), lmi_model, 1.0).limits
+    lmi = ModelServer(plan(lmi_model, container="lmi"), lmi_model).limits
     # LMI queues instead of rejecting: no 429 admission limit, a cap on running sequences instead.
     assert (lmi.max_total_tokens, lmi.max_concurrent_requests, lmi.max_batch_size) == (2048, None, 64)
     lmi_bare = ModelDeployment(name="m", model_id=LLAMA2_7B, image_uri="lmi", tensor_parallel=1, environment={})
-    assert ModelServer(plan(lmi_bare, container="lmi"), lmi_bare, 1.0).limits.max_batch_size == 32
+    assert ModelServer(plan(lmi_bare, container="lmi"), lmi_bare).limits.max_batch_size == 32
 
     replicas = model(copies=4)
-    assert len(ModelServer(plan(replicas, instances=3), replicas, 1.0).copies) == 12
+    assert len(ModelServer(plan(replicas, instances=3), replicas).copies) == 12
 
 
 def test_limits_follow_what_tgi3_honours() -> None:
     # MAX_BATCH_TOTAL_TOKENS: ignored for flash models; MAX_BATCH_SIZE: ignored while prefills are chunked.
     ignored = model(env={"MAX_BATCH_TOTAL_TOKENS": "1000", "MAX_BATCH_SIZE": "1"})
     kv = Shape(model=find_model(LLAMA2_7B), instance=find_instance("ml.g5.2xlarge"), tensor_parallel=1).kv_capacity_tokens
-    limits = ModelServer(plan(ignored), ignored, 1.0).limits
+    limits = ModelServer(plan(ignored), ignored).limits
     assert (limits.max_batch_total_tokens, limits.max_batch_size) == (kv, None)
     one = model(env={"MAX_BATCH_SIZE": "1", "PREFILL_CHUNKING": "0"})
-    assert ModelServer(plan(one), one, 1.0).limits.max_batch_size == 1
+    assert ModelServer(plan(one), one).limits.max_batch_size == 1
     tgi2 = model(env={"MAX_BATCH_SIZE": "2"})
-    assert ModelServer(plan(tgi2, version="2.4.0"), tgi2, 1.0).limits.max_batch_size == 2
+    assert ModelServer(plan(tgi2, version="2.4.0"), tgi2).limits.max_batch_size == 2
 
 
 def test_generate_returns_the_requested_tokens_with_details_and_server_timings() -> None:
@@ -251,7 +251,7 @@ def test_a_copy_that_resumes_late_lets_a_later_arrival_wait_for_the_pass_it_arri
     # loop is late). A request that reached the copy in between arrived during the next pass, as the simulator
     # has it: it waits for that decode step, rather than being prefilled at once.
     p = plan()
-    copy = CopyScheduler(steps_of(p), ModelServer(p, p.models[0], 1.0).limits)
+    copy = CopyScheduler(steps_of(p), ModelServer(p, p.models[0]).limits)
     running = Sequence(100, 10, arrived_s=0.0, deadline_s=None)
     copy.submit(running)
     turn = copy.turn()

@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from sagellm.clock import Clock
 from sagellm.emulator import Emulator, make_prompt
 from sagellm.profiles.plan import DeploymentPlan
 
@@ -32,7 +33,7 @@ def scaling_plan(kind: str = "instance", scaling: dict[str, Any] | None = SCALIN
 def serve(p: DeploymentPlan, scenario: Any, **kw: Any) -> Any:
     """Serve `p` on a free loopback port for the length of `scenario(session, url, emulator)`."""
     async def main() -> Any:
-        emulator = Emulator(p, time_scale=TIME_SCALE, endpoint_name="ep", **kw)  # the name invoked below
+        emulator = Emulator(p, clock=Clock(TIME_SCALE), endpoint_name="ep", **kw)  # the name invoked below
         async with emulator.listening() as url, aiohttp.ClientSession() as session:
             return await scenario(session, url, emulator)
     return asyncio.run(main())

@@ -11,8 +11,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from emulator_helpers import model, plan, run
 
+from emulator_helpers import model, plan, run
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.emulator import Emulator
 from sagellm.emulator.frontend.container import IC_HEADER

@@ -10,9 +10,9 @@ from dataclasses import astuple
 
 import aiohttp
 import pytest
-from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
 
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
+from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
 from sagellm.emulator import Emulator
 from sagellm.planner.batching import CopyScheduler
 from sagellm.planner.simulate import (

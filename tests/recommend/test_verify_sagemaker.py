@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from bench_helpers import AS_FROM_A_TERMINAL, MODEL, SAGELLM, local_aws_server, sagellm, wait_for
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess
 from sagellm.engines.tgi import TGI
 from sagellm.planner import Payload
@@ -35,7 +36,7 @@ ITL = "itl_ms.p50@2 <= 400"
 def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The local account's environment for child processes, its runtime an emulator slower than predicted."""
     folder = tmp_path_factory.mktemp("account")
-    emulator = EmulatorProcess(resolve("max-throughput", MODEL, SLOWER, payload=Payload(256, 32)), time_scale=0.1)
+    emulator = EmulatorProcess(resolve("max-throughput", MODEL, SLOWER, payload=Payload(256, 32)), clock=Clock(0.1))
     with local_aws_server(folder) as (_, env):
         emulator.start()
         try:

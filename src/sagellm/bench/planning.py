@@ -31,8 +31,9 @@ from sagellm.bench.sweep.choosers import sweep_method, threshold_levels
 from sagellm.bench.sweep.ramp import ramp_steps
 from sagellm.bench.sweep.run import default_budget
 from sagellm.bench.targets.existing import read_endpoint, reconcile
-from sagellm.bench.targets.http import api_for, check_reachable, emulator_time_scale, runtime_time_scale
+from sagellm.bench.targets.http import api_for, check_reachable, emulator_clock, runtime_clock
 from sagellm.catalog.regions import check_region
+from sagellm.clock import REAL, Clock
 from sagellm.errors import InputError
 from sagellm.planner import DEFAULT_CONCURRENCY, Payload, Shape
 from sagellm.profiles import DeploymentPlan, Design, design_for, profile_payload
@@ -63,10 +64,10 @@ class BenchPlan:
     account: Account | None = None  # a sagemaker target's account and region, checked before anything is made
 
     @property
-    def time_scale(self) -> float:
-        """Simulated seconds per wall second of the emulator measured (1.0: real time, or no emulator): the
-        local target's own, or the one an emulator behind the http or SageMaker-runtime URL says it runs at."""
-        return self.run.time_scale
+    def clock(self) -> Clock:
+        """The clock of the emulator measured (REAL: real time, or no emulator): the local target's own, or the
+        one an emulator behind the http or SageMaker-runtime URL says it runs at."""
+        return self.run.simulated_clock
 
     @property
     def shape(self) -> Shape | None:
@@ -80,7 +81,7 @@ class BenchPlan:
             return None
         return OpenLoop(self.levels, arrivals=self.load.arrivals,
                         max_in_flight=self.load.max_in_flight, seed=self.bench.workload.seed,
-                        time_scale=self.time_scale)
+                        clock=self.clock)
 
     @property
     def requests(self) -> int | Callable[[float], int] | None:
@@ -94,7 +95,7 @@ class BenchPlan:
     def duration_s(self) -> float | None:
         """Seconds of wall time per level: the asked simulated seconds, compressed like the emulator's clock."""
         simulated = None if isinstance(self.load, Ramp) else self.load.duration_per_level_s
-        return None if simulated is None else simulated * self.time_scale
+        return None if simulated is None else self.clock.wall_s(simulated)
 
 
 def plan_bench(bench: Bench) -> BenchPlan:
@@ -123,10 +124,10 @@ def plan_bench(bench: Bench) -> BenchPlan:
     if bench.load_by is not None:
         _check_job_levels(bench.workload, load, levels, workload)
     run_id = uuid.uuid4().hex[:10]
-    scale = emulator_scale(bench)
+    clock = emulator_clock_of(bench)
     if workload.conversations is not None:  # think times are simulated seconds on an emulator
-        workload.conversations.time_scale = scale or 1.0
-    run = _run(bench, plan, workload, load, levels, deployed, run_id, scale)
+        workload.conversations.clock = clock or REAL
+    run = _run(bench, plan, workload, load, levels, deployed, run_id, clock)
     thresholds, baseline = read_gate(bench.gate.thresholds, bench.gate.baseline, run, sweep_levels(run),
                                      allow_incomparable=bench.gate.allow_incomparable)
     account = _reach(bench, region, account)
@@ -177,16 +178,16 @@ def _region(bench: Bench) -> tuple[str, tuple[str, ...]]:
     return region, (() if given or configured else (f"region {region}: {source}",))
 
 
-def emulator_scale(bench: Bench) -> float | None:
-    """The time scale of the emulator the bench measures, or None where it measures no emulator: the local
+def emulator_clock_of(bench: Bench) -> Clock | None:
+    """The clock of the emulator the bench measures, or None where it measures no emulator: the local
     target's, or what the emulator behind an http URL or the SageMaker runtime says (timings are converted
     to simulated time the same way on every target)."""
     target = bench.target
     if isinstance(target, Local):
-        return target.time_scale
+        return target.clock
     if isinstance(target, Http):
-        return emulator_time_scale(target.url)
-    return runtime_time_scale()
+        return emulator_clock(target.url)
+    return runtime_clock()
 
 
 NO_INSTANCE = ("--target http: no prediction without --instance (the instance type the server runs on); the run "
@@ -265,10 +266,10 @@ def _levels(load: Closed | Open | Ramp, method: str, bench: Bench) -> tuple[floa
 
 
 def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Closed | Open | Ramp,
-         levels: tuple[float, ...], deployed: DeployedEndpoint | None, run_id: str, scale: float | None) -> Run:
+         levels: tuple[float, ...], deployed: DeployedEndpoint | None, run_id: str, clock: Clock | None) -> Run:
     """What is measured, where and how (before deploying: `assemble` adds what the target told)."""
     target, mean = bench.target, workload.payload()
-    emulated = scale is not None
+    emulated = clock is not None
     closed = isinstance(load, Closed)
     return Run(
         profile=plan.profile if plan else None,
@@ -277,7 +278,7 @@ def _run(bench: Bench, plan: DeploymentPlan | None, workload: Workload, load: Cl
         instance_type=plan.instance_type if plan else None,
         instance_count=plan.initial_instance_count if plan else None,
         target=target.kind,
-        emulated=emulated, time_scale=scale or 1.0, region=bench.serving.region or DEFAULT_REGION,
+        emulated=emulated, time_scale=(clock or REAL).scale, region=bench.serving.region or DEFAULT_REGION,
         bench_run=run_id,
         # An existing endpoint runs the environment it was deployed with, whatever the profile says today.
         environment=deployed.environment if deployed else plan.environment if plan else {},

@@ -18,6 +18,7 @@ from typing import cast
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import goodput_of, summarize, tokens_in_window
 from sagellm.bench.client.workload import Workload
+from sagellm.clock import REAL, Clock
 from sagellm.planner import Curve, Payload, Point, Shape, StepModel, curve_of, predict_point
 from sagellm.planner.prefix import Prefix
 from sagellm.planner.sessions import SimulatedConversations, simulate_conversations
@@ -93,22 +94,22 @@ class Offered:
     requests: int
 
 
-def arrivals(records: Sequence[RequestRecord], time_scale: float = 1.0) -> list[float]:
+def arrivals(records: Sequence[RequestRecord], clock: Clock = REAL) -> list[float]:
     """When each request reached the server, in seconds on the simulated clock: the emulator's own stamp where it
     sent one (at a time scale of 0.1 a few wall milliseconds between the client and the engine are tens of
     simulated ones, enough to move a request to another prefill pass), else the client's send time. A request
     the emulator did not stamp (refused before admission) arrives its send time plus the quickest way in seen."""
-    stamped = [r.server_arrived_s / time_scale - r.start_s for r in records if r.server_arrived_s is not None]
+    stamped = [clock.simulated_s(r.server_arrived_s) - r.start_s for r in records if r.server_arrived_s is not None]
     way_in = min(stamped, default=0.0)
-    return [r.server_arrived_s / time_scale if r.server_arrived_s is not None else r.start_s + way_in
+    return [clock.simulated_s(r.server_arrived_s) if r.server_arrived_s is not None else r.start_s + way_in
             for r in records]
 
 
-def offered(records: Sequence[RequestRecord], time_scale: float = 1.0) -> Offered:
-    """What a closed-loop level's clients offered, from its records (on the simulated clock; `time_scale` is the
+def offered(records: Sequence[RequestRecord], clock: Clock = REAL) -> Offered:
+    """What a closed-loop level's clients offered, from its records (on the simulated clock; `clock` is the
     emulator's, for its arrival stamps)."""
     by_worker: dict[int, list[tuple[float, RequestRecord]]] = {}
-    for at, r in sorted(zip(arrivals(records, time_scale), records, strict=True), key=lambda pair: pair[0]):
+    for at, r in sorted(zip(arrivals(records, clock), records, strict=True), key=lambda pair: pair[0]):
         by_worker.setdefault(r.worker or 0, []).append((at, r))
     zero = min((sent[0][0] for sent in by_worker.values()), default=0.0)
     starts = tuple(sent[0][0] - zero for _, sent in sorted(by_worker.items()))
@@ -118,37 +119,37 @@ def offered(records: Sequence[RequestRecord], time_scale: float = 1.0) -> Offere
     return Offered(starts, think, warmup, len(records) - warmup)
 
 
-def modelled_clients(users: int, time_scale: float = 1.0, seed: int = 0) -> SimulatedClosedLoop:
+def modelled_clients(users: int, clock: Clock = REAL, seed: int = 0) -> SimulatedClosedLoop:
     """`users` clients as the bench's behave, seeded: each first sends a start gap after the one before, then
     again a turnaround after each reply (drawn between the measured deciles), so requests do not arrive in lockstep;
-    `time_scale` puts those wall seconds on an emulator's clock."""
+    `clock` puts those wall seconds on an emulator's clock."""
     rng = random.Random(seed)
 
     def turnaround() -> float:
         # Between the measured deciles, linearly: two replies that end together rarely send again together.
         at = rng.uniform(0, len(CLIENT_TURNAROUND_S) - 1)
         low, high = CLIENT_TURNAROUND_S[int(at)], CLIENT_TURNAROUND_S[min(int(at) + 1, len(CLIENT_TURNAROUND_S) - 1)]
-        return (low + (high - low) * (at - int(at))) / time_scale
+        return clock.simulated_s(low + (high - low) * (at - int(at)))
 
-    starts = tuple(u * CLIENT_START_GAP_S / time_scale for u in range(users))
+    starts = tuple(clock.simulated_s(u * CLIENT_START_GAP_S) for u in range(users))
     return SimulatedClosedLoop(users, starts, tuple(tuple(turnaround() for _ in range(_TURNS)) for _ in range(users)))
 
 
 def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *, concurrency: int | None = None,
                     request_rate: float | None = None, sizes: Sizes | None = None,
                     requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
-                    time_scale: float = 1.0, seed: int = 0, warmup: int | None = None,
+                    clock: Clock = REAL, seed: int = 0, warmup: int | None = None,
                     slo: RequestSlo | None = None, prefixes: Prefixes | None = None) -> LevelSummary:
     """The summary of the plan's endpoint at a concurrency (closed loop) or a request rate (open loop, Poisson),
     every request of `payload`'s size unless `sizes` draws each one's (the bench's workload); `offered` replays
     how a measured closed loop's clients sent (its starts, gaps and request counts), else the clients are
-    modelled (their turnaround on the clock of an emulator at `time_scale`, drawn with `seed`) after `warmup`
+    modelled (their turnaround on an emulator's `clock`, drawn with `seed`) after `warmup`
     requests (None: the simulator's); `slo` adds the requests' SLO attainment and goodput; `prefixes` gives each
     request's shared prefix (the bench's --shared-prefix/--prefixes), routed as the plan's endpoint routes."""
     load: SimulatedOpenLoop | SimulatedClosedLoop = (
         SimulatedOpenLoop(request_rate) if request_rate is not None else
         SimulatedClosedLoop(concurrency or 1, offered.starts_s, offered.think_s) if offered is not None else
-        modelled_clients(concurrency or 1, time_scale, seed))
+        modelled_clients(concurrency or 1, clock, seed))
     sim = simulate(served(plan, steps), payload.input_tokens, payload.output_tokens, load, sizes=sizes,
                    requests=offered.requests if offered is not None else requests,
                    warmup=offered.warmup if offered is not None else warmup, prefixes=prefixes,
@@ -179,7 +180,7 @@ def point_of(summary: LevelSummary, pruned: Point) -> Point:
 
 def predicted_level(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
                     sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS, offered: Offered | None = None,
-                    time_scale: float = 1.0, slo: RequestSlo | None = None, prefixes: Prefixes | None = None
+                    clock: Clock = REAL, slo: RequestSlo | None = None, prefixes: Prefixes | None = None
                     ) -> tuple[Point, LevelSummary | None]:
     """One closed-loop level: its point and the simulated requests' summary, unless the mean model prunes it
     (refused: nothing to simulate, no summary)."""
@@ -187,7 +188,7 @@ def predicted_level(plan: DeploymentPlan, shape: Shape, payload: Payload, concur
     if pruned.rejected:
         return pruned, None
     summary = simulated_level(plan, StepModel(shape), payload, concurrency=concurrency, sizes=sizes,
-                              requests=requests, offered=offered, time_scale=time_scale, slo=slo,
+                              requests=requests, offered=offered, clock=clock, slo=slo,
                               prefixes=prefixes)
     # No simulated request finished inside the invocation timeout: the mean model's figures, marked past it.
     return (point_of(summary, pruned) if summary.ok else replace(pruned, within_timeout=False)), summary
@@ -195,11 +196,11 @@ def predicted_level(plan: DeploymentPlan, shape: Shape, payload: Payload, concur
 
 def predicted_point(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: int, *,
                     sizes: Sizes | None = None, requests: int = SIMULATED_REQUESTS,
-                    offered: Offered | None = None, time_scale: float = 1.0, prefixes: Prefixes | None = None
+                    offered: Offered | None = None, clock: Clock = REAL, prefixes: Prefixes | None = None
                     ) -> Point:
     """One closed-loop level's point: simulated, unless the mean model prunes it (refused: nothing to simulate)."""
     return predicted_level(plan, shape, payload, concurrency, sizes=sizes, requests=requests, offered=offered,
-                           time_scale=time_scale, prefixes=prefixes)[0]
+                           clock=clock, prefixes=prefixes)[0]
 
 
 def simulated_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, concurrency: Sequence[int],

@@ -28,6 +28,7 @@ from sagellm.bench.sweep.shapes import ClosedLoopSweep, Levels, LoadShape, OpenL
 from sagellm.bench.targets.target import Target, choose_target
 from sagellm.bench.targets.teardown import tear_down
 from sagellm.bench.verdict import target_failure, went_silent
+from sagellm.clock import Clock
 from sagellm.errors import ExitStatus, SagellmError, TargetError
 from sagellm.results import picks
 from sagellm.results.gate import gate
@@ -123,7 +124,7 @@ def _target(p: BenchPlan, out: Path, say: Say) -> Target:
     return choose_target(spec.kind, p.plan, model=p.run.model if p.plan else p.bench.serving.model,
                          url=url_of(p.bench), api=spec.api,
                          served_model=spec.served_model if isinstance(spec, Http) else None, workdir=out / "cdk",
-                         run=p.run_id, process=this_process(), time_scale=p.time_scale, deployed=p.deployed, say=say,
+                         run=p.run_id, process=this_process(), clock=p.clock, deployed=p.deployed, say=say,
                          account=p.account,
                          instance_startup_s=spec.instance_startup_s if isinstance(spec, Local) else None)
 
@@ -165,15 +166,15 @@ class _Recorder:
     """Where a measurement's records and levels go: the request log, the progress display, the server's
     metrics per level and the load generator's loop lag."""
 
-    def __init__(self, measurement: Measurement, out: Path, watch: Watch, target: Target, time_scale: float):
-        self.measurement, self.watch, self.target, self.time_scale = measurement, watch, target, time_scale
+    def __init__(self, measurement: Measurement, out: Path, watch: Watch, target: Target, clock: Clock):
+        self.measurement, self.watch, self.target, self.clock = measurement, watch, target, clock
         self.log = RecordLog(out / "requests.jsonl")
         self.servers: ServerWatch | None = None
         self._loop_lag_ms = getattr(target, "loop_lag_ms", lambda: None)
         self.heard = False  # whether the endpoint has answered any request of the run
 
     def record(self, record: RequestRecord) -> None:
-        record = on_simulated_clock(record, self.time_scale, self.target.emulated)
+        record = on_simulated_clock(record, self.clock, self.target.emulated)
         self.log.append(record)
         self.watch.record(record)
         if not self.heard and went_silent(record):
@@ -198,7 +199,7 @@ def _measure(p: BenchPlan, target: Target, out: Path, watch: Watch, interrupts: 
     """Deploy (or reach) the target, measure, read its metrics, tear it down; every failure is kept in the
     measurement, none escapes (a bug's traceback goes to error.log)."""
     m = Measurement(_load_shape(p, target, out, watch.say))
-    recorder = _Recorder(m, out, watch, target, p.time_scale)
+    recorder = _Recorder(m, out, watch, target, p.clock)
     try:
         with interrupts.armed():
             _deploy_and_measure(p, target, recorder, watch, interrupts)
@@ -231,7 +232,7 @@ def _measure(p: BenchPlan, target: Target, out: Path, watch: Watch, interrupts: 
 def _load_shape(p: BenchPlan, target: Target, out: Path, say: Say) -> LoadShape:
     """The shape of load the bench's load spec asks for, with the chooser of its levels (and who sends it)."""
     chooser = make_chooser(p.method, p.bench.sweep, p.levels, p.shape, p.workload.payload(),
-                           p.plan.initial_instance_count if p.plan else 1, time_scale=p.time_scale,
+                           p.plan.initial_instance_count if p.plan else 1, clock=p.clock,
                            emulated=p.run.emulated, baseline=p.baseline)
     load, loop = p.load, p.open_loop
     if p.bench.load_by is not None:
@@ -340,7 +341,7 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
             return None
         talks = talks_of(p.workload)  # conversations: their turns simulated as conversations at the level's users
         point, simulated = predicted_level(p.plan, shape, mean, level.concurrency, sizes=p.workload.sizes,
-                                           offered=offered(records, run.time_scale), slo=run.request_slo,
+                                           offered=offered(records, run.simulated_clock), slo=run.request_slo,
                                            prefixes=p.workload.shared_prefixes()) \
             if talks is None else conversation_level(p.plan, shape, mean, level.concurrency, talks,
                                                      slo=run.request_slo)
@@ -348,7 +349,7 @@ def _levels_measured(p: BenchPlan, m: Measurement, run: Run) -> list[Level]:
             "same_engine": run.emulated, "slo_attainment": simulated.slo_attainment if simulated else None,
             "goodput": simulated.goodput if simulated else None})
 
-    levels = levels_of(m.levels, time_scale=run.time_scale, emulated=run.emulated, predict=predict, lags=m.lags,
+    levels = levels_of(m.levels, clock=run.simulated_clock, emulated=run.emulated, predict=predict, lags=m.lags,
                        slo=run.request_slo)
     return [lv.model_copy(update={"server": m.server.get(lv.load)}) for lv in levels]
 

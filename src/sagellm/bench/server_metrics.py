@@ -24,6 +24,7 @@ from sagellm.bench.targets.existing import ExistingEndpoint
 from sagellm.bench.targets.http import HttpTarget
 from sagellm.bench.targets.stack import LocalTarget, SageMakerTarget
 from sagellm.bench.targets.target import Target
+from sagellm.clock import Clock
 from sagellm.errors import TargetError
 from sagellm.results.schema import ServerMetric, ServerMetrics, ServerStats
 
@@ -102,10 +103,10 @@ class ServerWatch:
             clock = target.emulator.flush_metrics()
             # The emulator stamps its data on its simulated clock, every datum to the full: map the level
             # windows onto that clock and read them as consecutive whole seconds.
-            origin, scale = clock["origin"], clock["time_scale"]
+            origin, emulated = clock["origin"], Clock(clock["time_scale"])
 
             def simulated(t: datetime) -> datetime:
-                return datetime.fromtimestamp(origin + (t.timestamp() - origin) / scale, UTC)
+                return datetime.fromtimestamp(origin + emulated.simulated_s(t.timestamp() - origin), UTC)
 
             spans = [(simulated(self.windows[load][0]), simulated(self.windows[load][1])) for load in loads]
             windows = dict(zip(loads, cloudwatch.contiguous(spans, 1), strict=True))

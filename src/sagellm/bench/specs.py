@@ -23,6 +23,7 @@ from sagellm.bench.load.workers import worker_problems
 from sagellm.bench.sweep.choosers import Sweep
 from sagellm.bench.sweep.run import MAX_IN_FLIGHT
 from sagellm.catalog.s3_weights import split_s3_prefix
+from sagellm.clock import Clock
 from sagellm.engines import engine_option
 from sagellm.errors import InputError
 from sagellm.planner import Payload
@@ -63,10 +64,15 @@ class Local:
     api: str = "auto"  # tgi | chat | auto (the engine's: generate for TGI/LMI, completions for vLLM, chat for SGLang)
     kind: ClassVar[TargetKind] = "local"
 
+    @property
+    def clock(self) -> Clock:
+        """The emulator's clock."""
+        return Clock(self.time_scale)
+
     def __post_init__(self) -> None:
         errors = _api_problems("Local", self.api, http=False)
-        if not 0 < self.time_scale <= 1:
-            errors.append(f"Local.time_scale: {self.time_scale} must be in (0, 1]")
+        if problem := Clock.scale_problem(self.time_scale, "Local.time_scale"):
+            errors.append(problem)
         if self.instance_startup_s is not None and not self.instance_startup_s > 0:
             errors.append(f"Local.instance_startup_s: {self.instance_startup_s:g} must be > 0 seconds")
         _raise(errors)

@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from sagellm.clock import Clock
 from sagellm.emulator.frontend.server import Emulator, serve_forever
 from sagellm.emulator.process import _READY_PREFIX
 from sagellm.errors import SagellmError
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-dir", type=Path, help="removed on exit if the parent died (it cannot)")
     args = parser.parse_args(argv)
     plan = DeploymentPlan.model_validate_json(args.plan.read_text(encoding="utf-8"))
-    emulator = Emulator(plan, time_scale=args.time_scale, endpoint_name=args.endpoint_name,
+    emulator = Emulator(plan, clock=Clock(args.time_scale), endpoint_name=args.endpoint_name,
                         component_names=args.component_names, instance_startup_s=args.instance_startup_s,
                         cloudwatch_url=args.cloudwatch_url)
 

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Self
 
 import sagellm
+from sagellm.clock import REAL, Clock
 from sagellm.errors import TargetError
 from sagellm.profiles.plan import DeploymentPlan
 
@@ -35,14 +36,14 @@ class EmulatorProcess:
     """`with EmulatorProcess(plan) as emu: emu.url` — the emulator in a child process, stopped on exit."""
 
     def __init__(self, plan: DeploymentPlan | str | os.PathLike[str], *, port: int | None = None,
-                 time_scale: float = 1.0, endpoint_name: str | None = None,
+                 clock: Clock = REAL, endpoint_name: str | None = None,
                  component_names: dict[str, str] | None = None, host: str = "127.0.0.1",
                  startup_timeout_s: float = 30.0, instance_startup_s: float | None = None,
                  cloudwatch_url: str | None = None):
         self.plan = plan
         self.host = host
         self.port = port or 0  # 0: the child binds any free port and reports it
-        self.time_scale = time_scale
+        self.clock = clock
         self.endpoint_name = endpoint_name
         self.component_names = component_names
         self.startup_timeout_s = startup_timeout_s
@@ -76,7 +77,7 @@ class EmulatorProcess:
             plan_path = Path(self.plan)
         log_path = tmp / "emulator.log"
         cmd = [sys.executable, "-m", "sagellm.emulator", "--plan", str(plan_path), "--host", self.host,
-               "--port", str(self.port), "--time-scale", repr(self.time_scale),
+               "--port", str(self.port), "--time-scale", repr(self.clock.scale),
                "--parent-pid", str(os.getpid()), "--work-dir", str(tmp)]
         if self.endpoint_name:
             cmd += ["--endpoint-name", self.endpoint_name]

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from sagellm.clock import REAL, Clock
 from sagellm.engines import Limits
 from sagellm.planner.prefix import (
     CHARS_PER_TOKEN,
@@ -177,10 +178,10 @@ class CopyScheduler:
     """One model copy without a clock of its own: a queue, a running batch within the budgets, its turns, as the
     copy's engine schedules them (`scheduling`: one of SCHEDULERS)."""
 
-    def __init__(self, steps: StepModel, limits: Limits, time_scale: float = 1.0, scheduling: str = "tgi"):
+    def __init__(self, steps: StepModel, limits: Limits, clock: Clock = REAL, scheduling: str = "tgi"):
         self.steps = steps
         self.limits = limits
-        self.time_scale = time_scale  # simulated seconds per modelled second (the emulator runs faster)
+        self.clock = clock  # an emulator's: its wall seconds per modelled (simulated) second
         self.scheduling = scheduling
         self._turn = SCHEDULERS[scheduling]
         self.kv_free = limits.max_batch_total_tokens  # paged schedulers: KV tokens no sequence holds
@@ -543,7 +544,7 @@ class CopyScheduler:
             fewest = min(fewest, s.max_new_tokens - s.generated)
             computed += s.computed
         last = int(fewest) - 1  # the turn that finishes one is turn's
-        n, scale, deadline_s = len(running), self.time_scale, self._next_deadline
+        n, scale, deadline_s = len(running), self.clock.scale, self._next_deadline
         if paged:
             last = self._steps_in_blocks(last)
         elif sgl:
@@ -594,7 +595,7 @@ class CopyScheduler:
         need = head.pending + min(head.max_new_tokens - head.generated, SGLANG_CLIP_MAX_NEW) + 1
         ratio, floor = self.new_token_ratio, SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR
         # Cached segments no running sequence uses are free to SGLang's test (it evicts them to admit).
-        n, scale, kv_free = len(running), self.time_scale, self.kv_free + self.cache.unpinned
+        n, scale, kv_free = len(running), self.clock.scale, self.kv_free + self.cache.unpinned
         full = self.limits.max_batch_size is not None and n >= self.limits.max_batch_size  # no slot: it waits
         remaining = [s.max_new_tokens - s.generated for s in running]
         # Where none is clipped (at most 4096 to go), `done` steps from now they expect the sum less n × done.
@@ -654,7 +655,7 @@ class CopyScheduler:
 
     def _advance(self, modelled_s: float) -> float:
         self.busy_s += modelled_s
-        self.sim_s += modelled_s * self.time_scale
+        self.sim_s += self.clock.wall_s(modelled_s)
         return modelled_s
 
     def admit(self) -> list[Sequence]:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from sagellm.clock import Clock
 from sagellm.errors import InputError
 from sagellm.planner.curve import Point
 
@@ -210,7 +211,7 @@ class Run(_Strict):
     instance_count: int | None
     target: Literal["local", "sagemaker", "http"]
     emulated: bool
-    time_scale: float = 1.0  # emulator time compression (1.0 = real time)
+    time_scale: float = 1.0  # emulator time compression (1.0 = real time); `simulated_clock` reads it
     region: str
     endpoint: str | None = None  # endpoint name, or the URL of an http target
     bench_run: str | None = None  # the run id; stacks the run deployed carry it as tag sagellm:bench-run
@@ -235,6 +236,11 @@ class Run(_Strict):
     started_at: datetime
     ended_at: datetime | None = None
     command: str
+
+    @property
+    def simulated_clock(self) -> Clock:
+        """The clock the run's timings are on: the emulator's time scale (REAL for a real server)."""
+        return Clock(self.time_scale)
 
 
 class Predicted(_Strict):

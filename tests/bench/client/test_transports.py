@@ -29,6 +29,7 @@ from sagellm.bench.client.responses import (
     openai_event,
 )
 from sagellm.bench.client.transports import CHAT, COMPLETIONS, TGI, HttpTransport, SageMakerTransport
+from sagellm.clock import Clock
 from sagellm.emulator import Emulator, make_prompt
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
@@ -582,7 +583,7 @@ def emulator_plan(env: dict[str, str]) -> DeploymentPlan:
 def against_emulator(make: Callable[[str], Any], prompts: list[str], n: int = 6,
                      env: dict[str, str] | None = None) -> list[RequestRecord]:
     async def main() -> list[RequestRecord]:
-        emulator = Emulator(emulator_plan(env or {}), time_scale=0.05, endpoint_name="ep")
+        emulator = Emulator(emulator_plan(env or {}), clock=Clock(0.05), endpoint_name="ep")
         async with emulator.listening() as url, aiohttp.ClientSession() as session:
             transport = make(url)
             return list(await asyncio.gather(*(transport.send(session, p, n) for p in prompts)))

@@ -34,6 +34,7 @@ from sagellm.bench.client.transports import CHAT, COMPLETIONS, Api, HttpTranspor
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.closed_loop import run_level
 from sagellm.bench.targets.http import served_models
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess, make_prompt
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
@@ -376,7 +377,7 @@ def test_bench_agrees_with_vllms_own_metrics(vllm: VllmServer, concurrency: int)
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[EmulatorProcess]:
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(64, 16))
-    with EmulatorProcess(plan, time_scale=0.05) as emu:
+    with EmulatorProcess(plan, clock=Clock(0.05)) as emu:
         yield emu
 
 

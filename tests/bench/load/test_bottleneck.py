@@ -22,6 +22,7 @@ from sagellm.bench.load.measured import levels_of
 from sagellm.bench.load.open_loop import OpenLoop, run_rate_level
 from sagellm.bench.sweep.ramp import run_ramp
 from sagellm.bench.sweep.shapes import warn_when_behind
+from sagellm.clock import REAL, Clock
 from sagellm.planner import Payload
 
 # A healthy level's figures are judged only when the test process got a CPU (tests/cpu_wait.py): a process
@@ -130,18 +131,19 @@ def test_healthy_levels_of_every_shape_are_not_flagged() -> None:
 
 
 def test_the_criterion_scales_lateness_with_the_inter_arrival_gap_and_the_time_scale() -> None:
-    def why(late_ms: float, rate: float, time_scale: float = 1.0) -> str | None:
+    def why(late_ms: float, rate: float, clock: Clock = REAL) -> str | None:
         return client_bottleneck(request_rate=rate, late_s=[late_ms / 1000] * 3, capped=0, measured=3,
-                                 loop_lag_ms=None, time_scale=time_scale)
+                                 loop_lag_ms=None, clock=clock)
 
     assert why(LATE_MS * 0.9, rate=100.0) is None  # under the floor at a high rate
     assert why(LATE_MS * 1.1, rate=100.0) is not None
     assert why(400, rate=1.0) is None  # under half of a 1 s gap
     assert why(600, rate=1.0) is not None
-    assert why(600, rate=1.0, time_scale=2.0) is None  # 1/s sent at 0.5/s of wall time: a 2 s gap
+    assert why(400, rate=1.0, clock=Clock(0.5)) is not None  # 1/s sent at 2/s of wall time: a 0.5 s gap
+    assert why(200, rate=1.0, clock=Clock(0.5)) is None
     assert why(10_000, rate=None) is None  # a closed loop has no schedule
     assert client_bottleneck(request_rate=None, late_s=[], capped=0, measured=0, loop_lag_ms=LOOP_LAG_MS + 1,
-                             time_scale=1.0) is not None
+                             clock=REAL) is not None
 
 
 @pytest.mark.slow
@@ -151,7 +153,7 @@ def test_a_flagged_level_is_one_line_on_stderr_as_it_ends_and_is_in_the_results(
     healthy = closed(FakeTransport(duration_s=(0.001, 0.002)), concurrency=1, requests=4)
     passed_on: list[LevelResult] = []
 
-    warn = warn_when_behind(passed_on.append, time_scale=1.0)
+    warn = warn_when_behind(passed_on.append, clock=REAL)
     warn(level)
     warn(healthy)
 
@@ -160,6 +162,6 @@ def test_a_flagged_level_is_one_line_on_stderr_as_it_ends_and_is_in_the_results(
     assert [line.split(":")[0] for line in lines] == ["sagellm"]
     assert lines[0].startswith("sagellm: the load generator was the bottleneck at rate 50/s, not the endpoint: "
                                "requests were sent late")
-    [result] = levels_of([level], time_scale=1.0, emulated=False, predict=lambda _summary, _records: None, lags={})
+    [result] = levels_of([level], clock=REAL, emulated=False, predict=lambda _summary, _records: None, lags={})
     assert result.client_bottleneck == level.bottleneck()
     assert result.client_loop_lag_ms is not None and result.client_loop_lag_ms > 0

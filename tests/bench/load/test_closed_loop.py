@@ -22,6 +22,7 @@ from sagellm.bench.load.coordinator import run_shared_level
 from sagellm.bench.load.level import LevelProgress, LevelResult, StopRule
 from sagellm.bench.sweep.run import run_sweep
 from sagellm.catalog import find_instance, find_model
+from sagellm.clock import Clock
 from sagellm.emulator.serving.copies import CopyEngine
 from sagellm.engines import Limits
 from sagellm.planner import Payload, Shape, StepModel, predict_point
@@ -107,7 +108,7 @@ def test_a_closed_loop_moving_in_phase_is_measured_over_whole_cycles(workers: in
     # two workers (the coordinator's merge, workers in this loop) the merged window must be whole cycles too.
     shape = Shape(find_model("llama2-13b"), find_instance("ml.g5.12xlarge"), 4, generation="tgi-3")
     scale = 0.05
-    engine = CopyEngine(StepModel(shape), Limits(4000, 4096, 4096, shape.kv_capacity_tokens, None, None), scale)
+    engine = CopyEngine(StepModel(shape), Limits(4000, 4096, 4096, shape.kv_capacity_tokens, None, None), Clock(scale))
     transport, work = EngineTransport(engine, 1024), workload(1024, 32)
     options: dict[str, Any] = {"requests": 72, "duration_s": None, "warmup": 1, "workload": work,
                                "on_record": lambda r: None}

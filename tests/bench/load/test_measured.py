@@ -7,6 +7,7 @@ import pytest
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
+from sagellm.clock import REAL, Clock
 from sagellm.results.schema import LevelSummary, Predicted
 
 PREDICTED = Predicted(ms_per_token=1, ttft_ms=1, itl_ms=1, e2e_s=1, throughput_tokens_per_s=1, requests_per_s=1,
@@ -23,7 +24,7 @@ def test_an_emulated_request_is_timed_by_the_emulators_clock_in_simulated_second
     # Time scale 0.1: the emulator stamped 6.3 ms to the first token and 306 ms to the last (wall seconds on
     # its simulated clock); the client saw 12 ms and 310 ms, jitter included.
     r = rec(e2e_s=0.310, ttft_s=0.012, server_ttft_s=0.0063, server_e2e_s=0.306, late_s=0.001)
-    out = on_simulated_clock(r, 0.1, emulated=True)
+    out = on_simulated_clock(r, Clock(0.1), emulated=True)
     assert (out.ttft_s, out.e2e_s) == pytest.approx((0.063, 3.06))
     assert out.itl_s == pytest.approx((3.06 - 0.063) / 9)
     assert (out.clock, out.client_e2e_s) == ("emulator", 0.310)  # what the client saw, wall clock
@@ -33,10 +34,10 @@ def test_an_emulated_request_is_timed_by_the_emulators_clock_in_simulated_second
 
 
 def test_without_the_emulators_stamps_the_clients_timings_are_scaled_and_a_real_run_is_left_alone() -> None:
-    refused = on_simulated_clock(rec(ok=False, e2e_s=0.002, ttft_s=None, token_gaps_s=[]), 0.1, emulated=True)
+    refused = on_simulated_clock(rec(ok=False, e2e_s=0.002, ttft_s=None, token_gaps_s=[]), Clock(0.1), emulated=True)
     assert refused.e2e_s == pytest.approx(0.02) and refused.clock == "client"
     real = rec()
-    assert on_simulated_clock(real, 1.0, emulated=False) is real
+    assert on_simulated_clock(real, REAL, emulated=False) is real
 
 
 def result(records: list[RequestRecord], repeat: int, *, concurrency: int | None = 1,
@@ -56,7 +57,7 @@ def test_repeats_of_a_level_become_one_level_with_each_repeats_spread() -> None:
         assert records == fast  # the first run's records: the load a prediction replays
         return PREDICTED
 
-    [level] = levels_of([result(fast, 0), result(slow, 1)], time_scale=1.0, emulated=False, predict=predict,
+    [level] = levels_of([result(fast, 0), result(slow, 1)], clock=REAL, emulated=False, predict=predict,
                         lags={"1": 3.5})
     assert (level.concurrency, level.repeats, level.requests, level.window_s) == (1, 2, 8, 20)
     assert level.e2e_s.p50 == pytest.approx(1.5)  # the statistics hold every request of both repeats
@@ -72,7 +73,7 @@ def test_rate_levels_are_keyed_by_their_rate_in_the_order_measured() -> None:
         return result([rec(concurrency=None, request_rate=rate, worker=None, late_s=0.002)], 0,
                       concurrency=None, rate=rate)
 
-    levels = levels_of([at(2.0), at(0.5)], time_scale=1.0, emulated=False, predict=lambda *_: None, lags={})
+    levels = levels_of([at(2.0), at(0.5)], clock=REAL, emulated=False, predict=lambda *_: None, lags={})
     assert [(lv.load, lv.concurrency, lv.request_rate, lv.repeats) for lv in levels] == [
         ("2/s", None, 2.0, 1), ("0.5/s", None, 0.5, 1)]
     assert levels[0].lateness_ms is not None and levels[0].lateness_ms.p50 == pytest.approx(2.0)

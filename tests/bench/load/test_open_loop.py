@@ -20,6 +20,7 @@ from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.open_loop import OpenLoop, arrival_times, run_rate_level
 from sagellm.bench.sweep.run import run_sweep
+from sagellm.clock import Clock
 from sagellm.planner import Payload
 
 
@@ -133,7 +134,7 @@ def test_a_rate_level_stops_sending_once_its_failure_is_certain() -> None:
 @pytest.mark.slow
 def test_a_rate_sweep_runs_each_rate_the_repeats_asked_and_the_schedule_follows_the_time_scale() -> None:
     records: list[RequestRecord] = []
-    loop = OpenLoop((20.0, 40.0), arrivals="poisson", max_in_flight=8, seed=3, time_scale=0.5)
+    loop = OpenLoop((20.0, 40.0), arrivals="poisson", max_in_flight=8, seed=3, clock=Clock(0.5))
     results = asyncio.run(run_sweep(FakeTransport(duration_s=(0.002, 0.002)), workload=workload(),
                                     open_loop=loop, requests_per_level=lambda rate: int(rate), warmup=0,
                                     duration_per_level_s=None, on_record=records.append, repeats=2))

@@ -21,6 +21,7 @@ from sagellm.bench.load.open_loop import OpenLoop, run_rate_level
 from sagellm.bench.load.saturation import SaturationRule, growing, t_quantile
 from sagellm.bench.sweep.choosers import Chooser
 from sagellm.bench.sweep.run import run_sweep
+from sagellm.clock import REAL, Clock
 from sagellm.planner import Payload
 
 SCALE = 0.01  # simulated seconds run 100 × faster: the rule's 30 s window is 0.3 s of wall time
@@ -49,7 +50,7 @@ def workload() -> Workload:
 def rate_level(transport: Any, rate: float, rule: SaturationRule | None, **kw: Any) -> LevelResult:
     options: dict[str, Any] = {"arrivals": "constant", "max_in_flight": 1024, "requests": 200, "duration_s": None,
                                "warmup": 0, "workload": workload(), "on_record": lambda r: None,
-                               "stop_rule": StopRule(saturation=rule), "time_scale": SCALE}
+                               "stop_rule": StopRule(saturation=rule), "clock": Clock(SCALE)}
     options.update(kw)
     return asyncio.run(run_rate_level(transport, rate=rate, **options))
 
@@ -86,7 +87,7 @@ def test_a_first_token_past_the_limit_stops_the_level() -> None:
 
 
 def test_without_a_rule_a_growing_queue_runs_its_full_length() -> None:
-    level = rate_level(OneAtATime(0.002), 200.0, None, requests=60, time_scale=1.0)
+    level = rate_level(OneAtATime(0.002), 200.0, None, requests=60, clock=REAL)
     assert len(level.records) == 60 and level.over_saturated is None
 
 
@@ -100,9 +101,9 @@ def test_a_closed_loop_never_stops_for_saturation() -> None:
 
 def test_a_doubling_sweep_skips_the_rates_above_an_over_saturated_one() -> None:
     cpu = CpuWait()
-    chooser = Chooser("doubling", (0.5, 2.0, 4.0), time_scale=SCALE, emulated=False, instances=1)
+    chooser = Chooser("doubling", (0.5, 2.0, 4.0), clock=Clock(SCALE), emulated=False, instances=1)
     levels = asyncio.run(run_sweep(
-        OneAtATime(0.01), workload=workload(), open_loop=OpenLoop((0.5, 2.0, 4.0), time_scale=SCALE),
+        OneAtATime(0.01), workload=workload(), open_loop=OpenLoop((0.5, 2.0, 4.0), clock=Clock(SCALE)),
         requests_per_level=lambda rate: int(50 * rate), duration_per_level_s=None, warmup=0,
         on_record=lambda r: None, stop_rule=StopRule(saturation=SaturationRule()), choose=chooser))
     judge_only_when_fed(cpu.share(), MAX_CPU_WAIT, f"levels {[(lv.load, lv.over_saturated) for lv in levels]}")

@@ -13,6 +13,7 @@ from sagellm.bench.client.trace import TraceOptions
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.open_loop import run_rate_level
 from sagellm.bench.specs import trace_level
+from sagellm.clock import Clock
 from sagellm.errors import InputError
 from sagellm.planner import Payload
 
@@ -31,7 +32,7 @@ def test_a_trace_level_sends_every_request_on_the_traces_schedule_with_its_lengt
     level = asyncio.run(run_rate_level(
         FakeTransport(duration_s=(0.001, 0.002)), rate=load.request_rate[0], arrivals="constant", max_in_flight=64,
         requests=load.requests_per_level, duration_s=None, warmup=load.warmup, workload=workload,
-        on_record=records.append, time_scale=time_scale))
+        on_record=records.append, clock=Clock(time_scale)))
 
     by_request = sorted(records, key=lambda r: r.request or 0)
     assert [r.request for r in by_request] == list(range(len(rows)))
@@ -92,7 +93,7 @@ def test_a_sweep_of_speeds_is_one_level_per_speed_each_replaying_the_trace_that_
     asyncio.run(run_rate_level(
         FakeTransport(duration_s=(0.001, 0.002)), rate=load.request_rate[1], arrivals="constant", max_in_flight=64,
         requests=load.requests_per_level, duration_s=None, warmup=0, workload=workload, on_record=records.append,
-        time_scale=0.05))
+        clock=Clock(0.05)))
     due = sorted(r.start_s - (r.late_s or 0.0) for r in records)
     # Speed 4 where the workload's trace is read at 2: its arrivals twice as close again.
     assert [t - due[0] for t in due] == pytest.approx([t / 2 * 0.05 for t in workload.trace.arrivals_s], abs=2e-3)

@@ -29,6 +29,7 @@ from sagellm.bench.sweep.adaptive import (
 )
 from sagellm.bench.sweep.choosers import Chooser, doubling_estimate, measured, refit_for, sweep_method
 from sagellm.bench.sweep.run import run_sweep
+from sagellm.clock import REAL, Clock
 from sagellm.errors import InputError
 from sagellm.planner import Calibration, Payload, Point, Shape, knee_of, predict, predict_point
 from sagellm.planner.constants import RESERVED_GB_PER_GPU
@@ -324,7 +325,7 @@ def run_chooser(transport: FakeTransport, chooser: Chooser) -> list[LevelResult]
 
 
 def test_a_doubling_sweep_stops_at_the_budget_and_says_so() -> None:
-    chooser = Chooser("doubling", (1, 2, 4, 8, 16), time_scale=1.0, emulated=False, instances=2,
+    chooser = Chooser("doubling", (1, 2, 4, 8, 16), clock=REAL, emulated=False, instances=2,
                       budget_minutes=1e-9)
     results = run_chooser(FakeTransport(), chooser)
 
@@ -336,7 +337,7 @@ def test_a_doubling_sweep_stops_at_the_budget_and_says_so() -> None:
 
 
 def test_a_doubling_sweep_ends_at_the_first_failing_level() -> None:
-    chooser = Chooser("doubling", (1, 2, 4, 8), time_scale=1.0, emulated=False, instances=1)
+    chooser = Chooser("doubling", (1, 2, 4, 8), clock=REAL, emulated=False, instances=1)
     results = run_chooser(FakeTransport(admit=2), chooser)  # 4 in flight: half refused
 
     assert [r.concurrency for r in results] == [1, 2, 4]
@@ -346,7 +347,7 @@ def test_a_doubling_sweep_ends_at_the_first_failing_level() -> None:
 
 def test_an_adaptive_sweep_measures_in_its_own_order_and_goes_on_past_failing_levels() -> None:
     plan = Plan(knee=4, max=8, limit=64)
-    chooser = Chooser("adaptive", (), time_scale=1.0, emulated=False, instances=1, plan=plan)
+    chooser = Chooser("adaptive", (), clock=REAL, emulated=False, instances=1, plan=plan)
     results = run_chooser(FakeTransport(admit=6), chooser)  # 8 fails: too many refused
     loads = [r.concurrency for r in results]
 
@@ -359,7 +360,7 @@ def test_an_adaptive_sweep_measures_in_its_own_order_and_goes_on_past_failing_le
 def test_a_level_with_no_measured_request_counts_as_failed_and_is_not_chosen_again() -> None:
     empty = LevelResult(concurrency=4, records=[], started_s=0.0, ended_s=30.0, window_start_s=0.0,
                         window_end_s=30.0, ramp_excluded=False, window_output_tokens=0.0)
-    [level] = measured([empty], time_scale=0.5, emulated=True, instances=2)
+    [level] = measured([empty], clock=Clock(0.5), emulated=True, instances=2)
     assert level == Measured(4, 0.0, None, False, 30 / 0.5 / 60 * 2)
     assert next_level(Plan(knee=4, max=4, limit=64), [level]).concurrency == 2  # halving, not 4 again
 

@@ -12,6 +12,7 @@ from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.load.saturation import SaturationRule
 from sagellm.bench.sweep.choosers import Chooser
 from sagellm.bench.sweep.shapes import ClosedLoopSweep, Levels, LoadShape, OpenLoopSweep, RampRun
+from sagellm.clock import REAL
 from sagellm.planner import Payload
 
 LEVELS = Levels(requests=6, duration_s=None, wall_s=None, warmup=1, repeats=1, workers=1, ray=None)
@@ -26,7 +27,7 @@ def run(shape: LoadShape) -> tuple[list[LevelResult], list[RequestRecord]]:
 
 
 def test_a_closed_loop_sweep_measures_its_concurrency_levels_on_one_worker() -> None:
-    shape = ClosedLoopSweep(Chooser("doubling", (1, 2), 1.0, False, 1), LEVELS)
+    shape = ClosedLoopSweep(Chooser("doubling", (1, 2), REAL, False, 1), LEVELS)
     levels, records = run(shape)
     assert [lv.concurrency for lv in levels] == [1, 2] and all(lv.request_rate is None for lv in levels)
     assert sum(not r.warmup for r in records) == 12  # 6 measured per level, warm-ups beside them
@@ -36,7 +37,7 @@ def test_a_closed_loop_sweep_measures_its_concurrency_levels_on_one_worker() -> 
 
 def test_an_open_loop_sweep_measures_its_request_rates() -> None:
     loop = OpenLoop((200.0, 400.0), arrivals="constant", max_in_flight=64)
-    levels, records = run(OpenLoopSweep(Chooser("doubling", loop.rates, 1.0, False, 1), LEVELS, loop, SaturationRule()))
+    levels, records = run(OpenLoopSweep(Chooser("doubling", loop.rates, REAL, False, 1), LEVELS, loop, SaturationRule()))
     assert [lv.request_rate for lv in levels] == [200.0, 400.0] and all(lv.concurrency is None for lv in levels)
     assert all(r.late_s is not None for r in records)
 
@@ -50,7 +51,7 @@ def test_a_ramp_runs_its_steps_back_to_back_and_reads_the_scaling_state_around_t
             return {"now_s": float(Target.reads)}
 
     loop = OpenLoop((50.0, 100.0), arrivals="constant", max_in_flight=64)
-    shape = RampRun(Chooser("doubling", loop.rates, 1.0, False, 1), loop.rates, 0.2, loop, Target())
+    shape = RampRun(Chooser("doubling", loop.rates, REAL, False, 1), loop.rates, 0.2, loop, Target())
     levels, records = run(shape)
     assert [lv.request_rate for lv in levels] == [50.0, 100.0]
     assert records and not any(r.warmup for r in records)  # a ramp has no warm-up

@@ -32,6 +32,7 @@ from bench_helpers import (
     wait_for,
 )
 from sagellm.aws import cdk_cli
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
@@ -96,7 +97,7 @@ def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Account]:
     """`sagellm local-aws` with a `cdk deploy -c profile=…` stack and a team stack, and `sagellm emulate`."""
     folder = tmp_path_factory.mktemp("account")
     plan = resolve("max-throughput", MODEL, INSTANCE, payload=Payload(256, 32))
-    emulator = EmulatorProcess(plan, time_scale=0.1)
+    emulator = EmulatorProcess(plan, clock=Clock(0.1))
     with local_aws_server(folder) as (server, env):
         try:
             cdk_deploy(env, REPO, folder / "prod.out", "-c", "profile=max-throughput", "-c", f"model={MODEL}",

@@ -11,6 +11,7 @@ import pytest
 from botocore.stub import Stubber
 
 from sagellm.bench.targets.scaling_watch import COMPONENT_COPIES, ScalingWatch
+from sagellm.clock import REAL, Clock
 
 ENDPOINT, COMPONENT = "ep", "ep-llama"
 
@@ -39,7 +40,7 @@ def component(desired: int, current: int) -> dict[str, Any]:
 
 def test_copies_and_instances_are_sampled_and_scaling_activities_placed_on_the_watchs_clock() -> None:
     sm, aas = clients()
-    watch = ScalingWatch(sm, aas, ENDPOINT, COMPONENT, time_scale=1.0)
+    watch = ScalingWatch(sm, aas, ENDPOINT, COMPONENT, clock=REAL)
     watch.origin = 1_000.0  # the watch's clock: seconds since then
     with Stubber(sm) as sm_stub, Stubber(aas) as aas_stub:
         for (d_inst, c_inst), (d_copy, c_copy) in [((1, 1), (1, 1)), ((1, 1), (1, 1)), ((2, 1), (2, 1)),
@@ -86,5 +87,5 @@ def test_a_failing_control_plane_skips_a_sample_and_never_fails_the_bench() -> N
 @pytest.mark.parametrize("scale", [1.0, 0.01])
 def test_the_watchs_clock_is_on_the_records_time_scale(scale: float) -> None:
     sm, aas = clients()
-    watch = ScalingWatch(sm, aas, ENDPOINT, COMPONENT, time_scale=scale)
+    watch = ScalingWatch(sm, aas, ENDPOINT, COMPONENT, clock=Clock(scale))
     assert watch.now_s(watch.origin + 3.0) == pytest.approx(3.0 / scale)

@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 
 from sagellm.aws import cloudwatch
 from sagellm.aws.local import LocalAws
+from sagellm.clock import REAL, Clock
 from sagellm.emulator import EmulatorProcess, make_prompt
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
 
@@ -42,7 +43,7 @@ def _invoke(client: object, n_in: int, n_out: int) -> float | None:
 @pytest.fixture(scope="module")
 def published(server: LocalAws) -> tuple[list[float | None], dict[str, cloudwatch.Reading], dict[str, float]]:
     server.reset()
-    with EmulatorProcess(PLAN, time_scale=TIME_SCALE, endpoint_name=ENDPOINT,
+    with EmulatorProcess(PLAN, clock=Clock(TIME_SCALE), endpoint_name=ENDPOINT,
                          cloudwatch_url=server.endpoint_url) as emu:
         runtime = boto3.client("sagemaker-runtime", endpoint_url=emu.url, region_name="us-east-1",
                                aws_access_key_id="testing", aws_secret_access_key="testing",
@@ -94,7 +95,7 @@ def test_concurrency_is_per_copy_and_utilisation_per_endpoint(published) -> None
 def test_a_refusal_at_zero_copies_counts_in_no_capacity_invocation_failures() -> None:
     from sagellm.emulator.frontend.cloudwatch import Publisher
 
-    publisher = Publisher("http://127.0.0.1:9", "us-east-1", "ep", {}, 1.0, 1, inference_components=True)
+    publisher = Publisher("http://127.0.0.1:9", "us-east-1", "ep", {}, REAL, 1, inference_components=True)
     publisher.invocation(None, "ic-a", 400, None, 0.001, no_capacity=True)
     publisher.invocation("a", "ic-a", 200, 1.0, 1.1)
     failures = [values for (_, metric, dims, _, _), values in publisher._pending.items()

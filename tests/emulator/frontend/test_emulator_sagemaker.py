@@ -19,6 +19,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError
 
+from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess, make_prompt
 from sagellm.emulator.process import port_is_free
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
@@ -61,14 +62,14 @@ def _client(url: str) -> Any:
 
 @pytest.fixture(scope="module")
 def ic_endpoint() -> Iterator[Served]:
-    with EmulatorProcess(IC_PLAN, time_scale=0.1, endpoint_name=ENDPOINT, component_names=DEPLOYED) as emu:
+    with EmulatorProcess(IC_PLAN, clock=Clock(0.1), endpoint_name=ENDPOINT, component_names=DEPLOYED) as emu:
         yield emu, _client(emu.url)
 
 
 @pytest.fixture(scope="module")
 def fast_endpoint() -> Iterator[Served]:
     # 60 simulated seconds pass in 0.6 s.
-    with EmulatorProcess(INSTANCE_PLAN, time_scale=0.01) as emu:
+    with EmulatorProcess(INSTANCE_PLAN, clock=Clock(0.01)) as emu:
         yield emu, _client(emu.url)
 
 
@@ -197,7 +198,7 @@ def test_response_stream_times_out_with_a_model_stream_error_after_tokens(
 
 @pytest.mark.slow
 def test_child_process_runs_in_its_own_session_and_leaves_no_port_behind() -> None:
-    emu = EmulatorProcess(INSTANCE_PLAN, time_scale=0.1)
+    emu = EmulatorProcess(INSTANCE_PLAN, clock=Clock(0.1))
     with emu:
         pid, port = emu.pid, emu.port
         assert pid is not None and os.getsid(pid) == pid

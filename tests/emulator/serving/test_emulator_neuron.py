@@ -23,7 +23,7 @@ def test_the_emulator_and_the_planner_run_the_plans_compiled_shape(model_id: str
     design = design_for("max-throughput", model_id, instance)
     plan = design.plan()
     env = plan.environment
-    limits = ModelServer(plan, plan.primary, time_scale=1.0).limits
+    limits = ModelServer(plan, plan.primary).limits
     batch, length = int(env["MAX_BATCH_SIZE"]), int(env["MAX_TOTAL_TOKENS"])
     # Static batch = the compiled batch; context = the compiled sequence length; KV = batch × sequence length.
     assert (limits.max_batch_size, limits.max_total_tokens, limits.max_batch_total_tokens) == (batch, length,

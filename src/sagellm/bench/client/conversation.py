@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from sagellm.clock import REAL, Clock
 from sagellm.errors import InputError
 
 Message = dict[str, str]  # {"role": "user" | "assistant", "content": text}, as the OpenAI chat API takes it
@@ -123,7 +124,7 @@ class Conversations:
     think: ThinkTimes
     seed: int = 0
     started: int = 0
-    time_scale: float = 1.0  # a compressed emulator: think times pass this much faster in wall time
+    clock: Clock = REAL  # a compressed emulator's: think times pass that much faster in wall time
 
     def conversation(self, number: int) -> Conversation:
         """Conversation `number` of this run."""

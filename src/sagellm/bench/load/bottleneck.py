@@ -14,6 +14,7 @@ Two signs, both on the client's wall clock:
 from __future__ import annotations
 
 from sagellm.bench.client.summary import percentile
+from sagellm.clock import Clock
 
 LATE_MS = 50.0
 LATE_GAPS = 0.5
@@ -21,14 +22,14 @@ LOOP_LAG_MS = 20.0
 
 
 def client_bottleneck(*, request_rate: float | None, late_s: list[float], capped: int, measured: int,
-                      loop_lag_ms: float | None, time_scale: float) -> str | None:
+                      loop_lag_ms: float | None, clock: Clock) -> str | None:
     """Why the load generator was the bottleneck of a level, or None when it kept up: `late_s` are its measured
-    requests' lateness (wall seconds), `capped` how many of them waited for the in-flight cap; `time_scale`
-    the open loop's (its rate is in simulated requests/s, sent at rate ÷ time_scale per wall second)."""
+    requests' lateness (wall seconds), `capped` how many of them waited for the in-flight cap; `clock`
+    the open loop's (its rate is in simulated requests/s, sent at `clock.wall_rate(rate)` per wall second)."""
     reasons = []
     if request_rate is not None and late_s:
         late_ms = (percentile(late_s, 50) or 0.0) * 1000
-        limit_ms = max(LATE_MS, LATE_GAPS * 1000 * time_scale / request_rate)
+        limit_ms = max(LATE_MS, LATE_GAPS * 1000 * clock.scale / request_rate)
         if late_ms > limit_ms:
             cause = (f"{capped} of {measured} waited for the in-flight cap (--max-in-flight): raise it"
                      if capped else "the client could not keep its schedule: add --workers")

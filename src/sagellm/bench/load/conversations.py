@@ -8,7 +8,7 @@ reply to the turn before it and the think time.
   turns. The in-flight cap holds each turn as it holds a request.
 The level counts turns: the request budget, warm-up (closed loop: each user's first `warmup` turns; open loop:
 the level's first `warmup` turns) and stop rule are the level's (`level`), as for single requests. Think times
-are simulated seconds on a compressed emulator (`Conversations.time_scale`). A level runs in this process (a
+are simulated seconds on a compressed emulator (`Conversations.clock`). A level runs in this process (a
 worker pool's shares would split conversations' state across processes), and open loop's over-saturation watch
 is not applied (a conversation's next turn waits for its reply, so the queue it reads does not grow the same way).
 """
@@ -32,6 +32,7 @@ from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.closed_loop import closed_book
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.open_loop import Arrivals, OpenLoop, arrival_times
+from sagellm.clock import REAL, Clock
 
 
 def _conversations(workload: Workload) -> Conversations:
@@ -41,13 +42,13 @@ def _conversations(workload: Workload) -> Conversations:
 
 
 async def _talk(transport: Transport, session: aiohttp.ClientSession, book: LevelBook, workload: Workload,
-                talk: Conversation, scale: float, *, turn_allowed: Callable[[], bool | None],
+                talk: Conversation, clock: Clock, *, turn_allowed: Callable[[], bool | None],
                 placed: Callable[[RequestRecord, bool], None], slots: asyncio.Semaphore | None = None,
                 worker: int | None = None) -> bool:
     """Run one conversation's turns (each after its think time); False once the level sends no more turns.
     `turn_allowed` answers whether the next turn is sent and as a warm-up (None: not sent), `placed` books a record."""
     while not talk.over:
-        pause = talk.think_before(talk.turn + 1) * scale
+        pause = clock.wall_s(talk.think_before(talk.turn + 1))
         if pause > 0:
             if book.stopping is not None or book.window_end is not None:
                 return False  # the level sends nothing more: no need to think first
@@ -99,7 +100,7 @@ async def run_conversation_level(transport: Transport, *, concurrency: int, requ
                 book.ramp_done(index)
             book.add(record)
 
-        while await _talk(transport, session, book, workload, conversations.next(), conversations.time_scale,
+        while await _talk(transport, session, book, workload, conversations.next(), conversations.clock,
                           turn_allowed=allowed, placed=placed, worker=index):
             pass
 
@@ -115,9 +116,9 @@ async def run_conversation_rate_level(transport: Transport, *, rate: float, arri
                                       workload: Workload, on_record: Callable[[RequestRecord], None],
                                       on_progress: Callable[[LevelProgress], None] | None = None,
                                       stop_rule: StopRule = DEFAULT_STOP_RULE, clock_zero: float | None = None,
-                                      repeat: int = 0, seed: int = 0, time_scale: float = 1.0) -> LevelResult:
-    """Run one open-loop level of conversations: `rate` conversations start per second (÷ `time_scale` in wall
-    time), each sending its turns as its replies come back."""
+                                      repeat: int = 0, seed: int = 0, clock: Clock = REAL) -> LevelResult:
+    """Run one open-loop level of conversations: `rate` conversations start per simulated second (`clock.wall_rate(rate)`
+    in wall time), each sending its turns as its replies come back."""
     if max_in_flight < 1:
         raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
     if (requests is None) == (duration_s is None):
@@ -129,7 +130,7 @@ async def run_conversation_rate_level(transport: Transport, *, rate: float, arri
                      on_record=on_record, on_progress=on_progress, repeat=repeat)
     slots = asyncio.Semaphore(max_in_flight)
     turns_sent = [0]
-    schedule = arrival_times(rate / time_scale, arrivals, random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
+    schedule = arrival_times(clock.wall_rate(rate), arrivals, random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
 
     def allowed() -> bool | None:
         warming = turns_sent[0] < warmup
@@ -161,7 +162,7 @@ async def run_conversation_rate_level(transport: Transport, *, rate: float, arri
             if spent():
                 break
             group.create_task(_talk(transport, session, book, workload, conversations.next(),
-                                    conversations.time_scale, turn_allowed=allowed, placed=placed, slots=slots))
+                                    conversations.clock, turn_allowed=allowed, placed=placed, slots=slots))
 
     return await book.run(max_in_flight, start)
 
@@ -174,4 +175,4 @@ def conversation_level(transport: Transport, load: float,
         return functools.partial(run_conversation_level, transport, concurrency=int(load))
     return functools.partial(run_conversation_rate_level, transport, rate=load, arrivals=open_loop.arrivals,
                              max_in_flight=open_loop.max_in_flight, seed=open_loop.seed,
-                             time_scale=open_loop.time_scale)
+                             clock=open_loop.clock)

@@ -42,6 +42,7 @@ from sagellm.bench.client.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.client.workload import Request
 from sagellm.bench.load.bottleneck import client_bottleneck
 from sagellm.bench.load.saturation import OverSaturated, SaturationRule, SaturationWatch
+from sagellm.clock import REAL, Clock
 from sagellm.emulator.frontend.loop_lag import LoopLag, probing
 from sagellm.results.schema import load_name
 
@@ -101,13 +102,13 @@ class LevelResult:
     capped: int = 0  # open loop: measured requests that waited for the in-flight cap
     over_saturated: OverSaturated | None = None  # open loop: stopped early, past saturation (see `saturation`)
 
-    def bottleneck(self, time_scale: float = 1.0) -> str | None:
+    def bottleneck(self, clock: Clock = REAL) -> str | None:
         """Why the load generator was this level's bottleneck, or None when it kept up (see `bottleneck`);
-        `time_scale`: the open loop's."""
+        `clock`: the open loop's."""
         measured = self.measured
         late = [r.late_s for r in measured if r.late_s is not None]
         return client_bottleneck(request_rate=self.request_rate, late_s=late, capped=self.capped,
-                                 measured=len(measured), loop_lag_ms=self.loop_lag_ms, time_scale=time_scale)
+                                 measured=len(measured), loop_lag_ms=self.loop_lag_ms, clock=clock)
 
     @property
     def load(self) -> str:

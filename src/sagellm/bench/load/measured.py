@@ -18,14 +18,15 @@ from typing import Any
 from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.summary import summarize_runs
 from sagellm.bench.load.level import LevelResult
+from sagellm.clock import Clock
 from sagellm.results.schema import Level, LevelSummary, OverSaturation, Predicted, RequestSlo
 
 
-def on_simulated_clock(record: RequestRecord, time_scale: float, emulated: bool) -> RequestRecord:
+def on_simulated_clock(record: RequestRecord, clock: Clock, emulated: bool) -> RequestRecord:
     """A record of an emulated run in simulated seconds, timed by the emulator where it stamped the request."""
-    factor = 1.0 / time_scale
-    if not emulated and factor == 1.0:
+    if not emulated and not clock.compressed:
         return record
+    factor = 1.0 / clock.scale
 
     def scale(value: float | list[float] | None) -> float | list[float] | None:
         if isinstance(value, list):
@@ -41,7 +42,7 @@ def on_simulated_clock(record: RequestRecord, time_scale: float, emulated: bool)
     return out
 
 
-def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bool,
+def levels_of(results: Sequence[LevelResult], *, clock: Clock, emulated: bool,
               predict: Callable[[LevelSummary, list[RequestRecord]], Predicted | None],
               lags: dict[str, float], slo: RequestSlo | None = None) -> list[Level]:
     """One results level per level key (its repeats together), in the order measured, with its SLO attainment and
@@ -49,16 +50,16 @@ def levels_of(results: Sequence[LevelResult], *, time_scale: float, emulated: bo
     runs: dict[str, list[LevelResult]] = {}
     for lv in results:
         runs.setdefault(lv.load, []).append(lv)
-    factor = 1.0 / time_scale
+    factor = 1.0 / clock.scale
     out = []
     for load, repeats in runs.items():
-        parts = [([on_simulated_clock(r, time_scale, emulated) for r in lv.records],
+        parts = [([on_simulated_clock(r, clock, emulated) for r in lv.records],
                   lv.window_start_s * factor, lv.window_end_s * factor)
                  for lv in repeats if any(not r.warmup for r in lv.records)]
         if not parts:
             continue
         s = summarize_runs(parts, slo)
-        why = next((reason for lv in repeats if (reason := lv.bottleneck(time_scale))), None)
+        why = next((reason for lv in repeats if (reason := lv.bottleneck(clock))), None)
         client_lags = [lv.loop_lag_ms for lv in repeats if lv.loop_lag_ms is not None]
         over = next((lv.over_saturated for lv in repeats if lv.over_saturated is not None), None)
         # The prediction replays the first run's offered load (its records, on the simulated clock).

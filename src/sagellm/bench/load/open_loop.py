@@ -11,10 +11,10 @@ by a closed loop that waits for it.
   falling behind its schedule is a measured fact of the level (`lateness_ms`), not hidden.
 - **Over-saturation** (with `StopRule.saturation`): at each send the requests not yet answered are those in
   flight plus those due meanwhile that wait for the cap (lateness × rate); when they keep growing, or a first
-  token waits past the limit, the level stops early (`saturation`), on the simulated clock (`time_scale`).
+  token waits past the limit, the level stops early (`saturation`), on the simulated clock (`OpenLoop.clock`).
 - **Trace replay** (a workload with a trace): request i is due at the trace's arrival i ÷ the level's speed (its
-  rate ÷ the trace's mean rate at speed 1), × `time_scale`, and the schedule ends with the trace, every request of
-  which is sent (the budget is the trace's); a level's rate is the trace's mean at its speed (it names the level).
+  rate ÷ the trace's mean rate at speed 1), × `clock.scale`, and the schedule ends with the trace, every request
+  of which is sent (the budget is the trace's); a level's rate is the trace's mean at its speed (it names the level).
 Warm-up, ramp, window and stop rule are the level's (see `level`); the window ends when the next request
 is not sent (the budget is spent or the duration is over), so it spans the arrivals it measured.
 """
@@ -36,6 +36,7 @@ from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.saturation import SaturationWatch
+from sagellm.clock import REAL, Clock
 
 Arrivals = Literal["constant", "poisson"]
 ARRIVALS: tuple[Arrivals, ...] = ("constant", "poisson")
@@ -49,7 +50,7 @@ class OpenLoop:
     arrivals: Arrivals = "constant"
     max_in_flight: int = 1024
     seed: int = 0
-    time_scale: float = 1.0  # a compressed emulator: the schedule runs this much faster in wall time
+    clock: Clock = REAL  # a compressed emulator's: the schedule runs that much faster in wall time
 
 
 def arrival_times(rate: float, arrivals: Arrivals, rng: random.Random) -> Iterator[float]:
@@ -77,11 +78,11 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
                          on_record: Callable[[RequestRecord], None],
                          on_progress: Callable[[LevelProgress], None] | None = None,
                          stop_rule: StopRule = DEFAULT_STOP_RULE, clock_zero: float | None = None, repeat: int = 0,
-                         seed: int = 0, time_scale: float = 1.0, share: tuple[int, int] = (0, 1),
+                         seed: int = 0, clock: Clock = REAL, share: tuple[int, int] = (0, 1),
                          t0: float | None = None) -> LevelResult:
     """Run one open-loop level at `rate` requests/s and return its records and window.
 
-    `rate` names the level; requests are sent at rate ÷ `time_scale` per wall-clock second (a compressed
+    `rate` names the level; requests are sent at `clock.wall_rate(rate)` per wall-clock second (a compressed
     emulator serves simulated seconds faster, so the schedule is compressed with it). A worker process
     sends its `share` (k, n): arrivals k, k + n, … of the schedule starting at `t0` (`workers`); its warm-up
     is those of the level's first `warmup` arrivals, and `requests` its own measured ones.
@@ -100,15 +101,15 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
                      on_record=on_record, on_progress=on_progress, repeat=repeat)
     slots = asyncio.Semaphore(max_in_flight)
     if stop_rule.saturation is not None:
-        book.watch = SaturationWatch(stop_rule.saturation, time_scale, rate, book.load)
+        book.watch = SaturationWatch(stop_rule.saturation, clock, rate, book.load)
     in_flight = 0
-    schedule: Iterator[float] = arrival_times(rate / time_scale, arrivals,
+    schedule: Iterator[float] = arrival_times(clock.wall_rate(rate), arrivals,
                                               random.Random(f"{seed}/arrivals/{rate:g}/{repeat}"))
     if workload.trace is not None:
         if every == 1:  # one process: the level starts at the trace's first request (workers: their coordinator)
             workload.replay_from_start()
         # A level of another speed than the trace's own (a sweep of speeds) scales its arrivals by the rates' ratio.
-        pace = workload.trace.rate / rate * time_scale
+        pace = clock.wall_s(workload.trace.rate / rate)
         schedule = iter([t * pace for t in workload.trace.arrivals_s])
 
     async def one(session: aiohttp.ClientSession, request: Request, due: float, warming: bool) -> None:
@@ -137,7 +138,7 @@ async def run_rate_level(transport: Transport, *, rate: float, arrivals: Arrival
             await slots.acquire()  # the in-flight cap: a request due meanwhile is sent late
             if book.watch is not None:
                 now = time.perf_counter()
-                waiting = int(max(0.0, now - due) * rate / time_scale / every)  # due meanwhile, not yet sent
+                waiting = int(max(0.0, now - due) * clock.wall_rate(rate) / every)  # due meanwhile, not yet sent
                 book.saturated(book.watch.sent(now - book.started, in_flight + 1 + waiting))
             in_flight += 1
             group.create_task(one(session, workload.next(), due, warming))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from sagellm.bench.client.records import RequestRecord
+from sagellm.clock import Clock
 
 SAGEMAKER_INVOCATION_TIMEOUT_S = 60.0
 
@@ -92,24 +93,24 @@ def growing(samples: list[tuple[float, float]], window_s: float, min_rise: float
 class SaturationWatch:
     """Watches one open-loop level as it runs; `sent` and `answered` say when it is over-saturated."""
 
-    def __init__(self, rule: SaturationRule, time_scale: float, rate: float, level: str):
+    def __init__(self, rule: SaturationRule, clock: Clock, rate: float, level: str):
         self.rule = rule
         self.rate = rate  # requests/s of simulated time
-        self.time_scale = time_scale  # wall seconds × 1/time_scale = simulated seconds
+        self.clock = clock  # the records' wall seconds are read on it as simulated seconds
         self.level = level
         self.samples: deque[tuple[float, float]] = deque()
         self.since: float | None = None  # the ramp's end, simulated seconds since the level started
 
     def ramp_ended(self, at_wall_s: float) -> None:
         """The level's ramp ended `at_wall_s` wall seconds after it started: growth counts from here."""
-        self.since = at_wall_s / self.time_scale
+        self.since = self.clock.simulated_s(at_wall_s)
         self.samples.clear()
 
     def sent(self, at_wall_s: float, in_flight: int) -> OverSaturated | None:
         """A request was sent with `in_flight` (itself included) unanswered."""
         if self.since is None:
             return None
-        now = at_wall_s / self.time_scale
+        now = self.clock.simulated_s(at_wall_s)
         self.samples.append((now, in_flight))
         while self.samples[0][0] < now - self.rule.window_s:
             self.samples.popleft()
@@ -126,8 +127,8 @@ class SaturationWatch:
         """A request returned: is its first token past the limit?"""
         limit = self.rule.max_ttft_s
         ttft = record.server_ttft_s if record.server_ttft_s is not None else record.ttft_s
-        if limit is None or ttft is None or ttft / self.time_scale <= limit:
+        if limit is None or ttft is None or self.clock.simulated_s(ttft) <= limit:
             return None
         return OverSaturated(f"over-saturated at request rate {self.level}: a first token took "
-                             f"{ttft / self.time_scale:.3g} s, past the {limit:g} s limit",
-                             round(at_wall_s / self.time_scale, 3))
+                             f"{self.clock.simulated_s(ttft):.3g} s, past the {limit:g} s limit",
+                             round(self.clock.simulated_s(at_wall_s), 3))

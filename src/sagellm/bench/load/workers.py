@@ -153,7 +153,7 @@ async def run_share(share: Share, transport: Transport, workload: Workload, emit
             loop, rate = share.open_loop, share.rate or 0.0
             result = await run_rate_level(transport, rate=rate, arrivals=loop.arrivals,
                                           max_in_flight=max(1, loop.max_in_flight // share.workers),
-                                          warmup=share.warmup, seed=loop.seed, time_scale=loop.time_scale,
+                                          warmup=share.warmup, seed=loop.seed, clock=loop.clock,
                                           share=(share.worker, share.workers), t0=share.t0, **common)
     finally:
         ticker.cancel()

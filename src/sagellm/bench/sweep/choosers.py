@@ -16,6 +16,7 @@ from pathlib import Path
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of
 from sagellm.bench.sweep.adaptive import Measured, Plan, Predictor, Refit, next_level, plan_from_prediction
+from sagellm.clock import Clock
 from sagellm.errors import InputError
 from sagellm.planner import (
     DEFAULT_CONCURRENCY,
@@ -70,9 +71,9 @@ def sweep_method(sweep: str, *, predicted: bool, open_loop: bool) -> str:
     return sweep
 
 
-def level_minutes(runs: Sequence[LevelResult], time_scale: float, instances: int) -> float:
+def level_minutes(runs: Sequence[LevelResult], clock: Clock, instances: int) -> float:
     """Endpoint-minutes the runs of a level took."""
-    return sum(r.ended_s - r.started_s for r in runs) / time_scale / 60 * instances
+    return clock.simulated_s(sum(r.ended_s - r.started_s for r in runs)) / 60 * instances
 
 
 @dataclass
@@ -81,7 +82,7 @@ class Chooser:
 
     method: str  # adaptive | doubling
     levels: tuple[float, ...]  # doubling: the list in order (the plan holds the adaptive's)
-    time_scale: float
+    clock: Clock
     emulated: bool
     instances: int
     budget_minutes: float | None = None
@@ -92,7 +93,7 @@ class Chooser:
     order: list[str] = field(default_factory=list)  # level names in the order measured
 
     def __call__(self, results: list[LevelResult]) -> float | None:
-        self.measured = measured(results, self.time_scale, self.emulated, self.instances)
+        self.measured = measured(results, self.clock, self.emulated, self.instances)
         self.order = list(dict.fromkeys(r.load for r in results))
         level, reason = self._next(results)
         if level is None:
@@ -156,7 +157,7 @@ def threshold_levels(path: Path | None) -> list[int]:
 
 
 def make_chooser(method: str, sweep: Sweep, levels: tuple[float, ...], shape: Shape | None, payload: Payload,
-                 instances: int, *, time_scale: float, emulated: bool, baseline: Results | None = None) -> Chooser:
+                 instances: int, *, clock: Clock, emulated: bool, baseline: Results | None = None) -> Chooser:
     """The chooser of a bench: its list of `levels`, or (adaptive) its plan from the prediction, which measures
     the levels too. An adaptive sweep also measures the levels a baseline run has, so that the two have levels
     in common to compare."""
@@ -165,7 +166,7 @@ def make_chooser(method: str, sweep: Sweep, levels: tuple[float, ...], shape: Sh
         assert shape is not None  # sweep_method: adaptive needs a prediction
         again = [lv.concurrency for lv in baseline.levels if lv.concurrency] if baseline else []
         plan = adaptive_plan(shape, payload, [*(int(lv) for lv in levels), *again], sweep.budget_minutes)
-    return Chooser(method, levels, time_scale, emulated, instances, sweep.budget_minutes, plan)
+    return Chooser(method, levels, clock, emulated, instances, sweep.budget_minutes, plan)
 
 
 def sweep_block(chooser: Chooser, shape: Shape | None, payload: Payload, *,
@@ -180,15 +181,15 @@ def sweep_block(chooser: Chooser, shape: Shape | None, payload: Payload, *,
     return sweep_record(chooser, estimate=estimate)
 
 
-def measured(results: list[LevelResult], time_scale: float, emulated: bool, instances: int) -> list[Measured]:
+def measured(results: list[LevelResult], clock: Clock, emulated: bool, instances: int) -> list[Measured]:
     """What the chooser needs of the levels measured so far (repeats together), in the order measured; a
     level without a measured request counts as failed (so it is never chosen again)."""
-    summaries = {lv.load: lv for lv in levels_of(results, time_scale=time_scale, emulated=emulated,
+    summaries = {lv.load: lv for lv in levels_of(results, clock=clock, emulated=emulated,
                                                  predict=lambda *_: None, lags={})}
     out = []
     for load in dict.fromkeys(r.load for r in results):
         runs = [r for r in results if r.load == load]
-        minutes = level_minutes(runs, time_scale, instances)
+        minutes = level_minutes(runs, clock, instances)
         level = summaries.get(load)
         if level is None:
             out.append(Measured(runs[0].concurrency or 0, 0.0, None, False, minutes))

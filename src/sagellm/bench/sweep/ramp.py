@@ -77,7 +77,7 @@ async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, 
                    on_start: Callable[[], None] | None = None) -> list[LevelResult]:
     """Run the steps of `loop.rates` back to back, `step_s` wall seconds each; one level result per step.
 
-    Rates are simulated requests/s: they are sent at rate ÷ `loop.time_scale` per wall second, like a
+    Rates are simulated requests/s: they are sent at `loop.clock.wall_rate(rate)` per wall second, like a
     sweep's open loop. `on_start` runs just before the first request (e.g. to align another clock).
     """
     if step_s <= 0:
@@ -92,7 +92,7 @@ async def run_ramp(transport: Transport, *, workload: Workload, loop: OpenLoop, 
 
     async def step(session: aiohttp.ClientSession, group: asyncio.TaskGroup, book: LevelBook) -> None:
         rng = random.Random(f"{loop.seed}/ramp/{book.request_rate:g}/{len(books)}")
-        for offset in arrival_times((book.request_rate or 0.0) / loop.time_scale, loop.arrivals, rng):
+        for offset in arrival_times(loop.clock.wall_rate(book.request_rate or 0.0), loop.arrivals, rng):
             if offset >= step_s * (1 - 1e-9):  # offsets are float sums: 10 × 0.01 s must end a 0.1 s step
                 break
             due = book.started + offset

@@ -74,7 +74,7 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
             level = functools.partial(run_level, transport, concurrency=int(load)) if open_loop is None else \
                 functools.partial(run_rate_level, transport, rate=load, arrivals=open_loop.arrivals,
                                   max_in_flight=open_loop.max_in_flight, seed=open_loop.seed,
-                                  time_scale=open_loop.time_scale)
+                                  clock=open_loop.clock)
             if workload.conversations is not None:  # in this process: a conversation's turns share its history
                 level = conversation_level(transport, load, open_loop)
             elif pool is not None:

@@ -31,6 +31,7 @@ from sagellm.bench.sweep.choosers import Chooser, level_minutes, sweep_block
 from sagellm.bench.sweep.ramp import run_ramp
 from sagellm.bench.sweep.ramp_figures import ramp_block
 from sagellm.bench.sweep.run import run_sweep
+from sagellm.clock import REAL, Clock
 from sagellm.planner import Payload, Shape
 from sagellm.profiles import Design
 from sagellm.results import picks
@@ -41,11 +42,11 @@ RunAsync = Callable[[Coroutine[Any, Any, Any]], Any]  # runs a coroutine to its 
 
 
 def warn_when_behind(on_level: Callable[[LevelResult], None],
-                     time_scale: float) -> Callable[[LevelResult], None]:
+                     clock: Clock) -> Callable[[LevelResult], None]:
     """`on_level`, then one line on stderr when the load generator was the level's bottleneck."""
     def level(result: LevelResult) -> None:
         on_level(result)
-        if why := result.bottleneck(time_scale):
+        if why := result.bottleneck(clock):
             kind = "rate" if result.request_rate is not None else "concurrency"
             print(f"sagellm: the load generator was the bottleneck at {kind} {result.load}, not the endpoint: {why}",
                   file=sys.stderr, flush=True)
@@ -115,13 +116,13 @@ class ClosedLoopSweep(LoadShape):
             on_level: Callable[[LevelResult], None]) -> None:
         lv = self.levels
         self.workers = pool_size(lv.workers, self.chooser.levels, open_loop=self.open_loop)
-        time_scale = self.open_loop.time_scale if self.open_loop else 1.0  # a closed loop has no schedule to keep
+        clock = self.open_loop.clock if self.open_loop else REAL  # a closed loop has no schedule to keep
         # The pool starts (and stops) outside the event loop: worker processes and Ray start blocking.
         with worker_pool(self.workers, transport, workload, lv.ray) as pool:
             run_async(run_sweep(
                 transport, workload=workload, open_loop=self.open_loop, requests_per_level=lv.requests,
                 duration_per_level_s=lv.wall_s, warmup=lv.warmup, on_record=on_record, on_progress=on_progress,
-                on_level=warn_when_behind(on_level, time_scale),
+                on_level=warn_when_behind(on_level, clock),
                 stop_rule=StopRule(max_error_rate=picks.MAX_ERROR_RATE, saturation=self.saturation),
                 repeats=lv.repeats, choose=self.chooser, pool=pool, workers=lv.workers))
 
@@ -166,16 +167,16 @@ class RampRun(LoadShape):
             on_level(result)
 
         try:
-            run_async(run_ramp(transport, workload=workload, loop=self.loop, step_s=self.step_s * self.loop.time_scale,
+            run_async(run_ramp(transport, workload=workload, loop=self.loop, step_s=self.loop.clock.wall_s(self.step_s),
                                on_record=on_record, on_progress=on_progress,
-                               on_level=warn_when_behind(step, self.loop.time_scale), on_start=started))
+                               on_level=warn_when_behind(step, self.loop.clock), on_start=started))
         finally:
             self.end = self._scaling()
 
     def sweep_block(self, shape: Shape | None, payload: Payload) -> SweepRecord:
         """The ramp's account: its steps in order and the endpoint-minutes from its first request to its last
         return (its steps share one schedule: they are not summed)."""
-        minutes = level_minutes([replace(self.steps[0], ended_s=self.steps[-1].ended_s)], self.loop.time_scale,
+        minutes = level_minutes([replace(self.steps[0], ended_s=self.steps[-1].ended_s)], self.loop.clock,
                                 self.chooser.instances) if self.steps else 0.0
         return SweepRecord(method="ramp", order=[s.load for s in self.steps], endpoint_minutes=round(minutes, 3),
                            outcome=f"{len(self.steps)} of {len(self.rates)} steps run")
@@ -183,7 +184,7 @@ class RampRun(LoadShape):
     def ramp_block(self, levels: list[LevelResult], run: Run, design: Design | None,
                    slo: float | None) -> RampRecord:
         """The results' `ramp` block from the steps' records (put on the simulated clock here)."""
-        records = [on_simulated_clock(r, run.time_scale, run.emulated) for lv in levels for r in lv.records]
+        records = [on_simulated_clock(r, run.simulated_clock, run.emulated) for lv in levels for r in lv.records]
         offset = float(self.start["now_s"]) if self.start else 0.0
         return ramp_block(records, rates=self.rates, step_s=self.step_s, scaling=self.end, scaling_offset_s=offset,
                           initial_instances=run.instance_count or 1, slo_ms_per_token=slo,

@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 
 from sagellm.bench.client.transports import APIS, TGI, Api, HttpTransport, Transport
+from sagellm.clock import REAL, Clock
 from sagellm.errors import InputError, TargetError
 from sagellm.results.schema import Teardown
 
@@ -22,21 +23,21 @@ def api_for(api: str, url: str | None) -> str:
     return "openai" if url and "/v1" in url else "tgi"
 
 
-def emulator_time_scale(url: str) -> float | None:
-    """The time scale of sagellm's emulator at `url` (its `/info`, the same figure as every reply's
+def emulator_clock(url: str) -> Clock | None:
+    """The clock of sagellm's emulator at `url` (its `/info`, the same figure as every reply's
     `X-Sagellm-Time-Scale`), or None when the server is no emulator or does not answer."""
     _, info = _get_json(f"{url.rstrip('/').removesuffix('/v1')}/info")
     if not (isinstance(info, dict) and info.get("emulated") is True):
         return None
     scale = info.get("time_scale", 1.0)
-    return float(scale) if isinstance(scale, int | float) and scale > 0 else 1.0
+    return Clock(float(scale)) if isinstance(scale, int | float) and 0 < scale <= 1 else REAL
 
 
-def runtime_time_scale() -> float | None:
-    """The time scale of the emulator the SageMaker runtime points at (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME), or
+def runtime_clock() -> Clock | None:
+    """The clock of the emulator the SageMaker runtime points at (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME), or
     None where it points at no emulator."""
     url = os.environ.get("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME")
-    return emulator_time_scale(url) if url else None
+    return emulator_clock(url) if url else None
 
 
 def http_address(url: str) -> tuple[str, int]:
@@ -90,7 +91,7 @@ def served_models(base: str) -> list[str] | None:
 
 def runtime_is_emulated() -> bool:
     """Whether the SageMaker runtime was pointed (AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME) at sagellm's emulator."""
-    return runtime_time_scale() is not None  # the emulator's /info says so, with its time scale
+    return runtime_clock() is not None  # the emulator's /info says so, with its time scale
 
 
 class HttpTarget:

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from sagellm.clock import REAL, Clock
+
 if TYPE_CHECKING:
     from sagellm.aws.account import Account
 
@@ -35,10 +37,10 @@ class ScalingWatch:
     """Samples an endpoint's copies and instances in a thread; `state()` is what it has seen so far."""
 
     def __init__(self, sagemaker: Any, autoscaling: Any, endpoint: str, component: str | None, *,
-                 time_scale: float = 1.0, variant: str = "AllTraffic"):
+                 clock: Clock = REAL, variant: str = "AllTraffic"):
         self.sagemaker, self.autoscaling = sagemaker, autoscaling
         self.endpoint, self.component, self.variant = endpoint, component, variant
-        self.time_scale = time_scale
+        self.clock = clock
         self.origin = time.time()  # the watch's clock starts here
         self.events: list[dict[str, Any]] = []
         self._last: tuple[int, int, int | None] | None = None
@@ -47,7 +49,7 @@ class ScalingWatch:
 
     def now_s(self, wall: float | None = None) -> float:
         """The watch's clock (seconds since it started, on the records' time scale) at `wall` (default: now)."""
-        return ((time.time() if wall is None else wall) - self.origin) / self.time_scale
+        return self.clock.simulated_s((time.time() if wall is None else wall) - self.origin)
 
     def start(self) -> None:
         """Sample now and then every `SAMPLE_S` until `stop`."""
@@ -64,7 +66,7 @@ class ScalingWatch:
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        while not self._stop.wait(max(_MIN_WALL_S, SAMPLE_S * self.time_scale)):
+        while not self._stop.wait(max(_MIN_WALL_S, self.clock.wall_s(SAMPLE_S))):
             self.sample()
 
     def sample(self, wall: float | None = None) -> None:
@@ -133,10 +135,10 @@ class Watched:
 
     def watch_scaling(self, endpoint: str, component: str | None, account: Account) -> None:
         """Watch `endpoint` (and `component`) in the run's account and region, once asked."""
-        from sagellm.bench.targets.http import runtime_time_scale
+        from sagellm.bench.targets.http import runtime_clock
 
         self.watch = ScalingWatch(account.client("sagemaker"), account.client("application-autoscaling"), endpoint,
-                                  component, time_scale=runtime_time_scale() or 1.0)
+                                  component, clock=runtime_clock() or REAL)
 
     def autoscaling(self) -> dict[str, Any] | None:
         """What the endpoint's control plane showed of its scaling so far (None before it is deployed)."""

@@ -22,6 +22,7 @@ from sagellm.aws.account import Account
 from sagellm.bench.client.transports import TGI, Api, SageMakerTransport, Transport
 from sagellm.bench.targets.http import runtime_is_emulated
 from sagellm.bench.targets.scaling_watch import Watched
+from sagellm.clock import REAL, Clock
 from sagellm.errors import TargetError
 from sagellm.profiles.plan import DeploymentPlan, component_output
 from sagellm.results.schema import Teardown
@@ -154,12 +155,12 @@ class LocalTarget(_StackTarget):
     emulated = True
 
     def __init__(self, plan: DeploymentPlan, workdir: Path, run: str, process: str,
-                 on_line: Callable[[str], None] | None = None, time_scale: float = 1.0, *, api: Api = TGI,
+                 on_line: Callable[[str], None] | None = None, clock: Clock = REAL, *, api: Api = TGI,
                  instance_startup_s: float | None = None):
         super().__init__(plan, workdir, run, process, on_line, api=api)
         from sagellm.aws.local import LocalAws
 
-        self.time_scale = time_scale
+        self.clock = clock
         self.instance_startup_s = instance_startup_s
         self.aws = LocalAws(plan.region)
         self.emulator: EmulatorProcess | None = None
@@ -182,7 +183,7 @@ class LocalTarget(_StackTarget):
             self.aws.client("secretsmanager").create_secret(Name=LOCAL_TOKEN_SECRET, SecretString="local")
             deployed = self.plan.model_copy(update={"hf_token_secret": LOCAL_TOKEN_SECRET})
         outputs = self._deploy_stack(deployed)
-        emulator = self.emulator = EmulatorProcess(self.plan, time_scale=self.time_scale,
+        emulator = self.emulator = EmulatorProcess(self.plan, clock=self.clock,
                                                    endpoint_name=self.endpoint,
                                                    component_names=_components(self.plan, outputs),
                                                    instance_startup_s=self.instance_startup_s,

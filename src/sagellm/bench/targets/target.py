@@ -18,6 +18,7 @@ from sagellm.bench.client.transports import APIS, Api, Transport
 from sagellm.bench.targets.existing import ExistingEndpoint
 from sagellm.bench.targets.http import HttpTarget
 from sagellm.bench.targets.stack import LocalTarget, SageMakerTarget
+from sagellm.clock import Clock
 from sagellm.engines import ENGINES
 from sagellm.profiles.plan import DeploymentPlan
 from sagellm.results.schema import Teardown
@@ -42,7 +43,7 @@ class Target(Protocol):
 
 
 def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None, url: str | None, api: str,
-                  served_model: str | None, workdir: Path, run: str, process: str, time_scale: float,
+                  served_model: str | None, workdir: Path, run: str, process: str, clock: Clock,
                   deployed: DeployedEndpoint | None, say: Callable[[str], None], account: Account | None = None,
                   instance_startup_s: float | None = None) -> Target:
     """The target a run asked for (`deployed`: the existing endpoint `--endpoint-name` named; `account`: the
@@ -58,7 +59,7 @@ def choose_target(target: str, plan: DeploymentPlan | None, *, model: str | None
         say(f"  cdk │ {line}")
 
     if target == "local":
-        return LocalTarget(plan, workdir, run, process, cdk_line, time_scale=time_scale, api=chosen,
+        return LocalTarget(plan, workdir, run, process, cdk_line, clock=clock, api=chosen,
                            instance_startup_s=instance_startup_s)
     assert account is not None  # plan_bench resolves it for every sagemaker target
     if deployed is not None:

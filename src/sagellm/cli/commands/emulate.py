@@ -18,7 +18,7 @@ from sagellm.cli.options import (
     Region,
     payload_from,
 )
-from sagellm.errors import InputError
+from sagellm.clock import Clock
 
 
 @app.command()
@@ -47,8 +47,7 @@ def emulate(
     from sagellm.catalog.s3_weights import split_s3_prefix
     from sagellm.emulator import run_emulator
 
-    if not 0 < time_scale <= 1:
-        raise InputError(f"--time-scale: {time_scale} must be in (0, 1]")
+    clock = Clock.of(time_scale, "--time-scale")
     if model_s3_uri is not None:
         split_s3_prefix(model_s3_uri, "--model-s3-uri")
     # design_for, not resolve: the emulator serves a local model folder without its weights staged in S3.
@@ -56,4 +55,4 @@ def emulate(
                                region=region, profiles_dir=profiles_dir, model_s3_uri=model_s3_uri).plan()
     print(f"emulating {plan.profile}: {plan.primary.model_id} on {plan.instance_type} at http://127.0.0.1:{port} "
           f"(time scale {time_scale:g}); Ctrl-C to stop", file=sys.stderr)
-    run_emulator(plan, port=port, time_scale=time_scale, endpoint_name=endpoint_name)
+    run_emulator(plan, port=port, clock=clock, endpoint_name=endpoint_name)

@@ -13,6 +13,7 @@ import typer
 
 from sagellm.cli.app import app
 from sagellm.cli.options import INT32_MAX, InputTokens, Json, ModelOption, OutputTokens, Region
+from sagellm.clock import Clock
 from sagellm.errors import ExitStatus, InputError
 
 if TYPE_CHECKING:
@@ -240,8 +241,8 @@ def _check_verify_options(verify: int, target: str, time_scale: float | None, bu
         problems.append("--time-scale: only with --target local (a SageMaker endpoint runs in real time)")
     if target == "local" and hf_token_secret is not None and verify:
         problems.append("--hf-token-secret: only with --target sagemaker (the local emulator loads no weights)")
-    if time_scale is not None and not 0 < time_scale <= 1:
-        problems.append(f"--time-scale: {time_scale:g} must be in (0, 1]")
+    if time_scale is not None and (problem := Clock.scale_problem(time_scale, "--time-scale")):
+        problems.append(problem)
     if budget_minutes is not None and not budget_minutes > 0:
         problems.append(f"--budget-minutes: {budget_minutes:g} must be > 0")
     if problems:

@@ -28,6 +28,7 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
+from sagellm.clock import Clock
 from sagellm.emulator.serving.copies import ModelServer
 
 SAGEMAKER = "AWS/SageMaker"
@@ -44,7 +45,7 @@ _MAX_DATA = 500  # ... and (moto and CloudWatch alike) a bounded number of data 
 class Publisher:
     """Collects the endpoint's metrics as it serves and puts them into CloudWatch at `url`."""
 
-    def __init__(self, url: str, region: str, endpoint: str, models: dict[str, ModelServer], time_scale: float,
+    def __init__(self, url: str, region: str, endpoint: str, models: dict[str, ModelServer], clock: Clock,
                  instance_count: int, inference_components: bool):
         import boto3  # lazy: only an emulator with a CloudWatch to publish to needs it
 
@@ -52,7 +53,7 @@ class Publisher:
                                    aws_access_key_id="testing", aws_secret_access_key="testing")
         self.endpoint = endpoint
         self.models = models
-        self.time_scale = time_scale
+        self.clock = clock
         self.instance_count = instance_count
         self.inference_components = inference_components
         self.components: dict[str, str] = {}  # model name → the inference-component name invoked
@@ -75,11 +76,11 @@ class Publisher:
 
     def now(self) -> float:
         """Now on the simulated clock (epoch seconds)."""
-        return self.origin + (time.time() - self.origin) / self.time_scale
+        return self.origin + self.clock.simulated_s(time.time() - self.origin)
 
-    def clock(self) -> dict[str, float]:
+    def clock_info(self) -> dict[str, float]:
         """How to map wall-clock times onto the timestamps published: the origin and the time scale."""
-        return {"origin": self.origin, "time_scale": self.time_scale}
+        return {"origin": self.origin, "time_scale": self.clock.scale}
 
     def invocation(self, model: str | None, component: str | None, status: int, model_s: float | None,
                    wall_s: float, *, no_capacity: bool = False) -> None:
@@ -94,13 +95,13 @@ class Publisher:
         if self.inference_components:
             self._add(SAGEMAKER, "NoCapacityInvocationFailures", dims, "None", 1.0 if no_capacity else 0.0)
         if model_s is not None:
-            self._add(SAGEMAKER, "ModelLatency", dims, "Microseconds", model_s / self.time_scale * 1e6)
+            self._add(SAGEMAKER, "ModelLatency", dims, "Microseconds", self.clock.simulated_s(model_s) * 1e6)
             self._add(SAGEMAKER, "OverheadLatency", dims, "Microseconds", max(0.0, wall_s - model_s) * 1e6)
 
     def sample(self) -> None:
         """Concurrency, GPU and GPU memory utilisation since the last sample."""
         now = time.perf_counter()
-        elapsed = (now - self._sampled) / self.time_scale  # simulated seconds
+        elapsed = self.clock.simulated_s(now - self._sampled)  # simulated seconds
         if elapsed <= 0:
             return
         self._sampled = now
@@ -162,7 +163,7 @@ class Publisher:
 
     async def run(self) -> None:
         """Sample every simulated second (within 0.05–1 wall seconds); publish every few wall seconds."""
-        interval = min(1.0, max(0.05, SAMPLE_SIMULATED_S * self.time_scale))
+        interval = min(1.0, max(0.05, self.clock.wall_s(SAMPLE_SIMULATED_S)))
         last_put = time.perf_counter()
         while True:
             await asyncio.sleep(interval)

@@ -166,7 +166,7 @@ class ContainerRoutes:
             "router": "sagellm-emulator", "version": "emulated", "sha": None, "docker_label": None,
             # Anything measured against this server is emulated, at this time compression.
             "emulated": True,
-            "time_scale": e.time_scale,
+            "time_scale": e.clock.scale,
             "sagellm": {
                 "endpoint_name": e.endpoint_name, "endpoint_kind": e.plan.endpoint_kind,
                 "profile": e.plan.profile, "container": e.plan.container,

@@ -13,6 +13,7 @@ from dataclasses import replace
 from sagellm.catalog import Instance
 from sagellm.catalog import instances as catalog_instances
 from sagellm.catalog import models as catalog_models
+from sagellm.clock import REAL, Clock
 from sagellm.emulator.frontend.calls import Call, Reply, reply_of
 from sagellm.emulator.frontend.formats import Ask
 from sagellm.emulator.serving.autoscaling import (
@@ -23,7 +24,6 @@ from sagellm.emulator.serving.autoscaling import (
     TargetTracking,
 )
 from sagellm.emulator.serving.copies import ModelServer, RequestError
-from sagellm.errors import InputError
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.profiles.plan import ComputeRequirements, DeploymentPlan, ModelDeployment
 
@@ -38,16 +38,14 @@ class EmulatedEndpoint:
     adds one.
     """
 
-    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,
+    def __init__(self, plan: DeploymentPlan, *, clock: Clock = REAL, endpoint_name: str | None = None,
                  component_names: dict[str, str] | None = None, instance_startup_s: float | None = None):
-        if not time_scale > 0:
-            raise InputError(f"time_scale: {time_scale} must be > 0 (0.1 runs ten times faster)")
         self.plan = plan
-        self.time_scale = time_scale
+        self.clock = clock
         self.endpoint_name = endpoint_name or f"sagellm-{plan.profile}"
         # Without a name it stands in for every endpoint of an account (`sagellm emulate` behind `local-aws`).
         self.any_endpoint = endpoint_name is None
-        self.models = {m.name: ModelServer(plan, m, time_scale) for m in plan.models}
+        self.models = {m.name: ModelServer(plan, m, clock) for m in plan.models}
         names = component_names or {m.name: m.name for m in plan.models}
         self.component_names = {name: names.get(name, name) for name in self.models}
         self.by_component = {deployed: self.models[name] for name, deployed in self.component_names.items()}
@@ -56,7 +54,7 @@ class EmulatedEndpoint:
         self.payload_limit = self.engine.payload_limit(plan.primary.environment)
         self.served = 0
         # Every reply carries these.
-        self.headers = {"X-Sagellm-Emulated": "true", "X-Sagellm-Time-Scale": f"{time_scale:g}"}
+        self.headers = {"X-Sagellm-Emulated": "true", "X-Sagellm-Time-Scale": f"{clock.scale:g}"}
         self.autoscaling = _scaling(plan, self.models, instance_startup_s)
         self._zero = time.perf_counter()  # the simulated clock's origin (`start_clock` when serving starts)
 
@@ -89,7 +87,7 @@ class EmulatedEndpoint:
               ) -> Call:
         """Queue `ask` on one of `model`'s copies (with SageMaker's invocation deadline on its routes; `body`: an
         InvokeEndpoint's, whose first bytes prefix-aware routing compares)."""
-        deadline = arrived_s + INVOCATION_TIMEOUT_S * self.time_scale if sagemaker else None
+        deadline = arrived_s + self.clock.wall_s(INVOCATION_TIMEOUT_S) if sagemaker else None
         default_new_tokens = self.engine.default_max_new_tokens()
         if default_new_tokens is not None and ask.api == "generate" and ask.max_new_tokens is None:
             ask = replace(ask, max_new_tokens=default_new_tokens)
@@ -111,7 +109,7 @@ class EmulatedEndpoint:
 
     def simulated_now_s(self) -> float:
         """Simulated seconds since the emulator started serving."""
-        return (time.perf_counter() - self._zero) / self.time_scale
+        return self.clock.simulated_s(time.perf_counter() - self._zero)
 
     def apply_scaling(self) -> None:
         """Bring the scaling up to the simulated now; resize the copies of the models whose capacity changed."""
@@ -145,7 +143,7 @@ class EmulatedEndpoint:
         """Run the scaling loop on the simulated clock: one tick per simulated second."""
         while True:
             self.apply_scaling()
-            await asyncio.sleep(self.time_scale)
+            await asyncio.sleep(self.clock.wall_s(1.0))
 
     @contextlib.contextmanager
     def in_flight(self, component: str | None = None) -> Iterator[None]:

@@ -28,7 +28,7 @@ class MetricsRoutes:
         e = self.endpoint
         models = {name: m.stats() for name, m in e.models.items()}
         body = {
-            "emulated": True, "time_scale": e.time_scale, "pid": os.getpid(),
+            "emulated": True, "time_scale": e.clock.scale, "pid": os.getpid(),
             "loop_lag_s": self.lag.snapshot(), "requests_served": e.served,
             "running": sum(len(c.running) for m in e.models.values() for c in m.copies),
             "queued": sum(len(c.queue) for m in e.models.values() for c in m.copies),

@@ -240,4 +240,4 @@ class SageMakerRuntime:
             await self.publisher.flush()
         except Exception as exc:  # noqa: BLE001 - answered to the bench, which reports it
             return web.json_response({"error": f"{type(exc).__name__}: {exc}"}, status=502)
-        return web.json_response({"flushed": True, "clock": self.publisher.clock()}, headers=self.endpoint.headers)
+        return web.json_response({"flushed": True, "clock": self.publisher.clock_info()}, headers=self.endpoint.headers)

@@ -48,6 +48,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from sagellm.clock import REAL, Clock
 from sagellm.emulator.frontend.cloudwatch import Publisher
 from sagellm.emulator.frontend.container import ContainerRoutes
 from sagellm.emulator.frontend.endpoint import EmulatedEndpoint
@@ -62,16 +63,16 @@ class Emulator(EmulatedEndpoint):
     of them (the arguments are `EmulatedEndpoint`'s); with `cloudwatch_url` (the local AWS) it publishes the metrics
     SageMaker would publish."""
 
-    def __init__(self, plan: DeploymentPlan, *, time_scale: float = 1.0, endpoint_name: str | None = None,
+    def __init__(self, plan: DeploymentPlan, *, clock: Clock = REAL, endpoint_name: str | None = None,
                  component_names: dict[str, str] | None = None, instance_startup_s: float | None = None,
                  cloudwatch_url: str | None = None):
-        super().__init__(plan, time_scale=time_scale, endpoint_name=endpoint_name, component_names=component_names,
+        super().__init__(plan, clock=clock, endpoint_name=endpoint_name, component_names=component_names,
                          instance_startup_s=instance_startup_s)
         # With a (local) CloudWatch to publish to: the metrics SageMaker would publish (see `cloudwatch`).
         self.publisher: Publisher | None = None
         if cloudwatch_url is not None:
             self.publisher = Publisher(cloudwatch_url, plan.region, self.endpoint_name, self.models,
-                                       time_scale, plan.initial_instance_count,
+                                       clock, plan.initial_instance_count,
                                        plan.endpoint_kind == "inference-component")
         self._sagemaker = SageMakerRuntime(self, self.publisher)
         self._container = ContainerRoutes(self)
@@ -146,15 +147,15 @@ async def serve_forever(emulator: Emulator, host: str, port: int, on_ready: Call
             watcher.cancel()
 
 
-def run_emulator(plan: DeploymentPlan, *, host: str = "127.0.0.1", port: int = 8080, time_scale: float = 1.0,
+def run_emulator(plan: DeploymentPlan, *, host: str = "127.0.0.1", port: int = 8080, clock: Clock = REAL,
                  endpoint_name: str | None = None) -> None:
     """Serve `plan` as a local endpoint in the foreground until Ctrl-C (the `sagellm emulate` command)."""
-    emulator = Emulator(plan, time_scale=time_scale, endpoint_name=endpoint_name)
+    emulator = Emulator(plan, clock=clock, endpoint_name=endpoint_name)
 
     def banner(url: str) -> None:
         models = ", ".join(f"{m.name} ({m.model_id}, {len(emulator.models[m.name].copies)} copies)"
                            for m in plan.models)
-        print(f"sagellm emulator (EMULATED, time scale {time_scale:g}) on {url}: endpoint "
+        print(f"sagellm emulator (EMULATED, time scale {clock.scale:g}) on {url}: endpoint "
               f"{emulator.endpoint_name}, {plan.instance_type} × {plan.initial_instance_count}, "
               f"{models}. Ctrl-C to stop.", file=sys.stderr, flush=True)
 

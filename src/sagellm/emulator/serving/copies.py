@@ -1,9 +1,9 @@
 """Continuous batching paced on wall time: one asyncio engine loop per model copy (batching.py schedules).
 
 Each copy runs one asyncio task that takes turns (`CopyScheduler.turn`: a prefill pass for queued requests
-that fit the budgets, then a decode step) and sleeps for each pass's modelled duration × `time_scale`. Token
+that fit the budgets, then a decode step) and sleeps for each pass's modelled duration × `clock.scale`. Token
 waiters are woken at step ends, so there is one timer per step, not one per request. Tokens are stamped on the
-copy's clock (`sim_s`, in wall seconds): it advances by exactly each pass's modelled duration × `time_scale`,
+copy's clock (`sim_s`, in wall seconds): it advances by exactly each pass's modelled duration × `clock.scale`,
 and an idle copy starts on the first arrival, so a request's stamps are free of the event loop's jitter and
 stalls (which a time scale of 0.1 would otherwise multiply by ten). Passes are paced on that clock plus how far
 the copy runs behind the wall clock: a late wake-up is made up on the next pass, so the average pace stays exact
@@ -20,6 +20,7 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable
 
+from sagellm.clock import REAL, Clock
 from sagellm.engines import Limits
 from sagellm.planner import StepModel
 from sagellm.planner.batching import (
@@ -42,8 +43,8 @@ _MAX_DEBT_S = 0.05  # real seconds an engine may run behind its schedule before 
 class CopyEngine(CopyScheduler):
     """One model copy on the event loop: its turns on its own clock, paced on perf_counter()."""
 
-    def __init__(self, steps: StepModel, limits: Limits, time_scale: float, scheduling: str = "tgi"):
-        super().__init__(steps, limits, time_scale, scheduling)
+    def __init__(self, steps: StepModel, limits: Limits, clock: Clock, scheduling: str = "tgi"):
+        super().__init__(steps, limits, clock, scheduling)
         self.max_behind_s = 0.0  # worst lateness of a step against the schedule, real seconds
         self._behind_s = 0.0  # wall clock less the copy's clock: debts not made up since the copy was last idle
         self._work = asyncio.Event()
@@ -99,14 +100,14 @@ class CopyEngine(CopyScheduler):
 class ModelServer(Router[CopyEngine]):
     """One model of the endpoint (a variant's model or an inference component): its limits and copies."""
 
-    def __init__(self, plan: DeploymentPlan, deployment: ModelDeployment, time_scale: float):
+    def __init__(self, plan: DeploymentPlan, deployment: ModelDeployment, clock: Clock = REAL):
         self.deployment = deployment
         self.shape, self.engine, limits = served_shape(plan, deployment)
         self._steps = StepModel(self.shape)
-        self._time_scale = time_scale
+        self._clock = clock
         # Copies behind the endpoint: per instance (inference components) × instances.
         n_copies = deployment.copy_count * plan.initial_instance_count
-        super().__init__(limits, [CopyEngine(self._steps, limits, time_scale, self.engine.scheduling)
+        super().__init__(limits, [CopyEngine(self._steps, limits, clock, self.engine.scheduling)
                                   for _ in range(n_copies)], routing_of(plan))
         # Prompts are cut into segments of whole KV blocks where a prefix cache (vLLM, SGLang) or KV-aware
         # routing reads them; SGLang's radix cache is token-granular: its prompts are cut every 16 words.
@@ -150,7 +151,7 @@ class ModelServer(Router[CopyEngine]):
     def set_copies(self, wanted: int) -> None:
         """Copy scaling (inference components): `wanted` copies, down to zero (then nothing takes requests)."""
         while len(self.copies) < wanted:
-            copy = CopyEngine(self._steps, self.limits, self._time_scale, self.engine.scheduling)
+            copy = CopyEngine(self._steps, self.limits, self._clock, self.engine.scheduling)
             copy.start()
             self.copies.append(copy)
         while len(self.copies) > wanted:
