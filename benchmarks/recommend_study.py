@@ -156,12 +156,12 @@ def study_target(group: Group, target_ms: int) -> Outcome:
                   engines=("tgi",), quantizations=(group.quantization,), region=REGION)
     rec = choose(search(space, load, rules, headroom=0.0), load, rules, group.payload)
     pick = rec.pick
-    base = Outcome(group.name, target_ms, best.concurrency, f"{best.instance_type} TP{best.tensor_parallel}", published_cost,
+    base = Outcome(group.name, target_ms, best.concurrency, f"{best.instance_type} TP{best.tp}", published_cost,
                    None, None, None, "-")
     if pick is None:
         return base
     cfg = pick.config
-    same_shape = [r for r in group.rows if r.instance_type == cfg.instance_type and r.tensor_parallel == cfg.tensor_parallel
+    same_shape = [r for r in group.rows if r.instance_type == cfg.instance_type and r.tp == cfg.tensor_parallel
                   and r.concurrency == best.concurrency]
     single = pick.instance_count == 1 and cfg.endpoint_kind == "instance"
     if single and same_shape:
