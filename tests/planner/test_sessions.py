@@ -8,9 +8,8 @@ import itertools
 import pytest
 
 from sagellm.planner import Payload, StepModel
-from sagellm.planner.prefix import reply_key
+from sagellm.planner.prefix import SHARED_KEY, reply_key
 from sagellm.planner.sessions import (
-    SHARED_PREFIX_KEY,
     SimulatedConversations,
     simulate_conversations,
     turn_segments,
@@ -77,7 +76,7 @@ def test_open_loop_conversations_start_at_the_rate_and_overlap(endpoint: Served)
 
 def test_turn_segments_chain_each_turn_onto_the_last_with_its_reply() -> None:
     one = turn_segments(7, 1, 50, shared_prefix=30)
-    assert one == ((SHARED_PREFIX_KEY, 30), (("conversation", 7, 1), 20))
+    assert one == ((SHARED_KEY, 30), (("conversation", 7, 1), 20))
     two = turn_segments(7, 2, 40, one, reply_tokens=16)
     assert two == (*one, (reply_key(one), 16), (("conversation", 7, 2), 40))
     assert sum(tokens for _, tokens in two) == 50 + 16 + 40

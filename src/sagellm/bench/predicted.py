@@ -20,7 +20,7 @@ from sagellm.bench.client.summary import goodput_of, summarize, tokens_in_window
 from sagellm.bench.client.workload import Workload
 from sagellm.clock import REAL, Clock
 from sagellm.planner import Curve, Payload, Point, Shape, StepModel, curve_of, predict_point
-from sagellm.planner.prefix import Prefix
+from sagellm.planner.prefix import Prefix, Segment
 from sagellm.planner.sessions import SimulatedConversations, simulate_conversations
 from sagellm.planner.simulate import (
     SimulatedClosedLoop,
@@ -29,7 +29,7 @@ from sagellm.planner.simulate import (
     Simulation,
     simulate,
 )
-from sagellm.planner.traces import Segments, SimulatedTrace
+from sagellm.planner.traces import SimulatedTrace
 from sagellm.profiles.plan import DeploymentPlan, routing_of, served
 from sagellm.results.schema import ErrorKind, LevelSummary, RequestSlo
 
@@ -158,7 +158,7 @@ def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *,
 
 
 def simulated_trace(plan: DeploymentPlan, steps: StepModel, payload: Payload, arrivals_s: Sequence[float],
-                    sizes: Sizes, request_rate: float, *, warmup: int = 0, prefixes: tuple[Segments, ...] = (),
+                    sizes: Sizes, request_rate: float, *, warmup: int = 0, prefixes: tuple[tuple[Segment, ...], ...] = (),
                     slo: RequestSlo | None = None) -> tuple[Simulation, LevelSummary]:
     """The plan's endpoint replaying a trace: request i arrives at `arrivals_s[i]` with `sizes(i)` tokens and the
     prompt segments `prefixes[i]` (a trace workload's), the first `warmup` warming up; the simulation and its

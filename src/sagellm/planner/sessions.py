@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
-from sagellm.planner.prefix import Prefix, reply_key
+from sagellm.planner.prefix import SHARED_KEY, Prefix, Segment, reply_key
 from sagellm.planner.simulate import (
     DEFAULT_REQUESTS,
     DEFAULT_WARMUP,
@@ -35,9 +35,6 @@ from sagellm.planner.simulate import (
     endpoint_maker,
 )
 
-Segment = tuple[Hashable, int]  # (a key for the prompt up to the segment's end, the segment's tokens)
-SHARED_PREFIX_KEY: Hashable = ("shared-prefix",)
-
 
 def turn_segments(conversation: int, turn: int, user_tokens: int, previous: tuple[Segment, ...] = (),
                   reply_tokens: int = 0, shared_prefix: int = 0) -> tuple[Segment, ...]:
@@ -47,7 +44,7 @@ def turn_segments(conversation: int, turn: int, user_tokens: int, previous: tupl
     if turn == 1:
         shared = min(shared_prefix, user_tokens - 1)
         first = (own, user_tokens - shared)
-        return ((SHARED_PREFIX_KEY, shared), first) if shared > 0 else (first,)
+        return ((SHARED_KEY, shared), first) if shared > 0 else (first,)
     return (*previous, (reply_key(previous), reply_tokens), (own, user_tokens))
 
 

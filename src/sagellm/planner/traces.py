@@ -9,11 +9,11 @@ per block, `prefix_segments`.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-Segments = tuple[tuple[Hashable, int], ...]  # (key: the prompt from its start to the segment's end, its tokens)
+from sagellm.planner.prefix import Segment
 
 
 class _ReplayClock(Protocol):
@@ -39,14 +39,14 @@ class SimulatedTrace:
     segments `prefixes[i]` (none given: no prompt shares anything)."""
 
     arrivals_s: tuple[float, ...]
-    prefixes: tuple[Segments, ...] = ()
+    prefixes: tuple[tuple[Segment, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.arrivals_s or any(b < a for a, b in itertools.pairwise(self.arrivals_s)):
             raise ValueError("a trace's arrivals must be given, in time order")
 
 
-def prefix_segments(hash_ids: tuple[int, ...], input_tokens: int, block_tokens: int = 512) -> Segments:
+def prefix_segments(hash_ids: tuple[int, ...], input_tokens: int, block_tokens: int = 512) -> tuple[Segment, ...]:
     """A Mooncake request's prompt as prefix segments: one per block, keyed by its hash id (already a chain id:
     equal ids mean equal prompts up to there), the last one as long as the prompt leaves it."""
     out, left = [], input_tokens

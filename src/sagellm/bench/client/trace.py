@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Literal
 
 from sagellm.errors import InputError
-from sagellm.planner.traces import Segments, prefix_segments
+from sagellm.planner.prefix import Segment
+from sagellm.planner.traces import prefix_segments
 from sagellm.profiles.schema import U32_MAX
 from sagellm.results.schema import TraceRecord
 
@@ -249,6 +250,6 @@ def _azure(path: Path, text: str) -> Iterator[TraceRow]:
         yield TraceRow(n, (when - zero).total_seconds(), sizes[0], sizes[1])
 
 
-def trace_prefixes(trace: Trace) -> tuple[Segments, ...]:
+def trace_prefixes(trace: Trace) -> tuple[tuple[Segment, ...], ...]:
     """Each request's prompt as prefix segments (its Mooncake blocks; none for an Azure row), for the simulation."""
     return tuple(prefix_segments(r.hash_ids, r.input_tokens, MOONCAKE_BLOCK_TOKENS) for r in trace.rows)
