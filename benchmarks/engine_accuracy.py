@@ -39,7 +39,7 @@ import numpy as np
 
 from sagellm.catalog import Model, find_instance, find_model
 from sagellm.catalog.hub import model_from_config
-from sagellm.engines import ENGINES, Limits, sglang
+from sagellm.engines import ENGINES, Limits, sglang, vllm
 from sagellm.planner import Shape, StepModel
 from sagellm.planner import constants as planner_constants
 from sagellm.planner.constants import StepConstants
@@ -91,9 +91,6 @@ ASSUMED_INPUT_TOKENS = {"ree2raz-inference-bench": 48, "varad-more-a10g": 48}
 # --- the engines' memory and limit defaults (research/schedulers.md; the data's versions: vLLM 0.8.5-0.20.1,
 # SGLang 0.4.6-0.5.6 and a 2026 nightly) ---
 VLLM_GPU_MEMORY_UTILIZATION = 0.9  # the default of every vLLM version in the data (0.30.0 made it 0.92)
-# What vLLM's profile run keeps besides weights and KV on each GPU: activations of a max_num_batched_tokens pass,
-# the sampler's logits, CUDA graphs, the non-torch allocations (an estimate).
-VLLM_OTHER_GB = 1.0
 
 
 def _mib(instance_type: str) -> float:
@@ -237,7 +234,7 @@ def load_cases(path: Path = DEFAULT_CSV) -> tuple[list[Case], list[tuple[int, st
         if r["engine"] == "vllm":
             step, running = vllm_defaults(instance_type)
             util = _flag(notes, "--gpu-memory-utilization") or VLLM_GPU_MEMORY_UTILIZATION
-            free_gb = util * per_gpu_gb - weights_gb - VLLM_OTHER_GB
+            free_gb = util * per_gpu_gb - weights_gb - vllm.OTHER_GB  # what its profile run keeps (the product's estimate)
         else:
             step, fraction = sglang_defaults(instance_type, tp)
             fraction = _flag(notes, "--mem-fraction-static") or fraction
