@@ -240,7 +240,7 @@ def conversation_curve(plan: DeploymentPlan, shape: Shape, payload: Payload, con
             summaries[c] = summary
     curve = curve_of(shape, payload, tuple(points), region)
     how = (f"conversations: each level from {SIMULATED_REQUESTS} simulated turns, each re-sending its history "
-           "(prefix caching of the history is not simulated yet); p50 figures, p90 and by-turn TTFT in --json")
+           "(which a vLLM or SGLang copy serves from its prefix cache); p50 figures, p90 and by-turn TTFT in --json")
     return replace(curve, notes=(how, *curve.notes)), summaries
 
 
