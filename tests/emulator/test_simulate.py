@@ -7,6 +7,7 @@ import asyncio
 import random
 import time
 from dataclasses import astuple
+from itertools import pairwise
 
 import aiohttp
 import pytest
@@ -222,3 +223,11 @@ def test_a_prompt_set_keeps_at_most_its_concurrency_in_flight_and_a_burst_sends_
         assert in_flight <= 3
     burst = simulate(served(p), 100, 5, SimulatedPromptSet(10))
     assert [r.arrived_s for r in burst.requests] == [0.0] * 10
+
+
+def test_a_prompt_set_slot_sends_its_next_request_its_think_time_after_a_reply() -> None:
+    # A front end's per-request cost between a reply's end and the next request reaching the engine: one slot, so
+    # each request but the first arrives exactly that long after the one before ended.
+    sim = simulate(served(plan()), 100, 5, SimulatedPromptSet(4, 1, think_s=0.25))
+    ordered = sorted(sim.requests, key=lambda r: r.arrived_s)
+    assert [round(b.arrived_s - a.end_s, 9) for a, b in pairwise(ordered)] == [0.25] * 3

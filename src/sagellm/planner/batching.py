@@ -309,6 +309,24 @@ class CopyScheduler:
         their output (at most 4096) fits the KV left after the running sequences' expected output (remaining ×
         new_token_ratio), within chunked_prefill_size tokens (the last one chunked). Out of KV in decode, the
         sequence with the fewest output tokens (ties: longest prompt) is retracted to the back of the queue."""
+        steps = self._sglang_extend()
+        if steps:
+            yield self._advance(self._forward_s(steps))  # prompt chunks only: decoding waits
+            self._computed(steps)
+            return
+        if not self.running:
+            self.new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO  # on_idle
+            return
+        self._sglang_retract()
+        steps = [(s, 1) for s in self.running]
+        for seq, n in steps:
+            self._take_blocks(seq, n, force=True)
+        yield self._advance(self.steps.decode_step_s(len(steps), sum(s.computed for s, _ in steps)))
+        self._computed(steps)
+
+    def _sglang_extend(self) -> list[tuple[Sequence, int]]:
+        """SGLang's prefill (extend) batch: the prompt being chunked, then the waiting prompts its admission rule
+        lets in (see alternating_turn), each admitted with its chunk; empty when none can run."""
         chunk = min(self.limits.max_batch_prefill_tokens, SGLANG_MAX_PREFILL_TOKENS)
         steps: list[tuple[Sequence, int]] = []
         chunked = next((s for s in self.running if s.prefilling), None)
@@ -331,13 +349,11 @@ class CopyScheduler:
             chunk -= n
             if n < seq.pending:  # one prompt is chunked at a time
                 break
-        if steps:
-            yield self._advance(self._forward_s(steps))  # prompt chunks only: decoding waits
-            self._computed(steps)
-            return
-        if not self.running:
-            self.new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO  # on_idle
-            return
+        return steps
+
+    def _sglang_retract(self) -> None:
+        """Before SGLang's decode step: out of KV, retract sequences to the back of the queue (fewest output tokens
+        first, ties the longest prompt) and reset the new-token ratio from what is left; else decay the ratio."""
         retracted = False
         while len(self.running) > 1 and self.kv_free + self.cache.unpinned < len(self.running):
             retracted = True
@@ -349,11 +365,6 @@ class CopyScheduler:
         else:
             self.new_token_ratio = max(SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR,
                                        self.new_token_ratio - SGLANG_RATIO_DECAY)
-        steps = [(s, 1) for s in self.running]
-        for seq, n in steps:
-            self._take_blocks(seq, n, force=True)
-        yield self._advance(self.steps.decode_step_s(len(steps), sum(s.computed for s, _ in steps)))
-        self._computed(steps)
 
     def _admit(self, seq: Sequence, budget: int) -> int:
         """Start the queue's head and give it the KV for its first `budget` tokens at most; how many it takes."""
@@ -534,16 +545,11 @@ class CopyScheduler:
         if not running or not self._blocked():
             return 0
         paged, sgl = self.scheduling == "vllm", self.scheduling == "sglang"
-        # vLLM's and SGLang's run here while every running sequence decodes (no prompt is being chunked) and the KV
-        # they take on the way is free; SGLang's also while its falling estimate keeps the queue's head out. One
-        # pass over the batch (this runs between most turns, mostly over a few sequences).
-        fewest, computed = math.inf, 0
-        for s in running:
-            if (paged or sgl) and s.input_tokens + s.generated - s.computed != 1:  # pending: a prompt to compute
-                return 0
-            fewest = min(fewest, s.max_new_tokens - s.generated)
-            computed += s.computed
-        last = int(fewest) - 1  # the turn that finishes one is turn's
+        decoding = self._all_decoding(paged or sgl)
+        if decoding is None:
+            return 0
+        fewest, computed = decoding
+        last = fewest - 1  # the turn that finishes one is turn's
         n, scale, deadline_s = len(running), self.clock.scale, self._next_deadline
         if paged:
             last = self._steps_in_blocks(last)
@@ -555,13 +561,7 @@ class CopyScheduler:
         if head is None:
             sim_s, busy_s, context, done = _decode_steps(self.sim_s, self.busy_s, context, base_s, per_token_s, n,
                                                          scale, last, until_s, deadline_s)
-            ratio = self.new_token_ratio
-            if sgl:  # the estimate falls by one decay a step, to its floor (where it stays)
-                floor = SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR
-                for _ in range(done):
-                    ratio = max(floor, ratio - SGLANG_RATIO_DECAY)
-                    if ratio == floor:
-                        break
+            ratio = _decayed_ratio(self.new_token_ratio, done) if sgl else self.new_token_ratio
         else:
             sim_s, busy_s, context, done, ratio = self._sglang_decode_steps(head, context, base_s, per_token_s, last,
                                                                            until_s, deadline_s)
@@ -569,22 +569,41 @@ class CopyScheduler:
             self.sim_s, self.busy_s = sim_s, busy_s
             if sgl:
                 self.new_token_ratio = ratio
-            if not (paged or sgl):
-                self.context = context
-                for seq in running:
-                    seq.generated += done
-                    seq.last_token_s = sim_s
-            else:  # each takes the blocks its new tokens need (within what was found free above), as _take_blocks
-                block, taken = self.limits.kv_block_tokens, 0
-                for seq in running:
-                    seq.generated += done
-                    seq.last_token_s = sim_s
-                    seq.computed += done
-                    more = -(-seq.computed // block) * block - seq.held
-                    seq.held += more
-                    taken += more
-                self.kv_free -= taken
+            self._stamp_decode_run(done, sim_s, None if paged or sgl else context)
         return done
+
+    def _all_decoding(self, paged: bool) -> tuple[int, int] | None:
+        """decode_run's precondition over the running batch in one pass (it runs between most turns): None where a
+        paged engine's sequence still has a prompt to compute (no decode-only run then), else (the fewest output
+        tokens any has left, the KV tokens they have computed)."""
+        fewest, computed = math.inf, 0
+        for s in self.running:
+            if paged and s.input_tokens + s.generated - s.computed != 1:  # pending: a prompt to compute
+                return None
+            fewest = min(fewest, s.max_new_tokens - s.generated)
+            computed += s.computed
+        return int(fewest), computed
+
+    def _stamp_decode_run(self, done: int, sim_s: float, context: int | None) -> None:
+        """After `done` decode-only steps ending at `sim_s`: each running sequence's tokens; TGI's reserved context
+        (`context`), or for the paged engines (None) the blocks each one's new tokens need (within what decode_run
+        found free), as _take_blocks would take them."""
+        running = self.running
+        if context is not None:
+            self.context = context
+            for seq in running:
+                seq.generated += done
+                seq.last_token_s = sim_s
+            return
+        block, taken = self.limits.kv_block_tokens, 0
+        for seq in running:
+            seq.generated += done
+            seq.last_token_s = sim_s
+            seq.computed += done
+            more = -(-seq.computed // block) * block - seq.held
+            seq.held += more
+            taken += more
+        self.kv_free -= taken
 
     def _sglang_decode_steps(self, head: Sequence, context: int, base_s: float, per_token_s: float, last: int,
                              until_s: float, deadline_s: float) -> tuple[float, float, int, int, float]:
@@ -708,6 +727,16 @@ class CopyScheduler:
             self.retire(seq, TIMED_OUT)
         self._next_deadline = min((s.deadline_s for s in (*self.queue, *self.running) if s.deadline_s is not None),
                                   default=math.inf)
+
+
+def _decayed_ratio(ratio: float, steps: int) -> float:
+    """SGLang's new-token ratio after `steps` decode steps: one decay a step, to its floor (where it stays)."""
+    floor = SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_RATIO_FACTOR
+    for _ in range(steps):
+        ratio = max(floor, ratio - SGLANG_RATIO_DECAY)
+        if ratio == floor:
+            break
+    return ratio
 
 
 def _decode_steps(sim_s: float, busy_s: float, context: int, base_s: float, per_token_s: float, n: int, scale: float,

@@ -73,6 +73,7 @@ class SimulatedPromptSet:
 
     prompts: int
     max_concurrency: int | None = None
+    think_s: float = 0.0  # a slot's gap between a reply's end and its next request (a front end's per-request cost)
 
 
 @dataclass
@@ -397,7 +398,7 @@ def _prompt_set(run: _SimulatedRun, load: SimulatedPromptSet) -> None:
         if left[0] > 0:
             left[0] -= 1
             user = req.user
-            run.clock.at(run.clock.now, lambda: run.send(user))
+            run.clock.at(run.clock.now + load.think_s, lambda: run.send(user))
 
     run.on_end = again
     for user in range(slots):
