@@ -69,11 +69,29 @@ def test_vllm_and_sglang_keep_the_borrowed_constants_the_study_did_not_beat() ->
 
 @pytest.mark.slow
 def test_the_study_holds_the_figures_docs_studies_md_gives() -> None:
-    # All 150 rows with TGI_1: 36.2 % over TTFT, TPOT and throughput; leave-one-source-out with fitted sets: 39.8 %,
-    # no better, which is why none shipped. A change that moves these reruns the study and updates docs/studies.md.
+    # All 150 rows with TGI_1: 36.2 % over TTFT, TPOT and throughput. The physics form fitted per engine: 35.9 %
+    # leave-one-source-out on the 117 rows outside the hold-out (TGI_1 37.4 % there), but 38.9 % on the 33 held-out
+    # rows where TGI_1 scores 31.7 %: not better out of sample on both, which is why none shipped. A change that moves
+    # these reruns the study and updates docs/studies.md ("Physics terms for today's engines").
     study = _study()
     s = study.build()
     assert study.table(s.score(study.borrowed()))["all"] == pytest.approx(36.2, abs=1.0)
     pooled = study.leave_one_source_out(s)["pooled held-out rows"]
-    assert pooled["fitted"]["all"] == pytest.approx(39.8, abs=1.5)
-    assert pooled["fitted"]["all"] > pooled["borrowed"]["all"]
+    assert pooled["borrowed"]["n"] == 117
+    assert pooled["borrowed"]["all"] == pytest.approx(37.4, abs=1.0)
+    assert pooled["fitted"]["all"] == pytest.approx(35.9, abs=1.5)
+    held = study.hold_out_check(s)["hold-out"]
+    assert held["borrowed"]["n"] == 33
+    assert held["borrowed"]["all"] == pytest.approx(31.7, abs=1.0)
+    assert held["fitted"]["all"] == pytest.approx(38.9, abs=2.0)
+    assert held["fitted"]["all"] > held["borrowed"]["all"]
+
+
+def test_the_hold_out_is_fixed_before_fitting_and_keeps_repeats_together() -> None:
+    # Every row of a (GPU, served model) pair sits on one side, so repeats of a level cannot leak across.
+    study = _study()
+    cases = [c for c in study.load_cases()[0] if not c.eager]
+    held = [c for c in cases if study.held_out(c)]
+    assert len(held) == 33
+    for c in cases:
+        assert study.held_out(c) == any(h.gpu == c.gpu and h.model_id == c.model_id for h in held)

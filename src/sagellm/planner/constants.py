@@ -59,6 +59,17 @@ class StepConstants:
     # --- prefill ---
     # Model FLOPs utilisation of a prefill pass, relative to the catalog's dense FP16 peak.
     prefill_mfu: float
+    # --- today's engines (vLLM V1, SGLang); the defaults leave TGI_1's step times as they were fitted ---
+    # Per prompt (chunk) in a pass: the engine's work on a request entering a pass (input processing, block tables,
+    # output set-up); what makes a burst of short requests front-end bound.
+    prompt_overhead_s: float = 0.0
+    # FP8 checkpoints' weight reads reach this fraction of what 16-bit reads reach (scaled GEMVs).
+    fp8_bandwidth_efficiency: float = 1.0
+    # Time matmuls at each GPU's measured large-GEMM rate (GEMM_RATE below: its bf16 share of the datasheet peak,
+    # FP8 tensor cores for FP8 checkpoints) instead of the datasheet's dense FP16 peak for every GPU.
+    measured_gemm_rates: bool = False
+    # Routed experts' matmuls run at this fraction of a dense matmul's rate (fused-MoE kernels: many small GEMMs).
+    moe_compute_efficiency: float = 1.0
 
 
 # TGI 1.x (SageMaker Hugging Face LLM DLC 0.8–1.4), fitted on 113 published SageMaker measurements.
@@ -79,6 +90,21 @@ TGI_1 = StepConstants(
     quant_prefill_slowdown=2.438,  # fit on GPTQ slopes under load (prefill-dominated at 50 output tokens)
     prefill_mfu=0.6772,  # fit
 )
+
+# Large-GEMM rates measured by NVIDIA AIConfigurator 0.12.0 (PyPI aiconfigurator-core 0.12.0,
+# aiconfigurator_core/systems/data/<gpu>/gemm/vllm/0.24.0/gemm_perf.parquet; A100: vllm/0.14.0): the median over
+# m >= 4096, 4096 <= n, k <= 16384 of 2mnk / latency, as a share of the catalog's dense FP16 peak, bf16 and
+# block-scaled FP8 (the scheme of today's FP8 checkpoints: Qwen3-*-FP8, DeepSeek-R1, GLM-4.6-FP8). A GPU that is not
+# listed keeps 16-bit rates at A100's share (A10G, L4: no vLLM GEMM table there; FP8 then runs as 16-bit).
+# (bf16 share of FP16 peak, FP8 share of FP16 peak or None where FP8 tensor cores are absent)
+GEMM_RATE: dict[str, tuple[float, float | None]] = {
+    "A100-40GB": (0.89, None), "A100-80GB": (0.89, None),  # 278 TF/s of 312
+    "H100-80GB": (0.78, 1.17),  # bf16 775 TF/s, fp8_block 1155 TF/s of 989
+    "H200-141GB": (0.76, 1.15),  # 753, 1139 of 989
+    "L40S": (0.59, 0.72),  # 214, 262 of 362
+    "B200": (0.68, 1.00),  # 1537, 2242 of 2250
+}
+GEMM_RATE_DEFAULT = (0.89, None)
 
 # What each measured generation's constants were fitted on (the `plan` output names it).
 MEASURED: dict[str, tuple[StepConstants, str]] = {

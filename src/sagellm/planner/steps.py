@@ -7,11 +7,39 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property
 
+from sagellm.catalog import Instance, Model
 from sagellm.engines import Generation, generation
-from sagellm.planner.constants import MEASURED, StepConstants
+from sagellm.planner.constants import GEMM_RATE, GEMM_RATE_DEFAULT, MEASURED, StepConstants
 from sagellm.planner.shape import Shape
 
 _ACT_BYTES = 2.0  # activations travel between shards in 16-bit
+
+
+def matmul_flops_per_accel(instance: Instance, quantization: str, k: StepConstants) -> float:
+    """FLOP/s one accelerator's matmuls run at before MFU: the datasheet's dense FP16 peak, or (constants that ask
+    for it) the GEMM rate measured on that GPU, at FP8 for FP8 checkpoints where it has FP8 tensor cores."""
+    peak = instance.tflops_per_accel * 1e12
+    if not k.measured_gemm_rates:
+        return peak
+    bf16, fp8 = GEMM_RATE.get(instance.accelerator, GEMM_RATE_DEFAULT)
+    return peak * (fp8 if quantization == "fp8" and fp8 is not None else bf16)
+
+
+def routed_active_b(model: Model) -> float:
+    """Billions of routed-expert parameters one token multiplies through (0 for a dense model)."""
+    if model.n_experts <= 1:
+        return 0.0
+    share = model.experts_per_token / model.n_experts
+    return (model.params_b - model.active_b) / (1 - share) * share
+
+
+def weight_read_efficiency(quantization: str, k: StepConstants) -> float:
+    """Fraction of peak bandwidth weight reads reach: 4-bit kernels dequantise on the fly, FP8 GEMVs rescale."""
+    if quantization in ("gptq", "awq"):
+        return k.bandwidth_efficiency * k.quant_bandwidth_efficiency
+    if quantization == "fp8":
+        return k.bandwidth_efficiency * k.fp8_bandwidth_efficiency
+    return k.bandwidth_efficiency
 
 
 @dataclass(frozen=True)
@@ -41,7 +69,7 @@ class StepModel:
         Whatever a step time comes to read must be added here."""
         s, i = self.shape, self.shape.instance
         return (self.k, self.generation.moe_dense_max_tokens, s.model, s.tensor_parallel, s.quantization, s.calibration,
-                i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect)
+                i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect, i.accelerator)
 
     @property
     def _bw(self) -> float:
@@ -50,8 +78,8 @@ class StepModel:
 
     @property
     def _flops(self) -> float:
-        """Aggregate dense FP16 FLOP/s of a copy."""
-        return self.shape.instance.tflops_per_accel * 1e12 * self.shape.tensor_parallel
+        """Aggregate matmul FLOP/s of a copy (before MFU)."""
+        return matmul_flops_per_accel(self.shape.instance, self.shape.quantization, self.k) * self.shape.tensor_parallel
 
     @property
     def _quantized(self) -> bool:
@@ -75,9 +103,12 @@ class StepModel:
         return active + (total - active) * (touched - share) / (1 - share)
 
     def _params_computed(self, tokens: int) -> float:
-        """Parameters each row multiplies through (every expert on the dense MoE path), in billions."""
+        """Parameters each row multiplies through (every expert on the dense MoE path), in billions, the routed
+        experts' weighted by how much slower fused-MoE kernels multiply than dense ones."""
         m = self.shape.model
-        return m.params_b if self._all_experts(tokens) else m.active_b
+        if self._all_experts(tokens):
+            return m.params_b
+        return m.active_b + routed_active_b(m) * (1 / self.k.moe_compute_efficiency - 1)
 
     def _allreduce_s(self, rows: int) -> float:
         """The all-reduces of one forward pass over `rows` token rows (one per layer with parallel attention);
@@ -109,10 +140,8 @@ class StepModel:
         return k.step_overhead_s + triton * s.model.n_layers + self._allreduce_s(0)
 
     def _weights_s(self, tokens: int) -> float:
-        """Streaming the weights once: 4-bit kernels dequantise on the fly and reach less of the bandwidth."""
-        k = self.k
-        eff = k.bandwidth_efficiency * (k.quant_bandwidth_efficiency if self._quantized else 1.0)
-        return self.weight_bytes_read(tokens) / (self._bw * eff)
+        """Streaming the weights once: 4-bit and FP8 kernels reach less of the bandwidth."""
+        return self.weight_bytes_read(tokens) / (self._bw * weight_read_efficiency(self.shape.quantization, self.k))
 
     def _kv_read_s(self, batch: int, context_tokens: int) -> float:
         """Attention over the KV cache during one decode step.
@@ -168,7 +197,8 @@ class StepModel:
         mfu = k.prefill_mfu / (k.quant_prefill_slowdown if self._quantized else 1.0)
         compute = (linear + attention) / (self._flops * mfu)
         weights = self._weights_s(tokens)
-        total = self._fixed_s() + max(compute, weights) + self._allreduce_s(tokens) - self._allreduce_s(0)
+        entering = k.prompt_overhead_s * seqs
+        total = self._fixed_s() + max(compute, weights) + self._allreduce_s(tokens) - self._allreduce_s(0) + entering
         cal = self.shape.calibration
         return total if cal is None else cal.prefill * total
 

@@ -1,0 +1,82 @@
+"""The step-time terms for today's engines (FP8 matmuls, measured GEMM rates, fused-MoE efficiency, per-prompt cost):
+each does what its constant says, and each is inert at its default, so TGI_1's fitted step times do not move."""
+
+from dataclasses import replace
+
+import pytest
+
+from sagellm.catalog import find_instance, find_model
+from sagellm.planner import Shape, StepModel
+from sagellm.planner.constants import GEMM_RATE, TGI_1, StepConstants
+from sagellm.planner.steps import routed_active_b
+
+
+def steps(model: str, instance: str, tp: int, k: StepConstants, quantization: str = "none") -> StepModel:
+    sm = StepModel(Shape(find_model(model), find_instance(instance), tp, quantization=quantization))
+    sm.__dict__["k"] = k  # the constants under test instead of the generation's (cached_property's slot)
+    return sm
+
+
+TODAY = replace(TGI_1, measured_gemm_rates=True)
+
+
+def test_the_defaults_leave_tgi_1s_step_times_as_fitted():
+    plain = StepModel(Shape(find_model("qwen3-8b"), find_instance("ml.p5.48xlarge"), 1, quantization="fp8"))
+    explicit = steps("qwen3-8b", "ml.p5.48xlarge", 1, replace(TGI_1, prompt_overhead_s=0.0, fp8_bandwidth_efficiency=1.0,
+                                                             measured_gemm_rates=False, moe_compute_efficiency=1.0))
+    for sm in (plain, explicit):
+        assert sm.k == TGI_1 or sm.k == replace(TGI_1)
+    assert plain.prefill_s(8192, 4) == explicit.prefill_s(8192, 4)
+    assert plain.decode_step_s(256, 256 * 500) == explicit.decode_step_s(256, 256 * 500)
+
+
+def test_fp8_checkpoints_multiply_at_fp8_rates_only_where_the_gpu_has_fp8_tensor_cores():
+    # A compute-bound prefill (16k tokens) of a dense model: on H100 FP8 runs at GEMM_RATE's FP8 share, bf16 at its
+    # bf16 share; A100 has no FP8 tensor cores (vLLM runs FP8 weights through 16-bit matmuls there).
+    def compute_s(instance: str, quantization: str) -> float:
+        sm = steps("qwen3-14b", instance, 1, replace(TODAY, step_overhead_s=0.0), quantization)
+        return sm.prefill_s(16384, 8)
+
+    bf16, fp8 = GEMM_RATE["H100-80GB"]
+    assert fp8 is not None
+    assert compute_s("ml.p5.48xlarge", "none") / compute_s("ml.p5.48xlarge", "fp8") == pytest.approx(fp8 / bf16, rel=1e-6)
+    assert compute_s("ml.p4de.24xlarge", "fp8") == pytest.approx(compute_s("ml.p4de.24xlarge", "none"), rel=1e-9)
+
+
+def test_measured_gemm_rates_slow_hopper_compute_relative_to_its_datasheet_peak():
+    datasheet = steps("qwen3-14b", "ml.p5.48xlarge", 1, replace(TGI_1, step_overhead_s=0.0)).prefill_s(16384, 8)
+    measured = steps("qwen3-14b", "ml.p5.48xlarge", 1, replace(TODAY, step_overhead_s=0.0)).prefill_s(16384, 8)
+    assert measured / datasheet == pytest.approx(1 / GEMM_RATE["H100-80GB"][0], rel=1e-6)
+
+
+def test_fused_moe_efficiency_slows_only_the_routed_experts_matmuls():
+    slow = replace(TODAY, moe_compute_efficiency=0.25, step_overhead_s=0.0)
+    fast = replace(TODAY, moe_compute_efficiency=1.0, step_overhead_s=0.0)
+    moe, dense = find_model("mixtral-8x7b"), find_model("qwen3-14b")
+    # Mixtral: 2 of 8 experts per token; the routed share of what a token multiplies is most of its 12.9B.
+    assert 0 < routed_active_b(moe) < moe.active_b and routed_active_b(dense) == 0
+    slower = (steps("mixtral-8x7b", "ml.p5.48xlarge", 2, slow).prefill_s(16384, 8)
+              - steps("mixtral-8x7b", "ml.p5.48xlarge", 2, fast).prefill_s(16384, 8))
+    # 1/0.25 - 1 = 3 more multiplies per routed parameter per token, at the copy's measured bf16 rate and the MFU.
+    rate = 2 * find_instance("ml.p5.48xlarge").tflops_per_accel * 1e12 * GEMM_RATE["H100-80GB"][0] * TODAY.prefill_mfu
+    assert slower == pytest.approx(16384 * 2 * 3 * routed_active_b(moe) * 1e9 / rate, rel=1e-6)
+    assert (steps("qwen3-14b", "ml.p5.48xlarge", 1, slow).prefill_s(16384, 8)
+            == steps("qwen3-14b", "ml.p5.48xlarge", 1, fast).prefill_s(16384, 8))
+
+
+def test_each_prompt_in_a_pass_pays_the_per_prompt_cost():
+    k = replace(TODAY, prompt_overhead_s=0.004)
+    base = steps("qwen3-8b", "ml.p5.48xlarge", 1, TODAY)
+    paid = steps("qwen3-8b", "ml.p5.48xlarge", 1, k)
+    assert paid.prefill_s(2048, 16) - base.prefill_s(2048, 16) == pytest.approx(16 * 0.004)
+    assert paid.decode_step_s(64, 64 * 300) == base.decode_step_s(64, 64 * 300)  # decodes enter no pass anew
+
+
+def test_fp8_weight_reads_reach_their_own_share_of_the_bandwidth():
+    half = replace(TODAY, fp8_bandwidth_efficiency=0.5)
+    full = replace(TODAY, fp8_bandwidth_efficiency=1.0)
+    sm_half, sm_full = (steps("qwen3-8b", "ml.p5.48xlarge", 1, k, "fp8") for k in (half, full))
+    fixed = sm_full._fixed_s()
+    assert sm_half.decode_floor_s() - fixed == pytest.approx(2 * (sm_full.decode_floor_s() - fixed))
+    bf16 = steps("qwen3-8b", "ml.p5.48xlarge", 1, half)  # not FP8: untouched
+    assert bf16.decode_floor_s() == steps("qwen3-8b", "ml.p5.48xlarge", 1, full).decode_floor_s()
