@@ -36,7 +36,7 @@ IN_PROCESS = f"""
 import contextlib, io, sys, time
 start, start_cpu = time.perf_counter(), time.process_time()
 from sagellm.cli import main
-import sagellm.bench.predicted, sagellm.profiles, sagellm.render
+import sagellm.results.simulated, sagellm.profiles, sagellm.render
 imported, imported_cpu = time.perf_counter(), time.process_time()
 sys.argv = ["sagellm", *{PLAN!r}]
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
