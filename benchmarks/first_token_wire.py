@@ -43,9 +43,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sagellm.bench.client.summary import percentile
 from sagellm.bench.client.transports import COMPLETIONS, HttpTransport
 from sagellm.emulator import make_prompt
+from sagellm.results.summary import percentile
 
 TARGET_P50_MS, TARGET_P99_MS = 1.0, 20.0
 _port: contextvars.ContextVar[list[int]] = contextvars.ContextVar("port")

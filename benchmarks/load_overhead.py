@@ -56,8 +56,6 @@ from typing import Any
 
 import boto3
 
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import percentile
 from sagellm.bench.client.transports import COMPLETIONS, TGI, HttpTransport, SageMakerTransport, Transport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.closed_loop import run_level
@@ -68,6 +66,8 @@ from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess
 from sagellm.planner import Payload, Shape, predict_point
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import percentile
 
 MODEL_ID = "meta-llama/Llama-2-7b-hf"
 INSTANCE = "ml.p4d.24xlarge"

@@ -8,7 +8,7 @@ library. Two predictions stand beside each measured level, both simulated reques
   the emulator's clock).
 Prints one row per level and prediction with predicted, measured and the difference; then how many levels agree
 within `--within` (15 %) per metric and prediction, and the clients' turnaround as the emulator saw it (wall ms:
-what `bench.predicted.CLIENT_TURNAROUND_S` holds). Exit 1 where any replayed difference is over `--within`.
+what `results.simulated.CLIENT_TURNAROUND_S` holds). Exit 1 where any replayed difference is over `--within`.
 
 A TTFT of a few passes rests on which pass each request joins, and a level of the bench's default length
 (3 × concurrency requests) reads its p50 and p90 off a dozen requests at 4. So one run is a draw, and two ceilings
@@ -37,13 +37,13 @@ import time
 from pathlib import Path
 
 from sagellm import bench
-from sagellm.bench.client.records import RequestRecord, read_records
 from sagellm.bench.planning import BenchPlan, plan_bench
-from sagellm.bench.predicted import predicted_point, simulated_level
 from sagellm.bench.sweep.run import default_budget
 from sagellm.clock import Clock
 from sagellm.planner import StepModel
+from sagellm.results.records import RequestRecord, read_records
 from sagellm.results.schema import Level, Predicted, predicted_from
+from sagellm.results.simulated import predicted_point, simulated_level
 
 PROFILES = ("min-latency", "max-throughput", "min-cost", "replicas", "autoscale")  # the standard ones
 MODELS = ("phi3-mini-4k", "falcon-7b", "qwen2.5-14b")  # 3.8 B, 7.2 B, 14.8 B parameters, none gated

@@ -71,7 +71,7 @@ from scipy.optimize import nnls
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from sagellm.bench.client.summary import percentile
+from sagellm.results.summary import percentile
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_JSON = REPO / "benchmarks" / "data" / "vllm_cpu.json"

@@ -25,13 +25,13 @@ import aiohttp
 import pytest
 
 from sagellm.aws.local import LocalAws
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.workers import Deliver, Share, run_share
 from sagellm.emulator import EmulatorProcess
 from sagellm.emulator.process import port_is_free
 from sagellm.emulator.serving.copies import CopyEngine, Sequence
+from sagellm.results.records import RequestRecord
 
 REPO = Path(__file__).resolve().parents[1]
 # The venv's console script, so exit codes come from `main()` exactly as a pipeline sees them.

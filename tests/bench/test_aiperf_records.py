@@ -16,8 +16,8 @@ import pytest
 
 from sagellm.bench.aiperf_records import read_export, record_of
 from sagellm.bench.aws_job import level_of
-from sagellm.bench.client.summary import summarize_runs
 from sagellm.errors import TargetError
+from sagellm.results.summary import summarize_runs
 
 RUN = Path(__file__).parents[1] / "fixtures" / "aiperf" / "run1"
 

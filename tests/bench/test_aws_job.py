@@ -289,8 +289,8 @@ def bench(out: Path, thresholds: Path | None) -> specs.Bench:
 @pytest.mark.slow
 def test_a_stubbed_run_writes_results_that_gate_and_report_take(stubbed_account: Stubs, tmp_path: Path) -> None:
     from sagellm.bench.aiperf_records import read_export
-    from sagellm.bench.client.summary import percentile
     from sagellm.bench.runner import run as run_bench
+    from sagellm.results.summary import percentile
 
     stubs = stubbed_account
     readable(stubs)

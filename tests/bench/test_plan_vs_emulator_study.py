@@ -7,10 +7,10 @@ from pathlib import Path
 
 from benchmark_scripts import load_benchmark
 from sagellm.bench.planning import plan_bench
-from sagellm.bench.predicted import simulated_level
 from sagellm.clock import Clock
 from sagellm.planner import StepModel
 from sagellm.results.schema import Level
+from sagellm.results.simulated import simulated_level
 
 
 def test_a_perfect_model_meets_one_short_run_only_as_often_as_the_run_lands_near_its_median(tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import time
 from rich.console import Console
 
 from bench_helpers import wait_for
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.load.level import LevelProgress
 from sagellm.bench.progress import Watch, watching
+from sagellm.results.records import RequestRecord
 
 
 class FakeClock:

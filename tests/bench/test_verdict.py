@@ -14,7 +14,6 @@ import pytest
 
 from bench_helpers import INSTANCE, MODEL, request_lines, results_of
 from sagellm import bench
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import SseLines
 from sagellm.bench.client.transports import HttpTransport
 from sagellm.bench.load.level import LevelResult
@@ -25,6 +24,7 @@ from sagellm.emulator import EmulatorProcess
 from sagellm.errors import ExitStatus
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
+from sagellm.results.records import RequestRecord
 
 PAYLOAD = Payload(256, 32)
 REFUSED = "ClientConnectorError: Cannot connect to host 127.0.0.1:9 [Connection refused]"

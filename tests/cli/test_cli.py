@@ -423,3 +423,18 @@ def test_plan_simulates_conversations_with_ttft_by_turn(tmp_path: Path) -> None:
     bad = sagellm(*args, "--think-time", "2", cwd=tmp_path)
     assert assert_bad_input(bad, lines=1) == [("sagellm: error: --think-time: only with --turns (the pause between a "
                                               "conversation's turns)")]
+
+
+def test_a_command_line_builds_only_the_command_it_names_and_help_or_a_typo_the_whole_app() -> None:
+    import typer.main
+
+    from sagellm.cli import _app_for, app
+
+    def names(argv: list[str]) -> set[str]:
+        return set(typer.main.get_command(_app_for(argv)).commands)  # type: ignore[attr-defined]
+
+    everything = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert {"plan", "profiles", "recommend"} <= everything
+    assert names(["sagellm", "--offline", "plan", "--model", "x"]) == {"plan"}
+    assert names(["sagellm", "profiles", "list"]) == {"profiles"}  # a group: its subcommands come with it
+    assert names(["sagellm", "--help"]) == names(["sagellm", "plann"]) == everything  # "did you mean plan?"

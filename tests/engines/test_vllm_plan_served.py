@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from entrypoints import standard_plans, vllm_argv
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import openai_event
 from sagellm.bench.client.transports import COMPLETIONS, Api, HttpTransport, invocation_body
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.closed_loop import run_level
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
 from vllm_server import VllmServer, build_tiny_model, scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200, func_only=True)]  # the server starts inside

@@ -11,12 +11,12 @@ import pytest
 
 from sagellm.bench.client.trace import TraceOptions
 from sagellm.bench.client.workload import Workload, WorkloadOptions
-from sagellm.bench.predicted import simulated_trace
 from sagellm.planner import Payload, StepModel
 from sagellm.planner.simulate import simulate
 from sagellm.planner.traces import SimulatedTrace, prefix_segments
 from sagellm.profiles import design_for
 from sagellm.profiles.plan import served
+from sagellm.results.simulated import simulated_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "fixtures" / "traces"
 SAGELLM = Path(sys.executable).with_name("sagellm")

@@ -50,8 +50,8 @@ __all__ = ["AwsBenchmarkJob", "Bench", "BenchOutcome", "Closed", "Endpoint", "Ga
            "Open", "Output", "Ramp", "RampIfAutoscaled", "SageMaker", "ServingSpec", "Sweep", "TargetSpec", "Workers",
            "WorkloadOptions", "run"]
 
-# Each name is imported from its module on first use (PEP 562): `sagellm plan` and `recommend` need only
-# bench.predicted, and the runner brings the load tools, aiohttp and boto3 (a third of `plan`'s time).
+# Each name is imported from its module on first use (PEP 562): `sagellm plan` needs only the workload and
+# bench.predicted's adapters, and the runner brings the load tools, aiohttp and boto3 (a third of `plan`'s time).
 _MODULE_OF = {"BenchOutcome": "runner", "run": "runner"} | {name: "specs" for name in __all__ if name not in
                                                           ("BenchOutcome", "run")}
 

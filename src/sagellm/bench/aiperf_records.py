@@ -25,9 +25,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import classify_http_error
 from sagellm.errors import TargetError
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import ErrorKind
 
 EXPORT = "profile_export.jsonl"  # AIPerf's per-request export, by the name AIPerf gives it

@@ -25,8 +25,6 @@ from typing import Any
 from sagellm.aws import ai_jobs
 from sagellm.bench.aiperf import spec_of
 from sagellm.bench.aiperf_records import EXPORT, read_export
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.level import LevelProgress, LevelResult, StopRule, error_stop_reason
@@ -36,7 +34,9 @@ from sagellm.bench.sweep.shapes import LoadShape, Requests, RunAsync
 from sagellm.errors import TargetError
 from sagellm.planner import Payload
 from sagellm.results import picks
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import load_name
+from sagellm.results.summary import errors_by_kind, tokens_in_window
 
 FOLDER = "aws-benchmark-job"  # in the run's output folder: one folder per job
 HEARTBEAT_S = 300.0  # a line while a job's status stays the same, so a CI log shows the bench is alive

@@ -15,9 +15,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import percentile
 from sagellm.bench.load.level import LevelProgress
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import percentile
 
 # A CI log shows the run is alive and how far it got, without flooding: one line every 15 s.
 HEARTBEAT_S = 15.0

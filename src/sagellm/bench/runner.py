@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from sagellm.aws.cleanup import this_process
-from sagellm.bench.client.records import RecordLog, RequestRecord
 from sagellm.bench.interrupts import Interrupted, Interrupts
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
 from sagellm.bench.load.saturation import SaturationRule
 from sagellm.bench.planning import BenchPlan, plan_bench, url_of
-from sagellm.bench.predicted import conversation_level, offered, predicted_level, predicted_point, talks_of
+from sagellm.bench.predicted import offered, talks_of
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
 from sagellm.bench.specs import Bench, Http, Local, Open, Ramp, SageMaker
@@ -33,6 +32,7 @@ from sagellm.errors import ExitStatus, SagellmError, TargetError
 from sagellm.results import picks
 from sagellm.results.gate import gate
 from sagellm.results.picks import make_results
+from sagellm.results.records import RecordLog, RequestRecord
 from sagellm.results.report import write_report
 from sagellm.results.schema import (
     Failure,
@@ -47,6 +47,7 @@ from sagellm.results.schema import (
     predicted_from,
     write_results,
 )
+from sagellm.results.simulated import conversation_level, predicted_level, predicted_point
 from sagellm.results.tracking import log_run
 
 __all__ = ["BenchOutcome", "run"]

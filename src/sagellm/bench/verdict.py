@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.load.level import LevelResult
 from sagellm.results.picks import MAX_ERROR_RATE
+from sagellm.results.records import RequestRecord
 
 
 def unanswered(record: RequestRecord) -> bool:

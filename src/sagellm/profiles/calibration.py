@@ -24,7 +24,7 @@ HEADER = ("# sagellm calibrate: measured correction of the planner's step times 
 class FittedRun(BaseModel):
     """One bench run a calibration was fitted on."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     results: str  # path of its results.json, as given
     started_at: str
@@ -35,7 +35,7 @@ class FittedRun(BaseModel):
 class CalibrationFile(BaseModel):
     """The reviewable calibration file."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model: str
     instance_type: str

@@ -18,7 +18,7 @@ from sagellm.profiles.schema import Architecture, Kind, MetricsSpec, RoutingSpec
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class ComputeRequirements(_Frozen):

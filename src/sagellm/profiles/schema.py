@@ -43,7 +43,7 @@ Quantization = Literal["none", "gptq", "awq", "bitsandbytes", "eetq", "fp8"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class Serving(_Strict):

@@ -1,5 +1,5 @@
 """Predictions from simulated requests for the search: a candidate's endpoint at any instance count and load
-(bench.predicted runs and summarises them), shared by designs whose copies run alike and by every search of the
+(results.simulated runs and summarises them), shared by designs whose copies run alike and by every search of the
 process at that load."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from dataclasses import astuple
 from functools import cached_property
 from typing import Any
 
-from sagellm.bench.predicted import SIMULATED_REQUESTS, simulated_level
 from sagellm.planner import Payload, StepModel
 from sagellm.planner.simulate import run_inputs
 from sagellm.profiles import Design
 from sagellm.profiles.plan import DeploymentPlan, served
 from sagellm.recommend.slo import Load
 from sagellm.results.schema import LevelSummary, RequestSlo
+from sagellm.results.simulated import SIMULATED_REQUESTS, simulated_level
 
 # Simulated summaries by everything a simulation reads, for the whole process: a simulation is deterministic
 # (one seed), so searches that differ only in the SLO (the study's targets, a test's sweep of limits, peak

@@ -21,13 +21,13 @@ ERROR_KINDS: tuple[ErrorKind, ...] = ("overloaded", "validation", "timeout", "th
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class Stats(BaseModel):
     """Distribution of one metric across requests; None where there was no sample."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     p50: float | None = None
     p90: float | None = None
@@ -68,7 +68,7 @@ def load_name(concurrency: int | None, request_rate: float | None) -> str:
 class LoadKey(BaseModel):
     """What names a level: its concurrency (closed loop) or its request rate (open loop), never both."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     concurrency: int | None = None  # closed loop: workers, each sending when its last request returns
     request_rate: float | None = None  # open loop: requests per second scheduled

@@ -8,12 +8,12 @@ import asyncio
 import pytest
 
 from pacing_server import PacingServer, Served, pacing_server_process
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import percentile, summarize
 from sagellm.bench.client.transports import CHAT, COMPLETIONS, TGI, Api, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.closed_loop import run_level
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import percentile, summarize
 
 ITL_S = 0.02
 SEED = 7

@@ -19,7 +19,6 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import (
     INFERENCE_COMPONENT_HEADER,
     SseLines,
@@ -32,6 +31,7 @@ from sagellm.bench.client.transports import CHAT, COMPLETIONS, TGI, HttpTranspor
 from sagellm.clock import Clock
 from sagellm.emulator import Emulator, make_prompt
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment
+from sagellm.results.records import RequestRecord
 
 CREDENTIALS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
 REGION = "us-east-1"

@@ -28,8 +28,6 @@ from tokenizers import Tokenizer
 
 from bench_helpers import INSTANCE, MODEL, request_lines, results_of, sagellm
 from cpu_wait import judge_only_when_fed, runqueue_wait_s
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import percentile, summarize
 from sagellm.bench.client.transports import CHAT, COMPLETIONS, Api, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.closed_loop import run_level
@@ -38,6 +36,8 @@ from sagellm.clock import Clock
 from sagellm.emulator import EmulatorProcess, make_prompt
 from sagellm.planner import Payload
 from sagellm.profiles import resolve
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import percentile, summarize
 from vllm_server import FRONT_DOOR, Histogram, TokenSampler, VllmServer, build_tiny_model, scrape
 
 # The fixture's install and start-up have their own limits (vllm_server); the tests themselves are quick.

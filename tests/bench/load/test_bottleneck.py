@@ -12,7 +12,6 @@ import pytest
 
 from bench_helpers import FakeTransport, InProcessPool
 from cpu_wait import CpuWait, judge_only_when_fed
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.bottleneck import LATE_MS, LOOP_LAG_MS, client_bottleneck
 from sagellm.bench.load.closed_loop import run_level
@@ -24,6 +23,7 @@ from sagellm.bench.sweep.ramp import run_ramp
 from sagellm.bench.sweep.shapes import warn_when_behind
 from sagellm.clock import REAL, Clock
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
 
 # A healthy level's figures are judged only when the test process got a CPU (tests/cpu_wait.py): a process
 # starved of one wakes its probe late however well the code under test does.

@@ -13,8 +13,6 @@ from aiohttp import web
 
 from bench_helpers import EngineTransport, FakeTransport, InProcessPool
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
-from sagellm.bench.client.records import RecordLog, RequestRecord, read_records
-from sagellm.bench.client.summary import summarize, tokens_in_window
 from sagellm.bench.client.transports import TGI, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.closed_loop import run_level
@@ -26,6 +24,8 @@ from sagellm.clock import Clock
 from sagellm.emulator.serving.copies import CopyEngine
 from sagellm.engines import Limits
 from sagellm.planner import Payload, Shape, StepModel, predict_point
+from sagellm.results.records import RecordLog, RequestRecord, read_records
+from sagellm.results.summary import summarize, tokens_in_window
 
 
 def workload(n_in: int = 16, n_out: int = 4) -> Workload:

@@ -11,12 +11,12 @@ from typing import Any
 import aiohttp
 
 from sagellm.bench.client.conversation import Prompt, as_text
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import summarize
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.sweep.run import run_sweep
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import summarize
 
 
 class EchoTransport:

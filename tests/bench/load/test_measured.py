@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.measured import levels_of, on_simulated_clock
 from sagellm.clock import REAL, Clock
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import LevelSummary, Predicted
 
 PREDICTED = Predicted(ms_per_token=1, ttft_ms=1, itl_ms=1, e2e_s=1, throughput_tokens_per_s=1, requests_per_s=1,

@@ -13,8 +13,6 @@ from scipy import stats as scipy_stats
 from bench_helpers import FakeTransport
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from pacing_server import pacing_server_process
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import summarize
 from sagellm.bench.client.transports import TGI, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.level import LevelResult
@@ -22,6 +20,8 @@ from sagellm.bench.load.open_loop import OpenLoop, arrival_times, run_rate_level
 from sagellm.bench.sweep.run import run_sweep
 from sagellm.clock import Clock
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import summarize
 
 
 def workload(out_tokens: int = 4) -> Workload:

@@ -13,7 +13,6 @@ import pytest
 
 from bench_helpers import FakeTransport
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.closed_loop import run_level
 from sagellm.bench.load.level import LevelResult, StopRule
@@ -23,6 +22,7 @@ from sagellm.bench.sweep.choosers import Chooser
 from sagellm.bench.sweep.run import run_sweep
 from sagellm.clock import REAL, Clock
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
 
 SCALE = 0.01  # simulated seconds run 100 × faster: the rule's 30 s window is 0.3 s of wall time
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from bench_helpers import FakeTransport
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.trace import TraceOptions
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.open_loop import run_rate_level
@@ -16,6 +15,7 @@ from sagellm.bench.specs import trace_level
 from sagellm.clock import Clock
 from sagellm.errors import InputError
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
 
 AZURE = Path(__file__).resolve().parents[2] / "fixtures" / "traces" / "azure_conv.csv"
 

@@ -16,7 +16,6 @@ import pytest
 
 from bench_helpers import sagellm
 from pacing_server import Remote, pacing_server_process
-from sagellm.bench.client.records import RequestRecord, read_records
 from sagellm.bench.client.transports import TGI, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.coordinator import split
@@ -27,6 +26,7 @@ from sagellm.bench.load.workers import auto_workers, pool_size, worker_problems
 from sagellm.bench.sweep.run import run_sweep
 from sagellm.errors import TargetError
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord, read_records
 
 TOKENS = 8
 

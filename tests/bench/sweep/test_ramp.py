@@ -13,8 +13,6 @@ import pytest
 from bench_helpers import MODEL, FakeTransport, results_of, sagellm
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from results_helpers import RUN
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import summarize
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.sweep.ramp import ramp_rates, ramp_steps, run_ramp
@@ -23,8 +21,10 @@ from sagellm.errors import InputError
 from sagellm.planner import Payload, predict
 from sagellm.profiles import design_for
 from sagellm.results.picks import make_results
+from sagellm.results.records import RequestRecord
 from sagellm.results.report import render_markdown
 from sagellm.results.schema import Level, Results, Teardown
+from sagellm.results.summary import summarize
 
 
 def test_the_default_steps_rise_from_below_one_instances_knee_to_above_the_fleets_maximum() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from bench_helpers import FakeTransport
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.open_loop import OpenLoop
@@ -14,6 +13,7 @@ from sagellm.bench.sweep.choosers import Chooser
 from sagellm.bench.sweep.shapes import ClosedLoopSweep, Levels, LoadShape, OpenLoopSweep, RampRun
 from sagellm.clock import REAL
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
 
 LEVELS = Levels(requests=6, duration_s=None, wall_s=None, warmup=1, repeats=1, workers=1, ray=None)
 

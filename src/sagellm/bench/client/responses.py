@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sagellm.bench.client.records import RequestRecord
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import ErrorKind
 
 # Headers and stream-detail keys in which the emulator reports its own timings.

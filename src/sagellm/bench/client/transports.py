@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import aiohttp
 
 from sagellm.bench.client.conversation import Prompt, as_text
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.responses import (
     INFERENCE_COMPONENT_HEADER,
     EventStreamLines,
@@ -50,6 +49,7 @@ from sagellm.bench.client.responses import (
     tgi_event,
 )
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import ErrorKind
 
 if TYPE_CHECKING:

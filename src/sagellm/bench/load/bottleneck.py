@@ -13,8 +13,8 @@ Two signs, both on the client's wall clock:
 
 from __future__ import annotations
 
-from sagellm.bench.client.summary import percentile
 from sagellm.clock import Clock
+from sagellm.results.summary import percentile
 
 LATE_MS = 50.0
 LATE_GAPS = 0.5

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import aiohttp
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
+from sagellm.results.records import RequestRecord
 
 
 async def run_level(transport: Transport, *, concurrency: int, requests: int | None,

@@ -26,13 +26,13 @@ from typing import Any
 import aiohttp
 
 from sagellm.bench.client.conversation import Conversation, Conversations
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.closed_loop import closed_book
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.open_loop import Arrivals, OpenLoop, arrival_times
 from sagellm.clock import REAL, Clock
+from sagellm.results.records import RequestRecord
 
 
 def _conversations(workload: Workload) -> Conversations:

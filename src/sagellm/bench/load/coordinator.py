@@ -11,8 +11,6 @@ import math
 import time
 from collections.abc import Callable
 
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import tokens_in_window
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.level import (
     DEFAULT_STOP_RULE,
@@ -24,6 +22,8 @@ from sagellm.bench.load.level import (
 )
 from sagellm.bench.load.open_loop import OpenLoop
 from sagellm.bench.load.workers import ORDER_SLACK_S, START_LEAD_S, Done, Message, Share, WorkerPool
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import tokens_in_window
 
 
 def split(total: int, weights: list[int]) -> list[int]:

@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import errors_by_kind, tokens_in_window
 from sagellm.bench.client.workload import Request
 from sagellm.bench.load.bottleneck import client_bottleneck
 from sagellm.bench.load.saturation import OverSaturated, SaturationRule, SaturationWatch
 from sagellm.clock import REAL, Clock
 from sagellm.emulator.frontend.loop_lag import LoopLag, probing
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import load_name
+from sagellm.results.summary import errors_by_kind, tokens_in_window
 
 
 def cycle_end(records: list[RequestRecord], worker: int, start_s: float, end_s: float) -> float | None:

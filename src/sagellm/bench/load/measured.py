@@ -15,11 +15,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import summarize_runs
 from sagellm.bench.load.level import LevelResult
 from sagellm.clock import Clock
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import Level, LevelSummary, OverSaturation, Predicted, RequestSlo
+from sagellm.results.summary import summarize_runs
 
 
 def on_simulated_clock(record: RequestRecord, clock: Clock, emulated: bool) -> RequestRecord:

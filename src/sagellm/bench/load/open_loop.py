@@ -31,12 +31,12 @@ from typing import Literal
 
 import aiohttp
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelBook, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.saturation import SaturationWatch
 from sagellm.clock import REAL, Clock
+from sagellm.results.records import RequestRecord
 
 Arrivals = Literal["constant", "poisson"]
 ARRIVALS: tuple[Arrivals, ...] = ("constant", "poisson")

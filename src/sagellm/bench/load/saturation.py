@@ -32,8 +32,8 @@ from collections import deque
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.clock import Clock
+from sagellm.results.records import RequestRecord
 
 SAGEMAKER_INVOCATION_TIMEOUT_S = 60.0
 

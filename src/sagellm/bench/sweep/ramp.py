@@ -22,7 +22,6 @@ from collections.abc import Callable
 
 import aiohttp
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
 from sagellm.bench.load.level import LevelBook, LevelProgress, LevelResult, StopRule
@@ -31,6 +30,7 @@ from sagellm.emulator.frontend.loop_lag import probing
 from sagellm.errors import InputError
 from sagellm.planner import predict
 from sagellm.profiles import Design
+from sagellm.results.records import RequestRecord
 
 DEFAULT_STEPS = 8
 DEFAULT_STEP_S = 240.0  # simulated seconds per step: 32 minutes in all

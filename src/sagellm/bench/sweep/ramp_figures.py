@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import stats
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import RampInterval, RampRecord, ScalingEvent, ScalingPolicyRecord
+from sagellm.results.summary import stats
 
 DEFAULT_INTERVAL_S = 30.0  # half a metric period: fine enough to see an instance join
 

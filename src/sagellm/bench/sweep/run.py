@@ -13,7 +13,6 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.closed_loop import run_level
@@ -22,6 +21,7 @@ from sagellm.bench.load.coordinator import run_shared_level
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelProgress, LevelResult, StopRule
 from sagellm.bench.load.open_loop import OpenLoop, run_rate_level
 from sagellm.bench.load.workers import WorkerPool, auto_workers
+from sagellm.results.records import RequestRecord
 
 # Published sweeps send a few × concurrency requests per level (method.md §5).
 REQUESTS_PER_WORKER = 3

@@ -18,7 +18,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sagellm.bench.client.records import RequestRecord
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
 from sagellm.bench.load.level import LevelProgress, LevelResult, StopRule
@@ -35,6 +34,7 @@ from sagellm.clock import REAL, Clock
 from sagellm.planner import Payload, Shape
 from sagellm.profiles import Design
 from sagellm.results import picks
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import RampRecord, Run, SweepRecord
 
 Requests = int | Callable[[float], int] | None  # measured requests per level, or a function of the level

@@ -90,10 +90,11 @@ def plan(
 
     from sagellm.bench.client.trace import TraceOptions, parse_window
     from sagellm.bench.client.workload import Workload, WorkloadOptions
-    from sagellm.bench.predicted import conversation_curve, simulated_curve, talks_of
+    from sagellm.bench.predicted import talks_of
     from sagellm.errors import InputError
     from sagellm.planner import Payload
     from sagellm.profiles import design_for, profile_payload
+    from sagellm.results.simulated import conversation_curve, simulated_curve
 
     levels = concurrency_levels(concurrency)
     if trace is None and (trace_speed != 1.0 or trace_requests is not None or trace_window is not None):
@@ -141,8 +142,8 @@ def plan(
 def _print_trace(plan: DeploymentPlan, shape: Shape, workload: Workload, json_out: bool) -> None:
     """The plan's endpoint replaying the workload's trace: what it would do to those requests, as a bench level."""
     from sagellm.bench.client.trace import trace_prefixes
-    from sagellm.bench.predicted import simulated_trace
     from sagellm.planner import StepModel
+    from sagellm.results.simulated import simulated_trace
 
     trace = workload.trace
     assert trace is not None

@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from sagellm.bench.client.records import RequestRecord
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import ERROR_KINDS, Goodput, LevelSummary, RequestSlo, Spread, Stats, TurnSummary
 
 # Metrics whose spread across repeats is reported (each repeat's own value).
@@ -222,7 +222,7 @@ def _distributions(ok: Sequence[RequestRecord]) -> dict[str, Stats]:
 
 def _token_gaps_ms(ok: Sequence[RequestRecord]) -> list[float]:
     """Every token gap of the requests, in ms, in order. A simulated request's gaps are one value repeated
-    (bench.predicted.record_of): scaled once and repeated, the same list is built at C speed (scaling 150,000 gaps
+    (results.simulated.record_of): scaled once and repeated, the same list is built at C speed (scaling 150,000 gaps
     one by one was half of a simulated level's summary)."""
     out: list[float] = []
     for r in ok:

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import meets, percentile, summarize, summarize_runs
+from sagellm.results.records import RequestRecord
 from sagellm.results.schema import RequestSlo, Stats
+from sagellm.results.summary import meets, percentile, summarize, summarize_runs
 
 
 def rec(*, c: int = 4, start: float = 1.0, e2e: float = 1.0, tokens: int = 100, ok: bool = True,
