@@ -25,7 +25,8 @@ Per run:
   server's accept) and **read** (the client's first-token read − the server's first write: loopback, the client's
   event loop); overhead = send + read;
 - **ratio**: the bench's own throughput (its output tokens in its measured window ÷ the window) ÷ the server's
-  own count (every token it wrote in that window, on its clock) ÷ the same window;
+  own count (every token it wrote in that window, on its clock) ÷ the same window, and the window's length (the
+  client's read lag at the window's edges biases the ratio by the lag difference ÷ the window: docs/load.md);
 - the load average before the run and the client's event-loop lag (mean over the level).
 Then the medians over the repeats, per mode. `benchmarks/scaling.py` measures something else: the read half only,
 of measured requests only (see docs/load.md, "The load generator's overhead as a user sees it").
@@ -78,6 +79,7 @@ class Run:
     client_tokens_per_s: float
     server_tokens_per_s: float
     ratio: float | None
+    window_s: float  # the bench's measured window: the ratio's edge bias shrinks as it grows
     client_loop_lag_ms: float | None
     client_cpu_ms_per_request: float  # the bench process and its worker processes, user + system
     server_cpu_share: float  # the pacing server's CPU time ÷ the level's wall time (1.0: one core kept busy)
@@ -130,6 +132,7 @@ def figures(level: LevelResult, zero: float, log: list[Served], work: Workload, 
                read_ms_p99=_ms(read, 99), measured_overhead_ms_p50=_ms(measured_over, 50),
                measured_overhead_ms_p99=_ms(measured_over, 99), client_tokens_per_s=client_rate,
                server_tokens_per_s=server_rate, ratio=client_rate / server_rate if server_rate else None,
+               window_s=level.window_s,
                client_loop_lag_ms=level.loop_lag_ms, client_cpu_ms_per_request=cpu[0] * 1000 / len(level.records),
                server_cpu_share=cpu[1] / (level.ended_s - level.started_s))
 
@@ -159,7 +162,7 @@ def run_once(workers: int, repeat: int, args: argparse.Namespace) -> Run:
 
 HEADER = (f"{'workers':>7} {'rep':>3} {'load':>5} {'reqs':>5} {'err':>3} {'overhead p50/p99':>17} "
           f"{'send p50/p99':>15} {'read p50/p99':>15} {'measured-only':>15} {'client tok/s':>12} "
-          f"{'server tok/s':>12} {'ratio':>7} {'lag ms':>6} {'cli cpu/req':>11} {'srv cpu':>7}")
+          f"{'server tok/s':>12} {'ratio':>7} {'window':>6} {'lag ms':>6} {'cli cpu/req':>11} {'srv cpu':>7}")
 
 
 def _f(v: float | None, fmt: str) -> str:
@@ -171,7 +174,7 @@ def row(r: Run) -> str:
             f"{r.overhead_ms_p50:>8.1f}/{r.overhead_ms_p99:<8.1f} {r.send_ms_p50:>7.1f}/{r.send_ms_p99:<7.1f} "
             f"{r.read_ms_p50:>7.1f}/{r.read_ms_p99:<7.1f} "
             f"{r.measured_overhead_ms_p50:>7.1f}/{r.measured_overhead_ms_p99:<7.1f} "
-            f"{r.client_tokens_per_s:>12.0f} {r.server_tokens_per_s:>12.0f} {_f(r.ratio, '7.4f'):>7} "
+            f"{r.client_tokens_per_s:>12.0f} {r.server_tokens_per_s:>12.0f} {_f(r.ratio, '7.4f'):>7} {r.window_s:>6.2f} "
             f"{_f(r.client_loop_lag_ms, '6.1f'):>6} {r.client_cpu_ms_per_request:>11.2f} {r.server_cpu_share:>7.2f}")
 
 
@@ -179,7 +182,7 @@ def medians(runs: list[Run]) -> dict[str, float | None]:
     """Each figure's median over the runs (None where no run had it)."""
     out: dict[str, float | None] = {}
     for key in ("loadavg", "overhead_ms_p50", "overhead_ms_p99", "send_ms_p50", "send_ms_p99", "read_ms_p50",
-                "read_ms_p99", "measured_overhead_ms_p50", "measured_overhead_ms_p99", "ratio", "client_loop_lag_ms", "client_cpu_ms_per_request", "server_cpu_share"):
+                "read_ms_p99", "measured_overhead_ms_p50", "measured_overhead_ms_p99", "ratio", "window_s", "client_loop_lag_ms", "client_cpu_ms_per_request", "server_cpu_share"):
         values = [v for r in runs if (v := getattr(r, key)) is not None]
         out[key] = statistics.median(values) if values else None
     return out
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         m = medians([r for r in runs if r.workers == workers])
         summary[workers] = m
         print(f"  workers {workers}: overhead p50 {_f(m['overhead_ms_p50'], '.1f')} / p99 "
-              f"{_f(m['overhead_ms_p99'], '.1f')} ms, ratio {_f(m['ratio'], '.4f')} (load average "
+              f"{_f(m['overhead_ms_p99'], '.1f')} ms, ratio {_f(m['ratio'], '.4f')} over {_f(m['window_s'], '.2f')} s (load average "
               f"{_f(m['loadavg'], '.2f')}; send {_f(m['send_ms_p50'], '.1f')}/{_f(m['send_ms_p99'], '.1f')}, "
               f"read {_f(m['read_ms_p50'], '.1f')}/{_f(m['read_ms_p99'], '.1f')}, warm-up left out "
               f"{_f(m['measured_overhead_ms_p50'], '.1f')}/{_f(m['measured_overhead_ms_p99'], '.1f')}; client CPU "
