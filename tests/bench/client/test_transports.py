@@ -26,6 +26,7 @@ from sagellm.bench.client.responses import (
     classify_http_error,
     classify_sagemaker_error,
     openai_event,
+    tgi_plain_token,
 )
 from sagellm.bench.client.transports import CHAT, COMPLETIONS, TGI, HttpTransport, SageMakerTransport
 from sagellm.clock import Clock
@@ -347,6 +348,31 @@ def test_tgi_stream_split_into_five_byte_writes_parses_every_token() -> None:
     out = send_tgi("split", n=8)
     assert out.ok, out.error
     assert out.output_tokens == 8 and len(out.token_gaps_s) == 7
+
+
+def test_a_bare_tgi_token_event_is_recognised_without_decoding_and_nothing_else_is() -> None:
+    *tokens, last = [event.removeprefix(b"data:").strip() for event in tgi_sse(3)]
+    compact = json.dumps(json.loads(tokens[0]), separators=(",", ":")).encode()  # TGI's own (serde) spelling
+    assert all(tgi_plain_token(t) for t in (*tokens, compact))
+    assert not tgi_plain_token(last)  # details and the generated text: decoded
+    assert not tgi_plain_token(b'{"error":"Request failed during generation","error_type":"generation"}')
+    # A token whose text spells the keys is still a plain token; one whose details are present is not.
+    tricky = {"index": 1, "token": {"id": 1, "text": '"details":{}', "special": False}, "generated_text": None,
+              "details": None}
+    assert tgi_plain_token(json.dumps(tricky).encode())
+    assert not tgi_plain_token(json.dumps({**tricky, "details": {"generated_tokens": 1}}).encode())
+
+
+def test_a_tgi_stream_read_for_its_reply_and_read_for_timings_count_the_same_tokens() -> None:
+    async def go(fake: FakeEndpoint, session: aiohttp.ClientSession) -> tuple[RequestRecord, RequestRecord, list[str]]:
+        transport = HttpTransport(fake.url, TGI)
+        reply: list[str] = []
+        return await transport.send(session, "ok", 6), await transport.send(session, "ok", 6, reply), reply
+
+    fast, decoded, reply = asyncio.run(with_endpoint(go))
+    assert fast.ok and decoded.ok
+    assert (fast.output_tokens, len(fast.token_gaps_s)) == (decoded.output_tokens, len(decoded.token_gaps_s)) == (6, 5)
+    assert reply == [f" t{i}" for i in range(6)]  # the reply needs each token's text: every event decoded
 
 
 def test_tgi_output_tokens_come_from_details_not_from_counting_events() -> None:

@@ -190,6 +190,8 @@ class SseLines:
         self._rest = lines.pop()
         out = []
         for line in lines:
+            if not line:  # the blank line that ends each event: half of an SSE stream's lines
+                continue
             if line.startswith(b"data:"):
                 out.append(line[5:].strip())
             elif line.startswith(b"{"):  # LMI streams JSON lines (application/jsonlines), not SSE
@@ -278,6 +280,15 @@ def tgi_event(st: StreamState, event: dict[str, Any], now: float) -> None:
         st.server_timings(details)
     if details or event.get("generated_text") is not None:
         st.done = True
+
+
+def tgi_plain_token(data: bytes) -> bool:
+    """Whether a TGI `/generate_stream` event is a bare token (a token, no `details`, no `generated_text`): all
+    `tgi_event` would do with it is count it, so it need not be decoded (the JSON decode was the largest part of
+    the client's per-token cost). Structural keys only: a JSON string cannot hold an unescaped quote. TGI writes
+    compact JSON (serde: `"details":null`); Python servers often write `"details": null`."""
+    return (b'"token":' in data and (b'"details":null' in data or b'"details": null' in data)
+            and (b'"generated_text":null' in data or b'"generated_text": null' in data) and b'"error"' not in data)
 
 
 def openai_event(st: StreamState, event: dict[str, Any], now: float) -> None:

@@ -47,6 +47,7 @@ from sagellm.bench.client.responses import (
     classify_sagemaker_error,
     openai_event,
     tgi_event,
+    tgi_plain_token,
 )
 from sagellm.planner.constants import INVOCATION_TIMEOUT_S
 from sagellm.results.records import RequestRecord
@@ -105,9 +106,10 @@ class Api:
     body: Callable[[Prompt, int, str], dict[str, Any]]
     event: Callable[[StreamState, dict[str, Any], float], None]
     done_marker: bytes | None = None
+    plain_token: Callable[[bytes], bool] | None = None  # an event that is only a token: counted, not decoded
 
 
-TGI = Api("tgi", "/generate_stream", tgi_body, tgi_event)
+TGI = Api("tgi", "/generate_stream", tgi_body, tgi_event, plain_token=tgi_plain_token)
 COMPLETIONS = Api("openai", "/v1/completions", completions_body, openai_event, b"[DONE]")
 CHAT = Api("chat", "/v1/chat/completions", chat_body, openai_event, b"[DONE]")
 APIS = {api.name: api for api in (TGI, COMPLETIONS, CHAT)}
@@ -188,12 +190,16 @@ class _StreamingTransport:
                 decoder = self._decoder()
                 event = self.api.event
                 done_marker = self.api.done_marker
+                plain = self.api.plain_token if reply is None else None  # a reply needs each token's text
                 read = resp.content.readany
                 chunk = await read()
                 first_byte.reschedule(None)
                 while chunk:
                     now = time.perf_counter()
                     for data in decoder.feed(chunk):
+                        if plain is not None and plain(data):
+                            st.token(now)
+                            continue
                         if data == done_marker:
                             if not st.done:  # llama.cpp's server ends a stream it interrupts this way
                                 raise Failed("other", f"the server cut the stream: [DONE] after {st.events} "

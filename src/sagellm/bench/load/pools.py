@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import queue
 import signal
+import threading
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
@@ -19,13 +21,32 @@ from sagellm.bench.load.ray_workers import RayPool
 from sagellm.bench.load.workers import Deliver, Share, WorkerPool, run_share
 
 
+def _send_all(conn: Connection, outbox: queue.SimpleQueue[Any]) -> None:
+    """A worker's sender thread: pickle and send each message of `outbox`, in order, until None."""
+    while (message := outbox.get()) is not None:
+        try:
+            conn.send(message)
+        except OSError:  # the coordinator is gone: nobody to tell
+            return
+
+
 def _process_main(conn: Connection, transport: Transport, workload: Workload) -> None:
     """A worker process: run the shares it is sent until it is sent None."""
     # Ctrl-C reaches the whole process group: the coordinator alone decides, and stops the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn.send(("ready",))
-    while (share := conn.recv()) is not None:
-        asyncio.run(run_share(share, transport, workload, conn.send))
+    # Messages leave through a thread: a record (its token gaps pickled) sent from the event loop blocked the loop,
+    # with its streams unread, whenever the coordinator was slow to drain the pipe (64 KiB: a few dozen records,
+    # less than one wave of completions at 512 streams on a busy machine).
+    outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    sender = threading.Thread(target=_send_all, args=(conn, outbox), name="sagellm-worker-sender", daemon=True)
+    sender.start()
+    try:
+        while (share := conn.recv()) is not None:
+            asyncio.run(run_share(share, transport, workload, outbox.put))
+    finally:  # what was emitted before a failure still reaches the coordinator
+        outbox.put(None)
+        sender.join(timeout=10)
 
 
 class ProcessPool:
