@@ -47,8 +47,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from pacing_server import Served, pacing_server_process
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import percentile
 from sagellm.bench.client.transports import TGI, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.closed_loop import run_level
@@ -56,6 +54,8 @@ from sagellm.bench.load.coordinator import run_shared_level
 from sagellm.bench.load.level import LevelResult
 from sagellm.bench.load.pools import worker_pool
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import percentile
 
 
 @dataclass

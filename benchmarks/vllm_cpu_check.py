@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sagellm.bench.client.summary import percentile
 from sagellm.catalog import find_instance, find_model
 from sagellm.engines import Limits
 from sagellm.planner import Shape, StepModel
 from sagellm.planner.simulate import Served, SimulatedPromptSet, SimulatedRequest, simulate
+from sagellm.results.summary import percentile
 
 DATA = Path(__file__).parent / "data" / "vllm_cpu.json"
 # TPOT (a request's mean gap between tokens) stands for ITL: a client short of CPU reads streamed tokens in bursts, so

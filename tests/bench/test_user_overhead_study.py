@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from benchmark_scripts import load_benchmark
 from pacing_server import Served
-from sagellm.bench.client.records import RequestRecord
-from sagellm.bench.client.summary import tokens_in_window
 from sagellm.bench.client.workload import Workload, WorkloadOptions
 from sagellm.bench.load.level import LevelResult
 from sagellm.planner import Payload
+from sagellm.results.records import RequestRecord
+from sagellm.results.summary import tokens_in_window
 
 ZERO = 100.0  # the run's start on the shared clock
 
