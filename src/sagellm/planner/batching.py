@@ -279,9 +279,11 @@ class CopyScheduler:
         for seq in list(self.running):
             if budget <= 0 or seq.state != RUNNING:
                 break
-            n = min(seq.pending, budget)
-            # A sequence alone runs whatever the pool holds (it could never run otherwise).
-            while seq.state == RUNNING and not self._take_blocks(seq, n, force=len(self.running) == 1):
+            n = min(seq.input_tokens + seq.generated - seq.computed, budget)  # its pending tokens (inlined: hot)
+            # Within the blocks it holds, nothing to take (most decode steps); else take or preempt. A sequence
+            # alone runs whatever the pool holds (it could never run otherwise).
+            while (seq.computed + n > seq.held and seq.state == RUNNING
+                   and not self._take_blocks(seq, n, force=len(self.running) == 1)):
                 preempted = True
                 self._preempt(self.running[-1], front=True)
             if seq.state != RUNNING:  # it was the latest admitted itself
@@ -465,11 +467,16 @@ class CopyScheduler:
     def _forward_s(self, steps: list[tuple[Sequence, int]]) -> float:
         """One forward pass over decodes and prompt chunks together: the weights read once, the decodes' attention
         over their KV, each chunk's over itself and the tokens of its prompt already in the KV cache."""
-        chunks = [(seq, n) for seq, n in steps if seq.prefilling]
-        decodes = [seq for seq, _ in steps if not seq.prefilling]
-        return self.steps.mixed_step_s(sum(n for _, n in chunks), len(chunks), len(decodes),
-                                       sum(seq.computed for seq in decodes),
-                                       sum(n * seq.computed for seq, n in chunks))
+        prompt_tokens = prompts = batch = context = pairs = 0
+        for seq, n in steps:  # one pass, `prefilling` inlined: this runs once a step over the whole batch
+            if seq.input_tokens + seq.generated - seq.computed > 1 or seq.generated == 0:
+                prompt_tokens += n
+                prompts += 1
+                pairs += n * seq.computed
+            else:
+                batch += 1
+                context += seq.computed
+        return self.steps.mixed_step_s(prompt_tokens, prompts, batch, context, pairs)
 
     def _computed(self, steps: list[tuple[Sequence, int]]) -> None:
         """After a pass: the tokens it computed are held; each sequence whose prompt (or last token) is done
@@ -480,7 +487,7 @@ class CopyScheduler:
                 seq.computed += n
                 if seq.computed >= seq.insert_at:
                     self._cache_segments(seq)
-                if seq.pending == 0:
+                if seq.computed == seq.input_tokens + seq.generated:  # nothing pending (inlined: hot)
                     ready.append(seq)
         self.emit(ready)
 
@@ -641,9 +648,10 @@ class CopyScheduler:
         """How many of `most` decode steps the running sequences can take before they need more KV blocks than
         are free (the blocks needed grow with the steps: the largest count that fits, by bisection)."""
         block = self.limits.kv_block_tokens
+        computed, held = [s.computed for s in self.running], sum(s.held for s in self.running)
 
         def more(k: int) -> int:
-            return sum(-(-(s.computed + k) // block) * block - s.held for s in self.running)  # as _blocks
+            return sum(-(-(c + k) // block) for c in computed) * block - held  # as _blocks, summed
         if more(most) <= self.kv_free:  # they all fit (the usual case: one sum, not a bisection)
             return most
         low, high = 0, most
