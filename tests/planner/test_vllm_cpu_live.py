@@ -20,10 +20,14 @@ from typing import Any
 import pytest
 
 from benchmark_scripts import load_benchmark
+from cpu_wait import judge_only_when_fed
 
 ROOT = Path(__file__).resolve().parents[2]
 # Paced throughput, simulated ÷ measured − 1: every level within this, and their median within the goal.
 WORST_THROUGHPUT, MEDIAN_THROUGHPUT = 0.45, 0.20
+# Past this share of a level spent waiting for a CPU (the recorder's client), the throughput is reported, not judged:
+# the three runs above reached 52 % and still held the bound; the suite's parallel workers can starve it further.
+MAX_CLIENT_CPU_WAIT = 0.6
 
 
 @pytest.fixture(scope="module")
@@ -59,5 +63,7 @@ def test_the_simulation_forms_the_steps_a_live_vllm_forms(recorded: dict[str, An
     table = {(r["workload"], r["concurrency"]): {m: round(e, 2) for m, e in r["error"].items()} | {
         "pace": round(r["pace"], 2)} for r in rows}
     errors = sorted(abs(r["error"]["output_throughput_tok_s"]) for r in rows)
+    # A client left waiting for a CPU most of a level reads its tokens late whatever the server did.
+    judge_only_when_fed(max(lv["client_cpu_wait_share"] for lv in levels), MAX_CLIENT_CPU_WAIT, f"paced errors {table}")
     assert errors[-1] <= WORST_THROUGHPUT, table
     assert errors[len(errors) // 2] <= MEDIAN_THROUGHPUT, table
