@@ -27,12 +27,17 @@ lint: setup
 	.venv/bin/mypy src
 	.venv/bin/lint-imports
 
+# Four pytest workers on two cores: most of the slow tests wait (on the CDK CLI, the moto server, an emulator at a
+# time scale, subprocess CLIs), so four keep both cores busy; worksteal hands a worker that ran dry the queued tests
+# of a worker still busy. `make test PYTEST_WORKERS=` runs in one process.
+PYTEST_WORKERS ?= -n 4 --dist worksteal
+
 test: lint
 	# The docs site, strict: a broken link or anchor, or a page left out of the nav, fails the build. The CLI
 	# reference and the results schema are rendered from the code here, so they cannot go stale. (Not
 	# --quiet: it silences the warnings that --strict counts, and the build then passes.)
 	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --site-dir build/site
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest $(PYTEST_WORKERS)
 
 # Day-to-day work, in under two minutes: the static checks and every test marked neither integration (those
 # deploy through the real CDK CLI, run the moto server or a real load) nor slow (over about a second each:
