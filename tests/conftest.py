@@ -16,6 +16,23 @@ os.environ["SAGELLM_PRICE_LIST"] = "off"
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test`): the slow tests first, and a module's tests that share a module-scoped
+    fixture in one worker.
+
+    The slow ones start first so that the quick ones fill the workers at the end, rather than one long test
+    running alone after the rest. A module-scoped fixture (a pip install, a server, a bench whose results several
+    tests read) is built once per worker that runs a test using it: in one group it is built once, as without
+    workers. The order is the same in every worker, as xdist requires."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files keep their order
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures is None:
+            continue
+        if any(defs[-1].scope == "module" for defs in fixtures.name2fixturedefs.values() if defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(autouse=True)
 def _no_hugging_face_hub(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reaches the Hugging Face Hub or the user's cache: offline, over an empty cache of its own."""
