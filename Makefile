@@ -30,10 +30,11 @@ lint: setup
 	.venv/bin/lint-imports
 
 # Four pytest workers on two cores: most of the slow tests wait (on the CDK CLI, the moto server, an emulator at a
-# time scale, subprocess CLIs), so four keep both cores busy. loadgroup hands out one test at a time to whichever
-# worker is free, and the tests that share a module-scoped fixture as one unit (tests/conftest.py groups them).
+# time scale, subprocess CLIs), so four keep both cores busy. loadfile: a module's tests run in one worker, so a
+# module-scoped fixture (a pip install, a server) is built once; in collection order, which tests/conftest.py
+# starts with the slow modules. (loadgroup's xdist_group marks are lost on pytest 9.2's node ids.)
 # `make test PYTEST_WORKERS=` runs in one process.
-PYTEST_WORKERS ?= -n 4 --dist loadgroup
+PYTEST_WORKERS ?= -n 4 --dist loadfile --no-loadscope-reorder
 
 test: lint
 	# The docs site, strict: a broken link or anchor, or a page left out of the nav, fails the build. The CLI
@@ -47,6 +48,6 @@ test: lint
 # worker processes, the CLI as a subprocess, synth). CI runs `make test`, which runs them all.
 # Two workers here: these tests are CPU-bound, and each worker collects the suite again (about 17 s of CPU).
 test-fast: lint
-	.venv/bin/python -m pytest -q -m "not integration and not slow" -n 2 --dist loadgroup
+	.venv/bin/python -m pytest -q -m "not integration and not slow" -n 2 --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup demo lint test test-fast

@@ -17,24 +17,16 @@ os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test`): the slow tests first, and a module's tests that share a module-scoped
-    fixture in one worker.
+    """The modules with integration or slow tests first, each module's tests in their order.
 
-    The modules with slow tests start first so that the quick ones fill the workers at the end, rather than one
-    long test running alone after the rest; a module's tests keep their order (some rely on it: the last one of
-    tests/bench/targets/test_sagemaker_target.py stops the module's local account). A module-scoped fixture (a
-    pip install, a server, a bench whose results several tests read) is built once per worker that runs a test
-    using it: in one group it is built once, as without workers. The order is the same in every worker, as xdist
-    requires."""
+    Under pytest-xdist (`make test`, `--dist loadfile`: a module's tests run in one worker, so a module-scoped
+    fixture such as a pip install, a server or a bench whose results several tests read is built once) the
+    longest modules then start first, and the quick ones fill the workers at the end rather than one long
+    module running alone after the rest. Within a module the order is kept: some tests rely on it (the last one
+    of tests/bench/targets/test_sagemaker_target.py stops the module's local account)."""
     slow_modules = {item.nodeid.split("::")[0] for item in items
                     if item.get_closest_marker("slow") or item.get_closest_marker("integration")}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_modules)  # stable: the order within is kept
-    for item in items:
-        fixtures = getattr(item, "_fixtureinfo", None)
-        if fixtures is None:
-            continue
-        if any(defs[-1].scope == "module" for defs in fixtures.name2fixturedefs.values() if defs):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(autouse=True)
