@@ -64,7 +64,10 @@ def test_verify_2_benches_two_candidates_on_the_local_emulator_and_tears_both_do
         results = json.loads(path.read_text())
         assert results["teardown"]["status"] == "destroyed" and not results["teardown"]["leftovers"]
         stacks.add(results["teardown"]["detail"])
-        assert {lv["request_rate"] for lv in results["levels"]} == {2.0, 3.0}  # the target and one step above
+        # The target and one step above; a sweep may stop after the target (an over-saturated level, on a busy
+        # machine), and then says why.
+        rates = [lv["request_rate"] for lv in results["levels"]]
+        assert rates == [2.0, 3.0] or (rates == [2.0] and results["stopped_reason"]), (rates, results["stopped_reason"])
     assert len(stacks) == 2
     for v in verified:
         ratio = v["measured_over_predicted"]["itl_ms.p50@2/s <= 40"]
