@@ -19,6 +19,7 @@ what differs is how the steps are formed and what lies around them.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -225,6 +226,12 @@ def print_steps(result: dict[str, Any]) -> None:
     print()
 
 
+def read_recording(path: Path) -> dict:
+    """A recording of vllm_cpu_scheduler.py, as written or gzipped (the later ones are kept gzipped)."""
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, default=DATA, help="the measurement (benchmarks/vllm_cpu_scheduler.py)")
@@ -235,9 +242,10 @@ def main() -> None:
     parser.add_argument("--steps", action="store_true",
                         help="first, per level, the steps vLLM formed (its step log) beside the simulation's")
     args = parser.parse_args()
+    recording = read_recording(args.json)
     if args.steps:
-        print_steps(json.loads(args.json.read_text()))
-    rows, misses = compare(json.loads(args.json.read_text()), args.tolerance, args.paced)
+        print_steps(recording)
+    rows, misses = compare(recording, args.tolerance, args.paced)
     print("workload        C   TTFT p50 ms (sim, err)   TTFT p90 ms (sim, err)   TPOT p50 ms (sim, err)  "
           "tok/s (sim, err)      pace")
     for r in rows:

