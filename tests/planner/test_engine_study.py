@@ -31,7 +31,8 @@ def test_every_row_is_replayed_or_left_out_with_a_reason() -> None:
         assert c.shape().memory_shortfall_gb == 0 and c.kv_tokens >= c.input_tokens + c.output_tokens
 
 
-@pytest.mark.parametrize("row", [262, 261, 195])  # vLLM and SGLang at c=1 (A10G), a vLLM burst of 1000 (H100)
+# vLLM and SGLang at c=1 (A10G), a vLLM burst of 1000 (H100), SGLang's ShareGPT burst (H100: lengths spread)
+@pytest.mark.parametrize("row", [262, 261, 195, 187])
 def test_costing_a_unit_time_trace_gives_what_the_simulator_gives(row: int) -> None:
     # The schedule does not depend on how long passes take, so a trace recorded on unit-time passes and costed
     # afterwards must give the simulation's own request times.
@@ -39,15 +40,67 @@ def test_costing_a_unit_time_trace_gives_what_the_simulator_gives(row: int) -> N
     case = next(c for c in study.load_cases()[0] if c.index == row)
     tr = study.trace(case)
     steps = StepModel(case.shape())
+    sizes = study.sharegpt_lengths(case).__getitem__ if case.sharegpt else None
     sim = simulate(Served(steps, study.limits_of(case), ENGINES[case.engine].scheduling, 1), case.input_tokens,
                    case.output_tokens, SimulatedPromptSet(case.prompts, case.concurrency), timeout_s=None,
-                   every_pass=True)
+                   every_pass=True, sizes=sizes)
     reqs = sim.measured
     ttft = statistics.median(r.first_token_s - r.arrived_s for r in reqs) * 1000
     tpot = statistics.median((r.last_token_s - r.first_token_s) / (r.output_tokens - 1) for r in reqs) * 1000
     thr = sum(r.output_tokens for r in reqs) / (max(r.end_s for r in reqs) - min(r.arrived_s for r in reqs))
     predicted = study.predict(tr, study.physics(case, tr.passes), steps.k)
-    assert np.allclose(predicted, (ttft, tpot, thr), rtol=1e-6)
+    assert np.allclose(predicted[:3], (ttft, tpot, thr), rtol=1e-6)
+
+
+def _trace(study: ModuleType, passes: list[tuple[int, int, int, int, int]], arrived: list[int], first: list[int],
+           last: list[int], tokens: list[int]):
+    return study.Trace(np.array(passes, dtype=float), *(np.array(x) for x in (arrived, first, last, tokens)))
+
+
+def test_median_itl_pools_every_token_gap_a_sequence_waits() -> None:
+    study = _study()
+    # One request after another (c = 1, vLLM): a prompt pass, two decodes; again. Passes take 1, .1, .2, 1, .1, .3 s:
+    # the gaps are .1, .2 and .1, .3 (the second request's first decode is not charged the first one's end or its own
+    # prompt pass); pooled, their lower median is .1 (a mean of per-request medians would say .175).
+    one_by_one = _trace(study, [(10, 1, 0, 0, 0), (0, 0, 1, 11, 0), (0, 0, 1, 12, 0), (10, 1, 0, 0, 0),
+                                (0, 0, 1, 11, 0), (0, 0, 1, 12, 0)], [0, 3], [1, 4], [3, 6], [3, 3])
+    clock = np.array([0, 1, 1.1, 1.3, 2.3, 2.4, 2.7])
+    assert study._median_itl(one_by_one, clock) == pytest.approx(0.1)
+    # SGLang alternates: a second prompt's prefill pass (.5 s) stalls the running sequence, whose gap is then .7 s;
+    # the newcomer's first gap is its decode pass alone. Gaps: .1, .7, .2 and .2, .2: median .2.
+    alternating = _trace(study, [(10, 1, 0, 0, 0), (0, 0, 1, 11, 0), (10, 1, 0, 0, 0), (0, 0, 2, 23, 0),
+                                 (0, 0, 2, 25, 0)], [0, 1], [1, 3], [5, 5], [4, 3])
+    clock = np.array([0, 1, 1.1, 1.6, 1.8, 2.0])
+    assert study._median_itl(alternating, clock) == pytest.approx(0.2)
+    # Slower decodes once two run (1 s each): gaps .1, 1.5, 1 and 1, 1: the median follows the step that most tokens
+    # wait for, 1 s.
+    assert study._median_itl(alternating, np.array([0, 1, 1.1, 1.6, 2.6, 3.6])) == pytest.approx(1.0)
+
+
+def test_sharegpt_levels_are_replayed_with_sharegpts_spread_at_their_stated_means() -> None:
+    # gpustack's ShareGPT bursts state mean lengths only; the replay draws each request from ShareGPT's own lengths
+    # (data/sharegpt_lengths.csv) scaled to those means, the same draws on every run.
+    study = _study()
+    case = next(c for c in study.load_cases()[0] if c.index == 187)
+    assert case.sharegpt and case.prompts == 1000
+    drawn = np.array(study.sharegpt_lengths(case))
+    assert study.sharegpt_lengths(case) == [tuple(p) for p in drawn.tolist()]  # seeded by the row
+    assert drawn.mean(axis=0) == pytest.approx((case.input_tokens, case.output_tokens), rel=0.01)
+    spread = drawn.std(axis=0) / drawn.mean(axis=0)
+    assert np.all((spread > 0.8) & (spread < 1.3))  # ShareGPT's: both sides about as spread as their mean
+    assert not next(c for c in study.load_cases()[0] if c.index == 195).sharegpt  # vLLM's random dataset: fixed
+
+
+def test_bursts_of_four_token_requests_are_scored_apart_as_front_end_bound() -> None:
+    # gpustack's 128-in/4-out bursts of ~1,000 measure the server's request handling (docs/studies.md): they are not
+    # predicted and never fitted; every other level stays in.
+    study = _study()
+    cases = study.load_cases()[0]
+    front = [c for c in cases if c.front_end_bound]
+    assert len(front) == 13
+    assert all(c.concurrency is None and c.output_tokens == 4 and c.prompts >= 984 for c in front)
+    assert all(c.output_tokens > study.FRONT_END_MAX_OUTPUT for c in cases if not c.front_end_bound and
+               c.concurrency is None)
 
 
 def test_the_borrowed_constants_reproduce_the_study_on_the_single_request_rows() -> None:
@@ -61,7 +114,8 @@ def test_the_borrowed_constants_reproduce_the_study_on_the_single_request_rows()
 
 
 def test_vllm_and_sglang_keep_the_borrowed_constants_the_study_did_not_beat() -> None:
-    # Fitted per-engine sets did not beat TGI_1's on held-out sources (docs/studies.md), so none shipped.
+    # No set beat TGI_1's on both the leave-one-source-out and the study's own hold-out (docs/studies.md), so none
+    # shipped.
     for kind in ("vllm", "sglang", "lmi"):
         assert ENGINES[kind].generation(None).constants_from == "tgi-1"
     assert set(MEASURED) == {"tgi-1"}
@@ -69,22 +123,24 @@ def test_vllm_and_sglang_keep_the_borrowed_constants_the_study_did_not_beat() ->
 
 @pytest.mark.slow
 def test_the_study_holds_the_figures_docs_studies_md_gives() -> None:
-    # All 150 rows with TGI_1: 36.2 % over TTFT, TPOT and throughput. The physics form fitted per engine: 35.9 %
-    # leave-one-source-out on the 117 rows outside the hold-out (TGI_1 37.4 % there), but 38.9 % on the 33 held-out
-    # rows where TGI_1 scores 31.7 %: not better out of sample on both, which is why none shipped. A change that moves
-    # these reruns the study and updates docs/studies.md ("Physics terms for today's engines").
+    # The 137 rows (front-end-bound bursts apart), ShareGPT levels replayed with ShareGPT's spread, TGI_1: 31.8 % over
+    # TTFT, TPOT and throughput. Leave-one-source-out on the 108 rows outside the hold-out: TGI_1 33.3 %, the per-layer
+    # form fitted per engine 29.0 %, its physics priors with nothing fitted 23.3 %. On the 29 held-out rows TGI_1 scores
+    # 26.2 %, the priors 27.3 % (throughput 19.6 → 28.2 %, big MoE models at TP 8), so they did not ship. A change that
+    # moves these reruns the study and updates docs/studies.md ("Where the error comes from").
     study = _study()
     s = study.build()
-    assert study.table(s.score(study.borrowed()))["all"] == pytest.approx(36.2, abs=1.0)
+    assert study.table(s.score(study.borrowed()))["all"] == pytest.approx(31.8, abs=1.0)
     pooled = study.leave_one_source_out(s)["pooled held-out rows"]
-    assert pooled["borrowed"]["n"] == 117
-    assert pooled["borrowed"]["all"] == pytest.approx(37.4, abs=1.0)
-    assert pooled["fitted"]["all"] == pytest.approx(35.9, abs=1.5)
+    assert pooled["borrowed"]["n"] == 108
+    assert pooled["borrowed"]["all"] == pytest.approx(33.3, abs=1.0)
+    assert pooled["fitted"]["all"] == pytest.approx(29.0, abs=1.5)
+    assert pooled["priors"]["all"] == pytest.approx(23.3, abs=1.0)
     held = study.hold_out_check(s)["hold-out"]
-    assert held["borrowed"]["n"] == 33
-    assert held["borrowed"]["all"] == pytest.approx(31.7, abs=1.0)
-    assert held["fitted"]["all"] == pytest.approx(38.9, abs=2.0)
-    assert held["fitted"]["all"] > held["borrowed"]["all"]
+    assert held["borrowed"]["n"] == 29
+    assert held["borrowed"]["all"] == pytest.approx(26.2, abs=1.0)
+    assert held["priors"]["all"] == pytest.approx(27.3, abs=1.0)
+    assert held["priors"]["all"] > held["borrowed"]["all"]
 
 
 def test_the_hold_out_is_fixed_before_fitting_and_keeps_repeats_together() -> None:

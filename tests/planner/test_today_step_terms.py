@@ -1,5 +1,6 @@
-"""The step-time terms for today's engines (FP8 matmuls, measured GEMM rates, fused-MoE efficiency, per-prompt cost):
-each does what its constant says, and each is inert at its default, so TGI_1's fitted step times do not move."""
+"""The step-time terms for today's engines (FP8 matmuls, measured GEMM rates, fused-MoE efficiency, per-prompt cost,
+per-layer costs): each does what its constant says, and each is inert at its default, so TGI_1's fitted step times do
+not move."""
 
 from dataclasses import replace
 
@@ -23,7 +24,8 @@ TODAY = replace(TGI_1, measured_gemm_rates=True)
 def test_the_defaults_leave_tgi_1s_step_times_as_fitted():
     plain = StepModel(Shape(find_model("qwen3-8b"), find_instance("ml.p5.48xlarge"), 1, quantization="fp8"))
     explicit = steps("qwen3-8b", "ml.p5.48xlarge", 1, replace(TGI_1, prompt_overhead_s=0.0, fp8_bandwidth_efficiency=1.0,
-                                                             measured_gemm_rates=False, moe_compute_efficiency=1.0))
+                                                             measured_gemm_rates=False, moe_compute_efficiency=1.0,
+                                                             layer_overhead_s=0.0, moe_layer_overhead_s=0.0))
     for sm in (plain, explicit):
         assert sm.k == TGI_1 or sm.k == replace(TGI_1)
     assert plain.prefill_s(8192, 4) == explicit.prefill_s(8192, 4)
@@ -80,3 +82,17 @@ def test_fp8_weight_reads_reach_their_own_share_of_the_bandwidth():
     assert sm_half.decode_floor_s() - fixed == pytest.approx(2 * (sm_full.decode_floor_s() - fixed))
     bf16 = steps("qwen3-8b", "ml.p5.48xlarge", 1, half)  # not FP8: untouched
     assert bf16.decode_floor_s() == steps("qwen3-8b", "ml.p5.48xlarge", 1, full).decode_floor_s()
+
+
+def test_layer_costs_are_paid_per_layer_on_every_rank_and_the_moe_one_only_by_moe_models():
+    k = replace(TODAY, step_overhead_s=0.0, layer_overhead_s=40e-6, moe_layer_overhead_s=25e-6)
+    none = replace(TODAY, step_overhead_s=0.0)
+    for model, tp in (("qwen3-8b", 1), ("qwen3-8b", 4), ("mixtral-8x7b", 2)):
+        m = find_model(model)
+        added = (steps(model, "ml.p5.48xlarge", tp, k).decode_step_s(8, 8 * 500)
+                 - steps(model, "ml.p5.48xlarge", tp, none).decode_step_s(8, 8 * 500))
+        per_layer = 40e-6 + (25e-6 if m.n_experts > 1 else 0.0)
+        # Every rank runs every layer's kernels: the cost does not shrink with TP.
+        assert added == pytest.approx(per_layer * m.n_layers, rel=1e-9)
+        assert (steps(model, "ml.p5.48xlarge", tp, k).prefill_s(4096, 4)
+                - steps(model, "ml.p5.48xlarge", tp, none).prefill_s(4096, 4)) == pytest.approx(added, rel=1e-9)

@@ -70,6 +70,12 @@ class StepConstants:
     measured_gemm_rates: bool = False
     # Routed experts' matmuls run at this fraction of a dense matmul's rate (fused-MoE kernels: many small GEMMs).
     moe_compute_efficiency: float = 1.0
+    # Per layer per pass, whatever the batch or TP: the ~15 kernels of a layer each take a few microseconds however
+    # little they compute, and every TP rank runs all of them (under CUDA graphs this, not the host, is the floor).
+    layer_overhead_s: float = 0.0
+    # Per layer of a mixture-of-experts model per pass, beyond a dense layer's: routing, top-k, sorting tokens by
+    # expert and the fused-MoE kernels' launch floor.
+    moe_layer_overhead_s: float = 0.0
 
 
 # TGI 1.x (SageMaker Hugging Face LLM DLC 0.8–1.4), fitted on 113 published SageMaker measurements.

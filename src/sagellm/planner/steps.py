@@ -137,7 +137,8 @@ class StepModel:
         # TGI's exllama 4-bit kernel cannot split act-order rows over shards: with TP > 1 the
         # row-parallel layers fall back to a launch-heavy Triton kernel.
         triton = k.quant_sharded_layer_overhead_s if self._quantized and s.tensor_parallel > 1 else 0.0
-        return k.step_overhead_s + triton * s.model.n_layers + self._allreduce_s(0)
+        per_layer = triton + k.layer_overhead_s + (k.moe_layer_overhead_s if s.model.n_experts > 1 else 0.0)
+        return k.step_overhead_s + per_layer * s.model.n_layers + self._allreduce_s(0)
 
     def _weights_s(self, tokens: int) -> float:
         """Streaming the weights once: 4-bit and FP8 kernels reach less of the bandwidth."""
