@@ -274,8 +274,9 @@ def print_shapes(rows: list[Row]) -> None:
 
 
 # Token events per real second one emulator process serves on a 2-core machine beside the bench's client
-# without falling far behind its clock (benchmarks/load_overhead.py: ~3,300 tok/s at 512 streams, lagging
-# 60-100 ms; at 1,500 this study's adaptive levels saw 6-28 ms). Faster, it serves less than the planner says.
+# without falling far behind its clock (benchmarks/load_overhead.py, since retired: `git show
+# 0a690bb:benchmarks/load_overhead.py`; ~3,300 tok/s at 512 streams, lagging 60-100 ms; at 1,500 this study's
+# adaptive levels saw 6-28 ms). Faster, it serves less than the planner says.
 EMULATOR_EVENTS_PER_S = 1500
 EMULATOR_OUTPUT_TOKENS = 128
 

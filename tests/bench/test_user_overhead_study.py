@@ -50,3 +50,14 @@ def test_the_overhead_is_client_ttft_minus_server_ttft_over_every_request_and_sp
     assert run.server_tokens_per_s == inside / (window[1] - window[0])
     assert run.ratio == level.throughput_tokens_per_s / run.server_tokens_per_s
     assert run.client_cpu_ms_per_request == 0.01 * 1000 / 2 and run.server_cpu_share == 0.003 / 0.3
+
+
+def test_a_wave_is_the_most_sends_within_one_itl_and_the_goal_needs_both_percentiles_the_ratio_and_no_error() -> None:
+    study = load_benchmark("user_overhead")
+    assert study.peak_sends([0.0, 0.005, 0.019, 0.030, 0.031, 0.0385], 0.02) == 4  # 0.019 … 0.0385
+    assert study.peak_sends([0.0, 0.02, 0.04], 0.02) == 1 and study.peak_sends([], 0.02) == 0
+    good = {"overhead_ms_p50": 20.0, "overhead_ms_p99": 70.0, "ratio": 1.005, "errors": 0}
+    assert study.meets(good, (25, 80), 0.01)
+    for worse in ({"overhead_ms_p50": 26.0}, {"overhead_ms_p99": 81.0}, {"ratio": 0.98}, {"errors": 1},
+                  {"ratio": None}):
+        assert not study.meets(good | worse, (25, 80), 0.01), worse

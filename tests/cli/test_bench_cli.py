@@ -526,6 +526,32 @@ def test_the_flags_build_the_specs_with_every_problem_in_one_error_naming_its_fl
         "--max-ttft-s: 0 must be a positive number of seconds"]
 
 
+def test_spawn_rate_sets_a_closed_loops_start_and_is_refused_elsewhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sagellm.bench import runner
+    from sagellm.bench.load.closed_loop import SPAWN_RATE
+    from sagellm.cli.commands.bench import bench as bench_command
+    from sagellm.errors import InputError
+
+    def built(spec: object, *args: object) -> None:
+        raise LookupError(spec)  # what `sagellm bench` would run, caught before it runs
+
+    monkeypatch.setattr(runner, "run", built)
+    http = {"target": "http", "url": "http://127.0.0.1:9", "out": tmp_path / "out"}
+    for flag, spec_value in ((None, SPAWN_RATE), (50.0, 50.0), (0.0, None)):  # 0: every worker at once
+        with pytest.raises(LookupError) as caught:
+            bench_command(concurrency="4", spawn_rate=flag, **http)
+        assert caught.value.args[0].load.spawn_rate == spec_value
+    with pytest.raises(InputError) as bad:
+        bench_command(concurrency="4", spawn_rate=-1.0, **http)
+    assert bad.value.messages == [("--spawn-rate: -1 must be a number of workers started a second, above 0 (or off: "
+                                   "every worker at once)")]
+    with pytest.raises(InputError) as bad:
+        bench_command(request_rate="2", spawn_rate=10.0, **http)
+    assert bad.value.messages == [
+        "--spawn-rate: only with a closed loop (--concurrency); an open loop's arrivals keep their schedule"]
+
+
 def test_what_the_plan_refuses_names_the_flag_too(tmp_path: Path) -> None:
     from sagellm.cli.commands.bench import bench as bench_command
     from sagellm.errors import InputError

@@ -20,7 +20,7 @@ from sagellm.bench.planning import BenchPlan, plan_bench, url_of
 from sagellm.bench.predicted import offered, talks_of
 from sagellm.bench.progress import Say, Watch
 from sagellm.bench.server_metrics import ServerWatch
-from sagellm.bench.specs import Bench, Http, Local, Open, Ramp, SageMaker
+from sagellm.bench.specs import Bench, Closed, Http, Local, Open, Ramp, SageMaker
 from sagellm.bench.sweep.choosers import make_chooser
 from sagellm.bench.sweep.ramp import DEFAULT_STEP_S
 from sagellm.bench.sweep.shapes import ClosedLoopSweep, Levels, LoadShape, OpenLoopSweep, RampRun
@@ -247,7 +247,7 @@ def _load_shape(p: BenchPlan, target: Target, out: Path, say: Say) -> LoadShape:
         assert loop is not None  # a ramp is open loop
         return RampRun(chooser, p.levels, load.step_s or DEFAULT_STEP_S, loop, target)
     levels = Levels(p.requests, load.duration_per_level_s, p.duration_s, load.warmup, load.repeats,
-                    p.bench.workers.count, p.bench.workers.ray)
+                    p.bench.workers.count, p.bench.workers.ray, load.spawn_rate if isinstance(load, Closed) else None)
     if loop is None:
         return ClosedLoopSweep(chooser, levels)
     assert isinstance(load, Open)  # a closed loop has no open loop's schedule

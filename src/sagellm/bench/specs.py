@@ -17,6 +17,7 @@ from typing import ClassVar, Literal
 from sagellm.bench.client.trace import TraceOptions, load_trace
 from sagellm.bench.client.transports import APIS
 from sagellm.bench.client.workload import WorkloadOptions
+from sagellm.bench.load.closed_loop import SPAWN_RATE
 from sagellm.bench.load.open_loop import ARRIVALS, Arrivals
 from sagellm.bench.load.saturation import SAGEMAKER_INVOCATION_TIMEOUT_S
 from sagellm.bench.load.workers import worker_problems
@@ -193,9 +194,15 @@ class Closed:
     duration_per_level_s: float | None = None  # simulated seconds per level instead of a request count
     warmup: int = 1  # warm-up requests per worker, excluded from the statistics
     repeats: int = 1
+    # Workers started a second at each level's start (load.closed_loop: a closed loop started at once stays in
+    # phase); None: every worker at once.
+    spawn_rate: float | None = SPAWN_RATE
 
     def __post_init__(self) -> None:
-        _raise(_level_problems(self))
+        spawn = [] if self.spawn_rate is None or 0 < self.spawn_rate < math.inf else [
+            (f"Closed.spawn_rate: {self.spawn_rate:g} must be a number of workers started a second, above 0 (or off: "
+             "every worker at once)")]
+        _raise(_level_problems(self) + spawn)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from bench_helpers import EngineTransport, FakeTransport, InProcessPool
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from sagellm.bench.client.transports import TGI, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
-from sagellm.bench.load.closed_loop import run_level
+from sagellm.bench.load.closed_loop import Spawn, run_level
 from sagellm.bench.load.coordinator import run_shared_level
 from sagellm.bench.load.level import LevelProgress, LevelResult, StopRule
 from sagellm.bench.sweep.run import run_sweep
@@ -43,13 +43,45 @@ def sweep(transport: Any, levels: list[int], **kwargs: Any) -> tuple[list[LevelR
 
 def test_closed_loop_keeps_exactly_c_requests_in_flight() -> None:
     transport = FakeTransport(duration_s=(0.001, 0.03))
-    results, _ = sweep(transport, [7], requests_per_level=70)
+    results, _ = sweep(transport, [7], requests_per_level=70, spawn_rate=None)  # every worker at once
     assert transport.max_in_flight == 7
     # After the first 7 starts every request starts as another finishes: C in flight, never fewer
     # (waves would start batches into an emptier system).
     assert transport.in_flight_at_start[:7] == [1, 2, 3, 4, 5, 6, 7]
     assert set(transport.in_flight_at_start[7:]) == {7}
     assert len(results[0].records) == 70
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_start_at_the_spawn_rate_and_the_window_opens_after_every_first_send(workers: int) -> None:
+    # Lower bounds only (a wake-up is never early; a loaded machine only makes it later): worker i of the level
+    # sends first no sooner than i ÷ spawn_rate after the level's start, with two worker processes too, their
+    # slots taking turns (worker k's j-th slot is the level's (j × 2 + k)-th to start).
+    # Requests far shorter than the spawn: the early workers warm up until every worker has started.
+    rate, concurrency = 400.0, 6
+    transport, records = FakeTransport(duration_s=(0.001, 0.002)), list[RequestRecord]()
+    options: dict[str, Any] = {"requests": 60, "duration_s": None, "warmup": 1, "workload": workload(),
+                               "on_record": records.append}
+
+    async def run() -> LevelResult:
+        if workers == 1:
+            return await run_level(transport, concurrency=concurrency, spawn=Spawn(rate), **options)
+        pool = InProcessPool(workers, transport, workload())
+        return await run_shared_level(pool, load=concurrency, open_loop=None, workers=workers, spawn_rate=rate,
+                                      **options)
+
+    level = asyncio.run(run())
+    first = {r.worker: r for r in reversed(level.records)}  # each slot's first request (records: in completion order)
+    assert sorted(first) == list(range(concurrency))
+    per_worker = concurrency // workers
+    for slot, r in first.items():
+        k, j = divmod(slot, per_worker)  # worker k holds slots k × per_worker … (its j-th)
+        assert r.start_s >= level.started_s + (j * workers + k) / rate - 1e-6, (slot, r.start_s - level.started_s)
+    # Every slot sent its first request (and finished its warm-up) before the measured window opened; in one
+    # process, no measured request was sent before the last slot's first one (worker processes go by the schedule).
+    assert level.ramp_excluded and level.window_start_s >= max(r.end_s for r in first.values()) - 1e-9
+    assert workers > 1 or min(r.start_s for r in level.measured) >= max(r.start_s for r in first.values())
+    assert all(r.warmup for r in first.values()) and len(level.measured) == 60
 
 
 def test_levels_run_in_order_with_their_own_concurrency() -> None:
@@ -175,7 +207,8 @@ def test_escalation_stops_at_the_first_level_over_the_error_rate() -> None:
 
 def test_the_stop_rule_leaves_warmup_out_like_the_reported_error_rate() -> None:
     # All 4 warm-up requests fail, no measured one does: the level's error rate is 0 %, so escalation goes on.
-    results, records = sweep(FakeTransport(fail_first=4), [4, 8], requests_per_level=40, warmup=1)
+    # (Every worker starts at once, so the first 4 requests sent are the 4 warm-ups.)
+    results, records = sweep(FakeTransport(fail_first=4), [4, 8], requests_per_level=40, warmup=1, spawn_rate=None)
     assert [r.error_kind for r in records if r.warmup][:4] == ["validation"] * 4
     assert [r.concurrency for r in results] == [4, 8]
     assert results[0].stopped_reason is None and sum(results[0].errors_by_kind.values()) == 0

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from sagellm.bench.client.workload import Workload
+from sagellm.bench.load.closed_loop import SPAWN_RATE, Spawn
 from sagellm.bench.load.level import (
     DEFAULT_STOP_RULE,
     LevelBook,
@@ -68,8 +69,9 @@ async def run_shared_level(pool: WorkerPool, *, load: float, open_loop: OpenLoop
                            on_record: Callable[[RequestRecord], None],
                            on_progress: Callable[[LevelProgress], None] | None = None,
                            stop_rule: StopRule = DEFAULT_STOP_RULE, clock_zero: float | None = None,
-                           repeat: int = 0) -> LevelResult:
-    """Run one level (concurrency `load`, or rate `load` with `open_loop`) on `workers` of the pool's workers."""
+                           repeat: int = 0, spawn_rate: float | None = SPAWN_RATE) -> LevelResult:
+    """Run one level (concurrency `load`, or rate `load` with `open_loop`) on `workers` of the pool's workers;
+    a closed loop's slots start at `spawn_rate` a second in all, interleaved across the workers."""
     zero = time.perf_counter() if clock_zero is None else clock_zero
     concurrency = None if open_loop is not None else int(load)
     n = min(workers, pool.size, concurrency or workers, requests or workers)
@@ -84,7 +86,8 @@ async def run_shared_level(pool: WorkerPool, *, load: float, open_loop: OpenLoop
                     # Over-saturation is judged on one process's whole level, not on a share of it (left for later).
                     stop_rule=dataclasses.replace(stop_rule, saturation=None),
                     concurrency=slots[k] or None, slot_offset=sum(slots[:k]), rate=load if open_loop else None,
-                    open_loop=open_loop, t0=t0 + pool.offsets[k] if open_loop else None) for k in range(n)]
+                    open_loop=open_loop, t0=t0 + pool.offsets[k] if open_loop else None,
+                    spawn=_spawn(spawn_rate, k, slots)) for k in range(n)]
     book = LevelBook(concurrency=concurrency, request_rate=load if open_loop else None,
                      warmup_requests=warmup * (concurrency or 1), ramp_count=1, budget=requests,
                      duration_s=duration_s, rule=stop_rule, clock_zero=zero, on_record=on_record,
@@ -126,6 +129,16 @@ async def run_shared_level(pool: WorkerPool, *, load: float, open_loop: OpenLoop
     merge.release()
     workload.issued = base + n * max([d.issued for d in done.values()] + issued)
     return _result(book, done, died)
+
+
+def _spawn(rate: float | None, worker: int, slots: list[int]) -> Spawn | None:
+    """When worker `worker`'s slots send first: the level's slots take turns across the workers (slot j of worker k
+    is the level's (j × workers + k)-th), the level's last one at `level_s`."""
+    if rate is None or not any(slots):  # all at once, or an open loop
+        return None
+    n = len(slots)
+    last = max(((s - 1) * n + k for k, s in enumerate(slots) if s), default=0)
+    return Spawn(rate, phase=worker, step=n, level_s=last / rate)
 
 
 def _lost(in_flight: dict[int, float], why: str, now_s: float, share: Share, base: int,

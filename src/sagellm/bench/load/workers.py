@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Request, Workload
-from sagellm.bench.load.closed_loop import run_level
+from sagellm.bench.load.closed_loop import DEFAULT_SPAWN, Spawn, run_level
 from sagellm.bench.load.level import StopRule
 from sagellm.bench.load.open_loop import OpenLoop, run_rate_level
 
@@ -99,6 +99,7 @@ class Share:
     rate: float | None = None  # open loop: the level's rate (it sends every `workers`-th arrival)
     open_loop: OpenLoop | None = None
     t0: float | None = None  # open loop: when the schedule starts
+    spawn: Spawn | None = DEFAULT_SPAWN  # closed loop: when its slots send first, in their places in the level's order
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,8 @@ async def run_share(share: Share, transport: Transport, workload: Workload, emit
     try:
         if share.open_loop is None:
             assert share.concurrency is not None
-            result = await run_level(transport, concurrency=share.concurrency, warmup=share.warmup, **common)
+            result = await run_level(transport, concurrency=share.concurrency, warmup=share.warmup,
+                                     spawn=share.spawn, **common)
         else:
             loop, rate = share.open_loop, share.rate or 0.0
             result = await run_rate_level(transport, rate=rate, arrivals=loop.arrivals,

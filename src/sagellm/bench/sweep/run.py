@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from sagellm.bench.client.transports import Transport
 from sagellm.bench.client.workload import Workload
-from sagellm.bench.load.closed_loop import run_level
+from sagellm.bench.load.closed_loop import SPAWN_RATE, Spawn, run_level
 from sagellm.bench.load.conversations import conversation_level
 from sagellm.bench.load.coordinator import run_shared_level
 from sagellm.bench.load.level import DEFAULT_STOP_RULE, LevelProgress, LevelResult, StopRule
@@ -48,7 +48,8 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
                     on_level: Callable[[LevelResult], None] | None = None,
                     stop_rule: StopRule = DEFAULT_STOP_RULE, repeats: int = 1,
                     choose: Callable[[list[LevelResult]], float | None] | None = None,
-                    pool: WorkerPool | None = None, workers: int | None = None) -> list[LevelResult]:
+                    pool: WorkerPool | None = None, workers: int | None = None,
+                    spawn_rate: float | None = SPAWN_RATE) -> list[LevelResult]:
     """Run the levels in order, each `repeats` times, until one says stop; times count from the sweep's start.
 
     The levels are `concurrency` (closed loop) or `open_loop.rates`, or else what `choose` answers, given
@@ -57,13 +58,15 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
     requests per level, on top of the warm-up, or a function of the level's concurrency or rate (e.g. a few
     per worker). `on_level` gets each finished run of a level at once, so an interrupted sweep keeps the
     levels it completed. With a `pool` (`workers`), a level runs on `workers` of its workers (None: as
-    many as `workers.auto_workers` says the level needs); on one worker of a local pool it runs here.
+    many as `workers.auto_workers` says the level needs); on one worker of a local pool it runs here. A closed
+    loop's workers start at `spawn_rate` a second (`load.closed_loop`; None: all at once).
     """
     if (requests_per_level is None) == (duration_per_level_s is None):
         raise ValueError("give exactly one of requests_per_level and duration_per_level_s")
     if choose is None and (open_loop is None) == (not concurrency):
         raise ValueError("give exactly one of concurrency levels and an open loop's rates")
     zero = time.perf_counter()
+    spawn = None if spawn_rate is None else Spawn(spawn_rate)
     results: list[LevelResult] = []
     loads: Iterable[float] = open_loop.rates if open_loop is not None else concurrency
     if choose is not None:
@@ -71,7 +74,8 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
     for load in loads:
         budget = requests_per_level(load) if callable(requests_per_level) else requests_per_level
         for repeat in range(repeats):
-            level = functools.partial(run_level, transport, concurrency=int(load)) if open_loop is None else \
+            level = functools.partial(run_level, transport, concurrency=int(load), spawn=spawn) \
+                if open_loop is None else \
                 functools.partial(run_rate_level, transport, rate=load, arrivals=open_loop.arrivals,
                                   max_in_flight=open_loop.max_in_flight, seed=open_loop.seed,
                                   clock=open_loop.clock)
@@ -80,7 +84,8 @@ async def run_sweep(transport: Transport, *, workload: Workload, concurrency: Se
             elif pool is not None:
                 n = workers or auto_workers(load, open_loop=open_loop)
                 if n > 1 or pool.remote:
-                    level = functools.partial(run_shared_level, pool, load=load, open_loop=open_loop, workers=n)
+                    level = functools.partial(run_shared_level, pool, load=load, open_loop=open_loop, workers=n,
+                                              spawn_rate=spawn_rate)
             result = await level(requests=budget, duration_s=duration_per_level_s, warmup=warmup,
                                  workload=workload, on_record=on_record, on_progress=on_progress,
                                  stop_rule=stop_rule, clock_zero=zero, repeat=repeat)

@@ -95,6 +95,7 @@ class Levels:
     repeats: int
     workers: int | None  # worker processes (None: as many as the busiest level needs)
     ray: str | None  # a Ray cluster to run the workers on
+    spawn_rate: float | None = None  # closed loop: workers started a second (None: all at once)
 
 
 class ClosedLoopSweep(LoadShape):
@@ -124,7 +125,7 @@ class ClosedLoopSweep(LoadShape):
                 duration_per_level_s=lv.wall_s, warmup=lv.warmup, on_record=on_record, on_progress=on_progress,
                 on_level=warn_when_behind(on_level, clock),
                 stop_rule=StopRule(max_error_rate=picks.MAX_ERROR_RATE, saturation=self.saturation),
-                repeats=lv.repeats, choose=self.chooser, pool=pool, workers=lv.workers))
+                repeats=lv.repeats, choose=self.chooser, pool=pool, workers=lv.workers, spawn_rate=lv.spawn_rate))
 
 
 class OpenLoopSweep(ClosedLoopSweep):

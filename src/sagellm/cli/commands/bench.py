@@ -177,6 +177,9 @@ def bench(
     warmup: Annotated[int | None, typer.Option("--warmup", rich_help_panel="Load", help="warm-up requests per "
                                                "worker (open loop: per level), excluded from the statistics "
                                                "[default: 1]")] = None,
+    spawn_rate: Annotated[float | None, typer.Option("--spawn-rate", rich_help_panel="Load", help="closed loop: "
+                                                     "workers started a second at each level's start, so that they "
+                                                     "do not stay in phase; 0: all at once [default: 1000]")] = None,
     load_by: Annotated[str, typer.Option("--load-by", rich_help_panel="Load", help="who sends the load: sagellm "
                                          "(its own client) or aws-benchmark-job (SageMaker AI's benchmark job runs "
                                          "AIPerf against the sagemaker target's endpoint, one job a level; "
@@ -256,7 +259,7 @@ def bench(
     parts = _Parts([*_target_misplaced(target, url, time_scale, keep, served_model, endpoint_name,
                                        inference_component, instance_startup),
                     *_load_misplaced(concurrency, request_rate, rates, ramp, arrivals, max_in_flight, max_ttft_s,
-                                     trace),
+                                     trace, spawn_rate),
                     *_trace_misplaced(trace, concurrency, request_rate, arrivals, ramp, requests_per_level,
                                       duration_per_level, trace_speed, trace_requests, trace_window),
                     *_load_by_misplaced(load_by, aws_role_arn, aws_output_s3_uri)])
@@ -270,7 +273,7 @@ def bench(
     if trace is None or "trace" in parts.built:
         parts.build("load", lambda: _load(parts.built.get("trace"), speeds, rates, levels, concurrency, arrivals,
                                           max_in_flight, max_ttft_s, ramp, requests_per_level, duration_per_level,
-                                          warmup, repeats))
+                                          warmup, repeats, spawn_rate))
     parts.build("sweep", lambda: specs.Sweep(_sweep_method(sweep, concurrency, request_rate, trace),
                                              budget_minutes))
     parts.build("workers", lambda: specs.Workers(count, ray))
@@ -390,9 +393,16 @@ def _target_misplaced(target: str, url: str | None, time_scale: float, keep: boo
     return [message for misplaced, message in wrong if misplaced]
 
 
+def _spawn_rate(flag: float | None) -> float | None:
+    """--spawn-rate as the spec holds it: the default when not given, None (all at once) for 0."""
+    from sagellm.bench.load.closed_loop import SPAWN_RATE
+
+    return SPAWN_RATE if flag is None else flag or None
+
+
 def _load_misplaced(concurrency: str | None, request_rate: str | None, rates: tuple[float, ...], ramp: bool | None,
                     arrivals: str | None, max_in_flight: int | None, max_ttft_s: float | None,
-                    trace: Path | None) -> list[str]:
+                    trace: Path | None, spawn_rate: float | None = None) -> list[str]:
     """Flags of a load other than the one asked for (closed loop, open loop, ramp)."""
     wrong = [
         (concurrency is not None and request_rate is not None,
@@ -401,6 +411,8 @@ def _load_misplaced(concurrency: str | None, request_rate: str | None, rates: tu
          "--ramp/--concurrency: a ramp is open loop; give --request-rate steps, or --no-ramp"),
         (not rates and not trace and (arrivals is not None or max_in_flight is not None or max_ttft_s is not None),
          "--arrivals/--max-in-flight/--max-ttft-s: only with --request-rate"),
+        (spawn_rate is not None and bool(rates or trace or ramp),
+         "--spawn-rate: only with a closed loop (--concurrency); an open loop's arrivals keep their schedule"),
     ]
     return [message for misplaced, message in wrong if misplaced]
 
@@ -440,7 +452,7 @@ def _load_by_misplaced(load_by: str, aws_role_arn: str | None, aws_output_s3_uri
 def _load(trace: TraceOptions | None, speeds: tuple[float, ...], rates: tuple[float, ...], levels: tuple[int, ...],
           concurrency: str | None, arrivals: str | None, max_in_flight: int | None, max_ttft_s: float | None,
           ramp: bool | None, requests_per_level: int | None, duration_per_level: float | None, warmup: int,
-          repeats: int) -> LoadSpec:
+          repeats: int, spawn_rate: float | None = None) -> LoadSpec:
     """--ramp: a ramp; --no-ramp or --concurrency: the levels; neither: a ramp when the plan autoscales."""
     from sagellm.bench import specs
     from sagellm.bench.load.saturation import SAGEMAKER_INVOCATION_TIMEOUT_S
@@ -454,7 +466,7 @@ def _load(trace: TraceOptions | None, speeds: tuple[float, ...], rates: tuple[fl
     requests = None if ramp else requests_per_level  # refused above
     given = specs.Open(rates, cast("Arrivals", arrivals or "constant"),  # the spec refuses other text
                        in_flight, requests, duration_per_level, warmup, repeats, ttft_s) if rates else \
-        specs.Closed(levels, requests, duration_per_level, warmup, repeats)
+        specs.Closed(levels, requests, duration_per_level, warmup, repeats, _spawn_rate(spawn_rate))
     if ramp:
         return specs.ramp_of(given)
     return given if ramp is False or concurrency is not None else specs.RampIfAutoscaled(given)
