@@ -80,3 +80,23 @@ def test_fp8_weight_reads_reach_their_own_share_of_the_bandwidth():
     assert sm_half.decode_floor_s() - fixed == pytest.approx(2 * (sm_full.decode_floor_s() - fixed))
     bf16 = steps("qwen3-8b", "ml.p5.48xlarge", 1, half)  # not FP8: untouched
     assert bf16.decode_floor_s() == steps("qwen3-8b", "ml.p5.48xlarge", 1, full).decode_floor_s()
+
+
+def test_step_inputs_name_the_accelerator_only_where_the_constants_read_its_gemm_rate():
+    # Two GPUs alike in bandwidth, FLOPs and links but named apart time every pass alike unless the constants read
+    # each GPU's measured GEMM rate (GEMM_RATE is keyed by the name): only then must their simulations stay apart.
+    h100 = find_instance("ml.p5.48xlarge")
+    renamed = replace(h100, accelerator="H100-renamed")
+    assert renamed.accelerator not in GEMM_RATE
+
+    def pair(k: StepConstants) -> tuple[StepModel, StepModel]:
+        a, b = (StepModel(Shape(find_model("qwen3-14b"), inst, 1)) for inst in (h100, renamed))
+        a.__dict__["k"] = b.__dict__["k"] = k
+        return a, b
+
+    datasheet = pair(replace(TGI_1, step_overhead_s=0.0))
+    assert datasheet[0].inputs == datasheet[1].inputs
+    assert datasheet[0].prefill_s(16384, 8) == datasheet[1].prefill_s(16384, 8)
+    measured = pair(replace(TODAY, step_overhead_s=0.0))
+    assert measured[0].inputs != measured[1].inputs
+    assert measured[0].prefill_s(16384, 8) != measured[1].prefill_s(16384, 8)
