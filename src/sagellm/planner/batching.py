@@ -283,7 +283,7 @@ class CopyScheduler:
             if budget <= 0 or seq.state != RUNNING:
                 break
             pending = seq.input_tokens + seq.generated - seq.computed  # (inlined: hot)
-            n = min(pending, budget)
+            n = pending if pending < budget else budget  # noqa: FURB136 (min, inlined: a call per sequence per pass)
             # Within the blocks it holds, nothing to take (most decode steps); else take or preempt. A sequence
             # alone runs whatever the pool holds (it could never run otherwise).
             while (seq.computed + n > seq.held and seq.state == RUNNING
@@ -615,7 +615,9 @@ class CopyScheduler:
         for s in self.running:
             if paged and s.input_tokens + s.generated - s.computed != 1:  # pending: a prompt to compute
                 return None
-            fewest = min(fewest, s.max_new_tokens - s.generated)
+            left = s.max_new_tokens - s.generated
+            if left < fewest:  # noqa: PLR1730 (min, inlined: a call per sequence per run)
+                fewest = left
             computed += s.computed
         return int(fewest), computed
 
