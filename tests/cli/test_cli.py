@@ -345,14 +345,17 @@ from sagellm.cli import app
 with contextlib.redirect_stdout(io.StringIO()):
     app(["plan", "--profile", "max-throughput", "--model", "meta-llama/Llama-2-7b-hf",
          "--instance", "ml.g5.2xlarge", "--json"], standalone_mode=False)
-heavy = {"aws_cdk", "sagemaker", "jsii", "constructs", "cdk_nag", "moto"}
+heavy = {"aws_cdk", "sagemaker", "jsii", "constructs", "cdk_nag", "moto",
+         "boto3", "botocore", "numpy", "huggingface_hub", "aiohttp", "matplotlib", "asyncio"}
 print(sorted({name.split(".")[0] for name in sys.modules} & heavy))
 """
 
 
 @pytest.mark.slow
 def test_plan_never_imports_aws_cdk_or_the_sagemaker_sdk(tmp_path: Path) -> None:
-    # The start-up promise (`sagellm plan` under 1 s) rests on this; wall-clock is measured, not asserted.
+    # The start-up promise (`sagellm plan` under 0.5 s) rests on this, nor the AWS SDK, numpy, the Hub client, the
+    # HTTP stack or plotting (models come from the catalog); wall-clock is measured (benchmarks/recommend_speed.py
+    # --plan-only), not asserted.
     result = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], cwd=tmp_path, capture_output=True, text=True,
                             timeout=60, check=False)
     assert result.returncode == 0, result.stderr
