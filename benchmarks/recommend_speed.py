@@ -14,6 +14,7 @@ core does not count it).
 
     .venv/bin/python benchmarks/recommend_speed.py [--runs 3] [--model meta-llama/Llama-3.1-8B-Instruct] [--rate 2]
         [--ttft-p90 800] [--itl-p50 40] [--input-tokens 256,1024] [--output-tokens 256] [--plan-engines tgi,vllm]
+        [--plan-only]
 """
 
 from __future__ import annotations
@@ -135,10 +136,13 @@ def main() -> None:
     parser.add_argument("--input-tokens", default="256,1024", help="comma-separated: one search each")
     parser.add_argument("--output-tokens", type=int, default=256)
     parser.add_argument("--plan-engines", default="tgi,vllm", help="comma-separated: `plan --engine` timed for each")
+    parser.add_argument("--plan-only", action="store_true", help="time `plan` only (seconds, not minutes)")
     args = parser.parse_args()
 
     for engine in args.plan_engines.split(","):
         time_plan(args.runs, args.model, engine)
+    if args.plan_only:
+        return
     load = Load(request_rate=args.rate)
     rules = (Rule(metric="ttft_ms.p90", where=load.name, max=args.ttft_p90),
              Rule(metric="itl_ms.p50", where=load.name, max=args.itl_p50))

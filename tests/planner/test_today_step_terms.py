@@ -96,3 +96,23 @@ def test_layer_costs_are_paid_per_layer_on_every_rank_and_the_moe_one_only_by_mo
         assert added == pytest.approx(per_layer * m.n_layers, rel=1e-9)
         assert (steps(model, "ml.p5.48xlarge", tp, k).prefill_s(4096, 4)
                 - steps(model, "ml.p5.48xlarge", tp, none).prefill_s(4096, 4)) == pytest.approx(added, rel=1e-9)
+
+
+def test_step_inputs_name_the_accelerator_only_where_the_constants_read_its_gemm_rate():
+    # Two GPUs alike in bandwidth, FLOPs and links but named apart time every pass alike unless the constants read
+    # each GPU's measured GEMM rate (GEMM_RATE is keyed by the name): only then must their simulations stay apart.
+    h100 = find_instance("ml.p5.48xlarge")
+    renamed = replace(h100, accelerator="H100-renamed")
+    assert renamed.accelerator not in GEMM_RATE
+
+    def pair(k: StepConstants) -> tuple[StepModel, StepModel]:
+        a, b = (StepModel(Shape(find_model("qwen3-14b"), inst, 1)) for inst in (h100, renamed))
+        a.__dict__["k"] = b.__dict__["k"] = k
+        return a, b
+
+    datasheet = pair(replace(TGI_1, step_overhead_s=0.0))
+    assert datasheet[0].inputs == datasheet[1].inputs
+    assert datasheet[0].prefill_s(16384, 8) == datasheet[1].prefill_s(16384, 8)
+    measured = pair(replace(TODAY, step_overhead_s=0.0))
+    assert measured[0].inputs != measured[1].inputs
+    assert measured[0].prefill_s(16384, 8) != measured[1].prefill_s(16384, 8)

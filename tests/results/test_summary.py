@@ -189,3 +189,21 @@ def test_repeats_spread_attainment_across_runs() -> None:
     assert s.slo_attainment == pytest.approx(3 / 4)
     assert s.spread is not None
     assert (s.spread["slo_attainment"].min, s.spread["slo_attainment"].max) == (0.5, 1.0)
+
+
+def test_stats_of_runs_equal_stats_of_the_values_listed_out_to_the_last_bit() -> None:
+    # A simulated level's token gaps are a few hundred values each repeated a few hundred times (ties across
+    # requests too); the runs must give exactly the list's percentiles and mean, whatever the order and lengths.
+    from itertools import chain, repeat
+    from random import Random
+
+    from sagellm.results.summary import stats, stats_of_runs
+
+    rng = Random(7)
+    for _ in range(50):
+        values = [rng.choice([0.1, 0.2, 1 / 3]) if rng.random() < 0.3 else rng.uniform(1, 90) for _ in range(40)]
+        runs = [(v, rng.choice([1, 1, 2, 255, 1023])) for v in values]
+        listed = list(chain.from_iterable(repeat(v, n) for v, n in runs))
+        assert stats_of_runs(runs) == stats(listed)
+    assert stats_of_runs([(2.5, 1), (1.5, 1)]) == stats([2.5, 1.5])  # no repeats: the list's own path
+    assert stats_of_runs([]) == stats([])

@@ -276,10 +276,14 @@ class CopyScheduler:
         budget = self.limits.max_batch_prefill_tokens
         steps: list[tuple[Sequence, int]] = []
         preempted = False
+        # The pass's shape as _forward_s reads it, summed as the steps are chosen (one loop over the batch, not two;
+        # a chosen sequence does not change until the pass has run).
+        prompt_tokens = prompts = batch = context = pairs = 0
         for seq in list(self.running):
             if budget <= 0 or seq.state != RUNNING:
                 break
-            n = min(seq.input_tokens + seq.generated - seq.computed, budget)  # its pending tokens (inlined: hot)
+            pending = seq.input_tokens + seq.generated - seq.computed  # (inlined: hot)
+            n = pending if pending < budget else budget  # noqa: FURB136 (min, inlined: a call per sequence per pass)
             # Within the blocks it holds, nothing to take (most decode steps); else take or preempt. A sequence
             # alone runs whatever the pool holds (it could never run otherwise).
             while (seq.computed + n > seq.held and seq.state == RUNNING
@@ -290,6 +294,13 @@ class CopyScheduler:
                 break
             steps.append((seq, n))
             budget -= n
+            if pending > 1 or seq.generated == 0:  # prefilling
+                prompt_tokens += n
+                prompts += 1
+                pairs += n * seq.computed
+            else:
+                batch += 1
+                context += seq.computed
         while (not preempted and budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
                and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
             seq = self.queue[0]
@@ -300,8 +311,15 @@ class CopyScheduler:
             n = self._admit(seq, budget)
             steps.append((seq, n))
             budget -= n
+            if seq.prefilling:
+                prompt_tokens += n
+                prompts += 1
+                pairs += n * seq.computed
+            else:
+                batch += 1
+                context += seq.computed
         if steps:
-            yield self._advance(self._forward_s(steps))
+            yield self._advance(self.steps.mixed_step_s(prompt_tokens, prompts, batch, context, pairs))
             self._computed(steps)
 
     def alternating_turn(self) -> Iterator[float]:
@@ -481,15 +499,25 @@ class CopyScheduler:
     def _computed(self, steps: list[tuple[Sequence, int]]) -> None:
         """After a pass: the tokens it computed are held; each sequence whose prompt (or last token) is done
         samples its next token."""
-        ready = []
+        now = self.sim_s
+        finished = []
         for seq, n in steps:
             if seq.state == RUNNING:
                 seq.computed += n
                 if seq.computed >= seq.insert_at:
                     self._cache_segments(seq)
-                if seq.computed == seq.input_tokens + seq.generated:  # nothing pending (inlined: hot)
-                    ready.append(seq)
-        self.emit(ready)
+                if seq.computed == seq.input_tokens + seq.generated:  # nothing pending: emit's, inlined (hot)
+                    self.context += 1
+                    seq.generated += 1
+                    if seq.first_token_s is None:
+                        seq.first_token_s = now
+                    seq.last_token_s = now
+                    if seq.generated >= seq.max_new_tokens:
+                        finished.append(seq)
+                    elif seq._waiter is not None:
+                        seq.wake()
+        for seq in finished:
+            self.retire(seq, DONE)
 
     def _cache_segments(self, seq: Sequence) -> None:
         """The segments `seq` has now computed stay in the cache for later requests (their whole blocks pass from
@@ -587,7 +615,9 @@ class CopyScheduler:
         for s in self.running:
             if paged and s.input_tokens + s.generated - s.computed != 1:  # pending: a prompt to compute
                 return None
-            fewest = min(fewest, s.max_new_tokens - s.generated)
+            left = s.max_new_tokens - s.generated
+            if left < fewest:  # noqa: PLR1730 (min, inlined: a call per sequence per run)
+                fewest = left
             computed += s.computed
         return int(fewest), computed
 
@@ -648,10 +678,20 @@ class CopyScheduler:
         """How many of `most` decode steps the running sequences can take before they need more KV blocks than
         are free (the blocks needed grow with the steps: the largest count that fits, by bisection)."""
         block = self.limits.kv_block_tokens
-        computed, held = [s.computed for s in self.running], sum(s.held for s in self.running)
+        # A sequence that has computed c tokens needs a new block at each step that takes it past a multiple of the
+        # block: the first after (-c) % block steps (its room), then every `block` steps. So the blocks k steps
+        # take follow from how many sequences have each room, however large the batch.
+        rooms = [0] * block
+        now = held = 0
+        for s in self.running:
+            rooms[-s.computed % block] += 1
+            now -= -s.computed // block
+            held += s.held
+        now = now * block - held  # as _blocks, summed: what they lack now (nothing, between passes)
+        counts = [(room, count) for room, count in enumerate(rooms) if count]
 
         def more(k: int) -> int:
-            return sum(-(-(c + k) // block) for c in computed) * block - held  # as _blocks, summed
+            return now + block * sum(count * (1 + (k - 1 - room) // block) for room, count in counts if room < k)
         if more(most) <= self.kv_free:  # they all fit (the usual case: one sum, not a bisection)
             return most
         low, high = 0, most

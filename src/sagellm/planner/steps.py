@@ -66,10 +66,12 @@ class StepModel:
     def inputs(self) -> tuple[Hashable, ...]:
         """Everything the step times below read, and nothing else (not the server's or the instance type's name, nor
         its price): step models with equal inputs time every pass alike, so the simulator's runs can be shared.
-        Whatever a step time comes to read must be added here."""
+        Whatever a step time comes to read must be added here. The accelerator's name only where the constants read
+        its measured GEMM rate (matmul_flops_per_accel): otherwise GPUs alike in bandwidth and FLOPs share runs."""
         s, i = self.shape, self.shape.instance
         return (self.k, self.generation.moe_dense_max_tokens, s.model, s.tensor_parallel, s.quantization, s.calibration,
-                i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect, i.accelerator)
+                i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect,
+                i.accelerator if self.k.measured_gemm_rates else None)
 
     @property
     def _bw(self) -> float:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from bisect import bisect_right
 from collections.abc import Sequence
+from itertools import accumulate, chain, repeat
 from typing import Any
 
 from sagellm.results.records import RequestRecord
@@ -45,6 +47,28 @@ def stats(values: Sequence[float]) -> Stats:
     return Stats(p50=_percentile_of_sorted(ordered, 50), p90=_percentile_of_sorted(ordered, 90),
                  p95=_percentile_of_sorted(ordered, 95), p99=_percentile_of_sorted(ordered, 99),
                  mean=sum(values) / len(values))
+
+
+def stats_of_runs(runs: Sequence[tuple[float, int]]) -> Stats:
+    """stats() of the values `runs` lists as (value, times in a row), in order, without the list: the same
+    percentiles (the same values sorted) and mean (the same sum, added in the same order)."""
+    n = sum(count for _, count in runs)
+    if n == len(runs):  # no repeats (a measured level's gaps): the plain list sorts faster than pairs
+        return stats([value for value, _ in runs])
+    ordered = sorted((value, count) for value, count in runs if count)
+    ends = list(accumulate(count for _, count in ordered))  # ends[i]: how many of the sorted values are ≤ run i's
+
+    def at(i: int) -> float:  # the i-th smallest value
+        return ordered[bisect_right(ends, i)][0]
+
+    def percentile_of(q: float) -> float:  # _percentile_of_sorted, reading the i-th value from the runs
+        pos = (n - 1) * q / 100
+        lo = math.floor(pos)
+        low, high = at(lo), at(min(lo + 1, n - 1))
+        return low + (high - low) * (pos - lo)
+
+    return Stats(p50=percentile_of(50), p90=percentile_of(90), p95=percentile_of(95), p99=percentile_of(99),
+                 mean=sum(chain.from_iterable(repeat(value, count) for value, count in runs)) / n)
 
 
 def tokens_in_window(records: Sequence[RequestRecord], start_s: float, end_s: float) -> float:
@@ -213,24 +237,24 @@ def _distributions(ok: Sequence[RequestRecord]) -> dict[str, Stats]:
         "ttft_ms": stats([r.ttft_s * 1000 for r in ok if r.ttft_s is not None]),
         "itl_ms": itl,
         "tpot_ms": itl,
-        "token_gap_ms": stats(_token_gaps_ms(ok)),
+        "token_gap_ms": stats_of_runs(_token_gap_runs_ms(ok)),
         "e2e_s": stats([r.e2e_s for r in ok]),
         "request_input_tokens": stats([float(r.input_tokens) for r in ok]),
         "request_output_tokens": stats([float(r.output_tokens) for r in ok]),
     }
 
 
-def _token_gaps_ms(ok: Sequence[RequestRecord]) -> list[float]:
-    """Every token gap of the requests, in ms, in order. A simulated request's gaps are one value repeated
-    (results.simulated.record_of): scaled once and repeated, the same list is built at C speed (scaling 150,000 gaps
-    one by one was half of a simulated level's summary)."""
-    out: list[float] = []
+def _token_gap_runs_ms(ok: Sequence[RequestRecord]) -> list[tuple[float, int]]:
+    """Every token gap of the requests, in ms, in order, as (gap, times in a row). A simulated request's gaps are one
+    value repeated (results.simulated.record_of): one run each, so a simulated level's 150,000 gaps are neither
+    listed nor sorted one by one (that was most of its summary)."""
+    out: list[tuple[float, int]] = []
     for r in ok:
         gaps = r.token_gaps_s
         if gaps and gaps.count(gaps[0]) == len(gaps):
-            out += [gaps[0] * 1000] * len(gaps)
+            out.append((gaps[0] * 1000, len(gaps)))
         else:
-            out += [gap * 1000 for gap in gaps]
+            out += [(gap * 1000, 1) for gap in gaps]
     return out
 
 
