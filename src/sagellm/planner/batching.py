@@ -301,7 +301,25 @@ class CopyScheduler:
             else:
                 batch += 1
                 context += seq.computed
-        while (not preempted and budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
+        admitted = [] if preempted else self._paged_admissions(budget)
+        for seq, n in admitted:
+            if seq.prefilling:
+                prompt_tokens += n
+                prompts += 1
+                pairs += n * seq.computed
+            else:
+                batch += 1
+                context += seq.computed
+        steps += admitted
+        if steps:
+            yield self._advance(self.steps.mixed_step_s(prompt_tokens, prompts, batch, context, pairs))
+            self._computed(steps)
+
+    def _paged_admissions(self, budget: int) -> list[tuple[Sequence, int]]:
+        """vLLM's waiting prompts admitted into what is left of a pass's token budget, first come first served,
+        each with its chunk (see paged_turn)."""
+        steps: list[tuple[Sequence, int]] = []
+        while (budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
                and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
             seq = self.queue[0]
             # The whole prompt's blocks must be free (less a cached prefix), unless nothing runs (a prompt over the
@@ -311,16 +329,7 @@ class CopyScheduler:
             n = self._admit(seq, budget)
             steps.append((seq, n))
             budget -= n
-            if seq.prefilling:
-                prompt_tokens += n
-                prompts += 1
-                pairs += n * seq.computed
-            else:
-                batch += 1
-                context += seq.computed
-        if steps:
-            yield self._advance(self.steps.mixed_step_s(prompt_tokens, prompts, batch, context, pairs))
-            self._computed(steps)
+        return steps
 
     def alternating_turn(self) -> Iterator[float]:
         """SGLang (Scheduler.get_next_batch_to_run, sglang 0.5.20 managers/scheduler.py:3562-3700): a prefill
