@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from pacing_server import PacingServer, Served, pacing_server_process
 from sagellm.bench.client.transports import CHAT, COMPLETIONS, TGI, Api, HttpTransport
 from sagellm.bench.client.workload import Workload, WorkloadOptions
@@ -44,13 +45,18 @@ def served_for(records: list[RequestRecord], log: list[Served], tokens: int) -> 
 @pytest.mark.parametrize("streams", [1, 64, 256])
 def test_per_request_itl_is_within_half_a_millisecond_of_the_servers_up_to_256_streams(streams: int) -> None:
     # The server runs in its own process: 256 paced streams are 12,800 token events a second. 200 gaps per
-    # request keep a client stall at its first or last token well inside the bound, even on a busy machine.
+    # request keep a client stall at its first or last token inside the bound while the client gets the CPU it
+    # asks for; one denied it (the suite's workers on 2 cores) stalls 100 ms and more at a time (0.56 ms once).
     with pacing_server_process(itl_s=ITL_S, ttft_s=0.05) as server:
+        cpu_wait = CpuWait()
         records = asyncio.run(level(server.url, streams, tokens=201))
+        waited = cpu_wait.share()
         log = server.log()
     assert len(records) == streams and all(r.ok for r in records), [r.error for r in records if not r.ok][:3]
     served = served_for(records, log, 201)
     errors_ms = [abs(r.itl_s - s.itl_s) * 1000 for r, s in zip(records, served, strict=True)]  # type: ignore[operator]
+    if max(errors_ms) >= 0.5:  # past the bound: a failure, unless the client was starved
+        judge_only_when_fed(waited, MAX_CPU_WAIT, f"a worst client − server ITL of {max(errors_ms):.3f} ms")
     assert max(errors_ms) < 0.5, f"worst {max(errors_ms):.3f} ms"
     print(f"{streams} streams: server ITL {min(s.itl_s for s in served) * 1000:.2f}–"
           f"{max(s.itl_s for s in served) * 1000:.2f} ms, client − server worst {max(errors_ms):.3f} ms")

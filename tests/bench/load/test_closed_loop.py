@@ -148,10 +148,11 @@ def test_a_closed_loop_moving_in_phase_is_measured_over_whole_cycles(workers: in
     async def run() -> LevelResult:
         engine.start()
         try:
+            # Every worker at once (no spawn rate), so that the loop moves in phase as this test describes.
             if workers == 1:
-                return await run_level(transport, concurrency=24, **options)
+                return await run_level(transport, concurrency=24, spawn=None, **options)
             pool = InProcessPool(workers, transport, work)
-            return await run_shared_level(pool, load=24, open_loop=None, workers=workers, **options)
+            return await run_shared_level(pool, load=24, open_loop=None, workers=workers, spawn_rate=None, **options)
         finally:
             await engine.stop()
 

@@ -105,8 +105,8 @@ def test_a_rate_level_sends_its_budget_on_schedule_and_measures_after_the_ramp()
     due = sorted(r.start_s - (r.late_s or 0.0) for r in records)
     assert due[-1] - due[0] == pytest.approx(0.32, abs=0.003)
     assert all(r.late_s is not None and r.late_s >= 0 for r in records)
-    starts = sorted(r.start_s for r in records)
-    assert starts[-1] - starts[0] >= 0.32 - 0.003
+    # Never early: the last send comes at least 0.32 s after the first was due (the first may itself be late).
+    assert max(r.start_s for r in records) - due[0] >= 0.32 - 0.003
     # The ramp ends when the first three (the warm-up) have completed; the window when the 34th is due.
     # Asserted by order, not wall-clock closeness, which a loaded machine stretches: the level books a
     # completion before it awaits anything again, so no request finishes between the third and the window.
