@@ -284,12 +284,9 @@ class CopyScheduler:
                 break
             pending = seq.input_tokens + seq.generated - seq.computed  # (inlined: hot)
             n = pending if pending < budget else budget  # noqa: FURB136 (min, inlined: a call per sequence per pass)
-            # Within the blocks it holds, nothing to take (most decode steps); else take or preempt. A sequence
-            # alone runs whatever the pool holds (it could never run otherwise).
-            while (seq.computed + n > seq.held and seq.state == RUNNING
-                   and not self._take_blocks(seq, n, force=len(self.running) == 1)):
+            # Within the blocks it holds, nothing to take (most decode steps); else take or preempt.
+            if seq.computed + n > seq.held and self._make_room(seq, n):
                 preempted = True
-                self._preempt(self.running[-1], front=True)
             if seq.state != RUNNING:  # it was the latest admitted itself
                 break
             steps.append((seq, n))
@@ -301,25 +298,7 @@ class CopyScheduler:
             else:
                 batch += 1
                 context += seq.computed
-        admitted = [] if preempted else self._paged_admissions(budget)
-        for seq, n in admitted:
-            if seq.prefilling:
-                prompt_tokens += n
-                prompts += 1
-                pairs += n * seq.computed
-            else:
-                batch += 1
-                context += seq.computed
-        steps += admitted
-        if steps:
-            yield self._advance(self.steps.mixed_step_s(prompt_tokens, prompts, batch, context, pairs))
-            self._computed(steps)
-
-    def _paged_admissions(self, budget: int) -> list[tuple[Sequence, int]]:
-        """vLLM's waiting prompts admitted into what is left of a pass's token budget, first come first served,
-        each with its chunk (see paged_turn)."""
-        steps: list[tuple[Sequence, int]] = []
-        while (budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
+        while (not preempted and budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
                and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
             seq = self.queue[0]
             # The whole prompt's blocks must be free (less a cached prefix), unless nothing runs (a prompt over the
@@ -329,7 +308,27 @@ class CopyScheduler:
             n = self._admit(seq, budget)
             steps.append((seq, n))
             budget -= n
-        return steps
+            if seq.prefilling:
+                prompt_tokens += n
+                prompts += 1
+                pairs += n * seq.computed
+            else:
+                batch += 1
+                context += seq.computed
+        if steps:
+            yield self._advance(self.steps.mixed_step_s(prompt_tokens, prompts, batch, context, pairs))
+            self._computed(steps)
+
+    def _make_room(self, seq: Sequence, n: int) -> bool:
+        """Take the KV blocks a running sequence needs for `n` more tokens, preempting the latest admitted (to the
+        front of the queue) while they are not free; whether any was preempted. A sequence alone runs whatever the
+        pool holds (it could never run otherwise)."""
+        preempted = False
+        while (seq.computed + n > seq.held and seq.state == RUNNING
+               and not self._take_blocks(seq, n, force=len(self.running) == 1)):
+            preempted = True
+            self._preempt(self.running[-1], front=True)
+        return preempted
 
     def alternating_turn(self) -> Iterator[float]:
         """SGLang (Scheduler.get_next_batch_to_run, sglang 0.5.20 managers/scheduler.py:3562-3700): a prefill
