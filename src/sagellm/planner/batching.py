@@ -174,6 +174,15 @@ class Sequence:
                 waiter.set_result(None)
 
 
+def _pass_shape(steps: list[tuple[Sequence, int]]) -> tuple[int, int, int, int, int]:
+    """A pass's shape as StepModel.mixed_step_s reads it: prompt tokens, prompts, decodes, their context, and the
+    prompt tokens × the context before them."""
+    prefills = [(seq, n) for seq, n in steps if seq.prefilling]
+    decodes = [seq for seq, _ in steps if not seq.prefilling]
+    return (sum(n for _, n in prefills), len(prefills), len(decodes), sum(seq.computed for seq in decodes),
+            sum(n * seq.computed for seq, n in prefills))
+
+
 class CopyScheduler:
     """One model copy without a clock of its own: a queue, a running batch within the budgets, its turns, as the
     copy's engine schedules them (`scheduling`: one of SCHEDULERS)."""
@@ -298,6 +307,7 @@ class CopyScheduler:
             else:
                 batch += 1
                 context += seq.computed
+        running = len(steps)
         while (not preempted and budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
                and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
             seq = self.queue[0]
@@ -308,15 +318,11 @@ class CopyScheduler:
             n = self._admit(seq, budget)
             steps.append((seq, n))
             budget -= n
-            if seq.prefilling:
-                prompt_tokens += n
-                prompts += 1
-                pairs += n * seq.computed
-            else:
-                batch += 1
-                context += seq.computed
         if steps:
-            yield self._advance(self.steps.mixed_step_s(prompt_tokens, prompts, batch, context, pairs))
+            admitted = _pass_shape(steps[running:])  # the few admitted this pass: not the hot loop
+            yield self._advance(self.steps.mixed_step_s(prompt_tokens + admitted[0], prompts + admitted[1],
+                                                        batch + admitted[2], context + admitted[3],
+                                                        pairs + admitted[4]))
             self._computed(steps)
 
     def _make_room(self, seq: Sequence, n: int) -> bool:
