@@ -174,15 +174,6 @@ class Sequence:
                 waiter.set_result(None)
 
 
-def _pass_shape(steps: list[tuple[Sequence, int]]) -> tuple[int, int, int, int, int]:
-    """A pass's shape as StepModel.mixed_step_s reads it: prompt tokens, prompts, decodes, their context, and the
-    prompt tokens × the context before them."""
-    prefills = [(seq, n) for seq, n in steps if seq.prefilling]
-    decodes = [seq for seq, _ in steps if not seq.prefilling]
-    return (sum(n for _, n in prefills), len(prefills), len(decodes), sum(seq.computed for seq in decodes),
-            sum(n * seq.computed for seq, n in prefills))
-
-
 class CopyScheduler:
     """One model copy without a clock of its own: a queue, a running batch within the budgets, its turns, as the
     copy's engine schedules them (`scheduling`: one of SCHEDULERS)."""
@@ -285,9 +276,6 @@ class CopyScheduler:
         budget = self.limits.max_batch_prefill_tokens
         steps: list[tuple[Sequence, int]] = []
         preempted = False
-        # The pass's shape as _forward_s reads it, summed as the steps are chosen (one loop over the batch, not two;
-        # a chosen sequence does not change until the pass has run).
-        prompt_tokens = prompts = batch = context = pairs = 0
         for seq in list(self.running):
             if budget <= 0 or seq.state != RUNNING:
                 break
@@ -300,14 +288,6 @@ class CopyScheduler:
                 break
             steps.append((seq, n))
             budget -= n
-            if pending > 1 or seq.generated == 0:  # prefilling
-                prompt_tokens += n
-                prompts += 1
-                pairs += n * seq.computed
-            else:
-                batch += 1
-                context += seq.computed
-        running = len(steps)
         while (not preempted and budget > 0 and self.queue and self.queue[0].arrived_s <= self.sim_s
                and (self.limits.max_batch_size is None or len(self.running) < self.limits.max_batch_size)):
             seq = self.queue[0]
@@ -319,10 +299,7 @@ class CopyScheduler:
             steps.append((seq, n))
             budget -= n
         if steps:
-            admitted = _pass_shape(steps[running:])  # the few admitted this pass: not the hot loop
-            yield self._advance(self.steps.mixed_step_s(prompt_tokens + admitted[0], prompts + admitted[1],
-                                                        batch + admitted[2], context + admitted[3],
-                                                        pairs + admitted[4]))
+            yield self._advance(self._forward_s(steps))
             self._computed(steps)
 
     def _make_room(self, seq: Sequence, n: int) -> bool:
