@@ -490,25 +490,15 @@ class CopyScheduler:
     def _computed(self, steps: list[tuple[Sequence, int]]) -> None:
         """After a pass: the tokens it computed are held; each sequence whose prompt (or last token) is done
         samples its next token."""
-        now = self.sim_s
-        finished = []
+        ready = []
         for seq, n in steps:
             if seq.state == RUNNING:
                 seq.computed += n
                 if seq.computed >= seq.insert_at:
                     self._cache_segments(seq)
-                if seq.computed == seq.input_tokens + seq.generated:  # nothing pending: emit's, inlined (hot)
-                    self.context += 1
-                    seq.generated += 1
-                    if seq.first_token_s is None:
-                        seq.first_token_s = now
-                    seq.last_token_s = now
-                    if seq.generated >= seq.max_new_tokens:
-                        finished.append(seq)
-                    elif seq._waiter is not None:
-                        seq.wake()
-        for seq in finished:
-            self.retire(seq, DONE)
+                if seq.computed == seq.input_tokens + seq.generated:  # nothing pending (inlined: hot)
+                    ready.append(seq)
+        self.emit(ready)
 
     def _cache_segments(self, seq: Sequence) -> None:
         """The segments `seq` has now computed stay in the cache for later requests (their whole blocks pass from
