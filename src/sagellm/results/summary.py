@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate, chain, repeat
 from typing import Any
 
@@ -29,24 +29,30 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0–100), linear interpolation between closest ranks (numpy's default)."""
     if not values:
         return None
-    return _percentile_of_sorted(sorted(values), q)
+    ordered = sorted(values)
+    return _percentile_of_sorted(ordered.__getitem__, len(ordered), q)
 
 
-def _percentile_of_sorted(ordered: Sequence[float], q: float) -> float:
-    pos = (len(ordered) - 1) * q / 100
+def _percentile_of_sorted(at: Callable[[int], float], n: int, q: float) -> float:
+    """The q-th percentile of n sorted values, `at(i)` the i-th smallest."""
+    pos = (n - 1) * q / 100
     lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    low, high = at(lo), at(min(lo + 1, n - 1))
+    return low + (high - low) * (pos - lo)
+
+
+def _four_percentiles(at: Callable[[int], float], n: int, mean: float) -> Stats:
+    """p50, p90, p95 and p99 of n sorted values (`at(i)` the i-th smallest), with their mean."""
+    return Stats(p50=_percentile_of_sorted(at, n, 50), p90=_percentile_of_sorted(at, n, 90),
+                 p95=_percentile_of_sorted(at, n, 95), p99=_percentile_of_sorted(at, n, 99), mean=mean)
 
 
 def stats(values: Sequence[float]) -> Stats:
     """p50, p90, p95, p99 and mean of a sample."""
     if not values:
         return Stats()
-    ordered = sorted(values)  # once for the four (a simulated level's token gaps are 150,000 values)
-    return Stats(p50=_percentile_of_sorted(ordered, 50), p90=_percentile_of_sorted(ordered, 90),
-                 p95=_percentile_of_sorted(ordered, 95), p99=_percentile_of_sorted(ordered, 99),
-                 mean=sum(values) / len(values))
+    ordered = sorted(values)  # once for the four
+    return _four_percentiles(ordered.__getitem__, len(ordered), sum(values) / len(values))
 
 
 def stats_of_runs(runs: Sequence[tuple[float, int]]) -> Stats:
@@ -61,14 +67,7 @@ def stats_of_runs(runs: Sequence[tuple[float, int]]) -> Stats:
     def at(i: int) -> float:  # the i-th smallest value
         return ordered[bisect_right(ends, i)][0]
 
-    def percentile_of(q: float) -> float:  # _percentile_of_sorted, reading the i-th value from the runs
-        pos = (n - 1) * q / 100
-        lo = math.floor(pos)
-        low, high = at(lo), at(min(lo + 1, n - 1))
-        return low + (high - low) * (pos - lo)
-
-    return Stats(p50=percentile_of(50), p90=percentile_of(90), p95=percentile_of(95), p99=percentile_of(99),
-                 mean=sum(chain.from_iterable(repeat(value, count) for value, count in runs)) / n)
+    return _four_percentiles(at, n, sum(chain.from_iterable(repeat(value, count) for value, count in runs)) / n)
 
 
 def tokens_in_window(records: Sequence[RequestRecord], start_s: float, end_s: float) -> float:
