@@ -229,3 +229,23 @@ def test_an_interrupt_that_lands_while_the_cli_starts_stops_it_too(tmp_path: Pat
         signal.signal(signal.SIGUSR1, previous)
     assert len(started) == 1 and started[0].returncode is not None  # stopped and reaped
     assert not cdk_cli._group_running(started[0].pid)
+
+
+# A stand-in CLI: writes, as the deployed stack's one output, the CDK_VALIDATION its app would inherit.
+_ECHO_VALIDATION_CLI = (
+    "import json, os, sys\n"
+    "out = sys.argv[sys.argv.index('--outputs-file') + 1]\n"
+    "json.dump({sys.argv[2]: {'Validation': os.environ.get('CDK_VALIDATION', 'unset')}}, open(out, 'w'))\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("users", "app_gets"), [(None, "false"), ("true", "true")])
+def test_the_bench_app_skips_cdks_builtin_template_validation_unless_the_user_asks_for_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, users: str | None, app_gets: str) -> None:
+    monkeypatch.setattr(cdk_cli, "find_cli", lambda: [sys.executable, "-c", _ECHO_VALIDATION_CLI])
+    env = {k: v for k, v in os.environ.items() if k != "CDK_VALIDATION"} | ({"CDK_VALIDATION": users} if users else {})
+
+    outputs = cdk_cli.deploy("sagellm-echo", {}, env, tmp_path)
+
+    assert outputs == {"Validation": app_gets}

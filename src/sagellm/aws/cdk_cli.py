@@ -75,6 +75,12 @@ def deploy(stack_name: str, context: Mapping[str, str | None], env: Mapping[str,
     raises TargetError naming the failed resource and its reason, after deleting a stack the failed create
     left behind."""
     full, workdir = cli_env(env), Path(workdir)
+    # CDK's built-in CloudFormation validation (aws-cdk-lib 2.2xx) only warns unless
+    # @aws-cdk/core:validateAgainstDefaultRules is set, and the warnings would land in a log nobody reads;
+    # sagellm's own template is held to none by its tests (tests/constructs/test_template_scans.py) and to
+    # cfn-lint. It costs ~2.4 s of CPU per deploy (its WASM engine). cdk-nag still runs. A user's own
+    # CDK_VALIDATION wins.
+    full.setdefault("CDK_VALIDATION", "false")
     outputs_file = workdir / "cdk-outputs.json"
     outputs_file.unlink(missing_ok=True)
     pairs = {"stack_name": stack_name, **context}
