@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from sagellm.engines.engine import Generation
+from sagellm.engines.engine import CUDA_GRAPH_CONSTANTS, Generation
 from sagellm.engines.openai_server import CHAT, COMPLETIONS, OpenAiServer
 
 PINNED = "0.30.0"  # the newest `vllm` image in sagemaker-core 2.27.0's tables
@@ -45,7 +45,7 @@ def memory_for_model_gb(gpu_mib: float, tp: int) -> float:
     return GPU_MEMORY_UTILIZATION * gpu_mib * 2**20 / 1e9 - OTHER_GB
 
 
-GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0,
+GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", CUDA_GRAPH_CONSTANTS, waiting_served_ratio=0.0,
                         replicates_kv_heads=True, memory_for_model_gb=memory_for_model_gb)
 
 # vLLM's Prometheus names (0.10 and newer; its counters are served with `_total` appended);
