@@ -134,7 +134,7 @@ def test_the_terms_of_round_5_are_off_in_tgi_1_and_on_in_the_set_ready_for_vllm_
     assert (TGI_1.measured_allreduce, TGI_1.weight_only_fp8_slowdown, TGI_1.request_latency_s,
             TGI_1.moe_routing_skew) == (False, 1.0, 0.0, 1.0)
     assert VLLM_1.measured_allreduce and VLLM_1.weight_only_fp8_slowdown > 1 and VLLM_1.request_latency_s > 0
-    assert MEASURED["vllm"][0] is VLLM_1 and MEASURED["tgi-1"][0] is TGI_1
+    assert MEASURED["vllm"][0] == VLLM_1 and MEASURED["tgi-1"][0] == TGI_1
 
 
 @pytest.mark.parametrize(("instance", "tp"), [("ml.p5.48xlarge", 8), ("ml.p5e.48xlarge", 4), ("ml.p4de.24xlarge", 2)])

@@ -184,7 +184,8 @@ VLLM_1 = replace(
     moe_layer_overhead_s=25e-6,
     moe_routing_skew=1.07,
     # HTTP, chat template, tokenising and the hand-over to the engine core: the median of measured minus predicted
-    # TTFT over the 30 closed-loop levels of <= 4 in flight outside the study's hold-out (gpustack, ree2raz, varad)
+    # TTFT over the 25 closed-loop levels of <= 4 in flight outside the study's hold-out (gpustack, ree2raz, varad;
+    # engine_accuracy.fit_request_latency)
     request_latency_s=0.0132,
 )
 
