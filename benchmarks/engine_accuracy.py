@@ -44,6 +44,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,13 @@ from sagellm.planner import Shape, StepModel
 from sagellm.planner import constants as planner_constants
 from sagellm.planner.constants import StepConstants
 from sagellm.planner.simulate import Served, SimulatedPromptSet, simulate
-from sagellm.planner.steps import matmul_flops_per_accel, routed_active_b, weight_read_efficiency
+from sagellm.planner.steps import (
+    matmul_flops_per_accel,
+    measured_allreduce,
+    routed_active_b,
+    weight_only_slowdown,
+    weight_read_efficiency,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -307,6 +314,12 @@ class _UnitPasses(StepModel):
 
     passes: list[tuple[int, int, int, int, int]] = field(default_factory=list, compare=False)
 
+    @cached_property
+    def k(self) -> StepConstants:
+        """The engine's constants without the front end's latency, which would put sends between pass ends
+        (`predict` adds it)."""
+        return replace(StepModel(self.shape).k, request_latency_s=0.0)
+
     def decode_step_s(self, batch: int, context_tokens: int) -> float:
         self.passes.append((0, 0, batch, context_tokens, 0))
         return 1.0
@@ -427,6 +440,9 @@ class Physics:
     w_prompt: np.ndarray  # weight bytes read by each pass's prompt rows
     w_decode: np.ndarray  # ... by its decode rows
     w_one: float
+    # Requests each client slot sends one after another (1 for a burst): each pays the front end's latency
+    # (request_latency_s) before the engine sees it, which the unit-time trace leaves out.
+    cycles: float = 1.0
 
 
 def physics(case: Case, passes: np.ndarray) -> Physics:
@@ -451,18 +467,24 @@ def physics(case: Case, passes: np.ndarray) -> Physics:
                    params=m.active_b * 1e9, routed=routed_active_b(m) * 1e9,
                    quantized=case.quantization in ("gptq", "awq"), moe=m.n_experts > 1,
                    w_prompt=weights(passes[:, 0]), w_decode=weights(passes[:, 2]),
-                   w_one=float(weights(np.array([1.0]))[0]))
+                   w_one=float(weights(np.array([1.0]))[0]),
+                   cycles=1.0 if case.concurrency is None else case.prompts / min(case.concurrency, case.prompts))
 
 
 def pass_seconds(ph: Physics, passes: np.ndarray, k: StepConstants) -> np.ndarray:
     """StepModel.mixed_step_s of every pass (prefill_s where no sequence decodes, decode_step_s where no prompt)."""
     t, s, b, c, prior = passes.T
-    params = ph.params + ph.routed * (1 / k.moe_compute_efficiency - 1)
+    params = ph.params + ph.routed * (k.moe_routing_skew / k.moe_compute_efficiency - 1)
     eff = weight_read_efficiency(ph.quantization, k)
-    flops_total = matmul_flops_per_accel(ph.instance, ph.quantization, k) * ph.tp
+    flops_total = (matmul_flops_per_accel(ph.instance, ph.quantization, k) * ph.tp
+                   / weight_only_slowdown(ph.instance, ph.quantization, k))
     log_tp = math.log2(ph.tp) if ph.tp > 1 else 0.0
+    measured = measured_allreduce(ph.instance, ph.tp, k) if ph.tp > 1 else None
     if ph.tp <= 1:
         ar_fixed, ar_per_row = 0.0, 0.0
+    elif measured is not None:
+        ar_fixed = ph.per_layer * ph.layers * measured[0]
+        ar_per_row = ph.per_layer * ph.layers * ph.hidden * 2 * 2 * (ph.tp - 1) / ph.tp / measured[1]
     elif ph.interconnect == "pcie":
         ar_fixed = ph.per_layer * ph.layers * k.pcie_allreduce_latency_s * log_tp
         ar_per_row = ph.per_layer * ph.layers * ph.hidden * 2 * 2 * (ph.tp - 1) / (k.pcie_host_bw_gbps * 1e9)
@@ -498,13 +520,18 @@ def check_mirror(case: Case, tr: Trace, sample: int = 40) -> None:
 
 
 def predict(tr: Trace, ph: Physics, k: StepConstants) -> tuple[float, float, float, float]:
-    """(median TTFT ms, median TPOT ms, output tokens/s, median ITL ms) of the level under constants `k`."""
+    """(median TTFT ms, median TPOT ms, output tokens/s, median ITL ms) of the level under constants `k`.
+
+    The front end's latency per request (k.request_latency_s) is added outside the passes: to every TTFT, and to the
+    level's duration once per request a client slot sends in turn. (The simulator delays each request's hand-over to
+    the engine instead, which shifts a closed loop's schedule a little; the trace keeps the schedule without it.)"""
     seconds = pass_seconds(ph, tr.passes, k)
     clock = np.concatenate([[0.0], np.cumsum(seconds)])
-    ttft = clock[tr.first] - clock[tr.arrived]
+    front_end = k.request_latency_s
+    ttft = clock[tr.first] - clock[tr.arrived] + front_end
     many = tr.tokens > 1
     tpot = (clock[tr.last[many]] - clock[tr.first[many]]) / (tr.tokens[many] - 1)
-    duration = clock[tr.last.max()] - clock[tr.arrived.min()]
+    duration = clock[tr.last.max()] - clock[tr.arrived.min()] + front_end * ph.cycles
     return (float(np.median(ttft)) * 1000, float(np.median(tpot)) * 1000 if many.any() else math.nan,
             float(tr.tokens.sum() / duration), _median_itl(tr, clock) * 1000)
 
@@ -734,6 +761,26 @@ def priors() -> dict[str, StepConstants]:
     return {e: k for e in ENGINES_FITTED}
 
 
+def ready() -> dict[str, StepConstants]:
+    """The set made ready for vLLM, LMI and SGLang (planner.constants.VLLM_1: round 4's priors with the measured
+    all-reduces, weight-only kernels, MoE routing skew and the front end's latency), one for both engines."""
+    return {e: planner_constants.VLLM_1 for e in ENGINES_FITTED}
+
+
+# Closed loops of at most this many in flight: their TTFT is one prompt's pass and the front end, so what the passes
+# leave of it is the front end's latency (request_latency_s).
+FRONT_END_FIT_MAX_CONCURRENCY = 4
+
+
+def fit_request_latency(study: Study, cases: list[Case], k: StepConstants) -> float:
+    """The front end's latency as the median of measured minus predicted TTFT (without it) over the closed loops of
+    `cases` with few in flight; the only constant of `ready()` taken from the rows."""
+    bare = replace(k, request_latency_s=0.0)
+    gaps = [c.ttft_ms - predict(study.trace[c.index], study.physics[c.index], bare)[0] for c in cases
+            if c.concurrency is not None and c.concurrency <= FRONT_END_FIT_MAX_CONCURRENCY and c.ttft_ms is not None]
+    return max(0.0, float(np.median(gaps))) / 1000 if gaps else 0.0
+
+
 def borrowed() -> dict[str, StepConstants]:
     return {e: planner_constants.MEASURED[BORROWED][0] for e in ENGINES_FITTED}
 
@@ -754,7 +801,10 @@ def leave_one_source_out(study: Study) -> dict[str, dict]:
     """Fit each engine's set on every source but one, score the held-out source's rows with it; beside it, the
     borrowed constants on the same rows."""
     out: dict[str, dict] = {}
-    pooled_fit, pooled_borrowed, pooled_priors = [], [], []
+    pooled_fit: list[dict] = []
+    pooled_borrowed: list[dict] = []
+    pooled_priors: list[dict] = []
+    pooled_ready: list[dict] = []
     usable = [c for c in study.cases if not held_out(c)]
     for source in sorted({c.source for c in usable}):
         train = [c for c in usable if c.source != source]
@@ -762,17 +812,24 @@ def leave_one_source_out(study: Study) -> dict[str, dict]:
         fitted = fit_engines(study, train)
         after, before = study.score(fitted, held), study.score(borrowed(), held)
         unfitted = study.score(priors(), held)
+        # The ready set with its one constant from the rows (the front end's latency) taken from the other sources.
+        k = planner_constants.VLLM_1
+        latency = fit_request_latency(study, train, k)
+        ready_held = study.score({e: replace(k, request_latency_s=latency) for e in ENGINES_FITTED}, held)
         out[f"source={source}"] = {"borrowed": table(before), "fitted": table(after), "priors": table(unfitted),
+                                   "ready": table(ready_held), "request_latency_s": latency,
                                    "constants": {e: {n: getattr(k, n) for n in FIT} for e, k in fitted.items()}}
         pooled_fit += after
         pooled_borrowed += before
         pooled_priors += unfitted
+        pooled_ready += ready_held
     out["pooled held-out rows"] = {"borrowed": table(pooled_borrowed), "fitted": table(pooled_fit),
-                                   "priors": table(pooled_priors)}
+                                   "priors": table(pooled_priors), "ready": table(pooled_ready)}
     for e in ENGINES_FITTED:
         out[f"pooled {e}"] = {"borrowed": table([s for s in pooled_borrowed if s["engine"] == e]),
                               "fitted": table([s for s in pooled_fit if s["engine"] == e]),
-                              "priors": table([s for s in pooled_priors if s["engine"] == e])}
+                              "priors": table([s for s in pooled_priors if s["engine"] == e]),
+                              "ready": table([s for s in pooled_ready if s["engine"] == e])}
     return out
 
 
@@ -888,6 +945,8 @@ def main() -> int:
         render_breakdown("... and the same rows with TODAY_START (the physics priors, unfitted)",
                          study.score({e: replace(START, **{n: v[2] for n, v in FIT.items()})
                                       for e in ENGINES_FITTED}, outside))
+        render_breakdown("... and with the set ready for vLLM, LMI and SGLang (planner.constants.VLLM_1)",
+                         study.score(ready(), outside))
     if args.fit:
         fitted = fit_engines(study)
         render_constants(fitted)
@@ -903,6 +962,10 @@ def main() -> int:
                {k: v["borrowed"] for k, v in loso.items()}, {k: v["fitted"] for k, v in loso.items()})
         render("... borrowed → the physics priors, nothing fitted (so nothing seen of the source)",
                {k: v["borrowed"] for k, v in loso.items()}, {k: v["priors"] for k, v in loso.items()})
+        render("... borrowed → the set ready for vLLM, LMI and SGLang (planner.constants.VLLM_1; its front-end latency "
+               "taken from the other sources: " + ", ".join(f"{k.split('=')[1][:8]} {v['request_latency_s'] * 1000:.1f} ms"
+                                                            for k, v in loso.items() if k.startswith("source=")) + ")",
+               {k: v["borrowed"] for k, v in loso.items()}, {k: v["ready"] for k, v in loso.items()})
         if args.no_hold_out:
             print("\n(the study's own hold-out not scored: --no-hold-out)")
             return 0

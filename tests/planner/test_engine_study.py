@@ -3,6 +3,7 @@ reason, the unit-time traces cost exactly as the simulator does, and the error s
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from types import ModuleType
 
@@ -11,6 +12,7 @@ import pytest
 
 from benchmark_scripts import load_benchmark
 from sagellm.engines import ENGINES
+from sagellm.engines.engine import CUDA_GRAPH_CONSTANTS
 from sagellm.planner import StepModel
 from sagellm.planner.constants import MEASURED
 from sagellm.planner.simulate import Served, SimulatedPromptSet, simulate
@@ -116,9 +118,11 @@ def test_the_borrowed_constants_reproduce_the_study_on_the_single_request_rows()
 def test_vllm_and_sglang_keep_the_borrowed_constants_the_study_did_not_beat() -> None:
     # No set beat TGI_1's on both the leave-one-source-out and the study's own hold-out (docs/studies.md), so none
     # shipped.
+    # The set made ready for them in round 5 (planner.constants.VLLM_1) waits for rows it never saw: one line
+    # (engines/engine.py CUDA_GRAPH_CONSTANTS) switches them to it.
     for kind in ("vllm", "sglang", "lmi"):
-        assert ENGINES[kind].generation(None).constants_from == "tgi-1"
-    assert set(MEASURED) == {"tgi-1"}
+        assert ENGINES[kind].generation(None).constants_from == CUDA_GRAPH_CONSTANTS == "tgi-1"
+    assert set(MEASURED) == {"tgi-1", "vllm"}
 
 
 @pytest.mark.slow
@@ -136,6 +140,13 @@ def test_the_study_holds_the_figures_docs_studies_md_gives() -> None:
     assert pooled["borrowed"]["all"] == pytest.approx(33.3, abs=1.0)
     assert pooled["fitted"]["all"] == pytest.approx(29.0, abs=1.5)
     assert pooled["priors"]["all"] == pytest.approx(23.3, abs=1.0)
+    # Round 5: the set ready for vLLM, LMI and SGLang (VLLM_1; the front end's latency taken from the other sources)
+    # meets the issue's targets on each source held out: TTFT 31.2, throughput 14.7, ITL 15.8 % (docs/studies.md).
+    ready = pooled["ready"]
+    assert ready["ttft"] == pytest.approx(31.2, abs=1.0) and ready["ttft"] <= 35
+    assert ready["thr"] == pytest.approx(14.7, abs=0.5)
+    assert ready["itl"] == pytest.approx(15.8, abs=1.0) and ready["itl"] <= 20
+    assert ready["all"] < pooled["priors"]["all"] < pooled["borrowed"]["all"]
     held = study.hold_out_check(s)["hold-out"]
     assert held["borrowed"]["n"] == 29
     assert held["borrowed"]["all"] == pytest.approx(26.2, abs=1.0)
@@ -151,3 +162,23 @@ def test_the_hold_out_is_fixed_before_fitting_and_keeps_repeats_together() -> No
     assert len(held) == 33
     for c in cases:
         assert study.held_out(c) == any(h.gpu == c.gpu and h.model_id == c.model_id for h in held)
+
+
+def test_the_front_end_latency_is_the_median_ttft_the_passes_leave_at_low_load() -> None:
+    # Two closed rows at c = 1 whose measured TTFT is the predicted pass plus 10 and 30 ms: the front end's latency
+    # is their median.
+    study = _study()
+    s = study.build(select=lambda c: c.source == "varad-more-a10g")
+    k = study.planner_constants.VLLM_1
+    a, b = s.cases[:2]
+    bare = dataclasses.replace(k, request_latency_s=0.0)
+    pa, pb = (study.predict(s.trace[c.index], s.physics[c.index], bare)[0] for c in (a, b))
+    s.cases[0], s.cases[1] = (dataclasses.replace(a, ttft_ms=pa + 10), dataclasses.replace(b, ttft_ms=pb + 30))
+    assert a.concurrency == b.concurrency == 1
+    assert study.fit_request_latency(s, s.cases[:2], k) == pytest.approx(0.020, abs=1e-9)
+    # With it, a row's predicted TTFT grows by exactly that, and a closed loop pays it once a request.
+    with_latency = dataclasses.replace(k, request_latency_s=0.02)
+    before, after = (study.predict(s.trace[a.index], s.physics[a.index], kk) for kk in (bare, with_latency))
+    assert after[0] == pytest.approx(pa + 20, abs=1e-6) and after[1] == before[1]
+    tokens = s.trace[a.index].tokens.sum()
+    assert tokens / after[2] - tokens / before[2] == pytest.approx(0.02 * a.prompts, rel=1e-6)

@@ -3,12 +3,23 @@ per-layer costs): each does what its constant says, and each is inert at its def
 not move."""
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 
 from sagellm.catalog import find_instance, find_model
+from sagellm.engines import Limits
 from sagellm.planner import Shape, StepModel
-from sagellm.planner.constants import GEMM_RATE, TGI_1, StepConstants
+from sagellm.planner.constants import (
+    ALLREDUCE,
+    GEMM_RATE,
+    MEASURED,
+    NO_FP8_TENSOR_CORES,
+    TGI_1,
+    VLLM_1,
+    StepConstants,
+)
+from sagellm.planner.simulate import Served, SimulatedPromptSet, simulate
 from sagellm.planner.steps import routed_active_b
 
 
@@ -116,3 +127,73 @@ def test_step_inputs_name_the_accelerator_only_where_the_constants_read_its_gemm
     measured = pair(replace(TODAY, step_overhead_s=0.0))
     assert measured[0].inputs != measured[1].inputs
     assert measured[0].prefill_s(16384, 8) != measured[1].prefill_s(16384, 8)
+
+
+def test_the_terms_of_round_5_are_off_in_tgi_1_and_on_in_the_set_ready_for_vllm_and_sglang():
+    # TGI's step times and `plan --engine tgi` must not move: each new term is inert in TGI_1.
+    assert (TGI_1.measured_allreduce, TGI_1.weight_only_fp8_slowdown, TGI_1.request_latency_s,
+            TGI_1.moe_routing_skew) == (False, 1.0, 0.0, 1.0)
+    assert VLLM_1.measured_allreduce and VLLM_1.weight_only_fp8_slowdown > 1 and VLLM_1.request_latency_s > 0
+    assert MEASURED["vllm"][0] == VLLM_1 and MEASURED["tgi-1"][0] == TGI_1
+
+
+@pytest.mark.parametrize(("instance", "tp"), [("ml.p5.48xlarge", 8), ("ml.p5e.48xlarge", 4), ("ml.p4de.24xlarge", 2)])
+def test_measured_all_reduces_cost_their_latency_and_bus_bandwidth_per_layer(instance: str, tp: int):
+    # Two all-reduces a layer (attention and MLP), each the measured latency plus its ring share of the rows' bytes
+    # at the measured bus bandwidth; nothing per pass, where TGI_1 pays 3.7 ms a pass per doubling.
+    k = replace(VLLM_1, layer_overhead_s=0.0, moe_layer_overhead_s=0.0)
+    sm, m = steps("meta-llama/Llama-2-70b-hf", instance, tp, k), find_model("meta-llama/Llama-2-70b-hf")
+    latency, bus_gbps = ALLREDUCE[find_instance(instance).accelerator][tp]
+    rows = 256
+    message = rows * m.hidden_size * 2
+    assert sm._allreduce_s(0) == pytest.approx(2 * m.n_layers * latency, rel=1e-9)
+    assert sm._allreduce_s(rows) - sm._allreduce_s(0) == pytest.approx(
+        2 * m.n_layers * message * 2 * (tp - 1) / tp / (bus_gbps * 1e9), rel=1e-9)
+    # Over PCIe (no measurement) the per-doubling form stays.
+    pcie = steps("meta-llama/Llama-2-70b-hf", "ml.g5.48xlarge", 8, k)
+    assert pcie._allreduce_s(0) == pytest.approx(2 * m.n_layers * k.pcie_allreduce_latency_s * 3, rel=1e-9)
+
+
+def test_fp8_weights_on_a_gpu_without_fp8_tensor_cores_multiply_slower_than_16_bit_ones():
+    # vLLM serves FP8 checkpoints on A100 as weight-only Marlin: a compute-bound prefill takes the slowdown's share
+    # longer than bf16's, where on H100 FP8 is faster than bf16.
+    k = replace(VLLM_1, layer_overhead_s=0.0)
+
+    def prefill(instance: str, quantization: str) -> float:
+        return steps("qwen3-14b", instance, 1, k, quantization).prefill_s(16384, 8)
+
+    assert "A100-80GB" in NO_FP8_TENSOR_CORES and "H100-80GB" not in NO_FP8_TENSOR_CORES
+    assert prefill("ml.p4de.24xlarge", "fp8") / prefill("ml.p4de.24xlarge", "none") == pytest.approx(
+        k.weight_only_fp8_slowdown, rel=1e-6)
+    assert prefill("ml.p5.48xlarge", "fp8") < prefill("ml.p5.48xlarge", "none")
+
+
+def test_moe_routing_skew_slows_the_routed_experts_matmuls_only():
+    def prefill(model: str, skew: float) -> float:
+        return steps(model, "ml.p5.48xlarge", 2, replace(VLLM_1, moe_routing_skew=skew)).prefill_s(16384, 8)
+
+    assert prefill("mixtral-8x7b", 1.5) > prefill("mixtral-8x7b", 1.0)
+    assert prefill("qwen3-14b", 1.5) == prefill("qwen3-14b", 1.0)
+
+
+def _simulated(k: StepConstants, load: SimulatedPromptSet) -> list:
+    sm = steps("qwen3-8b", "ml.p5.48xlarge", 1, k)
+    limits = Limits(max_input_tokens=4095, max_total_tokens=4096, max_batch_prefill_tokens=8192,
+                    max_batch_total_tokens=200_000, max_concurrent_requests=None, max_batch_size=256,
+                    kv_block_tokens=16)
+    return simulate(Served(sm, limits, "vllm", 1), 512, 64, load, timeout_s=None).measured
+
+
+@pytest.mark.parametrize("concurrency", [None, 1, 4])
+def test_the_front_end_latency_adds_to_every_ttft_without_stalling_a_pass(concurrency: int | None):
+    # A burst of 16 and closed loops: each request reaches the scheduler request_latency_s after it was sent, so
+    # its TTFT and end-to-end latency grow by exactly that and its token gaps not at all; a closed-loop client's
+    # next request leaves as the reply ends (the engine sees it the latency later).
+    bare, late = replace(VLLM_1, request_latency_s=0.0), replace(VLLM_1, request_latency_s=0.05)
+    load = SimulatedPromptSet(16, concurrency)
+    before, after = _simulated(bare, load), _simulated(late, load)
+    for b, a in zip(before, after):
+        assert a.first_token_s - a.arrived_s == pytest.approx(b.first_token_s - b.arrived_s + 0.05, abs=1e-9)
+        assert a.last_token_s - a.first_token_s == pytest.approx(b.last_token_s - b.first_token_s, abs=1e-9)
+    if concurrency == 1:
+        assert all(nxt.arrived_s == pytest.approx(prev.last_token_s, abs=1e-9) for prev, nxt in pairwise(after))

@@ -26,6 +26,12 @@ InferenceAmiVersion = Literal[
 CUDA_AMIS: dict[int, InferenceAmiVersion] = {13: "al2023-ami-sagemaker-inference-gpu-4-1"}
 
 
+# The step constants vLLM, LMI (vLLM) and SGLang run (planner/constants.py MEASURED): TGI 1.x's, borrowed, until the
+# set made ready for them ("vllm": VLLM_1, docs/studies.md "round 5") is scored on published rows it never saw; then
+# this one line becomes "vllm".
+CUDA_GRAPH_CONSTANTS = "tgi-1"
+
+
 @dataclass(frozen=True)
 class Generation:
     """One server generation: its label, the measured constants it uses, and how it batches."""

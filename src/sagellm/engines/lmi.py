@@ -11,7 +11,17 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from sagellm.engines.engine import Engine, ErrorReply, Generation, Limits, Settings, Token, Variable, read_int
+from sagellm.engines.engine import (
+    CUDA_GRAPH_CONSTANTS,
+    Engine,
+    ErrorReply,
+    Generation,
+    Limits,
+    Settings,
+    Token,
+    Variable,
+    read_int,
+)
 from sagellm.engines.vllm import COUNTERS, HISTOGRAMS
 from sagellm.engines.vllm import memory_for_model_gb as vllm_memory_for_model_gb
 
@@ -46,7 +56,7 @@ QUANTIZATIONS = frozenset({"fp8", "bitsandbytes", "gptq", "awq"})
 # vLLM queues every request and admits waiting prompts at every step, chunking long ones.
 # Its memory is vLLM's: LMI passes gpu_memory_utilization through only when set (djl-serving
 # djl_python/properties_manager/vllm_rb_properties.py@00db6305, extra engine args), so vLLM's default holds.
-GENERATION = Generation("lmi", "LMI (vLLM)", "tgi-1", waiting_served_ratio=0.0,
+GENERATION = Generation("lmi", "LMI (vLLM)", CUDA_GRAPH_CONSTANTS, waiting_served_ratio=0.0,
                         replicates_kv_heads=True, memory_for_model_gb=vllm_memory_for_model_gb)
 
 READS = frozenset({"HF_MODEL_ID", "HF_MODEL_REVISION", "HF_TOKEN", "TENSOR_PARALLEL_DEGREE",

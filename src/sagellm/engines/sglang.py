@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from sagellm.engines.engine import Generation
+from sagellm.engines.engine import CUDA_GRAPH_CONSTANTS, Generation
 from sagellm.engines.openai_server import CHAT, OpenAiServer
 
 PINNED = "0.5.20"  # the newest `sglang` image in sagemaker-core 2.27.0's tables
@@ -58,7 +58,7 @@ def memory_for_model_gb(gpu_mib: float, tp: int) -> float:
     return mem_fraction_static(gpu_mib, tp) * gpu_mib * 2**20 / 1e9
 
 
-GENERATION = Generation("sglang", "SGLang 0.5 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0,
+GENERATION = Generation("sglang", "SGLang 0.5 (AWS SageMaker image)", CUDA_GRAPH_CONSTANTS, waiting_served_ratio=0.0,
                         replicates_kv_heads=True, memory_for_model_gb=memory_for_model_gb)
 
 

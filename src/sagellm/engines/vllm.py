@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from sagellm.engines.engine import Generation
+from sagellm.engines.engine import CUDA_GRAPH_CONSTANTS, Generation
 from sagellm.engines.openai_server import CHAT, COMPLETIONS, OpenAiServer
 
 PINNED = "0.30.0"  # the newest `vllm` image in sagemaker-core 2.27.0's tables
@@ -32,7 +32,8 @@ QUANTIZATIONS = frozenset({
 # vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. It borrows TGI 1.x's
 # fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py), in
 # TGI_1's form and in the physics form with measured GEMM rates, FP8 and fused-MoE terms, did worse on rows they never
-# saw (docs/studies.md, "vLLM and SGLang step constants" and "Physics terms for today's engines").
+# saw (docs/studies.md, "vLLM and SGLang step constants" and "Physics terms for today's engines"). Round 5's set
+# (planner.constants.VLLM_1) is ready and waits for rows it never saw: engine.CUDA_GRAPH_CONSTANTS switches it on.
 GPU_MEMORY_UTILIZATION = 0.92  # --gpu-memory-utilization's default: vllm 0.30.0 config/cache.py:103 (0.23: :67)
 # What vLLM's profile run keeps on each GPU besides weights and KV: activations of a max_num_batched_tokens pass, the
 # sampler's logits, CUDA graphs, non-torch allocations (an estimate; benchmarks/engine_accuracy.py uses the same).
@@ -45,7 +46,7 @@ def memory_for_model_gb(gpu_mib: float, tp: int) -> float:
     return GPU_MEMORY_UTILIZATION * gpu_mib * 2**20 / 1e9 - OTHER_GB
 
 
-GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", "tgi-1", waiting_served_ratio=0.0,
+GENERATION = Generation("vllm", "vLLM 0.30 (AWS SageMaker image)", CUDA_GRAPH_CONSTANTS, waiting_served_ratio=0.0,
                         replicates_kv_heads=True, memory_for_model_gb=memory_for_model_gb)
 
 # vLLM's Prometheus names (0.10 and newer; its counters are served with `_total` appended);

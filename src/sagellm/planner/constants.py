@@ -15,7 +15,7 @@ are TGI 1.x without CUDA graphs; JumpStart's rows are replayed with the KV budge
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,20 @@ class StepConstants:
     # Per layer of a mixture-of-experts model per pass, beyond a dense layer's: routing, top-k, sorting tokens by
     # expert and the fused-MoE kernels' launch floor.
     moe_layer_overhead_s: float = 0.0
+    # Time all-reduces over NVLink by the latency and bus bandwidth measured for each GPU and TP (ALLREDUCE below:
+    # vLLM's custom all-reduce under CUDA graphs) instead of the per-doubling latency and nvlink_bw_gbps above.
+    measured_allreduce: bool = False
+    # FP8 checkpoints on GPUs without FP8 tensor cores (NO_FP8_TENSOR_CORES) run weight-only kernels (vLLM's Marlin
+    # W8A16: weights dequantised to 16-bit inside the GEMM): once compute-bound (prefill, large decode batches) their
+    # matmuls run this many times slower than 16-bit ones.
+    weight_only_fp8_slowdown: float = 1.0
+    # Per request, outside the GPU passes: the server's front end (HTTP, chat template, tokenising, the hand-over to
+    # the engine core) before the scheduler sees a request. It adds to TTFT and delays a closed-loop client's next
+    # request, never a pass (planner/simulate.py); `prompt_overhead_s` is the cost inside a pass.
+    request_latency_s: float = 0.0
+    # Routed experts' matmuls take this many times their time under balanced routing: real routers send more tokens
+    # to some experts than others, and a fused-MoE pass lasts as long as its busiest expert.
+    moe_routing_skew: float = 1.0
 
 
 # TGI 1.x (SageMaker Hugging Face LLM DLC 0.8–1.4), fitted on 113 published SageMaker measurements.
@@ -112,9 +126,73 @@ GEMM_RATE: dict[str, tuple[float, float | None]] = {
 }
 GEMM_RATE_DEFAULT = (0.89, None)
 
+# GPUs of compute capability below 8.9 (Ampere): no FP8 tensor cores, so vLLM serves FP8 checkpoints there as
+# weight-only FP8 through Marlin kernels (vllm/model_executor/layers/quantization/fp8.py: use_marlin where
+# `not current_platform.has_device_capability(89)`; marlin_utils_fp8.py warns "Weight-only FP8 compression will be
+# used leveraging the Marlin kernel"), SGLang likewise (fp8_utils.py can_auto_enable_marlin_fp8, the same warning).
+NO_FP8_TENSOR_CORES = frozenset({"A10G", "A100-40GB", "A100-80GB"})
+
+# All-reduces over NVLink measured by NVIDIA AIConfigurator 0.12.0 (PyPI aiconfigurator-core 0.12.0,
+# aiconfigurator_core/systems/data/<gpu>/comm/vllm/<version>/custom_allreduce_perf.parquet, backend vllm_graph: vLLM's
+# tensor_model_parallel_all_reduce of a bf16 tensor under a CUDA graph, message_size in elements as its collector's
+# get_input_shape_and_comm_size makes them; H100/H200: vllm 0.24.0, A100: 0.14.0). Per TP: (latency s, bus bandwidth
+# GB/s) of latency + 2(TP-1)/TP x bytes / bus bandwidth, least squares on relative error over messages of 256 B to
+# 128 MB (a decode step's rows to a prefill chunk's): mean error 4-8 % at TP 2, 8-12 % at TP 4, 13-19 % at TP 8 (the
+# custom kernel's one-shot to two-shot switch). A100 40 GB shares A100 80 GB's NVLink3 fabric.
+ALLREDUCE: dict[str, dict[int, tuple[float, float]]] = {
+    "A100-40GB": {2: (4.96e-6, 169.0), 4: (5.62e-6, 164.0), 8: (6.61e-6, 167.0)},
+    "A100-80GB": {2: (4.96e-6, 169.0), 4: (5.62e-6, 164.0), 8: (6.61e-6, 167.0)},
+    "H100-80GB": {2: (4.25e-6, 242.0), 4: (4.84e-6, 273.0), 8: (5.35e-6, 329.0)},
+    "H200-141GB": {2: (4.42e-6, 253.0), 4: (4.80e-6, 284.0), 8: (5.32e-6, 349.0)},
+}
+
+# vLLM V1 and SGLang under CUDA graphs (one set: the published levels show no engine difference once the replay is
+# right, docs/studies.md "round 5"): physics priors whose values come from measurements of the kernels, checked, not
+# fitted, on 108 published vLLM/SGLang levels (benchmarks/engine_accuracy.py), but for the front end's latency (the
+# median TTFT left at closed loops of <= 4 in flight). Every source below is AIConfigurator 0.12.0's tables (PyPI
+# aiconfigurator-core 0.12.0, aiconfigurator_core/systems/data/<gpu>/...) unless it says otherwise. Not shipped yet:
+# engines/engine.py CUDA_GRAPH_CONSTANTS says which set vLLM, LMI and SGLang run.
+VLLM_1 = replace(
+    TGI_1,
+    # bf16 GEMVs of m <= 8 read weights at 0.69 (A100), 0.81 (H100), 0.74 (H200) of peak (gemm/vllm/*/gemm_perf)
+    bandwidth_efficiency=0.8,
+    step_overhead_s=0.0,  # under CUDA graphs the fixed cost is in the layers' kernels (layer_overhead_s)
+    layer_overhead_s=50e-6,  # ~15 kernels a layer of a few us each: ~2 ms a pass for 40 layers (the decode floor)
+    seq_overhead_s=30e-6,  # sampling and bookkeeping per sequence, batched on the GPU (not TGI's Python loop)
+    kv_bandwidth_efficiency=0.5,
+    # vLLM V1's FlashAttention splits a decode's KV over up to 16 blocks per head under CUDA graphs
+    # (vllm/v1/attention/backends/flash_attn.py@0084b783, _DEFAULT_MAX_NUM_SPLITS_FOR_CUDA_GRAPH), FlashInfer alike
+    kv_latency_blocks=0.0,
+    decode_mfu=0.5,
+    prefill_mfu=0.7,
+    nvlink_allreduce_latency_s=2.2e-6,  # only where ALLREDUCE has no measurement (TP 16)
+    nvlink_pass_overhead_s=0.0,  # TGI's per-pass cost without CUDA graphs
+    measured_allreduce=True,  # ALLREDUCE: comm/vllm/*/custom_allreduce_perf, backend vllm_graph
+    measured_gemm_rates=True,  # GEMM_RATE: gemm/vllm/*/gemm_perf
+    fp8_bandwidth_efficiency=0.78,  # per-tensor FP8 GEMVs on H100 read 2,111 GB/s where bf16's read 2,701
+    # 4-bit and weight-only FP8 run Marlin kernels: near the ideal 4x over FP16 at 1-32 tokens (IST-DASLab/marlin
+    # README), 1.22x slower than FP16 once compute-bound (16k tokens: IST-DASLab/marlin#21, the author's answer:
+    # beyond ~128 tokens weight-only quantization cannot be faster)
+    quant_bandwidth_efficiency=0.9,
+    quant_prefill_slowdown=1.22,
+    weight_only_fp8_slowdown=1.22,
+    quant_sharded_layer_overhead_s=0.0,  # TGI's exllama fallback under TP; Marlin shards as any layer
+    # fused-MoE Triton kernels take 2.9-3.6x their roofline at 4k-16k tokens (moe/vllm/0.24.0/moe_perf, H100,
+    # Qwen3-235B's experts at TP 4-8), plus a floor of 29-38 us a layer at 1-16 tokens (H100, H200; ~5 us of it a
+    # dense MLP's); routing skew: power_law_1.01 against balanced at 1k-8k tokens, median 1.05 (H100), 1.08 (H200)
+    moe_compute_efficiency=0.33,
+    moe_layer_overhead_s=25e-6,
+    moe_routing_skew=1.07,
+    # HTTP, chat template, tokenising and the hand-over to the engine core: the median of measured minus predicted
+    # TTFT over the 25 closed-loop levels of <= 4 in flight outside the study's hold-out (gpustack, ree2raz, varad;
+    # engine_accuracy.fit_request_latency)
+    request_latency_s=0.0132,
+)
+
 # What each measured generation's constants were fitted on (the `plan` output names it).
 MEASURED: dict[str, tuple[StepConstants, str]] = {
     "tgi-1": (TGI_1, "113 published SageMaker measurements (AWS JumpStart, Hugging Face TGI 1.0.3)"),
+    "vllm": (VLLM_1, "NVIDIA AIConfigurator 0.12.0's kernel tables, checked on 108 published vLLM and SGLang levels"),
 }
 # The generation a shape is predicted for when its caller names none: the measured one.
 DEFAULT_GENERATION = "tgi-1"

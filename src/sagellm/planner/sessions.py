@@ -114,14 +114,15 @@ class _Conversations:
         clock = self.run.clock
         if req.ok and talk.turn < talk.turns:
             talk.output_tokens = req.output_tokens
-            clock.at(clock.now + self.talks.think_s(talk.number, talk.turn + 1), lambda: self._send(talk))
+            clock.at(clock.now + self.talks.think_s(talk.number, talk.turn + 1) + self.run.front_end_s,
+                     lambda: self._send(talk))
             return
         after = self.after_last
         if after is not None:
             # A refusal takes no simulated time: its user comes back once the next pass has ended (as `simulate`'s
             # closed loop does), not at the same instant for ever.
             when = clock.now if req.status != 429 else max(clock.now, self.run.endpoint.next_pass_end())
-            clock.at(when, functools.partial(after, talk.user))
+            clock.at(when + self.run.front_end_s, functools.partial(after, talk.user))
 
 
 def simulate_conversations(served: Served, load: SimulatedClosedLoop | SimulatedOpenLoop,
@@ -133,7 +134,7 @@ def simulate_conversations(served: Served, load: SimulatedClosedLoop | Simulated
     `simulate` warms up)."""
     if isinstance(load, SimulatedOpenLoop):
         run = _SimulatedRun(endpoint_maker(served), lambda _: (0, 0), requests,
-                            DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
+                            DEFAULT_WARMUP if warmup is None else warmup, timeout_s, served.steps.k.request_latency_s)
         conversations = _Conversations(run, talks)
         rng = random.Random(seed)
 
@@ -145,7 +146,8 @@ def simulate_conversations(served: Served, load: SimulatedClosedLoop | Simulated
         run.clock.at(rng.expovariate(load.rate), arrive)
     else:
         run = _SimulatedRun(endpoint_maker(served), lambda _: (0, 0), requests,
-                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
+                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s,
+                            served.steps.k.request_latency_s)
         conversations = _Conversations(run, talks)
         conversations.after_last = conversations.start
         for user in range(load.users):

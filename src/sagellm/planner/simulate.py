@@ -246,8 +246,12 @@ class _SimulatedRun:
     """One simulated run: who sends what when, and what happened to each request."""
 
     def __init__(self, endpoint_of: Callable[[_Clock], _Endpoint], sizes: Callable[[int], tuple[int, int]],
-                 requests: int, warmup: int, timeout_s: float | None):
+                 requests: int, warmup: int, timeout_s: float | None, front_end_s: float = 0.0):
         self.clock = _Clock()
+        # Each request spends this long in the server's front end (HTTP, chat template, tokenising, the hand-over to
+        # the engine core) before the scheduler sees it: it was sent that long before it reaches the engine, and a
+        # client that sends again as a reply ends reaches the engine that long after. No pass waits for it.
+        self.front_end_s = front_end_s
         self.endpoint = endpoint_of(self.clock)
         for copy in self.endpoint.router.copies:
             copy.on_end = self._ended
@@ -264,10 +268,10 @@ class _SimulatedRun:
         """A request arrives now."""
         n = len(self.sent)
         input_tokens, output_tokens = self.sizes(n)
-        req = SimulatedRequest(self.clock.now, input_tokens, warmup=n < self.warmup,
+        req = SimulatedRequest(self.clock.now - self.front_end_s, input_tokens, warmup=n < self.warmup,
                                measured=self.warmup <= n < self.warmup + self.requests, user=user)
         self.sent.append(req)
-        deadline = self.clock.now + self.timeout_s if self.timeout_s is not None else None
+        deadline = req.arrived_s + self.timeout_s if self.timeout_s is not None else None
         try:
             prefix = self.prefixes(n) if self.prefixes is not None else min(self.prefix, input_tokens)
             seq = self.endpoint.send(input_tokens, output_tokens, deadline, prefix)
@@ -313,19 +317,21 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
     outstanding requests by default)."""
     endpoint_of = endpoint_maker(served, every_pass, routing)
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
+    front_end_s = served.steps.k.request_latency_s
     if isinstance(load, SimulatedTrace):  # every request of the trace; the first `warmup` (default none) warm up
         skip = warmup or 0
-        run = _SimulatedRun(endpoint_of, size_of, len(load.arrivals_s) - skip, skip, timeout_s)
+        run = _SimulatedRun(endpoint_of, size_of, len(load.arrivals_s) - skip, skip, timeout_s, front_end_s)
         replay_trace(run, load)
     elif isinstance(load, SimulatedPromptSet):
-        run = _SimulatedRun(endpoint_of, size_of, load.prompts, 0, timeout_s)
+        run = _SimulatedRun(endpoint_of, size_of, load.prompts, 0, timeout_s, front_end_s)
         _prompt_set(run, load)
     elif isinstance(load, SimulatedOpenLoop):
-        run = _SimulatedRun(endpoint_of, size_of, requests, DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
+        run = _SimulatedRun(endpoint_of, size_of, requests, DEFAULT_WARMUP if warmup is None else warmup, timeout_s,
+                            front_end_s)
         _open_loop(run, load.rate, random.Random(seed))
     else:
         run = _SimulatedRun(endpoint_of, size_of, requests,
-                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
+                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s, front_end_s)
         _closed_loop(run, load)
     if prefixes is None and isinstance(load, SimulatedTrace) and load.prefixes:
         prefixes = load.prefixes.__getitem__  # a Mooncake trace's blocks, shared where their ids are
@@ -382,7 +388,7 @@ def _closed_loop(run: _SimulatedRun, load: SimulatedClosedLoop) -> None:
         user = req.user
         assert user is not None  # a closed loop's requests carry their client
         when = run.clock.now if req.status != 429 else max(run.clock.now, run.endpoint.next_pass_end())
-        run.clock.at(when + think(user), lambda: run.send(user))
+        run.clock.at(when + think(user) + run.front_end_s, lambda: run.send(user))
 
     run.on_end = again
     for user in range(load.users):
@@ -398,7 +404,7 @@ def _prompt_set(run: _SimulatedRun, load: SimulatedPromptSet) -> None:
         if left[0] > 0:
             left[0] -= 1
             user = req.user
-            run.clock.at(run.clock.now + load.think_s, lambda: run.send(user))
+            run.clock.at(run.clock.now + load.think_s + run.front_end_s, lambda: run.send(user))
 
     run.on_end = again
     for user in range(slots):

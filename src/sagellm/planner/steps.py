@@ -9,7 +9,14 @@ from functools import cached_property
 
 from sagellm.catalog import Instance, Model
 from sagellm.engines import Generation, generation
-from sagellm.planner.constants import GEMM_RATE, GEMM_RATE_DEFAULT, MEASURED, StepConstants
+from sagellm.planner.constants import (
+    ALLREDUCE,
+    GEMM_RATE,
+    GEMM_RATE_DEFAULT,
+    MEASURED,
+    NO_FP8_TENSOR_CORES,
+    StepConstants,
+)
 from sagellm.planner.shape import Shape
 
 _ACT_BYTES = 2.0  # activations travel between shards in 16-bit
@@ -23,6 +30,23 @@ def matmul_flops_per_accel(instance: Instance, quantization: str, k: StepConstan
         return peak
     bf16, fp8 = GEMM_RATE.get(instance.accelerator, GEMM_RATE_DEFAULT)
     return peak * (fp8 if quantization == "fp8" and fp8 is not None else bf16)
+
+
+def weight_only_slowdown(instance: Instance, quantization: str, k: StepConstants) -> float:
+    """How many times slower than 16-bit matmuls a compute-bound matmul runs (decode and prefill): FP8 checkpoints
+    on GPUs without FP8 tensor cores dequantise in the GEMM (1 elsewhere; 4-bit prefill has its own term)."""
+    if quantization == "fp8" and instance.accelerator in NO_FP8_TENSOR_CORES:
+        return k.weight_only_fp8_slowdown
+    return 1.0
+
+
+def measured_allreduce(instance: Instance, tp: int, k: StepConstants) -> tuple[float, float] | None:
+    """(latency s, bus bandwidth bytes/s) of one all-reduce over NVLink measured for this GPU and TP, where the
+    constants ask for measured all-reduces and one was measured (else None: the per-doubling form)."""
+    if not k.measured_allreduce or instance.interconnect == "pcie":
+        return None
+    measured = ALLREDUCE.get(instance.accelerator, {}).get(tp)
+    return None if measured is None else (measured[0], measured[1] * 1e9)
 
 
 def routed_active_b(model: Model) -> float:
@@ -67,11 +91,11 @@ class StepModel:
         """Everything the step times below read, and nothing else (not the server's or the instance type's name, nor
         its price): step models with equal inputs time every pass alike, so the simulator's runs can be shared.
         Whatever a step time comes to read must be added here. The accelerator's name only where the constants read
-        its measured GEMM rate (matmul_flops_per_accel): otherwise GPUs alike in bandwidth and FLOPs share runs."""
+        its measured GEMM rate or all-reduce (matmul_flops_per_accel, measured_allreduce): otherwise GPUs alike in bandwidth and FLOPs share runs."""
         s, i = self.shape, self.shape.instance
         return (self.k, self.generation.moe_dense_max_tokens, s.model, s.tensor_parallel, s.quantization, s.calibration,
                 i.bw_per_accel_gbps, i.tflops_per_accel, i.interconnect,
-                i.accelerator if self.k.measured_gemm_rates else None)
+                i.accelerator if self.k.measured_gemm_rates or self.k.measured_allreduce else None)
 
     @property
     def _bw(self) -> float:
@@ -80,8 +104,10 @@ class StepModel:
 
     @property
     def _flops(self) -> float:
-        """Aggregate matmul FLOP/s of a copy (before MFU)."""
-        return matmul_flops_per_accel(self.shape.instance, self.shape.quantization, self.k) * self.shape.tensor_parallel
+        """Aggregate matmul FLOP/s of a copy (before MFU; weight-only FP8 kernels slower)."""
+        s = self.shape
+        return (matmul_flops_per_accel(s.instance, s.quantization, self.k) * s.tensor_parallel
+                / weight_only_slowdown(s.instance, s.quantization, self.k))
 
     @property
     def _quantized(self) -> bool:
@@ -110,7 +136,7 @@ class StepModel:
         m = self.shape.model
         if self._all_experts(tokens):
             return m.params_b
-        return m.active_b + routed_active_b(m) * (1 / self.k.moe_compute_efficiency - 1)
+        return m.active_b + routed_active_b(m) * (self.k.moe_routing_skew / self.k.moe_compute_efficiency - 1)
 
     def _allreduce_s(self, rows: int) -> float:
         """The all-reduces of one forward pass over `rows` token rows (one per layer with parallel attention);
@@ -120,6 +146,11 @@ class StepModel:
             return 0.0
         m, k = self.shape.model, self.k
         size = rows * m.hidden_size * _ACT_BYTES
+        per_layer = 1 if m.parallel_attention else 2
+        measured = measured_allreduce(self.shape.instance, tp, k)
+        if measured is not None:  # one all-reduce's measured latency and bus bandwidth, nothing per pass
+            latency_s, bus_bps = measured
+            return per_layer * m.n_layers * (latency_s + size * 2 * (tp - 1) / tp / bus_bps)
         if self.shape.instance.interconnect == "pcie":
             # No peer-to-peer on these PCIe boxes: the ring goes through host memory, whose bus carries
             # every GPU's 2(N-1)/N share at once, so the bus sees 2(N-1) × size per all-reduce.
@@ -130,7 +161,6 @@ class StepModel:
             latency = k.nvlink_allreduce_latency_s
             transfer = size * 2 * (tp - 1) / tp / (k.nvlink_bw_gbps * 1e9)
             per_pass = k.nvlink_pass_overhead_s
-        per_layer = 1 if m.parallel_attention else 2
         return per_layer * m.n_layers * (latency * math.log2(tp) + transfer) + per_pass * math.log2(tp)
 
     def _fixed_s(self) -> float:
