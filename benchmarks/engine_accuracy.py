@@ -902,6 +902,9 @@ def main() -> int:
                          "every request at the means (the replay before this round); default %(default)s")
     ap.add_argument("--no-hold-out", action="store_true",
                     help="with --loso: stop before scoring the hold-out (while the form is still being chosen)")
+    ap.add_argument("--out-of-sample", action="store_true",
+                    help="every row of --csv is one nothing was fitted on (e.g. benchmarks/data/holdout2.csv): score "
+                         "the shipped constants and the ready set on all of them, no hold-out split, nothing fitted")
     ap.add_argument("--form", choices=("layer", "step"), default="layer",
                     help="step form: fixed costs per layer and per MoE layer (layer), or per pass as the previous "
                          "round fitted (step); default %(default)s")
@@ -938,6 +941,12 @@ def main() -> int:
         render(f"Front-end-bound bursts (<= {FRONT_END_MAX_OUTPUT} output tokens; not predicted, not fitted on): "
                "borrowed → shipped", groups(study.score(borrowed(), study.front_end)),
                groups(study.score(shipped(), study.front_end)))
+    if args.out_of_sample:
+        report["ready"] = groups(study.score(ready()))
+        render("Out of sample, every row: shipped → the set ready for vLLM, LMI and SGLang (planner.constants.VLLM_1, "
+               "as it would ship)", groups(current), report["ready"])
+        render_breakdown("Out of sample, every row: shipped, MAPE (bias)", study.score(shipped()))
+        render_breakdown("... and the ready set (VLLM_1)", study.score(ready()))
     if args.breakdown:
         outside = [c for c in study.cases if not held_out(c)]
         render_breakdown("Where the error is, outside the hold-out: each engine's shipped constants, MAPE (bias)",

@@ -59,8 +59,8 @@ def test_the_engines_are_registered_with_their_own_generations_and_wire() -> Non
     assert ENGINES["vllm"] is VLLM and ENGINES["sglang"] is SGLANG
     for engine in (VLLM, SGLANG):
         generation = GENERATIONS[engine.generation(None).name]
-        # No measurement of either: they borrow TGI 1.x's fitted constants and say so.
-        assert generation.constants_from == "tgi-1" and not generation.calibrated
+        # One set for both (planner.constants.VLLM_1, registered as vLLM's): the study found no engine difference.
+        assert generation.constants_from == "vllm" and generation.calibrated == (engine is VLLM)
     assert (VLLM.invocations, VLLM.sagemaker_api) == (("chat", "completions"), "openai")
     assert (SGLANG.invocations, SGLANG.sagemaker_api) == (("chat",), "chat")
     assert VLLM.histograms["ttft_ms"] == ("vllm:time_to_first_token_seconds",)

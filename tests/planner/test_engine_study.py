@@ -115,14 +115,30 @@ def test_the_borrowed_constants_reproduce_the_study_on_the_single_request_rows()
     assert got["tpot"] < 7 and got["thr"] < 7 and got["ttft"] < 45
 
 
-def test_vllm_and_sglang_keep_the_borrowed_constants_the_study_did_not_beat() -> None:
-    # No set beat TGI_1's on both the leave-one-source-out and the study's own hold-out (docs/studies.md), so none
-    # shipped.
-    # The set made ready for them in round 5 (planner.constants.VLLM_1) waits for rows it never saw: one line
-    # (engines/engine.py CUDA_GRAPH_CONSTANTS) switches them to it.
+def test_vllm_sglang_and_lmi_run_the_set_that_beat_tgi_1_on_rows_neither_had_seen() -> None:
+    # Round 5's set (planner.constants.VLLM_1) met the issue's targets leave-one-source-out and then beat TGI_1 on the
+    # second hold-out, 49 published rows frozen before anyone scored them (test below; docs/studies.md).
     for kind in ("vllm", "sglang", "lmi"):
-        assert ENGINES[kind].generation(None).constants_from == CUDA_GRAPH_CONSTANTS == "tgi-1"
+        assert ENGINES[kind].generation(None).constants_from == CUDA_GRAPH_CONSTANTS == "vllm"
     assert set(MEASURED) == {"tgi-1", "vllm"}
+    assert MEASURED["vllm"][0] is study_constants().VLLM_1
+
+
+def study_constants() -> ModuleType:
+    return _study().planner_constants
+
+
+@pytest.mark.slow
+def test_on_the_second_hold_out_the_shipped_set_beats_tgi_1_on_ttft_tpot_and_throughput_together() -> None:
+    # benchmarks/data/holdout2.csv: 49 levels from three sources the project had not seen, committed before any
+    # scoring (holdout2.md). The rule set before it was opened: ship when the mean of TTFT, TPOT and throughput
+    # MAPE beats TGI_1's. TTFT stays far off on both (SGLang's cookbook at TP 8, docs/studies.md).
+    study = _study()
+    s = study.build(study.DEFAULT_CSV.with_name("holdout2.csv"))
+    assert len(s.cases) == 49
+    tgi, ready = (study.table(s.score(k)) for k in (study.borrowed(), study.ready()))
+    assert ready["all"] < tgi["all"]
+    assert ready["itl"] < 20 < tgi["itl"] and ready["thr"] < tgi["thr"] and ready["tpot"] < tgi["tpot"]
 
 
 @pytest.mark.slow

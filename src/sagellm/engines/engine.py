@@ -29,7 +29,7 @@ CUDA_AMIS: dict[int, InferenceAmiVersion] = {13: "al2023-ami-sagemaker-inference
 # The step constants vLLM, LMI (vLLM) and SGLang run (planner/constants.py MEASURED): TGI 1.x's, borrowed, until the
 # set made ready for them ("vllm": VLLM_1, docs/studies.md "round 5") is scored on published rows it never saw; then
 # this one line becomes "vllm".
-CUDA_GRAPH_CONSTANTS = "tgi-1"
+CUDA_GRAPH_CONSTANTS = "vllm"
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,7 @@ VLLM_1 = replace(
 # What each measured generation's constants were fitted on (the `plan` output names it).
 MEASURED: dict[str, tuple[StepConstants, str]] = {
     "tgi-1": (TGI_1, "113 published SageMaker measurements (AWS JumpStart, Hugging Face TGI 1.0.3)"),
-    "vllm": (VLLM_1, "NVIDIA AIConfigurator 0.12.0's kernel tables, checked on 108 published vLLM and SGLang levels"),
+    "vllm": (VLLM_1, "NVIDIA AIConfigurator 0.12.0's kernel tables, checked on 157 published vLLM and SGLang levels"),
 }
 # The generation a shape is predicted for when its caller names none: the measured one.
 DEFAULT_GENERATION = "tgi-1"

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sagellm.catalog import find_instance
-from sagellm.engines import ENGINES, GENERATIONS
+from sagellm.engines import ENGINES
 from sagellm.planner import Payload
+from sagellm.planner.constants import MEASURED
 from sagellm.profiles import Design
 from sagellm.recommend.search import (
            CONTEXT,
@@ -282,7 +283,7 @@ def _tie_reason(engines: Sequence[str]) -> str:
     labels = [ENGINES[e].label for e in engines]
     both = "both" if len(labels) == 2 else "all"
     return (f": predicted equal, as {_and(labels)} {both} schedule as {SCHEDULER_LABELS[schedulers.pop()]} does and "
-            f"run {GENERATIONS[constants.pop()].label}'s fitted step constants, and no published measurement compares "
+            f"run one set of step times ({MEASURED[constants.pop()][1]}), and no published measurement compares "
             "the pinned versions on one GPU and model (docs/containers.md)")
 
 
