@@ -26,9 +26,8 @@ InferenceAmiVersion = Literal[
 CUDA_AMIS: dict[int, InferenceAmiVersion] = {13: "al2023-ami-sagemaker-inference-gpu-4-1"}
 
 
-# The step constants vLLM, LMI (vLLM) and SGLang run (planner/constants.py MEASURED): TGI 1.x's, borrowed, until the
-# set made ready for them ("vllm": VLLM_1, docs/studies.md "round 5") is scored on published rows it never saw; then
-# this one line becomes "vllm".
+# The step constants vLLM, LMI (vLLM) and SGLang run (planner/constants.py MEASURED): "vllm" (VLLM_1), which beat
+# TGI 1.x's on leave-one-source-out and on 49 published rows frozen before scoring (docs/studies.md, round 5).
 CUDA_GRAPH_CONSTANTS = "vllm"
 
 

@@ -28,9 +28,9 @@ QUANTIZATIONS = frozenset({
     "quark_int4fp8_moe", "quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming",
 })
 
-# SGLang's scheduler admits waiting prompts at every step and chunks long ones, as vLLM does. It borrows TGI 1.x's
-# fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py) did
-# worse on a source they never saw (docs/studies.md, "vLLM and SGLang step constants").
+# SGLang's scheduler admits waiting prompts at every step and chunks long ones, as vLLM does. It runs vLLM's step
+# constants (planner.constants.VLLM_1): with them the published vLLM and SGLang levels show the same biases, so one
+# set for both (docs/studies.md, "vLLM and SGLang step constants", round 5).
 # By GPU memory (GiB, below): chunked_prefill_size and the decode CUDA-graph batch SGLang picks when unset
 # (sglang 0.5.20 arg_groups/memory_hook.py:88-185): (below GiB, chunk, graph batch at TP < 4, at TP >= 4).
 _MEMORY_TIERS = ((20, 2048, 8, 8), (35, 4096, 48, 48), (60, 4096, 32, 32), (90, 8192, 256, 512), (160, 8192, 256, 256))

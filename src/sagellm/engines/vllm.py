@@ -29,11 +29,10 @@ QUANTIZATIONS = frozenset({
     "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
 })
 
-# vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. It borrows TGI 1.x's
-# fitted step constants, as LMI does: sets fitted on published vLLM/SGLang levels (benchmarks/engine_accuracy.py), in
-# TGI_1's form and in the physics form with measured GEMM rates, FP8 and fused-MoE terms, did worse on rows they never
-# saw (docs/studies.md, "vLLM and SGLang step constants" and "Physics terms for today's engines"). Round 5's set
-# (planner.constants.VLLM_1) is ready and waits for rows it never saw: engine.CUDA_GRAPH_CONSTANTS switches it on.
+# vLLM V1 queues every request and admits waiting prompts at every step, chunking long ones. It runs
+# planner.constants.VLLM_1 (engine.CUDA_GRAPH_CONSTANTS), as LMI and SGLang do: physics priors with measured
+# all-reduces, weight-only FP8 and MoE routing terms; sets fitted per engine did worse on rows they never saw
+# (docs/studies.md, "vLLM and SGLang step constants", rounds 4 and 5).
 GPU_MEMORY_UTILIZATION = 0.92  # --gpu-memory-utilization's default: vllm 0.30.0 config/cache.py:103 (0.23: :67)
 # What vLLM's profile run keeps on each GPU besides weights and KV: activations of a max_num_batched_tokens pass, the
 # sampler's logits, CUDA graphs, non-torch allocations (an estimate; benchmarks/engine_accuracy.py uses the same).
