@@ -109,3 +109,16 @@ def test_sts_refusals_say_whose_fault_it_is(code: str, expected: str, status: Ex
 
     assert str(refused).startswith(expected) and str(refused).endswith("nothing was deployed")
     assert refused.exit_status == status
+
+
+def test_sessions_parse_each_service_model_once_per_process_and_keep_their_own_settings() -> None:
+    env = {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
+    first, second = accounts.session_of(env, "eu-west-1"), accounts.session_of(env, "us-west-2")
+    one = first._session.get_component("data_loader")
+    assert second._session.get_component("data_loader") is one
+    first.client("sagemaker", endpoint_url="http://127.0.0.1:9")
+    cached = len(one._cache)
+    second.client("sagemaker", endpoint_url="http://127.0.0.1:9")
+    assert len(one._cache) == cached  # the second client read nothing again
+    assert (first.region_name, second.region_name) == ("eu-west-1", "us-west-2")
+    assert len(one.search_paths) == len(set(one.search_paths))  # boto3's data folder once, however many sessions

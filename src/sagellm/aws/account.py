@@ -9,12 +9,14 @@ caller's environment said nothing, or changed meanwhile.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
 
@@ -155,13 +157,38 @@ def _check_bootstrap(account: Account) -> None:
 
 def session_of(env: Mapping[str, str], region: str | None) -> boto3.session.Session:
     """A boto3 session in `region` configured like a child process with this environment (credentials, profile)."""
-    return boto3.session.Session(
+    return boto3_session(
+        botocore_session(),
         aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
         aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
         aws_session_token=env.get("AWS_SESSION_TOKEN"),
         profile_name=env.get("AWS_PROFILE"),
         region_name=region,
     )
+
+
+@functools.cache
+def _shared_loader() -> Any:
+    """The process's one botocore data loader (its parsed service models are read-only and cached per loader)."""
+    return botocore.session.Session().get_component("data_loader")
+
+
+def botocore_session() -> botocore.session.Session:
+    """A new botocore session that reads service models through the process's one loader: each session otherwise
+    parses endpoints.json and every model it touches again (~150 ms a session and client, measured; a bench makes
+    about ten)."""
+    core = botocore.session.Session()
+    core.register_component("data_loader", _shared_loader())
+    return core
+
+
+def boto3_session(core: botocore.session.Session, **kwargs: Any) -> boto3.session.Session:
+    """A boto3 session over `core` (boto3 appends its data folder to the shared loader's search path each time:
+    kept once)."""
+    session = boto3.session.Session(botocore_session=core, **kwargs)
+    paths = _shared_loader().search_paths
+    paths[:] = list(dict.fromkeys(paths))
+    return session
 
 
 def client_of(env: Mapping[str, str], service: str, config: Config = RETRIES) -> Any:

@@ -16,7 +16,8 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 
 import boto3
-import botocore.session
+
+from sagellm.aws.account import boto3_session, botocore_session
 
 # The bootstrap stack `cdk bootstrap` creates; it is infrastructure, not a leftover of a deployment.
 BOOTSTRAP_STACK = "CDKToolkit"
@@ -142,16 +143,12 @@ class LocalAws:
     def session(self) -> boto3.session.Session:
         """A boto3 session with dummy credentials in this server's region (pass `endpoint_url` to clients)."""
         # Ignore the user's AWS_PROFILE and config files, as env() does for child processes.
-        core = botocore.session.Session()
+        core = botocore_session()
         store = core.get_component("config_store")
         for name, value in (("profile", None), ("config_file", os.devnull), ("credentials_file", os.devnull)):
             store.set_config_variable(name, value)
-        return boto3.session.Session(
-            aws_access_key_id=_DUMMY_KEY,
-            aws_secret_access_key=_DUMMY_KEY,
-            region_name=self.region,
-            botocore_session=core,
-        )
+        return boto3_session(core, aws_access_key_id=_DUMMY_KEY, aws_secret_access_key=_DUMMY_KEY,
+                             region_name=self.region)
 
     def client(self, service: str) -> Any:
         """A boto3 client for `service` pointed at this server (cached: creating one costs ~0.1 s)."""
