@@ -4,7 +4,6 @@ seed, and agreeing with the emulator served over HTTP)."""
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import time
 from dataclasses import astuple
@@ -16,7 +15,7 @@ import pytest
 from cpu_wait import MAX_CPU_WAIT, CpuWait, judge_only_when_fed
 from emulator_helpers import TOKEN_CAPS, model, plan, run, steps_of, tgi_body
 from sagellm.emulator import Emulator
-from sagellm.planner.batching import CopyScheduler, _decode_steps
+from sagellm.planner.batching import CopyScheduler
 from sagellm.planner.simulate import (
     SimulatedClosedLoop,
     SimulatedOpenLoop,
@@ -212,39 +211,6 @@ def test_decode_runs_leave_every_stamp_as_turn_by_turn_stepping_does(case: str, 
     stepped = simulate(served(p), n_in, n_out, load, requests=200, sizes=sizes)
     assert _every_stamp(fast) == _every_stamp(stepped)
     assert (fast.window_start_s, fast.window_end_s) == (stepped.window_start_s, stepped.window_end_s)
-
-
-def _decode_steps_one_by_one(sim_s: float, busy_s: float, context: int, base_s: float, per_token_s: float, n: int,
-                             most: int, until_s: float, deadline_s: float) -> tuple[float, float, int, int]:
-    done = 0
-    for _ in range(most):
-        if sim_s >= deadline_s:
-            break
-        step_s = base_s + per_token_s * context
-        sim_s += step_s
-        busy_s += step_s
-        context += n
-        done += 1
-        if sim_s > until_s:
-            break
-    return sim_s, busy_s, context, done
-
-
-def test_a_decode_run_summed_in_chunks_stops_and_stamps_as_stepping_one_by_one_does() -> None:
-    """decode_run's steps at scale 1 are listed and summed in C, chunk by chunk: the same clocks to the last bit,
-    stopping after the step that ends past the next event, before one that would start at a deadline."""
-    rng = random.Random(5)
-    for _ in range(400):
-        base_s, per_token_s, n = rng.uniform(0.005, 0.05), rng.uniform(0, 1e-6), rng.randint(1, 64)
-        sim_s, busy_s, context, most = rng.uniform(0, 100), rng.uniform(0, 100), rng.randint(0, 10**5), rng.randint(1, 600)
-        last_s = _decode_steps_one_by_one(sim_s, busy_s, context, base_s, per_token_s, n, most, math.inf, math.inf)[0]
-        # Each edge: none, anywhere (before now too), or exactly where some step ends.
-        until_s, deadline_s = (rng.choice([
-            math.inf, rng.uniform(sim_s - 1, last_s + 1),
-            _decode_steps_one_by_one(sim_s, busy_s, context, base_s, per_token_s, n, rng.randint(0, most), math.inf,
-                                     math.inf)[0]]) for _ in range(2))
-        assert (_decode_steps(sim_s, busy_s, context, base_s, per_token_s, n, 1.0, most, until_s, deadline_s)
-                == _decode_steps_one_by_one(sim_s, busy_s, context, base_s, per_token_s, n, most, until_s, deadline_s))
 
 
 def test_a_prompt_set_keeps_at_most_its_concurrency_in_flight_and_a_burst_sends_all_at_once() -> None:

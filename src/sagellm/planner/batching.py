@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import math
 import random
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
-from functools import reduce
-from itertools import accumulate
-from operator import add
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from sagellm.clock import REAL, Clock
@@ -777,29 +773,16 @@ def _decode_steps(sim_s: float, busy_s: float, context: int, base_s: float, per_
     """decode_run's steps without a waiting prompt to test: at most `most`, up to the first that ends past `until_s`,
     none started at or past `deadline_s`; → (sim_s, busy_s, context, steps)."""
     done = 0
-    if scale == 1.0:
-        # The usual case (seconds × 1.0 are the same seconds), with the loop below's arithmetic run in C: the steps'
-        # seconds listed, then summed onto the clocks one by one in order (accumulate, reduce: the same additions,
-        # so the same bits); where it stops found by bisection, as the sums only grow: after the first step to end
-        # past until_s, or before the first to start at or past deadline_s. A chunk is at most the steps that could
-        # fit before the sooner of the two (each lasts at least the first's seconds) and a spare, so a short run
-        # lists no steps it skips.
-        stop_s = min(until_s, deadline_s)
-        while done < most:
-            chunk = most - done
-            first_s = base_s + per_token_s * context
-            if stop_s < math.inf and first_s > 0:
-                chunk = min(chunk, max(0, int((stop_s - sim_s) / first_s)) + 2)
-            steps_s = [base_s + per_token_s * c for c in range(context, context + chunk * n, n)]
-            ends_s = list(accumulate(steps_s, initial=sim_s))  # ends_s[i]: when step i ends (ends_s[0]: now)
-            # The first step to end past until_s runs and is the last; none starts at or past deadline_s.
-            crossed, expiring = bisect_right(ends_s, until_s, 1), bisect_left(ends_s, deadline_s)
-            taken = min(crossed, expiring, chunk)
-            sim_s = ends_s[taken]
-            busy_s = reduce(add, steps_s[:taken], busy_s)
-            context += taken * n
-            done += taken
-            if crossed <= chunk or expiring <= chunk:
+    if scale == 1.0 and max(sim_s, until_s) < deadline_s:
+        # The usual case, in fewer operations with the same results: no step starts past until_s, so none at a
+        # deadline, and seconds × 1.0 are the same seconds.
+        for _ in range(most):
+            step_s = base_s + per_token_s * context
+            sim_s += step_s
+            busy_s += step_s
+            context += n
+            done += 1
+            if sim_s > until_s:
                 break
         return sim_s, busy_s, context, done
     for _ in range(most):
