@@ -8,7 +8,7 @@ import pytest
 
 from sagellm.results.records import RequestRecord
 from sagellm.results.schema import RequestSlo, Stats
-from sagellm.results.summary import meets, percentile, summarize, summarize_runs, tokens_in_window
+from sagellm.results.summary import meets, percentile, summarize, summarize_runs
 
 
 def rec(*, c: int = 4, start: float = 1.0, e2e: float = 1.0, tokens: int = 100, ok: bool = True,
@@ -207,34 +207,3 @@ def test_stats_of_runs_equal_stats_of_the_values_listed_out_to_the_last_bit() ->
         assert stats_of_runs(runs) == stats(listed)
     assert stats_of_runs([(2.5, 1), (1.5, 1)]) == stats([2.5, 1.5])  # no repeats: the list's own path
     assert stats_of_runs([]) == stats([])
-
-
-def _tokens_walked(r: RequestRecord, start_s: float, end_s: float) -> float:
-    """tokens_in_window's count for one streamed request, event by event."""
-    t = r.start_s + (r.ttft_s or 0.0)
-    if t > end_s or r.end_s < start_s:
-        return 0.0
-    if start_s <= t and r.end_s <= end_s:
-        return r.output_tokens
-    inside = 1 if start_s <= t <= end_s else 0
-    for gap in r.token_gaps_s:
-        t += gap
-        if t > end_s:
-            break
-        if t >= start_s:
-            inside += 1
-    return inside * r.output_tokens / (1 + len(r.token_gaps_s))
-
-
-def test_tokens_in_a_window_count_each_requests_events_as_walking_them_one_by_one_does() -> None:
-    rng = random.Random(3)
-    for _ in range(300):
-        gaps = ([rng.choice((0.01, 0.1 / 3, rng.uniform(0, 0.05)))] * rng.randrange(0, 300) if rng.random() < 0.7
-                else [rng.uniform(0, 0.05) for _ in range(rng.randrange(0, 300))])
-        r = rec(start=rng.uniform(0, 5), e2e=0.2 + sum(gaps), tokens=len(gaps) + 1, ttft_s=0.2, token_gaps_s=gaps)
-        # windows cutting it anywhere, edges on an event's time included
-        edges = [rng.uniform(0, 20), r.start_s + 0.2 + sum(gaps[:rng.randrange(0, len(gaps) + 1)])]
-        start, end = min(edges), max(edges)
-        assert tokens_in_window([r], start, end) == _tokens_walked(r, start, end)
-    back = rec(start=1.0, e2e=1.0, tokens=4, ttft_s=0.2, token_gaps_s=[0.3, -0.2, 0.4])  # a clock stepped back
-    assert tokens_in_window([back], 1.25, 1.6) == _tokens_walked(back, 1.25, 1.6) == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import accumulate, chain, repeat
 from typing import Any
@@ -86,20 +86,14 @@ def tokens_in_window(records: Sequence[RequestRecord], start_s: float, end_s: fl
         if start_s <= first and r.end_s <= end_s:
             total += r.output_tokens
             continue
-        gaps = r.token_gaps_s
-        if min(gaps, default=0.0) >= 0:  # events in time order (always, on a monotonic clock): count by bisection
-            # Each event's time summed from the first in order, as the loop below sums them (the same bits).
-            times = list(accumulate(gaps, initial=first))
-            inside = bisect_right(times, end_s) - bisect_left(times, start_s)
-        else:
-            t = first
-            inside = 1 if start_s <= t <= end_s else 0
-            for gap in gaps:
-                t += gap
-                if t > end_s:
-                    break
-                if t >= start_s:
-                    inside += 1
+        t = first
+        inside = 1 if start_s <= t <= end_s else 0
+        for gap in r.token_gaps_s:
+            t += gap
+            if t > end_s:
+                break
+            if t >= start_s:
+                inside += 1
         total += inside * per_event
     return total
 
