@@ -13,7 +13,7 @@ shared machine, read the least of several runs, and the CPU time beside the wall
 core does not count it).
 
     .venv/bin/python benchmarks/recommend_speed.py [--runs 3] [--model meta-llama/Llama-3.1-8B-Instruct] [--rate 2]
-        [--ttft-p90 800] [--itl-p50 40] [--input-tokens 256,1024] [--output-tokens 256] [--plan-engines tgi,vllm]
+        [--ttft-p90 800] [--itl-p50 40] [--input-tokens 256,1024] [--output-tokens 256] [--plan-engines tgi,vllm,sglang,lmi]
         [--plan-only]
 """
 
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--itl-p50", type=float, default=40.0, help="SLO: itl_ms.p50 max")
     parser.add_argument("--input-tokens", default="256,1024", help="comma-separated: one search each")
     parser.add_argument("--output-tokens", type=int, default=256)
-    parser.add_argument("--plan-engines", default="tgi,vllm", help="comma-separated: `plan --engine` timed for each")
+    parser.add_argument("--plan-engines", default="tgi,vllm,sglang,lmi", help="comma-separated: `plan --engine` timed for each")
     parser.add_argument("--plan-only", action="store_true", help="time `plan` only (seconds, not minutes)")
     args = parser.parse_args()
 

@@ -10,6 +10,7 @@ from sagellm.planner import StepModel
 from sagellm.planner.simulate import simulate
 from sagellm.profiles import design_for
 from sagellm.profiles.plan import served
+from sagellm.results import simulated
 from sagellm.results.simulated import (
     CLIENT_START_GAP_S,
     CLIENT_TURNAROUND_S,
@@ -30,6 +31,17 @@ def test_without_measured_clients_the_loop_is_modelled_clients_that_do_not_send_
     d = design_for("max-throughput", "falcon-7b", None)
     sim = simulate(served(d.plan(), StepModel(d.shape())), 256, 64, load, requests=64)
     assert len({r.arrived_s for r in sim.requests}) == len(sim.requests)  # no two requests arrive together
+
+
+def test_a_levels_modelled_clients_are_the_first_of_a_larger_levels_whichever_is_drawn_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(simulated, "_DRAWN", {})
+    small_first = modelled_clients(8), modelled_clients(32)
+    monkeypatch.setattr(simulated, "_DRAWN", {})
+    large_first = modelled_clients(32), modelled_clients(8)
+    assert small_first == large_first[::-1]
+    assert small_first[1].think_s[:8] == small_first[0].think_s
+    assert modelled_clients(8, seed=1) != small_first[0]  # each seed its own stream
 
 
 def test_another_draw_of_the_modelled_clients_moves_ttft_not_ms_per_token() -> None:

@@ -96,7 +96,19 @@ def modelled_clients(users: int, clock: Clock = REAL, seed: int = 0) -> Simulate
     """`users` clients as the bench's behave, seeded: each first sends a start gap after the one before, then
     again a turnaround after each reply (drawn between the measured deciles), so requests do not arrive in lockstep;
     `clock` puts those wall seconds on an emulator's clock."""
-    rng = random.Random(seed)
+    starts = tuple(clock.simulated_s(u * CLIENT_START_GAP_S) for u in range(users))
+    return SimulatedClosedLoop(users, starts, _turnarounds(users, clock, seed))
+
+
+# Per (clock, seed): the stream the modelled clients' turnarounds are drawn from, and those drawn so far, client by
+# client. A level's clients are the first of a larger level's (the same draws in the same order), so `plan`'s ten
+# levels draw the 512 clients' once rather than 1,023 clients' (about 16,000 draws).
+_DRAWN: dict[tuple[Clock, int], tuple[random.Random, list[tuple[float, ...]]]] = {}
+
+
+def _turnarounds(users: int, clock: Clock, seed: int) -> tuple[tuple[float, ...], ...]:
+    """The first `users` modelled clients' turnarounds, each client's `_TURNS` drawn in turn from one seeded stream."""
+    rng, drawn = _DRAWN.setdefault((clock, seed), (random.Random(seed), []))
 
     def turnaround() -> float:
         # Between the measured deciles, linearly: two replies that end together rarely send again together.
@@ -104,8 +116,8 @@ def modelled_clients(users: int, clock: Clock = REAL, seed: int = 0) -> Simulate
         low, high = CLIENT_TURNAROUND_S[int(at)], CLIENT_TURNAROUND_S[min(int(at) + 1, len(CLIENT_TURNAROUND_S) - 1)]
         return clock.simulated_s(low + (high - low) * (at - int(at)))
 
-    starts = tuple(clock.simulated_s(u * CLIENT_START_GAP_S) for u in range(users))
-    return SimulatedClosedLoop(users, starts, tuple(tuple(turnaround() for _ in range(_TURNS)) for _ in range(users)))
+    drawn.extend(tuple(turnaround() for _ in range(_TURNS)) for _ in range(len(drawn), users))
+    return tuple(drawn[:users])
 
 
 def simulated_level(plan: DeploymentPlan, steps: StepModel, payload: Payload, *, concurrency: int | None = None,
