@@ -13,8 +13,9 @@ SGLang's prefill-first alternation) for one copy of `tp` GPUs of its type, with 
 ones the source states, else the engine's defaults by GPU memory (research/schedulers.md tables 1.2 and 2.1), and a
 KV pool sized as each engine sizes it. The load is the client's: `num_requests` prompts through a semaphore of N
 (closed rows), or all N at once (bursts). Lengths are the row's (means where the source gives means: every request
-of a level gets the mean), except ShareGPT levels, whose requests draw their lengths from ShareGPT's own
-(data/sharegpt_lengths.csv) scaled to the level's means. Each level is compared on its own statistic: median (p50)
+of a level gets the mean), except where the source's tool drew each request's lengths: ShareGPT levels draw theirs
+from ShareGPT's own (data/sharegpt_lengths.csv), sglang.bench_serving's random levels as that tool draws them (its
+seeded uniform draws up to the set lengths), each scaled to the level's means (`--lengths`). Each level is compared on its own statistic: median (p50)
 TTFT, median TPOT (per request (e2e − TTFT)/(n − 1), vLLM's definition: the first token excluded), output tokens ÷
 level duration, and where the source prints it the median ITL (every token gap pooled). Bursts of requests that
 generate a handful of tokens measure the server's request handling, not its passes: they are scored apart and never
@@ -159,6 +160,9 @@ class Case:
     assumed_input: bool = False
     eager: bool = False  # CUDA graphs off (--enforce-eager, --disable-cuda-graph): not the engine's default
     sharegpt: bool = False  # prompts and output lengths drawn from ShareGPT (the row's lengths are their means)
+    # sglang.bench_serving's random dataset: (--random-input-len, --random-output-len, --random-range-ratio, --seed),
+    # from which each request's lengths were drawn (the row's lengths are their means)
+    sglang_random: tuple[int, int, float, int] | None = None
     model: Model | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -249,6 +253,29 @@ def _float(text: str) -> float | None:
         return None
 
 
+# sglang.bench_serving's random dataset (`--dataset-name random`, and `random-ids`, which draws the same lengths) at
+# the versions sgl-cookbook ran (sglang 0.5.6, 0.5.8, 0.5.9 wheels from PyPI, python/sglang/bench_serving.py:
+# sample_random_requests, compute_random_lens from 0.5.8): `np.random.seed(args.seed)` (default 1), then each
+# request's input length uniform in [max(int(L·r), 1), L] and its output length in [int(L·r), L] (0.5.8 on: at
+# least 1), `--random-range-ratio` r defaulting to 0.0: every length from 1 (or 0) to the set one. Its
+# `--random-input-len` and `--random-output-len` default to 1024.
+SGLANG_RANDOM_DEFAULTS = {"--random-input-len": 1024.0, "--random-output-len": 1024.0, "--random-range-ratio": 0.0,
+                          "--seed": 1.0}
+_SGLANG_RANDOM = re.compile(r"sglang\.bench_serving\b[^;]*?--dataset-name random(?:-ids)?(?![\w-])[^;]*")
+
+
+def sglang_random_args(notes: str) -> tuple[int, int, float, int] | None:
+    """(input length, output length, range ratio, seed) of a row measured with sglang.bench_serving's random dataset,
+    from the client command in its notes (each flag the command leaves out at the tool's default); None otherwise."""
+    m = _SGLANG_RANDOM.search(notes)
+    if m is None:
+        return None
+    flag = {f: _flag(m.group(0), f) for f in SGLANG_RANDOM_DEFAULTS}
+    value = {f: default if flag[f] is None else flag[f] for f, default in SGLANG_RANDOM_DEFAULTS.items()}
+    return (int(value["--random-input-len"]), int(value["--random-output-len"]), float(value["--random-range-ratio"]),
+            int(value["--seed"]))
+
+
 def load_cases(path: Path = DEFAULT_CSV) -> tuple[list[Case], list[tuple[int, str, str]]]:
     """The replayable rows, and (row, what, why) for those left out."""
     cases, skipped = [], []
@@ -301,7 +328,8 @@ def load_cases(path: Path = DEFAULT_CSV) -> tuple[list[Case], list[tuple[int, st
             step_tokens=step, max_running=running, kv_tokens=kv, ttft_ms=_float(r["ttft_ms"]),
             tpot_ms=_float(r["tpot_ms"]), throughput=_float(r["output_throughput_tok_s"]),
             itl_ms=_float(r["itl_ms"]) if r["itl_stat"].startswith(("median", "p50")) else None, assumed_input=assumed,
-            eager=eager, sharegpt=r["dataset"].lower().startswith("sharegpt"), model=model))
+            eager=eager, sharegpt=r["dataset"].lower().startswith("sharegpt"), sglang_random=sglang_random_args(notes),
+            model=model))
     return cases, skipped
 
 
@@ -353,10 +381,15 @@ def limits_of(case: Case) -> Limits:
                   kv_block_tokens=engine.kv_block_tokens)
 
 
-# How ShareGPT levels are replayed: "sharegpt" draws each request's lengths from ShareGPT's own (data/sharegpt_lengths.csv,
-# made by sharegpt_lengths.py), scaled to the level's stated means; "means" gives every request the means (the study's
-# replay until this round). `--lengths` sets it.
-LENGTHS = "sharegpt"
+# How levels whose requests differ in length are replayed: "drawn" gives each request the lengths the source's tool drew
+# for it: ShareGPT levels from ShareGPT's own (data/sharegpt_lengths.csv, made by sharegpt_lengths.py), sglang.bench_serving's
+# random levels as that tool draws them (uniform up to the set length), each scaled to the level's stated means;
+# "sharegpt" draws ShareGPT levels only (the replay of round 5); "means" gives every request the means (before
+# round 5). vLLM's `vllm bench serve --dataset-name random` draws from [L·(1−r), L·(1+r)] with `--random-range-ratio`
+# r defaulting to 0.0 (vllm/benchmarks/datasets.py@0056b87: RandomDataset.get_sampling_params; the flag's help in
+# `vllm bench serve`): every request at the set length, so its rows (none sets r) are replayed at their means in
+# every mode. `--lengths` sets it.
+LENGTHS = "drawn"
 SHAREGPT_LENGTHS = HERE / "data" / "sharegpt_lengths.csv"
 
 
@@ -371,10 +404,38 @@ def sharegpt_lengths(case: Case) -> list[tuple[int, int]]:
     return [(max(1, round(a)), max(2, round(b))) for a, b in drawn]
 
 
+def sglang_random_draws(case: Case) -> np.ndarray:
+    """(input, output) tokens per request exactly as sglang.bench_serving's random dataset draws them for the row's
+    flags and request count (its own seeded legacy NumPy stream, request i the i-th draw), before any scaling."""
+    assert case.sglang_random is not None
+    input_len, output_len, ratio, seed = case.sglang_random
+    rng = np.random.RandomState(seed)  # what np.random.seed(args.seed) sets: the draws are the tool's own
+    inputs = rng.randint(max(int(input_len * ratio), 1), input_len + 1, size=case.prompts)
+    outputs = rng.randint(max(int(output_len * ratio), 1), output_len + 1, size=case.prompts)  # 0.5.8's floor of 1
+    return np.stack([inputs, outputs], axis=1)
+
+
+def sglang_random_lengths(case: Case) -> list[tuple[int, int]]:
+    """(input, output) tokens per request of an sglang.bench_serving random level: the tool's draws, each side scaled
+    so the level's means are the published ones (the draws give them within a token; tokenisers shift them)."""
+    drawn = sglang_random_draws(case).astype(float)
+    drawn *= np.array([case.input_tokens, case.output_tokens]) / drawn.mean(axis=0)
+    return [(max(1, round(a)), max(1, round(b))) for a, b in drawn]
+
+
+def request_lengths(case: Case) -> list[tuple[int, int]] | None:
+    """Each request's (input, output) tokens as the replay gives them (LENGTHS), or None: every request at the means."""
+    if LENGTHS in ("drawn", "sharegpt") and case.sharegpt:
+        return sharegpt_lengths(case)
+    if LENGTHS == "drawn" and case.sglang_random is not None:
+        return sglang_random_lengths(case)
+    return None
+
+
 def trace(case: Case) -> Trace:
     """Simulate the level once on unit-time passes."""
     steps = _UnitPasses(case.shape())
-    spread = sharegpt_lengths(case) if LENGTHS == "sharegpt" and case.sharegpt else None
+    spread = request_lengths(case)
     sim = simulate(Served(steps, limits_of(case), ENGINES[case.engine].scheduling, 1), case.input_tokens,
                    case.output_tokens, SimulatedPromptSet(case.prompts, case.concurrency), timeout_s=None,
                    every_pass=True, sizes=None if spread is None else spread.__getitem__)
@@ -897,9 +958,10 @@ def main() -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="MAPE and bias (geometric mean of predicted ÷ measured) by GPU, engine, architecture, size, "
                          "precision, TP, load and source, outside the hold-out")
-    ap.add_argument("--lengths", choices=("sharegpt", "means"), default=LENGTHS,
-                    help="ShareGPT levels' request lengths: drawn from ShareGPT's, scaled to the level's means, or "
-                         "every request at the means (the replay before this round); default %(default)s")
+    ap.add_argument("--lengths", choices=("drawn", "sharegpt", "means"), default=LENGTHS,
+                    help="request lengths of levels whose requests differ: drawn as the source's tool drew them "
+                         "(ShareGPT's, sglang.bench_serving's random dataset), scaled to the level's means; ShareGPT "
+                         "levels only (round 5's replay); or every request at the means; default %(default)s")
     ap.add_argument("--no-hold-out", action="store_true",
                     help="with --loso: stop before scoring the hold-out (while the form is still being chosen)")
     ap.add_argument("--out-of-sample", action="store_true",

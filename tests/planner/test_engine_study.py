@@ -3,6 +3,7 @@ reason, the unit-time traces cost exactly as the simulator does, and the error s
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import statistics
 from types import ModuleType
@@ -33,16 +34,22 @@ def test_every_row_is_replayed_or_left_out_with_a_reason() -> None:
         assert c.shape().memory_shortfall_gb == 0 and c.kv_tokens >= c.input_tokens + c.output_tokens
 
 
-# vLLM and SGLang at c=1 (A10G), a vLLM burst of 1000 (H100), SGLang's ShareGPT burst (H100: lengths spread)
-@pytest.mark.parametrize("row", [262, 261, 195, 187])
-def test_costing_a_unit_time_trace_gives_what_the_simulator_gives(row: int) -> None:
+# vLLM and SGLang at c=1 (A10G), a vLLM burst of 1000 (H100), SGLang's ShareGPT burst (H100: lengths spread), and
+# SGLang's cookbook at c=16 (holdout2.csv: sglang.bench_serving's random lengths, 8 × A100)
+@pytest.mark.parametrize(("csv_name", "row"), [("engines.csv", 262), ("engines.csv", 261), ("engines.csv", 195),
+                                               ("engines.csv", 187), ("holdout2.csv", 1)])
+def test_costing_a_unit_time_trace_gives_what_the_simulator_gives(csv_name: str, row: int) -> None:
     # The schedule does not depend on how long passes take, so a trace recorded on unit-time passes and costed
     # afterwards must give the simulation's own request times.
     study = _study()
-    case = next(c for c in study.load_cases()[0] if c.index == row)
+    case = next(c for c in study.load_cases(study.DEFAULT_CSV.with_name(csv_name))[0] if c.index == row)
     tr = study.trace(case)
     steps = StepModel(case.shape())
-    sizes = study.sharegpt_lengths(case).__getitem__ if case.sharegpt else None
+    # Without the front end's latency: the simulator delays each hand-over by it, which moves a closed loop's sends off
+    # pass ends once requests differ in length; `predict` adds it outside the passes (the last test of this file).
+    steps.__dict__["k"] = dataclasses.replace(steps.k, request_latency_s=0.0)
+    spread = study.request_lengths(case)
+    sizes = spread.__getitem__ if spread is not None else None
     sim = simulate(Served(steps, study.limits_of(case), ENGINES[case.engine].scheduling, 1), case.input_tokens,
                    case.output_tokens, SimulatedPromptSet(case.prompts, case.concurrency), timeout_s=None,
                    every_pass=True, sizes=sizes)
@@ -93,6 +100,57 @@ def test_sharegpt_levels_are_replayed_with_sharegpts_spread_at_their_stated_mean
     assert not next(c for c in study.load_cases()[0] if c.index == 195).sharegpt  # vLLM's random dataset: fixed
 
 
+def _holdout2_cases(study: ModuleType) -> list:
+    return study.load_cases(study.DEFAULT_CSV.with_name("holdout2.csv"))[0]
+
+
+def test_sglang_random_levels_are_replayed_with_the_lengths_bench_serving_drew() -> None:
+    # sgl-cookbook's levels ran `sglang.bench_serving --dataset-name random` without --random-range-ratio (default
+    # 0.0) or --seed (default 1): each request's lengths uniform from 1 to the set one. Drawn as the tool draws them,
+    # the totals are the ones the pages print (holdout2.md), so the replay sends the very requests the source did.
+    study = _study()
+    cookbook = [c for c in _holdout2_cases(study) if c.source == "sgl-cookbook"]
+    assert len(cookbook) == 42 and all(c.sglang_random is not None for c in cookbook)
+    for c in cookbook:
+        set_in, set_out, ratio, seed = c.sglang_random
+        assert ratio == 0.0 and seed == 1 and (set_in, set_out) in {(1000, 1000), (1000, 8000), (8000, 1000)}
+        drawn = study.sglang_random_draws(c)
+        assert len(drawn) == c.prompts and drawn.min() >= 1
+        assert drawn[:, 0].max() <= set_in and drawn[:, 1].max() <= set_out
+        # the published means (totals ÷ requests, rounded to a token here) within one token of the tool's draws
+        assert np.all(np.abs(drawn.mean(axis=0) - (c.input_tokens, c.output_tokens)) <= 1.5)
+        replayed = np.array(study.request_lengths(c))
+        assert replayed.mean(axis=0) == pytest.approx((c.input_tokens, c.output_tokens), rel=0.01)
+        assert np.all(np.abs(replayed - drawn) <= np.ceil(drawn * 0.01))  # scaled by at most a percent
+    level = next(c for c in cookbook if c.prompts == 320 and c.sglang_random[0] == 8000)
+    spread = study.sglang_random_draws(level)
+    assert np.all(spread.std(axis=0) / spread.mean(axis=0) > 0.5)  # uniform from 1: sd ≈ 0.58 × the mean
+    assert study.request_lengths(level) == study.request_lengths(level)  # the same draws on every run
+
+
+def test_vllm_random_levels_are_replayed_at_their_set_lengths() -> None:
+    # `vllm bench serve --dataset-name random` draws from [L·(1−r), L·(1+r)] with r defaulting to 0.0: one length
+    # for every request, so its rows keep the means; and `--lengths means` puts every level back at its means.
+    study = _study()
+    random_vllm = []
+    for path in (study.DEFAULT_CSV, study.DEFAULT_CSV.with_name("holdout2.csv")):
+        with path.open() as f:
+            by_tool = {i for i, r in enumerate(csv.DictReader(f)) if r["dataset"].startswith("vllm bench serve random")}
+        random_vllm += [c for c in study.load_cases(path)[0] if c.index in by_tool]
+    assert len(random_vllm) >= 50 and {c.engine for c in random_vllm} == {"vllm", "sglang"}  # gpustack's and wmx's
+    assert all(c.sglang_random is None and study.request_lengths(c) is None for c in random_vllm)
+    cases = study.load_cases()[0] + _holdout2_cases(study)
+    cookbook = next(c for c in cases if c.sglang_random is not None)
+    sharegpt = next(c for c in cases if c.sharegpt)
+    try:
+        study.LENGTHS = "sharegpt"  # round 5's replay: ShareGPT levels drawn, the rest at the means
+        assert study.request_lengths(cookbook) is None and study.request_lengths(sharegpt) is not None
+        study.LENGTHS = "means"
+        assert study.request_lengths(cookbook) is None and study.request_lengths(sharegpt) is None
+    finally:
+        study.LENGTHS = "drawn"
+
+
 def test_bursts_of_four_token_requests_are_scored_apart_as_front_end_bound() -> None:
     # gpustack's 128-in/4-out bursts of ~1,000 measure the server's request handling (docs/studies.md): they are not
     # predicted and never fitted; every other level stays in.
@@ -132,13 +190,17 @@ def study_constants() -> ModuleType:
 def test_on_the_second_hold_out_the_shipped_set_beats_tgi_1_on_ttft_tpot_and_throughput_together() -> None:
     # benchmarks/data/holdout2.csv: 49 levels from three sources the project had not seen, committed before any
     # scoring (holdout2.md). The rule set before it was opened: ship when the mean of TTFT, TPOT and throughput
-    # MAPE beats TGI_1's. TTFT stays far off on both (SGLang's cookbook at TP 8, docs/studies.md).
+    # MAPE beats TGI_1's. With SGLang's cookbook levels replayed at the lengths sglang.bench_serving drew (uniform up
+    # to the set length, not every request at the mean, whose closed loops ran in lock-step waves: TTFT 430 %), the
+    # set scores TTFT 41.8 · TPOT 20.3 · throughput 25.9 · ITL 17.2 %, TGI_1 29.2 · 148 · 55.6 · 158 (docs/studies.md).
     study = _study()
     s = study.build(study.DEFAULT_CSV.with_name("holdout2.csv"))
     assert len(s.cases) == 49
     tgi, ready = (study.table(s.score(k)) for k in (study.borrowed(), study.ready()))
     assert ready["all"] < tgi["all"]
     assert ready["itl"] < 20 < tgi["itl"] and ready["thr"] < tgi["thr"] and ready["tpot"] < tgi["tpot"]
+    assert ready["ttft"] == pytest.approx(41.8, abs=2.0) and tgi["ttft"] == pytest.approx(29.2, abs=2.0)
+    assert ready["all"] == pytest.approx(29.8, abs=1.5) and tgi["all"] == pytest.approx(74.1, abs=2.0)
 
 
 @pytest.mark.slow
