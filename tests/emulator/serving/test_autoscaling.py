@@ -21,7 +21,8 @@ from sagellm.emulator.serving.autoscaling import (
 from sagellm.profiles.plan import CONCURRENT_REQUESTS_PER_MODEL, ComputeRequirements, ScalingPlan
 
 HOLD_S = 60.0  # how long each driven request stays in flight
-_held: dict[int, list[float]] = {}  # per loop: when its requests in flight end
+# Per loop: the loop itself (so no later loop is given its id while it is here) and when its requests in flight end.
+_held: dict[int, tuple[TargetTracking, list[float]]] = {}
 
 
 def policy(**kw: float) -> Policy:
@@ -41,7 +42,7 @@ def _finish(tt: TargetTracking, held: list[float], t_s: float) -> None:
 def drive(tt: TargetTracking, rate_per_s: float, until_s: float, step_s: float = 0.5,
           hold_s: float = HOLD_S) -> None:
     """Requests at a constant rate from the loop's current time until `until_s`, each held `hold_s`."""
-    held = _held.setdefault(id(tt), [])
+    held = _held.setdefault(id(tt), (tt, []))[1]
     start = tt.now_s
     t, sent = start + step_s / 2, 0  # mid-step: never on a period boundary
     while t < until_s:

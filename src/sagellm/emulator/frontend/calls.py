@@ -17,7 +17,8 @@ from sagellm.engines import Engine, ErrorReply
 SERVER_TTFT_HEADER = "X-Sagellm-Server-Ttft-S"
 SERVER_E2E_HEADER = "X-Sagellm-Server-E2e-S"
 # When the request reached the emulator (wall seconds since it began serving), on every admitted reply: the
-# arrivals the engine saw, which a prediction replays (a client's own send times are a few ms off).
+# arrivals a prediction replays (a client's own send times are a few ms off); the engine saw each its front-end
+# latency later, as the simulation has it.
 SERVER_ARRIVED_HEADER = "X-Sagellm-Server-Arrived-S"
 SERVER_TTFT_DETAIL = "sagellm_server_ttft_s"
 SERVER_E2E_DETAIL = "sagellm_server_e2e_s"
@@ -42,7 +43,7 @@ def reply_of(refusal: ErrorReply) -> Reply:
 class Call:
     """One admitted request: the copy serving it, its sequence, and the server-side timings."""
 
-    __slots__ = ("ask", "copy", "e2e_s", "model", "origin_s", "seq", "ttft_s")
+    __slots__ = ("arrived_s", "ask", "copy", "e2e_s", "model", "origin_s", "seq", "ttft_s")
 
     def __init__(self, model: ModelServer, ask: Ask, arrived_s: float, deadline_s: float | None,
                  origin_s: float = 0.0, body: bytes | None = None):
@@ -54,6 +55,9 @@ class Call:
         prefix, prefix_key = model.prefix_of(ask.text, body)
         self.copy, self.seq = model.submit(ask.input_tokens, ask.max_new_tokens, deadline_s, arrived_s, prefix,
                                            prefix_key)
+        # When it reached the emulator, on its copy's clock: its engine saw it the front end's latency later, and
+        # its TTFT and e2e count from here, as a client's (and `plan`'s) do.
+        self.arrived_s = self.seq.arrived_s - model.front_end_s
         # Before the copy's next turn (this runs on the event loop): its reply's blocks are cached by their text.
         self.seq.reply_segments = model.reply_segments(ask.text, formats.generated_text)
         self.ttft_s: float | None = None
@@ -71,7 +75,7 @@ class Call:
     def arrival_header(self) -> dict[str, str]:
         """When the request arrived, on its copy's clock in seconds since the emulator began serving (every
         admitted reply)."""
-        return {SERVER_ARRIVED_HEADER: f"{self.seq.arrived_s - self.origin_s:.6f}"}
+        return {SERVER_ARRIVED_HEADER: f"{self.arrived_s - self.origin_s:.6f}"}
 
     def timing_headers(self) -> dict[str, str]:
         """The same timings as response headers, and the arrival (non-streamed replies)."""
@@ -89,12 +93,12 @@ class Call:
     def first_chunk(self) -> None:
         """The first token is about to be written: stamp its time on the schedule."""
         if self.ttft_s is None and self.seq.first_token_s is not None:
-            self.ttft_s = self.seq.first_token_s - self.seq.arrived_s
+            self.ttft_s = self.seq.first_token_s - self.arrived_s
 
     def last_chunk(self) -> None:
         """The last token is about to be written: stamp its time on the schedule."""
         if self.seq.last_token_s is not None:
-            self.e2e_s = self.seq.last_token_s - self.seq.arrived_s
+            self.e2e_s = self.seq.last_token_s - self.arrived_s
 
     def close(self) -> None:
         """Free the copy's slot if the request ends early (client gone, timeout, error)."""

@@ -26,14 +26,16 @@ pinned server's reply and error formats are its engine's, sagellm.engines):
 - `GET /autoscaling`: the simulated target tracking of a plan with autoscaling (`autoscaling` module):
   policy, simulated clock now, desired and in-service instances, events and metric datapoints.
 
-Self-reported timings (from arrival to the first and to the last token on the engine's schedule), in one
+Self-reported timings (from arrival at the emulator, before the engine's front-end latency, to the first and to
+the last token on the engine's schedule), in one
 clock: wall seconds, like the client's own timings; divide by the time scale for simulated seconds (the bench
 reads the scale from `/info` on every target and converts; see `copies`):
 `X-Sagellm-Server-Ttft-S` / `X-Sagellm-Server-E2e-S` headers on non-streamed replies;
 `sagellm_server_ttft_s` / `sagellm_server_e2e_s` in the last stream event's `details` (TGI and LMI,
 when `details` is asked for) or at the top of the last token chunk (OpenAI). Every reply carries
 `X-Sagellm-Emulated: true` and `X-Sagellm-Time-Scale`; every admitted one `X-Sagellm-Server-Arrived-S`, when the
-request arrived (seconds since the emulator began serving, on the copy's clock: the arrivals its engine saw).
+request arrived (seconds since the emulator began serving, on the copy's clock: the arrivals a prediction replays;
+its engine saw each its front-end latency later, as `plan`'s simulation has it).
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ runs behind, and reported. Arrivals and invocation deadlines are put on the copy
 that lag). A turn expires what is past its deadline at its start on that clock and admits only what arrived by
 then: a copy that resumes late has already seen requests that reached it during the pass it was sleeping off,
 and letting them in at once would spare them the rest of that pass, which the simulator (and a server) does not.
+
+The engine's front end (its step constants' `request_latency_s`: HTTP, chat template, tokenising, the hand-over to
+the engine core) sits between the HTTP arrival and the copy: `ModelServer.submit` queues a request with its arrival
+that long later on the copy's clock, so no turn admits it before then, while the copy's passes go on and no timer
+waits for it (0 for TGI: nothing changes). `plan`'s simulation puts it in the same place (planner/simulate.py).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from sagellm.planner.batching import (
     Router,
     Sequence,
 )
-from sagellm.planner.prefix import Segment, word_segments
+from sagellm.planner.prefix import Prefix, Segment, word_segments
 from sagellm.profiles.plan import DeploymentPlan, ModelDeployment, routing_of, served_shape
 
 __all__ = ["Cancelled", "CopyEngine", "InvocationTimeout", "ModelServer", "RequestError", "Sequence"]
@@ -105,6 +110,9 @@ class ModelServer(Router[CopyEngine]):
         self.shape, self.engine, limits = served_shape(plan, deployment)
         self._steps = StepModel(self.shape)
         self._clock = clock
+        # Wall seconds from a request's HTTP arrival to its copy's scheduler seeing it: the engine's front end, as
+        # `plan` simulates it (planner/simulate.py `_SimulatedRun.front_end_s`).
+        self.front_end_s = clock.wall_s(self._steps.k.request_latency_s)
         # Copies behind the endpoint: per instance (inference components) × instances.
         n_copies = deployment.copy_count * plan.initial_instance_count
         super().__init__(limits, [CopyEngine(self._steps, limits, clock, self.engine.scheduling)
@@ -114,6 +122,13 @@ class ModelServer(Router[CopyEngine]):
         self._segment_words = max(limits.kv_block_tokens, 16) if (
             self.engine.scheduling != "tgi" or self.routing.strategy == "kv-aware") else 0
         self.retired: list[CopyEngine] = []  # removed by a scale-in: they finish what they hold, take nothing new
+
+    def submit(self, input_tokens: int, max_new_tokens: int | None, deadline_s: float | None,
+               arrived_s: float, prefix: Prefix = 0, prefix_key: Hashable | None = None) -> tuple[CopyEngine, Sequence]:
+        """Route and queue a request that reached the endpoint at `arrived_s`: its copy sees it the front end's
+        latency later (its deadline still runs from `arrived_s`, as SageMaker's does)."""
+        return super().submit(input_tokens, max_new_tokens, deadline_s, arrived_s + self.front_end_s, prefix,
+                              prefix_key)
 
     def prefix_of(self, text: str, body: bytes | None) -> tuple[tuple[Segment, ...], Hashable | None]:
         """A prompt's segments (chained hashes of whole blocks of words) and, for prefix-aware routing, what stands
