@@ -150,8 +150,8 @@ ALLREDUCE: dict[str, dict[int, tuple[float, float]]] = {
 # right, docs/studies.md "round 5"): physics priors whose values come from measurements of the kernels, checked, not
 # fitted, on 108 published vLLM/SGLang levels (benchmarks/engine_accuracy.py), but for the front end's latency (the
 # median TTFT left at closed loops of <= 4 in flight). Every source below is AIConfigurator 0.12.0's tables (PyPI
-# aiconfigurator-core 0.12.0, aiconfigurator_core/systems/data/<gpu>/...) unless it says otherwise. Not shipped yet:
-# engines/engine.py CUDA_GRAPH_CONSTANTS says which set vLLM, LMI and SGLang run.
+# aiconfigurator-core 0.12.0, aiconfigurator_core/systems/data/<gpu>/...) unless it says otherwise. vLLM, LMI and
+# SGLang run it (engines/engine.py CUDA_GRAPH_CONSTANTS).
 VLLM_1 = replace(
     TGI_1,
     # bf16 GEMVs of m <= 8 read weights at 0.69 (A100), 0.81 (H100), 0.74 (H200) of peak (gemm/vllm/*/gemm_perf)

@@ -134,7 +134,7 @@ def simulate_conversations(served: Served, load: SimulatedClosedLoop | Simulated
     `simulate` warms up)."""
     if isinstance(load, SimulatedOpenLoop):
         run = _SimulatedRun(endpoint_maker(served), lambda _: (0, 0), requests,
-                            DEFAULT_WARMUP if warmup is None else warmup, timeout_s, served.steps.k.request_latency_s)
+                            DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
         conversations = _Conversations(run, talks)
         rng = random.Random(seed)
 
@@ -146,8 +146,7 @@ def simulate_conversations(served: Served, load: SimulatedClosedLoop | Simulated
         run.clock.at(rng.expovariate(load.rate), arrive)
     else:
         run = _SimulatedRun(endpoint_maker(served), lambda _: (0, 0), requests,
-                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s,
-                            served.steps.k.request_latency_s)
+                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
         conversations = _Conversations(run, talks)
         conversations.after_last = conversations.start
         for user in range(load.users):

@@ -198,10 +198,13 @@ class _AffineSteps(StepModel):
 class _Endpoint:
     """The router and its copies driven on the virtual clock: each copy takes turns while it has work."""
 
-    def __init__(self, router: Router[CopyScheduler], clock: _Clock, steps: _AffineSteps | None):
+    def __init__(self, router: Router[CopyScheduler], clock: _Clock, steps: _AffineSteps | None, front_end_s: float):
         self.router = router
         self.clock = clock
         self.steps = steps
+        # Each request spends this long in the server's front end (HTTP, chat template, tokenising, the hand-over to
+        # the engine core) before the scheduler sees it (its step constants' request_latency_s).
+        self.front_end_s = front_end_s
         self._turns: dict[int, Iterator[float]] = {}  # copy index → its turn in progress
         self._index = {id(c): i for i, c in enumerate(router.copies)}
 
@@ -246,13 +249,12 @@ class _SimulatedRun:
     """One simulated run: who sends what when, and what happened to each request."""
 
     def __init__(self, endpoint_of: Callable[[_Clock], _Endpoint], sizes: Callable[[int], tuple[int, int]],
-                 requests: int, warmup: int, timeout_s: float | None, front_end_s: float = 0.0):
+                 requests: int, warmup: int, timeout_s: float | None):
         self.clock = _Clock()
-        # Each request spends this long in the server's front end (HTTP, chat template, tokenising, the hand-over to
-        # the engine core) before the scheduler sees it: it was sent that long before it reaches the engine, and a
-        # client that sends again as a reply ends reaches the engine that long after. No pass waits for it.
-        self.front_end_s = front_end_s
         self.endpoint = endpoint_of(self.clock)
+        # A request was sent its front end's latency before it reaches the engine, and a client that sends again as
+        # a reply ends reaches the engine that long after. No pass waits for it.
+        self.front_end_s = self.endpoint.front_end_s
         for copy in self.endpoint.router.copies:
             copy.on_end = self._ended
         self.sizes = sizes
@@ -317,21 +319,19 @@ def simulate(served: Served, input_tokens: int, output_tokens: int, load: Load, 
     outstanding requests by default)."""
     endpoint_of = endpoint_maker(served, every_pass, routing)
     size_of = sizes or (lambda _: (input_tokens, output_tokens))
-    front_end_s = served.steps.k.request_latency_s
     if isinstance(load, SimulatedTrace):  # every request of the trace; the first `warmup` (default none) warm up
         skip = warmup or 0
-        run = _SimulatedRun(endpoint_of, size_of, len(load.arrivals_s) - skip, skip, timeout_s, front_end_s)
+        run = _SimulatedRun(endpoint_of, size_of, len(load.arrivals_s) - skip, skip, timeout_s)
         replay_trace(run, load)
     elif isinstance(load, SimulatedPromptSet):
-        run = _SimulatedRun(endpoint_of, size_of, load.prompts, 0, timeout_s, front_end_s)
+        run = _SimulatedRun(endpoint_of, size_of, load.prompts, 0, timeout_s)
         _prompt_set(run, load)
     elif isinstance(load, SimulatedOpenLoop):
-        run = _SimulatedRun(endpoint_of, size_of, requests, DEFAULT_WARMUP if warmup is None else warmup, timeout_s,
-                            front_end_s)
+        run = _SimulatedRun(endpoint_of, size_of, requests, DEFAULT_WARMUP if warmup is None else warmup, timeout_s)
         _open_loop(run, load.rate, random.Random(seed))
     else:
         run = _SimulatedRun(endpoint_of, size_of, requests,
-                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s, front_end_s)
+                            max(DEFAULT_WARMUP, 2 * load.users) if warmup is None else warmup, timeout_s)
         _closed_loop(run, load)
     if prefixes is None and isinstance(load, SimulatedTrace) and load.prefixes:
         prefixes = load.prefixes.__getitem__  # a Mooncake trace's blocks, shared where their ids are
@@ -348,7 +348,7 @@ def endpoint_maker(served: Served, every_pass: bool = False,
     def endpoint_of(clock: _Clock) -> _Endpoint:
         return _Endpoint(Router(served.limits, [CopyScheduler(step_model, served.limits, scheduling=served.scheduling)
                                                 for _ in range(served.copies)], routing),
-                         clock, None if every_pass else cast(_AffineSteps, step_model))
+                         clock, None if every_pass else cast(_AffineSteps, step_model), served.steps.k.request_latency_s)
 
     return endpoint_of
 
